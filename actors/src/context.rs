@@ -1,0 +1,161 @@
+//! The context handed to every call.
+
+use std::fmt;
+use std::sync::Arc;
+
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+use uuid::Uuid;
+
+/// Progress of a long call, as reported by the tool.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct Progress {
+    /// Work done so far; should only increase.
+    pub progress: f64,
+    /// Total work, when known.
+    pub total: Option<f64>,
+    /// A short human-readable note.
+    pub message: Option<String>,
+}
+
+/// A custom event a tool emits during a call (for dashboards and embedders).
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct CallEvent {
+    /// The call that emitted it.
+    pub call_id: Uuid,
+    /// The event's name.
+    pub name: String,
+    /// Its payload.
+    pub data: serde_json::Value,
+}
+
+/// Receives progress and events from calls. Implementations must not block: they run on
+/// the tool's actor.
+pub trait CallObserver: Send + Sync + 'static {
+    /// A call reported progress.
+    fn on_progress(&self, call: &CallContext, progress: Progress) {
+        let _ = (call, progress);
+    }
+
+    /// A call emitted an event.
+    fn on_event(&self, event: CallEvent) {
+        let _ = event;
+    }
+}
+
+/// Everything a tool knows about the call it is handling. Cheap to clone.
+#[derive(Clone)]
+pub struct CallContext {
+    inner: Arc<Inner>,
+    cancel: CancellationToken,
+}
+
+struct Inner {
+    call_id: Uuid,
+    started: Instant,
+    agent: Option<Arc<str>>,
+    session: Option<Arc<str>>,
+    deadline: Instant,
+    observer: Option<Arc<dyn CallObserver>>,
+}
+
+impl CallContext {
+    /// A context with a fresh call id (UUID v7, so ids sort by time).
+    pub fn new(
+        agent: Option<Arc<str>>,
+        session: Option<Arc<str>>,
+        deadline: Instant,
+        observer: Option<Arc<dyn CallObserver>>,
+    ) -> Self {
+        Self {
+            inner: Arc::new(Inner {
+                call_id: Uuid::now_v7(),
+                started: Instant::now(),
+                agent,
+                session,
+                deadline,
+                observer,
+            }),
+            cancel: CancellationToken::new(),
+        }
+    }
+
+    /// The call's unique id.
+    pub fn call_id(&self) -> Uuid {
+        self.inner.call_id
+    }
+
+    /// The calling agent, if the caller named one.
+    pub fn agent(&self) -> Option<&str> {
+        self.inner.agent.as_deref()
+    }
+
+    /// The session the call belongs to, if any.
+    pub fn session(&self) -> Option<&str> {
+        self.inner.session.as_deref()
+    }
+
+    /// When the call was made.
+    pub fn started(&self) -> Instant {
+        self.inner.started
+    }
+
+    /// The time budget the call was given.
+    pub fn budget(&self) -> std::time::Duration {
+        self.inner.deadline.saturating_duration_since(self.inner.started)
+    }
+
+    /// When the call times out.
+    pub fn deadline(&self) -> Instant {
+        self.inner.deadline
+    }
+
+    /// Fires when the deadline passes or the caller goes away. Tools doing long work should
+    /// watch it (`token.cancelled().await` in a `select!`, or `is_cancelled()` between steps).
+    pub fn cancellation(&self) -> &CancellationToken {
+        &self.cancel
+    }
+
+    /// Whether the call has been cancelled.
+    pub fn is_cancelled(&self) -> bool {
+        self.cancel.is_cancelled()
+    }
+
+    /// Reports progress to whoever is watching the call (e.g. an MCP client that sent a
+    /// progress token). A no-op when nobody is.
+    pub fn progress(&self, progress: f64, total: Option<f64>, message: Option<&str>) {
+        if let Some(observer) = &self.inner.observer {
+            observer.on_progress(
+                self,
+                Progress {
+                    progress,
+                    total,
+                    message: message.map(str::to_owned),
+                },
+            );
+        }
+    }
+
+    /// Emits a named event with a JSON payload. A no-op when nobody is watching.
+    pub fn emit(&self, name: &str, data: serde_json::Value) {
+        if let Some(observer) = &self.inner.observer {
+            observer.on_event(CallEvent {
+                call_id: self.inner.call_id,
+                name: name.to_owned(),
+                data,
+            });
+        }
+    }
+}
+
+impl fmt::Debug for CallContext {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("CallContext")
+            .field("call_id", &self.inner.call_id)
+            .field("agent", &self.inner.agent)
+            .field("session", &self.inner.session)
+            .field("deadline", &self.inner.deadline)
+            .field("cancelled", &self.cancel.is_cancelled())
+            .finish()
+    }
+}

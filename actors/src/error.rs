@@ -1,0 +1,167 @@
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Why a call did not succeed. Every call ends in exactly one `Ok` or one of these.
+#[derive(Debug, Clone, thiserror::Error)]
+#[non_exhaustive]
+pub enum CallError {
+    /// No tool has this name.
+    #[error("unknown tool `{name}`")]
+    UnknownTool {
+        /// The name asked for.
+        name: String,
+    },
+    /// The arguments do not match the tool's input schema; the tool did not run.
+    #[error("invalid arguments for `{tool}`: at `{path}`: {reason}")]
+    InvalidArguments {
+        /// The tool.
+        tool: String,
+        /// Where in the arguments the problem is (`.` for the top level).
+        path: String,
+        /// What was wrong and what was expected.
+        reason: String,
+    },
+    /// The tool ran and returned its own error.
+    #[error("`{tool}` failed: {message}")]
+    Tool {
+        /// The tool.
+        tool: String,
+        /// The tool error's message.
+        message: String,
+        /// Whether the tool says a retry may succeed.
+        transient: bool,
+        /// The tool's error value, for typed callers to downcast.
+        #[source]
+        source: Arc<dyn std::error::Error + Send + Sync>,
+    },
+    /// The tool panicked (or its actor died) while handling this call; it is being restarted.
+    #[error("`{tool}` crashed while handling the call and is being restarted: {reason}")]
+    Crashed {
+        /// The tool.
+        tool: String,
+        /// The panic message, when known.
+        reason: String,
+    },
+    /// The call passed its deadline; its cancellation token was fired.
+    #[error("`{tool}` timed out after {after:?}")]
+    Timeout {
+        /// The tool.
+        tool: String,
+        /// The time budget the call had.
+        after: Duration,
+    },
+    /// The tool's circuit breaker is open; the call was rejected without running.
+    #[error("`{tool}` is failing and its circuit is open; retry after {retry_after:?}")]
+    CircuitOpen {
+        /// The tool.
+        tool: String,
+        /// When a call may be let through again.
+        retry_after: Duration,
+    },
+    /// The runtime is shutting down or the tool was removed.
+    #[error("`{tool}` is unavailable: {reason}")]
+    Unavailable {
+        /// The tool.
+        tool: String,
+        /// Why.
+        reason: String,
+    },
+    /// The tool's output could not be encoded.
+    #[error("`{tool}` returned output that could not be encoded: {reason}")]
+    InvalidOutput {
+        /// The tool.
+        tool: String,
+        /// The encoder's message.
+        reason: String,
+    },
+}
+
+/// A stable, machine-readable name for each [`CallError`] variant.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum ErrorKind {
+    /// [`CallError::UnknownTool`].
+    UnknownTool,
+    /// [`CallError::InvalidArguments`].
+    InvalidArguments,
+    /// [`CallError::Tool`].
+    ToolError,
+    /// [`CallError::Crashed`].
+    Crashed,
+    /// [`CallError::Timeout`].
+    Timeout,
+    /// [`CallError::CircuitOpen`].
+    CircuitOpen,
+    /// [`CallError::Unavailable`].
+    Unavailable,
+    /// [`CallError::InvalidOutput`].
+    InvalidOutput,
+}
+
+impl CallError {
+    /// The variant's stable name.
+    pub fn kind(&self) -> ErrorKind {
+        match self {
+            Self::UnknownTool { .. } => ErrorKind::UnknownTool,
+            Self::InvalidArguments { .. } => ErrorKind::InvalidArguments,
+            Self::Tool { .. } => ErrorKind::ToolError,
+            Self::Crashed { .. } => ErrorKind::Crashed,
+            Self::Timeout { .. } => ErrorKind::Timeout,
+            Self::CircuitOpen { .. } => ErrorKind::CircuitOpen,
+            Self::Unavailable { .. } => ErrorKind::Unavailable,
+            Self::InvalidOutput { .. } => ErrorKind::InvalidOutput,
+        }
+    }
+
+    /// Whether retrying the same call may succeed: a crash, or a tool error the tool marked
+    /// transient. Only idempotent tools are retried automatically.
+    pub fn is_transient(&self) -> bool {
+        match self {
+            Self::Crashed { .. } => true,
+            Self::Tool { transient, .. } => *transient,
+            _ => false,
+        }
+    }
+
+    /// Whether this outcome counts against the tool's circuit breaker: crashes and timeouts.
+    pub fn is_breaker_failure(&self) -> bool {
+        matches!(self, Self::Crashed { .. } | Self::Timeout { .. })
+    }
+
+    /// The tool's own error, if this is a [`CallError::Tool`] of type `E`.
+    pub fn tool_error<E: std::error::Error + 'static>(&self) -> Option<&E> {
+        match self {
+            Self::Tool { source, .. } => source.downcast_ref::<E>(),
+            _ => None,
+        }
+    }
+}
+
+/// Why a tool could not be registered.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum RegistrationError {
+    /// The name is empty, too long, or has characters outside `[A-Za-z0-9_.-]`.
+    #[error("invalid tool name `{name}`: {reason}")]
+    InvalidName {
+        /// The rejected name.
+        name: String,
+        /// What rule it broke.
+        reason: String,
+    },
+    /// Another tool already has this name.
+    #[error("a tool named `{name}` is already registered")]
+    DuplicateName {
+        /// The clashing name.
+        name: String,
+    },
+    /// The input schema is not an object schema, as MCP requires.
+    #[error("tool `{name}` has an input schema that is not an object: {reason}")]
+    InvalidSchema {
+        /// The tool.
+        name: String,
+        /// What is wrong.
+        reason: String,
+    },
+}

@@ -1,0 +1,26 @@
+//! guildhall's tool contract and the actors that run tools.
+//!
+//! - [`tool`]: the [`Tool`] trait users implement, with [`Annotations`] and [`Concurrency`].
+//! - [`context`]: the [`CallContext`] handed to every call (ids, deadline, cancellation,
+//!   progress and events).
+//! - [`spec`]: [`ToolSpec`], a tool's public description with its JSON Schemas, and name
+//!   validation.
+//! - [`args`]: decoding JSON arguments into a tool's typed input, naming the bad field.
+//! - [`worker`]: [`ToolActor`], the generic actor that runs a tool, and [`WorkerPool`], which
+//!   dispatches calls to a tool's actors and turns every outcome into exactly one reply.
+//! - [`error`]: [`CallError`], what a caller gets when a call does not succeed.
+//!
+//! Users never implement `ractor::Actor`: the runtime wraps every [`Tool`] in [`ToolActor`].
+
+pub mod args;
+pub mod context;
+mod error;
+pub mod spec;
+pub mod tool;
+pub mod worker;
+
+pub use context::{CallContext, CallEvent, CallObserver, Progress};
+pub use error::{CallError, ErrorKind, RegistrationError};
+pub use spec::ToolSpec;
+pub use tool::{Annotations, Concurrency, Tool};
+pub use worker::{ToolActor, ToolMsg, WorkerPool};

@@ -1,0 +1,197 @@
+//! The tool contract.
+
+use std::future::Future;
+use std::num::NonZeroUsize;
+
+use schemars::JsonSchema;
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+
+use crate::context::CallContext;
+
+/// A tool: a named, typed operation with its own state, run by a supervised actor.
+///
+/// The runtime wraps each tool in one or more [`ToolActor`](crate::ToolActor)s. Each actor
+/// builds its own [`State`](Tool::State) with [`init`](Tool::init) when it starts, keeps it
+/// across calls, and builds it afresh when its supervisor restarts it after a panic. A tool's
+/// own `Err` is an ordinary answer to the caller; a panic is a crash, which kills only this
+/// tool's actor.
+///
+/// # Examples
+/// ```
+/// use guildhall_actors::{CallContext, Tool};
+/// use schemars::JsonSchema;
+/// use serde::{Deserialize, Serialize};
+///
+/// /// Adds a number to a running total.
+/// struct Counter;
+///
+/// #[derive(Clone, Deserialize, JsonSchema)]
+/// struct AddInput {
+///     /// How much to add.
+///     amount: u64,
+/// }
+///
+/// #[derive(Serialize, JsonSchema)]
+/// struct Total {
+///     /// The total after adding.
+///     total: u64,
+/// }
+///
+/// impl Tool for Counter {
+///     type Input = AddInput;
+///     type Output = Total;
+///     type Error = std::convert::Infallible;
+///     type State = u64;
+///
+///     fn name(&self) -> &str { "counter_add" }
+///     fn description(&self) -> &str { "Adds to a running total and returns it." }
+///
+///     async fn init(&self) -> Result<u64, Self::Error> { Ok(0) }
+///
+///     async fn call(&self, total: &mut u64, input: AddInput, _ctx: CallContext)
+///         -> Result<Total, Self::Error>
+///     {
+///         *total += input.amount;
+///         Ok(Total { total: *total })
+///     }
+/// }
+/// ```
+pub trait Tool: Send + Sync + Sized + 'static {
+    /// The arguments. Its JSON Schema (doc comments become descriptions) is the tool's
+    /// `inputSchema`; it must describe a JSON object. `Clone` lets idempotent calls be retried.
+    type Input: DeserializeOwned + JsonSchema + Clone + Send + Sync + 'static;
+    /// The result. Its JSON Schema is the tool's `outputSchema`.
+    type Output: Serialize + JsonSchema + Send + 'static;
+    /// The tool's own failure, returned to the caller as [`CallError::Tool`](crate::CallError).
+    type Error: std::error::Error + Send + Sync + 'static;
+    /// Per-actor state: built by [`init`](Tool::init), kept across calls, rebuilt on restart.
+    /// Use `()` for a stateless tool.
+    type State: Send + 'static;
+
+    /// The stable name: 1–128 characters of `[A-Za-z0-9_.-]`, `snake_case` by convention.
+    fn name(&self) -> &str;
+
+    /// What the tool does, written for the model that will call it.
+    fn description(&self) -> &str;
+
+    /// Behaviour hints shown to clients (MCP tool annotations).
+    fn annotations(&self) -> Annotations {
+        Annotations::default()
+    }
+
+    /// How many calls may run at once; see [`Concurrency`].
+    fn concurrency(&self) -> Concurrency {
+        Concurrency::Sequential
+    }
+
+    /// Builds a fresh state. Runs when an actor starts and again after every restart; an
+    /// error here makes the start fail, which the supervisor counts as a restart.
+    fn init(&self) -> impl Future<Output = Result<Self::State, Self::Error>> + Send;
+
+    /// Handles one call. `ctx` carries the deadline and a cancellation token that fires when
+    /// the deadline passes or the caller goes away; a call that ignores it beyond the grace
+    /// period is abandoned and its actor restarted.
+    fn call(
+        &self,
+        state: &mut Self::State,
+        input: Self::Input,
+        ctx: CallContext,
+    ) -> impl Future<Output = Result<Self::Output, Self::Error>> + Send;
+
+    /// Whether an error may go away on retry. Transient errors of idempotent tools are
+    /// retried by the runtime.
+    fn is_transient(_error: &Self::Error) -> bool {
+        false
+    }
+}
+
+/// How a tool's calls run against its state.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
+#[serde(rename_all = "snake_case", tag = "mode", content = "actors")]
+pub enum Concurrency {
+    /// One call at a time, against one state (the default).
+    #[default]
+    Sequential,
+    /// Up to N calls at once: N actors, each with its own state; each call goes to the
+    /// least busy one.
+    Concurrent(NonZeroUsize),
+}
+
+impl Concurrency {
+    /// The number of actors that run the tool.
+    pub fn actors(self) -> usize {
+        match self {
+            Self::Sequential => 1,
+            Self::Concurrent(n) => n.get(),
+        }
+    }
+}
+
+/// Hints about a tool's behaviour. Defaults follow MCP: not read-only, possibly destructive,
+/// not idempotent, open-world.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Annotations {
+    /// A human-readable title.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub title: Option<String>,
+    /// The tool does not change its environment.
+    pub read_only_hint: bool,
+    /// The tool may destroy data (meaningful only when not read-only).
+    pub destructive_hint: bool,
+    /// Repeating a call with the same arguments has no further effect. Idempotent tools are
+    /// retried on transient failures.
+    pub idempotent_hint: bool,
+    /// The tool talks to the world outside the runtime.
+    pub open_world_hint: bool,
+}
+
+impl Default for Annotations {
+    fn default() -> Self {
+        Self {
+            title: None,
+            read_only_hint: false,
+            destructive_hint: true,
+            idempotent_hint: false,
+            open_world_hint: true,
+        }
+    }
+}
+
+impl Annotations {
+    /// A read-only, idempotent, closed-world tool: the common case for queries.
+    pub fn read_only() -> Self {
+        Self {
+            title: None,
+            read_only_hint: true,
+            destructive_hint: false,
+            idempotent_hint: true,
+            open_world_hint: false,
+        }
+    }
+
+    /// Sets the title.
+    pub fn title(mut self, title: impl Into<String>) -> Self {
+        self.title = Some(title.into());
+        self
+    }
+
+    /// Sets the idempotent hint.
+    pub fn idempotent(mut self, yes: bool) -> Self {
+        self.idempotent_hint = yes;
+        self
+    }
+
+    /// Sets the destructive hint.
+    pub fn destructive(mut self, yes: bool) -> Self {
+        self.destructive_hint = yes;
+        self
+    }
+
+    /// Sets the open-world hint.
+    pub fn open_world(mut self, yes: bool) -> Self {
+        self.open_world_hint = yes;
+        self
+    }
+}

@@ -1,0 +1,362 @@
+//! The generic tool actor and the pool that dispatches calls to it.
+//!
+//! **Exactly one reply.** The caller owns the reply channel and turns every way a call can end
+//! into one result:
+//! - the tool returns → `Ok` or [`CallError::Tool`];
+//! - the tool panics → the actor replies [`CallError::Crashed`] with the panic message and then
+//!   fails, so its supervisor restarts it with fresh state;
+//! - the tool ignores cancellation past its deadline plus the grace period → the actor replies
+//!   [`CallError::Timeout`] and fails (the stuck future is dropped), and is restarted;
+//! - the actor dies with the call still queued → the undelivered [`ToolMsg`] hands its input
+//!   back when dropped, and the pool re-sends it to the restarted actor: a call that never
+//!   started is never lost and never reported as crashed;
+//! - the actor dies any other way mid-call → the reply channel closes → `Crashed`.
+
+use std::panic::AssertUnwindSafe;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::time::Duration;
+
+use futures::FutureExt;
+use guildhall_supervision::{ChildSpec, Shutdown};
+use ractor::{Actor, ActorId, ActorProcessingErr, ActorRef};
+use tokio::sync::{oneshot, watch};
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+use crate::context::CallContext;
+use crate::error::CallError;
+use crate::tool::Tool;
+
+/// The message a [`ToolActor`] handles: one call.
+pub struct ToolMsg<T: Tool>(Invocation<T>);
+
+struct Invocation<T: Tool> {
+    input: Option<T::Input>,
+    ctx: CallContext,
+    reply: Option<oneshot::Sender<Outcome<T>>>,
+}
+
+enum Outcome<T: Tool> {
+    Done(Result<T::Output, T::Error>),
+    /// The call never started; here is its input back.
+    Bounced(T::Input),
+    Crashed(String),
+    Overran,
+}
+
+impl<T: Tool> Drop for Invocation<T> {
+    /// An invocation dropped before the actor took its input (the actor died with it queued)
+    /// sends the input back so the pool can re-send it.
+    fn drop(&mut self) {
+        if let (Some(input), Some(reply)) = (self.input.take(), self.reply.take()) {
+            let _ = reply.send(Outcome::Bounced(input));
+        }
+    }
+}
+
+/// Runs one tool: builds its state at start and handles calls one at a time.
+pub struct ToolActor<T: Tool> {
+    tool: Arc<T>,
+    grace: Duration,
+}
+
+/// A tool actor's state: the tool's own state.
+pub struct ToolActorState<T: Tool> {
+    state: T::State,
+}
+
+impl<T: Tool> Actor for ToolActor<T> {
+    type Msg = ToolMsg<T>;
+    type State = ToolActorState<T>;
+    type Arguments = Arc<Slot<T>>;
+
+    /// Builds the tool's state and publishes this actor in its slot so calls reach it. An
+    /// `init` error or panic fails the start; the supervisor counts it as a restart.
+    async fn pre_start(
+        &self,
+        myself: ActorRef<Self::Msg>,
+        slot: Arc<Slot<T>>,
+    ) -> Result<Self::State, ActorProcessingErr> {
+        let state = self.tool.init().await?;
+        slot.current.send_replace(Some(myself));
+        Ok(ToolActorState { state })
+    }
+
+    /// A panic in the tool is caught, reported to the caller as `Crashed`, and turned into an
+    /// actor failure so the supervisor restarts this actor with fresh state.
+    async fn handle(
+        &self,
+        _myself: ActorRef<Self::Msg>,
+        ToolMsg(mut inv): Self::Msg,
+        state: &mut Self::State,
+    ) -> Result<(), ActorProcessingErr> {
+        let (Some(input), Some(reply)) = (inv.input.take(), inv.reply.take()) else {
+            return Ok(());
+        };
+        let ctx = inv.ctx.clone();
+        let token = ctx.cancellation().clone();
+        let deadline = ctx.deadline();
+        let call = AssertUnwindSafe(self.tool.call(&mut state.state, input, ctx)).catch_unwind();
+        tokio::select! {
+            biased;
+            result = call => match result {
+                Ok(result) => {
+                    let _ = reply.send(Outcome::Done(result));
+                    Ok(())
+                }
+                Err(panic) => {
+                    let reason = panic_message(panic.as_ref());
+                    let _ = reply.send(Outcome::Crashed(reason.clone()));
+                    Err(format!("tool panicked: {reason}").into())
+                }
+            },
+            () = overrun(&token, deadline, self.grace) => {
+                let _ = reply.send(Outcome::Overran);
+                Err(format!(
+                    "tool ignored cancellation for {:?} past its deadline",
+                    self.grace
+                )
+                .into())
+            }
+        }
+    }
+}
+
+/// Resolves once the call has been cancelled (or passed its deadline) and `grace` has gone by.
+async fn overrun(token: &CancellationToken, deadline: Instant, grace: Duration) {
+    tokio::select! {
+        () = token.cancelled() => {}
+        () = tokio::time::sleep_until(deadline) => token.cancel(),
+    }
+    tokio::time::sleep(grace).await;
+}
+
+fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
+    if let Some(s) = panic.downcast_ref::<&str>() {
+        (*s).to_owned()
+    } else if let Some(s) = panic.downcast_ref::<String>() {
+        s.clone()
+    } else {
+        "panic with a non-string payload".to_owned()
+    }
+}
+
+/// Where callers find the current actor of one worker; republished on every restart.
+pub struct Slot<T: Tool> {
+    current: watch::Sender<Option<ActorRef<ToolMsg<T>>>>,
+    busy: AtomicUsize,
+}
+
+/// A tool's actors and the dispatch of calls to them. Cheap to clone.
+pub struct WorkerPool<T: Tool> {
+    inner: Arc<PoolInner<T>>,
+}
+
+struct PoolInner<T: Tool> {
+    tool: Arc<T>,
+    name: String,
+    grace: Duration,
+    slots: Vec<Arc<Slot<T>>>,
+    next: AtomicUsize,
+    closed: AtomicBool,
+}
+
+impl<T: Tool> Clone for WorkerPool<T> {
+    fn clone(&self) -> Self {
+        Self {
+            inner: Arc::clone(&self.inner),
+        }
+    }
+}
+
+impl<T: Tool> WorkerPool<T> {
+    /// A pool of `tool.concurrency().actors()` workers, none started yet. `grace` is how long
+    /// a call may run past its deadline before its actor is restarted.
+    pub fn new(tool: Arc<T>, grace: Duration) -> Self {
+        let slots = (0..tool.concurrency().actors())
+            .map(|_| {
+                Arc::new(Slot {
+                    current: watch::Sender::new(None),
+                    busy: AtomicUsize::new(0),
+                })
+            })
+            .collect();
+        Self {
+            inner: Arc::new(PoolInner {
+                name: tool.name().to_owned(),
+                tool,
+                grace,
+                slots,
+                next: AtomicUsize::new(0),
+                closed: AtomicBool::new(false),
+            }),
+        }
+    }
+
+    /// The tool's name.
+    pub fn name(&self) -> &str {
+        &self.inner.name
+    }
+
+    /// The tool.
+    pub fn tool(&self) -> &Arc<T> {
+        &self.inner.tool
+    }
+
+    /// One child spec per worker, for the tool's supervisor. Workers are permanent and get
+    /// `grace` to finish their current call when shut down.
+    pub fn child_specs(&self) -> Vec<ChildSpec> {
+        let single = self.inner.slots.len() == 1;
+        self.inner
+            .slots
+            .iter()
+            .enumerate()
+            .map(|(i, slot)| {
+                let id = if single {
+                    "worker".to_owned()
+                } else {
+                    format!("worker-{i}")
+                };
+                let tool = Arc::clone(&self.inner.tool);
+                let grace = self.inner.grace;
+                let slot = Arc::clone(slot);
+                ChildSpec::actor(id, move || {
+                    (
+                        ToolActor {
+                            tool: Arc::clone(&tool),
+                            grace,
+                        },
+                        Arc::clone(&slot),
+                    )
+                })
+                .shutdown(Shutdown::Timeout(grace))
+            })
+            .collect()
+    }
+
+    /// Refuses further calls and wakes callers waiting for a restart.
+    pub fn close(&self) {
+        self.inner.closed.store(true, Ordering::Release);
+        for slot in &self.inner.slots {
+            slot.current.send_replace(None);
+        }
+    }
+
+    /// Runs one call on the least busy worker and returns its single outcome.
+    ///
+    /// # Errors
+    /// [`CallError::Tool`], [`CallError::Crashed`], [`CallError::Timeout`] (the tool overran
+    /// its deadline plus grace) or [`CallError::Unavailable`] (the pool was closed).
+    ///
+    /// # Cancel safety
+    /// Dropping the future abandons the reply; the call's cancellation token should be
+    /// fired by whoever owns it, so the tool stops (or is restarted after the grace period).
+    pub async fn invoke(&self, input: T::Input, ctx: CallContext) -> Result<T::Output, CallError> {
+        let slot = self.pick();
+        let _busy = BusyGuard::enter(slot, self.inner.slots.len() > 1);
+        let mut input = input;
+        loop {
+            if self.inner.closed.load(Ordering::Acquire) {
+                return Err(self.unavailable());
+            }
+            let Some(actor) = slot.current.borrow().clone() else {
+                self.wait_replaced(slot, None).await;
+                continue;
+            };
+            let (reply, outcome) = oneshot::channel();
+            let inv = Invocation {
+                input: Some(input),
+                ctx: ctx.clone(),
+                reply: Some(reply),
+            };
+            // A failed send drops the message, which bounces the input back below.
+            let _ = actor.send_message(ToolMsg(inv));
+            return match outcome.await {
+                Ok(Outcome::Done(Ok(output))) => Ok(output),
+                Ok(Outcome::Done(Err(err))) => Err(CallError::Tool {
+                    tool: self.inner.name.clone(),
+                    message: err.to_string(),
+                    transient: T::is_transient(&err),
+                    source: Arc::new(err),
+                }),
+                Ok(Outcome::Bounced(back)) => {
+                    input = back;
+                    self.wait_replaced(slot, Some(actor.get_id())).await;
+                    continue;
+                }
+                Ok(Outcome::Crashed(reason)) => Err(self.crashed(reason)),
+                Ok(Outcome::Overran) => Err(CallError::Timeout {
+                    tool: self.inner.name.clone(),
+                    after: ctx.budget(),
+                }),
+                Err(_) => Err(self.crashed("the tool's actor stopped mid-call".into())),
+            };
+        }
+    }
+
+    fn pick(&self) -> &Arc<Slot<T>> {
+        let slots = &self.inner.slots;
+        if slots.len() == 1 {
+            return &slots[0];
+        }
+        // Least busy, scanning from a rotating start so ties spread out.
+        let start = self.inner.next.fetch_add(1, Ordering::Relaxed);
+        (0..slots.len())
+            .map(|k| &slots[(start + k) % slots.len()])
+            .min_by_key(|s| s.busy.load(Ordering::Relaxed))
+            .unwrap_or(&slots[0])
+    }
+
+    /// Waits until the slot holds an actor other than `old` (or the pool closes).
+    async fn wait_replaced(&self, slot: &Slot<T>, old: Option<ActorId>) {
+        let mut rx = slot.current.subscribe();
+        loop {
+            if self.inner.closed.load(Ordering::Acquire) {
+                return;
+            }
+            let current = rx.borrow_and_update().as_ref().map(|a| a.get_id());
+            if current.is_some() && current != old {
+                return;
+            }
+            if rx.changed().await.is_err() {
+                return;
+            }
+        }
+    }
+
+    fn crashed(&self, reason: String) -> CallError {
+        CallError::Crashed {
+            tool: self.inner.name.clone(),
+            reason,
+        }
+    }
+
+    fn unavailable(&self) -> CallError {
+        CallError::Unavailable {
+            tool: self.inner.name.clone(),
+            reason: "the runtime is shutting down".into(),
+        }
+    }
+}
+
+struct BusyGuard<'a, T: Tool>(Option<&'a Slot<T>>);
+
+impl<'a, T: Tool> BusyGuard<'a, T> {
+    fn enter(slot: &'a Slot<T>, track: bool) -> Self {
+        if track {
+            slot.busy.fetch_add(1, Ordering::Relaxed);
+            Self(Some(slot))
+        } else {
+            Self(None)
+        }
+    }
+}
+
+impl<T: Tool> Drop for BusyGuard<'_, T> {
+    fn drop(&mut self) {
+        if let Some(slot) = self.0 {
+            slot.busy.fetch_sub(1, Ordering::Relaxed);
+        }
+    }
+}

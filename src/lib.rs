@@ -1,0 +1,70 @@
+//! guildhall: an actor-based runtime for swarms of AI agents.
+//!
+//! Every tool is a supervised actor with a typed contract. This crate is the facade:
+//!
+//! - [`runtime`]: [`Runtime`] and its builder: the supervision tree, the tool registry,
+//!   typed and JSON calls, tree snapshots and graceful shutdown.
+//! - [`pipeline`]: the tower layers every call passes through (breaker, deadline, retry,
+//!   concurrency limit) and the order they run in.
+//! - [`registry`]: [`ToolHandle`], a typed handle to one tool.
+//! - [`options`]: [`ToolOptions`] and [`CallOptions`].
+//! - [`bench`]: the measurements behind `guildhall bench`.
+//!
+//! The tool contract lives in [`guildhall_actors`] (re-exported here), supervision in
+//! [`guildhall_supervision`].
+//!
+//! # Examples
+//! ```
+//! use guildhall::{CallContext, CallOptions, Runtime, Tool};
+//! use schemars::JsonSchema;
+//! use serde::{Deserialize, Serialize};
+//!
+//! struct Echo;
+//!
+//! #[derive(Clone, Deserialize, JsonSchema)]
+//! struct Say { text: String }
+//!
+//! #[derive(Serialize, JsonSchema)]
+//! struct Said { text: String }
+//!
+//! impl Tool for Echo {
+//!     type Input = Say;
+//!     type Output = Said;
+//!     type Error = std::convert::Infallible;
+//!     type State = ();
+//!     fn name(&self) -> &str { "echo" }
+//!     fn description(&self) -> &str { "Echoes its input." }
+//!     async fn init(&self) -> Result<(), Self::Error> { Ok(()) }
+//!     async fn call(&self, _: &mut (), input: Say, _: CallContext) -> Result<Said, Self::Error> {
+//!         Ok(Said { text: input.text })
+//!     }
+//! }
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let runtime = Runtime::builder().tool(Echo).build().await?;
+//! let out = runtime
+//!     .call_json("echo", serde_json::json!({"text": "hi"}), CallOptions::new())
+//!     .await?;
+//! assert_eq!(out["text"], "hi");
+//! runtime.shutdown().await;
+//! # Ok(())
+//! # }
+//! ```
+
+pub mod bench;
+mod error;
+pub mod options;
+pub mod pipeline;
+pub mod registry;
+pub mod runtime;
+
+pub use error::BuildError;
+pub use guildhall_actors::{
+    self as actors, Annotations, CallContext, CallError, CallEvent, CallObserver, Concurrency,
+    ErrorKind, Progress, RegistrationError, Tool, ToolSpec,
+};
+pub use guildhall_supervision::{self as supervision, BreakerStatus, ChildSnapshot, ChildStatus};
+pub use options::{CallOptions, ToolOptions};
+pub use registry::ToolHandle;
+pub use runtime::{Runtime, RuntimeBuilder};

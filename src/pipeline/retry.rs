@@ -1,0 +1,57 @@
+//! Retries transient failures of idempotent tools.
+
+use std::time::Duration;
+
+use guildhall_actors::CallError;
+
+use super::ToolCall;
+
+/// tower's retry layer with guildhall's policy.
+pub type RetryLayer = tower::retry::RetryLayer<RetryPolicy>;
+
+/// Retries a call whose error [`is_transient`](CallError::is_transient) (a crash, or a tool
+/// error the tool marked transient) up to `max_retries` times, waiting 1 ms, 2 ms, 4 ms … in
+/// between, and never once the call's deadline has passed. Only installed for tools annotated
+/// idempotent: retrying anything else could repeat a side effect.
+#[derive(Debug, Clone, Copy)]
+pub struct RetryPolicy {
+    remaining: u32,
+    attempt: u32,
+}
+
+impl RetryPolicy {
+    /// At most `max_retries` retries per call.
+    pub fn new(max_retries: u32) -> Self {
+        Self {
+            remaining: max_retries,
+            attempt: 0,
+        }
+    }
+}
+
+impl<I: Clone, O> tower::retry::Policy<ToolCall<I>, O, CallError> for RetryPolicy {
+    type Future = tokio::time::Sleep;
+
+    fn retry(
+        &mut self,
+        req: &mut ToolCall<I>,
+        result: &mut Result<O, CallError>,
+    ) -> Option<Self::Future> {
+        let err = result.as_ref().err()?;
+        if self.remaining == 0 || !err.is_transient() || req.ctx.is_cancelled() {
+            return None;
+        }
+        let delay = Duration::from_millis(1 << self.attempt.min(10));
+        if tokio::time::Instant::now() + delay >= req.ctx.deadline() {
+            return None;
+        }
+        self.remaining -= 1;
+        self.attempt += 1;
+        tracing::debug!(error = %err, attempt = self.attempt, "retrying transient failure");
+        Some(tokio::time::sleep(delay))
+    }
+
+    fn clone_request(&mut self, req: &ToolCall<I>) -> Option<ToolCall<I>> {
+        (self.remaining > 0).then(|| req.clone())
+    }
+}

@@ -1,0 +1,107 @@
+//! The runtime's tools by name: typed handles and a JSON entry point for each.
+
+use std::any::Any;
+use std::sync::Arc;
+
+use futures::future::BoxFuture;
+use guildhall_actors::{CallContext, CallError, Tool, ToolSpec, WorkerPool, args};
+use serde_json::Value;
+use tokio::time::Instant;
+use tower::ServiceExt;
+
+use crate::options::CallOptions;
+use crate::pipeline::{ToolCall, ToolService};
+
+/// A typed handle to one registered tool; calls skip JSON entirely. Cheap to clone.
+pub struct ToolHandle<T: Tool> {
+    service: ToolService<T>,
+    timeout: std::time::Duration,
+}
+
+impl<T: Tool> Clone for ToolHandle<T> {
+    fn clone(&self) -> Self {
+        Self {
+            service: self.service.clone(),
+            timeout: self.timeout,
+        }
+    }
+}
+
+impl<T: Tool> ToolHandle<T> {
+    pub(crate) fn new(service: ToolService<T>, timeout: std::time::Duration) -> Self {
+        Self { service, timeout }
+    }
+
+    /// Calls the tool with default options.
+    ///
+    /// # Errors
+    /// See [`CallError`]; every call ends in exactly one result.
+    ///
+    /// # Cancel safety
+    /// Dropping the future fires the call's cancellation token; a tool that ignores it is
+    /// restarted after its grace period.
+    pub async fn call(&self, input: T::Input) -> Result<T::Output, CallError> {
+        self.call_with(input, CallOptions::default()).await
+    }
+
+    /// Calls the tool as `options` says.
+    ///
+    /// # Errors
+    /// See [`CallError`].
+    ///
+    /// # Cancel safety
+    /// As [`call`](Self::call).
+    pub async fn call_with(
+        &self,
+        input: T::Input,
+        options: CallOptions,
+    ) -> Result<T::Output, CallError> {
+        let deadline = Instant::now() + options.timeout.unwrap_or(self.timeout);
+        let ctx = CallContext::new(options.agent, options.session, deadline, options.observer);
+        let cancel_on_drop = ctx.cancellation().clone().drop_guard();
+        let result = self.service.clone().oneshot(ToolCall { input, ctx }).await;
+        cancel_on_drop.disarm();
+        result
+    }
+}
+
+/// A registered tool with its types erased.
+pub(crate) trait ErasedTool: Send + Sync + 'static {
+    fn spec(&self) -> &ToolSpec;
+    fn call_json(&self, args: Value, options: CallOptions) -> BoxFuture<'static, Result<Value, CallError>>;
+    fn as_any(&self) -> &dyn Any;
+    fn close(&self);
+}
+
+pub(crate) struct ToolEntry<T: Tool> {
+    pub(crate) spec: ToolSpec,
+    pub(crate) handle: ToolHandle<T>,
+    pub(crate) pool: WorkerPool<T>,
+}
+
+impl<T: Tool> ErasedTool for ToolEntry<T> {
+    fn spec(&self) -> &ToolSpec {
+        &self.spec
+    }
+
+    fn call_json(&self, args: Value, options: CallOptions) -> BoxFuture<'static, Result<Value, CallError>> {
+        let handle = self.handle.clone();
+        let name = Arc::<str>::from(self.spec.name.as_str());
+        Box::pin(async move {
+            let input: T::Input = args::decode(&name, args)?;
+            let output = handle.call_with(input, options).await?;
+            serde_json::to_value(output).map_err(|e| CallError::InvalidOutput {
+                tool: name.to_string(),
+                reason: e.to_string(),
+            })
+        })
+    }
+
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+
+    fn close(&self) {
+        self.pool.close();
+    }
+}

@@ -1,0 +1,300 @@
+//! The runtime: builds the supervision tree, registers tools and routes calls.
+//!
+//! The tree it starts:
+//!
+//! ```text
+//! root                (one-for-one)
+//! └── tools           (one-for-one; restarts a failed tool supervisor with backoff, never escalates)
+//!     └── <tool name> (one-for-one over the tool's actors; the tool's own intensity; its breaker)
+//!         └── worker  (or worker-0 … worker-N-1 for a concurrent tool)
+//! ```
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use dashmap::DashMap;
+use guildhall_actors::{CallError, RegistrationError, Tool, ToolSpec, WorkerPool};
+use guildhall_supervision::{
+    Backoff, ChildSnapshot, ChildSpec, ChildStatus, NodeKind, RestartIntensity, SharedBreaker,
+    Strategy, Supervisor, SupervisorError, SupervisorSpec,
+};
+use serde_json::Value;
+
+use crate::error::BuildError;
+use crate::options::{CallOptions, ToolOptions};
+use crate::pipeline;
+use crate::registry::{ErasedTool, ToolEntry, ToolHandle};
+
+const TOOLS: &str = "tools";
+
+/// A running guildhall runtime. Cheap to clone; all clones share one tree.
+#[derive(Clone)]
+pub struct Runtime {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    tools: DashMap<String, Arc<dyn ErasedTool>>,
+    root: Supervisor,
+    tools_sup: Supervisor,
+    defaults: ToolOptions,
+    stopping: AtomicBool,
+}
+
+/// Configures and starts a [`Runtime`].
+#[must_use = "a builder does nothing until `build` is awaited"]
+pub struct RuntimeBuilder {
+    defaults: ToolOptions,
+    pending: Vec<Result<Prepared, RegistrationError>>,
+}
+
+/// A tool ready to be started: its entry and its subtree.
+struct Prepared {
+    entry: Arc<dyn ErasedTool>,
+    child: ChildSpec,
+}
+
+impl Runtime {
+    /// Starts configuring a runtime.
+    pub fn builder() -> RuntimeBuilder {
+        RuntimeBuilder {
+            defaults: ToolOptions::default(),
+            pending: Vec::new(),
+        }
+    }
+
+    /// Calls a tool by name with JSON arguments, which are checked against the tool's input
+    /// type before it runs.
+    ///
+    /// # Errors
+    /// [`CallError::UnknownTool`], [`CallError::InvalidArguments`] (naming the field and what
+    /// was expected; the tool did not run), or any outcome of the call itself.
+    ///
+    /// # Cancel safety
+    /// Dropping the future fires the call's cancellation token.
+    pub async fn call_json(
+        &self,
+        name: &str,
+        args: Value,
+        options: CallOptions,
+    ) -> Result<Value, CallError> {
+        let entry = self
+            .inner
+            .tools
+            .get(name)
+            .map(|e| Arc::clone(e.value()))
+            .ok_or_else(|| CallError::UnknownTool {
+                name: name.to_owned(),
+            })?;
+        entry.call_json(args, options).await
+    }
+
+    /// A typed handle to tool `name`, which must be of type `T`.
+    ///
+    /// # Errors
+    /// [`CallError::UnknownTool`] when no tool of that name and type is registered.
+    pub fn handle<T: Tool>(&self, name: &str) -> Result<ToolHandle<T>, CallError> {
+        self.inner
+            .tools
+            .get(name)
+            .and_then(|e| {
+                e.value()
+                    .as_any()
+                    .downcast_ref::<ToolEntry<T>>()
+                    .map(|t| t.handle.clone())
+            })
+            .ok_or_else(|| CallError::UnknownTool {
+                name: name.to_owned(),
+            })
+    }
+
+    /// Calls tool `name` of type `T` with a typed input.
+    ///
+    /// # Errors
+    /// As [`handle`](Self::handle) and [`ToolHandle::call`].
+    ///
+    /// # Cancel safety
+    /// Dropping the future fires the call's cancellation token.
+    pub async fn call<T: Tool>(&self, name: &str, input: T::Input) -> Result<T::Output, CallError> {
+        self.handle::<T>(name)?.call(input).await
+    }
+
+    /// Every registered tool, sorted by name.
+    pub fn tools(&self) -> Vec<ToolSpec> {
+        let mut specs: Vec<ToolSpec> = self
+            .inner
+            .tools
+            .iter()
+            .map(|e| e.value().spec().clone())
+            .collect();
+        specs.sort_by(|a, b| a.name.cmp(&b.name));
+        specs
+    }
+
+    /// The spec of tool `name`.
+    pub fn tool(&self, name: &str) -> Option<ToolSpec> {
+        self.inner.tools.get(name).map(|e| e.value().spec().clone())
+    }
+
+    /// Registers and starts a tool with the runtime's default options.
+    ///
+    /// # Errors
+    /// [`BuildError::Registration`] for an invalid or duplicate name; nothing is started.
+    ///
+    /// # Cancel safety
+    /// If dropped after the tool's supervisor was asked to start it, the tool may be running
+    /// but not registered; await it to completion.
+    pub async fn register<T: Tool>(&self, tool: T) -> Result<(), BuildError> {
+        self.register_with(tool, self.inner.defaults.clone()).await
+    }
+
+    /// Registers and starts a tool with `options`.
+    ///
+    /// # Errors
+    /// As [`register`](Self::register).
+    ///
+    /// # Cancel safety
+    /// As [`register`](Self::register).
+    pub async fn register_with<T: Tool>(&self, tool: T, options: ToolOptions) -> Result<(), BuildError> {
+        let prepared = prepare(tool, &options)?;
+        let name = prepared.entry.spec().name.clone();
+        match self.inner.tools.entry(name.clone()) {
+            dashmap::Entry::Occupied(_) => {
+                return Err(RegistrationError::DuplicateName { name }.into());
+            }
+            dashmap::Entry::Vacant(slot) => {
+                slot.insert(Arc::clone(&prepared.entry));
+            }
+        }
+        if let Err(err) = self.inner.tools_sup.start_child(prepared.child).await {
+            self.inner.tools.remove(&name);
+            return Err(err.into());
+        }
+        Ok(())
+    }
+
+    /// A snapshot of the supervision tree: every node's status and restart count, and each
+    /// tool's breaker state.
+    ///
+    /// # Errors
+    /// [`SupervisorError::Unavailable`] once the runtime has shut down.
+    pub async fn tree(&self) -> Result<ChildSnapshot, SupervisorError> {
+        Ok(ChildSnapshot {
+            id: "root".into(),
+            kind: NodeKind::Supervisor,
+            status: ChildStatus::Running,
+            restarts: 0,
+            breaker: None,
+            children: self.inner.root.snapshot().await?,
+        })
+    }
+
+    /// Stops accepting calls, then stops the tree in reverse start order, giving each tool's
+    /// actors their grace period to finish the call in hand.
+    ///
+    /// # Cancel safety
+    /// If dropped midway, the shutdown carries on in the background.
+    pub async fn shutdown(&self) {
+        if self.inner.stopping.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        for entry in &self.inner.tools {
+            entry.value().close();
+        }
+        if let Err(err) = self.inner.root.shutdown().await {
+            tracing::debug!(%err, "root supervisor already stopped");
+        }
+    }
+}
+
+impl RuntimeBuilder {
+    /// Adds a tool with the default options.
+    pub fn tool<T: Tool>(self, tool: T) -> Self {
+        let options = self.defaults.clone();
+        self.tool_with(tool, options)
+    }
+
+    /// Adds a tool with its own options.
+    pub fn tool_with<T: Tool>(mut self, tool: T, options: ToolOptions) -> Self {
+        self.pending.push(prepare(tool, &options));
+        self
+    }
+
+    /// Sets the options used by [`tool`](Self::tool) and [`Runtime::register`] (set it before
+    /// adding tools).
+    pub fn default_tool_options(mut self, options: ToolOptions) -> Self {
+        self.defaults = options;
+        self
+    }
+
+    /// Validates every tool and starts the tree.
+    ///
+    /// # Errors
+    /// [`BuildError::Registration`] for the first invalid or duplicate tool (nothing is
+    /// started), or [`BuildError::Supervision`] if the tree fails to start.
+    pub async fn build(self) -> Result<Runtime, BuildError> {
+        let tools: DashMap<String, Arc<dyn ErasedTool>> = DashMap::new();
+        let mut children = Vec::with_capacity(self.pending.len());
+        for prepared in self.pending {
+            let prepared = prepared?;
+            let name = prepared.entry.spec().name.clone();
+            if tools.insert(name.clone(), prepared.entry).is_some() {
+                return Err(RegistrationError::DuplicateName { name }.into());
+            }
+            children.push(prepared.child);
+        }
+        // A failing tool supervisor is restarted with backoff, never escalated: one broken
+        // tool must not take the others down.
+        let tools_spec = SupervisorSpec {
+            strategy: Strategy::OneForOne,
+            intensity: RestartIntensity::new(u32::MAX, Duration::from_secs(1)),
+            backoff: Backoff::exponential(Duration::from_millis(100), Duration::from_secs(30)),
+            children,
+        };
+        let root_spec = SupervisorSpec::new(Strategy::OneForOne)
+            .child(ChildSpec::supervisor(TOOLS, tools_spec));
+        let (root, _) = Supervisor::spawn(root_spec, None).await?;
+        let tools_cell = root
+            .cell()
+            .get_children()
+            .into_iter()
+            .next()
+            .ok_or_else(|| SupervisorError::StartFailed {
+                id: TOOLS.into(),
+                reason: "tools supervisor missing after start".into(),
+            })?;
+        Ok(Runtime {
+            inner: Arc::new(Inner {
+                tools,
+                root,
+                tools_sup: Supervisor::from_ref(tools_cell.into()),
+                defaults: self.defaults,
+                stopping: AtomicBool::new(false),
+            }),
+        })
+    }
+}
+
+fn prepare<T: Tool>(tool: T, options: &ToolOptions) -> Result<Prepared, RegistrationError> {
+    let spec = ToolSpec::of(&tool)?;
+    let idempotent = spec.annotations.idempotent_hint;
+    let breaker = Arc::new(SharedBreaker::new(options.breaker));
+    let pool = WorkerPool::new(Arc::new(tool), options.grace);
+    let service = pipeline::build(pool.clone(), options, Arc::clone(&breaker), idempotent);
+    let sup = SupervisorSpec {
+        strategy: Strategy::OneForOne,
+        intensity: options.intensity,
+        backoff: options.backoff,
+        children: pool.child_specs(),
+    };
+    let child = ChildSpec::supervisor(spec.name.clone(), sup).breaker(breaker);
+    Ok(Prepared {
+        entry: Arc::new(ToolEntry {
+            spec,
+            handle: ToolHandle::new(service, options.timeout),
+            pool,
+        }),
+        child,
+    })
+}

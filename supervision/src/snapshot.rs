@@ -1,0 +1,60 @@
+//! A point-in-time view of a supervision tree.
+
+use serde::Serialize;
+
+use crate::breaker::BreakerStatus;
+
+/// Whether a child is running.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ChildStatus {
+    /// Alive and serving.
+    Running,
+    /// Exited and waiting for (or in the middle of) a restart.
+    Restarting,
+    /// Exited and will not be restarted.
+    Stopped,
+}
+
+/// Whether a node is a worker or a supervisor.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum NodeKind {
+    /// A plain actor.
+    Worker,
+    /// A supervisor; its children are listed.
+    Supervisor,
+}
+
+/// One child of a supervisor, and its subtree if it is a supervisor itself.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ChildSnapshot {
+    /// The child's id within its supervisor.
+    pub id: String,
+    /// Worker or supervisor.
+    pub kind: NodeKind,
+    /// Running, restarting or stopped.
+    pub status: ChildStatus,
+    /// How many times the supervisor restarted this child.
+    pub restarts: u32,
+    /// The attached circuit breaker's state, if any.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub breaker: Option<BreakerStatus>,
+    /// The children of a supervisor node (empty for workers).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub children: Vec<ChildSnapshot>,
+}
+
+impl ChildSnapshot {
+    /// Finds a node by its path of ids below this one, e.g. `["tools", "echo"]`.
+    pub fn find(&self, path: &[&str]) -> Option<&ChildSnapshot> {
+        match path.split_first() {
+            None => Some(self),
+            Some((head, rest)) => self
+                .children
+                .iter()
+                .find(|c| c.id == *head)
+                .and_then(|c| c.find(rest)),
+        }
+    }
+}

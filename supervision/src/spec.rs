@@ -1,0 +1,136 @@
+//! Child specifications: how to start a child and what to do when it exits.
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::future::BoxFuture;
+use ractor::{Actor, ActorCell, SpawnErr};
+
+use crate::breaker::SharedBreaker;
+use crate::supervisor::{SupervisorActor, SupervisorSpec};
+
+/// Starts a child linked to the given supervisor cell and returns the child's cell.
+///
+/// Called again for every restart, so it must build fresh state each time.
+pub type StartFn =
+    Arc<dyn Fn(ActorCell) -> BoxFuture<'static, Result<ActorCell, SpawnErr>> + Send + Sync>;
+
+/// When a child is restarted (OTP restart types).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Restart {
+    /// Always restarted.
+    #[default]
+    Permanent,
+    /// Restarted only after an abnormal exit (a failure or a kill); a normal stop is final.
+    Transient,
+    /// Never restarted; removed from the supervisor when it exits.
+    Temporary,
+}
+
+/// How a child is stopped during shutdown or a group restart (OTP shutdown values).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Shutdown {
+    /// Killed at once: in-flight work is aborted and `post_stop` does not run.
+    BrutalKill,
+    /// Asked to stop; killed if it has not stopped within the duration.
+    Timeout(Duration),
+    /// Asked to stop and waited for without limit. The default for supervisors.
+    Infinity,
+}
+
+/// Whether a child is a worker or a supervisor (whose own tree appears in snapshots).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ChildKind {
+    /// A plain actor.
+    Worker,
+    /// A [`SupervisorActor`].
+    Supervisor,
+}
+
+/// Everything a supervisor needs to know about one child.
+#[derive(Clone)]
+pub struct ChildSpec {
+    pub(crate) id: String,
+    pub(crate) start: StartFn,
+    pub(crate) restart: Restart,
+    pub(crate) shutdown: Shutdown,
+    pub(crate) kind: ChildKind,
+    pub(crate) breaker: Option<Arc<SharedBreaker>>,
+}
+
+impl ChildSpec {
+    /// A permanent worker with a five-second shutdown timeout, started by `start`.
+    pub fn worker(id: impl Into<String>, start: StartFn) -> Self {
+        Self {
+            id: id.into(),
+            start,
+            restart: Restart::Permanent,
+            shutdown: Shutdown::Timeout(Duration::from_secs(5)),
+            kind: ChildKind::Worker,
+            breaker: None,
+        }
+    }
+
+    /// A permanent worker running actor `A`; `make` builds the handler and its arguments
+    /// afresh for every (re)start.
+    pub fn actor<A, F>(id: impl Into<String>, make: F) -> Self
+    where
+        A: Actor,
+        F: Fn() -> (A, A::Arguments) + Send + Sync + 'static,
+    {
+        let make = Arc::new(make);
+        Self::worker(
+            id,
+            Arc::new(move |sup: ActorCell| {
+                let (handler, args) = make();
+                Box::pin(async move {
+                    let (actor, _) = Actor::spawn_linked(None, handler, args, sup).await?;
+                    Ok(actor.get_cell())
+                })
+            }),
+        )
+    }
+
+    /// A nested supervisor running `spec`, with [`Shutdown::Infinity`] as OTP recommends.
+    pub fn supervisor(id: impl Into<String>, spec: SupervisorSpec) -> Self {
+        let mut child = Self::actor(id, move || (SupervisorActor, spec.clone()));
+        child.kind = ChildKind::Supervisor;
+        child.shutdown = Shutdown::Infinity;
+        child
+    }
+
+    /// Sets the restart type.
+    pub fn restart(mut self, restart: Restart) -> Self {
+        self.restart = restart;
+        self
+    }
+
+    /// Sets how the child is stopped.
+    pub fn shutdown(mut self, shutdown: Shutdown) -> Self {
+        self.shutdown = shutdown;
+        self
+    }
+
+    /// Attaches a circuit breaker whose state is shown in snapshots of this child.
+    pub fn breaker(mut self, breaker: Arc<SharedBreaker>) -> Self {
+        self.breaker = Some(breaker);
+        self
+    }
+
+    /// The child's id, unique within its supervisor.
+    pub fn id(&self) -> &str {
+        &self.id
+    }
+}
+
+impl fmt::Debug for ChildSpec {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ChildSpec")
+            .field("id", &self.id)
+            .field("restart", &self.restart)
+            .field("shutdown", &self.shutdown)
+            .field("kind", &self.kind)
+            .finish_non_exhaustive()
+    }
+}
