@@ -1,1 +1,24 @@
-//! it
+//! guildhall's integration tests: one binary, one module per behaviour.
+
+// Tests assert by unwrapping; a panic is the failure report.
+#![allow(clippy::unwrap_used, missing_docs, unreachable_pub)]
+
+/// Test tools and polling helpers shared by the modules below.
+mod support;
+
+/// Crashes: a panicking tool is restarted with fresh state and the next call succeeds.
+mod crash;
+/// The circuit breaker as seen through runtime calls.
+mod breaker;
+/// Deadlines, cancellation and tools that ignore it.
+mod cancellation;
+/// JSON argument validation and schemas derived from the tool contract.
+mod contract;
+/// Concurrent tools and isolation between tools.
+mod concurrency;
+/// Supervision strategies, restart types, intensity and escalation (supervision crate).
+mod supervision;
+/// Many concurrent calls with random failures: exactly one reply each.
+mod chaos;
+/// Registration, lookup, snapshots and shutdown of the runtime.
+mod runtime;

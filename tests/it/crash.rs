@@ -1,0 +1,87 @@
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use guildhall::{CallError, ErrorKind, Runtime};
+
+use crate::support::{Act, Chaos, eventually, input};
+
+async fn restarts(rt: &Runtime, tool: &str) -> u32 {
+    let tree = rt.tree().await.unwrap();
+    tree.find(&["tools", tool, "worker"]).map_or(0, |n| n.restarts)
+}
+
+#[tokio::test(start_paused = true)]
+async fn panicking_tool_reports_crashed_restarts_and_serves_the_next_call() {
+    let (tool, record) = Chaos::new("chaos");
+    let rt = Runtime::builder().tool(tool).build().await.unwrap();
+    let h = rt.handle::<Chaos>("chaos").unwrap();
+
+    assert_eq!(h.call(input(Act::Ok)).await.unwrap().calls_since_start, 1);
+    assert_eq!(h.call(input(Act::Ok)).await.unwrap().calls_since_start, 2);
+
+    let err = h.call(input(Act::Panic)).await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Crashed);
+    assert!(err.to_string().contains("asked to panic"), "{err}");
+
+    // Fresh state after the restart: the count starts again.
+    assert_eq!(h.call(input(Act::Ok)).await.unwrap().calls_since_start, 1);
+    assert_eq!(record.inits.load(Ordering::SeqCst), 2);
+    eventually(Duration::from_secs(1), || async { restarts(&rt, "chaos").await == 1 }).await;
+    assert_eq!(restarts(&rt, "chaos").await, 1);
+    rt.shutdown().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_crash_does_not_touch_other_tools() {
+    let (a, _) = Chaos::new("a");
+    let (b, b_record) = Chaos::new("b");
+    let rt = Runtime::builder().tool(a).tool(b).build().await.unwrap();
+    let b_handle = rt.handle::<Chaos>("b").unwrap();
+    b_handle.call(input(Act::Ok)).await.unwrap();
+
+    let err = rt.call::<Chaos>("a", input(Act::Panic)).await.unwrap_err();
+    assert!(matches!(err, CallError::Crashed { .. }));
+
+    // b kept its state and was never restarted.
+    assert_eq!(b_handle.call(input(Act::Ok)).await.unwrap().calls_since_start, 2);
+    assert_eq!(b_record.inits.load(Ordering::SeqCst), 1);
+    assert_eq!(restarts(&rt, "b").await, 0);
+    rt.shutdown().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn calls_queued_behind_a_crash_run_once_on_the_restarted_actor() {
+    let (tool, record) = Chaos::new("chaos");
+    let rt = Runtime::builder().tool(tool).build().await.unwrap();
+    let h = rt.handle::<Chaos>("chaos").unwrap();
+
+    // The panic is sent first; the others queue in the same actor's mailbox behind it.
+    let mut calls = vec![tokio::spawn({
+        let h = h.clone();
+        async move { h.call(input(Act::Panic)).await }
+    })];
+    for id in 1..=5 {
+        let h = h.clone();
+        calls.push(tokio::spawn(async move {
+            h.call(guildhall_it_input(id)).await
+        }));
+    }
+    let mut results = Vec::new();
+    for c in calls {
+        results.push(c.await.unwrap());
+    }
+    assert_eq!(results[0].as_ref().unwrap_err().kind(), ErrorKind::Crashed);
+    for r in &results[1..] {
+        assert!(r.is_ok(), "a queued call must not be reported crashed: {r:?}");
+    }
+    // Each queued call ran exactly once.
+    let mut ids = record.ids.lock().unwrap().clone();
+    ids.retain(|&id| id != 0);
+    ids.sort_unstable();
+    assert_eq!(ids, vec![1, 2, 3, 4, 5]);
+    rt.shutdown().await;
+}
+
+fn guildhall_it_input(id: u64) -> crate::support::ChaosInput {
+    crate::support::ChaosInput { act: Act::Ok, id }
+}

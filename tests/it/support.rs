@@ -1,0 +1,151 @@
+use std::future::Future;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use guildhall::{Annotations, CallContext, Tool};
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+/// Polls `check` every 5 ms (of tokio time) until it holds, failing after `limit`.
+pub async fn eventually<F, Fut>(limit: Duration, mut check: F)
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = bool>,
+{
+    let start = tokio::time::Instant::now();
+    loop {
+        if check().await {
+            return;
+        }
+        assert!(start.elapsed() < limit, "condition not met within {limit:?}");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+/// What a [`Chaos`] call should do.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum Act {
+    /// Succeed.
+    Ok,
+    /// Return the tool's own error.
+    Fail,
+    /// Panic.
+    Panic,
+    /// Never finish and ignore cancellation.
+    Hang,
+    /// Wait until cancelled, then return.
+    WaitForCancel,
+}
+
+/// Input of [`Chaos`].
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ChaosInput {
+    /// What to do.
+    pub act: Act,
+    /// A caller-chosen id, recorded when the call runs.
+    #[serde(default)]
+    pub id: u64,
+}
+
+/// Output of [`Chaos`].
+#[derive(Debug, Clone, Serialize, JsonSchema)]
+pub struct ChaosOutput {
+    /// Calls this actor instance handled, including this one (resets on restart).
+    pub calls_since_start: u64,
+}
+
+/// The error [`Chaos`] returns for [`Act::Fail`].
+#[derive(Debug, thiserror::Error)]
+#[error("asked to fail")]
+pub struct AskedToFail;
+
+/// Shared record of what a [`Chaos`] tool did.
+#[derive(Debug, Default)]
+pub struct Record {
+    /// Calls that started running.
+    pub runs: AtomicUsize,
+    /// Times the state was built.
+    pub inits: AtomicUsize,
+    /// Calls that saw their cancellation token fire.
+    pub cancelled: AtomicUsize,
+    /// Ids of the calls that ran, in order.
+    pub ids: std::sync::Mutex<Vec<u64>>,
+}
+
+/// A tool that does what each call asks: succeed, fail, panic or hang.
+pub struct Chaos {
+    pub name: String,
+    pub record: Arc<Record>,
+    pub actors: usize,
+    pub idempotent: bool,
+}
+
+impl Chaos {
+    pub fn new(name: &str) -> (Self, Arc<Record>) {
+        let record = Arc::new(Record::default());
+        (
+            Self {
+                name: name.into(),
+                record: Arc::clone(&record),
+                actors: 1,
+                idempotent: false,
+            },
+            record,
+        )
+    }
+}
+
+impl Tool for Chaos {
+    type Input = ChaosInput;
+    type Output = ChaosOutput;
+    type Error = AskedToFail;
+    type State = u64;
+
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn description(&self) -> &str {
+        "Does what it is told."
+    }
+
+    fn annotations(&self) -> Annotations {
+        Annotations::default().idempotent(self.idempotent)
+    }
+
+    fn concurrency(&self) -> guildhall::Concurrency {
+        match std::num::NonZeroUsize::new(self.actors) {
+            Some(n) if n.get() > 1 => guildhall::Concurrency::Concurrent(n),
+            _ => guildhall::Concurrency::Sequential,
+        }
+    }
+
+    async fn init(&self) -> Result<u64, AskedToFail> {
+        self.record.inits.fetch_add(1, Ordering::SeqCst);
+        Ok(0)
+    }
+
+    async fn call(&self, calls: &mut u64, input: ChaosInput, ctx: CallContext) -> Result<ChaosOutput, AskedToFail> {
+        self.record.runs.fetch_add(1, Ordering::SeqCst);
+        self.record.ids.lock().unwrap().push(input.id);
+        *calls += 1;
+        match input.act {
+            Act::Ok => Ok(ChaosOutput { calls_since_start: *calls }),
+            Act::Fail => Err(AskedToFail),
+            Act::Panic => panic!("asked to panic"),
+            Act::Hang => std::future::pending().await,
+            Act::WaitForCancel => {
+                ctx.cancellation().cancelled().await;
+                self.record.cancelled.fetch_add(1, Ordering::SeqCst);
+                Ok(ChaosOutput { calls_since_start: *calls })
+            }
+        }
+    }
+}
+
+pub fn input(act: Act) -> ChaosInput {
+    ChaosInput { act, id: 0 }
+}
