@@ -1,1 +1,345 @@
-//! Benchmarks.
+//! The measurements behind `guildhall bench calls` and the criterion benches.
+//!
+//! Every figure that matters is a ratio against a baseline measured in the same process and
+//! the same rounds, because the machines this runs on are shared and noisy: each round runs
+//! one batch of every contender in turn, and the report takes the median over rounds.
+
+use std::future::Future;
+use std::hint::black_box;
+use std::sync::Arc;
+use std::time::Duration;
+
+use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use crate::supervision::{Backoff, BreakerConfig, SharedBreaker};
+use crate::{CallContext, CallOptions, Runtime, Tool, ToolOptions};
+
+/// A tool that returns its input: the cheapest possible tool body.
+#[derive(Debug, Clone)]
+pub struct Noop {
+    name: String,
+}
+
+impl Noop {
+    /// A noop tool called `name`.
+    pub fn named(name: impl Into<String>) -> Self {
+        Self { name: name.into() }
+    }
+}
+
+/// Input and output of [`Noop`].
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, JsonSchema)]
+pub struct Number {
+    /// Any number.
+    pub n: u64,
+}
+
+impl Tool for Noop {
+    type Input = Number;
+    type Output = Number;
+    type Error = std::convert::Infallible;
+    type State = ();
+
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn description(&self) -> &str {
+        "Returns its input."
+    }
+
+    async fn init(&self) -> Result<(), Self::Error> {
+        Ok(())
+    }
+
+    async fn call(&self, _: &mut (), input: Number, _: CallContext) -> Result<Number, Self::Error> {
+        Ok(input)
+    }
+}
+
+/// A tool that panics when asked to.
+#[derive(Debug, Clone, Copy)]
+pub struct Crashy;
+
+/// Input of [`Crashy`].
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, JsonSchema)]
+pub struct CrashInput {
+    /// Panic instead of answering.
+    pub panic: bool,
+}
+
+impl Tool for Crashy {
+    type Input = CrashInput;
+    type Output = Number;
+    type Error = std::convert::Infallible;
+    type State = ();
+
+    fn name(&self) -> &str {
+        "crashy"
+    }
+
+    fn description(&self) -> &str {
+        "Panics when asked to."
+    }
+
+    async fn init(&self) -> Result<(), Self::Error> {
+        Ok(())
+    }
+
+    async fn call(&self, _: &mut (), input: CrashInput, _: CallContext) -> Result<Number, Self::Error> {
+        assert!(!input.panic, "crash requested");
+        Ok(Number { n: 1 })
+    }
+}
+
+/// The baseline: a bare ractor actor answering a request/reply message.
+#[derive(Debug, Clone, Copy)]
+pub struct RawEcho;
+
+/// [`RawEcho`]'s message.
+#[derive(Debug)]
+pub struct RawCall(pub u64, pub RpcReplyPort<u64>);
+
+impl Actor for RawEcho {
+    type Msg = RawCall;
+    type State = ();
+    type Arguments = ();
+
+    async fn pre_start(&self, _: ActorRef<RawCall>, _: ()) -> Result<(), ActorProcessingErr> {
+        Ok(())
+    }
+
+    async fn handle(&self, _: ActorRef<RawCall>, RawCall(n, reply): RawCall, _: &mut ()) -> Result<(), ActorProcessingErr> {
+        let _ = reply.send(n);
+        Ok(())
+    }
+}
+
+/// Calls the bare actor once.
+pub async fn raw_call(actor: &ActorRef<RawCall>, n: u64) -> u64 {
+    match actor.call(|reply| RawCall(n, reply), None).await {
+        Ok(ractor::rpc::CallResult::Success(v)) => v,
+        other => panic!("raw actor call failed: {other:?}"),
+    }
+}
+
+/// Options for a tool that must never back off or escalate while it is crashed on purpose.
+pub fn crash_options() -> ToolOptions {
+    ToolOptions::default()
+        .backoff(Backoff::none())
+        .breaker(BreakerConfig {
+            max_failures: u32::MAX,
+            ..BreakerConfig::default()
+        })
+}
+
+/// Settings of `guildhall bench calls`.
+#[derive(Debug, Clone, Copy)]
+pub struct CallsConfig {
+    /// Measurement rounds; each runs one batch of every contender.
+    pub rounds: usize,
+    /// Calls per batch.
+    pub batch: usize,
+    /// Crashes timed for the recovery figures.
+    pub crashes: usize,
+    /// Tools started for the spawn figures.
+    pub spawn_tools: usize,
+}
+
+impl Default for CallsConfig {
+    fn default() -> Self {
+        Self {
+            rounds: 60,
+            batch: 2_000,
+            crashes: 2_000,
+            spawn_tools: 10_000,
+        }
+    }
+}
+
+/// What `guildhall bench calls` measured. Times are medians over rounds.
+#[derive(Debug, Clone, Serialize)]
+pub struct CallsReport {
+    /// Awaiting the tool's `call` directly.
+    pub direct_ns: f64,
+    /// A request/reply to a bare ractor actor.
+    pub raw_ractor_ns: f64,
+    /// A typed call through the full pipeline to a supervised tool actor.
+    pub pipeline_ns: f64,
+    /// The same call with JSON arguments and result.
+    pub json_pipeline_ns: f64,
+    /// `pipeline_ns / raw_ractor_ns`.
+    pub overhead_ratio: f64,
+    /// One breaker admission plus one outcome record.
+    pub breaker_check_ns: f64,
+    /// Median time from a caller receiving `crashed` to the next call succeeding.
+    pub crash_recovery_p50_us: f64,
+    /// 99th percentile of the same.
+    pub crash_recovery_p99_us: f64,
+    /// Tools started for the spawn figures (each is a tool supervisor plus one tool actor).
+    pub spawn_tools: usize,
+    /// Time to build a runtime with `spawn_tools` tools, registration included.
+    pub spawn_ms: f64,
+    /// Resident memory added per tool (its supervisor, actor, pipeline and registry entry).
+    pub bytes_per_tool: f64,
+}
+
+/// Reports progress of a long measurement.
+pub trait Stage: Send + Sync {
+    /// A new phase begins with `total` steps.
+    fn phase(&self, name: &str, total: u64);
+    /// One step is done.
+    fn step(&self);
+}
+
+/// A [`Stage`] that shows nothing.
+#[derive(Debug, Clone, Copy)]
+pub struct Quiet;
+
+impl Stage for Quiet {
+    fn phase(&self, _: &str, _: u64) {}
+    fn step(&self) {}
+}
+
+/// Runs every measurement of `guildhall bench calls`.
+///
+/// # Panics
+/// If the runtime under test fails to start or a baseline call fails.
+pub async fn calls(config: CallsConfig, stage: &dyn Stage) -> CallsReport {
+    // Memory first, while the heap is fresh.
+    stage.phase("spawn", 1);
+    let (spawn_ms, bytes_per_tool) = spawn(config.spawn_tools).await;
+    stage.step();
+
+    let rt = Runtime::builder()
+        .tool(Noop::named("noop"))
+        .tool_with(Crashy, crash_options())
+        .build()
+        .await
+        .expect("bench runtime starts");
+    let handle = rt.handle::<Noop>("noop").expect("noop registered");
+    let (raw, _) = Actor::spawn(None, RawEcho, ()).await.expect("raw actor starts");
+    let tool = Noop::named("direct");
+    let ctx = CallContext::new(None, None, Duration::from_secs(3600), None);
+    let breaker = SharedBreaker::new(BreakerConfig::default());
+    let json_args = serde_json::json!({ "n": 7 });
+
+    stage.phase("calls", config.rounds as u64);
+    let (mut direct, mut raw_ns, mut pipe, mut json, mut brk) = (vec![], vec![], vec![], vec![], vec![]);
+    for _ in 0..config.rounds {
+        direct.push(batch(config.batch, || async {
+            black_box(tool.call(&mut (), Number { n: 7 }, ctx.clone()).await.ok());
+        }).await);
+        raw_ns.push(batch(config.batch, || async {
+            black_box(raw_call(&raw, 7).await);
+        }).await);
+        pipe.push(batch(config.batch, || async {
+            black_box(handle.call(Number { n: 7 }).await.ok());
+        }).await);
+        json.push(batch(config.batch, || async {
+            black_box(rt.call_json("noop", json_args.clone(), CallOptions::new()).await.ok());
+        }).await);
+        brk.push(batch(config.batch * 10, || async {
+            if let Ok(a) = breaker.try_acquire() {
+                black_box(breaker.record(a, true));
+            }
+        }).await);
+        stage.step();
+    }
+
+    stage.phase("crash recovery", config.crashes as u64);
+    let recovery = crash_recovery(&rt, config.crashes, stage).await;
+
+    raw.stop(None);
+    rt.shutdown().await;
+    let raw_ractor_ns = median(&mut raw_ns);
+    let pipeline_ns = median(&mut pipe);
+    CallsReport {
+        direct_ns: median(&mut direct),
+        raw_ractor_ns,
+        pipeline_ns,
+        json_pipeline_ns: median(&mut json),
+        overhead_ratio: pipeline_ns / raw_ractor_ns,
+        breaker_check_ns: median(&mut brk),
+        crash_recovery_p50_us: percentile(&recovery, 0.50),
+        crash_recovery_p99_us: percentile(&recovery, 0.99),
+        spawn_tools: config.spawn_tools,
+        spawn_ms,
+        bytes_per_tool,
+    }
+}
+
+/// Mean nanoseconds per call over one batch of `n` sequential calls.
+async fn batch<F, Fut>(n: usize, mut f: F) -> f64
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = ()>,
+{
+    let start = std::time::Instant::now();
+    for _ in 0..n {
+        f().await;
+    }
+    start.elapsed().as_nanos() as f64 / n as f64
+}
+
+/// Microseconds from each `crashed` reply to the next successful call, sorted.
+async fn crash_recovery(rt: &Runtime, crashes: usize, stage: &dyn Stage) -> Vec<f64> {
+    let crashy = rt.handle::<Crashy>("crashy").expect("crashy registered");
+    // The default hook would print every intended panic; the hook runs before the reply is
+    // sent, so silencing it does not shorten the interval measured.
+    let hook = std::panic::take_hook();
+    std::panic::set_hook(Box::new(|_| {}));
+    let mut samples = Vec::with_capacity(crashes);
+    for _ in 0..crashes {
+        let err = crashy.call(CrashInput { panic: true }).await;
+        assert!(err.is_err(), "crashy must crash");
+        let crashed_at = std::time::Instant::now();
+        crashy.call(CrashInput { panic: false }).await.expect("serving after restart");
+        samples.push(crashed_at.elapsed().as_nanos() as f64 / 1_000.0);
+        stage.step();
+    }
+    std::panic::set_hook(hook);
+    samples.sort_by(f64::total_cmp);
+    samples
+}
+
+/// Builds a runtime with `n` tools; returns milliseconds taken and resident bytes per tool.
+async fn spawn(n: usize) -> (f64, f64) {
+    let tools: Vec<Noop> = (0..n).map(|i| Noop::named(format!("noop_{i}"))).collect();
+    let before = resident_bytes();
+    let start = std::time::Instant::now();
+    let rt = tools
+        .into_iter()
+        .fold(Runtime::builder(), |b, t| b.tool(t))
+        .build()
+        .await
+        .expect("spawn runtime starts");
+    let ms = start.elapsed().as_secs_f64() * 1_000.0;
+    let per_tool = resident_bytes().saturating_sub(before) as f64 / n.max(1) as f64;
+    let rt = Arc::new(rt);
+    rt.shutdown().await;
+    (ms, per_tool)
+}
+
+/// Resident set size from `/proc/self/statm` (0 where that does not exist).
+pub fn resident_bytes() -> u64 {
+    std::fs::read_to_string("/proc/self/statm")
+        .ok()
+        .and_then(|s| s.split_whitespace().nth(1)?.parse::<u64>().ok())
+        .map_or(0, |pages| pages * 4096)
+}
+
+fn median(v: &mut [f64]) -> f64 {
+    v.sort_by(f64::total_cmp);
+    percentile(v, 0.5)
+}
+
+fn percentile(sorted: &[f64], p: f64) -> f64 {
+    if sorted.is_empty() {
+        return f64::NAN;
+    }
+    let idx = ((sorted.len() - 1) as f64 * p).round() as usize;
+    sorted[idx.min(sorted.len() - 1)]
+}

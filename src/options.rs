@@ -4,7 +4,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use guildhall_actors::CallObserver;
-use guildhall_supervision::{Backoff, BreakerConfig, RestartIntensity};
+use guildhall_supervision::{Backoff, BreakerConfig};
 
 /// How the runtime runs one tool.
 #[derive(Debug, Clone)]
@@ -20,10 +20,8 @@ pub struct ToolOptions {
     pub max_in_flight: usize,
     /// The tool's circuit breaker.
     pub breaker: BreakerConfig,
-    /// Restart intensity of the tool's own supervisor; when exceeded, the tool's supervisor
-    /// escalates and is itself restarted (with backoff) by the `tools` supervisor.
-    pub intensity: RestartIntensity,
-    /// Delay between restarts of the tool's actors.
+    /// Delay before restarting a tool actor that already restarted within the last ten
+    /// seconds (the first restart is immediate).
     pub backoff: Backoff,
 }
 
@@ -35,7 +33,6 @@ impl Default for ToolOptions {
             max_retries: 2,
             max_in_flight: 1024,
             breaker: BreakerConfig::default(),
-            intensity: RestartIntensity::new(10, Duration::from_secs(10)),
             backoff: Backoff::default(),
         }
     }
@@ -69,12 +66,6 @@ impl ToolOptions {
     /// Sets the breaker configuration.
     pub fn breaker(mut self, breaker: BreakerConfig) -> Self {
         self.breaker = breaker;
-        self
-    }
-
-    /// Sets the restart intensity.
-    pub fn intensity(mut self, intensity: RestartIntensity) -> Self {
-        self.intensity = intensity;
         self
     }
 

@@ -5,8 +5,8 @@
 //! | layer | why it sits here |
 //! |---|---|
 //! | [`BreakerLayer`] | outermost, so an open circuit rejects a call before it costs anything, and it sees the final outcome of the call (after retries and the deadline), counting crashes and timeouts |
-//! | [`DeadlineLayer`] | the deadline bounds everything below it: retries, the wait for a concurrency permit, the wait for a restart, the tool itself |
-//! | [`RetryLayer`] | only for idempotent tools; inside the deadline so retries never outlive it, outside the limit so each attempt takes its own permit |
+//! | [`DeadlineLayer`] | the deadline bounds everything below it: retries, the wait for a concurrency permit, the wait for a restart, the tool itself; it also cancels the call if its caller goes away |
+//! | [`RetryLayer`] | only for idempotent tools (absent otherwise, so it costs nothing); inside the deadline so retries never outlive it, outside the limit so each attempt takes its own permit |
 //! | `ConcurrencyLimitLayer` (tower) | innermost, bounding attempts in flight per tool so a flood of calls queues here instead of in the actor's mailbox |
 //! | [`Dispatch`] | the service itself: sends the call to the least busy actor of the tool and awaits its one reply |
 //!
@@ -20,14 +20,15 @@ mod retry;
 
 use std::sync::Arc;
 
-use guildhall_actors::{CallContext, CallError, Tool, WorkerPool};
+use guildhall_actors::{CallContext, Tool, WorkerPool};
 use guildhall_supervision::SharedBreaker;
 use tower::ServiceBuilder;
-use tower::limit::ConcurrencyLimitLayer;
-use tower::util::BoxCloneSyncService;
+use tower::limit::{ConcurrencyLimit, ConcurrencyLimitLayer};
+use tower::retry::Retry;
+use tower::util::Either;
 
-pub use breaker::{Breaker, BreakerLayer};
-pub use deadline::{Deadline, DeadlineLayer};
+pub use breaker::{Breaker, BreakerFuture, BreakerLayer};
+pub use deadline::{Deadline, DeadlineFuture, DeadlineLayer, Sweeper};
 pub use dispatch::Dispatch;
 pub use retry::{RetryLayer, RetryPolicy};
 
@@ -42,25 +43,32 @@ pub struct ToolCall<I> {
     pub ctx: CallContext,
 }
 
-/// A tool's assembled pipeline.
-pub type ToolService<T> =
-    BoxCloneSyncService<ToolCall<<T as Tool>::Input>, <T as Tool>::Output, CallError>;
+/// A tool's assembled pipeline. A concrete type rather than a boxed service, so that cloning
+/// it for a call allocates nothing.
+pub type ToolService<T> = Breaker<Deadline<MaybeRetry<T>>>;
+
+/// The retry layer where the tool is idempotent, nothing otherwise.
+type MaybeRetry<T> = Either<
+    Retry<RetryPolicy, ConcurrencyLimit<Dispatch<T>>>,
+    ConcurrencyLimit<Dispatch<T>>,
+>;
 
 /// Builds the stack for one tool.
 pub fn build<T: Tool>(
     pool: WorkerPool<T>,
     options: &ToolOptions,
     breaker: Arc<SharedBreaker>,
+    sweeper: Arc<Sweeper>,
     idempotent: bool,
 ) -> ToolService<T> {
     let name: Arc<str> = Arc::from(pool.name());
-    // Non-idempotent tools get a policy with no retries, which also skips the request clone.
-    let retries = if idempotent { options.max_retries } else { 0 };
-    let service = ServiceBuilder::new()
+    let retry = (idempotent && options.max_retries > 0)
+        .then(|| RetryLayer::new(RetryPolicy::new(options.max_retries)));
+    ServiceBuilder::new()
         .layer(BreakerLayer::new(breaker, Arc::clone(&name)))
-        .layer(DeadlineLayer::new(name))
-        .layer(RetryLayer::new(RetryPolicy::new(retries)))
+        .layer(DeadlineLayer::new(name, sweeper))
+        .option_layer(retry)
         .layer(ConcurrencyLimitLayer::new(options.max_in_flight))
-        .service(Dispatch::new(pool));
-    BoxCloneSyncService::new(service)
+        .service(Dispatch::new(pool))
 }
+

@@ -6,7 +6,6 @@ use std::sync::Arc;
 use futures::future::BoxFuture;
 use guildhall_actors::{CallContext, CallError, Tool, ToolSpec, WorkerPool, args};
 use serde_json::Value;
-use tokio::time::Instant;
 use tower::ServiceExt;
 
 use crate::options::CallOptions;
@@ -56,12 +55,9 @@ impl<T: Tool> ToolHandle<T> {
         input: T::Input,
         options: CallOptions,
     ) -> Result<T::Output, CallError> {
-        let deadline = Instant::now() + options.timeout.unwrap_or(self.timeout);
-        let ctx = CallContext::new(options.agent, options.session, deadline, options.observer);
-        let cancel_on_drop = ctx.cancellation().clone().drop_guard();
-        let result = self.service.clone().oneshot(ToolCall { input, ctx }).await;
-        cancel_on_drop.disarm();
-        result
+        let timeout = options.timeout.unwrap_or(self.timeout);
+        let ctx = CallContext::new(options.agent, options.session, timeout, options.observer);
+        self.service.clone().oneshot(ToolCall { input, ctx }).await
     }
 }
 

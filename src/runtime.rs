@@ -3,11 +3,16 @@
 //! The tree it starts:
 //!
 //! ```text
-//! root                (one-for-one)
-//! └── tools           (one-for-one; restarts a failed tool supervisor with backoff, never escalates)
-//!     └── <tool name> (one-for-one over the tool's actors; the tool's own intensity; its breaker)
-//!         └── worker  (or worker-0 … worker-N-1 for a concurrent tool)
+//! root              (one-for-one, OTP default intensity)
+//! └── tools         (one-for-one; never escalates)
+//!     ├── <tool>    (a sequential tool's actor, with the tool's breaker)
+//!     └── <tool>/i  (actor i of a concurrent tool)
 //! ```
+//!
+//! Tool actors are direct children of `tools`, one actor per tool and no per-tool supervisor,
+//! which keeps a tool at about one ractor actor of memory. Isolation comes from one-for-one
+//! restarts, each actor's own backoff, and each tool's breaker; `tools` has unlimited
+//! intensity so no tool's crash loop can escalate and restart the others.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -23,7 +28,7 @@ use serde_json::Value;
 
 use crate::error::BuildError;
 use crate::options::{CallOptions, ToolOptions};
-use crate::pipeline;
+use crate::pipeline::{self, Sweeper};
 use crate::registry::{ErasedTool, ToolEntry, ToolHandle};
 
 const TOOLS: &str = "tools";
@@ -39,20 +44,24 @@ struct Inner {
     root: Supervisor,
     tools_sup: Supervisor,
     defaults: ToolOptions,
+    sweeper: Arc<Sweeper>,
     stopping: AtomicBool,
 }
+
+/// How late a timeout may fire: the deadline sweeper's tick.
+const DEADLINE_RESOLUTION: Duration = Duration::from_millis(1);
 
 /// Configures and starts a [`Runtime`].
 #[must_use = "a builder does nothing until `build` is awaited"]
 pub struct RuntimeBuilder {
     defaults: ToolOptions,
-    pending: Vec<Result<Prepared, RegistrationError>>,
+    pending: Vec<(Box<dyn FnOnce(&Arc<Sweeper>) -> Result<Prepared, RegistrationError> + Send>,)>,
 }
 
-/// A tool ready to be started: its entry and its subtree.
+/// A tool ready to be started: its entry and its actors' child specs.
 struct Prepared {
     entry: Arc<dyn ErasedTool>,
-    child: ChildSpec,
+    children: Vec<ChildSpec>,
 }
 
 impl Runtime {
@@ -157,7 +166,7 @@ impl Runtime {
     /// # Cancel safety
     /// As [`register`](Self::register).
     pub async fn register_with<T: Tool>(&self, tool: T, options: ToolOptions) -> Result<(), BuildError> {
-        let prepared = prepare(tool, &options)?;
+        let prepared = prepare(tool, &options, &self.inner.sweeper)?;
         let name = prepared.entry.spec().name.clone();
         match self.inner.tools.entry(name.clone()) {
             dashmap::Entry::Occupied(_) => {
@@ -167,9 +176,12 @@ impl Runtime {
                 slot.insert(Arc::clone(&prepared.entry));
             }
         }
-        if let Err(err) = self.inner.tools_sup.start_child(prepared.child).await {
-            self.inner.tools.remove(&name);
-            return Err(err.into());
+        for child in prepared.children {
+            if let Err(err) = self.inner.tools_sup.start_child(child).await {
+                prepared.entry.close();
+                self.inner.tools.remove(&name);
+                return Err(err.into());
+            }
         }
         Ok(())
     }
@@ -217,7 +229,8 @@ impl RuntimeBuilder {
 
     /// Adds a tool with its own options.
     pub fn tool_with<T: Tool>(mut self, tool: T, options: ToolOptions) -> Self {
-        self.pending.push(prepare(tool, &options));
+        self.pending
+            .push((Box::new(move |sweeper: &Arc<Sweeper>| prepare(tool, &options, sweeper)),));
         self
     }
 
@@ -234,23 +247,23 @@ impl RuntimeBuilder {
     /// [`BuildError::Registration`] for the first invalid or duplicate tool (nothing is
     /// started), or [`BuildError::Supervision`] if the tree fails to start.
     pub async fn build(self) -> Result<Runtime, BuildError> {
+        let sweeper = Sweeper::spawn(DEADLINE_RESOLUTION);
         let tools: DashMap<String, Arc<dyn ErasedTool>> = DashMap::new();
         let mut children = Vec::with_capacity(self.pending.len());
-        for prepared in self.pending {
-            let prepared = prepared?;
+        for (prepare,) in self.pending {
+            let prepared = prepare(&sweeper)?;
             let name = prepared.entry.spec().name.clone();
             if tools.insert(name.clone(), prepared.entry).is_some() {
                 return Err(RegistrationError::DuplicateName { name }.into());
             }
-            children.push(prepared.child);
+            children.push(prepared.children);
         }
-        // A failing tool supervisor is restarted with backoff, never escalated: one broken
-        // tool must not take the others down.
+        // One broken tool must not take the others down: restarts never escalate from here.
         let tools_spec = SupervisorSpec {
             strategy: Strategy::OneForOne,
-            intensity: RestartIntensity::new(u32::MAX, Duration::from_secs(1)),
-            backoff: Backoff::exponential(Duration::from_millis(100), Duration::from_secs(30)),
-            children,
+            intensity: RestartIntensity::new(u32::MAX, Duration::from_secs(10)),
+            backoff: Backoff::default(),
+            children: children.into_iter().flatten().collect(),
         };
         let root_spec = SupervisorSpec::new(Strategy::OneForOne)
             .child(ChildSpec::supervisor(TOOLS, tools_spec));
@@ -270,31 +283,34 @@ impl RuntimeBuilder {
                 root,
                 tools_sup: Supervisor::from_ref(tools_cell.into()),
                 defaults: self.defaults,
+                sweeper,
                 stopping: AtomicBool::new(false),
             }),
         })
     }
 }
 
-fn prepare<T: Tool>(tool: T, options: &ToolOptions) -> Result<Prepared, RegistrationError> {
+fn prepare<T: Tool>(
+    tool: T,
+    options: &ToolOptions,
+    sweeper: &Arc<Sweeper>,
+) -> Result<Prepared, RegistrationError> {
     let spec = ToolSpec::of(&tool)?;
     let idempotent = spec.annotations.idempotent_hint;
     let breaker = Arc::new(SharedBreaker::new(options.breaker));
     let pool = WorkerPool::new(Arc::new(tool), options.grace);
-    let service = pipeline::build(pool.clone(), options, Arc::clone(&breaker), idempotent);
-    let sup = SupervisorSpec {
-        strategy: Strategy::OneForOne,
-        intensity: options.intensity,
-        backoff: options.backoff,
-        children: pool.child_specs(),
-    };
-    let child = ChildSpec::supervisor(spec.name.clone(), sup).breaker(breaker);
+    let children = pool
+        .child_specs()
+        .into_iter()
+        .map(|c| c.breaker(Arc::clone(&breaker)).backoff(options.backoff))
+        .collect();
+    let service = pipeline::build(pool.clone(), options, breaker, Arc::clone(sweeper), idempotent);
     Ok(Prepared {
         entry: Arc::new(ToolEntry {
             spec,
             handle: ToolHandle::new(service, options.timeout),
             pool,
         }),
-        child,
+        children,
     })
 }

@@ -2,7 +2,10 @@
 
 use std::fmt;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::task::Waker;
 
+use futures::task::AtomicWaker;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
@@ -47,10 +50,14 @@ pub trait CallObserver: Send + Sync + 'static {
 #[derive(Clone)]
 pub struct CallContext {
     inner: Arc<Inner>,
-    cancel: CancellationToken,
 }
 
 struct Inner {
+    cancel: CancellationToken,
+    /// Where a deadline watcher keeps this call, so it can be removed in O(1).
+    deadline_slot: AtomicU64,
+    /// Woken when the deadline passes, so the waiting caller can answer `timeout`.
+    deadline_waiter: AtomicWaker,
     call_id: Uuid,
     started: Instant,
     agent: Option<Arc<str>>,
@@ -60,23 +67,27 @@ struct Inner {
 }
 
 impl CallContext {
-    /// A context with a fresh call id (UUID v7, so ids sort by time).
+    /// A context with a fresh call id (UUID v7, so ids sort by time) whose deadline is
+    /// `timeout` from now.
     pub fn new(
         agent: Option<Arc<str>>,
         session: Option<Arc<str>>,
-        deadline: Instant,
+        timeout: std::time::Duration,
         observer: Option<Arc<dyn CallObserver>>,
     ) -> Self {
+        let started = Instant::now();
         Self {
             inner: Arc::new(Inner {
-                call_id: Uuid::now_v7(),
-                started: Instant::now(),
+                cancel: CancellationToken::new(),
+                deadline_slot: AtomicU64::new(u64::MAX),
+                deadline_waiter: AtomicWaker::new(),
+                call_id: new_call_id(),
+                started,
                 agent,
                 session,
-                deadline,
+                deadline: started + timeout,
                 observer,
             }),
-            cancel: CancellationToken::new(),
         }
     }
 
@@ -113,12 +124,42 @@ impl CallContext {
     /// Fires when the deadline passes or the caller goes away. Tools doing long work should
     /// watch it (`token.cancelled().await` in a `select!`, or `is_cancelled()` between steps).
     pub fn cancellation(&self) -> &CancellationToken {
-        &self.cancel
+        &self.inner.cancel
+    }
+
+    /// Cancels the call (idempotent).
+    pub fn cancel(&self) {
+        self.inner.cancel.cancel();
+    }
+
+    /// Where the runtime's deadline watcher keeps this call (`u64::MAX`: not watched).
+    #[doc(hidden)]
+    pub fn deadline_slot(&self) -> u64 {
+        self.inner.deadline_slot.load(Ordering::Acquire)
+    }
+
+    /// Records where the runtime's deadline watcher keeps this call.
+    #[doc(hidden)]
+    pub fn set_deadline_slot(&self, slot: u64) {
+        self.inner.deadline_slot.store(slot, Ordering::Release);
+    }
+
+    /// Registers the task waiting for the reply, to be woken at the deadline.
+    #[doc(hidden)]
+    pub fn register_deadline_waiter(&self, waker: &Waker) {
+        self.inner.deadline_waiter.register(waker);
+    }
+
+    /// Fires the deadline: cancels the call and wakes its waiting caller.
+    #[doc(hidden)]
+    pub fn expire(&self) {
+        self.inner.cancel.cancel();
+        self.inner.deadline_waiter.wake();
     }
 
     /// Whether the call has been cancelled.
     pub fn is_cancelled(&self) -> bool {
-        self.cancel.is_cancelled()
+        self.inner.cancel.is_cancelled()
     }
 
     /// Reports progress to whoever is watching the call (e.g. an MCP client that sent a
@@ -148,6 +189,18 @@ impl CallContext {
     }
 }
 
+/// A UUID v7: 48 bits of Unix milliseconds, then random bits. Built directly rather than with
+/// `Uuid::now_v7`, whose shared counter and OS randomness cost more than the rest of a call.
+fn new_call_id() -> Uuid {
+    let millis = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
+    let random = fastrand::u128(..).to_le_bytes();
+    let mut bytes = [0u8; 10];
+    bytes.copy_from_slice(&random[..10]);
+    uuid::Builder::from_unix_timestamp_millis(millis, &bytes).into_uuid()
+}
+
 impl fmt::Debug for CallContext {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("CallContext")
@@ -155,7 +208,7 @@ impl fmt::Debug for CallContext {
             .field("agent", &self.inner.agent)
             .field("session", &self.inner.session)
             .field("deadline", &self.inner.deadline)
-            .field("cancelled", &self.cancel.is_cancelled())
+            .field("cancelled", &self.inner.cancel.is_cancelled())
             .finish()
     }
 }

@@ -1,5 +1,9 @@
 //! A tool's public description, with schemas derived from its types.
 
+use std::any::TypeId;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, OnceLock, PoisonError};
+
 use schemars::JsonSchema;
 use serde::Serialize;
 use serde_json::Value;
@@ -15,10 +19,11 @@ pub struct ToolSpec {
     pub name: String,
     /// What the tool does.
     pub description: String,
-    /// JSON Schema (draft 2020-12) of the arguments; always an object schema.
-    pub input_schema: Value,
+    /// JSON Schema (draft 2020-12) of the arguments; always an object schema. Shared by
+    /// every tool with the same input type.
+    pub input_schema: Arc<Value>,
     /// JSON Schema (draft 2020-12) of the result.
-    pub output_schema: Value,
+    pub output_schema: Arc<Value>,
     /// Behaviour hints.
     pub annotations: Annotations,
     /// How many calls may run at once.
@@ -54,12 +59,30 @@ impl ToolSpec {
     }
 }
 
-/// The JSON Schema (draft 2020-12) of `T`, with doc comments as descriptions.
-pub fn schema_of<T: JsonSchema>() -> Value {
-    schemars::generate::SchemaSettings::draft2020_12()
-        .into_generator()
-        .into_root_schema_for::<T>()
-        .to_value()
+/// The JSON Schema (draft 2020-12) of `T`, with doc comments as descriptions. Generated
+/// once per type and shared, since many tools (and every actor of a tool) use the same types.
+pub fn schema_of<T: JsonSchema + 'static>() -> Arc<Value> {
+    static CACHE: OnceLock<Mutex<HashMap<TypeId, Arc<Value>>>> = OnceLock::new();
+    let cache = CACHE.get_or_init(Mutex::default);
+    if let Some(schema) = cache
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .get(&TypeId::of::<T>())
+    {
+        return Arc::clone(schema);
+    }
+    let schema = Arc::new(
+        schemars::generate::SchemaSettings::draft2020_12()
+            .into_generator()
+            .into_root_schema_for::<T>()
+            .to_value(),
+    );
+    cache
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .entry(TypeId::of::<T>())
+        .or_insert(schema)
+        .clone()
 }
 
 /// Checks a tool name against MCP's rule: 1–128 characters of `[A-Za-z0-9_.-]`.

@@ -12,16 +12,18 @@
 //!   started is never lost and never reported as crashed;
 //! - the actor dies any other way mid-call → the reply channel closes → `Crashed`.
 
+use std::future::Future;
 use std::panic::AssertUnwindSafe;
+use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::task::{Context, Poll, ready};
 use std::time::Duration;
 
 use futures::FutureExt;
 use guildhall_supervision::{ChildSpec, Shutdown};
 use ractor::{Actor, ActorId, ActorProcessingErr, ActorRef};
 use tokio::sync::{oneshot, watch};
-use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use crate::context::CallContext;
@@ -94,10 +96,9 @@ impl<T: Tool> Actor for ToolActor<T> {
         let (Some(input), Some(reply)) = (inv.input.take(), inv.reply.take()) else {
             return Ok(());
         };
-        let ctx = inv.ctx.clone();
-        let token = ctx.cancellation().clone();
-        let deadline = ctx.deadline();
-        let call = AssertUnwindSafe(self.tool.call(&mut state.state, input, ctx)).catch_unwind();
+        let watch = inv.ctx.clone();
+        let call = AssertUnwindSafe(self.tool.call(&mut state.state, input, inv.ctx.clone()))
+            .catch_unwind();
         tokio::select! {
             biased;
             result = call => match result {
@@ -111,7 +112,7 @@ impl<T: Tool> Actor for ToolActor<T> {
                     Err(format!("tool panicked: {reason}").into())
                 }
             },
-            () = overrun(&token, deadline, self.grace) => {
+            () = overrun(watch.cancellation(), self.grace) => {
                 let _ = reply.send(Outcome::Overran);
                 Err(format!(
                     "tool ignored cancellation for {:?} past its deadline",
@@ -123,12 +124,11 @@ impl<T: Tool> Actor for ToolActor<T> {
     }
 }
 
-/// Resolves once the call has been cancelled (or passed its deadline) and `grace` has gone by.
-async fn overrun(token: &CancellationToken, deadline: Instant, grace: Duration) {
-    tokio::select! {
-        () = token.cancelled() => {}
-        () = tokio::time::sleep_until(deadline) => token.cancel(),
-    }
+/// Resolves once the call has been cancelled and `grace` has gone by. The caller's deadline
+/// layer cancels the token at the deadline (and a dropped caller cancels it at once), so no
+/// timer is armed here unless the call is already overdue.
+async fn overrun(token: &CancellationToken, grace: Duration) {
+    token.cancelled().await;
     tokio::time::sleep(grace).await;
 }
 
@@ -204,8 +204,9 @@ impl<T: Tool> WorkerPool<T> {
         &self.inner.tool
     }
 
-    /// One child spec per worker, for the tool's supervisor. Workers are permanent and get
-    /// `grace` to finish their current call when shut down.
+    /// One child spec per actor of the tool: id `<name>` for a sequential tool, `<name>/<i>`
+    /// for a concurrent one. Actors are permanent and get `grace` to finish their current call
+    /// when shut down.
     pub fn child_specs(&self) -> Vec<ChildSpec> {
         let single = self.inner.slots.len() == 1;
         self.inner
@@ -214,9 +215,9 @@ impl<T: Tool> WorkerPool<T> {
             .enumerate()
             .map(|(i, slot)| {
                 let id = if single {
-                    "worker".to_owned()
+                    self.inner.name.clone()
                 } else {
-                    format!("worker-{i}")
+                    format!("{}/{i}", self.inner.name)
                 };
                 let tool = Arc::clone(&self.inner.tool);
                 let grace = self.inner.grace;
@@ -243,7 +244,7 @@ impl<T: Tool> WorkerPool<T> {
         }
     }
 
-    /// Runs one call on the least busy worker and returns its single outcome.
+    /// Runs one call on the least busy actor and returns its single outcome.
     ///
     /// # Errors
     /// [`CallError::Tool`], [`CallError::Crashed`], [`CallError::Timeout`] (the tool overran
@@ -253,59 +254,117 @@ impl<T: Tool> WorkerPool<T> {
     /// Dropping the future abandons the reply; the call's cancellation token should be
     /// fired by whoever owns it, so the tool stops (or is restarted after the grace period).
     pub async fn invoke(&self, input: T::Input, ctx: CallContext) -> Result<T::Output, CallError> {
+        self.dispatch(input, ctx).await
+    }
+
+    /// Sends a call to the least busy actor and returns the future of its outcome (see
+    /// [`invoke`](Self::invoke)). The common case, a live actor that answers, allocates
+    /// nothing beyond the message; only a call that must wait for a restart boxes a future.
+    pub fn dispatch(&self, input: T::Input, ctx: CallContext) -> Dispatched<T> {
         let slot = self.pick();
-        let _busy = BusyGuard::enter(slot, self.inner.slots.len() > 1);
-        let mut input = input;
-        loop {
-            if self.inner.closed.load(Ordering::Acquire) {
-                return Err(self.unavailable());
-            }
-            let Some(actor) = slot.current.borrow().clone() else {
-                self.wait_replaced(slot, None).await;
-                continue;
-            };
-            let (reply, outcome) = oneshot::channel();
-            let inv = Invocation {
-                input: Some(input),
-                ctx: ctx.clone(),
-                reply: Some(reply),
-            };
-            // A failed send drops the message, which bounces the input back below.
-            let _ = actor.send_message(ToolMsg(inv));
-            return match outcome.await {
-                Ok(Outcome::Done(Ok(output))) => Ok(output),
-                Ok(Outcome::Done(Err(err))) => Err(CallError::Tool {
-                    tool: self.inner.name.clone(),
-                    message: err.to_string(),
-                    transient: T::is_transient(&err),
-                    source: Arc::new(err),
-                }),
-                Ok(Outcome::Bounced(back)) => {
-                    input = back;
-                    self.wait_replaced(slot, Some(actor.get_id())).await;
-                    continue;
-                }
-                Ok(Outcome::Crashed(reason)) => Err(self.crashed(reason)),
-                Ok(Outcome::Overran) => Err(CallError::Timeout {
-                    tool: self.inner.name.clone(),
-                    after: ctx.budget(),
-                }),
-                Err(_) => Err(self.crashed("the tool's actor stopped mid-call".into())),
-            };
+        let tracked = self.inner.slots.len() > 1;
+        if tracked {
+            self.inner.slots[slot].busy.fetch_add(1, Ordering::Relaxed);
+        }
+        let state = match self.send(slot, input, &ctx) {
+            Ok(sent) => sent,
+            Err(input) => self.slow(slot, input, ctx.clone(), None),
+        };
+        Dispatched {
+            pool: self.clone(),
+            slot,
+            tracked,
+            ctx,
+            state,
         }
     }
 
-    fn pick(&self) -> &Arc<Slot<T>> {
+    /// Sends to the slot's current actor, or hands the input back if there is none.
+    fn send(&self, slot: usize, input: T::Input, ctx: &CallContext) -> Result<State<T>, T::Input> {
+        if self.inner.closed.load(Ordering::Acquire) {
+            return Ok(State::Failed(Some(self.unavailable())));
+        }
+        let Some(actor) = self.inner.slots[slot].current.borrow().clone() else {
+            return Err(input);
+        };
+        let (reply, outcome) = oneshot::channel();
+        let inv = Invocation {
+            input: Some(input),
+            ctx: ctx.clone(),
+            reply: Some(reply),
+        };
+        // A failed send drops the message, which bounces the input back through `outcome`.
+        let _ = actor.send_message(ToolMsg(inv));
+        Ok(State::Waiting {
+            outcome,
+            actor: actor.get_id(),
+        })
+    }
+
+    /// The path for calls that must wait for an actor: boxed, since it is rare.
+    fn slow(&self, slot: usize, input: T::Input, ctx: CallContext, old: Option<ActorId>) -> State<T> {
+        let pool = self.clone();
+        State::Slow(Box::pin(async move {
+            let mut input = input;
+            let mut old = old;
+            loop {
+                pool.wait_replaced(&pool.inner.slots[slot], old).await;
+                let (outcome, actor) = match pool.send(slot, input, &ctx) {
+                    Ok(State::Waiting { outcome, actor }) => (outcome, actor),
+                    Ok(State::Failed(err)) => return Err(err.unwrap_or_else(|| pool.unavailable())),
+                    Ok(State::Slow(_)) => unreachable!("send never returns the slow path"),
+                    Err(back) => {
+                        input = back;
+                        old = None;
+                        continue;
+                    }
+                };
+                match outcome.await {
+                    Ok(Outcome::Bounced(back)) => {
+                        input = back;
+                        old = Some(actor);
+                    }
+                    other => return pool.settle(other, &ctx),
+                }
+            }
+        }))
+    }
+
+    /// Turns an actor's reply (or its absence) into the call's result.
+    fn settle(
+        &self,
+        outcome: Result<Outcome<T>, oneshot::error::RecvError>,
+        ctx: &CallContext,
+    ) -> Result<T::Output, CallError> {
+        match outcome {
+            Ok(Outcome::Done(Ok(output))) => Ok(output),
+            Ok(Outcome::Done(Err(err))) => Err(CallError::Tool {
+                tool: self.inner.name.clone(),
+                message: err.to_string(),
+                transient: T::is_transient(&err),
+                source: Arc::new(err),
+            }),
+            Ok(Outcome::Crashed(reason)) => Err(self.crashed(reason)),
+            Ok(Outcome::Overran) => Err(CallError::Timeout {
+                tool: self.inner.name.clone(),
+                after: ctx.budget(),
+            }),
+            Ok(Outcome::Bounced(_)) => Err(self.crashed("the call was returned undelivered".into())),
+            Err(_) => Err(self.crashed("the tool's actor stopped mid-call".into())),
+        }
+    }
+
+    fn pick(&self) -> usize {
         let slots = &self.inner.slots;
         if slots.len() == 1 {
-            return &slots[0];
+            return 0;
         }
         // Least busy, scanning from a rotating start so ties spread out.
         let start = self.inner.next.fetch_add(1, Ordering::Relaxed);
         (0..slots.len())
-            .map(|k| &slots[(start + k) % slots.len()])
-            .min_by_key(|s| s.busy.load(Ordering::Relaxed))
-            .unwrap_or(&slots[0])
+            .map(|k| (start + k) % slots.len())
+            .min_by_key(|&i| slots[i].busy.load(Ordering::Relaxed))
+            .unwrap_or(0)
     }
 
     /// Waits until the slot holds an actor other than `old` (or the pool closes).
@@ -340,23 +399,60 @@ impl<T: Tool> WorkerPool<T> {
     }
 }
 
-struct BusyGuard<'a, T: Tool>(Option<&'a Slot<T>>);
+/// The future of one dispatched call.
+pub struct Dispatched<T: Tool> {
+    pool: WorkerPool<T>,
+    slot: usize,
+    tracked: bool,
+    ctx: CallContext,
+    state: State<T>,
+}
 
-impl<'a, T: Tool> BusyGuard<'a, T> {
-    fn enter(slot: &'a Slot<T>, track: bool) -> Self {
-        if track {
-            slot.busy.fetch_add(1, Ordering::Relaxed);
-            Self(Some(slot))
-        } else {
-            Self(None)
+type SlowPath<T> = Pin<Box<dyn Future<Output = Result<<T as Tool>::Output, CallError>> + Send>>;
+
+enum State<T: Tool> {
+    /// Sent; waiting for the actor's reply.
+    Waiting {
+        outcome: oneshot::Receiver<Outcome<T>>,
+        actor: ActorId,
+    },
+    /// Waiting for an actor to (re)start, then sending.
+    Slow(SlowPath<T>),
+    /// Failed before sending.
+    Failed(Option<CallError>),
+}
+
+impl<T: Tool> Future for Dispatched<T> {
+    type Output = Result<T::Output, CallError>;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let this = &mut *self;
+        loop {
+            match &mut this.state {
+                State::Waiting { outcome, actor } => {
+                    let reply = ready!(Pin::new(outcome).poll(cx));
+                    if let Ok(Outcome::Bounced(input)) = reply {
+                        // The actor died with the call still queued: wait for its successor.
+                        let old = Some(*actor);
+                        this.state = this.pool.slow(this.slot, input, this.ctx.clone(), old);
+                        continue;
+                    }
+                    return Poll::Ready(this.pool.settle(reply, &this.ctx));
+                }
+                State::Slow(fut) => return fut.as_mut().poll(cx),
+                State::Failed(err) => {
+                    let err = err.take().unwrap_or_else(|| this.pool.unavailable());
+                    return Poll::Ready(Err(err));
+                }
+            }
         }
     }
 }
 
-impl<T: Tool> Drop for BusyGuard<'_, T> {
+impl<T: Tool> Drop for Dispatched<T> {
     fn drop(&mut self) {
-        if let Some(slot) = self.0 {
-            slot.busy.fetch_sub(1, Ordering::Relaxed);
+        if self.tracked {
+            self.pool.inner.slots[self.slot].busy.fetch_sub(1, Ordering::Relaxed);
         }
     }
 }

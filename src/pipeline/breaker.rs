@@ -3,11 +3,12 @@
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
-use std::task::{Context, Poll};
+use std::task::{Context, Poll, ready};
 
 use guildhall_actors::CallError;
 use guildhall_supervision::SharedBreaker;
 use guildhall_supervision::breaker::Admission;
+use pin_project_lite::pin_project;
 use tower::{Layer, Service};
 
 /// Adds a [`Breaker`] in front of a service.
@@ -47,43 +48,78 @@ pub struct Breaker<S> {
 
 impl<S, R> Service<R> for Breaker<S>
 where
-    S: Service<R, Error = CallError> + Clone + Send + 'static,
-    S::Future: Send + 'static,
-    S::Response: Send + 'static,
-    R: Send + 'static,
+    S: Service<R, Error = CallError>,
 {
     type Response = S::Response;
     type Error = CallError;
-    type Future = Pin<Box<dyn Future<Output = Result<S::Response, CallError>> + Send>>;
+    type Future = BreakerFuture<S::Future>;
 
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), CallError>> {
         self.inner.poll_ready(cx)
     }
 
     fn call(&mut self, req: R) -> Self::Future {
-        let admission = match self.breaker.try_acquire() {
-            Ok(admission) => admission,
-            Err(open) => {
-                let err = CallError::CircuitOpen {
-                    tool: self.tool.to_string(),
-                    retry_after: open.retry_after,
-                };
-                return Box::pin(std::future::ready(Err(err)));
+        match self.breaker.try_acquire() {
+            Ok(admission) => BreakerFuture {
+                state: State::Admitted {
+                    inner: self.inner.call(req),
+                },
+                outcome: Some(Outcome {
+                    breaker: Arc::clone(&self.breaker),
+                    admission,
+                }),
+            },
+            Err(open) => BreakerFuture {
+                state: State::Rejected {
+                    error: Some(CallError::CircuitOpen {
+                        tool: self.tool.to_string(),
+                        retry_after: open.retry_after,
+                    }),
+                },
+                outcome: None,
+            },
+        }
+    }
+}
+
+pin_project! {
+    /// The future of a [`Breaker`] call.
+    pub struct BreakerFuture<F> {
+        #[pin]
+        state: State<F>,
+        outcome: Option<Outcome>,
+    }
+}
+
+pin_project! {
+    #[project = StateProj]
+    enum State<F> {
+        Admitted { #[pin] inner: F },
+        Rejected { error: Option<CallError> },
+    }
+}
+
+impl<F, T> Future for BreakerFuture<F>
+where
+    F: Future<Output = Result<T, CallError>>,
+{
+    type Output = Result<T, CallError>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let this = self.project();
+        match this.state.project() {
+            StateProj::Rejected { error } => {
+                Poll::Ready(Err(error.take().expect("polled after completion")))
             }
-        };
-        let guard = Outcome {
-            breaker: Arc::clone(&self.breaker),
-            admission,
-            recorded: false,
-        };
-        let fut = self.inner.call(req);
-        Box::pin(async move {
-            let mut guard = guard;
-            let result = fut.await;
-            let failed = result.as_ref().is_err_and(CallError::is_breaker_failure);
-            guard.record(!failed);
-            result
-        })
+            StateProj::Admitted { inner } => {
+                let result = ready!(inner.poll(cx));
+                if let Some(outcome) = this.outcome.take() {
+                    let failed = result.as_ref().is_err_and(CallError::is_breaker_failure);
+                    outcome.record(!failed);
+                }
+                Poll::Ready(result)
+            }
+        }
     }
 }
 
@@ -91,21 +127,20 @@ where
 struct Outcome {
     breaker: Arc<SharedBreaker>,
     admission: Admission,
-    recorded: bool,
 }
 
 impl Outcome {
-    fn record(&mut self, success: bool) {
-        self.recorded = true;
+    fn record(self, success: bool) {
         if let Some(transition) = self.breaker.record(self.admission, success) {
             tracing::info!(?transition, "circuit breaker changed state");
         }
+        std::mem::forget(self);
     }
 }
 
 impl Drop for Outcome {
     fn drop(&mut self) {
-        if !self.recorded && self.admission == Admission::Probe {
+        if self.admission == Admission::Probe {
             self.breaker.abandon_probe();
         }
     }

@@ -1,10 +1,8 @@
 //! The innermost service: hands the call to the tool's actors.
 
-use std::future::Future;
-use std::pin::Pin;
 use std::task::{Context, Poll};
 
-use guildhall_actors::{CallError, Tool, WorkerPool};
+use guildhall_actors::{CallError, Dispatched, Tool, WorkerPool};
 use tower::Service;
 
 use super::ToolCall;
@@ -32,14 +30,13 @@ impl<T: Tool> Clone for Dispatch<T> {
 impl<T: Tool> Service<ToolCall<T::Input>> for Dispatch<T> {
     type Response = T::Output;
     type Error = CallError;
-    type Future = Pin<Box<dyn Future<Output = Result<T::Output, CallError>> + Send>>;
+    type Future = Dispatched<T>;
 
     fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), CallError>> {
         Poll::Ready(Ok(()))
     }
 
     fn call(&mut self, req: ToolCall<T::Input>) -> Self::Future {
-        let pool = self.pool.clone();
-        Box::pin(async move { pool.invoke(req.input, req.ctx).await })
+        self.pool.dispatch(req.input, req.ctx)
     }
 }

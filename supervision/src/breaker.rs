@@ -11,6 +11,7 @@
 //! [`CircuitBreaker`] is the pure state machine (it takes `now`); [`SharedBreaker`] wraps it
 //! for concurrent callers and reads the clock through tokio, so paused-time tests drive it.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
@@ -200,9 +201,14 @@ impl CircuitBreaker {
 }
 
 /// A [`CircuitBreaker`] shared by concurrent callers, on tokio's clock.
+///
+/// The common case, a closed breaker with no recent failures, takes neither the lock nor the
+/// clock: an atomic flag mirrors "closed with zero failures" and is refreshed after every
+/// locked operation. A success seen through the flag changes nothing, so it is not recorded.
 #[derive(Debug)]
 pub struct SharedBreaker {
     inner: Mutex<CircuitBreaker>,
+    healthy: AtomicBool,
 }
 
 impl SharedBreaker {
@@ -210,6 +216,7 @@ impl SharedBreaker {
     pub fn new(config: BreakerConfig) -> Self {
         Self {
             inner: Mutex::new(CircuitBreaker::new(config)),
+            healthy: AtomicBool::new(true),
         }
     }
 
@@ -218,17 +225,31 @@ impl SharedBreaker {
     /// # Errors
     /// [`CircuitOpen`] when the call must fail fast.
     pub fn try_acquire(&self) -> Result<Admission, CircuitOpen> {
-        self.lock().try_acquire(now())
+        if self.healthy.load(Ordering::Acquire) {
+            return Ok(Admission::Normal);
+        }
+        self.locked(|b| b.try_acquire(now()))
     }
 
     /// See [`CircuitBreaker::record`].
     pub fn record(&self, admission: Admission, success: bool) -> Option<Transition> {
-        self.lock().record(admission, success, now())
+        if success && admission == Admission::Normal && self.healthy.load(Ordering::Acquire) {
+            return None;
+        }
+        self.locked(|b| b.record(admission, success, now()))
     }
 
     /// See [`CircuitBreaker::abandon_probe`].
     pub fn abandon_probe(&self) {
-        self.lock().abandon_probe(now());
+        self.locked(|b| b.abandon_probe(now()));
+    }
+
+    fn locked<R>(&self, op: impl FnOnce(&mut CircuitBreaker) -> R) -> R {
+        let mut breaker = self.lock();
+        let result = op(&mut breaker);
+        let healthy = matches!(breaker.state, State::Closed { failures: 0 });
+        self.healthy.store(healthy, Ordering::Release);
+        result
     }
 
     /// The current state.

@@ -7,6 +7,7 @@ use std::time::Duration;
 use futures::future::BoxFuture;
 use ractor::{Actor, ActorCell, SpawnErr};
 
+use crate::backoff::Backoff;
 use crate::breaker::SharedBreaker;
 use crate::supervisor::{SupervisorActor, SupervisorSpec};
 
@@ -57,6 +58,7 @@ pub struct ChildSpec {
     pub(crate) shutdown: Shutdown,
     pub(crate) kind: ChildKind,
     pub(crate) breaker: Option<Arc<SharedBreaker>>,
+    pub(crate) backoff: Option<Backoff>,
 }
 
 impl ChildSpec {
@@ -69,6 +71,7 @@ impl ChildSpec {
             shutdown: Shutdown::Timeout(Duration::from_secs(5)),
             kind: ChildKind::Worker,
             breaker: None,
+            backoff: None,
         }
     }
 
@@ -115,6 +118,12 @@ impl ChildSpec {
     /// Attaches a circuit breaker whose state is shown in snapshots of this child.
     pub fn breaker(mut self, breaker: Arc<SharedBreaker>) -> Self {
         self.breaker = Some(breaker);
+        self
+    }
+
+    /// Overrides the supervisor's backoff for restarts of this child.
+    pub fn backoff(mut self, backoff: Backoff) -> Self {
+        self.backoff = Some(backoff);
         self
     }
 

@@ -10,10 +10,14 @@
 //!    children (`OneForAll`), or the child and every child started after it (`RestForOne`).
 //!    Running members of the group are stopped in reverse start order, then the group is
 //!    started again in start order.
-//! 4. [`Backoff`] delays the group restart when earlier restarts are still in the window.
+//! 4. [`Backoff`] delays the group restart when the exited child was already restarted
+//!    within the intensity period. The delay follows *that child's* recent restarts (and its
+//!    own backoff, if its spec sets one), so one flapping child does not slow the restarts
+//!    of its siblings. OTP has no backoff; this is an addition.
 //!
 //! Exits of children the supervisor stopped itself are recognised by actor id and ignored.
 
+use std::collections::HashSet;
 use std::time::Duration;
 
 use ractor::{Actor, ActorCell, ActorProcessingErr, ActorRef, RpcReplyPort, SupervisionEvent};
@@ -112,14 +116,19 @@ struct Child {
     cell: Option<ActorCell>,
     status: ChildStatus,
     restarts: u32,
+    /// This child's own recent restarts, which set its backoff.
+    history: RestartWindow,
 }
 
 /// A supervisor's running state.
 pub struct SupervisorState {
     strategy: Strategy,
+    intensity: RestartIntensity,
     backoff: Backoff,
     window: RestartWindow,
     children: Vec<Child>,
+    /// Ids of `children`, for constant-time duplicate checks with many children.
+    ids: HashSet<String>,
 }
 
 impl Actor for SupervisorActor {
@@ -136,9 +145,11 @@ impl Actor for SupervisorActor {
     ) -> Result<Self::State, ActorProcessingErr> {
         let mut state = SupervisorState {
             strategy: spec.strategy,
+            intensity: spec.intensity,
             backoff: spec.backoff,
             window: RestartWindow::new(spec.intensity),
             children: Vec::with_capacity(spec.children.len()),
+            ids: HashSet::with_capacity(spec.children.len()),
         };
         for child in spec.children {
             if let Err(err) = state.add_child(&myself, child).await {
@@ -173,7 +184,7 @@ impl Actor for SupervisorActor {
                 let result = match state.index_of(&id) {
                     Some(i) => {
                         state.stop_child(i).await;
-                        state.children.remove(i);
+                        state.remove(i);
                         Ok(())
                     }
                     None => Err(SupervisorError::UnknownChild { id }),
@@ -223,6 +234,11 @@ impl Actor for SupervisorActor {
 }
 
 impl SupervisorState {
+    fn remove(&mut self, i: usize) {
+        let child = self.children.remove(i);
+        self.ids.remove(&child.spec.id);
+    }
+
     fn index_of(&self, id: &str) -> Option<usize> {
         self.children.iter().position(|c| c.spec.id == id)
     }
@@ -232,7 +248,7 @@ impl SupervisorState {
         myself: &ActorRef<SupervisorMsg>,
         spec: ChildSpec,
     ) -> Result<(), SupervisorError> {
-        if self.index_of(&spec.id).is_some() {
+        if self.ids.contains(&spec.id) {
             return Err(SupervisorError::DuplicateChild { id: spec.id });
         }
         let cell = (spec.start)(myself.get_cell())
@@ -241,11 +257,13 @@ impl SupervisorState {
                 id: spec.id.clone(),
                 reason: e.to_string(),
             })?;
+        self.ids.insert(spec.id.clone());
         self.children.push(Child {
             spec,
             cell: Some(cell),
             status: ChildStatus::Running,
             restarts: 0,
+            history: RestartWindow::new(self.intensity),
         });
         Ok(())
     }
@@ -265,7 +283,7 @@ impl SupervisorState {
         };
         if !restart {
             if child.spec.restart == Restart::Temporary {
-                self.children.remove(i);
+                self.remove(i);
             } else {
                 child.status = ChildStatus::Stopped;
             }
@@ -293,6 +311,15 @@ impl SupervisorState {
                 period: exceeded.period,
             });
         }
+        let exited = &mut self.children[i];
+        let recent = exited.history.recent(now);
+        let _ = exited.history.record(now);
+        let delay = exited
+            .spec
+            .backoff
+            .unwrap_or(self.backoff)
+            .delay(recent, fastrand::f64());
+
         let group: Vec<usize> = match self.strategy {
             Strategy::OneForOne => vec![i],
             Strategy::OneForAll => (0..self.children.len()).collect(),
@@ -309,16 +336,17 @@ impl SupervisorState {
             .filter(|&&j| j == i || self.children[j].spec.restart != Restart::Temporary)
             .map(|&j| self.children[j].spec.id.clone())
             .collect();
-        self.children
-            .retain(|c| c.spec.restart != Restart::Temporary || ids.contains(&c.spec.id));
+        for &j in group.iter().rev() {
+            if !ids.contains(&self.children[j].spec.id) {
+                self.remove(j);
+            }
+        }
         for c in &mut self.children {
             if ids.contains(&c.spec.id) {
                 c.status = ChildStatus::Restarting;
                 c.restarts += 1;
             }
         }
-        let recent = self.window.recent(now).saturating_sub(1);
-        let delay = self.backoff.delay(recent, fastrand::f64());
         if delay.is_zero() {
             self.start_group(myself, &ids).await
         } else {

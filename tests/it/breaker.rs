@@ -1,7 +1,7 @@
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use guildhall::supervision::{Backoff, BreakerConfig, RestartIntensity};
+use guildhall::supervision::{Backoff, BreakerConfig};
 use guildhall::{BreakerStatus, CallError, ErrorKind, Runtime, ToolOptions};
 
 use crate::support::{Act, Chaos, input};
@@ -17,7 +17,6 @@ fn options() -> ToolOptions {
             max_reset_timeout: 10 * S,
         })
         .backoff(Backoff::none())
-        .intensity(RestartIntensity::new(100, S))
 }
 
 async fn status(rt: &Runtime) -> BreakerStatus {

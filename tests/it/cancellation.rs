@@ -33,7 +33,7 @@ async fn a_tool_ignoring_cancellation_times_out_and_is_restarted() {
     .await;
     assert_eq!(h.call(input(Act::Ok)).await.unwrap().calls_since_start, 1);
     let tree = rt.tree().await.unwrap();
-    assert_eq!(tree.find(&["tools", "stuck", "worker"]).unwrap().restarts, 1);
+    assert_eq!(tree.find(&["tools", "stuck"]).unwrap().restarts, 1);
     rt.shutdown().await;
 }
 

@@ -100,7 +100,7 @@ async fn concurrent_tools_run_up_to_n_calls_at_once() {
 }
 
 #[tokio::test(start_paused = true)]
-async fn concurrent_tool_shows_one_worker_per_actor_in_the_tree() {
+async fn concurrent_tool_shows_each_of_its_actors_in_the_tree() {
     let gate = Gate {
         actors: 3,
         running: Arc::default(),
@@ -109,7 +109,9 @@ async fn concurrent_tool_shows_one_worker_per_actor_in_the_tree() {
     };
     let rt = Runtime::builder().tool(gate).build().await.unwrap();
     let tree = rt.tree().await.unwrap();
-    let ids: Vec<_> = tree.find(&["tools", "gate"]).unwrap().children.iter().map(|c| c.id.clone()).collect();
-    assert_eq!(ids, ["worker-0", "worker-1", "worker-2"]);
+    let tools = tree.find(&["tools"]).unwrap();
+    let ids: Vec<_> = tools.children.iter().map(|c| c.id.clone()).collect();
+    assert_eq!(ids, ["gate/0", "gate/1", "gate/2"]);
+    assert!(tools.children.iter().all(|c| c.breaker.is_some()));
     rt.shutdown().await;
 }

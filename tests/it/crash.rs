@@ -7,7 +7,7 @@ use crate::support::{Act, Chaos, eventually, input};
 
 async fn restarts(rt: &Runtime, tool: &str) -> u32 {
     let tree = rt.tree().await.unwrap();
-    tree.find(&["tools", tool, "worker"]).map_or(0, |n| n.restarts)
+    tree.find(&["tools", tool]).map_or(0, |n| n.restarts)
 }
 
 #[tokio::test(start_paused = true)]

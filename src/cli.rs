@@ -1,0 +1,85 @@
+//! Argument parsing and the subcommands.
+
+mod bench;
+mod demo;
+
+use std::io::IsTerminal;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+use tracing_subscriber::EnvFilter;
+
+/// guildhall: an actor-based runtime for swarms of AI agents.
+///
+/// Every tool runs as a supervised actor: a crash restarts only that tool, a stuck call is
+/// cancelled and its tool restarted, and a failing tool's circuit opens so callers fail fast.
+#[derive(Debug, Parser)]
+#[command(name = "guildhall", version, about, long_about)]
+struct Cli {
+    /// Log filter (e.g. `info`, `guildhall=debug`); `RUST_LOG` is used when not given. Logs
+    /// go to stderr.
+    #[arg(long, global = true, value_name = "FILTER")]
+    log: Option<String>,
+
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Run a short demonstration of supervised tools: calls, a crash and its restart, a stuck
+    /// call cancelled and replaced, and the supervision tree.
+    Demo(demo::DemoArgs),
+    /// Measure the runtime against baselines run in the same process.
+    Bench(bench::BenchArgs),
+}
+
+pub(crate) fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let filter = cli
+        .log
+        .as_deref()
+        .map(EnvFilter::new)
+        .unwrap_or_else(|| EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("warn")));
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::stderr().is_terminal())
+        .init();
+    log_panics_through_tracing();
+    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+        Ok(rt) => rt,
+        Err(err) => {
+            eprintln!("error: cannot start the async runtime: {err}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let result = runtime.block_on(async {
+        match cli.command {
+            Command::Demo(args) => demo::run(args).await,
+            Command::Bench(args) => bench::run(args).await,
+        }
+    });
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(err) => {
+            eprintln!("error: {err}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// Tool panics are supervision events, not program failures: log them as one line through
+/// tracing instead of the default hook's raw stderr output.
+fn log_panics_through_tracing() {
+    std::panic::set_hook(Box::new(|info| {
+        let message = info
+            .payload()
+            .downcast_ref::<&str>()
+            .map(|s| (*s).to_owned())
+            .or_else(|| info.payload().downcast_ref::<String>().cloned())
+            .unwrap_or_else(|| "non-string panic payload".to_owned());
+        let location = info.location().map(ToString::to_string).unwrap_or_default();
+        tracing::error!(%location, "panic: {message}");
+    }));
+}

@@ -1,0 +1,135 @@
+//! `guildhall demo`: supervised tools at work, narrated on stdout.
+
+use std::io::Write;
+use std::time::Duration;
+
+use clap::Args;
+use guildhall::supervision::Backoff;
+use guildhall::{CallContext, CallOptions, ChildSnapshot, Runtime, Tool, ToolOptions};
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+use serde_json::json;
+
+#[derive(Debug, Args)]
+pub(crate) struct DemoArgs {
+    /// How long the stuck call may run before it times out, in milliseconds.
+    #[arg(long, default_value_t = 200)]
+    timeout_ms: u64,
+}
+
+/// Keeps a running tally per actor.
+struct Tally;
+
+/// Input of `tally`.
+#[derive(Clone, Deserialize, JsonSchema)]
+struct TallyInput {
+    /// Amount to add to the tally.
+    add: i64,
+    /// Panic instead of adding (to show a restart).
+    #[serde(default)]
+    crash: bool,
+    /// Ignore cancellation and never finish (to show a stuck call being replaced).
+    #[serde(default)]
+    hang: bool,
+}
+
+/// Output of `tally`.
+#[derive(Serialize, JsonSchema)]
+struct TallyOutput {
+    /// The tally after adding.
+    total: i64,
+}
+
+impl Tool for Tally {
+    type Input = TallyInput;
+    type Output = TallyOutput;
+    type Error = std::convert::Infallible;
+    type State = i64;
+
+    fn name(&self) -> &str {
+        "tally"
+    }
+
+    fn description(&self) -> &str {
+        "Adds to a running tally kept by the tool's actor."
+    }
+
+    async fn init(&self) -> Result<i64, Self::Error> {
+        Ok(0)
+    }
+
+    async fn call(&self, total: &mut i64, input: TallyInput, _: CallContext) -> Result<TallyOutput, Self::Error> {
+        assert!(!input.crash, "tally asked to crash");
+        if input.hang {
+            std::future::pending::<()>().await;
+        }
+        *total += input.add;
+        Ok(TallyOutput { total: *total })
+    }
+}
+
+pub(crate) async fn run(args: DemoArgs) -> Result<(), Box<dyn std::error::Error>> {
+    let timeout = Duration::from_millis(args.timeout_ms);
+    let options = ToolOptions::default()
+        .timeout(timeout)
+        .grace(timeout)
+        .backoff(Backoff::none());
+    let rt = Runtime::builder().tool_with(Tally, options).build().await?;
+    let mut out = std::io::stdout().lock();
+    let call = |args: serde_json::Value| {
+        let rt = rt.clone();
+        async move { rt.call_json("tally", args, CallOptions::new().agent("demo")).await }
+    };
+
+    writeln!(out, "tools: {}", serde_json::to_string(&rt.tools().iter().map(|t| &t.name).collect::<Vec<_>>())?)?;
+    writeln!(out, "add 2      -> {}", show(call(json!({"add": 2})).await))?;
+    writeln!(out, "add 3      -> {}", show(call(json!({"add": 3})).await))?;
+    writeln!(out, "bad args   -> {}", show(call(json!({"add": "three"})).await))?;
+    writeln!(out, "crash      -> {}", show(call(json!({"add": 1, "crash": true})).await))?;
+    writeln!(out, "add 4      -> {}  (fresh state after the restart)", show(call(json!({"add": 4})).await))?;
+    writeln!(out, "hang       -> {}", show(call(json!({"add": 1, "hang": true})).await))?;
+    // The stuck call had its token cancelled at the deadline; after the grace period its
+    // actor is replaced. Calls queued behind it wait for the replacement.
+    while worker_restarts(&rt).await? < 2 {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    writeln!(out, "add 5      -> {}  (served by the replacement actor)", show(call(json!({"add": 5})).await))?;
+    writeln!(out, "\nsupervision tree:")?;
+    print_tree(&mut out, &rt.tree().await?, 0)?;
+    rt.shutdown().await;
+    writeln!(out, "\nshut down cleanly")?;
+    Ok(())
+}
+
+async fn worker_restarts(rt: &Runtime) -> Result<u32, guildhall::supervision::SupervisorError> {
+    let tree = rt.tree().await?;
+    Ok(tree.find(&["tools", "tally"]).map_or(0, |w| w.restarts))
+}
+
+fn show(result: Result<serde_json::Value, guildhall::CallError>) -> String {
+    match result {
+        Ok(v) => format!("ok {v}"),
+        Err(e) => format!("{} error: {e}", serde_json::to_string(&e.kind()).unwrap_or_default()),
+    }
+}
+
+fn print_tree(out: &mut impl Write, node: &ChildSnapshot, depth: usize) -> std::io::Result<()> {
+    let breaker = node
+        .breaker
+        .map(|b| format!(", breaker {}", serde_json::to_string(&b).unwrap_or_default()))
+        .unwrap_or_default();
+    writeln!(
+        out,
+        "{:indent$}{} ({:?}, {:?}, restarts {}{breaker})",
+        "",
+        node.id,
+        node.kind,
+        node.status,
+        node.restarts,
+        indent = depth * 2
+    )?;
+    for child in &node.children {
+        print_tree(out, child, depth + 1)?;
+    }
+    Ok(())
+}
