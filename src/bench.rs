@@ -6,7 +6,6 @@
 
 use std::future::Future;
 use std::hint::black_box;
-use std::sync::Arc;
 use std::time::Duration;
 
 use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
@@ -20,12 +19,22 @@ use crate::{CallContext, CallOptions, Runtime, Tool, ToolOptions};
 #[derive(Debug, Clone)]
 pub struct Noop {
     name: String,
+    actors: usize,
 }
 
 impl Noop {
-    /// A noop tool called `name`.
+    /// A sequential noop tool called `name`.
     pub fn named(name: impl Into<String>) -> Self {
-        Self { name: name.into() }
+        Self {
+            name: name.into(),
+            actors: 1,
+        }
+    }
+
+    /// The same tool run by `actors` actors.
+    pub fn with_actors(mut self, actors: usize) -> Self {
+        self.actors = actors;
+        self
     }
 }
 
@@ -48,6 +57,13 @@ impl Tool for Noop {
 
     fn description(&self) -> &str {
         "Returns its input."
+    }
+
+    fn concurrency(&self) -> crate::Concurrency {
+        match std::num::NonZeroUsize::new(self.actors) {
+            Some(n) if n.get() > 1 => crate::Concurrency::Concurrent(n),
+            _ => crate::Concurrency::Sequential,
+        }
     }
 
     async fn init(&self) -> Result<(), Self::Error> {
@@ -144,8 +160,6 @@ pub struct CallsConfig {
     pub batch: usize,
     /// Crashes timed for the recovery figures.
     pub crashes: usize,
-    /// Tools started for the spawn figures.
-    pub spawn_tools: usize,
 }
 
 impl Default for CallsConfig {
@@ -154,7 +168,6 @@ impl Default for CallsConfig {
             rounds: 60,
             batch: 2_000,
             crashes: 2_000,
-            spawn_tools: 10_000,
         }
     }
 }
@@ -178,12 +191,54 @@ pub struct CallsReport {
     pub crash_recovery_p50_us: f64,
     /// 99th percentile of the same.
     pub crash_recovery_p99_us: f64,
-    /// Tools started for the spawn figures (each is a tool supervisor plus one tool actor).
-    pub spawn_tools: usize,
-    /// Time to build a runtime with `spawn_tools` tools, registration included.
-    pub spawn_ms: f64,
-    /// Resident memory added per tool (its supervisor, actor, pipeline and registry entry).
-    pub bytes_per_tool: f64,
+}
+
+/// What one spawn measurement found.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize)]
+pub struct SpawnReport {
+    /// How many were started.
+    pub count: usize,
+    /// Wall time to build the runtime that starts them.
+    pub ms: f64,
+    /// Resident memory added, divided by `count`.
+    pub bytes_each: f64,
+}
+
+/// What is spawned.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SpawnKind {
+    /// `count` supervised tool actors: one tool run by `count` actors.
+    Actors,
+    /// `count` distinct tools, each with one actor, its own pipeline, breaker and registry
+    /// entry.
+    Tools,
+}
+
+/// Builds a runtime that starts `count` actors or tools and reports time and memory. Run it
+/// in a fresh process for a clean memory figure: freed memory from earlier work would be
+/// reused and hide growth.
+///
+/// # Panics
+/// If the runtime fails to start.
+pub async fn spawn(kind: SpawnKind, count: usize) -> SpawnReport {
+    let count = count.max(1);
+    let builder = match kind {
+        SpawnKind::Actors => Runtime::builder().tool(Noop::named("noop").with_actors(count)),
+        SpawnKind::Tools => (0..count)
+            .map(|i| Noop::named(format!("noop_{i}")))
+            .fold(Runtime::builder(), |b, t| b.tool(t)),
+    };
+    let before = resident_bytes();
+    let start = std::time::Instant::now();
+    let rt = builder.build().await.expect("spawn runtime starts");
+    let ms = start.elapsed().as_secs_f64() * 1_000.0;
+    let bytes_each = resident_bytes().saturating_sub(before) as f64 / count as f64;
+    rt.shutdown().await;
+    SpawnReport {
+        count,
+        ms,
+        bytes_each,
+    }
 }
 
 /// Reports progress of a long measurement.
@@ -208,11 +263,6 @@ impl Stage for Quiet {
 /// # Panics
 /// If the runtime under test fails to start or a baseline call fails.
 pub async fn calls(config: CallsConfig, stage: &dyn Stage) -> CallsReport {
-    // Memory first, while the heap is fresh.
-    stage.phase("spawn", 1);
-    let (spawn_ms, bytes_per_tool) = spawn(config.spawn_tools).await;
-    stage.step();
-
     let rt = Runtime::builder()
         .tool(Noop::named("noop"))
         .tool_with(Crashy, crash_options())
@@ -265,9 +315,6 @@ pub async fn calls(config: CallsConfig, stage: &dyn Stage) -> CallsReport {
         breaker_check_ns: median(&mut brk),
         crash_recovery_p50_us: percentile(&recovery, 0.50),
         crash_recovery_p99_us: percentile(&recovery, 0.99),
-        spawn_tools: config.spawn_tools,
-        spawn_ms,
-        bytes_per_tool,
     }
 }
 
@@ -303,24 +350,6 @@ async fn crash_recovery(rt: &Runtime, crashes: usize, stage: &dyn Stage) -> Vec<
     std::panic::set_hook(hook);
     samples.sort_by(f64::total_cmp);
     samples
-}
-
-/// Builds a runtime with `n` tools; returns milliseconds taken and resident bytes per tool.
-async fn spawn(n: usize) -> (f64, f64) {
-    let tools: Vec<Noop> = (0..n).map(|i| Noop::named(format!("noop_{i}"))).collect();
-    let before = resident_bytes();
-    let start = std::time::Instant::now();
-    let rt = tools
-        .into_iter()
-        .fold(Runtime::builder(), |b, t| b.tool(t))
-        .build()
-        .await
-        .expect("spawn runtime starts");
-    let ms = start.elapsed().as_secs_f64() * 1_000.0;
-    let per_tool = resident_bytes().saturating_sub(before) as f64 / n.max(1) as f64;
-    let rt = Arc::new(rt);
-    rt.shutdown().await;
-    (ms, per_tool)
 }
 
 /// Resident set size from `/proc/self/statm` (0 where that does not exist).

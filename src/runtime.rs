@@ -248,7 +248,7 @@ impl RuntimeBuilder {
     /// started), or [`BuildError::Supervision`] if the tree fails to start.
     pub async fn build(self) -> Result<Runtime, BuildError> {
         let sweeper = Sweeper::spawn(DEADLINE_RESOLUTION);
-        let tools: DashMap<String, Arc<dyn ErasedTool>> = DashMap::new();
+        let tools: DashMap<String, Arc<dyn ErasedTool>> = DashMap::with_capacity(self.pending.len());
         let mut children = Vec::with_capacity(self.pending.len());
         for (prepare,) in self.pending {
             let prepared = prepare(&sweeper)?;

@@ -1,7 +1,7 @@
 //! The context handed to every call.
 
 use std::fmt;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::task::Waker;
 
@@ -53,7 +53,8 @@ pub struct CallContext {
 }
 
 struct Inner {
-    cancel: CancellationToken,
+    /// Created on first use: most calls finish without anyone asking for it.
+    cancel: OnceLock<CancellationToken>,
     /// Where a deadline watcher keeps this call, so it can be removed in O(1).
     deadline_slot: AtomicU64,
     /// Woken when the deadline passes, so the waiting caller can answer `timeout`.
@@ -78,7 +79,7 @@ impl CallContext {
         let started = Instant::now();
         Self {
             inner: Arc::new(Inner {
-                cancel: CancellationToken::new(),
+                cancel: OnceLock::new(),
                 deadline_slot: AtomicU64::new(u64::MAX),
                 deadline_waiter: AtomicWaker::new(),
                 call_id: new_call_id(),
@@ -124,12 +125,12 @@ impl CallContext {
     /// Fires when the deadline passes or the caller goes away. Tools doing long work should
     /// watch it (`token.cancelled().await` in a `select!`, or `is_cancelled()` between steps).
     pub fn cancellation(&self) -> &CancellationToken {
-        &self.inner.cancel
+        self.inner.cancel.get_or_init(CancellationToken::new)
     }
 
     /// Cancels the call (idempotent).
     pub fn cancel(&self) {
-        self.inner.cancel.cancel();
+        self.cancellation().cancel();
     }
 
     /// Where the runtime's deadline watcher keeps this call (`u64::MAX`: not watched).
@@ -153,13 +154,13 @@ impl CallContext {
     /// Fires the deadline: cancels the call and wakes its waiting caller.
     #[doc(hidden)]
     pub fn expire(&self) {
-        self.inner.cancel.cancel();
+        self.cancel();
         self.inner.deadline_waiter.wake();
     }
 
     /// Whether the call has been cancelled.
     pub fn is_cancelled(&self) -> bool {
-        self.inner.cancel.is_cancelled()
+        self.inner.cancel.get().is_some_and(CancellationToken::is_cancelled)
     }
 
     /// Reports progress to whoever is watching the call (e.g. an MCP client that sent a
@@ -208,7 +209,7 @@ impl fmt::Debug for CallContext {
             .field("agent", &self.inner.agent)
             .field("session", &self.inner.session)
             .field("deadline", &self.inner.deadline)
-            .field("cancelled", &self.inner.cancel.is_cancelled())
+            .field("cancelled", &self.is_cancelled())
             .finish()
     }
 }

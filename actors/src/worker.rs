@@ -23,8 +23,9 @@ use std::time::Duration;
 use futures::FutureExt;
 use guildhall_supervision::{ChildSpec, Shutdown};
 use ractor::{Actor, ActorId, ActorProcessingErr, ActorRef};
-use tokio::sync::{oneshot, watch};
-use tokio_util::sync::CancellationToken;
+use std::sync::{PoisonError, RwLock};
+
+use tokio::sync::{Notify, oneshot};
 
 use crate::context::CallContext;
 use crate::error::CallError;
@@ -35,14 +36,14 @@ pub struct ToolMsg<T: Tool>(Invocation<T>);
 
 struct Invocation<T: Tool> {
     input: Option<T::Input>,
-    ctx: CallContext,
+    ctx: Option<CallContext>,
     reply: Option<oneshot::Sender<Outcome<T>>>,
 }
 
 enum Outcome<T: Tool> {
     Done(Result<T::Output, T::Error>),
-    /// The call never started; here is its input back.
-    Bounced(T::Input),
+    /// The call never started; here are its input and context back.
+    Bounced(T::Input, CallContext),
     Crashed(String),
     Overran,
 }
@@ -51,8 +52,10 @@ impl<T: Tool> Drop for Invocation<T> {
     /// An invocation dropped before the actor took its input (the actor died with it queued)
     /// sends the input back so the pool can re-send it.
     fn drop(&mut self) {
-        if let (Some(input), Some(reply)) = (self.input.take(), self.reply.take()) {
-            let _ = reply.send(Outcome::Bounced(input));
+        if let (Some(input), Some(ctx), Some(reply)) =
+            (self.input.take(), self.ctx.take(), self.reply.take())
+        {
+            let _ = reply.send(Outcome::Bounced(input, ctx));
         }
     }
 }
@@ -81,7 +84,7 @@ impl<T: Tool> Actor for ToolActor<T> {
         slot: Arc<Slot<T>>,
     ) -> Result<Self::State, ActorProcessingErr> {
         let state = self.tool.init().await?;
-        slot.current.send_replace(Some(myself));
+        slot.publish(Some(myself));
         Ok(ToolActorState { state })
     }
 
@@ -93,43 +96,55 @@ impl<T: Tool> Actor for ToolActor<T> {
         ToolMsg(mut inv): Self::Msg,
         state: &mut Self::State,
     ) -> Result<(), ActorProcessingErr> {
-        let (Some(input), Some(reply)) = (inv.input.take(), inv.reply.take()) else {
+        let (Some(input), Some(ctx), Some(reply)) =
+            (inv.input.take(), inv.ctx.take(), inv.reply.take())
+        else {
             return Ok(());
         };
-        let watch = inv.ctx.clone();
-        let call = AssertUnwindSafe(self.tool.call(&mut state.state, input, inv.ctx.clone()))
-            .catch_unwind();
-        tokio::select! {
-            biased;
-            result = call => match result {
-                Ok(result) => {
-                    let _ = reply.send(Outcome::Done(result));
-                    Ok(())
-                }
-                Err(panic) => {
-                    let reason = panic_message(panic.as_ref());
-                    let _ = reply.send(Outcome::Crashed(reason.clone()));
-                    Err(format!("tool panicked: {reason}").into())
-                }
-            },
-            () = overrun(watch.cancellation(), self.grace) => {
+        let watch = ctx.clone();
+        let call = AssertUnwindSafe(self.tool.call(&mut state.state, input, ctx)).catch_unwind();
+        let mut call = std::pin::pin!(call);
+        // Most calls finish on their first poll. Only the others arm the wait for their
+        // cancellation and grace period, boxed so that its space is not carried by every
+        // idle actor.
+        let finished = match futures::poll!(call.as_mut()) {
+            Poll::Ready(result) => Some(result),
+            Poll::Pending => Box::pin(finish_or_overrun(call, &watch, self.grace)).await,
+        };
+        match finished {
+            Some(Ok(result)) => {
+                let _ = reply.send(Outcome::Done(result));
+                Ok(())
+            }
+            Some(Err(panic)) => {
+                let reason = panic_message(panic.as_ref());
+                let _ = reply.send(Outcome::Crashed(reason.clone()));
+                Err(format!("tool panicked: {reason}").into())
+            }
+            None => {
                 let _ = reply.send(Outcome::Overran);
-                Err(format!(
-                    "tool ignored cancellation for {:?} past its deadline",
-                    self.grace
-                )
-                .into())
+                Err(format!("tool ignored cancellation for {:?} past its deadline", self.grace).into())
             }
         }
     }
 }
 
-/// Resolves once the call has been cancelled and `grace` has gone by. The caller's deadline
-/// layer cancels the token at the deadline (and a dropped caller cancels it at once), so no
-/// timer is armed here unless the call is already overdue.
-async fn overrun(token: &CancellationToken, grace: Duration) {
-    token.cancelled().await;
-    tokio::time::sleep(grace).await;
+/// Waits for the call; once it is cancelled, gives it `grace` more. `None`: it overran.
+async fn finish_or_overrun<F: Future>(
+    mut call: Pin<&mut F>,
+    ctx: &CallContext,
+    grace: Duration,
+) -> Option<F::Output> {
+    tokio::select! {
+        biased;
+        result = call.as_mut() => return Some(result),
+        () = ctx.cancellation().cancelled() => {}
+    }
+    tokio::select! {
+        biased;
+        result = call => Some(result),
+        () = tokio::time::sleep(grace) => None,
+    }
 }
 
 fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
@@ -144,8 +159,29 @@ fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
 
 /// Where callers find the current actor of one worker; republished on every restart.
 pub struct Slot<T: Tool> {
-    current: watch::Sender<Option<ActorRef<ToolMsg<T>>>>,
+    current: RwLock<Option<ActorRef<ToolMsg<T>>>>,
+    /// Woken when `current` changes.
+    changed: Notify,
     busy: AtomicUsize,
+}
+
+impl<T: Tool> Slot<T> {
+    fn new() -> Self {
+        Self {
+            current: RwLock::new(None),
+            changed: Notify::new(),
+            busy: AtomicUsize::new(0),
+        }
+    }
+
+    fn current(&self) -> Option<ActorRef<ToolMsg<T>>> {
+        self.current.read().unwrap_or_else(PoisonError::into_inner).clone()
+    }
+
+    fn publish(&self, actor: Option<ActorRef<ToolMsg<T>>>) {
+        *self.current.write().unwrap_or_else(PoisonError::into_inner) = actor;
+        self.changed.notify_waiters();
+    }
 }
 
 /// A tool's actors and the dispatch of calls to them. Cheap to clone.
@@ -175,12 +211,7 @@ impl<T: Tool> WorkerPool<T> {
     /// a call may run past its deadline before its actor is restarted.
     pub fn new(tool: Arc<T>, grace: Duration) -> Self {
         let slots = (0..tool.concurrency().actors())
-            .map(|_| {
-                Arc::new(Slot {
-                    current: watch::Sender::new(None),
-                    busy: AtomicUsize::new(0),
-                })
-            })
+            .map(|_| Arc::new(Slot::new()))
             .collect();
         Self {
             inner: Arc::new(PoolInner {
@@ -240,7 +271,7 @@ impl<T: Tool> WorkerPool<T> {
     pub fn close(&self) {
         self.inner.closed.store(true, Ordering::Release);
         for slot in &self.inner.slots {
-            slot.current.send_replace(None);
+            slot.publish(None);
         }
     }
 
@@ -266,31 +297,38 @@ impl<T: Tool> WorkerPool<T> {
         if tracked {
             self.inner.slots[slot].busy.fetch_add(1, Ordering::Relaxed);
         }
-        let state = match self.send(slot, input, &ctx) {
+        let budget = ctx.budget();
+        let state = match self.send(slot, input, ctx) {
             Ok(sent) => sent,
-            Err(input) => self.slow(slot, input, ctx.clone(), None),
+            Err((input, ctx)) => self.slow(slot, input, ctx, None),
         };
         Dispatched {
             pool: self.clone(),
             slot,
             tracked,
-            ctx,
+            budget,
             state,
         }
     }
 
-    /// Sends to the slot's current actor, or hands the input back if there is none.
-    fn send(&self, slot: usize, input: T::Input, ctx: &CallContext) -> Result<State<T>, T::Input> {
+    /// Sends to the slot's current actor, or hands the call back if there is none.
+    #[allow(clippy::type_complexity)]
+    fn send(
+        &self,
+        slot: usize,
+        input: T::Input,
+        ctx: CallContext,
+    ) -> Result<State<T>, (T::Input, CallContext)> {
         if self.inner.closed.load(Ordering::Acquire) {
-            return Ok(State::Failed(Some(self.unavailable())));
+            return Ok(State::Failed(Some(Box::new(self.unavailable()))));
         }
-        let Some(actor) = self.inner.slots[slot].current.borrow().clone() else {
-            return Err(input);
+        let Some(actor) = self.inner.slots[slot].current() else {
+            return Err((input, ctx));
         };
         let (reply, outcome) = oneshot::channel();
         let inv = Invocation {
             input: Some(input),
-            ctx: ctx.clone(),
+            ctx: Some(ctx),
             reply: Some(reply),
         };
         // A failed send drops the message, which bounces the input back through `outcome`.
@@ -304,27 +342,27 @@ impl<T: Tool> WorkerPool<T> {
     /// The path for calls that must wait for an actor: boxed, since it is rare.
     fn slow(&self, slot: usize, input: T::Input, ctx: CallContext, old: Option<ActorId>) -> State<T> {
         let pool = self.clone();
+        let budget = ctx.budget();
         State::Slow(Box::pin(async move {
-            let mut input = input;
-            let mut old = old;
+            let (mut input, mut ctx, mut old) = (input, ctx, old);
             loop {
                 pool.wait_replaced(&pool.inner.slots[slot], old).await;
-                let (outcome, actor) = match pool.send(slot, input, &ctx) {
+                let (outcome, actor) = match pool.send(slot, input, ctx) {
                     Ok(State::Waiting { outcome, actor }) => (outcome, actor),
-                    Ok(State::Failed(err)) => return Err(err.unwrap_or_else(|| pool.unavailable())),
+                    Ok(State::Failed(err)) => {
+                        return Err(err.map_or_else(|| pool.unavailable(), |e| *e));
+                    }
                     Ok(State::Slow(_)) => unreachable!("send never returns the slow path"),
                     Err(back) => {
-                        input = back;
-                        old = None;
+                        (input, ctx, old) = (back.0, back.1, None);
                         continue;
                     }
                 };
                 match outcome.await {
-                    Ok(Outcome::Bounced(back)) => {
-                        input = back;
-                        old = Some(actor);
+                    Ok(Outcome::Bounced(back, back_ctx)) => {
+                        (input, ctx, old) = (back, back_ctx, Some(actor));
                     }
-                    other => return pool.settle(other, &ctx),
+                    other => return pool.settle(other, budget),
                 }
             }
         }))
@@ -334,7 +372,7 @@ impl<T: Tool> WorkerPool<T> {
     fn settle(
         &self,
         outcome: Result<Outcome<T>, oneshot::error::RecvError>,
-        ctx: &CallContext,
+        budget: Duration,
     ) -> Result<T::Output, CallError> {
         match outcome {
             Ok(Outcome::Done(Ok(output))) => Ok(output),
@@ -347,9 +385,9 @@ impl<T: Tool> WorkerPool<T> {
             Ok(Outcome::Crashed(reason)) => Err(self.crashed(reason)),
             Ok(Outcome::Overran) => Err(CallError::Timeout {
                 tool: self.inner.name.clone(),
-                after: ctx.budget(),
+                after: budget,
             }),
-            Ok(Outcome::Bounced(_)) => Err(self.crashed("the call was returned undelivered".into())),
+            Ok(Outcome::Bounced(..)) => Err(self.crashed("the call was returned undelivered".into())),
             Err(_) => Err(self.crashed("the tool's actor stopped mid-call".into())),
         }
     }
@@ -369,18 +407,19 @@ impl<T: Tool> WorkerPool<T> {
 
     /// Waits until the slot holds an actor other than `old` (or the pool closes).
     async fn wait_replaced(&self, slot: &Slot<T>, old: Option<ActorId>) {
-        let mut rx = slot.current.subscribe();
         loop {
+            // Register interest before checking, so a publish in between is not missed.
+            let changed = slot.changed.notified();
+            let mut changed = std::pin::pin!(changed);
+            changed.as_mut().enable();
             if self.inner.closed.load(Ordering::Acquire) {
                 return;
             }
-            let current = rx.borrow_and_update().as_ref().map(|a| a.get_id());
+            let current = slot.current().map(|a| a.get_id());
             if current.is_some() && current != old {
                 return;
             }
-            if rx.changed().await.is_err() {
-                return;
-            }
+            changed.await;
         }
     }
 
@@ -404,7 +443,7 @@ pub struct Dispatched<T: Tool> {
     pool: WorkerPool<T>,
     slot: usize,
     tracked: bool,
-    ctx: CallContext,
+    budget: Duration,
     state: State<T>,
 }
 
@@ -418,8 +457,8 @@ enum State<T: Tool> {
     },
     /// Waiting for an actor to (re)start, then sending.
     Slow(SlowPath<T>),
-    /// Failed before sending.
-    Failed(Option<CallError>),
+    /// Failed before sending (boxed: rare, and it keeps every call's future small).
+    Failed(Option<Box<CallError>>),
 }
 
 impl<T: Tool> Future for Dispatched<T> {
@@ -431,17 +470,17 @@ impl<T: Tool> Future for Dispatched<T> {
             match &mut this.state {
                 State::Waiting { outcome, actor } => {
                     let reply = ready!(Pin::new(outcome).poll(cx));
-                    if let Ok(Outcome::Bounced(input)) = reply {
+                    if let Ok(Outcome::Bounced(input, ctx)) = reply {
                         // The actor died with the call still queued: wait for its successor.
                         let old = Some(*actor);
-                        this.state = this.pool.slow(this.slot, input, this.ctx.clone(), old);
+                        this.state = this.pool.slow(this.slot, input, ctx, old);
                         continue;
                     }
-                    return Poll::Ready(this.pool.settle(reply, &this.ctx));
+                    return Poll::Ready(this.pool.settle(reply, this.budget));
                 }
                 State::Slow(fut) => return fut.as_mut().poll(cx),
                 State::Failed(err) => {
-                    let err = err.take().unwrap_or_else(|| this.pool.unavailable());
+                    let err = err.take().map_or_else(|| this.pool.unavailable(), |e| *e);
                     return Poll::Ready(Err(err));
                 }
             }

@@ -1,10 +1,12 @@
 //! `guildhall bench`.
 
 use std::io::Write;
+use std::process::Command;
 
-use clap::{Args, Subcommand};
-use guildhall::bench::{CallsConfig, CallsReport, Stage};
+use clap::{Args, Subcommand, ValueEnum};
+use guildhall::bench::{CallsConfig, CallsReport, SpawnKind, SpawnReport, Stage};
 use indicatif::{ProgressBar, ProgressStyle};
+use serde::Serialize;
 
 #[derive(Debug, Args)]
 pub(crate) struct BenchArgs {
@@ -15,8 +17,11 @@ pub(crate) struct BenchArgs {
 #[derive(Debug, Subcommand)]
 enum Which {
     /// Per-call overhead against a direct call and a bare ractor actor, breaker cost, crash
-    /// recovery time, and the cost of spawning many supervised tools.
+    /// recovery time, and the cost of spawning many supervised actors and tools.
     Calls(CallsArgs),
+    /// Spawn many actors or tools once and report time and memory (run in a fresh process by
+    /// `bench calls`; useful on its own too).
+    Spawn(SpawnArgs),
 }
 
 #[derive(Debug, Args)]
@@ -33,9 +38,40 @@ struct CallsArgs {
     /// Crashes timed for the recovery percentiles.
     #[arg(long, default_value_t = CallsConfig::default().crashes)]
     crashes: usize,
-    /// Tools started for the spawn measurement.
-    #[arg(long, default_value_t = CallsConfig::default().spawn_tools)]
-    spawn_tools: usize,
+    /// Supervised tool actors spawned for the spawn and memory figures.
+    #[arg(long, default_value_t = 10_000)]
+    spawn: usize,
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+enum Kind {
+    /// One tool run by N actors.
+    Actors,
+    /// N distinct tools, one actor each.
+    Tools,
+}
+
+#[derive(Debug, Args)]
+struct SpawnArgs {
+    /// What to spawn.
+    #[arg(long, value_enum, default_value_t = Kind::Actors)]
+    kind: Kind,
+    /// How many.
+    #[arg(long, default_value_t = 10_000)]
+    count: usize,
+}
+
+/// Everything `bench calls --json` prints.
+#[derive(Debug, Serialize)]
+struct Report {
+    #[serde(flatten)]
+    calls: CallsReport,
+    actors_spawned: usize,
+    actors_spawn_ms: f64,
+    bytes_per_actor: f64,
+    tools_spawned: usize,
+    tools_spawn_ms: f64,
+    bytes_per_tool: f64,
 }
 
 /// Shows phases on a progress bar when stderr is a terminal; hidden otherwise.
@@ -55,48 +91,92 @@ impl Stage for Bar {
 
 pub(crate) async fn run(args: BenchArgs) -> Result<(), Box<dyn std::error::Error>> {
     match args.which {
-        Which::Calls(a) => {
-            let config = CallsConfig {
-                rounds: a.rounds.max(1),
-                batch: a.batch.max(1),
-                crashes: a.crashes.max(1),
-                spawn_tools: a.spawn_tools.max(1),
+        Which::Calls(a) => calls(a).await,
+        Which::Spawn(a) => {
+            let kind = match a.kind {
+                Kind::Actors => SpawnKind::Actors,
+                Kind::Tools => SpawnKind::Tools,
             };
-            let bar = ProgressBar::new(0).with_style(
-                ProgressStyle::with_template("{msg:>15} [{bar:30}] {pos}/{len}")?.progress_chars("=> "),
-            );
-            // Measure from a task on the runtime's workers, where a server's callers live,
-            // not from the thread blocked in `block_on`.
-            let stage = Bar(bar.clone());
-            let report = tokio::spawn(async move { guildhall::bench::calls(config, &stage).await }).await?;
-            bar.finish_and_clear();
-            let mut out = std::io::stdout().lock();
-            if a.json {
-                writeln!(out, "{}", serde_json::to_string(&report)?)?;
-            } else {
-                table(&mut out, &report)?;
-            }
+            let report = guildhall::bench::spawn(kind, a.count).await;
+            writeln!(std::io::stdout().lock(), "{}", serde_json::to_string(&report)?)?;
             Ok(())
         }
     }
 }
 
-fn table(out: &mut impl Write, r: &CallsReport) -> std::io::Result<()> {
-    writeln!(out, "{:<34} {:>12}  target", "measurement", "value")?;
+async fn calls(a: CallsArgs) -> Result<(), Box<dyn std::error::Error>> {
+    let config = CallsConfig {
+        rounds: a.rounds.max(1),
+        batch: a.batch.max(1),
+        crashes: a.crashes.max(1),
+    };
+    let bar = ProgressBar::new(0).with_style(
+        ProgressStyle::with_template("{msg:>15} [{bar:30}] {pos}/{len}")?.progress_chars("=> "),
+    );
+    let stage = Bar(bar.clone());
+    stage.phase("spawn", 2);
+    // Memory is measured in fresh processes so that no earlier phase's freed memory is reused.
+    let actors = spawn_in_child("actors", a.spawn)?;
+    stage.step();
+    let tools = spawn_in_child("tools", a.spawn)?;
+    stage.step();
+    // Measure from a task on the runtime's workers, where a server's callers live, not from
+    // the thread blocked in `block_on`.
+    let calls = tokio::spawn(async move { guildhall::bench::calls(config, &stage).await }).await?;
+    bar.finish_and_clear();
+    let report = Report {
+        calls,
+        actors_spawned: actors.count,
+        actors_spawn_ms: actors.ms,
+        bytes_per_actor: actors.bytes_each,
+        tools_spawned: tools.count,
+        tools_spawn_ms: tools.ms,
+        bytes_per_tool: tools.bytes_each,
+    };
+    let mut out = std::io::stdout().lock();
+    if a.json {
+        writeln!(out, "{}", serde_json::to_string(&report)?)?;
+    } else {
+        table(&mut out, &report)?;
+    }
+    Ok(())
+}
+
+fn spawn_in_child(kind: &str, count: usize) -> Result<SpawnReport, Box<dyn std::error::Error>> {
+    let exe = std::env::current_exe()?;
+    let count = count.to_string();
+    let out = Command::new(exe)
+        .args(["bench", "spawn", "--kind", kind, "--count", &count])
+        .output()?;
+    if !out.status.success() {
+        return Err(format!(
+            "spawn measurement failed: {}",
+            String::from_utf8_lossy(&out.stderr).trim()
+        )
+        .into());
+    }
+    Ok(serde_json::from_slice(&out.stdout)?)
+}
+
+fn table(out: &mut impl Write, r: &Report) -> std::io::Result<()> {
+    let c = &r.calls;
+    writeln!(out, "{:<40} {:>12}  target", "measurement", "value")?;
     let rows = [
-        ("direct call (ns)", r.direct_ns, ""),
-        ("bare ractor call (ns)", r.raw_ractor_ns, "baseline"),
-        ("guildhall pipeline call (ns)", r.pipeline_ns, ""),
-        ("  with JSON in/out (ns)", r.json_pipeline_ns, ""),
-        ("overhead ratio", r.overhead_ratio, "<= 2"),
-        ("breaker check (ns)", r.breaker_check_ns, "< 100"),
-        ("crash -> serving p50 (us)", r.crash_recovery_p50_us, ""),
-        ("crash -> serving p99 (us)", r.crash_recovery_p99_us, "<= 100"),
-        ("spawn tools (ms)", r.spawn_ms, "< 100 for 10,000"),
-        ("resident bytes per tool", r.bytes_per_tool, "<= 8192"),
+        ("direct call (ns)", c.direct_ns, ""),
+        ("bare ractor call (ns)", c.raw_ractor_ns, "baseline"),
+        ("guildhall pipeline call (ns)", c.pipeline_ns, ""),
+        ("  with JSON in/out (ns)", c.json_pipeline_ns, ""),
+        ("overhead ratio", c.overhead_ratio, "<= 2"),
+        ("breaker check (ns)", c.breaker_check_ns, "< 100"),
+        ("crash -> serving p50 (us)", c.crash_recovery_p50_us, ""),
+        ("crash -> serving p99 (us)", c.crash_recovery_p99_us, "<= 100"),
+        ("spawn supervised tool actors (ms)", r.actors_spawn_ms, "< 100"),
+        ("resident bytes per tool actor", r.bytes_per_actor, "<= 8192"),
+        ("spawn distinct tools (ms)", r.tools_spawn_ms, ""),
+        ("resident bytes per tool", r.bytes_per_tool, ""),
     ];
     for (name, value, target) in rows {
-        writeln!(out, "{name:<34} {value:>12.2}  {target}")?;
+        writeln!(out, "{name:<40} {value:>12.2}  {target}")?;
     }
-    writeln!(out, "{:<34} {:>12}", "tools spawned", r.spawn_tools)
+    writeln!(out, "{:<40} {:>12}", "actors / tools spawned", format!("{} / {}", r.actors_spawned, r.tools_spawned))
 }

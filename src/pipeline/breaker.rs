@@ -71,10 +71,10 @@ where
             },
             Err(open) => BreakerFuture {
                 state: State::Rejected {
-                    error: Some(CallError::CircuitOpen {
+                    error: Some(Box::new(CallError::CircuitOpen {
                         tool: self.tool.to_string(),
                         retry_after: open.retry_after,
-                    }),
+                    })),
                 },
                 outcome: None,
             },
@@ -95,7 +95,7 @@ pin_project! {
     #[project = StateProj]
     enum State<F> {
         Admitted { #[pin] inner: F },
-        Rejected { error: Option<CallError> },
+        Rejected { error: Option<Box<CallError>> },
     }
 }
 
@@ -109,7 +109,7 @@ where
         let this = self.project();
         match this.state.project() {
             StateProj::Rejected { error } => {
-                Poll::Ready(Err(error.take().expect("polled after completion")))
+                Poll::Ready(Err(*error.take().expect("polled after completion")))
             }
             StateProj::Admitted { inner } => {
                 let result = ready!(inner.poll(cx));

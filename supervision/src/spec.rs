@@ -52,7 +52,7 @@ pub enum ChildKind {
 /// Everything a supervisor needs to know about one child.
 #[derive(Clone)]
 pub struct ChildSpec {
-    pub(crate) id: String,
+    pub(crate) id: Arc<str>,
     pub(crate) start: StartFn,
     pub(crate) restart: Restart,
     pub(crate) shutdown: Shutdown,
@@ -63,7 +63,7 @@ pub struct ChildSpec {
 
 impl ChildSpec {
     /// A permanent worker with a five-second shutdown timeout, started by `start`.
-    pub fn worker(id: impl Into<String>, start: StartFn) -> Self {
+    pub fn worker(id: impl Into<Arc<str>>, start: StartFn) -> Self {
         Self {
             id: id.into(),
             start,
@@ -77,7 +77,7 @@ impl ChildSpec {
 
     /// A permanent worker running actor `A`; `make` builds the handler and its arguments
     /// afresh for every (re)start.
-    pub fn actor<A, F>(id: impl Into<String>, make: F) -> Self
+    pub fn actor<A, F>(id: impl Into<Arc<str>>, make: F) -> Self
     where
         A: Actor,
         F: Fn() -> (A, A::Arguments) + Send + Sync + 'static,
@@ -96,7 +96,7 @@ impl ChildSpec {
     }
 
     /// A nested supervisor running `spec`, with [`Shutdown::Infinity`] as OTP recommends.
-    pub fn supervisor(id: impl Into<String>, spec: SupervisorSpec) -> Self {
+    pub fn supervisor(id: impl Into<Arc<str>>, spec: SupervisorSpec) -> Self {
         let mut child = Self::actor(id, move || (SupervisorActor, spec.clone()));
         child.kind = ChildKind::Supervisor;
         child.shutdown = Shutdown::Infinity;

@@ -18,6 +18,7 @@
 //! Exits of children the supervisor stopped itself are recognised by actor id and ignored.
 
 use std::collections::HashSet;
+use std::sync::Arc;
 use std::time::Duration;
 
 use ractor::{Actor, ActorCell, ActorProcessingErr, ActorRef, RpcReplyPort, SupervisionEvent};
@@ -104,7 +105,7 @@ pub enum SupervisorMsg {
 /// A scheduled restart; opaque outside this module.
 #[derive(Debug)]
 pub struct RestartDue {
-    ids: Vec<String>,
+    ids: Vec<Arc<str>>,
 }
 
 /// The supervisor behaviour. Its state is private.
@@ -116,8 +117,8 @@ struct Child {
     cell: Option<ActorCell>,
     status: ChildStatus,
     restarts: u32,
-    /// This child's own recent restarts, which set its backoff.
-    history: RestartWindow,
+    /// This child's own recent restarts, which set its backoff; allocated on first restart.
+    history: Option<Box<RestartWindow>>,
 }
 
 /// A supervisor's running state.
@@ -128,7 +129,7 @@ pub struct SupervisorState {
     window: RestartWindow,
     children: Vec<Child>,
     /// Ids of `children`, for constant-time duplicate checks with many children.
-    ids: HashSet<String>,
+    ids: HashSet<Arc<str>>,
 }
 
 impl Actor for SupervisorActor {
@@ -240,7 +241,7 @@ impl SupervisorState {
     }
 
     fn index_of(&self, id: &str) -> Option<usize> {
-        self.children.iter().position(|c| c.spec.id == id)
+        self.children.iter().position(|c| &*c.spec.id == id)
     }
 
     async fn add_child(
@@ -249,21 +250,23 @@ impl SupervisorState {
         spec: ChildSpec,
     ) -> Result<(), SupervisorError> {
         if self.ids.contains(&spec.id) {
-            return Err(SupervisorError::DuplicateChild { id: spec.id });
+            return Err(SupervisorError::DuplicateChild {
+                id: spec.id.to_string(),
+            });
         }
         let cell = (spec.start)(myself.get_cell())
             .await
             .map_err(|e| SupervisorError::StartFailed {
-                id: spec.id.clone(),
+                id: spec.id.to_string(),
                 reason: e.to_string(),
             })?;
-        self.ids.insert(spec.id.clone());
+        self.ids.insert(Arc::clone(&spec.id));
         self.children.push(Child {
             spec,
             cell: Some(cell),
             status: ChildStatus::Running,
             restarts: 0,
-            history: RestartWindow::new(self.intensity),
+            history: None,
         });
         Ok(())
     }
@@ -311,9 +314,13 @@ impl SupervisorState {
                 period: exceeded.period,
             });
         }
+        let intensity = self.intensity;
         let exited = &mut self.children[i];
-        let recent = exited.history.recent(now);
-        let _ = exited.history.record(now);
+        let history = exited
+            .history
+            .get_or_insert_with(|| Box::new(RestartWindow::new(intensity)));
+        let recent = history.recent(now);
+        let _ = history.record(now);
         let delay = exited
             .spec
             .backoff
@@ -331,10 +338,10 @@ impl SupervisorState {
             }
         }
         // OTP removes temporary children that a group restart stopped.
-        let ids: Vec<String> = group
+        let ids: Vec<Arc<str>> = group
             .iter()
             .filter(|&&j| j == i || self.children[j].spec.restart != Restart::Temporary)
-            .map(|&j| self.children[j].spec.id.clone())
+            .map(|&j| Arc::clone(&self.children[j].spec.id))
             .collect();
         for &j in group.iter().rev() {
             if !ids.contains(&self.children[j].spec.id) {
@@ -363,7 +370,7 @@ impl SupervisorState {
     async fn start_group(
         &mut self,
         myself: &ActorRef<SupervisorMsg>,
-        ids: &[String],
+        ids: &[Arc<str>],
     ) -> Result<(), SupervisorError> {
         for j in 0..self.children.len() {
             let child = &self.children[j];
@@ -431,7 +438,7 @@ impl SupervisorState {
                 _ => Vec::new(),
             };
             ChildSnapshot {
-                id: c.spec.id.clone(),
+                id: c.spec.id.to_string(),
                 kind: match c.spec.kind {
                     ChildKind::Worker => NodeKind::Worker,
                     ChildKind::Supervisor => NodeKind::Supervisor,
