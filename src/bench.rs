@@ -104,7 +104,12 @@ impl Tool for Crashy {
         Ok(())
     }
 
-    async fn call(&self, _: &mut (), input: CrashInput, _: CallContext) -> Result<Number, Self::Error> {
+    async fn call(
+        &self,
+        _: &mut (),
+        input: CrashInput,
+        _: CallContext,
+    ) -> Result<Number, Self::Error> {
         assert!(!input.panic, "crash requested");
         Ok(Number { n: 1 })
     }
@@ -127,7 +132,12 @@ impl Actor for RawEcho {
         Ok(())
     }
 
-    async fn handle(&self, _: ActorRef<RawCall>, RawCall(n, reply): RawCall, _: &mut ()) -> Result<(), ActorProcessingErr> {
+    async fn handle(
+        &self,
+        _: ActorRef<RawCall>,
+        RawCall(n, reply): RawCall,
+        _: &mut (),
+    ) -> Result<(), ActorProcessingErr> {
         let _ = reply.send(n);
         Ok(())
     }
@@ -270,32 +280,54 @@ pub async fn calls(config: CallsConfig, stage: &dyn Stage) -> CallsReport {
         .await
         .expect("bench runtime starts");
     let handle = rt.handle::<Noop>("noop").expect("noop registered");
-    let (raw, _) = Actor::spawn(None, RawEcho, ()).await.expect("raw actor starts");
+    let (raw, _) = Actor::spawn(None, RawEcho, ())
+        .await
+        .expect("raw actor starts");
     let tool = Noop::named("direct");
     let ctx = CallContext::new(None, None, Duration::from_secs(3600), None);
     let breaker = SharedBreaker::new(BreakerConfig::default());
     let json_args = serde_json::json!({ "n": 7 });
 
     stage.phase("calls", config.rounds as u64);
-    let (mut direct, mut raw_ns, mut pipe, mut json, mut brk) = (vec![], vec![], vec![], vec![], vec![]);
+    let (mut direct, mut raw_ns, mut pipe, mut json, mut brk) =
+        (vec![], vec![], vec![], vec![], vec![]);
     for _ in 0..config.rounds {
-        direct.push(batch(config.batch, || async {
-            black_box(tool.call(&mut (), Number { n: 7 }, ctx.clone()).await.ok());
-        }).await);
-        raw_ns.push(batch(config.batch, || async {
-            black_box(raw_call(&raw, 7).await);
-        }).await);
-        pipe.push(batch(config.batch, || async {
-            black_box(handle.call(Number { n: 7 }).await.ok());
-        }).await);
-        json.push(batch(config.batch, || async {
-            black_box(rt.call_json("noop", json_args.clone(), CallOptions::new()).await.ok());
-        }).await);
-        brk.push(batch(config.batch * 10, || async {
-            if let Ok(a) = breaker.try_acquire() {
-                black_box(breaker.record(a, true));
-            }
-        }).await);
+        direct.push(
+            batch(config.batch, || async {
+                black_box(tool.call(&mut (), Number { n: 7 }, ctx.clone()).await.ok());
+            })
+            .await,
+        );
+        raw_ns.push(
+            batch(config.batch, || async {
+                black_box(raw_call(&raw, 7).await);
+            })
+            .await,
+        );
+        pipe.push(
+            batch(config.batch, || async {
+                black_box(handle.call(Number { n: 7 }).await.ok());
+            })
+            .await,
+        );
+        json.push(
+            batch(config.batch, || async {
+                black_box(
+                    rt.call_json("noop", json_args.clone(), CallOptions::new())
+                        .await
+                        .ok(),
+                );
+            })
+            .await,
+        );
+        brk.push(
+            batch(config.batch * 10, || async {
+                if let Ok(a) = breaker.try_acquire() {
+                    black_box(breaker.record(a, true));
+                }
+            })
+            .await,
+        );
         stage.step();
     }
 
@@ -343,7 +375,10 @@ async fn crash_recovery(rt: &Runtime, crashes: usize, stage: &dyn Stage) -> Vec<
         let err = crashy.call(CrashInput { panic: true }).await;
         assert!(err.is_err(), "crashy must crash");
         let crashed_at = std::time::Instant::now();
-        crashy.call(CrashInput { panic: false }).await.expect("serving after restart");
+        crashy
+            .call(CrashInput { panic: false })
+            .await
+            .expect("serving after restart");
         samples.push(crashed_at.elapsed().as_nanos() as f64 / 1_000.0);
         stage.step();
     }

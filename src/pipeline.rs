@@ -48,10 +48,8 @@ pub struct ToolCall<I> {
 pub type ToolService<T> = Breaker<Deadline<MaybeRetry<T>>>;
 
 /// The retry layer where the tool is idempotent, nothing otherwise.
-type MaybeRetry<T> = Either<
-    Retry<RetryPolicy, ConcurrencyLimit<Dispatch<T>>>,
-    ConcurrencyLimit<Dispatch<T>>,
->;
+type MaybeRetry<T> =
+    Either<Retry<RetryPolicy, ConcurrencyLimit<Dispatch<T>>>, ConcurrencyLimit<Dispatch<T>>>;
 
 /// Builds the stack for one tool.
 pub fn build<T: Tool>(
@@ -71,4 +69,3 @@ pub fn build<T: Tool>(
         .layer(ConcurrencyLimitLayer::new(options.max_in_flight))
         .service(Dispatch::new(pool))
 }
-

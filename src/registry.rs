@@ -64,7 +64,11 @@ impl<T: Tool> ToolHandle<T> {
 /// A registered tool with its types erased.
 pub(crate) trait ErasedTool: Send + Sync + 'static {
     fn spec(&self) -> &ToolSpec;
-    fn call_json(&self, args: Value, options: CallOptions) -> BoxFuture<'static, Result<Value, CallError>>;
+    fn call_json(
+        &self,
+        args: Value,
+        options: CallOptions,
+    ) -> BoxFuture<'static, Result<Value, CallError>>;
     fn as_any(&self) -> &dyn Any;
     fn close(&self);
 }
@@ -80,7 +84,11 @@ impl<T: Tool> ErasedTool for ToolEntry<T> {
         &self.spec
     }
 
-    fn call_json(&self, args: Value, options: CallOptions) -> BoxFuture<'static, Result<Value, CallError>> {
+    fn call_json(
+        &self,
+        args: Value,
+        options: CallOptions,
+    ) -> BoxFuture<'static, Result<Value, CallError>> {
         let handle = self.handle.clone();
         let name = Arc::<str>::from(self.spec.name.as_str());
         Box::pin(async move {

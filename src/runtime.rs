@@ -55,7 +55,8 @@ const DEADLINE_RESOLUTION: Duration = Duration::from_millis(1);
 #[must_use = "a builder does nothing until `build` is awaited"]
 pub struct RuntimeBuilder {
     defaults: ToolOptions,
-    pending: Vec<(Box<dyn FnOnce(&Arc<Sweeper>) -> Result<Prepared, RegistrationError> + Send>,)>,
+    sweeper: Arc<Sweeper>,
+    pending: Vec<Result<Prepared, RegistrationError>>,
 }
 
 /// A tool ready to be started: its entry and its actors' child specs.
@@ -69,6 +70,7 @@ impl Runtime {
     pub fn builder() -> RuntimeBuilder {
         RuntimeBuilder {
             defaults: ToolOptions::default(),
+            sweeper: Sweeper::new(DEADLINE_RESOLUTION),
             pending: Vec::new(),
         }
     }
@@ -165,7 +167,11 @@ impl Runtime {
     ///
     /// # Cancel safety
     /// As [`register`](Self::register).
-    pub async fn register_with<T: Tool>(&self, tool: T, options: ToolOptions) -> Result<(), BuildError> {
+    pub async fn register_with<T: Tool>(
+        &self,
+        tool: T,
+        options: ToolOptions,
+    ) -> Result<(), BuildError> {
         let prepared = prepare(tool, &options, &self.inner.sweeper)?;
         let name = prepared.entry.spec().name.clone();
         match self.inner.tools.entry(name.clone()) {
@@ -229,8 +235,7 @@ impl RuntimeBuilder {
 
     /// Adds a tool with its own options.
     pub fn tool_with<T: Tool>(mut self, tool: T, options: ToolOptions) -> Self {
-        self.pending
-            .push((Box::new(move |sweeper: &Arc<Sweeper>| prepare(tool, &options, sweeper)),));
+        self.pending.push(prepare(tool, &options, &self.sweeper));
         self
     }
 
@@ -247,11 +252,11 @@ impl RuntimeBuilder {
     /// [`BuildError::Registration`] for the first invalid or duplicate tool (nothing is
     /// started), or [`BuildError::Supervision`] if the tree fails to start.
     pub async fn build(self) -> Result<Runtime, BuildError> {
-        let sweeper = Sweeper::spawn(DEADLINE_RESOLUTION);
-        let tools: DashMap<String, Arc<dyn ErasedTool>> = DashMap::with_capacity(self.pending.len());
+        let tools: DashMap<String, Arc<dyn ErasedTool>> =
+            DashMap::with_capacity(self.pending.len());
         let mut children = Vec::with_capacity(self.pending.len());
-        for (prepare,) in self.pending {
-            let prepared = prepare(&sweeper)?;
+        for prepared in self.pending {
+            let prepared = prepared?;
             let name = prepared.entry.spec().name.clone();
             if tools.insert(name.clone(), prepared.entry).is_some() {
                 return Err(RegistrationError::DuplicateName { name }.into());
@@ -268,6 +273,7 @@ impl RuntimeBuilder {
         let root_spec = SupervisorSpec::new(Strategy::OneForOne)
             .child(ChildSpec::supervisor(TOOLS, tools_spec));
         let (root, _) = Supervisor::spawn(root_spec, None).await?;
+        self.sweeper.start();
         let tools_cell = root
             .cell()
             .get_children()
@@ -283,7 +289,7 @@ impl RuntimeBuilder {
                 root,
                 tools_sup: Supervisor::from_ref(tools_cell.into()),
                 defaults: self.defaults,
-                sweeper,
+                sweeper: self.sweeper,
                 stopping: AtomicBool::new(false),
             }),
         })
@@ -304,7 +310,13 @@ fn prepare<T: Tool>(
         .into_iter()
         .map(|c| c.breaker(Arc::clone(&breaker)).backoff(options.backoff))
         .collect();
-    let service = pipeline::build(pool.clone(), options, breaker, Arc::clone(sweeper), idempotent);
+    let service = pipeline::build(
+        pool.clone(),
+        options,
+        breaker,
+        Arc::clone(sweeper),
+        idempotent,
+    );
     Ok(Prepared {
         entry: Arc::new(ToolEntry {
             spec,

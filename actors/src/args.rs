@@ -21,7 +21,10 @@ pub fn decode<I: DeserializeOwned>(tool: &str, args: Value) -> Result<I, CallErr
         return Err(CallError::InvalidArguments {
             tool: tool.to_owned(),
             path: ".".into(),
-            reason: format!("expected an object of named arguments, found {}", kind_of(&args)),
+            reason: format!(
+                "expected an object of named arguments, found {}",
+                kind_of(&args)
+            ),
         });
     }
     serde_path_to_error::deserialize(args).map_err(|err| {

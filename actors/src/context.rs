@@ -1,8 +1,8 @@
 //! The context handed to every call.
 
 use std::fmt;
-use std::sync::{Arc, OnceLock};
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
 use std::task::Waker;
 
 use futures::task::AtomicWaker;
@@ -114,7 +114,9 @@ impl CallContext {
 
     /// The time budget the call was given.
     pub fn budget(&self) -> std::time::Duration {
-        self.inner.deadline.saturating_duration_since(self.inner.started)
+        self.inner
+            .deadline
+            .saturating_duration_since(self.inner.started)
     }
 
     /// When the call times out.
@@ -160,7 +162,10 @@ impl CallContext {
 
     /// Whether the call has been cancelled.
     pub fn is_cancelled(&self) -> bool {
-        self.inner.cancel.get().is_some_and(CancellationToken::is_cancelled)
+        self.inner
+            .cancel
+            .get()
+            .is_some_and(CancellationToken::is_cancelled)
     }
 
     /// Reports progress to whoever is watching the call (e.g. an MCP client that sent a

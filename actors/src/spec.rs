@@ -38,16 +38,12 @@ impl ToolSpec {
     pub fn of<T: Tool>(tool: &T) -> Result<Self, RegistrationError> {
         let name = tool.name().to_owned();
         validate_name(&name)?;
-        let input_schema = schema_of::<T::Input>();
-        if input_schema.get("type").and_then(Value::as_str) != Some("object") {
-            return Err(RegistrationError::InvalidSchema {
-                name,
-                reason: format!(
-                    "expected `\"type\": \"object\"`, found {}",
-                    input_schema.get("type").unwrap_or(&Value::Null)
-                ),
-            });
-        }
+        let input_schema = object_schema(schema_of::<T::Input>()).map_err(|reason| {
+            RegistrationError::InvalidSchema {
+                name: name.clone(),
+                reason,
+            }
+        })?;
         Ok(Self {
             name,
             description: tool.description().to_owned(),
@@ -85,6 +81,38 @@ pub fn schema_of<T: JsonSchema + 'static>() -> Arc<Value> {
         .clone()
 }
 
+/// Makes sure an input schema describes a JSON object, as MCP requires. A schema whose
+/// alternatives (`oneOf` / `anyOf`, e.g. from an internally tagged enum) are all objects gets
+/// `"type": "object"` stated at the top, which is what clients look for.
+fn object_schema(schema: Arc<Value>) -> Result<Arc<Value>, String> {
+    match schema.get("type") {
+        Some(Value::String(t)) if t == "object" => return Ok(schema),
+        Some(other) => {
+            return Err(format!(
+                "arguments must be a JSON object, but the schema's type is {other}"
+            ));
+        }
+        None => {}
+    }
+    let alternatives = ["oneOf", "anyOf"]
+        .iter()
+        .find_map(|k| schema.get(*k).and_then(Value::as_array));
+    let all_objects = alternatives.is_some_and(|alts| {
+        !alts.is_empty()
+            && alts
+                .iter()
+                .all(|a| a.get("type").and_then(Value::as_str) == Some("object"))
+    });
+    if !all_objects {
+        return Err("arguments must be a JSON object, but the schema has no `type` and not every alternative is an object".into());
+    }
+    let mut schema = (*schema).clone();
+    if let Value::Object(map) = &mut schema {
+        map.insert("type".into(), Value::String("object".into()));
+    }
+    Ok(Arc::new(schema))
+}
+
 /// Checks a tool name against MCP's rule: 1–128 characters of `[A-Za-z0-9_.-]`.
 ///
 /// # Errors
@@ -98,7 +126,10 @@ pub fn validate_name(name: &str) -> Result<(), RegistrationError> {
         return Err(invalid("it is empty".into()));
     }
     if name.len() > 128 {
-        return Err(invalid(format!("it is {} characters long; the limit is 128", name.len())));
+        return Err(invalid(format!(
+            "it is {} characters long; the limit is 128",
+            name.len()
+        )));
     }
     if let Some(c) = name
         .chars()
@@ -114,6 +145,30 @@ pub fn validate_name(name: &str) -> Result<(), RegistrationError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn tagged_enum_inputs_become_object_schemas() {
+        #[derive(schemars::JsonSchema)]
+        #[serde(tag = "op")]
+        #[allow(dead_code)]
+        enum Op {
+            A { x: u8 },
+            B { y: String },
+        }
+        let schema = object_schema(schema_of::<Op>()).unwrap();
+        assert_eq!(schema["type"], "object");
+        assert!(schema["oneOf"].is_array());
+    }
+
+    #[test]
+    fn non_object_inputs_are_rejected() {
+        assert!(
+            object_schema(schema_of::<u32>())
+                .unwrap_err()
+                .contains("must be a JSON object")
+        );
+        assert!(object_schema(schema_of::<Vec<String>>()).is_err());
+    }
 
     #[test]
     fn names_follow_the_mcp_rule() {

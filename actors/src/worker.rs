@@ -123,7 +123,11 @@ impl<T: Tool> Actor for ToolActor<T> {
             }
             None => {
                 let _ = reply.send(Outcome::Overran);
-                Err(format!("tool ignored cancellation for {:?} past its deadline", self.grace).into())
+                Err(format!(
+                    "tool ignored cancellation for {:?} past its deadline",
+                    self.grace
+                )
+                .into())
             }
         }
     }
@@ -175,7 +179,10 @@ impl<T: Tool> Slot<T> {
     }
 
     fn current(&self) -> Option<ActorRef<ToolMsg<T>>> {
-        self.current.read().unwrap_or_else(PoisonError::into_inner).clone()
+        self.current
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
     }
 
     fn publish(&self, actor: Option<ActorRef<ToolMsg<T>>>) {
@@ -340,7 +347,13 @@ impl<T: Tool> WorkerPool<T> {
     }
 
     /// The path for calls that must wait for an actor: boxed, since it is rare.
-    fn slow(&self, slot: usize, input: T::Input, ctx: CallContext, old: Option<ActorId>) -> State<T> {
+    fn slow(
+        &self,
+        slot: usize,
+        input: T::Input,
+        ctx: CallContext,
+        old: Option<ActorId>,
+    ) -> State<T> {
         let pool = self.clone();
         let budget = ctx.budget();
         State::Slow(Box::pin(async move {
@@ -387,7 +400,9 @@ impl<T: Tool> WorkerPool<T> {
                 tool: self.inner.name.clone(),
                 after: budget,
             }),
-            Ok(Outcome::Bounced(..)) => Err(self.crashed("the call was returned undelivered".into())),
+            Ok(Outcome::Bounced(..)) => {
+                Err(self.crashed("the call was returned undelivered".into()))
+            }
             Err(_) => Err(self.crashed("the tool's actor stopped mid-call".into())),
         }
     }
@@ -491,7 +506,9 @@ impl<T: Tool> Future for Dispatched<T> {
 impl<T: Tool> Drop for Dispatched<T> {
     fn drop(&mut self) {
         if self.tracked {
-            self.pool.inner.slots[self.slot].busy.fetch_sub(1, Ordering::Relaxed);
+            self.pool.inner.slots[self.slot]
+                .busy
+                .fetch_sub(1, Ordering::Relaxed);
         }
     }
 }

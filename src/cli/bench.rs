@@ -98,7 +98,11 @@ pub(crate) async fn run(args: BenchArgs) -> Result<(), Box<dyn std::error::Error
                 Kind::Tools => SpawnKind::Tools,
             };
             let report = guildhall::bench::spawn(kind, a.count).await;
-            writeln!(std::io::stdout().lock(), "{}", serde_json::to_string(&report)?)?;
+            writeln!(
+                std::io::stdout().lock(),
+                "{}",
+                serde_json::to_string(&report)?
+            )?;
             Ok(())
         }
     }
@@ -169,14 +173,31 @@ fn table(out: &mut impl Write, r: &Report) -> std::io::Result<()> {
         ("overhead ratio", c.overhead_ratio, "<= 2"),
         ("breaker check (ns)", c.breaker_check_ns, "< 100"),
         ("crash -> serving p50 (us)", c.crash_recovery_p50_us, ""),
-        ("crash -> serving p99 (us)", c.crash_recovery_p99_us, "<= 100"),
-        ("spawn supervised tool actors (ms)", r.actors_spawn_ms, "< 100"),
-        ("resident bytes per tool actor", r.bytes_per_actor, "<= 8192"),
+        (
+            "crash -> serving p99 (us)",
+            c.crash_recovery_p99_us,
+            "<= 100",
+        ),
+        (
+            "spawn supervised tool actors (ms)",
+            r.actors_spawn_ms,
+            "< 100",
+        ),
+        (
+            "resident bytes per tool actor",
+            r.bytes_per_actor,
+            "<= 8192",
+        ),
         ("spawn distinct tools (ms)", r.tools_spawn_ms, ""),
         ("resident bytes per tool", r.bytes_per_tool, ""),
     ];
     for (name, value, target) in rows {
         writeln!(out, "{name:<40} {value:>12.2}  {target}")?;
     }
-    writeln!(out, "{:<40} {:>12}", "actors / tools spawned", format!("{} / {}", r.actors_spawned, r.tools_spawned))
+    writeln!(
+        out,
+        "{:<40} {:>12}",
+        "actors / tools spawned",
+        format!("{} / {}", r.actors_spawned, r.tools_spawned)
+    )
 }

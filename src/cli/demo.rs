@@ -58,7 +58,12 @@ impl Tool for Tally {
         Ok(0)
     }
 
-    async fn call(&self, total: &mut i64, input: TallyInput, _: CallContext) -> Result<TallyOutput, Self::Error> {
+    async fn call(
+        &self,
+        total: &mut i64,
+        input: TallyInput,
+        _: CallContext,
+    ) -> Result<TallyOutput, Self::Error> {
         assert!(!input.crash, "tally asked to crash");
         if input.hang {
             std::future::pending::<()>().await;
@@ -78,22 +83,49 @@ pub(crate) async fn run(args: DemoArgs) -> Result<(), Box<dyn std::error::Error>
     let mut out = std::io::stdout().lock();
     let call = |args: serde_json::Value| {
         let rt = rt.clone();
-        async move { rt.call_json("tally", args, CallOptions::new().agent("demo")).await }
+        async move {
+            rt.call_json("tally", args, CallOptions::new().agent("demo"))
+                .await
+        }
     };
 
-    writeln!(out, "tools: {}", serde_json::to_string(&rt.tools().iter().map(|t| &t.name).collect::<Vec<_>>())?)?;
+    writeln!(
+        out,
+        "tools: {}",
+        serde_json::to_string(&rt.tools().iter().map(|t| &t.name).collect::<Vec<_>>())?
+    )?;
     writeln!(out, "add 2      -> {}", show(call(json!({"add": 2})).await))?;
     writeln!(out, "add 3      -> {}", show(call(json!({"add": 3})).await))?;
-    writeln!(out, "bad args   -> {}", show(call(json!({"add": "three"})).await))?;
-    writeln!(out, "crash      -> {}", show(call(json!({"add": 1, "crash": true})).await))?;
-    writeln!(out, "add 4      -> {}  (fresh state after the restart)", show(call(json!({"add": 4})).await))?;
-    writeln!(out, "hang       -> {}", show(call(json!({"add": 1, "hang": true})).await))?;
+    writeln!(
+        out,
+        "bad args   -> {}",
+        show(call(json!({"add": "three"})).await)
+    )?;
+    writeln!(
+        out,
+        "crash      -> {}",
+        show(call(json!({"add": 1, "crash": true})).await)
+    )?;
+    writeln!(
+        out,
+        "add 4      -> {}  (fresh state after the restart)",
+        show(call(json!({"add": 4})).await)
+    )?;
+    writeln!(
+        out,
+        "hang       -> {}",
+        show(call(json!({"add": 1, "hang": true})).await)
+    )?;
     // The stuck call had its token cancelled at the deadline; after the grace period its
     // actor is replaced. Calls queued behind it wait for the replacement.
     while worker_restarts(&rt).await? < 2 {
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
-    writeln!(out, "add 5      -> {}  (served by the replacement actor)", show(call(json!({"add": 5})).await))?;
+    writeln!(
+        out,
+        "add 5      -> {}  (served by the replacement actor)",
+        show(call(json!({"add": 5})).await)
+    )?;
     writeln!(out, "\nsupervision tree:")?;
     print_tree(&mut out, &rt.tree().await?, 0)?;
     rt.shutdown().await;
@@ -109,14 +141,22 @@ async fn worker_restarts(rt: &Runtime) -> Result<u32, guildhall::supervision::Su
 fn show(result: Result<serde_json::Value, guildhall::CallError>) -> String {
     match result {
         Ok(v) => format!("ok {v}"),
-        Err(e) => format!("{} error: {e}", serde_json::to_string(&e.kind()).unwrap_or_default()),
+        Err(e) => format!(
+            "{} error: {e}",
+            serde_json::to_string(&e.kind()).unwrap_or_default()
+        ),
     }
 }
 
 fn print_tree(out: &mut impl Write, node: &ChildSnapshot, depth: usize) -> std::io::Result<()> {
     let breaker = node
         .breaker
-        .map(|b| format!(", breaker {}", serde_json::to_string(&b).unwrap_or_default()))
+        .map(|b| {
+            format!(
+                ", breaker {}",
+                serde_json::to_string(&b).unwrap_or_default()
+            )
+        })
         .unwrap_or_default();
     writeln!(
         out,

@@ -37,17 +37,23 @@ pub struct Sweeper {
 }
 
 impl Sweeper {
-    /// Starts a sweeper ticking every `resolution` while calls are in flight. It stops when
-    /// the returned handle (and every clone) is dropped.
-    pub fn spawn(resolution: Duration) -> Arc<Self> {
-        let sweeper = Arc::new(Self {
+    /// A sweeper that will tick every `resolution` while calls are in flight, once started.
+    pub fn new(resolution: Duration) -> Arc<Self> {
+        Arc::new(Self {
             shards: Default::default(),
             idle: AtomicBool::new(false),
             wake: Notify::new(),
             resolution,
-        });
-        tokio::spawn(sweep(Arc::downgrade(&sweeper)));
-        sweeper
+        })
+    }
+
+    /// Starts the sweeping task on the current tokio runtime. It stops when the last handle
+    /// to the sweeper is dropped.
+    ///
+    /// # Panics
+    /// Outside a tokio runtime.
+    pub fn start(self: &Arc<Self>) {
+        tokio::spawn(sweep(Arc::downgrade(self)));
     }
 
     fn watch(&self, ctx: &CallContext) {
@@ -99,7 +105,9 @@ impl Sweeper {
     }
 
     fn lock(&self, shard: usize) -> MutexGuard<'_, Vec<CallContext>> {
-        self.shards[shard].lock().unwrap_or_else(PoisonError::into_inner)
+        self.shards[shard]
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
     }
 }
 
@@ -296,7 +304,8 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn overdue_calls_are_cancelled_and_finished_ones_dropped() {
-        let sweeper = Sweeper::spawn(Duration::from_millis(1));
+        let sweeper = Sweeper::new(Duration::from_millis(1));
+        sweeper.start();
         let short = CallContext::new(None, None, Duration::from_millis(10), None);
         let long = CallContext::new(None, None, Duration::from_secs(10), None);
         let done = CallContext::new(None, None, Duration::from_millis(10), None);
@@ -319,7 +328,8 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn a_parked_sweeper_wakes_for_a_new_call() {
-        let sweeper = Sweeper::spawn(Duration::from_millis(1));
+        let sweeper = Sweeper::new(Duration::from_millis(1));
+        sweeper.start();
         // Let it find nothing and park.
         tokio::time::sleep(Duration::from_millis(5)).await;
         let ctx = CallContext::new(None, None, Duration::from_millis(3), None);

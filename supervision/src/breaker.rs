@@ -138,7 +138,12 @@ impl CircuitBreaker {
 
     /// Records the outcome of a call admitted as `admission`. Results of ordinary calls that
     /// finish after the breaker left the closed state are ignored, as in Akka.
-    pub fn record(&mut self, admission: Admission, success: bool, now: Instant) -> Option<Transition> {
+    pub fn record(
+        &mut self,
+        admission: Admission,
+        success: bool,
+        now: Instant,
+    ) -> Option<Transition> {
         match (admission, self.state, success) {
             (Admission::Normal, State::Closed { .. }, true) => {
                 self.state = State::Closed { failures: 0 };
@@ -301,7 +306,10 @@ mod tests {
         let mut b = breaker();
         assert_eq!(fail(&mut b, t), None);
         assert_eq!(fail(&mut b, t), None);
-        assert_eq!(fail(&mut b, t), Some(Transition::Opened { reset_timeout: S }));
+        assert_eq!(
+            fail(&mut b, t),
+            Some(Transition::Opened { reset_timeout: S })
+        );
         let err = b.try_acquire(t).unwrap_err();
         assert_eq!(err.retry_after, S);
     }
@@ -361,12 +369,27 @@ mod tests {
             fail(&mut b, t);
         });
         let t1 = t + S;
-        assert_eq!(fail(&mut b, t1), Some(Transition::Opened { reset_timeout: 2 * S }));
+        assert_eq!(
+            fail(&mut b, t1),
+            Some(Transition::Opened {
+                reset_timeout: 2 * S
+            })
+        );
         assert!(b.try_acquire(t1 + S).is_err());
         let t2 = t1 + 2 * S;
-        assert_eq!(fail(&mut b, t2), Some(Transition::Opened { reset_timeout: 3 * S }));
+        assert_eq!(
+            fail(&mut b, t2),
+            Some(Transition::Opened {
+                reset_timeout: 3 * S
+            })
+        );
         let t3 = t2 + 3 * S;
-        assert_eq!(fail(&mut b, t3), Some(Transition::Opened { reset_timeout: 3 * S }));
+        assert_eq!(
+            fail(&mut b, t3),
+            Some(Transition::Opened {
+                reset_timeout: 3 * S
+            })
+        );
     }
 
     #[test]

@@ -254,12 +254,13 @@ impl SupervisorState {
                 id: spec.id.to_string(),
             });
         }
-        let cell = (spec.start)(myself.get_cell())
-            .await
-            .map_err(|e| SupervisorError::StartFailed {
-                id: spec.id.to_string(),
-                reason: e.to_string(),
-            })?;
+        let cell =
+            (spec.start)(myself.get_cell())
+                .await
+                .map_err(|e| SupervisorError::StartFailed {
+                    id: spec.id.to_string(),
+                    reason: e.to_string(),
+                })?;
         self.ids.insert(Arc::clone(&spec.id));
         self.children.push(Child {
             spec,
@@ -358,9 +359,7 @@ impl SupervisorState {
             self.start_group(myself, &ids).await
         } else {
             tracing::debug!(?delay, ?ids, "restart delayed by backoff");
-            myself.send_after(delay, move || {
-                SupervisorMsg::RestartDue(RestartDue { ids })
-            });
+            myself.send_after(delay, move || SupervisorMsg::RestartDue(RestartDue { ids }));
             Ok(())
         }
     }
@@ -498,7 +497,8 @@ impl Supervisor {
     /// # Cancel safety
     /// If the future is dropped after the request was sent, the child is still started.
     pub async fn start_child(&self, spec: ChildSpec) -> Result<(), SupervisorError> {
-        self.request(|reply| SupervisorMsg::StartChild(spec, reply)).await?
+        self.request(|reply| SupervisorMsg::StartChild(spec, reply))
+            .await?
     }
 
     /// Stops a child and forgets its spec.
@@ -554,4 +554,3 @@ impl Supervisor {
             })
     }
 }
-

@@ -27,29 +27,46 @@ async fn status(rt: &Runtime) -> BreakerStatus {
 #[tokio::test(start_paused = true)]
 async fn opens_fails_fast_and_recovers_through_a_probe() {
     let (tool, record) = Chaos::new("chaos");
-    let rt = Runtime::builder().tool_with(tool, options()).build().await.unwrap();
+    let rt = Runtime::builder()
+        .tool_with(tool, options())
+        .build()
+        .await
+        .unwrap();
     let h = rt.handle::<Chaos>("chaos").unwrap();
 
     // Tool errors are answers, not failures: they never open the circuit.
     for _ in 0..5 {
-        assert_eq!(h.call(input(Act::Fail)).await.unwrap_err().kind(), ErrorKind::ToolError);
+        assert_eq!(
+            h.call(input(Act::Fail)).await.unwrap_err().kind(),
+            ErrorKind::ToolError
+        );
     }
     assert_eq!(status(&rt).await, BreakerStatus::Closed { failures: 0 });
 
     // Three crashes in a row open it.
     for _ in 0..3 {
-        assert_eq!(h.call(input(Act::Panic)).await.unwrap_err().kind(), ErrorKind::Crashed);
+        assert_eq!(
+            h.call(input(Act::Panic)).await.unwrap_err().kind(),
+            ErrorKind::Crashed
+        );
     }
     let runs = record.runs.load(Ordering::SeqCst);
     match h.call(input(Act::Ok)).await.unwrap_err() {
         CallError::CircuitOpen { retry_after, .. } => assert_eq!(retry_after, S),
         other => panic!("expected circuit_open, got {other:?}"),
     }
-    assert_eq!(record.runs.load(Ordering::SeqCst), runs, "rejected call must not run");
+    assert_eq!(
+        record.runs.load(Ordering::SeqCst),
+        runs,
+        "rejected call must not run"
+    );
 
     // After the reset timeout a failing probe re-opens it with the timeout doubled.
     tokio::time::advance(S).await;
-    assert_eq!(h.call(input(Act::Panic)).await.unwrap_err().kind(), ErrorKind::Crashed);
+    assert_eq!(
+        h.call(input(Act::Panic)).await.unwrap_err().kind(),
+        ErrorKind::Crashed
+    );
     assert!(matches!(
         status(&rt).await,
         BreakerStatus::Open { reset_timeout, .. } if reset_timeout == 2 * S
@@ -71,12 +88,24 @@ async fn opens_fails_fast_and_recovers_through_a_probe() {
 #[tokio::test(start_paused = true)]
 async fn timeouts_count_as_failures() {
     let (tool, _) = Chaos::new("chaos");
-    let opts = options().timeout(Duration::from_millis(50)).grace(Duration::from_millis(10));
-    let rt = Runtime::builder().tool_with(tool, opts).build().await.unwrap();
+    let opts = options()
+        .timeout(Duration::from_millis(50))
+        .grace(Duration::from_millis(10));
+    let rt = Runtime::builder()
+        .tool_with(tool, opts)
+        .build()
+        .await
+        .unwrap();
     let h = rt.handle::<Chaos>("chaos").unwrap();
     for _ in 0..3 {
-        assert_eq!(h.call(input(Act::Hang)).await.unwrap_err().kind(), ErrorKind::Timeout);
+        assert_eq!(
+            h.call(input(Act::Hang)).await.unwrap_err().kind(),
+            ErrorKind::Timeout
+        );
     }
-    assert_eq!(h.call(input(Act::Ok)).await.unwrap_err().kind(), ErrorKind::CircuitOpen);
+    assert_eq!(
+        h.call(input(Act::Ok)).await.unwrap_err().kind(),
+        ErrorKind::CircuitOpen
+    );
     rt.shutdown().await;
 }

@@ -11,20 +11,31 @@ const DEADLINE: Duration = Duration::from_millis(100);
 const GRACE: Duration = Duration::from_millis(300);
 
 fn options() -> ToolOptions {
-    ToolOptions::default().timeout(DEADLINE).grace(GRACE).backoff(Backoff::none())
+    ToolOptions::default()
+        .timeout(DEADLINE)
+        .grace(GRACE)
+        .backoff(Backoff::none())
 }
 
 #[tokio::test(start_paused = true)]
 async fn a_tool_ignoring_cancellation_times_out_and_is_restarted() {
     let (tool, record) = Chaos::new("stuck");
-    let rt = Runtime::builder().tool_with(tool, options()).build().await.unwrap();
+    let rt = Runtime::builder()
+        .tool_with(tool, options())
+        .build()
+        .await
+        .unwrap();
     let h = rt.handle::<Chaos>("stuck").unwrap();
     h.call(input(Act::Ok)).await.unwrap();
 
     let start = Instant::now();
     let err = h.call(input(Act::Hang)).await.unwrap_err();
     assert_eq!(err.kind(), ErrorKind::Timeout);
-    assert!(start.elapsed() <= DEADLINE + GRACE, "took {:?}", start.elapsed());
+    assert!(
+        start.elapsed() <= DEADLINE + GRACE,
+        "took {:?}",
+        start.elapsed()
+    );
 
     // After the grace period the stuck actor is replaced; the next call gets fresh state.
     eventually(Duration::from_secs(2), || async {
@@ -40,7 +51,11 @@ async fn a_tool_ignoring_cancellation_times_out_and_is_restarted() {
 #[tokio::test(start_paused = true)]
 async fn a_cooperative_tool_sees_its_token_fire_at_the_deadline_and_keeps_its_state() {
     let (tool, record) = Chaos::new("polite");
-    let rt = Runtime::builder().tool_with(tool, options()).build().await.unwrap();
+    let rt = Runtime::builder()
+        .tool_with(tool, options())
+        .build()
+        .await
+        .unwrap();
     let h = rt.handle::<Chaos>("polite").unwrap();
 
     let err = h.call(input(Act::WaitForCancel)).await.unwrap_err();
@@ -58,12 +73,20 @@ async fn a_cooperative_tool_sees_its_token_fire_at_the_deadline_and_keeps_its_st
 #[tokio::test(start_paused = true)]
 async fn dropping_the_call_cancels_the_tool() {
     let (tool, record) = Chaos::new("polite");
-    let rt = Runtime::builder().tool_with(tool, options()).build().await.unwrap();
+    let rt = Runtime::builder()
+        .tool_with(tool, options())
+        .build()
+        .await
+        .unwrap();
     let h = rt.handle::<Chaos>("polite").unwrap();
     let long = CallOptions::new().timeout(Duration::from_secs(60));
     let call = h.call_with(input(Act::WaitForCancel), long);
     // Give up on the call long before its deadline.
-    assert!(tokio::time::timeout(Duration::from_millis(10), call).await.is_err());
+    assert!(
+        tokio::time::timeout(Duration::from_millis(10), call)
+            .await
+            .is_err()
+    );
     eventually(Duration::from_secs(1), || async {
         record.cancelled.load(Ordering::SeqCst) == 1
     })
@@ -85,7 +108,11 @@ async fn a_stuck_tool_does_not_block_another_tool() {
     let pending = tokio::spawn(async move { stuck.call(input(Act::Hang)).await });
     let start = Instant::now();
     rt.call::<Chaos>("free", input(Act::Ok)).await.unwrap();
-    assert!(start.elapsed() < Duration::from_secs(1), "blocked for {:?}", start.elapsed());
+    assert!(
+        start.elapsed() < Duration::from_secs(1),
+        "blocked for {:?}",
+        start.elapsed()
+    );
     pending.abort();
     rt.shutdown().await;
 }

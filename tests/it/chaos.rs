@@ -22,7 +22,10 @@ fn allowed(act: Act) -> &'static [ErrorKind] {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_call_gets_exactly_one_reply_under_random_failures() {
-    let seed = std::env::var("CHAOS_SEED").ok().and_then(|s| s.parse().ok()).unwrap_or(0x5eed);
+    let seed = std::env::var("CHAOS_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0x5eed);
     let mut rng = fastrand::Rng::with_seed(seed);
     let options = ToolOptions::default()
         .timeout(Duration::from_millis(300))
@@ -52,9 +55,8 @@ async fn every_call_gets_exactly_one_reply_under_random_failures() {
             };
             let tool = format!("chaos_{}", rng.usize(0..TOOLS));
             let rt = rt.clone();
-            let call = tokio::spawn(async move {
-                rt.call::<Chaos>(&tool, ChaosInput { act, id }).await
-            });
+            let call =
+                tokio::spawn(async move { rt.call::<Chaos>(&tool, ChaosInput { act, id }).await });
             (id, act, call)
         })
         .collect();
@@ -80,17 +82,32 @@ async fn every_call_gets_exactly_one_reply_under_random_failures() {
         .unwrap_or_else(|_| panic!("some call never got a reply (seed {seed})"));
 
     // A call that succeeded ran exactly once, on exactly one tool.
-    let mut ran: Vec<u64> = records.iter().flat_map(|r| r.ids.lock().unwrap().clone()).collect();
+    let mut ran: Vec<u64> = records
+        .iter()
+        .flat_map(|r| r.ids.lock().unwrap().clone())
+        .collect();
     ran.retain(|id| ok_ids.contains(id));
     let distinct: HashSet<_> = ran.iter().copied().collect();
-    assert_eq!(ran.len(), distinct.len(), "a successful call ran twice (seed {seed})");
+    assert_eq!(
+        ran.len(),
+        distinct.len(),
+        "a successful call ran twice (seed {seed})"
+    );
     assert_eq!(distinct, ok_ids);
 
     // And the runtime still serves every tool.
     for t in 0..TOOLS {
         let name = format!("chaos_{t}");
         eventually(Duration::from_secs(10), || async {
-            rt.call::<Chaos>(&name, ChaosInput { act: Act::Ok, id: 0 }).await.is_ok()
+            rt.call::<Chaos>(
+                &name,
+                ChaosInput {
+                    act: Act::Ok,
+                    id: 0,
+                },
+            )
+            .await
+            .is_ok()
         })
         .await;
     }
@@ -98,7 +115,8 @@ async fn every_call_gets_exactly_one_reply_under_random_failures() {
     eventually(Duration::from_secs(10), || async {
         let tree = rt.tree().await.unwrap();
         let actors = &tree.find(&["tools"]).unwrap().children;
-        actors.len() == (0..TOOLS).map(|t| 1 + t % 4).sum::<usize>() && actors.iter().all(|a| a.status == ChildStatus::Running)
+        actors.len() == (0..TOOLS).map(|t| 1 + t % 4).sum::<usize>()
+            && actors.iter().all(|a| a.status == ChildStatus::Running)
     })
     .await;
     rt.shutdown().await;

@@ -36,7 +36,8 @@ impl Tool for Gate {
     }
 
     fn concurrency(&self) -> Concurrency {
-        std::num::NonZeroUsize::new(self.actors).map_or(Concurrency::Sequential, Concurrency::Concurrent)
+        std::num::NonZeroUsize::new(self.actors)
+            .map_or(Concurrency::Sequential, Concurrency::Concurrent)
     }
 
     async fn init(&self) -> Result<(), Self::Error> {

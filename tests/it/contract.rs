@@ -11,13 +11,24 @@ async fn invalid_arguments_name_the_field_and_the_tool_does_not_run() {
     let rt = Runtime::builder().tool(tool).build().await.unwrap();
     let cases = [
         (json!({"act": "ok", "id": "seven"}), "id", "expected u64"),
-        (json!({"act": "explode"}), "act", "unknown variant `explode`"),
+        (
+            json!({"act": "explode"}),
+            "act",
+            "unknown variant `explode`",
+        ),
         (json!({"id": 1}), ".", "missing field `act`"),
-        (json!({"act": "ok", "extra": 1}), "extra", "unknown field `extra`"),
+        (
+            json!({"act": "ok", "extra": 1}),
+            "extra",
+            "unknown field `extra`",
+        ),
         (json!("ok"), ".", "expected an object"),
     ];
     for (args, want_path, want_reason) in cases {
-        let err = rt.call_json("chaos", args.clone(), CallOptions::new()).await.unwrap_err();
+        let err = rt
+            .call_json("chaos", args.clone(), CallOptions::new())
+            .await
+            .unwrap_err();
         match &err {
             CallError::InvalidArguments { path, reason, .. } => {
                 assert_eq!(path, want_path, "{args}");
@@ -29,7 +40,10 @@ async fn invalid_arguments_name_the_field_and_the_tool_does_not_run() {
     }
     assert_eq!(record.runs.load(Ordering::SeqCst), 0);
 
-    let ok = rt.call_json("chaos", json!({"act": "ok"}), CallOptions::new()).await.unwrap();
+    let ok = rt
+        .call_json("chaos", json!({"act": "ok"}), CallOptions::new())
+        .await
+        .unwrap();
     assert_eq!(ok, json!({"calls_since_start": 1}));
     rt.shutdown().await;
 }
@@ -37,7 +51,10 @@ async fn invalid_arguments_name_the_field_and_the_tool_does_not_run() {
 #[tokio::test]
 async fn unknown_tool_is_a_clear_error() {
     let rt = Runtime::builder().build().await.unwrap();
-    let err = rt.call_json("nope", json!({}), CallOptions::new()).await.unwrap_err();
+    let err = rt
+        .call_json("nope", json!({}), CallOptions::new())
+        .await
+        .unwrap_err();
     assert_eq!(err.kind(), ErrorKind::UnknownTool);
     assert_eq!(err.to_string(), "unknown tool `nope`");
     assert!(rt.handle::<Chaos>("nope").is_err());
@@ -63,9 +80,15 @@ async fn schemas_are_draft_2020_12_objects_with_doc_comment_descriptions() {
     let rt = Runtime::builder().tool(tool).build().await.unwrap();
     let spec = rt.tool("chaos").unwrap();
     let input = &spec.input_schema;
-    assert_eq!(input["$schema"], "https://json-schema.org/draft/2020-12/schema");
+    assert_eq!(
+        input["$schema"],
+        "https://json-schema.org/draft/2020-12/schema"
+    );
     assert_eq!(input["type"], "object");
-    assert_eq!(input["properties"]["id"]["description"], "A caller-chosen id, recorded when the call runs.");
+    assert_eq!(
+        input["properties"]["id"]["description"],
+        "A caller-chosen id, recorded when the call runs."
+    );
     assert_eq!(input["required"], json!(["act"]));
     assert_eq!(input["additionalProperties"], false);
     let output = &spec.output_schema;

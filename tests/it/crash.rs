@@ -26,7 +26,10 @@ async fn panicking_tool_reports_crashed_restarts_and_serves_the_next_call() {
     // Fresh state after the restart: the count starts again.
     assert_eq!(h.call(input(Act::Ok)).await.unwrap().calls_since_start, 1);
     assert_eq!(record.inits.load(Ordering::SeqCst), 2);
-    eventually(Duration::from_secs(1), || async { restarts(&rt, "chaos").await == 1 }).await;
+    eventually(Duration::from_secs(1), || async {
+        restarts(&rt, "chaos").await == 1
+    })
+    .await;
     assert_eq!(restarts(&rt, "chaos").await, 1);
     rt.shutdown().await;
 }
@@ -43,7 +46,14 @@ async fn a_crash_does_not_touch_other_tools() {
     assert!(matches!(err, CallError::Crashed { .. }));
 
     // b kept its state and was never restarted.
-    assert_eq!(b_handle.call(input(Act::Ok)).await.unwrap().calls_since_start, 2);
+    assert_eq!(
+        b_handle
+            .call(input(Act::Ok))
+            .await
+            .unwrap()
+            .calls_since_start,
+        2
+    );
     assert_eq!(b_record.inits.load(Ordering::SeqCst), 1);
     assert_eq!(restarts(&rt, "b").await, 0);
     rt.shutdown().await;
@@ -62,9 +72,9 @@ async fn calls_queued_behind_a_crash_run_once_on_the_restarted_actor() {
     })];
     for id in 1..=5 {
         let h = h.clone();
-        calls.push(tokio::spawn(async move {
-            h.call(guildhall_it_input(id)).await
-        }));
+        calls.push(tokio::spawn(
+            async move { h.call(guildhall_it_input(id)).await },
+        ));
     }
     let mut results = Vec::new();
     for c in calls {
@@ -72,7 +82,10 @@ async fn calls_queued_behind_a_crash_run_once_on_the_restarted_actor() {
     }
     assert_eq!(results[0].as_ref().unwrap_err().kind(), ErrorKind::Crashed);
     for r in &results[1..] {
-        assert!(r.is_ok(), "a queued call must not be reported crashed: {r:?}");
+        assert!(
+            r.is_ok(),
+            "a queued call must not be reported crashed: {r:?}"
+        );
     }
     // Each queued call ran exactly once.
     let mut ids = record.ids.lock().unwrap().clone();

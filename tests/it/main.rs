@@ -6,19 +6,19 @@
 /// Test tools and polling helpers shared by the modules below.
 mod support;
 
-/// Crashes: a panicking tool is restarted with fresh state and the next call succeeds.
-mod crash;
 /// The circuit breaker as seen through runtime calls.
 mod breaker;
 /// Deadlines, cancellation and tools that ignore it.
 mod cancellation;
-/// JSON argument validation and schemas derived from the tool contract.
-mod contract;
-/// Concurrent tools and isolation between tools.
-mod concurrency;
-/// Supervision strategies, restart types, intensity and escalation (supervision crate).
-mod supervision;
 /// Many concurrent calls with random failures: exactly one reply each.
 mod chaos;
+/// Concurrent tools and isolation between tools.
+mod concurrency;
+/// JSON argument validation and schemas derived from the tool contract.
+mod contract;
+/// Crashes: a panicking tool is restarted with fresh state and the next call succeeds.
+mod crash;
 /// Registration, lookup, snapshots and shutdown of the runtime.
 mod runtime;
+/// Supervision strategies, restart types, intensity and escalation (supervision crate).
+mod supervision;

@@ -1,7 +1,10 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use guildhall::{BuildError, CallContext, CallObserver, CallOptions, ErrorKind, Progress, RegistrationError, Runtime, Tool};
+use guildhall::{
+    BuildError, CallContext, CallObserver, CallOptions, ErrorKind, Progress, RegistrationError,
+    Runtime, Tool,
+};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::json;
@@ -15,7 +18,10 @@ async fn tools_are_listed_sorted_and_looked_up_by_name() {
     let rt = Runtime::builder().tool(b).tool(a).build().await.unwrap();
     let names: Vec<_> = rt.tools().into_iter().map(|t| t.name).collect();
     assert_eq!(names, ["alpha", "beta"]);
-    assert_eq!(rt.tool("beta").unwrap().description, "Does what it is told.");
+    assert_eq!(
+        rt.tool("beta").unwrap().description,
+        "Does what it is told."
+    );
     assert!(rt.tool("gamma").is_none());
     rt.shutdown().await;
 }
@@ -24,13 +30,25 @@ async fn tools_are_listed_sorted_and_looked_up_by_name() {
 async fn duplicate_and_invalid_names_are_rejected_at_registration() {
     let (a1, _) = Chaos::new("same");
     let (a2, _) = Chaos::new("same");
-    let err = Runtime::builder().tool(a1).tool(a2).build().await.err().unwrap();
-    assert!(matches!(err, BuildError::Registration(RegistrationError::DuplicateName { .. })));
+    let err = Runtime::builder()
+        .tool(a1)
+        .tool(a2)
+        .build()
+        .await
+        .err()
+        .unwrap();
+    assert!(matches!(
+        err,
+        BuildError::Registration(RegistrationError::DuplicateName { .. })
+    ));
     assert_eq!(err.to_string(), "a tool named `same` is already registered");
 
     let (bad, _) = Chaos::new("no spaces");
     let err = Runtime::builder().tool(bad).build().await.err().unwrap();
-    assert!(err.to_string().contains("invalid tool name `no spaces`"), "{err}");
+    assert!(
+        err.to_string().contains("invalid tool name `no spaces`"),
+        "{err}"
+    );
 
     let (ok, _) = Chaos::new("ok");
     let rt = Runtime::builder().tool(ok).build().await.unwrap();
@@ -87,7 +105,12 @@ impl Tool for Steps {
         Ok(())
     }
 
-    async fn call(&self, _: &mut (), input: StepsInput, ctx: CallContext) -> Result<Seen, Self::Error> {
+    async fn call(
+        &self,
+        _: &mut (),
+        input: StepsInput,
+        ctx: CallContext,
+    ) -> Result<Seen, Self::Error> {
         for i in 1..=input.steps {
             ctx.progress(f64::from(i), Some(f64::from(input.steps)), Some("step"));
         }
@@ -125,9 +148,21 @@ async fn call_context_carries_ids_progress_and_events() {
         .session("s-9")
         .timeout(Duration::from_secs(5))
         .observer(observer.clone());
-    let out = rt.call_json("steps", json!({"steps": 3}), opts).await.unwrap();
-    assert_eq!(out, json!({"agent": "pm-1", "session": "s-9", "call_id_version": 7}));
-    let progress: Vec<f64> = observer.progress.lock().unwrap().iter().map(|p| p.progress).collect();
+    let out = rt
+        .call_json("steps", json!({"steps": 3}), opts)
+        .await
+        .unwrap();
+    assert_eq!(
+        out,
+        json!({"agent": "pm-1", "session": "s-9", "call_id_version": 7})
+    );
+    let progress: Vec<f64> = observer
+        .progress
+        .lock()
+        .unwrap()
+        .iter()
+        .map(|p| p.progress)
+        .collect();
     assert_eq!(progress, [1.0, 2.0, 3.0]);
     assert_eq!(*observer.events.lock().unwrap(), ["finished"]);
     rt.shutdown().await;

@@ -32,7 +32,15 @@ impl World {
 
     fn spec(&self, id: &'static str) -> ChildSpec {
         let world = self.clone();
-        ChildSpec::actor(id, move || (Probe { id, world: world.clone() }, ()))
+        ChildSpec::actor(id, move || {
+            (
+                Probe {
+                    id,
+                    world: world.clone(),
+                },
+                (),
+            )
+        })
     }
 }
 
@@ -54,17 +62,34 @@ impl Actor for Probe {
     type Arguments = ();
 
     async fn pre_start(&self, myself: ActorRef<ProbeMsg>, _: ()) -> Result<(), ActorProcessingErr> {
-        self.world.log.lock().unwrap().push(format!("start:{}", self.id));
-        self.world.refs.lock().unwrap().insert(self.id.into(), myself);
+        self.world
+            .log
+            .lock()
+            .unwrap()
+            .push(format!("start:{}", self.id));
+        self.world
+            .refs
+            .lock()
+            .unwrap()
+            .insert(self.id.into(), myself);
         Ok(())
     }
 
     async fn post_stop(&self, _: ActorRef<ProbeMsg>, _: &mut ()) -> Result<(), ActorProcessingErr> {
-        self.world.log.lock().unwrap().push(format!("stop:{}", self.id));
+        self.world
+            .log
+            .lock()
+            .unwrap()
+            .push(format!("stop:{}", self.id));
         Ok(())
     }
 
-    async fn handle(&self, myself: ActorRef<ProbeMsg>, msg: ProbeMsg, _: &mut ()) -> Result<(), ActorProcessingErr> {
+    async fn handle(
+        &self,
+        myself: ActorRef<ProbeMsg>,
+        msg: ProbeMsg,
+        _: &mut (),
+    ) -> Result<(), ActorProcessingErr> {
         match msg {
             ProbeMsg::Panic => panic!("probe {} asked to panic", self.id),
             ProbeMsg::Stop => myself.stop(None),
@@ -92,12 +117,20 @@ async fn three(world: &World, strategy: Strategy) -> Supervisor {
 
 async fn crash_and_collect(world: &World, id: &str, expected: usize) -> Vec<String> {
     world.send(id, ProbeMsg::Panic);
-    eventually(Duration::from_secs(2), || async { world.log_len() >= expected }).await;
+    eventually(Duration::from_secs(2), || async {
+        world.log_len() >= expected
+    })
+    .await;
     world.take_log()
 }
 
 async fn restarts(sup: &Supervisor) -> Vec<(String, u32)> {
-    sup.snapshot().await.unwrap().into_iter().map(|c| (c.id, c.restarts)).collect()
+    sup.snapshot()
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|c| (c.id, c.restarts))
+        .collect()
 }
 
 fn pairs(v: &[(&str, u32)]) -> Vec<(String, u32)> {
@@ -129,7 +162,10 @@ async fn one_for_all_restarts_every_child_stopping_in_reverse_and_starting_in_or
 async fn rest_for_one_restarts_the_child_and_those_started_after_it() {
     let world = World::default();
     let sup = three(&world, Strategy::RestForOne).await;
-    assert_eq!(crash_and_collect(&world, "b", 3).await, ["stop:c", "start:b", "start:c"]);
+    assert_eq!(
+        crash_and_collect(&world, "b", 3).await,
+        ["stop:c", "start:b", "start:c"]
+    );
     assert_eq!(restarts(&sup).await, pairs(&[("a", 0), ("b", 1), ("c", 1)]));
     sup.shutdown().await.unwrap();
 }
@@ -155,7 +191,10 @@ async fn exceeding_intensity_stops_children_and_escalates_to_the_parent() {
     );
     let tree = root.snapshot().await.unwrap();
     let inner = &tree[0];
-    assert_eq!((inner.id.as_str(), inner.restarts, inner.status), ("inner", 1, ChildStatus::Running));
+    assert_eq!(
+        (inner.id.as_str(), inner.restarts, inner.status),
+        ("inner", 1, ChildStatus::Running)
+    );
     // The restarted supervisor starts with fresh children and a fresh window.
     assert!(inner.children.iter().all(|c| c.restarts == 0));
     root.shutdown().await.unwrap();
@@ -182,7 +221,13 @@ async fn restart_types_decide_what_comes_back() {
     let snap = sup.snapshot().await.unwrap();
     let ids: Vec<_> = snap.iter().map(|c| (c.id.as_str(), c.status)).collect();
     // The temporary child is forgotten; the transient one is kept, stopped.
-    assert_eq!(ids, [("perm", ChildStatus::Running), ("trans", ChildStatus::Stopped)]);
+    assert_eq!(
+        ids,
+        [
+            ("perm", ChildStatus::Running),
+            ("trans", ChildStatus::Stopped)
+        ]
+    );
     sup.shutdown().await.unwrap();
 
     // A transient child that crashes is restarted.
@@ -206,9 +251,11 @@ async fn shutdown_stops_children_in_reverse_start_order() {
 #[tokio::test(start_paused = true)]
 async fn shutdown_timeout_kills_a_child_that_will_not_stop() {
     let world = World::default();
-    let spec = quick(Strategy::OneForOne)
-        .child(world.spec("a"))
-        .child(world.spec("stuck").shutdown(Shutdown::Timeout(Duration::from_millis(100))));
+    let spec = quick(Strategy::OneForOne).child(world.spec("a")).child(
+        world
+            .spec("stuck")
+            .shutdown(Shutdown::Timeout(Duration::from_millis(100))),
+    );
     let (sup, _) = Supervisor::spawn(spec, None).await.unwrap();
     world.take_log();
     world.send("stuck", ProbeMsg::Block);
@@ -242,7 +289,14 @@ async fn repeated_crashes_back_off_before_restarting() {
     .await;
     let crashed_at = tokio::time::Instant::now();
     eventually(Duration::from_secs(1), || async { world.log_len() == 1 }).await;
-    assert!(crashed_at.elapsed() >= Duration::from_millis(90), "{:?}", crashed_at.elapsed());
-    assert_eq!(sup.snapshot().await.unwrap()[0].status, ChildStatus::Running);
+    assert!(
+        crashed_at.elapsed() >= Duration::from_millis(90),
+        "{:?}",
+        crashed_at.elapsed()
+    );
+    assert_eq!(
+        sup.snapshot().await.unwrap()[0].status,
+        ChildStatus::Running
+    );
     sup.shutdown().await.unwrap();
 }

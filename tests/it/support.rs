@@ -18,7 +18,10 @@ where
         if check().await {
             return;
         }
-        assert!(start.elapsed() < limit, "condition not met within {limit:?}");
+        assert!(
+            start.elapsed() < limit,
+            "condition not met within {limit:?}"
+        );
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
 }
@@ -128,19 +131,28 @@ impl Tool for Chaos {
         Ok(0)
     }
 
-    async fn call(&self, calls: &mut u64, input: ChaosInput, ctx: CallContext) -> Result<ChaosOutput, AskedToFail> {
+    async fn call(
+        &self,
+        calls: &mut u64,
+        input: ChaosInput,
+        ctx: CallContext,
+    ) -> Result<ChaosOutput, AskedToFail> {
         self.record.runs.fetch_add(1, Ordering::SeqCst);
         self.record.ids.lock().unwrap().push(input.id);
         *calls += 1;
         match input.act {
-            Act::Ok => Ok(ChaosOutput { calls_since_start: *calls }),
+            Act::Ok => Ok(ChaosOutput {
+                calls_since_start: *calls,
+            }),
             Act::Fail => Err(AskedToFail),
             Act::Panic => panic!("asked to panic"),
             Act::Hang => std::future::pending().await,
             Act::WaitForCancel => {
                 ctx.cancellation().cancelled().await;
                 self.record.cancelled.fetch_add(1, Ordering::SeqCst);
-                Ok(ChaosOutput { calls_since_start: *calls })
+                Ok(ChaosOutput {
+                    calls_since_start: *calls,
+                })
             }
         }
     }
