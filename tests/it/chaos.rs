@@ -17,6 +17,7 @@ fn allowed(act: Act) -> &'static [ErrorKind] {
         Act::Fail => &[ToolError, Timeout, CircuitOpen],
         Act::Panic => &[Crashed, Timeout, CircuitOpen],
         Act::Hang => &[Timeout, CircuitOpen],
+        Act::PanicOnce => &[Crashed, Timeout, CircuitOpen],
     }
 }
 

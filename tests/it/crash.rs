@@ -98,3 +98,47 @@ async fn calls_queued_behind_a_crash_run_once_on_the_restarted_actor() {
 fn guildhall_it_input(id: u64) -> crate::support::ChaosInput {
     crate::support::ChaosInput { act: Act::Ok, id }
 }
+
+#[tokio::test(start_paused = true)]
+async fn idempotent_tools_retry_a_crash_and_others_do_not() {
+    let (mut tool, record) = Chaos::new("retried");
+    tool.idempotent = true;
+    let (plain, plain_record) = Chaos::new("plain");
+    let rt = Runtime::builder()
+        .tool(tool)
+        .tool(plain)
+        .build()
+        .await
+        .unwrap();
+
+    // The first attempt panics, the retry on the restarted actor succeeds.
+    let out = rt
+        .call::<Chaos>("retried", input(Act::PanicOnce))
+        .await
+        .unwrap();
+    assert_eq!(out.calls_since_start, 1);
+    assert_eq!(record.runs.load(Ordering::SeqCst), 2);
+
+    // A tool not declared idempotent is never run twice for one call.
+    let err = rt
+        .call::<Chaos>("plain", input(Act::PanicOnce))
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Crashed);
+    assert_eq!(plain_record.runs.load(Ordering::SeqCst), 1);
+    rt.shutdown().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn tool_errors_are_not_retried_even_for_idempotent_tools() {
+    let (mut tool, record) = Chaos::new("retried");
+    tool.idempotent = true;
+    let rt = Runtime::builder().tool(tool).build().await.unwrap();
+    let err = rt
+        .call::<Chaos>("retried", input(Act::Fail))
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::ToolError);
+    assert_eq!(record.runs.load(Ordering::SeqCst), 1);
+    rt.shutdown().await;
+}

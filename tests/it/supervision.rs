@@ -300,3 +300,38 @@ async fn repeated_crashes_back_off_before_restarting() {
     );
     sup.shutdown().await.unwrap();
 }
+
+#[tokio::test(start_paused = true)]
+async fn one_childs_backoff_does_not_delay_a_sibling() {
+    let world = World::default();
+    let spec = SupervisorSpec::new(Strategy::OneForOne)
+        .intensity(RestartIntensity::new(10, Duration::from_secs(5)))
+        .backoff(Backoff {
+            jitter: 0.0,
+            ..Backoff::exponential(Duration::from_secs(1), Duration::from_secs(1))
+        })
+        .child(world.spec("flappy"))
+        .child(world.spec("calm"));
+    let (sup, _) = Supervisor::spawn(spec, None).await.unwrap();
+    world.take_log();
+
+    // flappy's second crash puts it in a one-second backoff.
+    assert_eq!(
+        crash_and_collect(&world, "flappy", 1).await,
+        ["start:flappy"]
+    );
+    world.send("flappy", ProbeMsg::Panic);
+    eventually(Duration::from_millis(50), || async {
+        sup.snapshot().await.unwrap()[0].status == ChildStatus::Restarting
+    })
+    .await;
+    // calm's first crash is restarted at once, regardless.
+    let start = tokio::time::Instant::now();
+    assert_eq!(crash_and_collect(&world, "calm", 1).await, ["start:calm"]);
+    assert!(
+        start.elapsed() < Duration::from_millis(100),
+        "{:?}",
+        start.elapsed()
+    );
+    sup.shutdown().await.unwrap();
+}

@@ -40,6 +40,8 @@ pub enum Act {
     Hang,
     /// Wait until cancelled, then return.
     WaitForCancel,
+    /// Panic the first time this tool sees it, succeed afterwards.
+    PanicOnce,
 }
 
 /// Input of [`Chaos`].
@@ -76,6 +78,8 @@ pub struct Record {
     pub cancelled: AtomicUsize,
     /// Ids of the calls that ran, in order.
     pub ids: std::sync::Mutex<Vec<u64>>,
+    /// Whether [`Act::PanicOnce`] has panicked already.
+    pub panicked_once: std::sync::atomic::AtomicBool,
 }
 
 /// A tool that does what each call asks: succeed, fail, panic or hang.
@@ -147,6 +151,15 @@ impl Tool for Chaos {
             Act::Fail => Err(AskedToFail),
             Act::Panic => panic!("asked to panic"),
             Act::Hang => std::future::pending().await,
+            Act::PanicOnce => {
+                assert!(
+                    self.record.panicked_once.swap(true, Ordering::SeqCst),
+                    "panicking once"
+                );
+                Ok(ChaosOutput {
+                    calls_since_start: *calls,
+                })
+            }
             Act::WaitForCancel => {
                 ctx.cancellation().cancelled().await;
                 self.record.cancelled.fetch_add(1, Ordering::SeqCst);
