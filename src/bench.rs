@@ -60,10 +60,7 @@ impl Tool for Noop {
     }
 
     fn concurrency(&self) -> crate::Concurrency {
-        match std::num::NonZeroUsize::new(self.actors) {
-            Some(n) if n.get() > 1 => crate::Concurrency::Concurrent(n),
-            _ => crate::Concurrency::Sequential,
-        }
+        crate::Concurrency::up_to(self.actors)
     }
 
     async fn init(&self) -> Result<(), Self::Error> {

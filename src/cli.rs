@@ -74,12 +74,7 @@ pub(crate) fn main() -> ExitCode {
 /// tracing instead of the default hook's raw stderr output.
 fn log_panics_through_tracing() {
     std::panic::set_hook(Box::new(|info| {
-        let message = info
-            .payload()
-            .downcast_ref::<&str>()
-            .map(|s| (*s).to_owned())
-            .or_else(|| info.payload().downcast_ref::<String>().cloned())
-            .unwrap_or_else(|| "non-string panic payload".to_owned());
+        let message = guildhall::actors::worker::panic_message(info.payload());
         let location = info.location().map(ToString::to_string).unwrap_or_default();
         tracing::error!(%location, "panic: {message}");
     }));

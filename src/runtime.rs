@@ -33,7 +33,9 @@ use crate::registry::{ErasedTool, ToolEntry, ToolHandle};
 
 const TOOLS: &str = "tools";
 
-/// A running guildhall runtime. Cheap to clone; all clones share one tree.
+/// A running guildhall runtime. Cheap to clone; all clones share one tree. Call
+/// [`shutdown`](Self::shutdown) to stop it and wait; dropping the last clone also stops the
+/// tree, without waiting.
 #[derive(Clone)]
 pub struct Runtime {
     inner: Arc<Inner>,
@@ -182,12 +184,19 @@ impl Runtime {
                 slot.insert(Arc::clone(&prepared.entry));
             }
         }
+        let mut started = Vec::with_capacity(prepared.children.len());
         for child in prepared.children {
+            let id = child.id().to_owned();
             if let Err(err) = self.inner.tools_sup.start_child(child).await {
+                // All of the tool or none of it: stop the actors that did start.
+                for id in started {
+                    let _ = self.inner.tools_sup.terminate_child(id).await;
+                }
                 prepared.entry.close();
                 self.inner.tools.remove(&name);
                 return Err(err.into());
             }
+            started.push(id);
         }
         Ok(())
     }
@@ -222,6 +231,19 @@ impl Runtime {
         }
         if let Err(err) = self.inner.root.shutdown().await {
             tracing::debug!(%err, "root supervisor already stopped");
+        }
+    }
+}
+
+impl Drop for Inner {
+    /// The last handle went away without `shutdown`: stop the tree anyway (children stop in
+    /// reverse start order) rather than leave actors running with nothing to call them.
+    fn drop(&mut self) {
+        if !self.stopping.swap(true, Ordering::AcqRel) {
+            for entry in &self.tools {
+                entry.value().close();
+            }
+            self.root.cell().stop(Some("runtime dropped".into()));
         }
     }
 }

@@ -10,6 +10,9 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
+/// Stands in for "never" where an `Instant` must be given: about 30 years.
+const FAR_FUTURE: std::time::Duration = std::time::Duration::from_secs(30 * 365 * 24 * 3600);
+
 /// Progress of a long call, as reported by the tool.
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
 pub struct Progress {
@@ -86,7 +89,10 @@ impl CallContext {
                 started,
                 agent,
                 session,
-                deadline: started + timeout,
+                // An absurd timeout (e.g. `Duration::MAX`) means "no deadline", not a panic.
+                deadline: started
+                    .checked_add(timeout)
+                    .unwrap_or_else(|| started + FAR_FUTURE),
                 observer,
             }),
         }

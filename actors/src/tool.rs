@@ -119,6 +119,14 @@ pub enum Concurrency {
 }
 
 impl Concurrency {
+    /// Up to `n` calls at once: `Sequential` for `n` ≤ 1, `Concurrent(n)` otherwise.
+    pub fn up_to(n: usize) -> Self {
+        match NonZeroUsize::new(n) {
+            Some(n) if n.get() > 1 => Self::Concurrent(n),
+            _ => Self::Sequential,
+        }
+    }
+
     /// The number of actors that run the tool.
     pub fn actors(self) -> usize {
         match self {

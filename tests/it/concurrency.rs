@@ -36,8 +36,7 @@ impl Tool for Gate {
     }
 
     fn concurrency(&self) -> Concurrency {
-        std::num::NonZeroUsize::new(self.actors)
-            .map_or(Concurrency::Sequential, Concurrency::Concurrent)
+        Concurrency::up_to(self.actors)
     }
 
     async fn init(&self) -> Result<(), Self::Error> {

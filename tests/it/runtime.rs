@@ -167,3 +167,27 @@ async fn call_context_carries_ids_progress_and_events() {
     assert_eq!(*observer.events.lock().unwrap(), ["finished"]);
     rt.shutdown().await;
 }
+
+#[tokio::test(start_paused = true)]
+async fn an_absurd_timeout_means_no_deadline_rather_than_a_panic() {
+    let (t, _) = Chaos::new("t");
+    let rt = Runtime::builder().tool(t).build().await.unwrap();
+    let h = rt.handle::<Chaos>("t").unwrap();
+    let out = h
+        .call_with(input(Act::Ok), CallOptions::new().timeout(Duration::MAX))
+        .await;
+    assert!(out.is_ok());
+    rt.shutdown().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn dropping_the_runtime_stops_its_tools() {
+    let (t, record) = Chaos::new("t");
+    let rt = Runtime::builder().tool(t).build().await.unwrap();
+    let h = rt.handle::<Chaos>("t").unwrap();
+    h.call(input(Act::Ok)).await.unwrap();
+    drop(rt);
+    let err = h.call(input(Act::Ok)).await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Unavailable);
+    assert_eq!(record.runs.load(std::sync::atomic::Ordering::SeqCst), 1);
+}

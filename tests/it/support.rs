@@ -124,10 +124,7 @@ impl Tool for Chaos {
     }
 
     fn concurrency(&self) -> guildhall::Concurrency {
-        match std::num::NonZeroUsize::new(self.actors) {
-            Some(n) if n.get() > 1 => guildhall::Concurrency::Concurrent(n),
-            _ => guildhall::Concurrency::Sequential,
-        }
+        guildhall::Concurrency::up_to(self.actors)
     }
 
     async fn init(&self) -> Result<u64, AskedToFail> {
