@@ -5,7 +5,7 @@ use guildhall::supervision::Backoff;
 use guildhall::{CallOptions, ErrorKind, Runtime, ToolOptions};
 use tokio::time::Instant;
 
-use crate::support::{Act, Chaos, eventually, input};
+use crate::support::{Act, Chaos, Record, eventually, input};
 
 const DEADLINE: Duration = Duration::from_millis(100);
 const GRACE: Duration = Duration::from_millis(300);
@@ -15,6 +15,14 @@ fn options() -> ToolOptions {
         .timeout(DEADLINE)
         .grace(GRACE)
         .backoff(Backoff::none())
+}
+
+/// Waits until the tool has seen its call's token fire once.
+async fn saw_cancellation(record: &Record) {
+    eventually(Duration::from_secs(1), || async {
+        record.cancelled.load(Ordering::SeqCst) == 1
+    })
+    .await;
 }
 
 #[tokio::test(start_paused = true)]
@@ -60,10 +68,7 @@ async fn a_cooperative_tool_sees_its_token_fire_at_the_deadline_and_keeps_its_st
 
     let err = h.call(input(Act::WaitForCancel)).await.unwrap_err();
     assert_eq!(err.kind(), ErrorKind::Timeout);
-    eventually(Duration::from_secs(1), || async {
-        record.cancelled.load(Ordering::SeqCst) == 1
-    })
-    .await;
+    saw_cancellation(&record).await;
     // It stopped within the grace period, so it was not restarted.
     assert_eq!(h.call(input(Act::Ok)).await.unwrap().calls_since_start, 2);
     assert_eq!(record.inits.load(Ordering::SeqCst), 1);
@@ -87,10 +92,7 @@ async fn dropping_the_call_cancels_the_tool() {
             .await
             .is_err()
     );
-    eventually(Duration::from_secs(1), || async {
-        record.cancelled.load(Ordering::SeqCst) == 1
-    })
-    .await;
+    saw_cancellation(&record).await;
     rt.shutdown().await;
 }
 
