@@ -66,7 +66,7 @@ where
                 },
                 outcome: Some(Outcome {
                     breaker: Arc::clone(&self.breaker),
-                    admission,
+                    admission: Some(admission),
                 }),
             },
             Err(open) => BreakerFuture {
@@ -126,22 +126,85 @@ where
 /// Records the call's outcome once; a probe dropped before its outcome frees the probe slot.
 struct Outcome {
     breaker: Arc<SharedBreaker>,
-    admission: Admission,
+    /// Taken when the outcome is recorded, so `Drop` knows it was.
+    admission: Option<Admission>,
 }
 
 impl Outcome {
-    fn record(self, success: bool) {
-        if let Some(transition) = self.breaker.record(self.admission, success) {
+    fn record(mut self, success: bool) {
+        if let Some(admission) = self.admission.take()
+            && let Some(transition) = self.breaker.record(admission, success)
+        {
             tracing::info!(?transition, "circuit breaker changed state");
         }
-        std::mem::forget(self);
     }
 }
 
 impl Drop for Outcome {
     fn drop(&mut self) {
-        if self.admission == Admission::Probe {
+        if self.admission == Some(Admission::Probe) {
             self.breaker.abandon_probe();
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use guildhall_supervision::BreakerConfig;
+    use tower::ServiceExt;
+
+    #[tokio::test]
+    async fn calls_hold_the_breaker_only_while_in_flight() {
+        let breaker = Arc::new(SharedBreaker::new(BreakerConfig::default()));
+        let layer = BreakerLayer::new(Arc::clone(&breaker), Arc::from("t"));
+        let service = layer.layer(tower::service_fn(|ok: bool| async move {
+            if ok {
+                Ok(())
+            } else {
+                Err(CallError::Crashed {
+                    tool: "t".into(),
+                    reason: "test".into(),
+                })
+            }
+        }));
+        for ok in [true, false, true] {
+            let _ = service.clone().oneshot(ok).await;
+        }
+        // Only the layer (inside `service`) and this test hold it now.
+        assert_eq!(Arc::strong_count(&breaker), 3);
+    }
+
+    #[tokio::test]
+    async fn a_dropped_probe_lets_the_next_call_probe() {
+        let config = BreakerConfig {
+            max_failures: 1,
+            reset_timeout: std::time::Duration::ZERO,
+            ..BreakerConfig::default()
+        };
+        let breaker = Arc::new(SharedBreaker::new(config));
+        let layer = BreakerLayer::new(Arc::clone(&breaker), Arc::from("t"));
+        // `true` fails at once; `false` never finishes.
+        let service = layer.layer(tower::service_fn(|fail: bool| async move {
+            if fail {
+                Err(CallError::Crashed {
+                    tool: "t".into(),
+                    reason: "test".into(),
+                })
+            } else {
+                std::future::pending::<Result<(), CallError>>().await
+            }
+        }));
+        assert!(service.clone().oneshot(true).await.is_err());
+        // The probe's caller gives up.
+        let probe = service.clone().oneshot(false);
+        assert!(
+            tokio::time::timeout(std::time::Duration::from_millis(1), probe)
+                .await
+                .is_err()
+        );
+        // Its slot is free: the next call is admitted as a probe, not rejected.
+        let err = service.clone().oneshot(true).await.unwrap_err();
+        assert_eq!(err.kind(), guildhall_actors::ErrorKind::Crashed);
     }
 }
