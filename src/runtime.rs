@@ -44,7 +44,6 @@ pub struct Runtime {
 struct Inner {
     tools: DashMap<String, Arc<dyn ErasedTool>>,
     root: Supervisor,
-    tools_sup: Supervisor,
     defaults: ToolOptions,
     sweeper: Arc<Sweeper>,
     stopping: AtomicBool,
@@ -184,21 +183,31 @@ impl Runtime {
                 slot.insert(Arc::clone(&prepared.entry));
             }
         }
-        let mut started = Vec::with_capacity(prepared.children.len());
-        for child in prepared.children {
-            let id = child.id().to_owned();
-            if let Err(err) = self.inner.tools_sup.start_child(child).await {
-                // All of the tool or none of it: stop the actors that did start.
-                for id in started {
-                    let _ = self.inner.tools_sup.terminate_child(id).await;
-                }
-                prepared.entry.close();
-                self.inner.tools.remove(&name);
-                return Err(err.into());
-            }
-            started.push(id);
+        let started = match self.tools_supervisor() {
+            Ok(tools_sup) => start_all(&tools_sup, prepared.children).await,
+            Err(err) => Err(err),
+        };
+        if let Err(err) = started {
+            prepared.entry.close();
+            self.inner.tools.remove(&name);
+            return Err(err.into());
         }
         Ok(())
+    }
+
+    /// The `tools` supervisor as it is now: root's only child. Looked up rather than kept, so
+    /// that a `tools` supervisor restarted by root is found too.
+    fn tools_supervisor(&self) -> Result<Supervisor, SupervisorError> {
+        self.inner
+            .root
+            .cell()
+            .get_children()
+            .into_iter()
+            .next()
+            .map(|cell| Supervisor::from_ref(cell.into()))
+            .ok_or_else(|| SupervisorError::Unavailable {
+                reason: format!("the `{TOOLS}` supervisor is not running"),
+            })
     }
 
     /// A snapshot of the supervision tree: every node's status and restart count, and each
@@ -296,26 +305,35 @@ impl RuntimeBuilder {
             .child(ChildSpec::supervisor(TOOLS, tools_spec));
         let (root, _) = Supervisor::spawn(root_spec, None).await?;
         self.sweeper.start();
-        let tools_cell = root
-            .cell()
-            .get_children()
-            .into_iter()
-            .next()
-            .ok_or_else(|| SupervisorError::StartFailed {
-                id: TOOLS.into(),
-                reason: "tools supervisor missing after start".into(),
-            })?;
         Ok(Runtime {
             inner: Arc::new(Inner {
                 tools,
                 root,
-                tools_sup: Supervisor::from_ref(tools_cell.into()),
                 defaults: self.defaults,
                 sweeper: self.sweeper,
                 stopping: AtomicBool::new(false),
             }),
         })
     }
+}
+
+/// Starts a tool's actors: all of them, or none (those already started are stopped again).
+async fn start_all(
+    tools_sup: &Supervisor,
+    children: Vec<ChildSpec>,
+) -> Result<(), SupervisorError> {
+    let mut started = Vec::with_capacity(children.len());
+    for child in children {
+        let id = child.id().to_owned();
+        if let Err(err) = tools_sup.start_child(child).await {
+            for id in started {
+                let _ = tools_sup.terminate_child(id).await;
+            }
+            return Err(err);
+        }
+        started.push(id);
+    }
+    Ok(())
 }
 
 fn prepare<T: Tool>(
