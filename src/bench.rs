@@ -256,15 +256,6 @@ pub trait Stage: Send + Sync {
     fn step(&self);
 }
 
-/// A [`Stage`] that shows nothing.
-#[derive(Debug, Clone, Copy)]
-pub struct Quiet;
-
-impl Stage for Quiet {
-    fn phase(&self, _: &str, _: u64) {}
-    fn step(&self) {}
-}
-
 /// Runs every measurement of `guildhall bench calls`.
 ///
 /// # Panics

@@ -53,13 +53,13 @@ type MaybeRetry<T> =
 
 /// Builds the stack for one tool.
 pub fn build<T: Tool>(
+    name: Arc<str>,
     pool: WorkerPool<T>,
     options: &ToolOptions,
     breaker: Arc<SharedBreaker>,
     sweeper: Arc<Sweeper>,
     idempotent: bool,
 ) -> ToolService<T> {
-    let name: Arc<str> = Arc::from(pool.name());
     let retry = (idempotent && options.max_retries > 0)
         .then(|| RetryLayer::new(RetryPolicy::new(options.max_retries)));
     ServiceBuilder::new()

@@ -74,6 +74,8 @@ pub(crate) trait ErasedTool: Send + Sync + 'static {
 }
 
 pub(crate) struct ToolEntry<T: Tool> {
+    /// The tool's name, shared with its pipeline.
+    pub(crate) name: Arc<str>,
     pub(crate) spec: ToolSpec,
     pub(crate) handle: ToolHandle<T>,
     pub(crate) pool: WorkerPool<T>,
@@ -89,10 +91,13 @@ impl<T: Tool> ErasedTool for ToolEntry<T> {
         args: Value,
         options: CallOptions,
     ) -> BoxFuture<'static, Result<Value, CallError>> {
+        let input: T::Input = match args::decode(&self.name, args) {
+            Ok(input) => input,
+            Err(err) => return Box::pin(std::future::ready(Err(err))),
+        };
         let handle = self.handle.clone();
-        let name = Arc::<str>::from(self.spec.name.as_str());
+        let name = Arc::clone(&self.name);
         Box::pin(async move {
-            let input: T::Input = args::decode(&name, args)?;
             let output = handle.call_with(input, options).await?;
             serde_json::to_value(output).map_err(|e| CallError::InvalidOutput {
                 tool: name.to_string(),

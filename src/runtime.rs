@@ -21,7 +21,7 @@ use std::time::Duration;
 use dashmap::DashMap;
 use guildhall_actors::{CallError, RegistrationError, Tool, ToolSpec, WorkerPool};
 use guildhall_supervision::{
-    Backoff, ChildSnapshot, ChildSpec, ChildStatus, NodeKind, RestartIntensity, SharedBreaker,
+    Backoff, ChildKind, ChildSnapshot, ChildSpec, ChildStatus, RestartIntensity, SharedBreaker,
     Strategy, Supervisor, SupervisorError, SupervisorSpec,
 };
 use serde_json::Value;
@@ -218,7 +218,7 @@ impl Runtime {
     pub async fn tree(&self) -> Result<ChildSnapshot, SupervisorError> {
         Ok(ChildSnapshot {
             id: "root".into(),
-            kind: NodeKind::Supervisor,
+            kind: ChildKind::Supervisor,
             status: ChildStatus::Running,
             restarts: 0,
             breaker: None,
@@ -350,7 +350,9 @@ fn prepare<T: Tool>(
         .into_iter()
         .map(|c| c.breaker(Arc::clone(&breaker)).backoff(options.backoff))
         .collect();
+    let name: Arc<str> = Arc::from(spec.name.as_str());
     let service = pipeline::build(
+        Arc::clone(&name),
         pool.clone(),
         options,
         breaker,
@@ -359,6 +361,7 @@ fn prepare<T: Tool>(
     );
     Ok(Prepared {
         entry: Arc::new(ToolEntry {
+            name,
             spec,
             handle: ToolHandle::new(service, options.timeout),
             pool,

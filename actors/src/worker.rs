@@ -15,16 +15,14 @@
 use std::future::Future;
 use std::panic::AssertUnwindSafe;
 use std::pin::Pin;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, PoisonError, RwLock};
 use std::task::{Context, Poll, ready};
 use std::time::Duration;
 
 use futures::FutureExt;
 use guildhall_supervision::{ChildSpec, Shutdown};
 use ractor::{Actor, ActorId, ActorProcessingErr, ActorRef};
-use std::sync::{PoisonError, RwLock};
-
 use tokio::sync::{Notify, oneshot};
 
 use crate::context::CallContext;
@@ -66,14 +64,9 @@ pub struct ToolActor<T: Tool> {
     grace: Duration,
 }
 
-/// A tool actor's state: the tool's own state.
-pub struct ToolActorState<T: Tool> {
-    state: T::State,
-}
-
 impl<T: Tool> Actor for ToolActor<T> {
     type Msg = ToolMsg<T>;
-    type State = ToolActorState<T>;
+    type State = T::State;
     type Arguments = Arc<Slot<T>>;
 
     /// Builds the tool's state and publishes this actor in its slot so calls reach it. An
@@ -85,7 +78,7 @@ impl<T: Tool> Actor for ToolActor<T> {
     ) -> Result<Self::State, ActorProcessingErr> {
         let state = self.tool.init().await?;
         slot.publish(Some(myself));
-        Ok(ToolActorState { state })
+        Ok(state)
     }
 
     /// A panic in the tool is caught, reported to the caller as `Crashed`, and turned into an
@@ -102,7 +95,7 @@ impl<T: Tool> Actor for ToolActor<T> {
             return Ok(());
         };
         let watch = ctx.clone();
-        let call = AssertUnwindSafe(self.tool.call(&mut state.state, input, ctx)).catch_unwind();
+        let call = AssertUnwindSafe(self.tool.call(state, input, ctx)).catch_unwind();
         let mut call = std::pin::pin!(call);
         // Most calls finish on their first poll. Only the others arm the wait for their
         // cancellation and grace period, boxed so that its space is not carried by every
@@ -238,11 +231,6 @@ impl<T: Tool> WorkerPool<T> {
         &self.inner.name
     }
 
-    /// The tool.
-    pub fn tool(&self) -> &Arc<T> {
-        &self.inner.tool
-    }
-
     /// One child spec per actor of the tool: id `<name>` for a sequential tool, `<name>/<i>`
     /// for a concurrent one. Actors are permanent and get `grace` to finish their current call
     /// when shut down.
@@ -283,22 +271,17 @@ impl<T: Tool> WorkerPool<T> {
         }
     }
 
-    /// Runs one call on the least busy actor and returns its single outcome.
+    /// Sends a call to the least busy actor and returns the future of its single outcome.
+    /// The common case, a live actor that answers, allocates nothing beyond the message; only
+    /// a call that must wait for a restart boxes a future.
     ///
-    /// # Errors
-    /// [`CallError::Tool`], [`CallError::Crashed`], [`CallError::Timeout`] (the tool overran
-    /// its deadline plus grace) or [`CallError::Unavailable`] (the pool was closed).
+    /// The future resolves to the tool's output, or to [`CallError::Tool`],
+    /// [`CallError::Crashed`], [`CallError::Timeout`] (the tool overran its deadline plus
+    /// grace) or [`CallError::Unavailable`] (the pool was closed).
     ///
     /// # Cancel safety
     /// Dropping the future abandons the reply; the call's cancellation token should be
     /// fired by whoever owns it, so the tool stops (or is restarted after the grace period).
-    pub async fn invoke(&self, input: T::Input, ctx: CallContext) -> Result<T::Output, CallError> {
-        self.dispatch(input, ctx).await
-    }
-
-    /// Sends a call to the least busy actor and returns the future of its outcome (see
-    /// [`invoke`](Self::invoke)). The common case, a live actor that answers, allocates
-    /// nothing beyond the message; only a call that must wait for a restart boxes a future.
     pub fn dispatch(&self, input: T::Input, ctx: CallContext) -> Dispatched<T> {
         let slot = self.pick();
         let tracked = self.inner.slots.len() > 1;
@@ -307,8 +290,9 @@ impl<T: Tool> WorkerPool<T> {
         }
         let budget = ctx.budget();
         let state = match self.send(slot, input, ctx) {
-            Ok(sent) => sent,
-            Err((input, ctx)) => self.slow(slot, input, ctx, None),
+            Sent::Waiting { outcome, actor } => State::Waiting { outcome, actor },
+            Sent::Closed => State::Failed(Some(Box::new(self.unavailable()))),
+            Sent::NoActor(input, ctx) => self.slow(slot, input, ctx, None),
         };
         Dispatched {
             pool: self.clone(),
@@ -319,19 +303,13 @@ impl<T: Tool> WorkerPool<T> {
         }
     }
 
-    /// Sends to the slot's current actor, or hands the call back if there is none.
-    #[allow(clippy::type_complexity)]
-    fn send(
-        &self,
-        slot: usize,
-        input: T::Input,
-        ctx: CallContext,
-    ) -> Result<State<T>, (T::Input, CallContext)> {
+    /// Sends to the slot's current actor, if there is one and the pool is open.
+    fn send(&self, slot: usize, input: T::Input, ctx: CallContext) -> Sent<T> {
         if self.inner.closed.load(Ordering::Acquire) {
-            return Ok(State::Failed(Some(Box::new(self.unavailable()))));
+            return Sent::Closed;
         }
         let Some(actor) = self.inner.slots[slot].current() else {
-            return Err((input, ctx));
+            return Sent::NoActor(input, ctx);
         };
         let (reply, outcome) = oneshot::channel();
         let inv = Invocation {
@@ -341,10 +319,10 @@ impl<T: Tool> WorkerPool<T> {
         };
         // A failed send drops the message, which bounces the input back through `outcome`.
         let _ = actor.send_message(ToolMsg(inv));
-        Ok(State::Waiting {
+        Sent::Waiting {
             outcome,
             actor: actor.get_id(),
-        })
+        }
     }
 
     /// The path for calls that must wait for an actor: boxed, since it is rare.
@@ -362,13 +340,10 @@ impl<T: Tool> WorkerPool<T> {
             loop {
                 pool.wait_replaced(&pool.inner.slots[slot], old).await;
                 let (outcome, actor) = match pool.send(slot, input, ctx) {
-                    Ok(State::Waiting { outcome, actor }) => (outcome, actor),
-                    Ok(State::Failed(err)) => {
-                        return Err(err.map_or_else(|| pool.unavailable(), |e| *e));
-                    }
-                    Ok(State::Slow(_)) => unreachable!("send never returns the slow path"),
-                    Err(back) => {
-                        (input, ctx, old) = (back.0, back.1, None);
+                    Sent::Waiting { outcome, actor } => (outcome, actor),
+                    Sent::Closed => return Err(pool.unavailable()),
+                    Sent::NoActor(back, back_ctx) => {
+                        (input, ctx, old) = (back, back_ctx, None);
                         continue;
                     }
                 };
@@ -461,6 +436,19 @@ pub struct Dispatched<T: Tool> {
     tracked: bool,
     budget: Duration,
     state: State<T>,
+}
+
+/// What became of an attempt to send a call.
+enum Sent<T: Tool> {
+    /// Sent; the reply will come through `outcome`.
+    Waiting {
+        outcome: oneshot::Receiver<Outcome<T>>,
+        actor: ActorId,
+    },
+    /// The pool is closed.
+    Closed,
+    /// No actor is running in the slot; here is the call back.
+    NoActor(T::Input, CallContext),
 }
 
 type SlowPath<T> = Pin<Box<dyn Future<Output = Result<<T as Tool>::Output, CallError>> + Send>>;

@@ -15,16 +15,16 @@ pub type RetryLayer = tower::retry::RetryLayer<RetryPolicy>;
 /// idempotent: retrying anything else could repeat a side effect.
 #[derive(Debug, Clone, Copy)]
 pub struct RetryPolicy {
-    remaining: u32,
-    attempt: u32,
+    max_retries: u32,
+    retries: u32,
 }
 
 impl RetryPolicy {
     /// At most `max_retries` retries per call.
     pub fn new(max_retries: u32) -> Self {
         Self {
-            remaining: max_retries,
-            attempt: 0,
+            max_retries,
+            retries: 0,
         }
     }
 }
@@ -38,20 +38,19 @@ impl<I: Clone, O> tower::retry::Policy<ToolCall<I>, O, CallError> for RetryPolic
         result: &mut Result<O, CallError>,
     ) -> Option<Self::Future> {
         let err = result.as_ref().err()?;
-        if self.remaining == 0 || !err.is_transient() || req.ctx.is_cancelled() {
+        if self.retries >= self.max_retries || !err.is_transient() || req.ctx.is_cancelled() {
             return None;
         }
-        let delay = Duration::from_millis(1 << self.attempt.min(10));
+        let delay = Duration::from_millis(1 << self.retries.min(10));
         if tokio::time::Instant::now() + delay >= req.ctx.deadline() {
             return None;
         }
-        self.remaining -= 1;
-        self.attempt += 1;
-        tracing::debug!(error = %err, attempt = self.attempt, "retrying transient failure");
+        self.retries += 1;
+        tracing::debug!(error = %err, retry = self.retries, "retrying transient failure");
         Some(tokio::time::sleep(delay))
     }
 
     fn clone_request(&mut self, req: &ToolCall<I>) -> Option<ToolCall<I>> {
-        (self.remaining > 0).then(|| req.clone())
+        (self.retries < self.max_retries).then(|| req.clone())
     }
 }

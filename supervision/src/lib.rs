@@ -27,6 +27,6 @@ pub use backoff::Backoff;
 pub use breaker::{BreakerConfig, BreakerStatus, CircuitBreaker, CircuitOpen, SharedBreaker};
 pub use error::SupervisorError;
 pub use intensity::{IntensityExceeded, RestartIntensity, RestartWindow};
-pub use snapshot::{ChildSnapshot, ChildStatus, NodeKind};
+pub use snapshot::{ChildSnapshot, ChildStatus};
 pub use spec::{ChildKind, ChildSpec, Restart, Shutdown, StartFn};
 pub use supervisor::{Strategy, Supervisor, SupervisorActor, SupervisorMsg, SupervisorSpec};

@@ -3,6 +3,7 @@
 use serde::Serialize;
 
 use crate::breaker::BreakerStatus;
+use crate::spec::ChildKind;
 
 /// Whether a child is running.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -16,23 +17,13 @@ pub enum ChildStatus {
     Stopped,
 }
 
-/// Whether a node is a worker or a supervisor.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum NodeKind {
-    /// A plain actor.
-    Worker,
-    /// A supervisor; its children are listed.
-    Supervisor,
-}
-
 /// One child of a supervisor, and its subtree if it is a supervisor itself.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct ChildSnapshot {
     /// The child's id within its supervisor.
     pub id: String,
     /// Worker or supervisor.
-    pub kind: NodeKind,
+    pub kind: ChildKind,
     /// Running, restarting or stopped.
     pub status: ChildStatus,
     /// How many times the supervisor restarted this child.

@@ -26,7 +26,7 @@ use ractor::{Actor, ActorCell, ActorProcessingErr, ActorRef, RpcReplyPort, Super
 use crate::backoff::Backoff;
 use crate::error::SupervisorError;
 use crate::intensity::{RestartIntensity, RestartWindow};
-use crate::snapshot::{ChildSnapshot, ChildStatus, NodeKind};
+use crate::snapshot::{ChildSnapshot, ChildStatus};
 use crate::spec::{ChildKind, ChildSpec, Restart, Shutdown};
 
 /// How long a supervisor waits for a nested supervisor's snapshot.
@@ -438,10 +438,7 @@ impl SupervisorState {
             };
             ChildSnapshot {
                 id: c.spec.id.to_string(),
-                kind: match c.spec.kind {
-                    ChildKind::Worker => NodeKind::Worker,
-                    ChildKind::Supervisor => NodeKind::Supervisor,
-                },
+                kind: c.spec.kind,
                 status: c.status,
                 restarts: c.restarts,
                 breaker: c.spec.breaker.as_ref().map(|b| b.status()),
