@@ -4,7 +4,7 @@ use std::time::Duration;
 use guildhall::supervision::{Backoff, BreakerConfig};
 use guildhall::{BreakerStatus, CallError, ErrorKind, Runtime, ToolOptions};
 
-use crate::support::{Act, Chaos, input};
+use crate::support::{Act, Chaos, input, one_chaos};
 
 const S: Duration = Duration::from_secs(1);
 
@@ -26,13 +26,7 @@ async fn status(rt: &Runtime) -> BreakerStatus {
 
 #[tokio::test(start_paused = true)]
 async fn opens_fails_fast_and_recovers_through_a_probe() {
-    let (tool, record) = Chaos::new("chaos");
-    let rt = Runtime::builder()
-        .tool_with(tool, options())
-        .build()
-        .await
-        .unwrap();
-    let h = rt.handle::<Chaos>("chaos").unwrap();
+    let (rt, h, record) = one_chaos("chaos", options()).await;
 
     // Tool errors are answers, not failures: they never open the circuit.
     for _ in 0..5 {

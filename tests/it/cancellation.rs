@@ -5,7 +5,7 @@ use guildhall::supervision::Backoff;
 use guildhall::{CallOptions, ErrorKind, Runtime, ToolOptions};
 use tokio::time::Instant;
 
-use crate::support::{Act, Chaos, Record, eventually, input};
+use crate::support::{Act, Chaos, Record, eventually, input, one_chaos};
 
 const DEADLINE: Duration = Duration::from_millis(100);
 const GRACE: Duration = Duration::from_millis(300);
@@ -27,13 +27,7 @@ async fn saw_cancellation(record: &Record) {
 
 #[tokio::test(start_paused = true)]
 async fn a_tool_ignoring_cancellation_times_out_and_is_restarted() {
-    let (tool, record) = Chaos::new("stuck");
-    let rt = Runtime::builder()
-        .tool_with(tool, options())
-        .build()
-        .await
-        .unwrap();
-    let h = rt.handle::<Chaos>("stuck").unwrap();
+    let (rt, h, record) = one_chaos("stuck", options()).await;
     h.call(input(Act::Ok)).await.unwrap();
 
     let start = Instant::now();
@@ -58,13 +52,7 @@ async fn a_tool_ignoring_cancellation_times_out_and_is_restarted() {
 
 #[tokio::test(start_paused = true)]
 async fn a_cooperative_tool_sees_its_token_fire_at_the_deadline_and_keeps_its_state() {
-    let (tool, record) = Chaos::new("polite");
-    let rt = Runtime::builder()
-        .tool_with(tool, options())
-        .build()
-        .await
-        .unwrap();
-    let h = rt.handle::<Chaos>("polite").unwrap();
+    let (rt, h, record) = one_chaos("polite", options()).await;
 
     let err = h.call(input(Act::WaitForCancel)).await.unwrap_err();
     assert_eq!(err.kind(), ErrorKind::Timeout);
@@ -77,13 +65,7 @@ async fn a_cooperative_tool_sees_its_token_fire_at_the_deadline_and_keeps_its_st
 
 #[tokio::test(start_paused = true)]
 async fn dropping_the_call_cancels_the_tool() {
-    let (tool, record) = Chaos::new("polite");
-    let rt = Runtime::builder()
-        .tool_with(tool, options())
-        .build()
-        .await
-        .unwrap();
-    let h = rt.handle::<Chaos>("polite").unwrap();
+    let (rt, h, record) = one_chaos("polite", options()).await;
     let long = CallOptions::new().timeout(Duration::from_secs(60));
     let call = h.call_with(input(Act::WaitForCancel), long);
     // Give up on the call long before its deadline.

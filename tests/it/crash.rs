@@ -1,9 +1,9 @@
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use guildhall::{CallError, ErrorKind, Runtime};
+use guildhall::{CallError, ErrorKind, Runtime, ToolOptions};
 
-use crate::support::{Act, Chaos, eventually, input};
+use crate::support::{Act, Chaos, eventually, input, one_chaos};
 
 async fn restarts(rt: &Runtime, tool: &str) -> u32 {
     let tree = rt.tree().await.unwrap();
@@ -12,9 +12,7 @@ async fn restarts(rt: &Runtime, tool: &str) -> u32 {
 
 #[tokio::test(start_paused = true)]
 async fn panicking_tool_reports_crashed_restarts_and_serves_the_next_call() {
-    let (tool, record) = Chaos::new("chaos");
-    let rt = Runtime::builder().tool(tool).build().await.unwrap();
-    let h = rt.handle::<Chaos>("chaos").unwrap();
+    let (rt, h, record) = one_chaos("chaos", ToolOptions::default()).await;
 
     assert_eq!(h.call(input(Act::Ok)).await.unwrap().calls_since_start, 1);
     assert_eq!(h.call(input(Act::Ok)).await.unwrap().calls_since_start, 2);
@@ -61,9 +59,7 @@ async fn a_crash_does_not_touch_other_tools() {
 
 #[tokio::test(start_paused = true)]
 async fn calls_queued_behind_a_crash_run_once_on_the_restarted_actor() {
-    let (tool, record) = Chaos::new("chaos");
-    let rt = Runtime::builder().tool(tool).build().await.unwrap();
-    let h = rt.handle::<Chaos>("chaos").unwrap();
+    let (rt, h, record) = one_chaos("chaos", ToolOptions::default()).await;
 
     // The panic is sent first; the others queue in the same actor's mailbox behind it.
     let mut calls = vec![tokio::spawn({

@@ -168,6 +168,25 @@ impl Tool for Chaos {
     }
 }
 
+/// A runtime with one [`Chaos`] tool called `name`, a handle to it, and its record.
+pub async fn one_chaos(
+    name: &str,
+    options: guildhall::ToolOptions,
+) -> (
+    guildhall::Runtime,
+    guildhall::ToolHandle<Chaos>,
+    Arc<Record>,
+) {
+    let (tool, record) = Chaos::new(name);
+    let rt = guildhall::Runtime::builder()
+        .tool_with(tool, options)
+        .build()
+        .await
+        .unwrap();
+    let handle = rt.handle::<Chaos>(name).unwrap();
+    (rt, handle, record)
+}
+
 pub fn input(act: Act) -> ChaosInput {
     ChaosInput { act, id: 0 }
 }
