@@ -8,6 +8,12 @@ pub enum BuildError {
     /// A tool was rejected at registration.
     #[error(transparent)]
     Registration(#[from] RegistrationError),
+    /// The store could not be opened or read.
+    #[error(transparent)]
+    Store(#[from] crate::store::StoreError),
+    /// The agent directory could not be loaded.
+    #[error("the agent directory could not be loaded: {0}")]
+    Agents(#[from] crate::agents::MailError),
     /// The supervision tree could not be started.
     #[error("supervision tree failed to start: {0}")]
     Supervision(#[from] SupervisorError),

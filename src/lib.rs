@@ -52,13 +52,16 @@
 //! # }
 //! ```
 
+pub mod agents;
 pub mod bench;
 mod error;
 pub mod options;
 pub mod pipeline;
 pub mod registry;
 pub mod runtime;
+pub mod store;
 
+pub use agents::{Agent, AgentSpec, InboxQuery, MailError, MailboxConfig, Outgoing, Priority};
 pub use error::BuildError;
 pub use guildhall_actors::{
     self as actors, Annotations, CallContext, CallError, CallEvent, CallObserver, Concurrency,

@@ -14,6 +14,7 @@
 //! restarts, each actor's own backoff, and each tool's breaker; `tools` has unlimited
 //! intensity so no tool's crash loop can escalate and restart the others.
 
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
@@ -26,10 +27,13 @@ use guildhall_supervision::{
 };
 use serde_json::Value;
 
+use crate::agents::tools::{CheckInbox, MarkRead, ReadMessage, SendMessage};
+use crate::agents::{Agent, AgentRecord, AgentSpec, MailError, MailboxConfig, PostOffice};
 use crate::error::BuildError;
 use crate::options::{CallOptions, ToolOptions};
 use crate::pipeline::{self, Sweeper};
 use crate::registry::{ErasedTool, ToolEntry, ToolHandle};
+use crate::store::{self, MemoryStore, Store};
 
 const TOOLS: &str = "tools";
 
@@ -43,6 +47,7 @@ pub struct Runtime {
 
 struct Inner {
     tools: DashMap<String, Arc<dyn ErasedTool>>,
+    office: Arc<PostOffice>,
     root: Supervisor,
     defaults: ToolOptions,
     sweeper: Arc<Sweeper>,
@@ -56,8 +61,17 @@ const DEADLINE_RESOLUTION: Duration = Duration::from_millis(1);
 #[must_use = "a builder does nothing until `build` is awaited"]
 pub struct RuntimeBuilder {
     defaults: ToolOptions,
+    store: StoreChoice,
+    mailbox: MailboxConfig,
     sweeper: Arc<Sweeper>,
     pending: Vec<Result<Prepared, RegistrationError>>,
+}
+
+/// Where the builder gets its store.
+enum StoreChoice {
+    Memory,
+    Dir(PathBuf),
+    Given(Arc<dyn Store>),
 }
 
 /// A tool ready to be started: its entry and its actors' child specs.
@@ -71,6 +85,8 @@ impl Runtime {
     pub fn builder() -> RuntimeBuilder {
         RuntimeBuilder {
             defaults: ToolOptions::default(),
+            store: StoreChoice::Memory,
+            mailbox: MailboxConfig::default(),
             sweeper: Sweeper::new(DEADLINE_RESOLUTION),
             pending: Vec::new(),
         }
@@ -198,16 +214,74 @@ impl Runtime {
     /// The `tools` supervisor as it is now: root's only child. Looked up rather than kept, so
     /// that a `tools` supervisor restarted by root is found too.
     fn tools_supervisor(&self) -> Result<Supervisor, SupervisorError> {
+        let mailboxes = self.inner.office.shared.supervisor().map(|s| s.get_id());
         self.inner
             .root
             .cell()
             .get_children()
             .into_iter()
-            .next()
+            .find(|cell| Some(cell.get_id()) != mailboxes)
             .map(|cell| Supervisor::from_ref(cell.into()))
             .ok_or_else(|| SupervisorError::Unavailable {
                 reason: format!("the `{TOOLS}` supervisor is not running"),
             })
+    }
+
+    /// Registers an agent, or updates the role, parent and metadata of one already
+    /// registered, and returns its handle. Persisted before it returns.
+    ///
+    /// # Errors
+    /// [`MailError`] for an invalid id or role, an unknown parent, a parent cycle, or a
+    /// store failure.
+    pub async fn register_agent(&self, spec: AgentSpec) -> Result<Agent, MailError> {
+        let entry = self.inner.office.register(spec).await?;
+        Ok(Agent::new(Arc::clone(&self.inner.office), entry))
+    }
+
+    /// The handle of a registered agent.
+    ///
+    /// # Errors
+    /// [`MailError::UnknownAgent`].
+    pub fn agent(&self, id: &str) -> Result<Agent, MailError> {
+        let entry = self.inner.office.directory.require(id)?;
+        Ok(Agent::new(Arc::clone(&self.inner.office), entry))
+    }
+
+    /// Looks up an agent's record.
+    pub fn lookup_agent(&self, id: &str) -> Option<Arc<AgentRecord>> {
+        self.inner.office.lookup(id)
+    }
+
+    /// Every registered agent, sorted by id.
+    pub fn agents(&self) -> Vec<Arc<AgentRecord>> {
+        self.inner.office.directory.list()
+    }
+
+    /// Removes an agent, its mailbox and its messages.
+    ///
+    /// # Errors
+    /// [`MailError::UnknownAgent`], or a store failure (the agent then stays registered).
+    pub async fn deregister_agent(&self, id: &str) -> Result<(), MailError> {
+        self.inner.office.deregister(id).await
+    }
+
+    /// How many mailbox actors are running (the rest are passive, in the store only).
+    pub fn active_mailboxes(&self) -> usize {
+        self.inner.office.active()
+    }
+
+    /// Starts the mailbox actors of `agents` now rather than on first use.
+    ///
+    /// # Errors
+    /// [`MailError::Unavailable`] if one fails to start.
+    pub async fn activate_agents(&self, agents: &[Agent]) -> Result<(), MailError> {
+        let entries: Vec<_> = agents.iter().map(Agent::entry).cloned().collect();
+        self.inner.office.activate_all(&entries).await
+    }
+
+    /// The runtime's store.
+    pub fn store(&self) -> Arc<dyn Store> {
+        Arc::clone(&self.inner.office.shared.store)
     }
 
     /// A snapshot of the supervision tree: every node's status and restart count, and each
@@ -235,6 +309,7 @@ impl Runtime {
         if self.inner.stopping.swap(true, Ordering::AcqRel) {
             return;
         }
+        self.inner.office.stop_sweep();
         for entry in &self.inner.tools {
             entry.value().close();
         }
@@ -270,6 +345,25 @@ impl RuntimeBuilder {
         self
     }
 
+    /// Keeps agents and messages in the durable store in `dir` (created if missing). Without
+    /// this, or [`store`](Self::store), everything is kept in memory.
+    pub fn data_dir(mut self, dir: impl Into<PathBuf>) -> Self {
+        self.store = StoreChoice::Dir(dir.into());
+        self
+    }
+
+    /// Uses `store` for agents and messages.
+    pub fn store(mut self, store: Arc<dyn Store>) -> Self {
+        self.store = StoreChoice::Given(store);
+        self
+    }
+
+    /// Sets mailbox limits and timings.
+    pub fn mailbox_config(mut self, config: MailboxConfig) -> Self {
+        self.mailbox = config;
+        self
+    }
+
     /// Sets the options used by [`tool`](Self::tool) and [`Runtime::register`] (set it before
     /// adding tools).
     pub fn default_tool_options(mut self, options: ToolOptions) -> Self {
@@ -282,7 +376,23 @@ impl RuntimeBuilder {
     /// # Errors
     /// [`BuildError::Registration`] for the first invalid or duplicate tool (nothing is
     /// started), or [`BuildError::Supervision`] if the tree fails to start.
-    pub async fn build(self) -> Result<Runtime, BuildError> {
+    pub async fn build(mut self) -> Result<Runtime, BuildError> {
+        let store: Arc<dyn Store> = match self.store {
+            StoreChoice::Memory => Arc::new(MemoryStore::new()),
+            StoreChoice::Dir(ref dir) => store::open(dir)?,
+            StoreChoice::Given(ref store) => Arc::clone(store),
+        };
+        let office = PostOffice::open(store, self.mailbox.clone())?;
+        // The mailbox tools wait up to `max_wait` by design; their deadline allows for it.
+        let mail_options = self
+            .defaults
+            .clone()
+            .timeout(self.mailbox.max_wait + Duration::from_secs(10));
+        self = self
+            .tool_with(SendMessage(Arc::clone(&office)), mail_options.clone())
+            .tool_with(CheckInbox(Arc::clone(&office)), mail_options.clone())
+            .tool_with(ReadMessage(Arc::clone(&office)), mail_options.clone())
+            .tool_with(MarkRead(Arc::clone(&office)), mail_options);
         let tools: DashMap<String, Arc<dyn ErasedTool>> =
             DashMap::with_capacity(self.pending.len());
         let mut children = Vec::with_capacity(self.pending.len());
@@ -302,12 +412,15 @@ impl RuntimeBuilder {
             children: children.into_iter().flatten().collect(),
         };
         let root_spec = SupervisorSpec::new(Strategy::OneForOne)
-            .child(ChildSpec::supervisor(TOOLS, tools_spec));
+            .child(ChildSpec::supervisor(TOOLS, tools_spec))
+            .child(office.supervisor_spec());
         let (root, _) = Supervisor::spawn(root_spec, None).await?;
         self.sweeper.start();
+        office.start_sweep();
         Ok(Runtime {
             inner: Arc::new(Inner {
                 tools,
+                office,
                 root,
                 defaults: self.defaults,
                 sweeper: self.sweeper,

@@ -99,6 +99,18 @@ pub trait Tool: Send + Sync + Sized + 'static {
         ctx: CallContext,
     ) -> impl Future<Output = Result<Self::Output, Self::Error>> + Send;
 
+    /// Runs this call in a task of its own instead of inside the tool's actor, so the actor
+    /// goes on serving other calls while this one waits (on another actor, on a timer, on the
+    /// network). Return the state the detached call works with (typically a clone of a shared
+    /// handle); `None`, the default, runs the call in the actor with the actor's own state.
+    ///
+    /// A detached call keeps every guarantee of an inline one (one reply, its deadline and
+    /// cancellation, `Crashed` on a panic) except that a panic does not restart the actor:
+    /// the call had no hold on the actor's state.
+    fn detach(&self, _state: &Self::State, _input: &Self::Input) -> Option<Self::State> {
+        None
+    }
+
     /// Whether an error may go away on retry. Transient errors of idempotent tools are
     /// retried by the runtime.
     fn is_transient(_error: &Self::Error) -> bool {

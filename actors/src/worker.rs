@@ -94,6 +94,17 @@ impl<T: Tool> Actor for ToolActor<T> {
         else {
             return Ok(());
         };
+        if let Some(own) = self.tool.detach(state, &input) {
+            tokio::spawn(run_detached(
+                Arc::clone(&self.tool),
+                own,
+                input,
+                ctx,
+                reply,
+                self.grace,
+            ));
+            return Ok(());
+        }
         let watch = ctx.clone();
         let call = AssertUnwindSafe(self.tool.call(state, input, ctx)).catch_unwind();
         let mut call = std::pin::pin!(call);
@@ -124,6 +135,25 @@ impl<T: Tool> Actor for ToolActor<T> {
             }
         }
     }
+}
+
+/// Runs a call the tool chose to detach: the same outcomes as inline, but the actor lives on.
+async fn run_detached<T: Tool>(
+    tool: Arc<T>,
+    mut state: T::State,
+    input: T::Input,
+    ctx: CallContext,
+    reply: oneshot::Sender<Outcome<T>>,
+    grace: Duration,
+) {
+    let watch = ctx.clone();
+    let call = AssertUnwindSafe(tool.call(&mut state, input, ctx)).catch_unwind();
+    let outcome = match finish_or_overrun(std::pin::pin!(call), &watch, grace).await {
+        Some(Ok(result)) => Outcome::Done(result),
+        Some(Err(panic)) => Outcome::Crashed(panic_message(panic.as_ref())),
+        None => Outcome::Overran,
+    };
+    let _ = reply.send(outcome);
 }
 
 /// Waits for the call; once it is cancelled, gives it `grace` more. `None`: it overran.

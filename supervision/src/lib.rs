@@ -7,6 +7,8 @@
 //!   [`Shutdown`] (`BrutalKill` / `Timeout` / `Infinity`).
 //! - [`supervisor`]: [`SupervisorActor`] with [`Strategy`] `OneForOne`, `OneForAll`,
 //!   `RestForOne`; escalation when restart intensity is exceeded; ordered shutdown.
+//! - [`dynamic`]: a one-for-one supervisor for many children started on demand, kept in
+//!   hash maps (OTP's `simple_one_for_one`).
 //! - [`intensity`]: the restart-intensity window (max restarts within a period).
 //! - [`backoff`]: exponential backoff with jitter between restarts.
 //! - [`breaker`]: a circuit breaker with Akka semantics.
@@ -17,6 +19,7 @@
 
 pub mod backoff;
 pub mod breaker;
+pub mod dynamic;
 mod error;
 pub mod intensity;
 pub mod snapshot;
@@ -25,6 +28,7 @@ pub mod supervisor;
 
 pub use backoff::Backoff;
 pub use breaker::{BreakerConfig, BreakerStatus, CircuitBreaker, CircuitOpen, SharedBreaker};
+pub use dynamic::{DynamicSpec, DynamicSupervisorActor};
 pub use error::SupervisorError;
 pub use intensity::{IntensityExceeded, RestartIntensity, RestartWindow};
 pub use snapshot::{ChildSnapshot, ChildStatus};

@@ -104,6 +104,13 @@ impl ChildSpec {
         child
     }
 
+    /// Marks a child started by a custom [`StartFn`] as a supervisor (one that answers
+    /// [`SupervisorMsg`](crate::SupervisorMsg)), so snapshots include its subtree.
+    pub fn as_supervisor(mut self) -> Self {
+        self.kind = ChildKind::Supervisor;
+        self
+    }
+
     /// Sets the restart type.
     pub fn restart(mut self, restart: Restart) -> Self {
         self.restart = restart;

@@ -30,9 +30,9 @@ use crate::snapshot::{ChildSnapshot, ChildStatus};
 use crate::spec::{ChildKind, ChildSpec, Restart, Shutdown};
 
 /// How long a supervisor waits for a nested supervisor's snapshot.
-const SNAPSHOT_TIMEOUT: Duration = Duration::from_secs(2);
+pub(crate) const SNAPSHOT_TIMEOUT: Duration = Duration::from_secs(2);
 /// How long a brutal kill may take before the supervisor moves on.
-const KILL_WAIT: Duration = Duration::from_secs(5);
+pub(crate) const KILL_WAIT: Duration = Duration::from_secs(5);
 
 /// Which children are restarted when one exits (OTP strategies).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -105,7 +105,7 @@ pub enum SupervisorMsg {
 /// A scheduled restart; opaque outside this module.
 #[derive(Debug)]
 pub struct RestartDue {
-    ids: Vec<Arc<str>>,
+    pub(crate) ids: Vec<Arc<str>>,
 }
 
 /// The supervisor behaviour. Its state is private.
@@ -400,20 +400,7 @@ impl SupervisorState {
             return;
         };
         child.status = ChildStatus::Stopped;
-        match child.spec.shutdown {
-            Shutdown::BrutalKill => {
-                let _ = cell.kill_and_wait(Some(KILL_WAIT)).await;
-            }
-            Shutdown::Timeout(limit) => {
-                if cell.stop_and_wait(None, Some(limit)).await.is_err() {
-                    tracing::warn!(child = %child.spec.id, ?limit, "shutdown timed out; killing");
-                    let _ = cell.kill_and_wait(Some(KILL_WAIT)).await;
-                }
-            }
-            Shutdown::Infinity => {
-                let _ = cell.stop_and_wait(None, None).await;
-            }
-        }
+        stop_cell(cell, child.spec.shutdown, &child.spec.id).await;
     }
 
     /// Stops every child in reverse start order.
@@ -446,6 +433,24 @@ impl SupervisorState {
             }
         });
         futures::future::join_all(nodes).await
+    }
+}
+
+/// Stops one child as its [`Shutdown`] says, killing it if a timeout runs out.
+pub(crate) async fn stop_cell(cell: ActorCell, shutdown: Shutdown, id: &str) {
+    match shutdown {
+        Shutdown::BrutalKill => {
+            let _ = cell.kill_and_wait(Some(KILL_WAIT)).await;
+        }
+        Shutdown::Timeout(limit) => {
+            if cell.stop_and_wait(None, Some(limit)).await.is_err() {
+                tracing::warn!(child = %id, ?limit, "shutdown timed out; killing");
+                let _ = cell.kill_and_wait(Some(KILL_WAIT)).await;
+            }
+        }
+        Shutdown::Infinity => {
+            let _ = cell.stop_and_wait(None, None).await;
+        }
     }
 }
 

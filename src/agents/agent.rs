@@ -1,0 +1,124 @@
+use std::sync::Arc;
+
+use uuid::Uuid;
+
+use super::MailError;
+use super::directory::{AgentEntry, AgentRecord};
+use super::ids::AgentId;
+use super::mailbox::{MailboxMsg, Op, Reply};
+use super::message::{Inbox, InboxQuery, Message, Outgoing, Receipt};
+use super::office::{PostOffice, unexpected};
+
+/// A registered agent, as seen by itself: it sends as this agent and reads this agent's
+/// mailbox. Cheap to clone. Get one from [`Runtime::register_agent`](crate::Runtime::register_agent)
+/// or [`Runtime::agent`](crate::Runtime::agent).
+#[derive(Clone)]
+pub struct Agent {
+    office: Arc<PostOffice>,
+    entry: Arc<AgentEntry>,
+}
+
+impl std::fmt::Debug for Agent {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Agent").field("id", &self.entry.id).finish()
+    }
+}
+
+impl Agent {
+    pub(crate) fn new(office: Arc<PostOffice>, entry: Arc<AgentEntry>) -> Self {
+        Self { office, entry }
+    }
+
+    pub(crate) fn entry(&self) -> &Arc<AgentEntry> {
+        &self.entry
+    }
+
+    /// The agent's id.
+    pub fn id(&self) -> &AgentId {
+        &self.entry.id
+    }
+
+    /// The agent's current record.
+    pub fn record(&self) -> Arc<AgentRecord> {
+        self.entry.record()
+    }
+
+    /// Sends a message. Returns once every recipient's mailbox has it committed.
+    ///
+    /// # Errors
+    /// [`MailError`] for a bad address, no recipients, an oversized message, an unknown
+    /// `reply_to`, a full mailbox (single recipient) or a store failure. A fan-out that
+    /// reaches some recipients succeeds and lists the others in [`Receipt::rejected`].
+    ///
+    /// # Cancel safety
+    /// Dropping the future may leave the message delivered to some recipients.
+    pub async fn send(&self, message: Outgoing) -> Result<Receipt, MailError> {
+        self.office.send(&self.entry, message).await
+    }
+
+    /// Lists the inbox. With [`InboxQuery::wait`], an empty answer waits until a matching
+    /// message arrives or the time is up (then it is empty).
+    ///
+    /// # Errors
+    /// [`MailError::Store`] when listing read messages fails.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: messages taken with `mark_read` are marked only once handed over.
+    pub async fn check_inbox(&self, query: InboxQuery) -> Result<Inbox, MailError> {
+        match self.request(Op::Check(query)).await? {
+            Reply::Inbox(inbox) => Ok(inbox),
+            other => Err(self.failure(other)),
+        }
+    }
+
+    /// Reads a message and marks it read.
+    ///
+    /// # Errors
+    /// [`MailError::UnknownMessage`] when it is not in this agent's mailbox.
+    pub async fn read(&self, id: Uuid) -> Result<Arc<Message>, MailError> {
+        match self.request(Op::Read(id)).await? {
+            Reply::Message(message) => Ok(message),
+            other => Err(self.failure(other)),
+        }
+    }
+
+    /// Marks messages read, or acknowledged with `ack`, and waits for that to be stored.
+    /// Returns how many changed.
+    ///
+    /// # Errors
+    /// [`MailError::UnknownMessage`] for the first unknown id (nothing changes).
+    pub async fn mark_read(&self, ids: &[Uuid], ack: bool) -> Result<usize, MailError> {
+        let op = Op::Mark {
+            ids: ids.to_vec(),
+            ack,
+        };
+        match self.request(op).await? {
+            Reply::Marked(n) => Ok(n),
+            other => Err(self.failure(other)),
+        }
+    }
+
+    /// Makes the mailbox actor panic (fault injection for tests).
+    #[doc(hidden)]
+    pub fn crash_mailbox(&self) -> bool {
+        self.entry
+            .mailbox()
+            .is_some_and(|m| m.cast(MailboxMsg::Crash).is_ok())
+    }
+
+    /// Whether the mailbox actor is running now.
+    pub fn is_active(&self) -> bool {
+        self.entry.mailbox().is_some()
+    }
+
+    async fn request(&self, op: Op) -> Result<Reply, MailError> {
+        self.office.request(&self.entry, op).await
+    }
+
+    fn failure(&self, reply: Reply) -> MailError {
+        match reply {
+            Reply::Failed(err) => err,
+            other => unexpected(&self.entry.id, &other),
+        }
+    }
+}

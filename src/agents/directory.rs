@@ -1,0 +1,348 @@
+//! The agent directory: who is registered, in which role, under which parent.
+//!
+//! Kept whole in memory (a few hundred bytes an agent) and written through to the store, so
+//! lookups and fan-outs never touch the disk. Registration is rare and serialised; lookups
+//! are lock-free reads of concurrent maps.
+
+use std::collections::BTreeSet;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, PoisonError, RwLock};
+
+use dashmap::DashMap;
+use ractor::ActorRef;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use tokio::sync::Notify;
+
+use super::MailError;
+use super::ids::{AgentId, check_name, now_ms};
+use super::mailbox::MailboxMsg;
+use crate::store::{self, Batch, Store, Table, codec};
+
+/// A registered agent.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct AgentRecord {
+    /// Its id.
+    pub id: AgentId,
+    /// Its role (`tl`, `pm`, `dev`, ...).
+    pub role: String,
+    /// The agent it reports to.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub parent: Option<AgentId>,
+    /// Anything else worth knowing about it.
+    #[serde(default, skip_serializing_if = "Value::is_null")]
+    pub metadata: Value,
+    /// When it was first registered, in milliseconds since the Unix epoch.
+    pub registered_ms: u64,
+}
+
+/// What to register: an id, a role, and optionally a parent and metadata.
+#[derive(Debug, Clone, PartialEq)]
+pub struct AgentSpec {
+    /// The agent's id.
+    pub id: String,
+    /// Its role.
+    pub role: String,
+    /// The agent it reports to, which must be registered.
+    pub parent: Option<String>,
+    /// Free-form metadata (a JSON object, or null).
+    pub metadata: Value,
+}
+
+impl AgentSpec {
+    /// An agent `id` in `role`, with no parent and no metadata.
+    pub fn new(id: impl Into<String>, role: impl Into<String>) -> Self {
+        Self {
+            id: id.into(),
+            role: role.into(),
+            parent: None,
+            metadata: Value::Null,
+        }
+    }
+
+    /// Sets the parent.
+    pub fn parent(mut self, parent: impl Into<String>) -> Self {
+        self.parent = Some(parent.into());
+        self
+    }
+
+    /// Sets the metadata.
+    pub fn metadata(mut self, metadata: Value) -> Self {
+        self.metadata = metadata;
+        self
+    }
+}
+
+/// One agent as the runtime holds it: its record and where its mailbox actor is, if active.
+pub(crate) struct AgentEntry {
+    pub(crate) id: AgentId,
+    record: RwLock<Arc<AgentRecord>>,
+    /// The running mailbox actor; `None` while passive.
+    mailbox: RwLock<Option<ActorRef<MailboxMsg>>>,
+    /// Woken whenever `mailbox` changes.
+    pub(crate) changed: Notify,
+    /// Milliseconds (since the post office started) of the mailbox's last activity.
+    last_active: AtomicU64,
+    /// Set when the agent is deregistered: its mailbox must not start again.
+    retired: AtomicBool,
+}
+
+impl AgentEntry {
+    fn new(record: AgentRecord) -> Self {
+        Self {
+            id: record.id.clone(),
+            record: RwLock::new(Arc::new(record)),
+            mailbox: RwLock::new(None),
+            changed: Notify::new(),
+            last_active: AtomicU64::new(0),
+            retired: AtomicBool::new(false),
+        }
+    }
+
+    pub(crate) fn record(&self) -> Arc<AgentRecord> {
+        Arc::clone(&self.record.read().unwrap_or_else(PoisonError::into_inner))
+    }
+
+    pub(crate) fn mailbox(&self) -> Option<ActorRef<MailboxMsg>> {
+        self.mailbox
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
+    pub(crate) fn publish(&self, actor: ActorRef<MailboxMsg>) {
+        *self.mailbox.write().unwrap_or_else(PoisonError::into_inner) = Some(actor);
+        self.changed.notify_waiters();
+    }
+
+    /// Clears the mailbox if it is still `actor`.
+    pub(crate) fn unpublish(&self, actor: &ActorRef<MailboxMsg>) {
+        let mut slot = self.mailbox.write().unwrap_or_else(PoisonError::into_inner);
+        if slot.as_ref().is_some_and(|a| a.get_id() == actor.get_id()) {
+            *slot = None;
+        }
+        drop(slot);
+        self.changed.notify_waiters();
+    }
+
+    pub(crate) fn touch(&self, now: u64) {
+        self.last_active.store(now, Ordering::Relaxed);
+    }
+
+    /// Stops the mailbox from starting again, ahead of deregistration.
+    pub(crate) fn retire(&self) {
+        self.retired.store(true, Ordering::Release);
+    }
+
+    pub(crate) fn is_retired(&self) -> bool {
+        self.retired.load(Ordering::Acquire)
+    }
+
+    pub(crate) fn last_active(&self) -> u64 {
+        self.last_active.load(Ordering::Relaxed)
+    }
+}
+
+/// Every registered agent, with indexes by role and by parent.
+pub(crate) struct Directory {
+    agents: DashMap<AgentId, Arc<AgentEntry>>,
+    roles: DashMap<Arc<str>, BTreeSet<AgentId>>,
+    children: DashMap<AgentId, BTreeSet<AgentId>>,
+    /// Serialises changes, so the store and the maps agree on the last one.
+    changes: tokio::sync::Mutex<()>,
+}
+
+impl Directory {
+    /// Loads every agent from the store.
+    pub(crate) fn load(store: &dyn Store) -> Result<Self, MailError> {
+        let directory = Self {
+            agents: DashMap::new(),
+            roles: DashMap::new(),
+            children: DashMap::new(),
+            changes: tokio::sync::Mutex::new(()),
+        };
+        let mut records = Vec::new();
+        let mut failed = None;
+        store.scan(Table::Agents, b"", &mut |_, v| {
+            match codec::decode::<AgentRecord>(Table::Agents, v) {
+                Ok(r) => records.push(r),
+                Err(e) => failed = Some(e),
+            }
+            failed.is_none()
+        })?;
+        if let Some(err) = failed {
+            return Err(err.into());
+        }
+        for record in records {
+            directory.index(&record);
+            directory
+                .agents
+                .insert(record.id.clone(), Arc::new(AgentEntry::new(record)));
+        }
+        Ok(directory)
+    }
+
+    pub(crate) fn get(&self, id: &str) -> Option<Arc<AgentEntry>> {
+        self.agents.get(id).map(|e| Arc::clone(e.value()))
+    }
+
+    pub(crate) fn require(&self, id: &str) -> Result<Arc<AgentEntry>, MailError> {
+        self.get(id)
+            .ok_or_else(|| MailError::UnknownAgent { id: id.to_owned() })
+    }
+
+    /// Every agent, sorted by id.
+    pub(crate) fn list(&self) -> Vec<Arc<AgentRecord>> {
+        let mut all: Vec<_> = self.agents.iter().map(|e| e.value().record()).collect();
+        all.sort_by(|a, b| a.id.cmp(&b.id));
+        all
+    }
+
+    pub(crate) fn entries(&self) -> Vec<Arc<AgentEntry>> {
+        self.agents.iter().map(|e| Arc::clone(e.value())).collect()
+    }
+
+    /// The agents in `role`, sorted by id.
+    pub(crate) fn in_role(&self, role: &str) -> Vec<AgentId> {
+        self.roles
+            .get(role)
+            .map(|s| s.iter().cloned().collect())
+            .unwrap_or_default()
+    }
+
+    /// The agents whose parent is `id`, sorted by id.
+    pub(crate) fn children_of(&self, id: &str) -> Vec<AgentId> {
+        self.children
+            .get(id)
+            .map(|s| s.iter().cloned().collect())
+            .unwrap_or_default()
+    }
+
+    /// Every agent id, sorted.
+    pub(crate) fn ids(&self) -> Vec<AgentId> {
+        let mut ids: Vec<AgentId> = self.agents.iter().map(|e| e.key().clone()).collect();
+        ids.sort();
+        ids
+    }
+
+    /// Registers an agent, or updates the role, parent and metadata of a registered one, and
+    /// persists it before returning.
+    pub(crate) async fn register(
+        &self,
+        store: &dyn Store,
+        spec: AgentSpec,
+    ) -> Result<Arc<AgentEntry>, MailError> {
+        let id = AgentId::parse(&spec.id)?;
+        check_name(&spec.role).map_err(|reason| MailError::InvalidRole {
+            role: spec.role.clone(),
+            reason,
+        })?;
+        let _serial = self.changes.lock().await;
+        let parent = match spec.parent.as_deref() {
+            None => None,
+            Some(p) => {
+                let parent = AgentId::parse(p)?;
+                self.require(p)?;
+                self.check_no_cycle(&id, &parent)?;
+                Some(parent)
+            }
+        };
+        let existing = self.get(&spec.id);
+        let record = AgentRecord {
+            id: id.clone(),
+            role: spec.role,
+            parent,
+            metadata: spec.metadata,
+            registered_ms: existing
+                .as_ref()
+                .map_or_else(now_ms, |e| e.record().registered_ms),
+        };
+        let mut batch = Batch::new();
+        batch.put(
+            Table::Agents,
+            id.as_str().as_bytes().to_vec(),
+            codec::encode(&record),
+        );
+        store::commit(store, batch).await?;
+        let entry = match existing {
+            Some(entry) => {
+                self.unindex(&entry.record());
+                *entry.record.write().unwrap_or_else(PoisonError::into_inner) =
+                    Arc::new(record.clone());
+                entry
+            }
+            None => {
+                let entry = Arc::new(AgentEntry::new(record.clone()));
+                self.agents.insert(id, Arc::clone(&entry));
+                entry
+            }
+        };
+        self.index(&record);
+        Ok(entry)
+    }
+
+    /// Removes a retired agent, committing `batch` (the deletion of its messages) with it. On
+    /// failure the agent stays registered and is no longer retired.
+    pub(crate) async fn deregister(
+        &self,
+        store: &dyn Store,
+        id: &str,
+        mut batch: Batch,
+    ) -> Result<Arc<AgentEntry>, MailError> {
+        let _serial = self.changes.lock().await;
+        let entry = self.require(id)?;
+        batch.delete(Table::Agents, id.as_bytes().to_vec());
+        if let Err(err) = store::commit(store, batch).await {
+            entry.retired.store(false, Ordering::Release);
+            return Err(err.into());
+        }
+        self.unindex(&entry.record());
+        self.agents.remove(id);
+        Ok(entry)
+    }
+
+    fn check_no_cycle(&self, id: &AgentId, parent: &AgentId) -> Result<(), MailError> {
+        let mut at = Some(parent.clone());
+        // The hierarchy is acyclic, so this walk ends; the bound guards against a bad store.
+        for _ in 0..=self.agents.len() {
+            let Some(current) = at else { return Ok(()) };
+            if &current == id {
+                return Err(MailError::ParentCycle {
+                    agent: id.to_string(),
+                    parent: parent.to_string(),
+                });
+            }
+            at = self
+                .get(current.as_str())
+                .and_then(|e| e.record().parent.clone());
+        }
+        Ok(())
+    }
+
+    fn index(&self, record: &AgentRecord) {
+        self.roles
+            .entry(Arc::from(record.role.as_str()))
+            .or_default()
+            .insert(record.id.clone());
+        if let Some(parent) = &record.parent {
+            self.children
+                .entry(parent.clone())
+                .or_default()
+                .insert(record.id.clone());
+        }
+    }
+
+    fn unindex(&self, record: &AgentRecord) {
+        self.roles.remove_if_mut(record.role.as_str(), |_, set| {
+            set.remove(&record.id);
+            set.is_empty()
+        });
+        if let Some(parent) = &record.parent {
+            self.children.remove_if_mut(parent, |_, set| {
+                set.remove(&record.id);
+                set.is_empty()
+            });
+        }
+    }
+}

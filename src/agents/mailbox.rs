@@ -1,0 +1,646 @@
+//! The mailbox actor: one per active agent, the only writer of that agent's inbox.
+//!
+//! **Delivery.** A message is visible in the inbox, and acknowledged to its sender, only once
+//! it is committed: at once with a memory store; with a durable store, when the group commit
+//! that carries it has synced (the writer thread answers the sender and tells the mailbox).
+//!
+//! **Crashes.** A request still queued when the actor dies is handed back by its `Drop` and
+//! re-sent by the caller to the restarted actor. A request that was being handled is answered
+//! or, if the panic came before its commit was submitted, dropped, which the caller also
+//! retries: before that point nothing was stored. A restarted actor first waits for every
+//! commit submitted before it (a barrier), then loads the inbox from the store, so nothing
+//! committed is lost and nothing is loaded twice.
+//!
+//! **Passivation.** When it has been idle (no requests, no waiters, no writes in flight) the
+//! actor asks its supervisor to stop it and clears its slot, in that order, so a sender that
+//! finds the slot empty asks the supervisor for a new mailbox only after the stop. Requests
+//! caught in between bounce and are re-sent.
+
+use std::cmp::Reverse;
+use std::collections::{BTreeSet, HashMap};
+use std::sync::Arc;
+use std::time::Duration;
+
+use ractor::{Actor, ActorProcessingErr, ActorRef};
+use tokio::sync::oneshot;
+use uuid::Uuid;
+
+use super::MailError;
+use super::directory::AgentEntry;
+use super::ids::{first_id_at, now_ms};
+use super::message::{DeliveryState, Inbox, InboxQuery, Message};
+use super::office::Shared;
+use crate::store::{self, Batch, Done, StoreError, Table, codec};
+
+/// The key of a message in `Inbox` and `Archive`: recipient, a 0 byte, the message id.
+pub(crate) fn message_key(recipient: &str, id: &Uuid) -> Vec<u8> {
+    let mut key = Vec::with_capacity(recipient.len() + 17);
+    key.extend_from_slice(recipient.as_bytes());
+    key.push(0);
+    key.extend_from_slice(id.as_bytes());
+    key
+}
+
+fn duration_ms(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}
+
+/// The key prefix of every message of `recipient`.
+pub(crate) fn mailbox_prefix(recipient: &str) -> Vec<u8> {
+    let mut key = Vec::with_capacity(recipient.len() + 1);
+    key.extend_from_slice(recipient.as_bytes());
+    key.push(0);
+    key
+}
+
+/// What a mailbox does for a caller.
+#[derive(Debug, Clone)]
+pub(crate) enum Op {
+    Deliver(Arc<Message>),
+    Check(InboxQuery),
+    /// Returns a message and marks it read.
+    Read(Uuid),
+    /// Returns a message, changing nothing.
+    Get(Uuid),
+    Mark {
+        ids: Vec<Uuid>,
+        ack: bool,
+    },
+}
+
+/// A mailbox's answer.
+#[derive(Debug)]
+pub(crate) enum Reply {
+    Delivered,
+    Inbox(Inbox),
+    Message(Arc<Message>),
+    Marked(usize),
+    Failed(MailError),
+    /// The request never reached a live mailbox; here it is back.
+    Bounced(Op),
+}
+
+/// A request; dropped unhandled (its actor died with it queued), it sends itself back.
+pub(crate) struct Request {
+    op: Option<Op>,
+    reply: Option<oneshot::Sender<Reply>>,
+}
+
+impl Request {
+    pub(crate) fn new(op: Op, reply: oneshot::Sender<Reply>) -> Self {
+        Self {
+            op: Some(op),
+            reply: Some(reply),
+        }
+    }
+}
+
+impl Drop for Request {
+    fn drop(&mut self) {
+        if let (Some(op), Some(reply)) = (self.op.take(), self.reply.take()) {
+            let _ = reply.send(Reply::Bounced(op));
+        }
+    }
+}
+
+/// Messages a mailbox actor handles.
+pub(crate) enum MailboxMsg {
+    Request(Request),
+    /// A delivery's commit finished.
+    Committed {
+        id: Uuid,
+        ok: bool,
+    },
+    /// A background write finished.
+    WriteDone,
+    /// A waiting `check_inbox` ran out of time.
+    WaitExpired(u64),
+    /// Stop if idle (sent by the passivation sweep).
+    Passivate,
+    /// Panic (fault injection for tests).
+    Crash,
+}
+
+/// One agent's mailbox.
+pub(crate) struct MailboxActor {
+    pub(crate) entry: Arc<AgentEntry>,
+    pub(crate) shared: Arc<Shared>,
+}
+
+struct Waiter {
+    id: u64,
+    query: InboxQuery,
+    reply: oneshot::Sender<Reply>,
+}
+
+/// The inbox as the actor holds it: unread messages only; read ones live in the store.
+#[derive(Default)]
+pub(crate) struct MailboxState {
+    unread: HashMap<Uuid, Arc<Message>>,
+    /// Listing order: priority (highest first), then id (oldest first).
+    order: BTreeSet<(Reverse<super::Priority>, Uuid)>,
+    /// Submitted deliveries waiting for their commit.
+    pending: HashMap<Uuid, Arc<Message>>,
+    waiters: Vec<Waiter>,
+    next_waiter: u64,
+    /// Background writes not yet committed.
+    inflight: u32,
+    /// Unread messages that carry an expiry (none: no expiry sweep needed).
+    expiring: usize,
+}
+
+impl Actor for MailboxActor {
+    type Msg = MailboxMsg;
+    type State = MailboxState;
+    type Arguments = ();
+
+    async fn pre_start(
+        &self,
+        myself: ActorRef<Self::Msg>,
+        (): (),
+    ) -> Result<Self::State, ActorProcessingErr> {
+        if self.entry.is_retired() {
+            return Err(format!("agent `{}` is deregistered", self.entry.id).into());
+        }
+        // Every commit submitted before this start (by a predecessor that crashed) is done
+        // once this barrier is.
+        store::commit(&*self.shared.store, Batch::new()).await?;
+        let mut state = MailboxState::default();
+        let now = now_ms();
+        let mut expired = Batch::new();
+        let mut failed = None;
+        self.shared.store.scan(
+            Table::Inbox,
+            &mailbox_prefix(self.entry.id.as_str()),
+            &mut |key, value| match codec::decode::<Message>(Table::Inbox, value) {
+                Ok(m) if m.is_expired(now) => {
+                    expired.delete(Table::Inbox, key.to_vec());
+                    true
+                }
+                Ok(m) => {
+                    state.insert(Arc::new(m));
+                    true
+                }
+                Err(e) => {
+                    failed = Some(e);
+                    false
+                }
+            },
+        )?;
+        if let Some(err) = failed {
+            return Err(err.into());
+        }
+        // Read messages older than the retention period go; keys sort by id, so by age.
+        let prefix = mailbox_prefix(self.entry.id.as_str());
+        let cutoff = message_key(
+            self.entry.id.as_str(),
+            &first_id_at(now.saturating_sub(duration_ms(self.shared.config.retention))),
+        );
+        self.shared
+            .store
+            .scan(Table::Archive, &prefix, &mut |key, _| {
+                let old = key < cutoff.as_slice();
+                if old {
+                    expired.delete(Table::Archive, key.to_vec());
+                }
+                old
+            })?;
+        if !expired.is_empty() {
+            store::commit(&*self.shared.store, expired).await?;
+        }
+        self.entry.touch(self.shared.clock());
+        self.entry.publish(myself);
+        Ok(state)
+    }
+
+    async fn post_stop(
+        &self,
+        myself: ActorRef<Self::Msg>,
+        _state: &mut Self::State,
+    ) -> Result<(), ActorProcessingErr> {
+        self.entry.unpublish(&myself);
+        Ok(())
+    }
+
+    async fn handle(
+        &self,
+        myself: ActorRef<Self::Msg>,
+        msg: Self::Msg,
+        state: &mut Self::State,
+    ) -> Result<(), ActorProcessingErr> {
+        match msg {
+            MailboxMsg::Request(mut request) => {
+                let (Some(op), Some(reply)) = (request.op.take(), request.reply.take()) else {
+                    return Ok(());
+                };
+                self.entry.touch(self.shared.clock());
+                self.handle_op(&myself, state, op, reply);
+            }
+            MailboxMsg::Committed { id, ok } => {
+                if let Some(message) = state.pending.remove(&id)
+                    && ok
+                {
+                    self.arrive(&myself, state, message);
+                }
+            }
+            MailboxMsg::WriteDone => state.inflight = state.inflight.saturating_sub(1),
+            MailboxMsg::WaitExpired(id) => {
+                if let Some(i) = state.waiters.iter().position(|w| w.id == id) {
+                    let waiter = state.waiters.swap_remove(i);
+                    self.answer(&myself, state, waiter.query, waiter.reply);
+                }
+            }
+            MailboxMsg::Passivate => self.passivate_if_idle(&myself, state),
+            MailboxMsg::Crash => panic!("mailbox of `{}` crashed on request", self.entry.id),
+        }
+        Ok(())
+    }
+}
+
+impl MailboxState {
+    fn insert(&mut self, message: Arc<Message>) {
+        if message.expires_ms.is_some() {
+            self.expiring += 1;
+        }
+        self.order.insert((Reverse(message.priority), message.id));
+        self.unread.insert(message.id, message);
+    }
+
+    fn remove(&mut self, id: &Uuid) -> Option<Arc<Message>> {
+        let message = self.unread.remove(id)?;
+        self.order.remove(&(Reverse(message.priority), message.id));
+        if message.expires_ms.is_some() {
+            self.expiring -= 1;
+        }
+        Some(message)
+    }
+}
+
+impl MailboxActor {
+    fn key(&self, id: &Uuid) -> Vec<u8> {
+        message_key(self.entry.id.as_str(), id)
+    }
+
+    fn handle_op(
+        &self,
+        myself: &ActorRef<MailboxMsg>,
+        state: &mut MailboxState,
+        op: Op,
+        reply: oneshot::Sender<Reply>,
+    ) {
+        match op {
+            Op::Deliver(message) => self.deliver(myself, state, message, reply),
+            Op::Check(query) => {
+                self.expire(myself, state);
+                let wait = query.wait.filter(|w| !w.is_zero());
+                match wait {
+                    Some(wait) if self.select(state, &query).is_ok_and(|l| l.is_empty()) => {
+                        let id = state.next_waiter;
+                        state.next_waiter += 1;
+                        state.waiters.retain(|w| !w.reply.is_closed());
+                        state.waiters.push(Waiter { id, query, reply });
+                        myself.send_after(wait, move || MailboxMsg::WaitExpired(id));
+                    }
+                    _ => self.answer(myself, state, query, reply),
+                }
+            }
+            Op::Read(id) => {
+                let found = match state.remove(&id) {
+                    Some(message) => {
+                        let read = message.with_state(DeliveryState::Read);
+                        let mut batch = Batch::new();
+                        self.archive(&mut batch, &read);
+                        self.write(myself, state, batch, None);
+                        Ok(read)
+                    }
+                    None => self.get(state, id),
+                };
+                let _ = reply.send(found.map_or_else(Reply::Failed, Reply::Message));
+            }
+            Op::Get(id) => {
+                let found = self.get(state, id);
+                let _ = reply.send(found.map_or_else(Reply::Failed, Reply::Message));
+            }
+            Op::Mark { ids, ack } => self.mark(myself, state, &ids, ack, reply),
+        }
+    }
+
+    fn deliver(
+        &self,
+        myself: &ActorRef<MailboxMsg>,
+        state: &mut MailboxState,
+        message: Arc<Message>,
+        reply: oneshot::Sender<Reply>,
+    ) {
+        let capacity = self.shared.config.capacity;
+        if state.unread.len() + state.pending.len() >= capacity {
+            self.expire(myself, state);
+            if state.unread.len() + state.pending.len() >= capacity {
+                let _ = reply.send(Reply::Failed(MailError::MailboxFull {
+                    agent: self.entry.id.to_string(),
+                    capacity,
+                }));
+                return;
+            }
+        }
+        let mut batch = Batch::new();
+        batch.put(
+            Table::Inbox,
+            self.key(&message.id),
+            codec::encode(&*message),
+        );
+        match self.shared.store.try_commit(batch) {
+            Ok(Ok(())) => {
+                // Answer first: from here on the message is stored, whatever happens next.
+                let _ = reply.send(Reply::Delivered);
+                self.arrive(myself, state, message);
+            }
+            Ok(Err(err)) => {
+                let _ = reply.send(Reply::Failed(err.into()));
+            }
+            Err(batch) => {
+                let id = message.id;
+                state.pending.insert(id, message);
+                let me = myself.clone();
+                self.shared.store.submit(
+                    batch,
+                    Box::new(move |result: Result<(), StoreError>| {
+                        let ok = result.is_ok();
+                        let _ = reply.send(match result {
+                            Ok(()) => Reply::Delivered,
+                            Err(err) => Reply::Failed(err.into()),
+                        });
+                        let _ = me.cast(MailboxMsg::Committed { id, ok });
+                    }),
+                );
+            }
+        }
+    }
+
+    /// A committed message joins the inbox and wakes the waiters it satisfies.
+    fn arrive(
+        &self,
+        myself: &ActorRef<MailboxMsg>,
+        state: &mut MailboxState,
+        message: Arc<Message>,
+    ) {
+        let woken: Vec<usize> = state
+            .waiters
+            .iter()
+            .enumerate()
+            .filter(|(_, w)| w.query.matches(&message))
+            .map(|(i, _)| i)
+            .collect();
+        state.insert(message);
+        for i in woken.into_iter().rev() {
+            let waiter = state.waiters.swap_remove(i);
+            self.answer(myself, state, waiter.query, waiter.reply);
+        }
+    }
+
+    /// Lists what `query` asks for and answers; takes the listed messages if it says so.
+    fn answer(
+        &self,
+        myself: &ActorRef<MailboxMsg>,
+        state: &mut MailboxState,
+        query: InboxQuery,
+        reply: oneshot::Sender<Reply>,
+    ) {
+        let mut messages = match self.select(state, &query) {
+            Ok(messages) => messages,
+            Err(err) => {
+                let _ = reply.send(Reply::Failed(err));
+                return;
+            }
+        };
+        let taken: Vec<Uuid> = if query.mark_read {
+            messages
+                .iter_mut()
+                .filter(|m| m.state == DeliveryState::Delivered)
+                .map(|m| {
+                    *m = m.with_state(DeliveryState::Read);
+                    m.id
+                })
+                .collect()
+        } else {
+            Vec::new()
+        };
+        let unread = state.unread.len() - taken.len();
+        // Marked only once the caller has the messages: a caller that gave up loses nothing.
+        if reply.send(Reply::Inbox(Inbox { messages, unread })).is_ok() && !taken.is_empty() {
+            let mut batch = Batch::new();
+            for id in &taken {
+                if let Some(message) = state.remove(id) {
+                    self.archive(&mut batch, &message.with_state(DeliveryState::Read));
+                }
+            }
+            self.write(myself, state, batch, None);
+        }
+    }
+
+    fn select(
+        &self,
+        state: &MailboxState,
+        query: &InboxQuery,
+    ) -> Result<Vec<Arc<Message>>, MailError> {
+        let mut out = Vec::new();
+        for (_, id) in &state.order {
+            let message = &state.unread[id];
+            if query.matches(message) {
+                out.push(Arc::clone(message));
+                if query.unread_only && out.len() >= query.limit {
+                    return Ok(out);
+                }
+            }
+        }
+        if !query.unread_only {
+            let mut failed = None;
+            self.shared.store.scan(
+                Table::Archive,
+                &mailbox_prefix(self.entry.id.as_str()),
+                &mut |_, value| match codec::decode::<Message>(Table::Archive, value) {
+                    Ok(m) => {
+                        if query.matches(&m) {
+                            out.push(Arc::new(m));
+                        }
+                        true
+                    }
+                    Err(e) => {
+                        failed = Some(e);
+                        false
+                    }
+                },
+            )?;
+            if let Some(err) = failed {
+                return Err(err.into());
+            }
+            out.sort_by_key(|m| (Reverse(m.priority), m.id));
+            out.truncate(query.limit);
+        }
+        Ok(out)
+    }
+
+    fn get(&self, state: &MailboxState, id: Uuid) -> Result<Arc<Message>, MailError> {
+        if let Some(message) = state.unread.get(&id) {
+            return Ok(Arc::clone(message));
+        }
+        match self.shared.store.get(Table::Archive, &self.key(&id))? {
+            Some(bytes) => Ok(Arc::new(codec::decode(Table::Archive, &bytes)?)),
+            None => Err(MailError::UnknownMessage {
+                agent: self.entry.id.to_string(),
+                id,
+            }),
+        }
+    }
+
+    fn mark(
+        &self,
+        myself: &ActorRef<MailboxMsg>,
+        state: &mut MailboxState,
+        ids: &[Uuid],
+        ack: bool,
+        reply: oneshot::Sender<Reply>,
+    ) {
+        let target = if ack {
+            DeliveryState::Acknowledged
+        } else {
+            DeliveryState::Read
+        };
+        // Every id must be known before anything changes.
+        let mut archived = Vec::new();
+        for id in ids {
+            if state.unread.contains_key(id) {
+                continue;
+            }
+            match self.get(state, *id) {
+                Ok(message) => archived.push(message),
+                Err(err) => {
+                    let _ = reply.send(Reply::Failed(err));
+                    return;
+                }
+            }
+        }
+        let mut batch = Batch::new();
+        let mut changed = 0;
+        for id in ids {
+            if let Some(message) = state.remove(id) {
+                self.archive(&mut batch, &message.with_state(target));
+                changed += 1;
+            }
+        }
+        for message in archived {
+            if ack && message.state != DeliveryState::Acknowledged {
+                self.archive(&mut batch, &message.with_state(target));
+                changed += 1;
+            }
+        }
+        self.write(
+            myself,
+            state,
+            batch,
+            Some(Box::new(move |result| {
+                let _ = reply.send(match result {
+                    Ok(()) => Reply::Marked(changed),
+                    Err(err) => Reply::Failed(err.into()),
+                });
+            })),
+        );
+    }
+
+    /// Moves a message from `Inbox` to `Archive` in `batch`.
+    fn archive(&self, batch: &mut Batch, message: &Message) {
+        let key = self.key(&message.id);
+        batch.delete(Table::Inbox, key.clone());
+        batch.put(Table::Archive, key, codec::encode(message));
+    }
+
+    /// Drops expired unread messages.
+    fn expire(&self, myself: &ActorRef<MailboxMsg>, state: &mut MailboxState) {
+        if state.expiring == 0 {
+            return;
+        }
+        let now = now_ms();
+        let expired: Vec<Uuid> = state
+            .unread
+            .values()
+            .filter(|m| m.is_expired(now))
+            .map(|m| m.id)
+            .collect();
+        if expired.is_empty() {
+            return;
+        }
+        let mut batch = Batch::new();
+        for id in &expired {
+            state.remove(id);
+            batch.delete(Table::Inbox, self.key(id));
+        }
+        self.write(myself, state, batch, None);
+    }
+
+    /// Commits `batch`, then calls `done`; the mailbox will not passivate before it commits.
+    fn write(
+        &self,
+        myself: &ActorRef<MailboxMsg>,
+        state: &mut MailboxState,
+        batch: Batch,
+        done: Option<Done>,
+    ) {
+        if batch.is_empty() {
+            if let Some(done) = done {
+                done(Ok(()));
+            }
+            return;
+        }
+        match self.shared.store.try_commit(batch) {
+            Ok(result) => {
+                if let Err(err) = &result {
+                    tracing::error!(agent = %self.entry.id, %err, "mailbox write failed");
+                }
+                if let Some(done) = done {
+                    done(result);
+                }
+            }
+            Err(batch) => {
+                state.inflight += 1;
+                let me = myself.clone();
+                let agent = self.entry.id.clone();
+                self.shared.store.submit(
+                    batch,
+                    Box::new(move |result| {
+                        if let Err(err) = &result {
+                            tracing::error!(%agent, %err, "mailbox write failed");
+                        }
+                        if let Some(done) = done {
+                            done(result);
+                        }
+                        let _ = me.cast(MailboxMsg::WriteDone);
+                    }),
+                );
+            }
+        }
+    }
+
+    fn passivate_if_idle(&self, myself: &ActorRef<MailboxMsg>, state: &mut MailboxState) {
+        state.waiters.retain(|w| !w.reply.is_closed());
+        let idle_for = self.shared.clock().saturating_sub(self.entry.last_active());
+        if !state.waiters.is_empty()
+            || !state.pending.is_empty()
+            || state.inflight > 0
+            || Duration::from_millis(idle_for) < self.shared.config.idle
+        {
+            return;
+        }
+        let Some(supervisor) = self.shared.supervisor() else {
+            return;
+        };
+        // Stop first, then clear the slot: whoever then finds it empty asks the supervisor
+        // for a new mailbox after this stop, never before it.
+        let (tx, _) = oneshot::channel();
+        let _ = supervisor.cast(guildhall_supervision::SupervisorMsg::TerminateChild(
+            self.entry.id.to_string(),
+            tx.into(),
+        ));
+        self.entry.unpublish(myself);
+        tracing::trace!(agent = %self.entry.id, "mailbox passivated");
+    }
+}

@@ -1,0 +1,297 @@
+//! Messages, addresses and the shapes of mailbox requests and answers.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use uuid::Uuid;
+
+use super::MailError;
+use super::ids::{AgentId, check_name};
+
+/// How urgent a message is. Inbox listings put higher priorities first.
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    Hash,
+    PartialOrd,
+    Ord,
+    Default,
+    Serialize,
+    Deserialize,
+    JsonSchema,
+)]
+#[serde(rename_all = "snake_case")]
+pub enum Priority {
+    /// Whenever convenient.
+    Low,
+    /// The default.
+    #[default]
+    Normal,
+    /// Before normal work.
+    High,
+    /// Drop everything.
+    Urgent,
+}
+
+/// Where a message is in its life.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum DeliveryState {
+    /// In the recipient's inbox, not yet read.
+    Delivered,
+    /// Read by the recipient.
+    Read,
+    /// Read and acknowledged: done with.
+    Acknowledged,
+}
+
+/// One message as delivered to one recipient.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Message {
+    /// UUID v7: ids sort by creation time.
+    pub id: Uuid,
+    /// The sender.
+    pub from: AgentId,
+    /// The address as the sender wrote it (`pm-1`, `role:dev`, `parent`, `*`, ...). Every
+    /// recipient of a fan-out shares the message, its id included.
+    pub to: String,
+    /// A one-line summary.
+    pub subject: String,
+    /// The text.
+    pub body: String,
+    /// Optional structured data.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub payload: Option<Value>,
+    /// The thread: the id of the message that started it.
+    pub thread: Uuid,
+    /// The message this one answers.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reply_to: Option<Uuid>,
+    /// How urgent it is.
+    pub priority: Priority,
+    /// When it was sent, in milliseconds since the Unix epoch.
+    pub created_ms: u64,
+    /// When it stops being delivered, in milliseconds since the Unix epoch.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expires_ms: Option<u64>,
+    /// Delivered, read or acknowledged.
+    pub state: DeliveryState,
+}
+
+impl Message {
+    /// Whether the message has expired at `now_ms`.
+    pub fn is_expired(&self, now_ms: u64) -> bool {
+        self.expires_ms.is_some_and(|at| now_ms >= at)
+    }
+
+    /// This message with another delivery state.
+    pub(crate) fn with_state(&self, state: DeliveryState) -> Arc<Message> {
+        Arc::new(Message {
+            state,
+            ..self.clone()
+        })
+    }
+}
+
+/// Who a message goes to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Address {
+    /// One agent.
+    Agent(AgentId),
+    /// Every agent in a role (`role:<name>`), except the sender.
+    Role(String),
+    /// The sender's parent (`parent`).
+    Parent,
+    /// The sender's children (`children`).
+    Children,
+    /// Every other agent (`*`).
+    Everyone,
+}
+
+impl Address {
+    /// Parses `id`, `role:<name>`, `parent`, `children` or `*`.
+    ///
+    /// # Errors
+    /// [`MailError::InvalidAddress`] naming the problem.
+    pub fn parse(address: &str) -> Result<Self, MailError> {
+        let invalid = |reason: String| MailError::InvalidAddress {
+            address: address.to_owned(),
+            reason,
+        };
+        match address.trim() {
+            "parent" => Ok(Self::Parent),
+            "children" => Ok(Self::Children),
+            "*" => Ok(Self::Everyone),
+            a => match a.split_once(':') {
+                Some(("role", role)) => check_name(role)
+                    .map(|()| Self::Role(role.to_owned()))
+                    .map_err(|r| invalid(format!("the role {r}"))),
+                Some((scheme, _)) => Err(invalid(format!("unknown prefix `{scheme}:`"))),
+                None => AgentId::parse(a)
+                    .map(Self::Agent)
+                    .map_err(|e| invalid(e.to_string())),
+            },
+        }
+    }
+
+    /// Whether the address can name more than one agent.
+    pub fn is_fan_out(&self) -> bool {
+        matches!(self, Self::Role(_) | Self::Children | Self::Everyone)
+    }
+}
+
+/// A message to send; build it with [`Outgoing::to`] or [`Outgoing::reply`].
+#[derive(Debug, Clone, Default)]
+pub struct Outgoing {
+    /// The address; may be empty for a reply (then it goes to the original's sender).
+    pub to: String,
+    /// A one-line summary. A reply without one gets `Re: <original subject>`.
+    pub subject: String,
+    /// The text.
+    pub body: String,
+    /// Optional structured data.
+    pub payload: Option<Value>,
+    /// How urgent it is.
+    pub priority: Priority,
+    /// The message this answers; the reply joins its thread.
+    pub reply_to: Option<Uuid>,
+    /// How long it stays deliverable.
+    pub expires_in: Option<Duration>,
+}
+
+impl Outgoing {
+    /// A message to `address`.
+    pub fn to(address: impl Into<String>) -> Self {
+        Self {
+            to: address.into(),
+            ..Self::default()
+        }
+    }
+
+    /// A reply to message `id`, addressed to its sender.
+    pub fn reply(id: Uuid) -> Self {
+        Self {
+            reply_to: Some(id),
+            ..Self::default()
+        }
+    }
+
+    /// Sets the subject.
+    pub fn subject(mut self, subject: impl Into<String>) -> Self {
+        self.subject = subject.into();
+        self
+    }
+
+    /// Sets the body.
+    pub fn body(mut self, body: impl Into<String>) -> Self {
+        self.body = body.into();
+        self
+    }
+
+    /// Attaches structured data.
+    pub fn payload(mut self, payload: Value) -> Self {
+        self.payload = Some(payload);
+        self
+    }
+
+    /// Sets the priority.
+    pub fn priority(mut self, priority: Priority) -> Self {
+        self.priority = priority;
+        self
+    }
+
+    /// Lets the message expire.
+    pub fn expires_in(mut self, ttl: Duration) -> Self {
+        self.expires_in = Some(ttl);
+        self
+    }
+}
+
+/// What a send did.
+#[derive(Debug, Clone, PartialEq, Serialize, JsonSchema)]
+pub struct Receipt {
+    /// The message id (shared by every recipient's copy).
+    pub id: Uuid,
+    /// The thread it belongs to.
+    pub thread: Uuid,
+    /// Recipients whose mailbox accepted it (and, for a durable store, committed it).
+    pub delivered_to: Vec<AgentId>,
+    /// Recipients of a fan-out that refused it, and why. A single-recipient send that is
+    /// refused is an error instead.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub rejected: Vec<Rejected>,
+}
+
+/// A recipient that refused a fan-out message.
+#[derive(Debug, Clone, PartialEq, Serialize, JsonSchema)]
+pub struct Rejected {
+    /// The recipient.
+    pub agent: AgentId,
+    /// Why.
+    pub reason: String,
+}
+
+/// Which messages [`check_inbox`](super::Agent::check_inbox) lists.
+#[derive(Debug, Clone, PartialEq)]
+pub struct InboxQuery {
+    /// Only messages not yet read (the default); otherwise read ones too.
+    pub unread_only: bool,
+    /// At most this many, highest priority first, then oldest first.
+    pub limit: usize,
+    /// Only messages newer than this message id.
+    pub since: Option<Uuid>,
+    /// Only messages in this thread.
+    pub thread: Option<Uuid>,
+    /// Only messages at least this urgent.
+    pub min_priority: Priority,
+    /// If nothing matches, wait up to this long for something that does.
+    pub wait: Option<Duration>,
+    /// Mark the listed messages read (take them).
+    pub mark_read: bool,
+}
+
+impl Default for InboxQuery {
+    fn default() -> Self {
+        Self {
+            unread_only: true,
+            limit: 20,
+            since: None,
+            thread: None,
+            min_priority: Priority::Low,
+            wait: None,
+            mark_read: false,
+        }
+    }
+}
+
+impl InboxQuery {
+    /// Whether `message` passes the filters (not `limit`).
+    pub(crate) fn matches(&self, message: &Message) -> bool {
+        (!self.unread_only || message.state == DeliveryState::Delivered)
+            && message.priority >= self.min_priority
+            && self.since.is_none_or(|since| message.id > since)
+            && self.thread.is_none_or(|thread| message.thread == thread)
+    }
+}
+
+/// An inbox listing.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Inbox {
+    /// The messages, highest priority first, then oldest first.
+    pub messages: Vec<Arc<Message>>,
+    /// Unread messages in the mailbox after this listing.
+    pub unread: usize,
+}
+
+impl Inbox {
+    /// The newest id listed: pass it as `since` to see only what arrives later.
+    pub fn cursor(&self) -> Option<Uuid> {
+        self.messages.iter().map(|m| m.id).max()
+    }
+}

@@ -1,0 +1,457 @@
+//! The post office: routes requests to mailbox actors, starting them on demand, and sends
+//! messages to the agents an address names.
+
+use std::sync::{Arc, PoisonError, RwLock, Weak};
+use std::time::{Duration, Instant};
+
+use guildhall_supervision::{
+    ChildSpec, Restart, Shutdown, Supervisor, SupervisorError, SupervisorMsg,
+};
+use ractor::{Actor, ActorRef};
+use tokio::sync::oneshot;
+
+use super::directory::{AgentEntry, AgentRecord, AgentSpec, Directory};
+use super::ids::{AgentId, new_message_id, now_ms};
+use super::mailbox::{MailboxActor, MailboxMsg, Op, Reply, Request, mailbox_prefix};
+use super::message::{Address, DeliveryState, Message, Outgoing, Receipt, Rejected};
+use super::{MailError, MailboxConfig};
+use crate::store::{Batch, Store, Table};
+
+/// How long a request waits for a mailbox to (re)start before giving up.
+const ACTIVATION_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long a request waits for a crashed mailbox's restart before asking for one itself.
+const RESTART_POLL: Duration = Duration::from_millis(50);
+
+/// What mailbox actors share.
+pub(crate) struct Shared {
+    pub(crate) store: Arc<dyn Store>,
+    pub(crate) config: MailboxConfig,
+    supervisor: RwLock<Option<ActorRef<SupervisorMsg>>>,
+    epoch: Instant,
+}
+
+impl Shared {
+    /// Milliseconds since the post office started: the clock of idleness.
+    pub(crate) fn clock(&self) -> u64 {
+        u64::try_from(self.epoch.elapsed().as_millis()).unwrap_or(u64::MAX)
+    }
+
+    pub(crate) fn supervisor(&self) -> Option<ActorRef<SupervisorMsg>> {
+        self.supervisor
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+}
+
+/// The agents, their mailboxes, and the sweep that passivates idle ones.
+pub(crate) struct PostOffice {
+    pub(crate) shared: Arc<Shared>,
+    pub(crate) directory: Directory,
+    sweep: std::sync::Mutex<Option<tokio::task::AbortHandle>>,
+}
+
+impl Drop for PostOffice {
+    fn drop(&mut self) {
+        self.stop_sweep();
+    }
+}
+
+impl PostOffice {
+    /// Loads the directory from `store`.
+    pub(crate) fn open(
+        store: Arc<dyn Store>,
+        config: MailboxConfig,
+    ) -> Result<Arc<Self>, MailError> {
+        let directory = Directory::load(&*store)?;
+        Ok(Arc::new(Self {
+            shared: Arc::new(Shared {
+                store,
+                config,
+                supervisor: RwLock::new(None),
+                epoch: Instant::now(),
+            }),
+            directory,
+            sweep: std::sync::Mutex::new(None),
+        }))
+    }
+
+    /// The child spec of the `mailboxes` supervisor: a dynamic supervisor that tells this
+    /// post office where it is every time it (re)starts.
+    pub(crate) fn supervisor_spec(self: &Arc<Self>) -> ChildSpec {
+        let shared = Arc::clone(&self.shared);
+        let spec = guildhall_supervision::DynamicSpec::never_escalate();
+        let mut child = ChildSpec::worker(
+            "mailboxes",
+            Arc::new(move |parent| {
+                let shared = Arc::clone(&shared);
+                Box::pin(async move {
+                    let (actor, _) = Actor::spawn_linked(
+                        None,
+                        guildhall_supervision::DynamicSupervisorActor,
+                        spec,
+                        parent,
+                    )
+                    .await?;
+                    *shared
+                        .supervisor
+                        .write()
+                        .unwrap_or_else(PoisonError::into_inner) = Some(actor.clone());
+                    Ok(actor.get_cell())
+                })
+            }),
+        )
+        .shutdown(Shutdown::Infinity);
+        child = child.as_supervisor();
+        child
+    }
+
+    /// Starts the passivation sweep (needs a tokio runtime).
+    pub(crate) fn start_sweep(self: &Arc<Self>) {
+        let idle = self.shared.config.idle;
+        let every = (idle / 2).clamp(Duration::from_millis(5), Duration::from_secs(30));
+        let office: Weak<Self> = Arc::downgrade(self);
+        let task = tokio::spawn(async move {
+            let mut tick = tokio::time::interval(every);
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                tick.tick().await;
+                let Some(office) = office.upgrade() else {
+                    return;
+                };
+                let now = office.shared.clock();
+                let idle_ms = u64::try_from(idle.as_millis()).unwrap_or(u64::MAX);
+                for entry in office.directory.entries() {
+                    if now.saturating_sub(entry.last_active()) >= idle_ms
+                        && let Some(mailbox) = entry.mailbox()
+                    {
+                        let _ = mailbox.cast(MailboxMsg::Passivate);
+                    }
+                }
+            }
+        });
+        *self.sweep.lock().unwrap_or_else(PoisonError::into_inner) = Some(task.abort_handle());
+    }
+
+    pub(crate) fn stop_sweep(&self) {
+        if let Some(task) = self
+            .sweep
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take()
+        {
+            task.abort();
+        }
+    }
+
+    pub(crate) async fn register(&self, spec: AgentSpec) -> Result<Arc<AgentEntry>, MailError> {
+        self.directory.register(&*self.shared.store, spec).await
+    }
+
+    /// Deregisters an agent: stops its mailbox and deletes it and its messages.
+    pub(crate) async fn deregister(&self, id: &str) -> Result<(), MailError> {
+        let entry = self.directory.require(id)?;
+        entry.retire();
+        if let Some(supervisor) = self.shared.supervisor() {
+            match Supervisor::from_ref(supervisor).terminate_child(id).await {
+                Ok(()) | Err(SupervisorError::UnknownChild { .. }) => {}
+                Err(err) => tracing::warn!(agent = id, %err, "stopping the mailbox failed"),
+            }
+        }
+        let mut batch = Batch::new();
+        let prefix = mailbox_prefix(id);
+        for table in [Table::Inbox, Table::Archive] {
+            self.shared.store.scan(table, &prefix, &mut |key, _| {
+                batch.delete(table, key.to_vec());
+                true
+            })?;
+        }
+        self.directory
+            .deregister(&*self.shared.store, id, batch)
+            .await
+            .map(drop)
+    }
+
+    pub(crate) fn lookup(&self, id: &str) -> Option<Arc<AgentRecord>> {
+        self.directory.get(id).map(|e| e.record())
+    }
+
+    /// Sends `out` from `sender` to everyone its address names.
+    pub(crate) async fn send(
+        &self,
+        sender: &Arc<AgentEntry>,
+        out: Outgoing,
+    ) -> Result<Receipt, MailError> {
+        let limits = &self.shared.config;
+        check_size("the body", out.body.len(), limits.max_body_bytes)?;
+        check_size("the subject", out.subject.len(), limits.max_subject_bytes)?;
+        if let Some(payload) = &out.payload {
+            let size = serde_json::to_vec(payload).map_or(usize::MAX, |v| v.len());
+            check_size("the payload", size, limits.max_body_bytes)?;
+        }
+        let original = match out.reply_to {
+            Some(id) => match self.request(sender, Op::Get(id)).await? {
+                Reply::Message(m) => Some(m),
+                Reply::Failed(err) => return Err(err),
+                other => return Err(unexpected(&sender.id, &other)),
+            },
+            None => None,
+        };
+        let to = match (out.to.trim(), &original) {
+            ("", Some(original)) => original.from.to_string(),
+            ("", None) => return Err(MailError::MissingRecipient),
+            (to, _) => to.to_owned(),
+        };
+        let address = Address::parse(&to)?;
+        let recipients = self.resolve(sender, &address, &to)?;
+        let id = new_message_id();
+        let created_ms = now_ms();
+        let subject = match (&original, out.subject.is_empty()) {
+            (Some(original), true) if !original.subject.starts_with("Re: ") => {
+                format!("Re: {}", original.subject)
+            }
+            (Some(original), true) => original.subject.clone(),
+            _ => out.subject,
+        };
+        let message = Arc::new(Message {
+            id,
+            from: sender.id.clone(),
+            to,
+            subject,
+            body: out.body,
+            payload: out.payload,
+            thread: original.as_ref().map_or(id, |o| o.thread),
+            reply_to: original.as_ref().map(|o| o.id),
+            priority: out.priority,
+            created_ms,
+            expires_ms: out.expires_in.map(|ttl| {
+                created_ms.saturating_add(u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX))
+            }),
+            state: DeliveryState::Delivered,
+        });
+        let fan_out = address.is_fan_out();
+        let deliveries = recipients.iter().map(|entry| {
+            let op = Op::Deliver(Arc::clone(&message));
+            async move { (entry, self.request(entry, op).await) }
+        });
+        let mut receipt = Receipt {
+            id,
+            thread: message.thread,
+            delivered_to: Vec::with_capacity(recipients.len()),
+            rejected: Vec::new(),
+        };
+        let mut first_error = None;
+        for (entry, outcome) in futures::future::join_all(deliveries).await {
+            match outcome.and_then(|reply| match reply {
+                Reply::Delivered => Ok(()),
+                Reply::Failed(err) => Err(err),
+                other => Err(unexpected(&entry.id, &other)),
+            }) {
+                Ok(()) => receipt.delivered_to.push(entry.id.clone()),
+                Err(err) => {
+                    receipt.rejected.push(Rejected {
+                        agent: entry.id.clone(),
+                        reason: err.to_string(),
+                    });
+                    first_error.get_or_insert(err);
+                }
+            }
+        }
+        match first_error {
+            Some(err) if !fan_out || receipt.delivered_to.is_empty() => Err(err),
+            _ => Ok(receipt),
+        }
+    }
+
+    /// The mailboxes an address names, as seen from `sender`.
+    fn resolve(
+        &self,
+        sender: &Arc<AgentEntry>,
+        address: &Address,
+        written: &str,
+    ) -> Result<Vec<Arc<AgentEntry>>, MailError> {
+        let empty = |reason: String| MailError::NoRecipients {
+            address: written.to_owned(),
+            reason,
+        };
+        let ids: Vec<AgentId> = match address {
+            Address::Agent(id) => vec![id.clone()],
+            Address::Parent => match &sender.record().parent {
+                Some(parent) => vec![parent.clone()],
+                None => return Err(empty(format!("`{}` has no parent", sender.id))),
+            },
+            Address::Children => self.directory.children_of(sender.id.as_str()),
+            Address::Role(role) => self.directory.in_role(role),
+            Address::Everyone => self.directory.ids(),
+        };
+        let mut entries = Vec::with_capacity(ids.len());
+        for id in ids {
+            if address.is_fan_out() && id == sender.id {
+                continue;
+            }
+            match self.directory.get(id.as_str()) {
+                Some(entry) => entries.push(entry),
+                None if address.is_fan_out() => {}
+                None => return Err(MailError::UnknownAgent { id: id.to_string() }),
+            }
+        }
+        if entries.is_empty() {
+            return Err(empty(match address {
+                Address::Role(role) => format!("no other agent has role `{role}`"),
+                Address::Children => format!("`{}` has no children", sender.id),
+                _ => "no other agent is registered".into(),
+            }));
+        }
+        Ok(entries)
+    }
+
+    /// Runs `op` in `entry`'s mailbox, starting or waiting for the actor as needed, and
+    /// re-sending the request if the actor died before answering.
+    pub(crate) async fn request(
+        &self,
+        entry: &Arc<AgentEntry>,
+        mut op: Op,
+    ) -> Result<Reply, MailError> {
+        let deadline = tokio::time::Instant::now() + ACTIVATION_TIMEOUT;
+        loop {
+            if entry.is_retired() {
+                return Err(MailError::UnknownAgent {
+                    id: entry.id.to_string(),
+                });
+            }
+            let changed = entry.changed.notified();
+            tokio::pin!(changed);
+            changed.as_mut().enable();
+            let Some(mailbox) = entry.mailbox() else {
+                self.activate(entry, deadline).await?;
+                continue;
+            };
+            let (tx, rx) = oneshot::channel();
+            let retry = op.clone();
+            // A failed cast drops the request, which bounces into `rx`.
+            let _ = mailbox.cast(MailboxMsg::Request(Request::new(op, tx)));
+            op = match rx.await {
+                Ok(Reply::Bounced(back)) => back,
+                Ok(reply) => return Ok(reply),
+                // Dropped mid-handling by a crash, before anything was stored.
+                Err(_) => retry,
+            };
+            if entry
+                .mailbox()
+                .is_some_and(|m| m.get_id() == mailbox.get_id())
+            {
+                // Dead but still published: its supervisor is restarting it, or it was
+                // stopped without a chance to clear its slot.
+                let wait = RESTART_POLL
+                    .min(deadline.saturating_duration_since(tokio::time::Instant::now()));
+                if tokio::time::timeout(wait, changed).await.is_err() {
+                    self.activate(entry, deadline).await?;
+                }
+            }
+            if tokio::time::Instant::now() >= deadline {
+                return Err(MailError::Unavailable {
+                    agent: entry.id.to_string(),
+                    reason: format!("it did not start within {ACTIVATION_TIMEOUT:?}"),
+                });
+            }
+        }
+    }
+
+    /// Asks the supervisor to start `entry`'s mailbox. One already there (starting, or
+    /// waiting for its restart) is fine: the caller looks again.
+    async fn activate(
+        &self,
+        entry: &Arc<AgentEntry>,
+        deadline: tokio::time::Instant,
+    ) -> Result<(), MailError> {
+        let unavailable = |reason: String| MailError::Unavailable {
+            agent: entry.id.to_string(),
+            reason,
+        };
+        if tokio::time::Instant::now() >= deadline {
+            return Err(unavailable(format!(
+                "it did not start within {ACTIVATION_TIMEOUT:?}"
+            )));
+        }
+        let supervisor = self
+            .shared
+            .supervisor()
+            .ok_or_else(|| unavailable("the mailbox supervisor is not running".into()))?;
+        let changed = entry.changed.notified();
+        tokio::pin!(changed);
+        changed.as_mut().enable();
+        match Supervisor::from_ref(supervisor)
+            .start_child(self.child_spec(entry))
+            .await
+        {
+            Ok(()) => Ok(()),
+            Err(SupervisorError::DuplicateChild { .. }) => {
+                if entry.mailbox().is_none() {
+                    let _ = tokio::time::timeout(RESTART_POLL, changed).await;
+                }
+                Ok(())
+            }
+            Err(SupervisorError::StartFailed { .. }) if entry.is_retired() => {
+                Err(MailError::UnknownAgent {
+                    id: entry.id.to_string(),
+                })
+            }
+            Err(err) => Err(unavailable(err.to_string())),
+        }
+    }
+
+    fn child_spec(&self, entry: &Arc<AgentEntry>) -> ChildSpec {
+        let entry = Arc::clone(entry);
+        let shared = Arc::clone(&self.shared);
+        ChildSpec::worker(
+            entry.id.shared(),
+            Arc::new(move |parent| {
+                let actor = MailboxActor {
+                    entry: Arc::clone(&entry),
+                    shared: Arc::clone(&shared),
+                };
+                Box::pin(async move {
+                    let (actor, _) = Actor::spawn_linked(None, actor, (), parent).await?;
+                    Ok(actor.get_cell())
+                })
+            }),
+        )
+        .restart(Restart::Transient)
+        .shutdown(Shutdown::Timeout(Duration::from_secs(5)))
+    }
+
+    /// Activates the mailboxes of `ids` (for benchmarks and warm-up).
+    pub(crate) async fn activate_all(&self, entries: &[Arc<AgentEntry>]) -> Result<(), MailError> {
+        for entry in entries {
+            if entry.mailbox().is_none() {
+                let deadline = tokio::time::Instant::now() + ACTIVATION_TIMEOUT;
+                self.activate(entry, deadline).await?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Number of mailboxes running now.
+    pub(crate) fn active(&self) -> usize {
+        self.directory
+            .entries()
+            .iter()
+            .filter(|e| e.mailbox().is_some())
+            .count()
+    }
+}
+
+fn check_size(what: &'static str, size: usize, limit: usize) -> Result<(), MailError> {
+    if size > limit {
+        Err(MailError::TooLarge { what, size, limit })
+    } else {
+        Ok(())
+    }
+}
+
+pub(crate) fn unexpected(agent: &AgentId, reply: &Reply) -> MailError {
+    MailError::Unavailable {
+        agent: agent.to_string(),
+        reason: format!("unexpected answer from the mailbox: {reply:?}"),
+    }
+}

@@ -1,0 +1,424 @@
+//! The mailbox tools: `send_message`, `check_inbox`, `read_message` and `mark_read`.
+//!
+//! They act for the agent the call is made by ([`CallOptions::agent`](crate::CallOptions),
+//! or the identity an MCP connection is bound to). Their calls are detached from the tool
+//! actor, so a `check_inbox` that waits does not hold up anyone else's call.
+
+use std::sync::Arc;
+use std::time::{Duration, UNIX_EPOCH};
+
+use guildhall_actors::{Annotations, CallContext, Tool};
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use super::message::{DeliveryState, InboxQuery, Message, Outgoing, Priority, Receipt};
+use super::{Agent, MailError, PostOffice, parse_message_id};
+
+/// Characters of the body shown in a summary listing.
+const PREVIEW_CHARS: usize = 160;
+/// The most messages one listing or one `mark_read` handles.
+const MAX_LIST: usize = 200;
+
+fn caller(office: &Arc<PostOffice>, ctx: &CallContext) -> Result<Agent, MailError> {
+    let id = ctx.agent().ok_or(MailError::NoIdentity)?;
+    let entry = office.directory.require(id)?;
+    Ok(Agent::new(Arc::clone(office), entry))
+}
+
+fn rfc3339(ms: u64) -> String {
+    humantime::format_rfc3339_millis(UNIX_EPOCH + Duration::from_millis(ms)).to_string()
+}
+
+/// A message as tools show it.
+#[derive(Debug, Clone, Serialize, JsonSchema)]
+pub struct MessageView {
+    /// Message id (pass it to `read_message`, `mark_read`, or as `reply_to`).
+    pub id: String,
+    /// Sender's agent id.
+    pub from: String,
+    /// The address it was sent to.
+    pub to: String,
+    /// Subject line.
+    pub subject: String,
+    /// `low`, `normal`, `high` or `urgent`.
+    pub priority: Priority,
+    /// When it was sent (RFC 3339).
+    pub created: String,
+    /// Thread id (the first message of the conversation).
+    pub thread: String,
+    /// The message this one answers.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reply_to: Option<String>,
+    /// `delivered` (unread), `read` or `acknowledged`.
+    pub state: DeliveryState,
+    /// When it expires (RFC 3339).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub expires: Option<String>,
+    /// The full body (with `full`, and always from `read_message`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub body: Option<String>,
+    /// The start of the body, in summary listings.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub preview: Option<String>,
+    /// Structured data attached by the sender (with `full`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub payload: Option<Value>,
+}
+
+impl MessageView {
+    fn of(message: &Message, full: bool) -> Self {
+        let (body, preview) = if full {
+            (Some(message.body.clone()), None)
+        } else {
+            let mut preview: String = message.body.chars().take(PREVIEW_CHARS).collect();
+            if preview.len() < message.body.len() {
+                preview.push('…');
+            }
+            (None, Some(preview))
+        };
+        Self {
+            id: message.id.to_string(),
+            from: message.from.to_string(),
+            to: message.to.clone(),
+            subject: message.subject.clone(),
+            priority: message.priority,
+            created: rfc3339(message.created_ms),
+            thread: message.thread.to_string(),
+            reply_to: message.reply_to.map(|id| id.to_string()),
+            state: message.state,
+            expires: message.expires_ms.map(rfc3339),
+            body,
+            preview,
+            payload: if full { message.payload.clone() } else { None },
+        }
+    }
+}
+
+/// `send_message`.
+pub struct SendMessage(pub(crate) Arc<PostOffice>);
+
+/// Input of `send_message`.
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct SendInput {
+    /// Recipient: an agent id, `role:<name>` (everyone in that role), `parent`, `children`
+    /// or `*` (everyone). May be left out when `reply_to` is given: the reply goes to the
+    /// original sender.
+    #[serde(default)]
+    pub to: Option<String>,
+    /// One-line summary. A reply without one gets "Re: <original subject>".
+    #[serde(default)]
+    pub subject: Option<String>,
+    /// The message text.
+    pub body: String,
+    /// Optional structured data for the recipient.
+    #[serde(default)]
+    pub payload: Option<Value>,
+    /// `low`, `normal` (default), `high` or `urgent`.
+    #[serde(default)]
+    pub priority: Option<Priority>,
+    /// Id of the message this answers; the reply joins its thread.
+    #[serde(default)]
+    pub reply_to: Option<String>,
+    /// Seconds after which the message is dropped if still unread.
+    #[serde(default)]
+    pub expires_in_secs: Option<u64>,
+}
+
+impl Tool for SendMessage {
+    type Input = SendInput;
+    type Output = Receipt;
+    type Error = MailError;
+    type State = ();
+
+    fn name(&self) -> &str {
+        "send_message"
+    }
+
+    fn description(&self) -> &str {
+        "Send a message to another agent, to every agent in a role (`role:pm`), to your \
+         `parent`, your `children`, or everyone (`*`). Use `reply_to` to answer a message in \
+         its thread. Returns the message id and who received it."
+    }
+
+    fn annotations(&self) -> Annotations {
+        Annotations::default()
+            .title("Send a message")
+            .destructive(false)
+            .open_world(false)
+    }
+
+    async fn init(&self) -> Result<(), MailError> {
+        Ok(())
+    }
+
+    fn detach(&self, _: &(), _: &SendInput) -> Option<()> {
+        Some(())
+    }
+
+    async fn call(
+        &self,
+        _: &mut (),
+        input: SendInput,
+        ctx: CallContext,
+    ) -> Result<Receipt, MailError> {
+        let agent = caller(&self.0, &ctx)?;
+        let reply_to = input
+            .reply_to
+            .as_deref()
+            .map(parse_message_id)
+            .transpose()?;
+        agent
+            .send(Outgoing {
+                to: input.to.unwrap_or_default(),
+                subject: input.subject.unwrap_or_default(),
+                body: input.body,
+                payload: input.payload,
+                priority: input.priority.unwrap_or_default(),
+                reply_to,
+                expires_in: input.expires_in_secs.map(Duration::from_secs),
+            })
+            .await
+    }
+}
+
+/// `check_inbox`.
+pub struct CheckInbox(pub(crate) Arc<PostOffice>);
+
+/// Input of `check_inbox`.
+#[derive(Debug, Clone, Default, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct CheckInput {
+    /// List only unread messages (default true); false lists read ones too.
+    #[serde(default)]
+    pub unread_only: Option<bool>,
+    /// At most this many messages (default 20, at most 200).
+    #[serde(default)]
+    pub limit: Option<u32>,
+    /// Only messages newer than this message id (the `cursor` of an earlier listing).
+    #[serde(default)]
+    pub since: Option<String>,
+    /// Only messages in this thread.
+    #[serde(default)]
+    pub thread: Option<String>,
+    /// Only messages at least this urgent.
+    #[serde(default)]
+    pub min_priority: Option<Priority>,
+    /// Include full bodies and payloads (default: a short preview).
+    #[serde(default)]
+    pub full: Option<bool>,
+    /// If nothing matches, wait up to this many seconds for a message that does; returns as
+    /// soon as one arrives.
+    #[serde(default)]
+    pub wait_secs: Option<f64>,
+}
+
+/// Output of `check_inbox`.
+#[derive(Debug, Clone, Serialize, JsonSchema)]
+pub struct InboxView {
+    /// Messages, most urgent first, then oldest first.
+    pub messages: Vec<MessageView>,
+    /// Unread messages in the mailbox.
+    pub unread: usize,
+    /// Pass as `since` to list only messages that arrive after these.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cursor: Option<String>,
+}
+
+impl Tool for CheckInbox {
+    type Input = CheckInput;
+    type Output = InboxView;
+    type Error = MailError;
+    type State = ();
+
+    fn name(&self) -> &str {
+        "check_inbox"
+    }
+
+    fn description(&self) -> &str {
+        "List messages in your inbox: unread ones by default, most urgent first. Filter by \
+         thread, minimum priority or `since` a cursor; set `wait_secs` to wait for a message \
+         instead of polling. Use `read_message` to read one in full."
+    }
+
+    fn annotations(&self) -> Annotations {
+        Annotations::read_only().title("Check the inbox")
+    }
+
+    async fn init(&self) -> Result<(), MailError> {
+        Ok(())
+    }
+
+    fn detach(&self, _: &(), _: &CheckInput) -> Option<()> {
+        Some(())
+    }
+
+    async fn call(
+        &self,
+        _: &mut (),
+        input: CheckInput,
+        ctx: CallContext,
+    ) -> Result<InboxView, MailError> {
+        let agent = caller(&self.0, &ctx)?;
+        let wait = match input.wait_secs {
+            None => None,
+            Some(s) if s.is_finite() && s >= 0.0 => {
+                Some(Duration::from_secs_f64(s).min(self.0.shared.config.max_wait))
+            }
+            Some(s) => {
+                return Err(MailError::InvalidArgument {
+                    name: "wait_secs",
+                    reason: format!("expected a non-negative number of seconds, got {s}"),
+                });
+            }
+        };
+        let query = InboxQuery {
+            unread_only: input.unread_only.unwrap_or(true),
+            limit: input.limit.map_or(20, |l| l as usize).clamp(1, MAX_LIST),
+            since: input.since.as_deref().map(parse_message_id).transpose()?,
+            thread: input.thread.as_deref().map(parse_message_id).transpose()?,
+            min_priority: input.min_priority.unwrap_or(Priority::Low),
+            wait,
+            mark_read: false,
+        };
+        let inbox = agent.check_inbox(query).await?;
+        let full = input.full.unwrap_or(false);
+        Ok(InboxView {
+            cursor: inbox.cursor().map(|id| id.to_string()),
+            messages: inbox
+                .messages
+                .iter()
+                .map(|m| MessageView::of(m, full))
+                .collect(),
+            unread: inbox.unread,
+        })
+    }
+}
+
+/// `read_message`.
+pub struct ReadMessage(pub(crate) Arc<PostOffice>);
+
+/// Input of `read_message`.
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ReadInput {
+    /// The message id.
+    pub id: String,
+}
+
+impl Tool for ReadMessage {
+    type Input = ReadInput;
+    type Output = MessageView;
+    type Error = MailError;
+    type State = ();
+
+    fn name(&self) -> &str {
+        "read_message"
+    }
+
+    fn description(&self) -> &str {
+        "Read one message from your inbox in full (body and payload) and mark it read."
+    }
+
+    fn annotations(&self) -> Annotations {
+        Annotations::default()
+            .title("Read a message")
+            .destructive(false)
+            .idempotent(true)
+            .open_world(false)
+    }
+
+    async fn init(&self) -> Result<(), MailError> {
+        Ok(())
+    }
+
+    fn detach(&self, _: &(), _: &ReadInput) -> Option<()> {
+        Some(())
+    }
+
+    async fn call(
+        &self,
+        _: &mut (),
+        input: ReadInput,
+        ctx: CallContext,
+    ) -> Result<MessageView, MailError> {
+        let agent = caller(&self.0, &ctx)?;
+        let message = agent.read(parse_message_id(&input.id)?).await?;
+        Ok(MessageView::of(&message, true))
+    }
+}
+
+/// `mark_read`.
+pub struct MarkRead(pub(crate) Arc<PostOffice>);
+
+/// Input of `mark_read`.
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct MarkInput {
+    /// Ids of the messages (1 to 200).
+    pub ids: Vec<String>,
+    /// Also acknowledge them: done with, no further action needed.
+    #[serde(default)]
+    pub ack: bool,
+}
+
+/// Output of `mark_read`.
+#[derive(Debug, Clone, Serialize, JsonSchema)]
+pub struct Marked {
+    /// How many messages changed state.
+    pub changed: usize,
+}
+
+impl Tool for MarkRead {
+    type Input = MarkInput;
+    type Output = Marked;
+    type Error = MailError;
+    type State = ();
+
+    fn name(&self) -> &str {
+        "mark_read"
+    }
+
+    fn description(&self) -> &str {
+        "Mark messages in your inbox read, or acknowledged with `ack` (done with them)."
+    }
+
+    fn annotations(&self) -> Annotations {
+        Annotations::default()
+            .title("Mark messages read")
+            .destructive(false)
+            .idempotent(true)
+            .open_world(false)
+    }
+
+    async fn init(&self) -> Result<(), MailError> {
+        Ok(())
+    }
+
+    fn detach(&self, _: &(), _: &MarkInput) -> Option<()> {
+        Some(())
+    }
+
+    async fn call(
+        &self,
+        _: &mut (),
+        input: MarkInput,
+        ctx: CallContext,
+    ) -> Result<Marked, MailError> {
+        let agent = caller(&self.0, &ctx)?;
+        if input.ids.is_empty() || input.ids.len() > MAX_LIST {
+            return Err(MailError::InvalidArgument {
+                name: "ids",
+                reason: format!("{} ids given; give 1 to {MAX_LIST}", input.ids.len()),
+            });
+        }
+        let ids = input
+            .ids
+            .iter()
+            .map(|id| parse_message_id(id))
+            .collect::<Result<Vec<_>, _>>()?;
+        let changed = agent.mark_read(&ids, input.ack).await?;
+        Ok(Marked { changed })
+    }
+}

@@ -1,0 +1,221 @@
+//! Storage: what the runtime persists, behind one small trait.
+//!
+//! A [`Store`] holds byte keys and values in a fixed set of [`Table`]s. Writes arrive as
+//! [`Batch`]es that apply atomically; a batch's completion is reported once it is as durable
+//! as the store promises. Reads see the last completed batches.
+//!
+//! - [`RedbStore`]: the default, an embedded redb file in the data directory. One writer
+//!   thread gathers every batch waiting at the moment it starts a transaction into that one
+//!   transaction: one fsync acknowledges them all (group commit).
+//! - [`MemoryStore`]: nothing on disk, for tests and benchmarks; commits complete at once.
+//!
+//! Values are encoded by [`codec`]: rmp-serde, prefixed with a format version.
+
+pub mod codec;
+mod error;
+mod memory;
+mod redb_store;
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+pub use error::StoreError;
+pub use memory::MemoryStore;
+pub use redb_store::{FILE_NAME, RedbStore, STORE_FORMAT};
+
+/// The tables a store holds. Fixed at compile time so a backend can lay them out up front.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[non_exhaustive]
+pub enum Table {
+    /// Store-wide facts, such as the format version.
+    Meta,
+    /// The agent directory: agent id → record.
+    Agents,
+    /// Unread messages: recipient id, 0, message id → message.
+    Inbox,
+    /// Read and acknowledged messages, same keys as `Inbox`.
+    Archive,
+}
+
+impl Table {
+    /// Every table, in a fixed order.
+    pub const ALL: [Table; 4] = [Table::Meta, Table::Agents, Table::Inbox, Table::Archive];
+
+    /// The table's name in the backend.
+    pub const fn name(self) -> &'static str {
+        match self {
+            Table::Meta => "meta",
+            Table::Agents => "agents",
+            Table::Inbox => "inbox",
+            Table::Archive => "archive",
+        }
+    }
+
+    const fn index(self) -> usize {
+        self as usize
+    }
+}
+
+/// One write in a batch.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Write {
+    /// Sets `key` to `value`.
+    Put {
+        /// The table.
+        table: Table,
+        /// The key.
+        key: Vec<u8>,
+        /// The encoded value.
+        value: Vec<u8>,
+    },
+    /// Removes `key` if present.
+    Delete {
+        /// The table.
+        table: Table,
+        /// The key.
+        key: Vec<u8>,
+    },
+}
+
+/// Writes that apply together or not at all. An empty batch is a barrier: it completes once
+/// every batch submitted before it has.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Batch {
+    writes: Vec<Write>,
+}
+
+impl Batch {
+    /// An empty batch.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Adds a put.
+    pub fn put(&mut self, table: Table, key: Vec<u8>, value: Vec<u8>) -> &mut Self {
+        self.writes.push(Write::Put { table, key, value });
+        self
+    }
+
+    /// Adds a delete.
+    pub fn delete(&mut self, table: Table, key: Vec<u8>) -> &mut Self {
+        self.writes.push(Write::Delete { table, key });
+        self
+    }
+
+    /// Number of writes.
+    pub fn len(&self) -> usize {
+        self.writes.len()
+    }
+
+    /// Whether the batch has no writes.
+    pub fn is_empty(&self) -> bool {
+        self.writes.is_empty()
+    }
+
+    /// The writes, in order.
+    pub fn writes(&self) -> &[Write] {
+        &self.writes
+    }
+}
+
+/// Called once when a submitted batch is committed, or failed.
+pub type Done = Box<dyn FnOnce(Result<(), StoreError>) + Send>;
+
+/// What "committed" means for a store.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Durability {
+    /// On disk (fsynced) before the batch completes.
+    Durable,
+    /// In this process's memory only; lost when it exits.
+    Memory,
+}
+
+/// Counters of what a store has done since it opened.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct StoreStats {
+    /// Transactions committed (for a durable store, each is one fsync).
+    pub commits: u64,
+    /// Batches applied.
+    pub batches: u64,
+    /// Writes applied.
+    pub writes: u64,
+}
+
+/// A transactional key-value store with group commit.
+pub trait Store: Send + Sync + 'static {
+    /// Applies `batch` atomically and calls `done` once it is committed (or failed). `done`
+    /// may run on another thread; it must not block.
+    fn submit(&self, batch: Batch, done: Done);
+
+    /// Commits `batch` on this thread if the store can do so without blocking, and returns
+    /// the outcome; otherwise hands the batch back for [`submit`](Self::submit).
+    ///
+    /// # Errors
+    /// The batch, unchanged, when the store only commits asynchronously.
+    fn try_commit(&self, batch: Batch) -> Result<Result<(), StoreError>, Batch> {
+        Err(batch)
+    }
+
+    /// The value at `key`.
+    ///
+    /// # Errors
+    /// [`StoreError`] when the backend fails to read.
+    fn get(&self, table: Table, key: &[u8]) -> Result<Option<Vec<u8>>, StoreError>;
+
+    /// Visits the entries whose key starts with `prefix`, in key order, until `visit`
+    /// returns `false`.
+    ///
+    /// # Errors
+    /// [`StoreError`] when the backend fails to read.
+    fn scan(
+        &self,
+        table: Table,
+        prefix: &[u8],
+        visit: &mut dyn FnMut(&[u8], &[u8]) -> bool,
+    ) -> Result<(), StoreError>;
+
+    /// Whether commits survive the process.
+    fn durability(&self) -> Durability;
+
+    /// What the store has done since it opened.
+    fn stats(&self) -> StoreStats;
+}
+
+/// Submits `batch` and waits for it to commit.
+///
+/// # Errors
+/// The commit's [`StoreError`], or [`StoreError::Closed`] if the store stopped first.
+///
+/// # Cancel safety
+/// Dropping the future does not withdraw the batch: it may still commit.
+pub async fn commit(store: &dyn Store, batch: Batch) -> Result<(), StoreError> {
+    let batch = match store.try_commit(batch) {
+        Ok(result) => return result,
+        Err(batch) => batch,
+    };
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    store.submit(
+        batch,
+        Box::new(move |result| {
+            let _ = tx.send(result);
+        }),
+    );
+    rx.await.unwrap_or(Err(StoreError::Closed))
+}
+
+/// Where the durable store lives unless told otherwise: `.guildhall` under the working
+/// directory, or `GUILDHALL_DATA_DIR` when set.
+pub fn default_data_dir() -> PathBuf {
+    std::env::var_os("GUILDHALL_DATA_DIR")
+        .filter(|v| !v.is_empty())
+        .map_or_else(|| PathBuf::from(".guildhall"), PathBuf::from)
+}
+
+/// Opens the durable store in `dir`, creating the directory if needed.
+///
+/// # Errors
+/// See [`RedbStore::open`].
+pub fn open(dir: &Path) -> Result<Arc<dyn Store>, StoreError> {
+    Ok(Arc::new(RedbStore::open(dir)?))
+}

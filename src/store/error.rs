@@ -1,0 +1,68 @@
+use std::path::PathBuf;
+use std::sync::Arc;
+
+/// Why the store could not open, read or write. Cheap to clone: one failed group commit is
+/// reported to every batch in it.
+#[derive(Debug, Clone, thiserror::Error)]
+#[non_exhaustive]
+pub enum StoreError {
+    /// Another process has the store open.
+    #[error(
+        "the store at {path} is in use by another process (is another guildhall running with \
+         this data directory?)"
+    )]
+    Locked {
+        /// The store file.
+        path: PathBuf,
+    },
+    /// The file is damaged or is not a guildhall store. It was left untouched.
+    #[error(
+        "the store at {path} is corrupt or not a guildhall store: {reason}; it was left as it is"
+    )]
+    Corrupt {
+        /// The store file.
+        path: PathBuf,
+        /// What the backend found.
+        reason: String,
+    },
+    /// The store was written by a format this build does not know. It was left untouched.
+    #[error(
+        "the store at {path} has format version {found}, but this guildhall reads version \
+         {supported}; it was left as it is"
+    )]
+    UnknownFormat {
+        /// The store file.
+        path: PathBuf,
+        /// The version found (0 when no version marker is present).
+        found: u32,
+        /// The version this build reads and writes.
+        supported: u32,
+    },
+    /// The file or directory could not be accessed.
+    #[error("cannot open the store at {path}: {source}")]
+    Io {
+        /// The path involved.
+        path: PathBuf,
+        /// The underlying error.
+        source: Arc<std::io::Error>,
+    },
+    /// A read or a commit failed.
+    #[error("store {operation} failed: {reason}")]
+    Backend {
+        /// `read` or `commit`.
+        operation: &'static str,
+        /// The backend's message.
+        reason: String,
+    },
+    /// A stored value could not be decoded.
+    #[error("a stored value in `{table}` could not be decoded: {reason}")]
+    Decode {
+        /// The table's name.
+        table: &'static str,
+        /// What was wrong.
+        reason: String,
+    },
+    /// The store has shut down.
+    #[error("the store is closed")]
+    Closed,
+}

@@ -1,0 +1,332 @@
+use std::panic::AssertUnwindSafe;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::mpsc;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::thread::JoinHandle;
+
+use redb::{Database, DatabaseError, ReadableDatabase, StorageError, TableDefinition, TableError};
+
+use super::{Batch, Done, Durability, Store, StoreError, StoreStats, Table, Write, codec};
+
+/// The store's file inside the data directory.
+pub const FILE_NAME: &str = "guildhall.redb";
+/// The store layout this build reads and writes, kept in `meta` under [`FORMAT_KEY`].
+pub const STORE_FORMAT: u32 = 1;
+const FORMAT_KEY: &[u8] = b"format";
+/// The most writes one group commit takes before it commits and starts the next.
+const MAX_GROUP_WRITES: usize = 16 * 1024;
+
+const fn definition(table: Table) -> TableDefinition<'static, &'static [u8], &'static [u8]> {
+    TableDefinition::new(table.name())
+}
+
+/// The durable store: one redb file, written by one thread with group commit.
+///
+/// Every batch waiting when the writer starts a transaction goes into that transaction, and
+/// one fsync (redb's `Durability::Immediate`) acknowledges them all. Under load batches
+/// queue while the previous commit syncs, so the batch size follows the load with no added
+/// latency when idle.
+pub struct RedbStore {
+    db: Arc<Database>,
+    path: PathBuf,
+    jobs: Mutex<Option<mpsc::Sender<Job>>>,
+    writer: Mutex<Option<JoinHandle<()>>>,
+    stats: Arc<Counters>,
+}
+
+struct Job {
+    batch: Batch,
+    done: Done,
+}
+
+#[derive(Default)]
+struct Counters {
+    commits: AtomicU64,
+    batches: AtomicU64,
+    writes: AtomicU64,
+}
+
+impl RedbStore {
+    /// Opens (or creates) the store in directory `dir`.
+    ///
+    /// # Errors
+    /// - [`StoreError::Locked`] when another process has it open;
+    /// - [`StoreError::Corrupt`] when the file is damaged or not a redb file;
+    /// - [`StoreError::UnknownFormat`] when it holds another layout version, or redb
+    ///   tables that are not a guildhall store's;
+    /// - [`StoreError::Io`] when the directory or file cannot be created or read.
+    ///
+    /// An existing file is never reset or overwritten on any of these errors.
+    pub fn open(dir: &Path) -> Result<Self, StoreError> {
+        std::fs::create_dir_all(dir).map_err(|source| StoreError::Io {
+            path: dir.to_owned(),
+            source: Arc::new(source),
+        })?;
+        let path = dir.join(FILE_NAME);
+        let db = Database::builder()
+            .set_repair_callback(|session| {
+                tracing::warn!(
+                    progress = session.progress(),
+                    "repairing the store after a crash"
+                );
+            })
+            .create(&path)
+            .map_err(|e| open_error(&path, e))?;
+        check_format(&db, &path)?;
+        let db = Arc::new(db);
+        let stats = Arc::new(Counters::default());
+        let (tx, rx) = mpsc::channel();
+        let writer = std::thread::Builder::new()
+            .name("guildhall-store".into())
+            .spawn({
+                let db = Arc::clone(&db);
+                let stats = Arc::clone(&stats);
+                move || write_loop(&db, &rx, &stats)
+            })
+            .map_err(|source| StoreError::Io {
+                path: path.clone(),
+                source: Arc::new(source),
+            })?;
+        tracing::debug!(path = %path.display(), "store opened");
+        Ok(Self {
+            db,
+            path,
+            jobs: Mutex::new(Some(tx)),
+            writer: Mutex::new(Some(writer)),
+            stats,
+        })
+    }
+
+    /// The store's file.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Commits everything submitted so far, stops the writer and waits for it.
+    pub fn close(&self) {
+        self.jobs
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take();
+        if let Some(writer) = self
+            .writer
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take()
+        {
+            let _ = writer.join();
+        }
+    }
+}
+
+impl Drop for RedbStore {
+    fn drop(&mut self) {
+        self.close();
+    }
+}
+
+fn open_error(path: &Path, err: DatabaseError) -> StoreError {
+    match err {
+        DatabaseError::DatabaseAlreadyOpen | DatabaseError::LockProtocolMismatch => {
+            StoreError::Locked {
+                path: path.to_owned(),
+            }
+        }
+        DatabaseError::UpgradeRequired(version) => StoreError::UnknownFormat {
+            path: path.to_owned(),
+            found: u32::from(version),
+            supported: STORE_FORMAT,
+        },
+        DatabaseError::Storage(StorageError::Io(source)) => StoreError::Io {
+            path: path.to_owned(),
+            source: Arc::new(source),
+        },
+        other => StoreError::Corrupt {
+            path: path.to_owned(),
+            reason: other.to_string(),
+        },
+    }
+}
+
+/// Accepts an empty file (and stamps it) or one of this build's format; refuses anything else
+/// without writing to it.
+fn check_format(db: &Database, path: &Path) -> Result<(), StoreError> {
+    let corrupt = |e: &dyn std::fmt::Display| StoreError::Corrupt {
+        path: path.to_owned(),
+        reason: e.to_string(),
+    };
+    let read = db.begin_read().map_err(|e| corrupt(&e))?;
+    let found = match read.open_table(definition(Table::Meta)) {
+        Ok(meta) => match meta.get(FORMAT_KEY).map_err(|e| corrupt(&e))? {
+            Some(v) => Some(codec::decode::<u32>(Table::Meta, v.value()).map_err(|e| corrupt(&e))?),
+            None => None,
+        },
+        Err(TableError::TableDoesNotExist(_)) => None,
+        Err(e) => return Err(corrupt(&e)),
+    };
+    let has_tables = read
+        .list_tables()
+        .map_err(|e| corrupt(&e))?
+        .next()
+        .is_some();
+    drop(read);
+    match found {
+        Some(STORE_FORMAT) => {}
+        Some(found) => {
+            return Err(StoreError::UnknownFormat {
+                path: path.to_owned(),
+                found,
+                supported: STORE_FORMAT,
+            });
+        }
+        None if has_tables => {
+            return Err(StoreError::UnknownFormat {
+                path: path.to_owned(),
+                found: 0,
+                supported: STORE_FORMAT,
+            });
+        }
+        None => {}
+    }
+    // Create every table (and stamp a new store) so readers never meet a missing table.
+    let write = db.begin_write().map_err(|e| corrupt(&e))?;
+    for table in Table::ALL {
+        let mut t = write
+            .open_table(definition(table))
+            .map_err(|e| corrupt(&e))?;
+        if table == Table::Meta && found.is_none() {
+            t.insert(FORMAT_KEY, codec::encode(&STORE_FORMAT).as_slice())
+                .map_err(|e| corrupt(&e))?;
+        }
+    }
+    write.commit().map_err(|e| corrupt(&e))
+}
+
+fn write_loop(db: &Database, jobs: &mpsc::Receiver<Job>, stats: &Counters) {
+    while let Ok(first) = jobs.recv() {
+        let mut group = vec![first];
+        let mut writes = group[0].batch.len();
+        while writes < MAX_GROUP_WRITES {
+            match jobs.try_recv() {
+                Ok(job) => {
+                    writes += job.batch.len();
+                    group.push(job);
+                }
+                Err(_) => break,
+            }
+        }
+        // Barriers only need the commits before them, which are done: no transaction.
+        let result = if writes == 0 {
+            Ok(())
+        } else {
+            let committed = std::panic::catch_unwind(AssertUnwindSafe(|| commit_group(db, &group)))
+                .unwrap_or_else(|_| {
+                    Err(StoreError::Backend {
+                        operation: "commit",
+                        reason: "the storage engine panicked".into(),
+                    })
+                });
+            if committed.is_ok() {
+                stats.commits.fetch_add(1, Ordering::Relaxed);
+                stats
+                    .batches
+                    .fetch_add(group.len() as u64, Ordering::Relaxed);
+                stats.writes.fetch_add(writes as u64, Ordering::Relaxed);
+            } else if let Err(err) = &committed {
+                tracing::error!(%err, batches = group.len(), "group commit failed");
+            }
+            committed
+        };
+        for job in group {
+            (job.done)(result.clone());
+        }
+    }
+}
+
+fn commit_group(db: &Database, group: &[Job]) -> Result<(), StoreError> {
+    let fail = |e: &dyn std::fmt::Display| StoreError::Backend {
+        operation: "commit",
+        reason: e.to_string(),
+    };
+    let txn = db.begin_write().map_err(|e| fail(&e))?;
+    {
+        let mut tables = Vec::with_capacity(Table::ALL.len());
+        for table in Table::ALL {
+            tables.push(txn.open_table(definition(table)).map_err(|e| fail(&e))?);
+        }
+        for job in group {
+            for write in job.batch.writes() {
+                match write {
+                    Write::Put { table, key, value } => {
+                        tables[table.index()]
+                            .insert(key.as_slice(), value.as_slice())
+                            .map_err(|e| fail(&e))?;
+                    }
+                    Write::Delete { table, key } => {
+                        tables[table.index()]
+                            .remove(key.as_slice())
+                            .map_err(|e| fail(&e))?;
+                    }
+                }
+            }
+        }
+    }
+    txn.commit().map_err(|e| fail(&e))
+}
+
+impl Store for RedbStore {
+    fn submit(&self, batch: Batch, done: Done) {
+        let jobs = self.jobs.lock().unwrap_or_else(PoisonError::into_inner);
+        match jobs.as_ref() {
+            Some(tx) => {
+                if let Err(mpsc::SendError(job)) = tx.send(Job { batch, done }) {
+                    (job.done)(Err(StoreError::Closed));
+                }
+            }
+            None => done(Err(StoreError::Closed)),
+        }
+    }
+
+    fn get(&self, table: Table, key: &[u8]) -> Result<Option<Vec<u8>>, StoreError> {
+        let read = self.db.begin_read().map_err(read_error)?;
+        let t = read.open_table(definition(table)).map_err(read_error)?;
+        Ok(t.get(key).map_err(read_error)?.map(|v| v.value().to_vec()))
+    }
+
+    fn scan(
+        &self,
+        table: Table,
+        prefix: &[u8],
+        visit: &mut dyn FnMut(&[u8], &[u8]) -> bool,
+    ) -> Result<(), StoreError> {
+        let read = self.db.begin_read().map_err(read_error)?;
+        let t = read.open_table(definition(table)).map_err(read_error)?;
+        for entry in t.range(prefix..).map_err(read_error)? {
+            let (k, v) = entry.map_err(read_error)?;
+            if !k.value().starts_with(prefix) || !visit(k.value(), v.value()) {
+                break;
+            }
+        }
+        Ok(())
+    }
+
+    fn durability(&self) -> Durability {
+        Durability::Durable
+    }
+
+    fn stats(&self) -> StoreStats {
+        StoreStats {
+            commits: self.stats.commits.load(Ordering::Relaxed),
+            batches: self.stats.batches.load(Ordering::Relaxed),
+            writes: self.stats.writes.load(Ordering::Relaxed),
+        }
+    }
+}
+
+fn read_error(e: impl std::fmt::Display) -> StoreError {
+    StoreError::Backend {
+        operation: "read",
+        reason: e.to_string(),
+    }
+}
