@@ -316,6 +316,8 @@ impl Runtime {
         if let Err(err) = self.inner.root.shutdown().await {
             tracing::debug!(%err, "root supervisor already stopped");
         }
+        // Every actor that wrote is stopped: commit what is pending and release the store.
+        self.inner.office.shared.store.close();
     }
 }
 

@@ -180,6 +180,10 @@ pub trait Store: Send + Sync + 'static {
 
     /// What the store has done since it opened.
     fn stats(&self) -> StoreStats;
+
+    /// Finishes pending commits and releases the backend (a file's lock, say). Later
+    /// operations fail with [`StoreError::Closed`].
+    fn close(&self) {}
 }
 
 /// Submits `batch` and waits for it to commit.

@@ -101,9 +101,9 @@ impl Agent {
     /// Makes the mailbox actor panic (fault injection for tests).
     #[doc(hidden)]
     pub fn crash_mailbox(&self) -> bool {
-        self.entry
-            .mailbox()
-            .is_some_and(|m| m.cast(MailboxMsg::Crash).is_ok())
+        self.entry.mailbox().is_some_and(|m| {
+            m.get_status() == ractor::ActorStatus::Running && m.cast(MailboxMsg::Crash).is_ok()
+        })
     }
 
     /// Whether the mailbox actor is running now.

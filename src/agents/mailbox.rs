@@ -103,14 +103,37 @@ impl Drop for Request {
     }
 }
 
+/// A delivery's commit outcome, on its way back to the mailbox, which makes the message
+/// visible and then answers the sender. Dropped on the way (the mailbox died), it answers
+/// the sender itself: the commit happened, and the restarted mailbox loads the message.
+pub(crate) struct Committed {
+    id: Uuid,
+    result: Result<(), StoreError>,
+    reply: Option<oneshot::Sender<Reply>>,
+}
+
+impl Committed {
+    fn answer(&mut self) {
+        if let Some(reply) = self.reply.take() {
+            let _ = reply.send(match &self.result {
+                Ok(()) => Reply::Delivered,
+                Err(err) => Reply::Failed(err.clone().into()),
+            });
+        }
+    }
+}
+
+impl Drop for Committed {
+    fn drop(&mut self) {
+        self.answer();
+    }
+}
+
 /// Messages a mailbox actor handles.
 pub(crate) enum MailboxMsg {
     Request(Request),
     /// A delivery's commit finished.
-    Committed {
-        id: Uuid,
-        ok: bool,
-    },
+    Committed(Committed),
     /// A background write finished.
     WriteDone,
     /// A waiting `check_inbox` ran out of time.
@@ -236,12 +259,14 @@ impl Actor for MailboxActor {
                 self.entry.touch(self.shared.clock());
                 self.handle_op(&myself, state, op, reply);
             }
-            MailboxMsg::Committed { id, ok } => {
-                if let Some(message) = state.pending.remove(&id)
-                    && ok
+            MailboxMsg::Committed(mut committed) => {
+                if let Some(message) = state.pending.remove(&committed.id)
+                    && committed.result.is_ok()
                 {
                     self.arrive(&myself, state, message);
                 }
+                // Visible first, then acknowledged: a sender can read its own writes.
+                committed.answer();
             }
             MailboxMsg::WriteDone => state.inflight = state.inflight.saturating_sub(1),
             MailboxMsg::WaitExpired(id) => {
@@ -365,12 +390,12 @@ impl MailboxActor {
                 self.shared.store.submit(
                     batch,
                     Box::new(move |result: Result<(), StoreError>| {
-                        let ok = result.is_ok();
-                        let _ = reply.send(match result {
-                            Ok(()) => Reply::Delivered,
-                            Err(err) => Reply::Failed(err.into()),
-                        });
-                        let _ = me.cast(MailboxMsg::Committed { id, ok });
+                        // Undeliverable, the message drops and answers the sender itself.
+                        let _ = me.cast(MailboxMsg::Committed(Committed {
+                            id,
+                            result,
+                            reply: Some(reply),
+                        }));
                     }),
                 );
             }

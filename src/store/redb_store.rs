@@ -2,7 +2,7 @@ use std::panic::AssertUnwindSafe;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex, PoisonError, RwLock};
 use std::thread::JoinHandle;
 
 use redb::{Database, DatabaseError, ReadableDatabase, StorageError, TableDefinition, TableError};
@@ -28,7 +28,8 @@ const fn definition(table: Table) -> TableDefinition<'static, &'static [u8], &'s
 /// queue while the previous commit syncs, so the batch size follows the load with no added
 /// latency when idle.
 pub struct RedbStore {
-    db: Arc<Database>,
+    /// `None` once closed: the file lock goes with the last reference.
+    db: RwLock<Option<Arc<Database>>>,
     path: PathBuf,
     jobs: Mutex<Option<mpsc::Sender<Job>>>,
     writer: Mutex<Option<JoinHandle<()>>>,
@@ -90,7 +91,7 @@ impl RedbStore {
             })?;
         tracing::debug!(path = %path.display(), "store opened");
         Ok(Self {
-            db,
+            db: RwLock::new(Some(db)),
             path,
             jobs: Mutex::new(Some(tx)),
             writer: Mutex::new(Some(writer)),
@@ -103,7 +104,16 @@ impl RedbStore {
         &self.path
     }
 
-    /// Commits everything submitted so far, stops the writer and waits for it.
+    fn db(&self) -> Result<Arc<Database>, StoreError> {
+        self.db
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+            .ok_or(StoreError::Closed)
+    }
+
+    /// Commits everything submitted so far, stops the writer, and closes the file (releasing
+    /// its lock once reads in progress finish). Later calls fail with [`StoreError::Closed`].
     pub fn close(&self) {
         self.jobs
             .lock()
@@ -117,6 +127,10 @@ impl RedbStore {
         {
             let _ = writer.join();
         }
+        self.db
+            .write()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take();
     }
 }
 
@@ -138,6 +152,15 @@ fn open_error(path: &Path, err: DatabaseError) -> StoreError {
             found: u32::from(version),
             supported: STORE_FORMAT,
         },
+        // redb reports a file that is not a redb database as invalid data.
+        DatabaseError::Storage(StorageError::Io(source))
+            if source.kind() == std::io::ErrorKind::InvalidData =>
+        {
+            StoreError::Corrupt {
+                path: path.to_owned(),
+                reason: source.to_string(),
+            }
+        }
         DatabaseError::Storage(StorageError::Io(source)) => StoreError::Io {
             path: path.to_owned(),
             source: Arc::new(source),
@@ -289,7 +312,7 @@ impl Store for RedbStore {
     }
 
     fn get(&self, table: Table, key: &[u8]) -> Result<Option<Vec<u8>>, StoreError> {
-        let read = self.db.begin_read().map_err(read_error)?;
+        let read = self.db()?.begin_read().map_err(read_error)?;
         let t = read.open_table(definition(table)).map_err(read_error)?;
         Ok(t.get(key).map_err(read_error)?.map(|v| v.value().to_vec()))
     }
@@ -300,7 +323,7 @@ impl Store for RedbStore {
         prefix: &[u8],
         visit: &mut dyn FnMut(&[u8], &[u8]) -> bool,
     ) -> Result<(), StoreError> {
-        let read = self.db.begin_read().map_err(read_error)?;
+        let read = self.db()?.begin_read().map_err(read_error)?;
         let t = read.open_table(definition(table)).map_err(read_error)?;
         for entry in t.range(prefix..).map_err(read_error)? {
             let (k, v) = entry.map_err(read_error)?;
@@ -313,6 +336,10 @@ impl Store for RedbStore {
 
     fn durability(&self) -> Durability {
         Durability::Durable
+    }
+
+    fn close(&self) {
+        RedbStore::close(self);
     }
 
     fn stats(&self) -> StoreStats {

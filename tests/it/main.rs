@@ -18,7 +18,11 @@ mod concurrency;
 mod contract;
 /// Crashes: a panicking tool is restarted with fresh state and the next call succeeds.
 mod crash;
+/// Agents and mailboxes: addressing, ordering, waiting, passivation, crashes, limits.
+mod mailbox;
 /// Registration, lookup, snapshots and shutdown of the runtime.
 mod runtime;
+/// The durable store: restarts, group commit, and stores that must not be opened.
+mod store;
 /// Supervision strategies, restart types, intensity and escalation (supervision crate).
 mod supervision;

@@ -1,0 +1,681 @@
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use guildhall::agents::DeliveryState;
+use guildhall::{
+    Agent, AgentSpec, CallOptions, ErrorKind, InboxQuery, MailError, MailboxConfig, Outgoing,
+    Priority, Runtime,
+};
+use serde_json::json;
+
+use crate::support::eventually;
+
+async fn swarm(config: MailboxConfig) -> (Runtime, Agent, Vec<Agent>, Vec<Agent>) {
+    let rt = Runtime::builder()
+        .mailbox_config(config)
+        .build()
+        .await
+        .unwrap();
+    let tl = rt.register_agent(AgentSpec::new("tl", "tl")).await.unwrap();
+    let mut pms = Vec::new();
+    let mut devs = Vec::new();
+    for p in 0..2 {
+        let pm = rt
+            .register_agent(AgentSpec::new(format!("pm-{p}"), "pm").parent("tl"))
+            .await
+            .unwrap();
+        for d in 0..2 {
+            devs.push(
+                rt.register_agent(
+                    AgentSpec::new(format!("dev-{p}{d}"), "dev").parent(pm.id().as_str()),
+                )
+                .await
+                .unwrap(),
+            );
+        }
+        pms.push(pm);
+    }
+    (rt, tl, pms, devs)
+}
+
+fn query() -> InboxQuery {
+    InboxQuery::default()
+}
+
+async fn subjects(agent: &Agent) -> Vec<String> {
+    let inbox = agent
+        .check_inbox(InboxQuery {
+            limit: usize::MAX,
+            ..query()
+        })
+        .await
+        .unwrap();
+    inbox.messages.iter().map(|m| m.subject.clone()).collect()
+}
+
+fn ids(names: &[&guildhall::agents::AgentId]) -> Vec<String> {
+    names.iter().map(|n| n.to_string()).collect()
+}
+
+#[tokio::test]
+async fn role_fan_out_reaches_every_other_agent_in_the_role() {
+    let (rt, tl, pms, devs) = swarm(MailboxConfig::default()).await;
+    let receipt = tl
+        .send(Outgoing::to("role:dev").subject("standup").body("status?"))
+        .await
+        .unwrap();
+    assert_eq!(
+        ids(&receipt.delivered_to.iter().collect::<Vec<_>>()),
+        ["dev-00", "dev-01", "dev-10", "dev-11"]
+    );
+    for dev in &devs {
+        assert_eq!(subjects(dev).await, ["standup"]);
+    }
+    assert!(subjects(&pms[0]).await.is_empty());
+    // The sender is left out of its own role's fan-out.
+    let receipt = devs[0]
+        .send(Outgoing::to("role:dev").subject("pair?"))
+        .await
+        .unwrap();
+    assert_eq!(receipt.delivered_to.len(), 3);
+    assert_eq!(subjects(&devs[0]).await, ["standup"]);
+    // Everyone but the sender.
+    let receipt = tl
+        .send(Outgoing::to("*").subject("all hands"))
+        .await
+        .unwrap();
+    assert_eq!(receipt.delivered_to.len(), 6);
+    // An empty fan-out is an error, and nothing is stored.
+    let err = tl
+        .send(Outgoing::to("role:qa").body("x"))
+        .await
+        .unwrap_err();
+    assert!(matches!(err, MailError::NoRecipients { .. }), "{err}");
+    assert!(err.to_string().contains("role `qa`"), "{err}");
+    rt.shutdown().await;
+}
+
+#[tokio::test]
+async fn parent_and_children_addresses_follow_the_hierarchy() {
+    let (rt, tl, pms, devs) = swarm(MailboxConfig::default()).await;
+    devs[2]
+        .send(Outgoing::to("parent").subject("done"))
+        .await
+        .unwrap();
+    assert_eq!(subjects(&pms[1]).await, ["done"]);
+    assert!(subjects(&pms[0]).await.is_empty());
+    let receipt = pms[1]
+        .send(Outgoing::to("children").subject("next"))
+        .await
+        .unwrap();
+    assert_eq!(
+        ids(&receipt.delivered_to.iter().collect::<Vec<_>>()),
+        ["dev-10", "dev-11"]
+    );
+    pms[1]
+        .send(Outgoing::to("parent").subject("report"))
+        .await
+        .unwrap();
+    assert_eq!(subjects(&tl).await, ["report"]);
+    let err = tl.send(Outgoing::to("parent").body("?")).await.unwrap_err();
+    assert!(err.to_string().contains("`tl` has no parent"), "{err}");
+    let err = devs[0]
+        .send(Outgoing::to("children").body("?"))
+        .await
+        .unwrap_err();
+    assert!(
+        err.to_string().contains("`dev-00` has no children"),
+        "{err}"
+    );
+    rt.shutdown().await;
+}
+
+#[tokio::test]
+async fn replies_keep_the_thread_and_go_back_to_the_sender() {
+    let (rt, tl, pms, _) = swarm(MailboxConfig::default()).await;
+    let first = tl
+        .send(
+            Outgoing::to("pm-0")
+                .subject("plan the sprint")
+                .body("by friday"),
+        )
+        .await
+        .unwrap();
+    assert_eq!(first.thread, first.id);
+    let reply = pms[0]
+        .send(Outgoing::reply(first.id).body("on it"))
+        .await
+        .unwrap();
+    assert_eq!(reply.thread, first.id);
+    let answer = tl.read(reply.id).await.unwrap();
+    assert_eq!(answer.subject, "Re: plan the sprint");
+    assert_eq!(answer.reply_to, Some(first.id));
+    assert_eq!(answer.from.as_str(), "pm-0");
+    let again = tl
+        .send(Outgoing::reply(reply.id).body("thanks"))
+        .await
+        .unwrap();
+    assert_eq!(again.thread, first.id);
+    let thread = pms[0]
+        .check_inbox(InboxQuery {
+            unread_only: false,
+            thread: Some(first.id),
+            ..query()
+        })
+        .await
+        .unwrap();
+    let subjects: Vec<_> = thread.messages.iter().map(|m| m.subject.as_str()).collect();
+    assert_eq!(subjects, ["plan the sprint", "Re: plan the sprint"]);
+    // Replying to a message that is not in your mailbox is refused.
+    let err = pms[1]
+        .send(Outgoing::reply(first.id).body("me too"))
+        .await
+        .unwrap_err();
+    assert!(matches!(err, MailError::UnknownMessage { .. }), "{err}");
+    rt.shutdown().await;
+}
+
+#[tokio::test]
+async fn inbox_lists_by_priority_then_age_and_filters() {
+    let (rt, tl, pms, _) = swarm(MailboxConfig::default()).await;
+    for (subject, priority) in [
+        ("n1", Priority::Normal),
+        ("l1", Priority::Low),
+        ("u1", Priority::Urgent),
+        ("n2", Priority::Normal),
+        ("h1", Priority::High),
+        ("u2", Priority::Urgent),
+    ] {
+        tl.send(Outgoing::to("pm-0").subject(subject).priority(priority))
+            .await
+            .unwrap();
+    }
+    assert_eq!(
+        subjects(&pms[0]).await,
+        ["u1", "u2", "h1", "n1", "n2", "l1"]
+    );
+    let urgent = pms[0]
+        .check_inbox(InboxQuery {
+            min_priority: Priority::High,
+            limit: 2,
+            ..query()
+        })
+        .await
+        .unwrap();
+    let s: Vec<_> = urgent.messages.iter().map(|m| m.subject.as_str()).collect();
+    assert_eq!(s, ["u1", "u2"]);
+    assert_eq!(urgent.unread, 6);
+    // The cursor is the newest listed message: only later arrivals come after it.
+    let cursor = urgent.cursor().unwrap();
+    tl.send(Outgoing::to("pm-0").subject("n3")).await.unwrap();
+    let later = pms[0]
+        .check_inbox(InboxQuery {
+            since: Some(cursor),
+            ..query()
+        })
+        .await
+        .unwrap();
+    let s: Vec<_> = later.messages.iter().map(|m| m.subject.as_str()).collect();
+    assert_eq!(s, ["n3"]);
+    rt.shutdown().await;
+}
+
+#[tokio::test]
+async fn one_senders_messages_keep_their_order() {
+    let (rt, tl, pms, _) = swarm(MailboxConfig::default()).await;
+    for i in 0..200 {
+        tl.send(Outgoing::to("pm-0").subject(format!("{i}")))
+            .await
+            .unwrap();
+    }
+    assert_in_order(&subjects(&pms[0]).await, 200);
+    rt.shutdown().await;
+}
+
+#[tokio::test]
+async fn read_marks_and_acknowledgements_change_state() {
+    let (rt, tl, pms, _) = swarm(MailboxConfig::default()).await;
+    let a = tl
+        .send(Outgoing::to("pm-0").subject("a").body("alpha"))
+        .await
+        .unwrap();
+    let b = tl.send(Outgoing::to("pm-0").subject("b")).await.unwrap();
+    let read = pms[0].read(a.id).await.unwrap();
+    assert_eq!(
+        (read.body.as_str(), read.state),
+        ("alpha", DeliveryState::Read)
+    );
+    assert_eq!(subjects(&pms[0]).await, ["b"]);
+    assert_eq!(pms[0].mark_read(&[a.id, b.id], true).await.unwrap(), 2);
+    assert!(subjects(&pms[0]).await.is_empty());
+    let all = pms[0]
+        .check_inbox(InboxQuery {
+            unread_only: false,
+            ..query()
+        })
+        .await
+        .unwrap();
+    assert!(
+        all.messages
+            .iter()
+            .all(|m| m.state == DeliveryState::Acknowledged)
+    );
+    assert_eq!(all.messages.len(), 2);
+    // Idempotent: acknowledging again changes nothing.
+    assert_eq!(pms[0].mark_read(&[a.id], true).await.unwrap(), 0);
+    // Unknown ids are refused, and nothing of the batch changes.
+    let c = tl.send(Outgoing::to("pm-0").subject("c")).await.unwrap();
+    let err = pms[0]
+        .mark_read(&[c.id, tl.id_unknown()], false)
+        .await
+        .unwrap_err();
+    assert!(matches!(err, MailError::UnknownMessage { .. }), "{err}");
+    assert_eq!(subjects(&pms[0]).await, ["c"]);
+    // Taking messages marks them read once handed over.
+    let taken = pms[0]
+        .check_inbox(InboxQuery {
+            mark_read: true,
+            ..query()
+        })
+        .await
+        .unwrap();
+    assert_eq!(taken.messages[0].state, DeliveryState::Read);
+    assert_eq!(taken.unread, 0);
+    assert!(subjects(&pms[0]).await.is_empty());
+    rt.shutdown().await;
+}
+
+trait UnknownId {
+    fn id_unknown(&self) -> uuid::Uuid;
+}
+
+impl UnknownId for Agent {
+    fn id_unknown(&self) -> uuid::Uuid {
+        uuid::Uuid::now_v7()
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn wait_wakes_on_arrival_and_returns_empty_on_timeout() {
+    let (rt, tl, pms, _) = swarm(MailboxConfig::default()).await;
+    let pm = pms[0].clone();
+    let waiting = tokio::spawn(async move {
+        pm.check_inbox(InboxQuery {
+            wait: Some(Duration::from_secs(3600)),
+            min_priority: Priority::High,
+            ..query()
+        })
+        .await
+    });
+    // A message that does not match the filter does not wake the waiter...
+    eventually(Duration::from_secs(5), || async { pms[0].is_active() }).await;
+    tl.send(Outgoing::to("pm-0").subject("low")).await.unwrap();
+    tl.send(
+        Outgoing::to("pm-0")
+            .subject("hot")
+            .priority(Priority::Urgent),
+    )
+    .await
+    .unwrap();
+    let start = tokio::time::Instant::now();
+    let inbox = waiting.await.unwrap().unwrap();
+    // ...one that does, does, long before the wait is up (time is paused: no real waiting).
+    assert!(start.elapsed() < Duration::from_secs(60));
+    let s: Vec<_> = inbox.messages.iter().map(|m| m.subject.as_str()).collect();
+    assert_eq!(s, ["hot"]);
+    // Nothing arrives: an empty answer when the wait is over, not an error.
+    let start = tokio::time::Instant::now();
+    let empty = pms[1]
+        .check_inbox(InboxQuery {
+            wait: Some(Duration::from_secs(30)),
+            ..query()
+        })
+        .await
+        .unwrap();
+    assert!(empty.messages.is_empty());
+    assert!(start.elapsed() >= Duration::from_secs(30));
+    rt.shutdown().await;
+}
+
+#[tokio::test]
+async fn idle_mailboxes_passivate_and_reload_from_the_store() {
+    let config = MailboxConfig {
+        idle: Duration::from_millis(30),
+        ..MailboxConfig::default()
+    };
+    let (rt, tl, pms, _) = swarm(config).await;
+    let a = tl.send(Outgoing::to("pm-0").subject("a")).await.unwrap();
+    tl.send(Outgoing::to("pm-0").subject("b").priority(Priority::High))
+        .await
+        .unwrap();
+    pms[0].read(a.id).await.unwrap();
+    assert!(pms[0].is_active());
+    eventually(Duration::from_secs(10), || async {
+        rt.active_mailboxes() == 0
+    })
+    .await;
+    // Reloaded on first use, with read state intact.
+    assert_eq!(subjects(&pms[0]).await, ["b"]);
+    assert!(pms[0].is_active());
+    assert_eq!(pms[0].read(a.id).await.unwrap().state, DeliveryState::Read);
+    rt.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_mailbox_crashing_mid_stream_loses_and_duplicates_nothing() {
+    let (rt, tl, pms, _) = swarm(MailboxConfig {
+        capacity: 10_000,
+        ..MailboxConfig::default()
+    })
+    .await;
+    let sent = Arc::new(AtomicUsize::new(0));
+    let (sender, progress) = (tl.clone(), Arc::clone(&sent));
+    let stream = tokio::spawn(async move {
+        for i in 0..2_000 {
+            sender
+                .send(Outgoing::to("pm-0").subject(format!("{i}")))
+                .await
+                .unwrap();
+            progress.fetch_add(1, Ordering::Relaxed);
+        }
+    });
+    // Ten crashes spread over the stream, each while sends are in flight.
+    for k in 1..=10 {
+        eventually(Duration::from_secs(30), || async {
+            sent.load(Ordering::Relaxed) >= k * 150
+        })
+        .await;
+        eventually(Duration::from_secs(30), || async { pms[0].crash_mailbox() }).await;
+        eventually(Duration::from_secs(30), || async {
+            let tree = rt.tree().await.unwrap();
+            tree.find(&["mailboxes", "pm-0"]).map(|n| n.restarts) == Some(k as u32)
+        })
+        .await;
+    }
+    stream.await.unwrap();
+    assert_in_order(&subjects(&pms[0]).await, 2_000);
+    rt.shutdown().await;
+}
+
+/// `subjects` are exactly "0", "1", ... "n-1": nothing lost, duplicated or reordered.
+pub(crate) fn assert_in_order(subjects: &[String], n: usize) {
+    assert_eq!(subjects.len(), n, "message count");
+    if let Some(i) = (0..n).find(|&i| subjects[i] != i.to_string()) {
+        panic!("message {i} is {:?}", subjects[i]);
+    }
+}
+
+#[tokio::test]
+async fn a_full_mailbox_pushes_back_until_it_is_read() {
+    let (rt, tl, pms, devs) = swarm(MailboxConfig {
+        capacity: 3,
+        ..MailboxConfig::default()
+    })
+    .await;
+    let mut sent = Vec::new();
+    for i in 0..3 {
+        sent.push(
+            tl.send(Outgoing::to("pm-0").subject(format!("{i}")))
+                .await
+                .unwrap(),
+        );
+    }
+    let err = tl
+        .send(Outgoing::to("pm-0").subject("3"))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(err, MailError::MailboxFull { capacity: 3, .. }),
+        "{err}"
+    );
+    assert!(err.to_string().contains("`pm-0` is full"), "{err}");
+    // A fan-out delivers where it can and says where it could not.
+    let receipt = devs[0]
+        .send(Outgoing::to("role:pm").subject("x"))
+        .await
+        .unwrap();
+    assert_eq!(
+        ids(&receipt.delivered_to.iter().collect::<Vec<_>>()),
+        ["pm-1"]
+    );
+    assert_eq!(receipt.rejected.len(), 1);
+    assert_eq!(receipt.rejected[0].agent.as_str(), "pm-0");
+    pms[0].read(sent[0].id).await.unwrap();
+    tl.send(Outgoing::to("pm-0").subject("3")).await.unwrap();
+    assert_eq!(subjects(&pms[0]).await, ["1", "2", "3"]);
+    rt.shutdown().await;
+}
+
+#[tokio::test]
+async fn bad_input_is_refused_with_a_named_reason_and_nothing_stored() {
+    let (rt, tl, pms, _) = swarm(MailboxConfig {
+        max_body_bytes: 100,
+        ..MailboxConfig::default()
+    })
+    .await;
+    let cases: Vec<(Outgoing, &str)> = vec![
+        (Outgoing::to("nobody").body("hi"), "no agent `nobody`"),
+        (Outgoing::to("pm 0").body("hi"), "invalid address \"pm 0\""),
+        (Outgoing::to("team:x").body("hi"), "unknown prefix `team:`"),
+        (
+            Outgoing::to("pm-0").body("x".repeat(101)),
+            "the body is 101 bytes",
+        ),
+        (
+            Outgoing::to("pm-0").payload(json!({"blob": "y".repeat(200)})),
+            "the payload is",
+        ),
+        (Outgoing::to(""), "no recipient"),
+    ];
+    for (out, expected) in cases {
+        let err = tl.send(out).await.unwrap_err().to_string();
+        assert!(
+            err.contains(expected),
+            "{err:?} should contain {expected:?}"
+        );
+    }
+    assert!(subjects(&pms[0]).await.is_empty());
+    for (spec, expected) in [
+        (AgentSpec::new("a b", "dev"), "invalid agent id"),
+        (AgentSpec::new("ok", "r/d"), "invalid role"),
+        (
+            AgentSpec::new("ok", "dev").parent("ghost"),
+            "no agent `ghost`",
+        ),
+        (AgentSpec::new("tl", "tl").parent("dev-00"), "is below it"),
+    ] {
+        let err = rt.register_agent(spec).await.unwrap_err().to_string();
+        assert!(
+            err.contains(expected),
+            "{err:?} should contain {expected:?}"
+        );
+    }
+    assert_eq!(rt.agents().len(), 7);
+    assert!(rt.agent("ghost").is_err());
+    rt.shutdown().await;
+}
+
+#[tokio::test]
+async fn deregistered_agents_are_gone_with_their_messages() {
+    let (rt, tl, pms, _) = swarm(MailboxConfig::default()).await;
+    tl.send(Outgoing::to("pm-0").subject("bye")).await.unwrap();
+    rt.deregister_agent("pm-0").await.unwrap();
+    assert!(rt.lookup_agent("pm-0").is_none());
+    let err = tl.send(Outgoing::to("pm-0").body("?")).await.unwrap_err();
+    assert!(matches!(err, MailError::UnknownAgent { .. }), "{err}");
+    assert!(pms[0].check_inbox(query()).await.is_err());
+    let err = rt.deregister_agent("pm-0").await.unwrap_err();
+    assert!(matches!(err, MailError::UnknownAgent { .. }), "{err}");
+    // Re-registering the id starts with an empty mailbox.
+    let again = rt
+        .register_agent(AgentSpec::new("pm-0", "pm"))
+        .await
+        .unwrap();
+    assert!(subjects(&again).await.is_empty());
+    rt.shutdown().await;
+}
+
+#[tokio::test]
+async fn the_mailbox_tools_act_for_the_calling_agent() {
+    let (rt, _tl, _pms, _) = swarm(MailboxConfig::default()).await;
+    let as_agent = |id: &str| CallOptions::new().agent(id);
+    let sent = rt
+        .call_json(
+            "send_message",
+            json!({"to": "pm-0", "subject": "task", "body": "do it", "priority": "high", "payload": {"n": 1}}),
+            as_agent("tl"),
+        )
+        .await
+        .unwrap();
+    assert_eq!(sent["delivered_to"], json!(["pm-0"]));
+    let id = sent["id"].as_str().unwrap().to_owned();
+    let inbox = rt
+        .call_json("check_inbox", json!({}), as_agent("pm-0"))
+        .await
+        .unwrap();
+    assert_eq!(inbox["unread"], 1);
+    let listed = &inbox["messages"][0];
+    assert_eq!(listed["preview"], "do it");
+    assert_eq!(listed["priority"], "high");
+    assert!(listed.get("body").is_none());
+    assert!(listed["created"].as_str().unwrap().ends_with('Z'));
+    let read = rt
+        .call_json("read_message", json!({"id": id}), as_agent("pm-0"))
+        .await
+        .unwrap();
+    assert_eq!(
+        (read["body"].clone(), read["payload"].clone()),
+        (json!("do it"), json!({"n": 1}))
+    );
+    let reply = rt
+        .call_json(
+            "send_message",
+            json!({"reply_to": id, "body": "done"}),
+            as_agent("pm-0"),
+        )
+        .await
+        .unwrap();
+    assert_eq!(reply["delivered_to"], json!(["tl"]));
+    let marked = rt
+        .call_json(
+            "mark_read",
+            json!({"ids": [id], "ack": true}),
+            as_agent("pm-0"),
+        )
+        .await
+        .unwrap();
+    assert_eq!(marked["changed"], 1);
+
+    // Errors name what is wrong; none of them ran against anyone's mailbox.
+    let cases = [
+        (
+            "check_inbox",
+            json!({}),
+            CallOptions::new(),
+            "call has none",
+        ),
+        (
+            "check_inbox",
+            json!({}),
+            as_agent("ghost"),
+            "no agent `ghost`",
+        ),
+        (
+            "read_message",
+            json!({"id": "42"}),
+            as_agent("pm-0"),
+            "invalid message id",
+        ),
+        (
+            "mark_read",
+            json!({"ids": []}),
+            as_agent("pm-0"),
+            "0 ids given",
+        ),
+        (
+            "check_inbox",
+            json!({"wait_secs": -1}),
+            as_agent("pm-0"),
+            "wait_secs",
+        ),
+        (
+            "send_message",
+            json!({"to": "pm-1"}),
+            as_agent("tl"),
+            "body",
+        ),
+    ];
+    for (tool, args, options, expected) in cases {
+        let err = rt.call_json(tool, args, options).await.unwrap_err();
+        assert!(
+            matches!(
+                err.kind(),
+                ErrorKind::ToolError | ErrorKind::InvalidArguments
+            ),
+            "{err}"
+        );
+        assert!(
+            err.to_string().contains(expected),
+            "{tool}: {err} should contain {expected:?}"
+        );
+    }
+    rt.shutdown().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_waiting_check_inbox_does_not_hold_up_other_calls() {
+    let (rt, _tl, _pms, _) = swarm(MailboxConfig::default()).await;
+    let waiter = rt.clone();
+    let waiting = tokio::spawn(async move {
+        waiter
+            .call_json(
+                "check_inbox",
+                json!({"wait_secs": 60}),
+                CallOptions::new().agent("pm-0"),
+            )
+            .await
+    });
+    // Meanwhile others check and send; the waiter wakes on the message.
+    for agent in ["tl", "pm-1", "dev-00"] {
+        rt.call_json("check_inbox", json!({}), CallOptions::new().agent(agent))
+            .await
+            .unwrap();
+    }
+    let start = tokio::time::Instant::now();
+    rt.call_json(
+        "send_message",
+        json!({"to": "pm-0", "body": "wake"}),
+        CallOptions::new().agent("tl"),
+    )
+    .await
+    .unwrap();
+    let inbox = waiting.await.unwrap().unwrap();
+    assert_eq!(inbox["messages"][0]["preview"], "wake");
+    assert!(start.elapsed() < Duration::from_secs(60));
+    rt.shutdown().await;
+}
+
+#[tokio::test]
+async fn expired_messages_are_not_delivered() {
+    let (rt, tl, pms, _) = swarm(MailboxConfig::default()).await;
+    tl.send(
+        Outgoing::to("pm-0")
+            .subject("stale")
+            .expires_in(Duration::from_millis(1)),
+    )
+    .await
+    .unwrap();
+    tl.send(
+        Outgoing::to("pm-0")
+            .subject("fresh")
+            .expires_in(Duration::from_secs(3600)),
+    )
+    .await
+    .unwrap();
+    eventually(Duration::from_secs(5), || async {
+        subjects(&pms[0]).await == ["fresh"]
+    })
+    .await;
+    rt.shutdown().await;
+}

@@ -1,0 +1,259 @@
+use std::sync::Arc;
+use std::time::Duration;
+
+use guildhall::agents::DeliveryState;
+use guildhall::store::{self, Batch, RedbStore, Store, StoreError, Table, codec};
+use guildhall::{AgentSpec, BuildError, InboxQuery, MailboxConfig, Outgoing, Runtime};
+
+use crate::mailbox::assert_in_order;
+use crate::support::eventually;
+
+async fn durable(dir: &std::path::Path) -> Runtime {
+    Runtime::builder()
+        .data_dir(dir)
+        .mailbox_config(MailboxConfig {
+            capacity: 10_000,
+            ..MailboxConfig::default()
+        })
+        .build()
+        .await
+        .unwrap()
+}
+
+async fn unread_subjects(rt: &Runtime, agent: &str) -> Vec<String> {
+    let inbox = rt
+        .agent(agent)
+        .unwrap()
+        .check_inbox(InboxQuery {
+            limit: usize::MAX,
+            ..InboxQuery::default()
+        })
+        .await
+        .unwrap();
+    inbox.messages.iter().map(|m| m.subject.clone()).collect()
+}
+
+#[tokio::test]
+async fn agents_messages_and_read_state_survive_a_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    let (kept, read) = {
+        let rt = durable(dir.path()).await;
+        let tl = rt
+            .register_agent(
+                AgentSpec::new("tl", "tl").metadata(serde_json::json!({"model": "opus"})),
+            )
+            .await
+            .unwrap();
+        let pm = rt
+            .register_agent(AgentSpec::new("pm", "pm").parent("tl"))
+            .await
+            .unwrap();
+        let read = tl
+            .send(Outgoing::to("pm").subject("read me"))
+            .await
+            .unwrap();
+        let kept = tl.send(Outgoing::to("parent").subject("x")).await;
+        assert!(kept.is_err(), "tl has no parent");
+        let kept = tl
+            .send(Outgoing::to("pm").subject("keep me").body("b"))
+            .await
+            .unwrap();
+        pm.read(read.id).await.unwrap();
+        rt.shutdown().await;
+        (kept, read)
+    };
+    let rt = durable(dir.path()).await;
+    let pm = rt.agent("pm").unwrap();
+    assert_eq!(pm.record().parent.as_ref().unwrap().as_str(), "tl");
+    assert_eq!(rt.lookup_agent("tl").unwrap().metadata["model"], "opus");
+    assert_eq!(unread_subjects(&rt, "pm").await, ["keep me"]);
+    assert_eq!(pm.read(read.id).await.unwrap().state, DeliveryState::Read);
+    assert_eq!(pm.read(kept.id).await.unwrap().body, "b");
+    rt.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_durable_mailbox_crashing_mid_stream_loses_and_duplicates_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let rt = durable(dir.path()).await;
+    let tl = rt.register_agent(AgentSpec::new("tl", "tl")).await.unwrap();
+    let pm = rt.register_agent(AgentSpec::new("pm", "pm")).await.unwrap();
+    // Many senders at once, so crashes land while commits are in flight.
+    let senders: Vec<_> = (0..8)
+        .map(|s| {
+            let tl = tl.clone();
+            tokio::spawn(async move {
+                for i in 0..50 {
+                    tl.send(Outgoing::to("pm").subject(format!("{s}-{i}")))
+                        .await
+                        .unwrap();
+                }
+            })
+        })
+        .collect();
+    for k in 1..=3u32 {
+        eventually(Duration::from_secs(30), || async { pm.crash_mailbox() }).await;
+        eventually(Duration::from_secs(30), || async {
+            let tree = rt.tree().await.unwrap();
+            tree.find(&["mailboxes", "pm"]).map(|n| n.restarts) == Some(k)
+        })
+        .await;
+    }
+    for s in senders {
+        s.await.unwrap();
+    }
+    let subjects = unread_subjects(&rt, "pm").await;
+    assert_eq!(subjects.len(), 400);
+    for s in 0..8 {
+        let mine: Vec<String> = subjects
+            .iter()
+            .filter_map(|x| x.strip_prefix(&format!("{s}-")).map(str::to_owned))
+            .collect();
+        assert_in_order(&mine, 50);
+    }
+    rt.shutdown().await;
+    // And the same after a restart.
+    let rt = durable(dir.path()).await;
+    assert_eq!(unread_subjects(&rt, "pm").await.len(), 400);
+    rt.shutdown().await;
+}
+
+#[tokio::test]
+async fn concurrent_durable_sends_share_group_commits() {
+    let dir = tempfile::tempdir().unwrap();
+    let rt = durable(dir.path()).await;
+    let tl = rt.register_agent(AgentSpec::new("tl", "tl")).await.unwrap();
+    for i in 0..20 {
+        rt.register_agent(AgentSpec::new(format!("dev-{i}"), "dev"))
+            .await
+            .unwrap();
+    }
+    let before = rt.store().stats();
+    let sends = (0..1_000).map(|i| tl.send(Outgoing::to(format!("dev-{}", i % 20)).subject("t")));
+    for receipt in futures::future::join_all(sends).await {
+        receipt.unwrap();
+    }
+    let after = rt.store().stats();
+    let batches = after.batches - before.batches;
+    let commits = after.commits - before.commits;
+    assert!(batches >= 1_000, "{batches}");
+    assert!(commits < batches, "{commits} commits for {batches} batches");
+    rt.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_store_in_use_is_refused_not_shared() {
+    let dir = tempfile::tempdir().unwrap();
+    let first = RedbStore::open(dir.path()).unwrap();
+    let err = RedbStore::open(dir.path()).err().unwrap();
+    assert!(matches!(err, StoreError::Locked { .. }), "{err}");
+    assert!(
+        err.to_string().contains("in use by another process"),
+        "{err}"
+    );
+    let err = Runtime::builder()
+        .data_dir(dir.path())
+        .build()
+        .await
+        .err()
+        .unwrap();
+    assert!(
+        matches!(err, BuildError::Store(StoreError::Locked { .. })),
+        "{err}"
+    );
+    drop(first);
+    RedbStore::open(dir.path()).unwrap();
+}
+
+#[test]
+fn a_corrupt_store_is_refused_and_left_untouched() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join(store::FILE_NAME);
+    let garbage: Vec<u8> = (0..64 * 1024u32).map(|i| (i * 7 % 251) as u8).collect();
+    std::fs::write(&path, &garbage).unwrap();
+    let err = RedbStore::open(dir.path()).err().unwrap();
+    assert!(matches!(err, StoreError::Corrupt { .. }), "{err}");
+    assert!(err.to_string().contains("left as it is"), "{err}");
+    assert!(
+        std::fs::read(&path).unwrap() == garbage,
+        "the file was changed"
+    );
+}
+
+#[tokio::test]
+async fn a_store_of_an_unknown_format_is_refused_and_left_untouched() {
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let s = RedbStore::open(dir.path()).unwrap();
+        let mut batch = Batch::new();
+        batch
+            .put(Table::Meta, b"format".to_vec(), codec::encode(&99u32))
+            .put(Table::Agents, b"keep".to_vec(), b"data".to_vec());
+        store::commit(&s, batch).await.unwrap();
+    }
+    let err = RedbStore::open(dir.path()).err().unwrap();
+    assert!(
+        matches!(
+            err,
+            StoreError::UnknownFormat {
+                found: 99,
+                supported: 1,
+                ..
+            }
+        ),
+        "{err}"
+    );
+    assert!(err.to_string().contains("format version 99"), "{err}");
+    // Left as it was: the marker and the data are still there.
+    let db = redb::Database::open(dir.path().join(store::FILE_NAME)).unwrap();
+    let read = redb::ReadableDatabase::begin_read(&db).unwrap();
+    let meta = read
+        .open_table(redb::TableDefinition::<&[u8], &[u8]>::new("meta"))
+        .unwrap();
+    let format = meta.get(b"format".as_slice()).unwrap().unwrap();
+    assert_eq!(
+        codec::decode::<u32>(Table::Meta, format.value()).unwrap(),
+        99
+    );
+    let agents = read
+        .open_table(redb::TableDefinition::<&[u8], &[u8]>::new("agents"))
+        .unwrap();
+    assert!(agents.get(b"keep".as_slice()).unwrap().is_some());
+}
+
+#[tokio::test]
+async fn batches_apply_atomically_and_scans_stay_within_their_prefix() {
+    for s in [
+        Arc::new(store::MemoryStore::new()) as Arc<dyn Store>,
+        Arc::new(RedbStore::open(tempfile::tempdir().unwrap().keep().as_path()).unwrap()),
+    ] {
+        let mut batch = Batch::new();
+        batch
+            .put(Table::Inbox, b"a\0\x01".to_vec(), b"1".to_vec())
+            .put(Table::Inbox, b"a\0\x02".to_vec(), b"2".to_vec())
+            .put(Table::Inbox, b"ab\0\x01".to_vec(), b"3".to_vec())
+            .put(Table::Archive, b"a\0\x01".to_vec(), b"4".to_vec());
+        store::commit(&*s, batch).await.unwrap();
+        let mut seen = Vec::new();
+        s.scan(Table::Inbox, b"a\0", &mut |k, v| {
+            seen.push((k.to_vec(), v.to_vec()));
+            true
+        })
+        .unwrap();
+        assert_eq!(
+            seen,
+            [
+                (b"a\0\x01".to_vec(), b"1".to_vec()),
+                (b"a\0\x02".to_vec(), b"2".to_vec())
+            ]
+        );
+        let mut batch = Batch::new();
+        batch.delete(Table::Inbox, b"a\0\x01".to_vec());
+        store::commit(&*s, batch).await.unwrap();
+        assert_eq!(s.get(Table::Inbox, b"a\0\x01").unwrap(), None);
+        assert_eq!(
+            s.get(Table::Archive, b"a\0\x01").unwrap(),
+            Some(b"4".to_vec())
+        );
+    }
+}
