@@ -2,6 +2,7 @@
 
 mod bench;
 mod demo;
+mod mail;
 
 use std::io::IsTerminal;
 use std::process::ExitCode;
@@ -21,6 +22,16 @@ struct Cli {
     #[arg(long, global = true, value_name = "FILTER")]
     log: Option<String>,
 
+    /// Where the store lives (created if missing).
+    #[arg(
+        long,
+        global = true,
+        env = "GUILDHALL_DATA_DIR",
+        default_value = ".guildhall",
+        value_name = "DIR"
+    )]
+    data_dir: std::path::PathBuf,
+
     #[command(subcommand)]
     command: Command,
 }
@@ -32,6 +43,12 @@ enum Command {
     Demo(demo::DemoArgs),
     /// Measure the runtime against baselines run in the same process.
     Bench(bench::BenchArgs),
+    /// Register, list and remove agents.
+    Agents(mail::AgentsArgs),
+    /// Send a message as an agent (or many, as JSON lines on stdin).
+    Send(mail::SendArgs),
+    /// List an agent's inbox.
+    Inbox(mail::InboxArgs),
 }
 
 pub(crate) fn main() -> ExitCode {
@@ -59,6 +76,9 @@ pub(crate) fn main() -> ExitCode {
         match cli.command {
             Command::Demo(args) => demo::run(args).await,
             Command::Bench(args) => bench::run(args).await,
+            Command::Agents(args) => mail::agents(args, &cli.data_dir).await,
+            Command::Send(args) => mail::send(args, &cli.data_dir).await,
+            Command::Inbox(args) => mail::inbox(args, &cli.data_dir).await,
         }
     });
     match result {

@@ -10,6 +10,8 @@ mod support;
 mod breaker;
 /// Deadlines, cancellation and tools that ignore it.
 mod cancellation;
+/// Durable sends killed with SIGKILL at random points lose no acknowledged message.
+mod durability;
 /// Many concurrent calls with random failures: exactly one reply each.
 mod chaos;
 /// Concurrent tools and isolation between tools.

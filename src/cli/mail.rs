@@ -1,0 +1,313 @@
+//! `guildhall agents`, `guildhall send` and `guildhall inbox`: agents and mailboxes from a
+//! terminal, on the store in the data directory.
+
+use std::io::{BufRead, Write};
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use clap::{Args, Subcommand};
+use futures::StreamExt;
+use guildhall::agents::{AgentRecord, Message, parse_message_id};
+use guildhall::{AgentSpec, InboxQuery, MailboxConfig, Outgoing, Priority, Runtime};
+use serde::Deserialize;
+
+type CliResult = Result<(), Box<dyn std::error::Error>>;
+
+async fn open(data_dir: &Path) -> Result<Runtime, Box<dyn std::error::Error>> {
+    Ok(Runtime::builder()
+        .data_dir(data_dir)
+        .mailbox_config(MailboxConfig::default())
+        .build()
+        .await?)
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct AgentsArgs {
+    #[command(subcommand)]
+    which: AgentsCommand,
+}
+
+#[derive(Debug, Subcommand)]
+enum AgentsCommand {
+    /// Register an agent (or update its role, parent and metadata).
+    Register {
+        /// The agent's id.
+        id: String,
+        /// Its role (`tl`, `pm`, `dev`, ...).
+        #[arg(long)]
+        role: String,
+        /// The agent it reports to.
+        #[arg(long)]
+        parent: Option<String>,
+        /// Metadata, as a JSON object.
+        #[arg(long, value_parser = parse_json)]
+        metadata: Option<serde_json::Value>,
+    },
+    /// List registered agents.
+    List {
+        /// One JSON object per line instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Remove an agent with its mailbox and messages.
+    Remove {
+        /// The agent's id.
+        id: String,
+    },
+}
+
+fn parse_json(s: &str) -> Result<serde_json::Value, String> {
+    serde_json::from_str(s).map_err(|e| format!("not JSON: {e}"))
+}
+
+pub(crate) async fn agents(args: AgentsArgs, data_dir: &Path) -> CliResult {
+    let rt = open(data_dir).await?;
+    let mut out = std::io::stdout().lock();
+    let result: CliResult = async {
+        match args.which {
+            AgentsCommand::Register {
+                id,
+                role,
+                parent,
+                metadata,
+            } => {
+                let mut spec = AgentSpec::new(id, role);
+                spec.parent = parent;
+                spec.metadata = metadata.unwrap_or_default();
+                let agent = rt.register_agent(spec).await?;
+                writeln!(out, "registered {}", agent.id())?;
+            }
+            AgentsCommand::List { json } => {
+                for record in rt.agents() {
+                    if json {
+                        writeln!(out, "{}", serde_json::to_string(&*record)?)?;
+                    } else {
+                        writeln!(out, "{}", agent_line(&record))?;
+                    }
+                }
+            }
+            AgentsCommand::Remove { id } => {
+                rt.deregister_agent(&id).await?;
+                writeln!(out, "removed {id}")?;
+            }
+        }
+        Ok(())
+    }
+    .await;
+    rt.shutdown().await;
+    result
+}
+
+fn agent_line(record: &AgentRecord) -> String {
+    let parent = record.parent.as_ref().map_or("-", |p| p.as_str());
+    format!("{:<24} {:<12} parent: {parent}", record.id, record.role)
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct SendArgs {
+    /// The sending agent (registered).
+    #[arg(long)]
+    from: String,
+    /// The address: an agent id, `role:<name>`, `parent`, `children` or `*`.
+    #[arg(long, required_unless_present_any = ["jsonl", "reply_to"])]
+    to: Option<String>,
+    /// Subject line.
+    #[arg(long, default_value = "")]
+    subject: String,
+    /// Body text (`-` reads it from stdin).
+    #[arg(long, default_value = "")]
+    body: String,
+    /// Priority.
+    #[arg(long, value_parser = parse_priority, default_value = "normal")]
+    priority: Priority,
+    /// Id of the message this answers.
+    #[arg(long)]
+    reply_to: Option<String>,
+    /// Read messages from stdin, one JSON object per line (`{"to", "subject", "body",
+    /// "priority"}`), and print one JSON receipt per line as each is acknowledged.
+    #[arg(long, conflicts_with_all = ["to", "reply_to"])]
+    jsonl: bool,
+    /// With `--jsonl`: how many sends may be in flight at once.
+    #[arg(long, default_value_t = 64)]
+    concurrency: usize,
+}
+
+fn parse_priority(s: &str) -> Result<Priority, String> {
+    serde_json::from_value(serde_json::Value::String(s.to_owned()))
+        .map_err(|_| "expected low, normal, high or urgent".to_owned())
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Line {
+    to: String,
+    #[serde(default)]
+    subject: String,
+    #[serde(default)]
+    body: String,
+    #[serde(default)]
+    priority: Priority,
+}
+
+pub(crate) async fn send(args: SendArgs, data_dir: &Path) -> CliResult {
+    let rt = open(data_dir).await?;
+    let result = send_with(&rt, args).await;
+    rt.shutdown().await;
+    result
+}
+
+async fn send_with(rt: &Runtime, args: SendArgs) -> CliResult {
+    let agent = rt.agent(&args.from)?;
+    if !args.jsonl {
+        let body = if args.body == "-" {
+            std::io::read_to_string(std::io::stdin())?
+        } else {
+            args.body
+        };
+        let out = Outgoing {
+            to: args.to.unwrap_or_default(),
+            subject: args.subject,
+            body,
+            payload: None,
+            priority: args.priority,
+            reply_to: args.reply_to.as_deref().map(parse_message_id).transpose()?,
+            expires_in: None,
+        };
+        let receipt = agent.send(out).await?;
+        writeln!(std::io::stdout(), "{}", serde_json::to_string(&receipt)?)?;
+        return Ok(());
+    }
+    // Lines are read on a blocking thread and sent with up to `concurrency` in flight; each
+    // receipt is printed (and flushed) the moment its send is acknowledged.
+    let (tx, rx) = tokio::sync::mpsc::channel::<(usize, String)>(args.concurrency.max(1));
+    let reader = tokio::task::spawn_blocking(move || {
+        for (n, line) in std::io::stdin().lock().lines().enumerate() {
+            let Ok(line) = line else { break };
+            if tx.blocking_send((n + 1, line)).is_err() {
+                break;
+            }
+        }
+    });
+    let agent = Arc::new(agent);
+    let mut failures = 0usize;
+    let sends = tokio_stream_from(rx)
+        .map(|(n, line)| {
+            let agent = Arc::clone(&agent);
+            async move {
+                let parsed: Line = serde_json::from_str(&line)
+                    .map_err(|e| format!("line {n}: not a message: {e}"))?;
+                let out = Outgoing::to(parsed.to)
+                    .subject(parsed.subject)
+                    .body(parsed.body)
+                    .priority(parsed.priority);
+                agent
+                    .send(out)
+                    .await
+                    .map(|receipt| (n, receipt))
+                    .map_err(|e| format!("line {n}: {e}"))
+            }
+        })
+        .buffer_unordered(args.concurrency.max(1));
+    let mut sends = std::pin::pin!(sends);
+    let mut stdout = std::io::stdout().lock();
+    while let Some(outcome) = sends.next().await {
+        match outcome {
+            Ok((n, receipt)) => {
+                let mut line = serde_json::to_value(&receipt)?;
+                line["line"] = n.into();
+                writeln!(stdout, "{line}")?;
+                stdout.flush()?;
+            }
+            Err(err) => {
+                failures += 1;
+                tracing::error!("{err}");
+            }
+        }
+    }
+    let _ = reader.await;
+    if failures > 0 {
+        return Err(format!("{failures} messages were not sent (see the log above)").into());
+    }
+    Ok(())
+}
+
+/// A stream over a channel receiver (what `tokio-stream` would provide, in four lines).
+fn tokio_stream_from<T: Send + 'static>(
+    rx: tokio::sync::mpsc::Receiver<T>,
+) -> impl futures::Stream<Item = T> {
+    futures::stream::unfold(rx, |mut rx| async move { rx.recv().await.map(|v| (v, rx)) })
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct InboxArgs {
+    /// Whose inbox.
+    #[arg(long)]
+    agent: String,
+    /// Include read messages.
+    #[arg(long)]
+    all: bool,
+    /// Show full bodies.
+    #[arg(long)]
+    full: bool,
+    /// At most this many messages.
+    #[arg(long, default_value_t = 20)]
+    limit: usize,
+    /// Wait up to this many seconds for a message if there is none.
+    #[arg(long)]
+    wait: Option<f64>,
+    /// Mark the listed messages read.
+    #[arg(long)]
+    take: bool,
+    /// One JSON object per message instead of text.
+    #[arg(long)]
+    json: bool,
+}
+
+pub(crate) async fn inbox(args: InboxArgs, data_dir: &Path) -> CliResult {
+    let rt = open(data_dir).await?;
+    let result = async {
+        let agent = rt.agent(&args.agent)?;
+        let wait = match args.wait {
+            Some(s) if s.is_finite() && s >= 0.0 => Some(Duration::from_secs_f64(s)),
+            Some(s) => return Err(format!("--wait must be a number of seconds, not {s}").into()),
+            None => None,
+        };
+        let inbox = agent
+            .check_inbox(InboxQuery {
+                unread_only: !args.all,
+                limit: args.limit,
+                wait,
+                mark_read: args.take,
+                ..InboxQuery::default()
+            })
+            .await?;
+        let mut out = std::io::stdout().lock();
+        for message in &inbox.messages {
+            if args.json {
+                writeln!(out, "{}", serde_json::to_string(&**message)?)?;
+            } else {
+                writeln!(out, "{}", message_text(message, args.full))?;
+            }
+        }
+        if !args.json {
+            writeln!(out, "{} unread", inbox.unread)?;
+        }
+        Ok::<_, Box<dyn std::error::Error>>(())
+    }
+    .await;
+    rt.shutdown().await;
+    result
+}
+
+fn message_text(m: &Message, full: bool) -> String {
+    let body = if full {
+        format!("\n{}\n", m.body)
+    } else {
+        m.body.lines().next().unwrap_or_default().chars().take(80).collect()
+    };
+    format!(
+        "{} [{:?}] {} → {}: {} {}",
+        m.id, m.priority, m.from, m.to, m.subject, body
+    )
+}

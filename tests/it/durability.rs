@@ -1,0 +1,111 @@
+//! Durable sends killed with SIGKILL at random points: every acknowledged message is in the
+//! store afterwards, exactly once, and the store reopens cleanly each time.
+
+use std::collections::HashSet;
+use std::io::{BufRead, BufReader, Write};
+use std::path::Path;
+use std::process::{Command, Stdio};
+
+use guildhall::{InboxQuery, Runtime};
+
+const ROUNDS: usize = 20;
+/// Lines offered per round; fewer than a mailbox's default capacity (1,000).
+const LINES: usize = 900;
+
+fn guildhall(dir: &Path) -> Command {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_guildhall"));
+    cmd.arg("--data-dir").arg(dir).env("RUST_LOG", "off");
+    cmd
+}
+
+fn register(dir: &Path, id: &str) {
+    let status = guildhall(dir)
+        .args(["agents", "register", id, "--role", "dev"])
+        .stdout(Stdio::null())
+        .status()
+        .unwrap();
+    assert!(status.success());
+}
+
+/// Starts a durable sender, kills it after `kill_after` acknowledgements, and returns every
+/// message id it acknowledged (all of its output, read to the end after the kill).
+fn send_and_kill(dir: &Path, round: usize, kill_after: usize) -> Vec<String> {
+    let mut child = guildhall(dir)
+        .args(["send", "--from", "a", "--jsonl", "--concurrency", "48"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    let feeder = std::thread::spawn(move || {
+        for n in 0..LINES {
+            let line = format!("{{\"to\":\"b\",\"subject\":\"r{round}\",\"body\":\"r{round}-{n}\"}}\n");
+            if stdin.write_all(line.as_bytes()).is_err() {
+                return; // killed
+            }
+        }
+    });
+    let mut acked = Vec::new();
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    if kill_after == 0 {
+        child.kill().unwrap();
+    }
+    for line in lines.by_ref() {
+        let receipt: serde_json::Value = serde_json::from_str(&line.unwrap()).unwrap();
+        acked.push(receipt["id"].as_str().unwrap().to_owned());
+        if acked.len() == kill_after {
+            child.kill().unwrap();
+        }
+    }
+    child.wait().unwrap();
+    feeder.join().unwrap();
+    acked
+}
+
+#[test]
+fn acknowledged_messages_survive_sigkill_exactly_once() {
+    let dir = tempfile::tempdir().unwrap();
+    register(dir.path(), "a");
+    register(dir.path(), "b");
+    let seed = std::env::var("CHAOS_SEED").ok().and_then(|s| s.parse().ok()).unwrap_or(7);
+    let mut rng = fastrand::Rng::with_seed(seed);
+    let tokio = tokio::runtime::Runtime::new().unwrap();
+    let mut killed_mid_stream = 0;
+    for round in 0..ROUNDS {
+        let kill_after = if round == 0 { 0 } else { rng.usize(1..LINES - 100) };
+        let acked = send_and_kill(dir.path(), round, kill_after);
+        if acked.len() < LINES {
+            killed_mid_stream += 1;
+        }
+        tokio.block_on(async {
+            let rt = Runtime::builder()
+                .data_dir(dir.path())
+                .build()
+                .await
+                .unwrap_or_else(|e| panic!("round {round}: the store did not reopen: {e}"));
+            let b = rt.agent("b").unwrap();
+            // Take this round's messages, so the next round starts with an empty inbox.
+            let inbox = b
+                .check_inbox(InboxQuery {
+                    limit: usize::MAX,
+                    mark_read: true,
+                    ..InboxQuery::default()
+                })
+                .await
+                .unwrap();
+            let stored: HashSet<String> = inbox.messages.iter().map(|m| m.id.to_string()).collect();
+            let bodies: HashSet<&str> = inbox.messages.iter().map(|m| m.body.as_str()).collect();
+            assert_eq!(bodies.len(), inbox.messages.len(), "round {round}: a message is duplicated");
+            assert!(
+                inbox.messages.iter().all(|m| m.subject == format!("r{round}")),
+                "round {round}: a message of another round is still unread"
+            );
+            let lost: Vec<&String> = acked.iter().filter(|id| !stored.contains(*id)).collect();
+            assert!(lost.is_empty(), "round {round}: acknowledged but lost: {lost:?}");
+            rt.shutdown().await;
+        });
+    }
+    // The kills landed mid-stream, not after everything was sent.
+    assert_eq!(killed_mid_stream, ROUNDS);
+}
