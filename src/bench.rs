@@ -1,8 +1,12 @@
-//! The measurements behind `guildhall bench calls` and the criterion benches.
+//! The measurements behind `guildhall bench` and the criterion benches.
 //!
 //! Every figure that matters is a ratio against a baseline measured in the same process and
 //! the same rounds, because the machines this runs on are shared and noisy: each round runs
 //! one batch of every contender in turn, and the report takes the median over rounds.
+
+mod mail;
+
+pub use mail::{MailboxBenchConfig, MailboxReport, SwarmReport, mailbox, swarm_bench};
 
 use std::future::Future;
 use std::hint::black_box;

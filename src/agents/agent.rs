@@ -1,4 +1,5 @@
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use uuid::Uuid;
 
@@ -8,6 +9,12 @@ use super::ids::AgentId;
 use super::mailbox::{MailboxMsg, Op, Reply};
 use super::message::{Inbox, InboxQuery, Message, Outgoing, Receipt};
 use super::office::{PostOffice, unexpected};
+
+/// A process-wide id for a waiting `check_inbox`.
+fn next_waiter() -> u64 {
+    static NEXT: AtomicU64 = AtomicU64::new(1);
+    NEXT.fetch_add(1, Ordering::Relaxed)
+}
 
 /// A registered agent, as seen by itself: it sends as this agent and reads this agent's
 /// mailbox. Cheap to clone. Get one from [`Runtime::register_agent`](crate::Runtime::register_agent)
@@ -56,6 +63,22 @@ impl Agent {
         self.office.send(&self.entry, message).await
     }
 
+    /// Replies to `original`, a message this agent received: the reply joins its thread and,
+    /// unless `reply` names another address, goes to its sender. Unlike
+    /// [`Outgoing::reply`] by id, the original need not be looked up in the mailbox.
+    ///
+    /// # Errors
+    /// As [`send`](Self::send).
+    pub async fn reply(
+        &self,
+        original: &Arc<Message>,
+        reply: Outgoing,
+    ) -> Result<Receipt, MailError> {
+        self.office
+            .send_as_reply(&self.entry, reply, Some(Arc::clone(original)))
+            .await
+    }
+
     /// Lists the inbox. With [`InboxQuery::wait`], an empty answer waits until a matching
     /// message arrives or the time is up (then it is empty).
     ///
@@ -65,7 +88,12 @@ impl Agent {
     /// # Cancel safety
     /// Cancel safe: messages taken with `mark_read` are marked only once handed over.
     pub async fn check_inbox(&self, query: InboxQuery) -> Result<Inbox, MailError> {
-        match self.request(Op::Check(query)).await? {
+        let wait = query
+            .wait
+            .filter(|w| !w.is_zero())
+            .map(|w| (w, next_waiter()));
+        let op = Op::Check(query, wait.map_or(0, |(_, id)| id));
+        match self.office.request_waiting(&self.entry, op, wait).await? {
             Reply::Inbox(inbox) => Ok(inbox),
             other => Err(self.failure(other)),
         }

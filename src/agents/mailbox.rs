@@ -16,8 +16,7 @@
 //! finds the slot empty asks the supervisor for a new mailbox only after the stop. Requests
 //! caught in between bounce and are re-sent.
 
-use std::cmp::Reverse;
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -57,7 +56,8 @@ pub(crate) fn mailbox_prefix(recipient: &str) -> Vec<u8> {
 #[derive(Debug, Clone)]
 pub(crate) enum Op {
     Deliver(Arc<Message>),
-    Check(InboxQuery),
+    /// Lists; with a wait, the caller names the waiter so it can end the wait itself.
+    Check(InboxQuery, u64),
     /// Returns a message and marks it read.
     Read(Uuid),
     /// Returns a message, changing nothing.
@@ -136,7 +136,8 @@ pub(crate) enum MailboxMsg {
     Committed(Committed),
     /// A background write finished.
     WriteDone,
-    /// A waiting `check_inbox` ran out of time.
+    /// The caller of a waiting `check_inbox` ran out of time: answer it now. (The caller
+    /// keeps the timer, so a satisfied wait leaves nothing behind.)
     WaitExpired(u64),
     /// Stop if idle (sent by the passivation sweep).
     Passivate,
@@ -159,13 +160,15 @@ struct Waiter {
 /// The inbox as the actor holds it: unread messages only; read ones live in the store.
 #[derive(Default)]
 pub(crate) struct MailboxState {
-    unread: HashMap<Uuid, Arc<Message>>,
-    /// Listing order: priority (highest first), then id (oldest first).
-    order: BTreeSet<(Reverse<super::Priority>, Uuid)>,
+    /// Unread messages, one map per priority (`Priority as usize`), keyed by id as an integer:
+    /// listing order (highest priority, then oldest) is a walk of the maps, and ids compare
+    /// as integers.
+    unread: [BTreeMap<u128, Arc<Message>>; 4],
+    /// How many are unread.
+    count: usize,
     /// Submitted deliveries waiting for their commit.
     pending: HashMap<Uuid, Arc<Message>>,
     waiters: Vec<Waiter>,
-    next_waiter: u64,
     /// Background writes not yet committed.
     inflight: u32,
     /// Unread messages that carry an expiry (none: no expiry sweep needed).
@@ -177,11 +180,96 @@ impl Actor for MailboxActor {
     type State = MailboxState;
     type Arguments = ();
 
+    /// Loads the inbox. Boxed, so that its larger future is not carried by the actor's task
+    /// for the rest of its life (a mailbox is mostly idle; its memory is per agent).
     async fn pre_start(
         &self,
         myself: ActorRef<Self::Msg>,
         (): (),
     ) -> Result<Self::State, ActorProcessingErr> {
+        Box::pin(self.load(myself)).await
+    }
+
+    async fn post_stop(
+        &self,
+        myself: ActorRef<Self::Msg>,
+        _state: &mut Self::State,
+    ) -> Result<(), ActorProcessingErr> {
+        self.entry.unpublish(&myself);
+        Ok(())
+    }
+
+    async fn handle(
+        &self,
+        myself: ActorRef<Self::Msg>,
+        msg: Self::Msg,
+        state: &mut Self::State,
+    ) -> Result<(), ActorProcessingErr> {
+        match msg {
+            MailboxMsg::Request(mut request) => {
+                let (Some(op), Some(reply)) = (request.op.take(), request.reply.take()) else {
+                    return Ok(());
+                };
+                self.entry.touch(self.shared.clock());
+                self.handle_op(&myself, state, op, reply);
+            }
+            MailboxMsg::Committed(mut committed) => {
+                if let Some(message) = state.pending.remove(&committed.id)
+                    && committed.result.is_ok()
+                {
+                    self.arrive(&myself, state, message);
+                }
+                // Visible first, then acknowledged: a sender can read its own writes.
+                committed.answer();
+            }
+            MailboxMsg::WriteDone => state.inflight = state.inflight.saturating_sub(1),
+            MailboxMsg::WaitExpired(id) => {
+                if let Some(i) = state.waiters.iter().position(|w| w.id == id) {
+                    let waiter = state.waiters.swap_remove(i);
+                    self.answer(&myself, state, waiter.query, waiter.reply);
+                }
+            }
+            MailboxMsg::Passivate => self.passivate_if_idle(&myself, state),
+            MailboxMsg::Crash => panic!("mailbox of `{}` crashed on request", self.entry.id),
+        }
+        Ok(())
+    }
+}
+
+impl MailboxState {
+    fn insert(&mut self, message: Arc<Message>) {
+        if message.expires_ms.is_some() {
+            self.expiring += 1;
+        }
+        let map = &mut self.unread[message.priority as usize];
+        if map.insert(message.id.as_u128(), message).is_none() {
+            self.count += 1;
+        }
+    }
+
+    fn remove(&mut self, id: &Uuid) -> Option<Arc<Message>> {
+        let key = id.as_u128();
+        let message = self.unread.iter_mut().find_map(|map| map.remove(&key))?;
+        self.count -= 1;
+        if message.expires_ms.is_some() {
+            self.expiring -= 1;
+        }
+        Some(message)
+    }
+
+    fn get(&self, id: &Uuid) -> Option<&Arc<Message>> {
+        let key = id.as_u128();
+        self.unread.iter().find_map(|map| map.get(&key))
+    }
+
+    /// Unread messages in listing order: highest priority first, then oldest first.
+    fn listed(&self) -> impl Iterator<Item = &Arc<Message>> {
+        self.unread.iter().rev().flat_map(BTreeMap::values)
+    }
+}
+
+impl MailboxActor {
+    async fn load(&self, myself: ActorRef<MailboxMsg>) -> Result<MailboxState, ActorProcessingErr> {
         if self.entry.is_retired() {
             return Err(format!("agent `{}` is deregistered", self.entry.id).into());
         }
@@ -236,72 +324,6 @@ impl Actor for MailboxActor {
         Ok(state)
     }
 
-    async fn post_stop(
-        &self,
-        myself: ActorRef<Self::Msg>,
-        _state: &mut Self::State,
-    ) -> Result<(), ActorProcessingErr> {
-        self.entry.unpublish(&myself);
-        Ok(())
-    }
-
-    async fn handle(
-        &self,
-        myself: ActorRef<Self::Msg>,
-        msg: Self::Msg,
-        state: &mut Self::State,
-    ) -> Result<(), ActorProcessingErr> {
-        match msg {
-            MailboxMsg::Request(mut request) => {
-                let (Some(op), Some(reply)) = (request.op.take(), request.reply.take()) else {
-                    return Ok(());
-                };
-                self.entry.touch(self.shared.clock());
-                self.handle_op(&myself, state, op, reply);
-            }
-            MailboxMsg::Committed(mut committed) => {
-                if let Some(message) = state.pending.remove(&committed.id)
-                    && committed.result.is_ok()
-                {
-                    self.arrive(&myself, state, message);
-                }
-                // Visible first, then acknowledged: a sender can read its own writes.
-                committed.answer();
-            }
-            MailboxMsg::WriteDone => state.inflight = state.inflight.saturating_sub(1),
-            MailboxMsg::WaitExpired(id) => {
-                if let Some(i) = state.waiters.iter().position(|w| w.id == id) {
-                    let waiter = state.waiters.swap_remove(i);
-                    self.answer(&myself, state, waiter.query, waiter.reply);
-                }
-            }
-            MailboxMsg::Passivate => self.passivate_if_idle(&myself, state),
-            MailboxMsg::Crash => panic!("mailbox of `{}` crashed on request", self.entry.id),
-        }
-        Ok(())
-    }
-}
-
-impl MailboxState {
-    fn insert(&mut self, message: Arc<Message>) {
-        if message.expires_ms.is_some() {
-            self.expiring += 1;
-        }
-        self.order.insert((Reverse(message.priority), message.id));
-        self.unread.insert(message.id, message);
-    }
-
-    fn remove(&mut self, id: &Uuid) -> Option<Arc<Message>> {
-        let message = self.unread.remove(id)?;
-        self.order.remove(&(Reverse(message.priority), message.id));
-        if message.expires_ms.is_some() {
-            self.expiring -= 1;
-        }
-        Some(message)
-    }
-}
-
-impl MailboxActor {
     fn key(&self, id: &Uuid) -> Vec<u8> {
         message_key(self.entry.id.as_str(), id)
     }
@@ -315,18 +337,18 @@ impl MailboxActor {
     ) {
         match op {
             Op::Deliver(message) => self.deliver(myself, state, message, reply),
-            Op::Check(query) => {
+            Op::Check(query, waiter) => {
                 self.expire(myself, state);
-                let wait = query.wait.filter(|w| !w.is_zero());
-                match wait {
-                    Some(wait) if self.select(state, &query).is_ok_and(|l| l.is_empty()) => {
-                        let id = state.next_waiter;
-                        state.next_waiter += 1;
-                        state.waiters.retain(|w| !w.reply.is_closed());
-                        state.waiters.push(Waiter { id, query, reply });
-                        myself.send_after(wait, move || MailboxMsg::WaitExpired(id));
-                    }
-                    _ => self.answer(myself, state, query, reply),
+                let waits = query.wait.is_some_and(|w| !w.is_zero());
+                if waits && self.select(state, &query).is_ok_and(|l| l.is_empty()) {
+                    state.waiters.retain(|w| !w.reply.is_closed());
+                    state.waiters.push(Waiter {
+                        id: waiter,
+                        query,
+                        reply,
+                    });
+                } else {
+                    self.answer(myself, state, query, reply);
                 }
             }
             Op::Read(id) => {
@@ -358,9 +380,9 @@ impl MailboxActor {
         reply: oneshot::Sender<Reply>,
     ) {
         let capacity = self.shared.config.capacity;
-        if state.unread.len() + state.pending.len() >= capacity {
+        if state.count + state.pending.len() >= capacity {
             self.expire(myself, state);
-            if state.unread.len() + state.pending.len() >= capacity {
+            if state.count + state.pending.len() >= capacity {
                 let _ = reply.send(Reply::Failed(MailError::MailboxFull {
                     agent: self.entry.id.to_string(),
                     capacity,
@@ -450,7 +472,7 @@ impl MailboxActor {
         } else {
             Vec::new()
         };
-        let unread = state.unread.len() - taken.len();
+        let unread = state.count - taken.len();
         // Marked only once the caller has the messages: a caller that gave up loses nothing.
         if reply.send(Reply::Inbox(Inbox { messages, unread })).is_ok() && !taken.is_empty() {
             let mut batch = Batch::new();
@@ -469,8 +491,7 @@ impl MailboxActor {
         query: &InboxQuery,
     ) -> Result<Vec<Arc<Message>>, MailError> {
         let mut out = Vec::new();
-        for (_, id) in &state.order {
-            let message = &state.unread[id];
+        for message in state.listed() {
             if query.matches(message) {
                 out.push(Arc::clone(message));
                 if query.unread_only && out.len() >= query.limit {
@@ -499,14 +520,14 @@ impl MailboxActor {
             if let Some(err) = failed {
                 return Err(err.into());
             }
-            out.sort_by_key(|m| (Reverse(m.priority), m.id));
+            out.sort_by_key(|m| (std::cmp::Reverse(m.priority), m.id));
             out.truncate(query.limit);
         }
         Ok(out)
     }
 
     fn get(&self, state: &MailboxState, id: Uuid) -> Result<Arc<Message>, MailError> {
-        if let Some(message) = state.unread.get(&id) {
+        if let Some(message) = state.get(&id) {
             return Ok(Arc::clone(message));
         }
         match self.shared.store.get(Table::Archive, &self.key(&id))? {
@@ -534,7 +555,7 @@ impl MailboxActor {
         // Every id must be known before anything changes.
         let mut archived = Vec::new();
         for id in ids {
-            if state.unread.contains_key(id) {
+            if state.get(id).is_some() {
                 continue;
             }
             match self.get(state, *id) {
@@ -586,8 +607,7 @@ impl MailboxActor {
         }
         let now = now_ms();
         let expired: Vec<Uuid> = state
-            .unread
-            .values()
+            .listed()
             .filter(|m| m.is_expired(now))
             .map(|m| m.id)
             .collect();

@@ -182,13 +182,7 @@ impl PostOffice {
         sender: &Arc<AgentEntry>,
         out: Outgoing,
     ) -> Result<Receipt, MailError> {
-        let limits = &self.shared.config;
-        check_size("the body", out.body.len(), limits.max_body_bytes)?;
-        check_size("the subject", out.subject.len(), limits.max_subject_bytes)?;
-        if let Some(payload) = &out.payload {
-            let size = serde_json::to_vec(payload).map_or(usize::MAX, |v| v.len());
-            check_size("the payload", size, limits.max_body_bytes)?;
-        }
+        self.check_sizes(&out)?;
         let original = match out.reply_to {
             Some(id) => match self.request(sender, Op::Get(id)).await? {
                 Reply::Message(m) => Some(m),
@@ -197,13 +191,43 @@ impl PostOffice {
             },
             None => None,
         };
-        let to = match (out.to.trim(), &original) {
-            ("", Some(original)) => original.from.to_string(),
-            ("", None) => return Err(MailError::MissingRecipient),
-            (to, _) => to.to_owned(),
+        self.send_as_reply(sender, out, original).await
+    }
+
+    fn check_sizes(&self, out: &Outgoing) -> Result<(), MailError> {
+        let limits = &self.shared.config;
+        check_size("the body", out.body.len(), limits.max_body_bytes)?;
+        check_size("the subject", out.subject.len(), limits.max_subject_bytes)?;
+        if let Some(payload) = &out.payload {
+            let size = serde_json::to_vec(payload).map_or(usize::MAX, |v| v.len());
+            check_size("the payload", size, limits.max_body_bytes)?;
+        }
+        Ok(())
+    }
+
+    /// Sends `out`, as a reply to `original` when given (which `sender` received).
+    pub(crate) async fn send_as_reply(
+        &self,
+        sender: &Arc<AgentEntry>,
+        out: Outgoing,
+        original: Option<Arc<Message>>,
+    ) -> Result<Receipt, MailError> {
+        self.check_sizes(&out)?;
+        let trimmed = out.to.trim();
+        let to = match (trimmed.is_empty(), &original) {
+            (true, Some(original)) => original.from.to_string(),
+            (true, None) => return Err(MailError::MissingRecipient),
+            (false, _) if trimmed.len() == out.to.len() => out.to,
+            (false, _) => trimmed.to_owned(),
         };
-        let address = Address::parse(&to)?;
-        let recipients = self.resolve(sender, &address, &to)?;
+        // Most messages go to one agent by id: a directory hit needs no parsing.
+        let (recipients, fan_out) = match self.directory.get(&to) {
+            Some(entry) => (vec![entry], false),
+            None => {
+                let address = Address::parse(&to)?;
+                (self.resolve(sender, &address, &to)?, address.is_fan_out())
+            }
+        };
         let id = new_message_id();
         let created_ms = now_ms();
         let subject = match (&original, out.subject.is_empty()) {
@@ -229,7 +253,23 @@ impl PostOffice {
             }),
             state: DeliveryState::Delivered,
         });
-        let fan_out = address.is_fan_out();
+        if let [entry] = recipients.as_slice()
+            && !fan_out
+        {
+            return match self
+                .request(entry, Op::Deliver(Arc::clone(&message)))
+                .await?
+            {
+                Reply::Delivered => Ok(Receipt {
+                    id,
+                    thread: message.thread,
+                    delivered_to: vec![entry.id.clone()],
+                    rejected: Vec::new(),
+                }),
+                Reply::Failed(err) => Err(err),
+                other => Err(unexpected(&entry.id, &other)),
+            };
+        }
         let deliveries = recipients.iter().map(|entry| {
             let op = Op::Deliver(Arc::clone(&message));
             async move { (entry, self.request(entry, op).await) }
@@ -310,7 +350,18 @@ impl PostOffice {
     pub(crate) async fn request(
         &self,
         entry: &Arc<AgentEntry>,
+        op: Op,
+    ) -> Result<Reply, MailError> {
+        self.request_waiting(entry, op, None).await
+    }
+
+    /// As [`request`](Self::request); for a waiting check, `wait` is when the caller tells
+    /// the mailbox to give up on waiter `id` and answer with what it has.
+    pub(crate) async fn request_waiting(
+        &self,
+        entry: &Arc<AgentEntry>,
         mut op: Op,
+        mut wait: Option<(Duration, u64)>,
     ) -> Result<Reply, MailError> {
         let deadline = tokio::time::Instant::now() + ACTIVATION_TIMEOUT;
         loop {
@@ -319,23 +370,41 @@ impl PostOffice {
                     id: entry.id.to_string(),
                 });
             }
-            let changed = entry.changed.notified();
-            tokio::pin!(changed);
-            changed.as_mut().enable();
             let Some(mailbox) = entry.mailbox() else {
                 self.activate(entry, deadline).await?;
                 continue;
             };
-            let (tx, rx) = oneshot::channel();
+            let (tx, mut rx) = oneshot::channel();
             let retry = op.clone();
             // A failed cast drops the request, which bounces into `rx`.
             let _ = mailbox.cast(MailboxMsg::Request(Request::new(op, tx)));
-            op = match rx.await {
+            let answer = match wait {
+                None => rx.await,
+                Some((after, waiter)) => {
+                    tokio::select! {
+                        biased;
+                        answer = &mut rx => answer,
+                        () = tokio::time::sleep(after) => {
+                            let _ = mailbox.cast(MailboxMsg::WaitExpired(waiter));
+                            rx.await
+                        }
+                    }
+                }
+            };
+            op = match answer {
                 Ok(Reply::Bounced(back)) => back,
                 Ok(reply) => return Ok(reply),
                 // Dropped mid-handling by a crash, before anything was stored.
                 Err(_) => retry,
             };
+            // Whatever is asked again is asked without waiting: the wait may be over.
+            if let Op::Check(query, _) = &mut op {
+                query.wait = None;
+                wait = None;
+            }
+            let changed = entry.changed.notified();
+            tokio::pin!(changed);
+            changed.as_mut().enable();
             if entry
                 .mailbox()
                 .is_some_and(|m| m.get_id() == mailbox.get_id())
@@ -422,10 +491,14 @@ impl PostOffice {
 
     /// Activates the mailboxes of `ids` (for benchmarks and warm-up).
     pub(crate) async fn activate_all(&self, entries: &[Arc<AgentEntry>]) -> Result<(), MailError> {
-        for entry in entries {
-            if entry.mailbox().is_none() {
+        // Requests are pipelined into the supervisor's queue, a chunk at a time.
+        for chunk in entries.chunks(256) {
+            let starts = chunk.iter().filter(|e| e.mailbox().is_none()).map(|entry| {
                 let deadline = tokio::time::Instant::now() + ACTIVATION_TIMEOUT;
-                self.activate(entry, deadline).await?;
+                self.activate(entry, deadline)
+            });
+            for started in futures::future::join_all(starts).await {
+                started?;
             }
         }
         Ok(())

@@ -4,7 +4,9 @@ use std::io::Write;
 use std::process::Command;
 
 use clap::{Args, Subcommand, ValueEnum};
-use guildhall::bench::{CallsConfig, CallsReport, SpawnKind, SpawnReport, Stage};
+use guildhall::bench::{
+    CallsConfig, CallsReport, MailboxBenchConfig, SpawnKind, SpawnReport, Stage,
+};
 use indicatif::{ProgressBar, ProgressStyle};
 use serde::Serialize;
 
@@ -19,6 +21,11 @@ enum Which {
     /// Per-call overhead against a direct call and a bare ractor actor, breaker cost, crash
     /// recovery time, and the cost of spawning many supervised actors and tools.
     Calls(CallsArgs),
+    /// Mailbox throughput: one-way sends in memory (against bare ractor actors), request/reply
+    /// round trips, and durable sends with group commit.
+    Mailbox(MailboxArgs),
+    /// Register and activate many agents; report time and memory per agent.
+    Swarm(SwarmArgs),
     /// Spawn many actors or tools once and report time and memory (run in a fresh process by
     /// `bench calls`; useful on its own too).
     Spawn(SpawnArgs),
@@ -41,6 +48,45 @@ struct CallsArgs {
     /// Supervised tool actors spawned for the spawn and memory figures.
     #[arg(long, default_value_t = 10_000)]
     spawn: usize,
+}
+
+#[derive(Debug, Args)]
+struct MailboxArgs {
+    /// Print one JSON object on stdout instead of a table.
+    #[arg(long)]
+    json: bool,
+    /// Agents (each one also sends).
+    #[arg(long, default_value_t = MailboxBenchConfig::default().agents)]
+    agents: usize,
+    /// One-way messages each agent sends per round.
+    #[arg(long, default_value_t = MailboxBenchConfig::default().per_agent)]
+    per_agent: usize,
+    /// Request/reply pairs at once.
+    #[arg(long, default_value_t = MailboxBenchConfig::default().pairs)]
+    pairs: usize,
+    /// Round trips per pair per round.
+    #[arg(long, default_value_t = MailboxBenchConfig::default().trips)]
+    trips: usize,
+    /// Durable messages each agent sends per round.
+    #[arg(long, default_value_t = MailboxBenchConfig::default().durable_per_agent)]
+    durable_per_agent: usize,
+    /// Measurement rounds (figures are medians).
+    #[arg(long, default_value_t = MailboxBenchConfig::default().rounds)]
+    rounds: usize,
+    /// Where the durable store is created (a fresh directory inside it, removed after).
+    /// Defaults to the data directory: measure the disk you will run on.
+    #[arg(long)]
+    dir: Option<std::path::PathBuf>,
+}
+
+#[derive(Debug, Args)]
+struct SwarmArgs {
+    /// Print one JSON object on stdout instead of a table.
+    #[arg(long)]
+    json: bool,
+    /// How many agents.
+    #[arg(long, default_value_t = 100_000)]
+    agents: usize,
 }
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
@@ -89,9 +135,14 @@ impl Stage for Bar {
     }
 }
 
-pub(crate) async fn run(args: BenchArgs) -> Result<(), Box<dyn std::error::Error>> {
+pub(crate) async fn run(
+    args: BenchArgs,
+    data_dir: &std::path::Path,
+) -> Result<(), Box<dyn std::error::Error>> {
     match args.which {
         Which::Calls(a) => calls(a).await,
+        Which::Mailbox(a) => mailbox(a, data_dir).await,
+        Which::Swarm(a) => swarm(a).await,
         Which::Spawn(a) => {
             let kind = match a.kind {
                 Kind::Actors => SpawnKind::Actors,
@@ -142,6 +193,97 @@ async fn calls(a: CallsArgs) -> Result<(), Box<dyn std::error::Error>> {
         writeln!(out, "{}", serde_json::to_string(&report)?)?;
     } else {
         table(&mut out, &report)?;
+    }
+    Ok(())
+}
+
+fn progress_bar() -> Result<ProgressBar, Box<dyn std::error::Error>> {
+    // indicatif draws only when stderr is a terminal, so pipes stay quiet.
+    Ok(ProgressBar::new(0).with_style(
+        ProgressStyle::with_template("{msg:>15} [{bar:30}] {pos}/{len}")?.progress_chars("=> "),
+    ))
+}
+
+async fn mailbox(
+    a: MailboxArgs,
+    data_dir: &std::path::Path,
+) -> Result<(), Box<dyn std::error::Error>> {
+    let config = MailboxBenchConfig {
+        agents: a.agents,
+        per_agent: a.per_agent,
+        rounds: a.rounds,
+        pairs: a.pairs,
+        trips: a.trips,
+        durable_per_agent: a.durable_per_agent,
+    };
+    let dir = a.dir.unwrap_or_else(|| data_dir.to_owned());
+    std::fs::create_dir_all(&dir)?;
+    let bar = progress_bar()?;
+    let stage = Bar(bar.clone());
+    let report =
+        tokio::spawn(async move { guildhall::bench::mailbox(config, &dir, &stage).await }).await?;
+    bar.finish_and_clear();
+    let mut out = std::io::stdout().lock();
+    if a.json {
+        writeln!(out, "{}", serde_json::to_string(&report)?)?;
+        return Ok(());
+    }
+    writeln!(out, "{:<44} {:>14}  target", "measurement", "value")?;
+    for (name, value, target) in [
+        (
+            "bare ractor request/ack (msgs/s)",
+            report.raw_ractor_msgs_per_sec,
+            "baseline",
+        ),
+        (
+            "one-way in memory (msgs/s)",
+            report.inmem_msgs_per_sec,
+            ">= 1,000,000",
+        ),
+        ("  slowdown against bare ractor", report.inmem_slowdown, ""),
+        (
+            "request/reply round trips (/s)",
+            report.roundtrip_msgs_per_sec,
+            ">= 300,000",
+        ),
+        (
+            "durable, acknowledged (msgs/s)",
+            report.durable_msgs_per_sec,
+            ">= 30,000",
+        ),
+        ("  group commits = fsyncs (/s)", report.fsyncs_per_sec, ""),
+        ("  messages per fsync", report.msgs_per_fsync, ""),
+    ] {
+        writeln!(out, "{name:<44} {value:>14.1}  {target}")?;
+    }
+    Ok(())
+}
+
+async fn swarm(a: SwarmArgs) -> Result<(), Box<dyn std::error::Error>> {
+    let bar = progress_bar()?;
+    let stage = Bar(bar.clone());
+    let agents = a.agents;
+    let report =
+        tokio::spawn(async move { guildhall::bench::swarm_bench(agents, &stage).await }).await?;
+    bar.finish_and_clear();
+    let mut out = std::io::stdout().lock();
+    if a.json {
+        writeln!(out, "{}", serde_json::to_string(&report)?)?;
+        return Ok(());
+    }
+    writeln!(out, "{:<44} {:>14}  target", "measurement", "value")?;
+    for (name, value, target) in [
+        ("agents", report.agents as f64, ""),
+        ("register (s)", report.register_secs, ""),
+        ("activate every mailbox (s)", report.spawn_secs, "< 1"),
+        (
+            "resident bytes per active agent",
+            report.bytes_per_agent,
+            "<= 8192",
+        ),
+        ("  of which the mailbox actor", report.bytes_per_mailbox, ""),
+    ] {
+        writeln!(out, "{name:<44} {value:>14.2}  {target}")?;
     }
     Ok(())
 }

@@ -304,7 +304,13 @@ fn message_text(m: &Message, full: bool) -> String {
     let body = if full {
         format!("\n{}\n", m.body)
     } else {
-        m.body.lines().next().unwrap_or_default().chars().take(80).collect()
+        m.body
+            .lines()
+            .next()
+            .unwrap_or_default()
+            .chars()
+            .take(80)
+            .collect()
     };
     format!(
         "{} [{:?}] {} → {}: {} {}",

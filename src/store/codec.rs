@@ -14,13 +14,20 @@ pub const VALUE_FORMAT: u8 = 1;
 /// # Panics
 /// Never for the runtime's own types: they are plain data that MessagePack can always encode.
 pub fn encode<T: Serialize + ?Sized>(value: &T) -> Vec<u8> {
-    let mut out = Vec::with_capacity(128);
-    out.push(VALUE_FORMAT);
-    if let Err(err) = rmp_serde::encode::write_named(&mut out, value) {
-        // Only non-string map keys or a failing Serialize impl get here; neither is stored.
-        unreachable!("stored values always encode: {err}");
+    thread_local! {
+        static SCRATCH: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
     }
-    out
+    // Encoded into a reused buffer and copied out at its exact size: one allocation, and
+    // no spare capacity kept alive by whatever holds the value.
+    SCRATCH.with_borrow_mut(|scratch| {
+        scratch.clear();
+        scratch.push(VALUE_FORMAT);
+        if let Err(err) = rmp_serde::encode::write_named(scratch, value) {
+            // Only non-string map keys or a failing Serialize impl get here; neither is stored.
+            unreachable!("stored values always encode: {err}");
+        }
+        scratch.as_slice().to_vec()
+    })
 }
 
 /// Decodes a value written by [`encode`].

@@ -1,16 +1,136 @@
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
+use std::hash::{BuildHasher, RandomState};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{PoisonError, RwLock};
+use std::sync::{Mutex, MutexGuard, PoisonError};
 
 use super::{Batch, Done, Durability, Store, StoreError, StoreStats, Table, Write};
 
-/// A store that keeps everything in memory: for tests, benchmarks and throwaway runs.
-/// Batches apply atomically under one lock and complete at once.
+const SHARDS: usize = 16;
+
+/// One table's entries, grouped by the key's part before its first 0 byte (a mailbox's
+/// recipient). Each group's map stays as small as one mailbox, so inserting is a hash lookup
+/// and a shallow tree walk however much the store holds. Keys without a 0 byte (agent ids)
+/// live in `flat`.
 #[derive(Debug, Default)]
+struct TableMap {
+    groups: HashMap<Vec<u8>, BTreeMap<Vec<u8>, Vec<u8>>>,
+    flat: BTreeMap<Vec<u8>, Vec<u8>>,
+}
+
+/// Splits `key` into its group and the rest (from the 0 byte on); `None` for a flat key.
+fn split(key: &[u8]) -> Option<(&[u8], &[u8])> {
+    key.iter().position(|&b| b == 0).map(|i| key.split_at(i))
+}
+
+impl TableMap {
+    fn insert(&mut self, key: Vec<u8>, value: Vec<u8>) {
+        match split(&key) {
+            Some((group, rest)) => {
+                let rest = rest.to_vec();
+                match self.groups.get_mut(group) {
+                    Some(map) => {
+                        map.insert(rest, value);
+                    }
+                    None => {
+                        self.groups
+                            .insert(group.to_vec(), BTreeMap::from([(rest, value)]));
+                    }
+                }
+            }
+            None => {
+                self.flat.insert(key, value);
+            }
+        }
+    }
+
+    fn remove(&mut self, key: &[u8]) {
+        match split(key) {
+            Some((group, rest)) => {
+                if let Some(map) = self.groups.get_mut(group) {
+                    map.remove(rest);
+                    if map.is_empty() {
+                        self.groups.remove(group);
+                    }
+                }
+            }
+            None => {
+                self.flat.remove(key);
+            }
+        }
+    }
+
+    fn get(&self, key: &[u8]) -> Option<&Vec<u8>> {
+        match split(key) {
+            Some((group, rest)) => self.groups.get(group)?.get(rest),
+            None => self.flat.get(key),
+        }
+    }
+
+    /// Entries whose key starts with `prefix`, unsorted.
+    fn collect(&self, prefix: &[u8], out: &mut Vec<(Vec<u8>, Vec<u8>)>) {
+        let within =
+            |group: &[u8], map: &BTreeMap<Vec<u8>, Vec<u8>>, rest: &[u8], out: &mut Vec<_>| {
+                for (k, v) in map.range(rest.to_vec()..) {
+                    if !k.starts_with(rest) {
+                        break;
+                    }
+                    out.push(([group, k.as_slice()].concat(), v.clone()));
+                }
+            };
+        match split(prefix) {
+            Some((group, rest)) => {
+                if let Some(map) = self.groups.get(group) {
+                    within(group, map, rest, out);
+                }
+            }
+            None => {
+                for (k, v) in self.flat.range(prefix.to_vec()..) {
+                    if !k.starts_with(prefix) {
+                        break;
+                    }
+                    out.push((k.clone(), v.clone()));
+                }
+                for (group, map) in &self.groups {
+                    if group.starts_with(prefix) {
+                        within(group, map, b"", out);
+                    }
+                }
+            }
+        }
+    }
+}
+
+type Tables = [TableMap; Table::ALL.len()];
+
+/// A store that keeps everything in memory: for tests, benchmarks and throwaway runs.
+/// Commits complete at once.
+///
+/// Keys are sharded by their group (the part before the first 0 byte: a mailbox's
+/// recipient), so writers to different mailboxes rarely meet on a lock. A batch locks the
+/// shards it touches in index order and applies atomically.
+#[derive(Debug)]
 pub struct MemoryStore {
-    tables: RwLock<[BTreeMap<Vec<u8>, Vec<u8>>; Table::ALL.len()]>,
+    shards: [Mutex<Tables>; SHARDS],
+    hasher: RandomState,
     batches: AtomicU64,
     writes: AtomicU64,
+}
+
+impl Default for MemoryStore {
+    fn default() -> Self {
+        Self {
+            shards: std::array::from_fn(|_| Mutex::default()),
+            hasher: RandomState::new(),
+            batches: AtomicU64::new(0),
+            writes: AtomicU64::new(0),
+        }
+    }
+}
+
+fn key_of(write: &Write) -> &[u8] {
+    match write {
+        Write::Put { key, .. } | Write::Delete { key, .. } => key,
+    }
 }
 
 impl MemoryStore {
@@ -19,20 +139,37 @@ impl MemoryStore {
         Self::default()
     }
 
+    fn shard_of(&self, key: &[u8]) -> usize {
+        let group = split(key).map_or(key, |(group, _)| group);
+        (self.hasher.hash_one(group) % SHARDS as u64) as usize
+    }
+
+    fn lock(&self, shard: usize) -> MutexGuard<'_, Tables> {
+        self.shards[shard]
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+    }
+
     fn apply(&self, batch: Batch) {
         let n = batch.len() as u64;
-        let mut tables = self.tables.write().unwrap_or_else(PoisonError::into_inner);
-        for write in batch.writes {
+        let shard_per_write: Vec<usize> = batch
+            .writes
+            .iter()
+            .map(|w| self.shard_of(key_of(w)))
+            .collect();
+        let mut touched = shard_per_write.clone();
+        touched.sort_unstable();
+        touched.dedup();
+        let mut guards: Vec<_> = touched.iter().map(|&i| self.lock(i)).collect();
+        for (write, shard) in batch.writes.into_iter().zip(shard_per_write) {
+            let at = touched.binary_search(&shard).unwrap_or(0);
+            let tables = &mut guards[at];
             match write {
-                Write::Put { table, key, value } => {
-                    tables[table.index()].insert(key, value);
-                }
-                Write::Delete { table, key } => {
-                    tables[table.index()].remove(&key);
-                }
+                Write::Put { table, key, value } => tables[table.index()].insert(key, value),
+                Write::Delete { table, key } => tables[table.index()].remove(&key),
             }
         }
-        drop(tables);
+        drop(guards);
         self.batches.fetch_add(1, Ordering::Relaxed);
         self.writes.fetch_add(n, Ordering::Relaxed);
     }
@@ -50,8 +187,9 @@ impl Store for MemoryStore {
     }
 
     fn get(&self, table: Table, key: &[u8]) -> Result<Option<Vec<u8>>, StoreError> {
-        let tables = self.tables.read().unwrap_or_else(PoisonError::into_inner);
-        Ok(tables[table.index()].get(key).cloned())
+        Ok(self.lock(self.shard_of(key))[table.index()]
+            .get(key)
+            .cloned())
     }
 
     fn scan(
@@ -60,9 +198,19 @@ impl Store for MemoryStore {
         prefix: &[u8],
         visit: &mut dyn FnMut(&[u8], &[u8]) -> bool,
     ) -> Result<(), StoreError> {
-        let tables = self.tables.read().unwrap_or_else(PoisonError::into_inner);
-        for (k, v) in tables[table.index()].range(prefix.to_vec()..) {
-            if !k.starts_with(prefix) || !visit(k, v) {
+        // A prefix that names a group lies in one shard; any other may span them all.
+        let shards: Vec<usize> = if split(prefix).is_some() {
+            vec![self.shard_of(prefix)]
+        } else {
+            (0..SHARDS).collect()
+        };
+        let mut found = Vec::new();
+        for i in shards {
+            self.lock(i)[table.index()].collect(prefix, &mut found);
+        }
+        found.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+        for (k, v) in &found {
+            if !visit(k, v) {
                 break;
             }
         }

@@ -40,7 +40,8 @@ fn send_and_kill(dir: &Path, round: usize, kill_after: usize) -> Vec<String> {
     let mut stdin = child.stdin.take().unwrap();
     let feeder = std::thread::spawn(move || {
         for n in 0..LINES {
-            let line = format!("{{\"to\":\"b\",\"subject\":\"r{round}\",\"body\":\"r{round}-{n}\"}}\n");
+            let line =
+                format!("{{\"to\":\"b\",\"subject\":\"r{round}\",\"body\":\"r{round}-{n}\"}}\n");
             if stdin.write_all(line.as_bytes()).is_err() {
                 return; // killed
             }
@@ -68,12 +69,19 @@ fn acknowledged_messages_survive_sigkill_exactly_once() {
     let dir = tempfile::tempdir().unwrap();
     register(dir.path(), "a");
     register(dir.path(), "b");
-    let seed = std::env::var("CHAOS_SEED").ok().and_then(|s| s.parse().ok()).unwrap_or(7);
+    let seed = std::env::var("CHAOS_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(7);
     let mut rng = fastrand::Rng::with_seed(seed);
     let tokio = tokio::runtime::Runtime::new().unwrap();
     let mut killed_mid_stream = 0;
     for round in 0..ROUNDS {
-        let kill_after = if round == 0 { 0 } else { rng.usize(1..LINES - 100) };
+        let kill_after = if round == 0 {
+            0
+        } else {
+            rng.usize(1..LINES - 100)
+        };
         let acked = send_and_kill(dir.path(), round, kill_after);
         if acked.len() < LINES {
             killed_mid_stream += 1;
@@ -96,13 +104,23 @@ fn acknowledged_messages_survive_sigkill_exactly_once() {
                 .unwrap();
             let stored: HashSet<String> = inbox.messages.iter().map(|m| m.id.to_string()).collect();
             let bodies: HashSet<&str> = inbox.messages.iter().map(|m| m.body.as_str()).collect();
-            assert_eq!(bodies.len(), inbox.messages.len(), "round {round}: a message is duplicated");
+            assert_eq!(
+                bodies.len(),
+                inbox.messages.len(),
+                "round {round}: a message is duplicated"
+            );
             assert!(
-                inbox.messages.iter().all(|m| m.subject == format!("r{round}")),
+                inbox
+                    .messages
+                    .iter()
+                    .all(|m| m.subject == format!("r{round}")),
                 "round {round}: a message of another round is still unread"
             );
             let lost: Vec<&String> = acked.iter().filter(|id| !stored.contains(*id)).collect();
-            assert!(lost.is_empty(), "round {round}: acknowledged but lost: {lost:?}");
+            assert!(
+                lost.is_empty(),
+                "round {round}: acknowledged but lost: {lost:?}"
+            );
             rt.shutdown().await;
         });
     }

@@ -10,8 +10,6 @@ mod support;
 mod breaker;
 /// Deadlines, cancellation and tools that ignore it.
 mod cancellation;
-/// Durable sends killed with SIGKILL at random points lose no acknowledged message.
-mod durability;
 /// Many concurrent calls with random failures: exactly one reply each.
 mod chaos;
 /// Concurrent tools and isolation between tools.
@@ -20,6 +18,8 @@ mod concurrency;
 mod contract;
 /// Crashes: a panicking tool is restarted with fresh state and the next call succeeds.
 mod crash;
+/// Durable sends killed with SIGKILL at random points lose no acknowledged message.
+mod durability;
 /// Agents and mailboxes: addressing, ordering, waiting, passivation, crashes, limits.
 mod mailbox;
 /// Registration, lookup, snapshots and shutdown of the runtime.

@@ -1,0 +1,347 @@
+//! The measurements behind `guildhall bench mailbox` and `guildhall bench swarm`.
+
+use std::path::Path;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use ractor::{Actor, ActorRef};
+use serde::{Deserialize, Serialize};
+
+use super::{RawCall, RawEcho, Stage, median, resident_bytes};
+use crate::{Agent, AgentSpec, InboxQuery, MailboxConfig, Outgoing, Runtime};
+
+/// Settings of `guildhall bench mailbox`.
+#[derive(Debug, Clone, Copy)]
+pub struct MailboxBenchConfig {
+    /// Agents, each also a sender.
+    pub agents: usize,
+    /// Messages each agent sends per round (one-way).
+    pub per_agent: usize,
+    /// Measurement rounds; figures are medians.
+    pub rounds: usize,
+    /// Request/reply pairs running at once.
+    pub pairs: usize,
+    /// Round trips per pair per round.
+    pub trips: usize,
+    /// Durable messages each agent sends per round.
+    pub durable_per_agent: usize,
+}
+
+impl Default for MailboxBenchConfig {
+    fn default() -> Self {
+        Self {
+            agents: 1_000,
+            per_agent: 200,
+            rounds: 5,
+            pairs: 500,
+            trips: 200,
+            durable_per_agent: 50,
+        }
+    }
+}
+
+/// What `guildhall bench mailbox` measured (medians over rounds).
+#[derive(Debug, Clone, Serialize)]
+pub struct MailboxReport {
+    /// One-way sends across `agents` agents, in memory, each acknowledged.
+    pub inmem_msgs_per_sec: f64,
+    /// Baseline: request/acknowledge messages to bare ractor actors at the same concurrency.
+    pub raw_ractor_msgs_per_sec: f64,
+    /// `raw_ractor_msgs_per_sec / inmem_msgs_per_sec`: how much slower a mailbox send is.
+    pub inmem_slowdown: f64,
+    /// Request/reply round trips (send, wake the waiting receiver, reply, wake the sender).
+    pub roundtrip_msgs_per_sec: f64,
+    /// Durable sends acknowledged per second (each one committed and synced).
+    pub durable_msgs_per_sec: f64,
+    /// Group commits (one fsync each) per second during the durable run.
+    pub fsyncs_per_sec: f64,
+    /// Messages per group commit, on average.
+    pub msgs_per_fsync: f64,
+}
+
+fn config(capacity: usize) -> MailboxConfig {
+    MailboxConfig {
+        capacity,
+        ..MailboxConfig::default()
+    }
+}
+
+async fn swarm(rt: &Runtime, n: usize) -> Vec<Agent> {
+    let mut agents = Vec::with_capacity(n);
+    for i in 0..n {
+        agents.push(
+            rt.register_agent(AgentSpec::new(format!("a{i}"), "bench"))
+                .await
+                .expect("bench agent registers"),
+        );
+    }
+    rt.activate_agents(&agents).await.expect("mailboxes start");
+    agents
+}
+
+/// Every agent sends `per_agent` messages to random others, one at a time; returns
+/// messages per second.
+async fn one_way(agents: &[Agent], per_agent: usize, seed: u64) -> f64 {
+    let n = agents.len();
+    let start = Instant::now();
+    let tasks: Vec<_> = agents
+        .iter()
+        .enumerate()
+        .map(|(i, agent)| {
+            let agent = agent.clone();
+            let mut rng = fastrand::Rng::with_seed(seed ^ i as u64);
+            tokio::spawn(async move {
+                for _ in 0..per_agent {
+                    let to = format!("a{}", rng.usize(..n));
+                    agent
+                        .send(Outgoing::to(to).subject("x"))
+                        .await
+                        .expect("bench send succeeds");
+                }
+            })
+        })
+        .collect();
+    for t in tasks {
+        t.await.expect("sender finishes");
+    }
+    (n * per_agent) as f64 / start.elapsed().as_secs_f64()
+}
+
+/// Empties every inbox (not timed).
+async fn drain(agents: &[Agent]) {
+    for agent in agents {
+        agent
+            .check_inbox(InboxQuery {
+                limit: usize::MAX,
+                mark_read: true,
+                ..InboxQuery::default()
+            })
+            .await
+            .expect("drain");
+    }
+}
+
+/// The same traffic to bare ractor actors: a request and its acknowledgement.
+async fn raw_one_way(n: usize, per_agent: usize, seed: u64) -> f64 {
+    let mut actors = Vec::with_capacity(n);
+    for _ in 0..n {
+        let (actor, _) = Actor::spawn(None, RawEcho, ()).await.expect("raw actor");
+        actors.push(actor);
+    }
+    let actors = Arc::new(actors);
+    let start = Instant::now();
+    let tasks: Vec<_> = (0..n)
+        .map(|i| {
+            let actors = Arc::clone(&actors);
+            let mut rng = fastrand::Rng::with_seed(seed ^ i as u64);
+            tokio::spawn(async move {
+                for k in 0..per_agent {
+                    let to: &ActorRef<RawCall> = &actors[rng.usize(..n)];
+                    super::raw_call(to, k as u64).await;
+                }
+            })
+        })
+        .collect();
+    for t in tasks {
+        t.await.expect("raw sender finishes");
+    }
+    let rate = (n * per_agent) as f64 / start.elapsed().as_secs_f64();
+    for actor in actors.iter() {
+        actor.stop(None);
+    }
+    rate
+}
+
+/// `pairs` pairs: one asks, the other waits for the question, takes it and answers; the
+/// asker waits for the answer. Returns round trips per second.
+async fn round_trips(agents: &[Agent], pairs: usize, trips: usize) -> f64 {
+    let take = InboxQuery {
+        wait: Some(Duration::from_secs(30)),
+        mark_read: true,
+        limit: 1,
+        ..InboxQuery::default()
+    };
+    let start = Instant::now();
+    let mut tasks = Vec::with_capacity(pairs * 2);
+    for p in 0..pairs {
+        let (asker, answerer) = (agents[2 * p].clone(), agents[2 * p + 1].clone());
+        let to = answerer.id().to_string();
+        let q = take.clone();
+        tasks.push(tokio::spawn(async move {
+            for _ in 0..trips {
+                asker
+                    .send(Outgoing::to(to.clone()).subject("ping"))
+                    .await
+                    .expect("ask");
+                let answer = asker.check_inbox(q.clone()).await.expect("answer");
+                assert_eq!(answer.messages.len(), 1, "an answer arrives");
+            }
+        }));
+        let q = take.clone();
+        tasks.push(tokio::spawn(async move {
+            for _ in 0..trips {
+                let question = answerer.check_inbox(q.clone()).await.expect("question");
+                answerer
+                    .reply(&question.messages[0], Outgoing::default().subject("pong"))
+                    .await
+                    .expect("reply");
+            }
+        }));
+    }
+    for t in tasks {
+        t.await.expect("pair finishes");
+    }
+    (pairs * trips) as f64 / start.elapsed().as_secs_f64()
+}
+
+/// Runs every measurement of `guildhall bench mailbox`; the durable store goes in `dir`.
+///
+/// # Panics
+/// If a runtime fails to start or a send fails.
+pub async fn mailbox(config: MailboxBenchConfig, dir: &Path, stage: &dyn Stage) -> MailboxReport {
+    let n = config.agents.max(2);
+    let rounds = config.rounds.max(1);
+    let rt = Runtime::builder()
+        .mailbox_config(config_for(n, config.per_agent))
+        .build()
+        .await
+        .expect("runtime starts");
+    stage.phase("agents", 1);
+    let agents = swarm(&rt, n).await;
+    stage.step();
+
+    stage.phase("one-way", rounds as u64);
+    let (mut inmem, mut raw) = (Vec::new(), Vec::new());
+    for r in 0..rounds {
+        raw.push(raw_one_way(n, config.per_agent, r as u64).await);
+        inmem.push(one_way(&agents, config.per_agent, r as u64).await);
+        drain(&agents).await;
+        stage.step();
+    }
+
+    stage.phase("round trips", rounds as u64);
+    let pairs = config.pairs.min(n / 2).max(1);
+    let mut trips = Vec::new();
+    for _ in 0..rounds {
+        trips.push(round_trips(&agents, pairs, config.trips).await);
+        stage.step();
+    }
+    rt.shutdown().await;
+
+    stage.phase("durable", rounds as u64);
+    let dir = tempfile_in(dir);
+    let rt = Runtime::builder()
+        .data_dir(&dir)
+        .mailbox_config(config_for(n, config.durable_per_agent))
+        .build()
+        .await
+        .expect("durable runtime starts");
+    let agents = swarm(&rt, n).await;
+    let (mut durable, mut fsyncs, mut per_fsync) = (Vec::new(), Vec::new(), Vec::new());
+    for r in 0..rounds {
+        let before = rt.store().stats();
+        let start = Instant::now();
+        durable.push(one_way(&agents, config.durable_per_agent, r as u64).await);
+        let secs = start.elapsed().as_secs_f64();
+        let after = rt.store().stats();
+        let commits = (after.commits - before.commits) as f64;
+        fsyncs.push(commits / secs);
+        per_fsync.push((n * config.durable_per_agent) as f64 / commits.max(1.0));
+        drain(&agents).await;
+        stage.step();
+    }
+    rt.shutdown().await;
+    let _ = std::fs::remove_dir_all(&dir);
+
+    let inmem = median(&mut inmem);
+    let raw = median(&mut raw);
+    MailboxReport {
+        inmem_msgs_per_sec: inmem,
+        raw_ractor_msgs_per_sec: raw,
+        inmem_slowdown: raw / inmem,
+        roundtrip_msgs_per_sec: median(&mut trips),
+        durable_msgs_per_sec: median(&mut durable),
+        fsyncs_per_sec: median(&mut fsyncs),
+        msgs_per_fsync: median(&mut per_fsync),
+    }
+}
+
+/// A capacity no random spread of one round can fill.
+fn config_for(agents: usize, per_agent: usize) -> MailboxConfig {
+    let _ = agents;
+    config(per_agent * 20 + 1_000)
+}
+
+/// A fresh directory under `parent` for one durable run.
+fn tempfile_in(parent: &Path) -> std::path::PathBuf {
+    parent.join(format!(
+        "bench-{}-{}",
+        std::process::id(),
+        fastrand::u64(..)
+    ))
+}
+
+/// What `guildhall bench swarm` measured.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize)]
+pub struct SwarmReport {
+    /// Agents registered and activated.
+    pub agents: usize,
+    /// Registering them (directory and store, in memory).
+    pub register_secs: f64,
+    /// Starting every agent's mailbox actor.
+    pub spawn_secs: f64,
+    /// Resident memory added per agent by registering and activating it.
+    pub bytes_per_agent: f64,
+    /// Of which the mailbox actor (activation only).
+    pub bytes_per_mailbox: f64,
+}
+
+/// Registers and activates `count` agents, timing both and measuring memory. Run in a fresh
+/// process for a clean memory figure.
+///
+/// # Panics
+/// If the runtime fails to start or an agent fails to register or start.
+pub async fn swarm_bench(count: usize, stage: &dyn Stage) -> SwarmReport {
+    let count = count.max(1);
+    let rt = Runtime::builder()
+        .mailbox_config(MailboxConfig {
+            idle: Duration::from_secs(3600),
+            ..MailboxConfig::default()
+        })
+        .build()
+        .await
+        .expect("runtime starts");
+    let ids: Vec<String> = (0..count).map(|i| format!("agent-{i}")).collect();
+    let base = resident_bytes();
+    stage.phase("register", count as u64);
+    let start = Instant::now();
+    let mut agents = Vec::with_capacity(count);
+    for id in &ids {
+        agents.push(
+            rt.register_agent(AgentSpec::new(id.as_str(), "dev"))
+                .await
+                .expect("agent registers"),
+        );
+        stage.step();
+    }
+    let register_secs = start.elapsed().as_secs_f64();
+    let registered = resident_bytes();
+    stage.phase("activate", 1);
+    let start = Instant::now();
+    rt.activate_agents(&agents).await.expect("mailboxes start");
+    let spawn_secs = start.elapsed().as_secs_f64();
+    stage.step();
+    let active = resident_bytes();
+    assert_eq!(rt.active_mailboxes(), count, "every mailbox is running");
+    let report = SwarmReport {
+        agents: count,
+        register_secs,
+        spawn_secs,
+        bytes_per_agent: active.saturating_sub(base) as f64 / count as f64,
+        bytes_per_mailbox: active.saturating_sub(registered) as f64 / count as f64,
+    };
+    drop(ids);
+    drop(agents);
+    rt.shutdown().await;
+    report
+}
