@@ -74,7 +74,7 @@ pub(crate) fn main() -> ExitCode {
     };
     let result = runtime.block_on(async {
         match cli.command {
-            Command::Demo(args) => demo::run(args).await,
+            Command::Demo(args) => demo::run(args, &cli.data_dir).await,
             Command::Bench(args) => bench::run(args, &cli.data_dir).await,
             Command::Agents(args) => mail::agents(args, &cli.data_dir).await,
             Command::Send(args) => mail::send(args, &cli.data_dir).await,

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use clap::Args;
 use guildhall::supervision::Backoff;
-use guildhall::{CallContext, CallOptions, ChildSnapshot, Runtime, Tool, ToolOptions};
+use guildhall::{AgentSpec, CallContext, CallOptions, ChildSnapshot, Runtime, Tool, ToolOptions};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::json;
@@ -73,13 +73,20 @@ impl Tool for Tally {
     }
 }
 
-pub(crate) async fn run(args: DemoArgs) -> Result<(), Box<dyn std::error::Error>> {
+pub(crate) async fn run(
+    args: DemoArgs,
+    data_dir: &std::path::Path,
+) -> Result<(), Box<dyn std::error::Error>> {
     let timeout = Duration::from_millis(args.timeout_ms);
     let options = ToolOptions::default()
         .timeout(timeout)
         .grace(timeout)
         .backoff(Backoff::none());
-    let rt = Runtime::builder().tool_with(Tally, options).build().await?;
+    let rt = Runtime::builder()
+        .tool_with(Tally, options)
+        .data_dir(data_dir)
+        .build()
+        .await?;
     let mut out = std::io::stdout().lock();
     let call = |args: serde_json::Value| {
         let rt = rt.clone();
@@ -126,10 +133,70 @@ pub(crate) async fn run(args: DemoArgs) -> Result<(), Box<dyn std::error::Error>
         "add 5      -> {}  (served by the replacement actor)",
         show(call(json!({"add": 5})).await)
     )?;
+    mail(&rt, &mut out, data_dir).await?;
     writeln!(out, "\nsupervision tree:")?;
     print_tree(&mut out, &rt.tree().await?, 0)?;
     rt.shutdown().await;
     writeln!(out, "\nshut down cleanly")?;
+    Ok(())
+}
+
+/// Two agents talk through the mailbox tools, as MCP clients will; one mailbox crashes and
+/// comes back with its messages.
+async fn mail(
+    rt: &Runtime,
+    out: &mut impl Write,
+    data_dir: &std::path::Path,
+) -> Result<(), Box<dyn std::error::Error>> {
+    writeln!(out, "\nmailboxes (store: {}):", data_dir.display())?;
+    rt.register_agent(AgentSpec::new("demo-tl", "tl")).await?;
+    let pm = rt
+        .register_agent(AgentSpec::new("demo-pm", "pm").parent("demo-tl"))
+        .await?;
+    let as_agent = |id: &str| CallOptions::new().agent(id);
+    let earlier = rt
+        .call_json("check_inbox", json!({}), as_agent("demo-pm"))
+        .await?;
+    writeln!(out, "demo-pm unread from earlier runs: {}", earlier["unread"])?;
+    let sent = rt
+        .call_json(
+            "send_message",
+            json!({"to": "role:pm", "subject": "plan the sprint", "body": "Split it into tasks.", "priority": "high"}),
+            as_agent("demo-tl"),
+        )
+        .await?;
+    writeln!(out, "demo-tl -> role:pm  {sent}")?;
+    pm.crash_mailbox();
+    let inbox = rt
+        .call_json("check_inbox", json!({"full": true}), as_agent("demo-pm"))
+        .await?;
+    writeln!(
+        out,
+        "demo-pm mailbox crashed and restarted; inbox still holds {} unread",
+        inbox["unread"]
+    )?;
+    let ids: Vec<serde_json::Value> = inbox["messages"]
+        .as_array()
+        .map(|m| m.iter().map(|m| m["id"].clone()).collect())
+        .unwrap_or_default();
+    let reply = rt
+        .call_json(
+            "send_message",
+            json!({"reply_to": sent["id"], "body": "Three tasks, starting now."}),
+            as_agent("demo-pm"),
+        )
+        .await?;
+    writeln!(out, "demo-pm -> reply     {reply}")?;
+    rt.call_json("mark_read", json!({"ids": ids, "ack": true}), as_agent("demo-pm"))
+        .await?;
+    let tl_inbox = rt
+        .call_json("check_inbox", json!({"full": true}), as_agent("demo-tl"))
+        .await?;
+    if let Some(first) = tl_inbox["messages"].get(0) {
+        writeln!(out, "demo-tl reads       {}: {}", first["subject"], first["body"])?;
+        rt.call_json("read_message", json!({"id": first["id"]}), as_agent("demo-tl"))
+            .await?;
+    }
     Ok(())
 }
 
