@@ -48,7 +48,12 @@ async fn developer(me: Agent) -> u32 {
 
 async fn project_manager(me: Agent) {
     let feature = receive(&me, 1).await.remove(0);
-    println!("{:<6} got feature {:?} from {}", me.id(), feature.subject, feature.from);
+    println!(
+        "{:<6} got feature {:?} from {}",
+        me.id(),
+        feature.subject,
+        feature.from
+    );
     let receipt = me
         .send(
             Outgoing::to("children")
@@ -57,12 +62,20 @@ async fn project_manager(me: Agent) {
         )
         .await
         .unwrap();
-    println!("{:<6} assigned {} tasks", me.id(), receipt.delivered_to.len());
+    println!(
+        "{:<6} assigned {} tasks",
+        me.id(),
+        receipt.delivered_to.len()
+    );
     let mut effort = 0;
     let mut reports = 0;
     while reports < receipt.delivered_to.len() {
         for report in receive(&me, DEVS_PER_PM).await {
-            effort += report.payload.as_ref().and_then(|p| p["effort"].as_u64()).unwrap_or(0);
+            effort += report
+                .payload
+                .as_ref()
+                .and_then(|p| p["effort"].as_u64())
+                .unwrap_or(0);
             reports += 1;
         }
     }
@@ -75,7 +88,10 @@ async fn project_manager(me: Agent) {
     )
     .await
     .unwrap();
-    println!("{:<6} reported {reports} tasks, effort {effort}, to its parent", me.id());
+    println!(
+        "{:<6} reported {reports} tasks, effort {effort}, to its parent",
+        me.id()
+    );
 }
 
 #[tokio::main]
@@ -97,13 +113,19 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             .await?;
         for d in 0..DEVS_PER_PM {
             let dev = rt
-                .register_agent(AgentSpec::new(format!("dev-{p}-{d}"), "dev").parent(pm.id().as_str()))
+                .register_agent(
+                    AgentSpec::new(format!("dev-{p}-{d}"), "dev").parent(pm.id().as_str()),
+                )
                 .await?;
             workers.push(tokio::spawn(async move { developer(dev).await }));
         }
         tokio::spawn(project_manager(pm));
     }
-    println!("{} agents registered: 1 TL, {PMS} PMs, {} subagents", rt.agents().len(), PMS * DEVS_PER_PM);
+    println!(
+        "{} agents registered: 1 TL, {PMS} PMs, {} subagents",
+        rt.agents().len(),
+        PMS * DEVS_PER_PM
+    );
 
     let features = ["search", "billing", "onboarding"];
     for (p, feature) in features.iter().enumerate() {
@@ -121,7 +143,10 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     while summaries < PMS {
         for summary in receive(&tl, PMS).await {
             let payload = summary.payload.clone().unwrap_or_default();
-            println!("tl     heard from {}: {} ({:?})", summary.from, summary.body, summary.subject);
+            println!(
+                "tl     heard from {}: {} ({:?})",
+                summary.from, summary.body, summary.subject
+            );
             tasks += payload["tasks"].as_u64().unwrap_or(0);
             effort += payload["effort"].as_u64().unwrap_or(0);
             summaries += 1;
@@ -132,7 +157,9 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         .into_iter()
         .map(Result::unwrap)
         .sum();
-    println!("tally: {summaries} PM reports, {tasks} tasks done, effort {effort} (subagents counted {dev_effort})");
+    println!(
+        "tally: {summaries} PM reports, {tasks} tasks done, effort {effort} (subagents counted {dev_effort})"
+    );
     assert_eq!(u64::from(dev_effort), effort);
     assert_eq!(tasks as usize, PMS * DEVS_PER_PM);
     rt.shutdown().await;

@@ -157,7 +157,11 @@ async fn mail(
     let earlier = rt
         .call_json("check_inbox", json!({}), as_agent("demo-pm"))
         .await?;
-    writeln!(out, "demo-pm unread from earlier runs: {}", earlier["unread"])?;
+    writeln!(
+        out,
+        "demo-pm unread from earlier runs: {}",
+        earlier["unread"]
+    )?;
     let sent = rt
         .call_json(
             "send_message",
@@ -187,15 +191,27 @@ async fn mail(
         )
         .await?;
     writeln!(out, "demo-pm -> reply     {reply}")?;
-    rt.call_json("mark_read", json!({"ids": ids, "ack": true}), as_agent("demo-pm"))
-        .await?;
+    rt.call_json(
+        "mark_read",
+        json!({"ids": ids, "ack": true}),
+        as_agent("demo-pm"),
+    )
+    .await?;
     let tl_inbox = rt
         .call_json("check_inbox", json!({"full": true}), as_agent("demo-tl"))
         .await?;
     if let Some(first) = tl_inbox["messages"].get(0) {
-        writeln!(out, "demo-tl reads       {}: {}", first["subject"], first["body"])?;
-        rt.call_json("read_message", json!({"id": first["id"]}), as_agent("demo-tl"))
-            .await?;
+        writeln!(
+            out,
+            "demo-tl reads       {}: {}",
+            first["subject"], first["body"]
+        )?;
+        rt.call_json(
+            "read_message",
+            json!({"id": first["id"]}),
+            as_agent("demo-tl"),
+        )
+        .await?;
     }
     Ok(())
 }
