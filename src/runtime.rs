@@ -214,7 +214,7 @@ impl Runtime {
     /// The `tools` supervisor as it is now: root's only child. Looked up rather than kept, so
     /// that a `tools` supervisor restarted by root is found too.
     fn tools_supervisor(&self) -> Result<Supervisor, SupervisorError> {
-        let mailboxes = self.inner.office.shared.supervisor().map(|s| s.get_id());
+        let mailboxes = self.inner.office.shared.root().map(|s| s.get_id());
         self.inner
             .root
             .cell()

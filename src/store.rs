@@ -81,6 +81,7 @@ pub enum Write {
 /// every batch submitted before it has.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Batch {
+    /// Most batches hold one or two writes: those need no allocation.
     writes: Vec<Write>,
 }
 

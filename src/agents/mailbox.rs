@@ -180,8 +180,8 @@ impl Actor for MailboxActor {
     type State = MailboxState;
     type Arguments = ();
 
-    /// Loads the inbox. Boxed, so that its larger future is not carried by the actor's task
-    /// for the rest of its life (a mailbox is mostly idle; its memory is per agent).
+    /// Loads the inbox. Boxed, so that the actor's task does not carry the larger future of
+    /// loading for the rest of its life.
     async fn pre_start(
         &self,
         myself: ActorRef<Self::Msg>,
@@ -675,7 +675,7 @@ impl MailboxActor {
         {
             return;
         }
-        let Some(supervisor) = self.shared.supervisor() else {
+        let Some(supervisor) = self.shared.supervisor(self.entry.id.as_str()) else {
             return;
         };
         // Stop first, then clear the slot: whoever then finds it empty asks the supervisor

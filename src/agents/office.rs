@@ -5,7 +5,8 @@ use std::sync::{Arc, PoisonError, RwLock, Weak};
 use std::time::{Duration, Instant};
 
 use guildhall_supervision::{
-    ChildSpec, Restart, Shutdown, Supervisor, SupervisorError, SupervisorMsg,
+    Backoff, ChildSpec, DynamicSpec, DynamicSupervisorActor, Restart, Shutdown, Strategy,
+    Supervisor, SupervisorActor, SupervisorError, SupervisorMsg, SupervisorSpec,
 };
 use ractor::{Actor, ActorRef};
 use tokio::sync::oneshot;
@@ -26,8 +27,19 @@ const RESTART_POLL: Duration = Duration::from_millis(50);
 pub(crate) struct Shared {
     pub(crate) store: Arc<dyn Store>,
     pub(crate) config: MailboxConfig,
-    supervisor: RwLock<Option<ActorRef<SupervisorMsg>>>,
+    /// The `mailboxes` supervisor, whose children are the partitions.
+    root: RwLock<Option<ActorRef<SupervisorMsg>>>,
+    /// One dynamic supervisor per partition; an agent's mailbox lives in partition
+    /// `hash(id) % partitions.len()`. Each publishes itself here when it (re)starts.
+    partitions: Vec<RwLock<Option<ActorRef<SupervisorMsg>>>>,
     epoch: Instant,
+}
+
+/// How many partitions: one per core, at least two. Mailboxes start in parallel across
+/// partitions (Elixir's `PartitionSupervisor` idea): one supervisor starting children one
+/// at a time would be the bottleneck of activating many agents.
+fn partition_count() -> usize {
+    std::thread::available_parallelism().map_or(2, |n| n.get().clamp(2, 16))
 }
 
 impl Shared {
@@ -36,12 +48,59 @@ impl Shared {
         u64::try_from(self.epoch.elapsed().as_millis()).unwrap_or(u64::MAX)
     }
 
-    pub(crate) fn supervisor(&self) -> Option<ActorRef<SupervisorMsg>> {
-        self.supervisor
+    /// The partition supervisor of agent `id`.
+    pub(crate) fn supervisor(&self, id: &str) -> Option<ActorRef<SupervisorMsg>> {
+        let slot = &self.partitions[partition_of(id, self.partitions.len())];
+        slot.read().unwrap_or_else(PoisonError::into_inner).clone()
+    }
+
+    /// The `mailboxes` supervisor.
+    pub(crate) fn root(&self) -> Option<ActorRef<SupervisorMsg>> {
+        self.root
             .read()
             .unwrap_or_else(PoisonError::into_inner)
             .clone()
     }
+}
+
+/// A stable partition for an agent id (FNV-1a: the same in every process).
+fn partition_of(id: &str, partitions: usize) -> usize {
+    let hash = id.bytes().fold(0xcbf2_9ce4_8422_2325_u64, |h, b| {
+        (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3)
+    });
+    (hash % partitions as u64) as usize
+}
+
+/// A supervisor child whose start function spawns `actor` with `args` and publishes the
+/// new actor into `slot` on every (re)start.
+fn published<A>(
+    id: String,
+    slot: impl Fn(&Shared) -> &RwLock<Option<ActorRef<SupervisorMsg>>> + Send + Sync + 'static,
+    shared: &Arc<Shared>,
+    make: impl Fn() -> (A, A::Arguments) + Send + Sync + 'static,
+) -> ChildSpec
+where
+    A: Actor<Msg = SupervisorMsg>,
+{
+    let shared = Arc::clone(shared);
+    let slot = Arc::new(slot);
+    let make = Arc::new(make);
+    ChildSpec::worker(
+        id,
+        Arc::new(move |parent| {
+            let (shared, slot, make) = (Arc::clone(&shared), Arc::clone(&slot), Arc::clone(&make));
+            Box::pin(async move {
+                let (handler, args) = make();
+                let (actor, _) = Actor::spawn_linked(None, handler, args, parent).await?;
+                *slot(&shared)
+                    .write()
+                    .unwrap_or_else(PoisonError::into_inner) = Some(actor.clone());
+                Ok(actor.get_cell())
+            })
+        }),
+    )
+    .shutdown(Shutdown::Infinity)
+    .as_supervisor()
 }
 
 /// The agents, their mailboxes, and the sweep that passivates idle ones.
@@ -68,7 +127,8 @@ impl PostOffice {
             shared: Arc::new(Shared {
                 store,
                 config,
-                supervisor: RwLock::new(None),
+                root: RwLock::new(None),
+                partitions: (0..partition_count()).map(|_| RwLock::new(None)).collect(),
                 epoch: Instant::now(),
             }),
             directory,
@@ -76,34 +136,30 @@ impl PostOffice {
         }))
     }
 
-    /// The child spec of the `mailboxes` supervisor: a dynamic supervisor that tells this
-    /// post office where it is every time it (re)starts.
+    /// The child spec of the `mailboxes` supervisor: one-for-one over the partitions, each a
+    /// dynamic supervisor that tells this post office where it is whenever it (re)starts.
     pub(crate) fn supervisor_spec(self: &Arc<Self>) -> ChildSpec {
-        let shared = Arc::clone(&self.shared);
-        let spec = guildhall_supervision::DynamicSpec::never_escalate();
-        let mut child = ChildSpec::worker(
-            "mailboxes",
-            Arc::new(move |parent| {
-                let shared = Arc::clone(&shared);
-                Box::pin(async move {
-                    let (actor, _) = Actor::spawn_linked(
-                        None,
-                        guildhall_supervision::DynamicSupervisorActor,
-                        spec,
-                        parent,
-                    )
-                    .await?;
-                    *shared
-                        .supervisor
-                        .write()
-                        .unwrap_or_else(PoisonError::into_inner) = Some(actor.clone());
-                    Ok(actor.get_cell())
-                })
-            }),
+        let shared = &self.shared;
+        let partitions = (0..shared.partitions.len()).map(|i| {
+            published(
+                i.to_string(),
+                move |s: &Shared| &s.partitions[i],
+                shared,
+                || (DynamicSupervisorActor, DynamicSpec::never_escalate()),
+            )
+        });
+        let spec = SupervisorSpec {
+            strategy: Strategy::OneForOne,
+            intensity: DynamicSpec::never_escalate().intensity,
+            backoff: Backoff::default(),
+            children: partitions.collect(),
+        };
+        published(
+            "mailboxes".to_owned(),
+            |s: &Shared| &s.root,
+            shared,
+            move || (SupervisorActor, spec.clone()),
         )
-        .shutdown(Shutdown::Infinity);
-        child = child.as_supervisor();
-        child
     }
 
     /// Starts the passivation sweep (needs a tokio runtime).
@@ -152,7 +208,7 @@ impl PostOffice {
     pub(crate) async fn deregister(&self, id: &str) -> Result<(), MailError> {
         let entry = self.directory.require(id)?;
         entry.retire();
-        if let Some(supervisor) = self.shared.supervisor() {
+        if let Some(supervisor) = self.shared.supervisor(id) {
             match Supervisor::from_ref(supervisor).terminate_child(id).await {
                 Ok(()) | Err(SupervisorError::UnknownChild { .. }) => {}
                 Err(err) => tracing::warn!(agent = id, %err, "stopping the mailbox failed"),
@@ -444,17 +500,18 @@ impl PostOffice {
         }
         let supervisor = self
             .shared
-            .supervisor()
+            .supervisor(entry.id.as_str())
             .ok_or_else(|| unavailable("the mailbox supervisor is not running".into()))?;
-        let changed = entry.changed.notified();
-        tokio::pin!(changed);
-        changed.as_mut().enable();
         match Supervisor::from_ref(supervisor)
             .start_child(self.child_spec(entry))
             .await
         {
             Ok(()) => Ok(()),
             Err(SupervisorError::DuplicateChild { .. }) => {
+                // Someone else started it, or it is waiting out a restart backoff.
+                let changed = entry.changed.notified();
+                tokio::pin!(changed);
+                changed.as_mut().enable();
                 if entry.mailbox().is_none() {
                     let _ = tokio::time::timeout(RESTART_POLL, changed).await;
                 }

@@ -8,9 +8,9 @@ use super::{Batch, Done, Durability, Store, StoreError, StoreStats, Table, Write
 const SHARDS: usize = 16;
 
 /// One table's entries, grouped by the key's part before its first 0 byte (a mailbox's
-/// recipient). Each group's map stays as small as one mailbox, so inserting is a hash lookup
-/// and a shallow tree walk however much the store holds. Keys without a 0 byte (agent ids)
-/// live in `flat`.
+/// recipient). Each group's map (keyed by the whole key) stays as small as one mailbox, so
+/// inserting is a hash lookup and a shallow tree walk however much the store holds. Keys
+/// without a 0 byte (agent ids) live in `flat`.
 #[derive(Debug, Default)]
 struct TableMap {
     groups: HashMap<Vec<u8>, BTreeMap<Vec<u8>, Vec<u8>>>,
@@ -25,18 +25,15 @@ fn split(key: &[u8]) -> Option<(&[u8], &[u8])> {
 impl TableMap {
     fn insert(&mut self, key: Vec<u8>, value: Vec<u8>) {
         match split(&key) {
-            Some((group, rest)) => {
-                let rest = rest.to_vec();
-                match self.groups.get_mut(group) {
-                    Some(map) => {
-                        map.insert(rest, value);
-                    }
-                    None => {
-                        self.groups
-                            .insert(group.to_vec(), BTreeMap::from([(rest, value)]));
-                    }
+            Some((group, _)) => match self.groups.get_mut(group) {
+                Some(map) => {
+                    map.insert(key, value);
                 }
-            }
+                None => {
+                    let group = group.to_vec();
+                    self.groups.insert(group, BTreeMap::from([(key, value)]));
+                }
+            },
             None => {
                 self.flat.insert(key, value);
             }
@@ -45,9 +42,9 @@ impl TableMap {
 
     fn remove(&mut self, key: &[u8]) {
         match split(key) {
-            Some((group, rest)) => {
+            Some((group, _)) => {
                 if let Some(map) = self.groups.get_mut(group) {
-                    map.remove(rest);
+                    map.remove(key);
                     if map.is_empty() {
                         self.groups.remove(group);
                     }
@@ -61,38 +58,35 @@ impl TableMap {
 
     fn get(&self, key: &[u8]) -> Option<&Vec<u8>> {
         match split(key) {
-            Some((group, rest)) => self.groups.get(group)?.get(rest),
+            Some((group, _)) => self.groups.get(group)?.get(key),
             None => self.flat.get(key),
         }
     }
 
     /// Entries whose key starts with `prefix`, unsorted.
     fn collect(&self, prefix: &[u8], out: &mut Vec<(Vec<u8>, Vec<u8>)>) {
-        let within =
-            |group: &[u8], map: &BTreeMap<Vec<u8>, Vec<u8>>, rest: &[u8], out: &mut Vec<_>| {
-                for (k, v) in map.range(rest.to_vec()..) {
-                    if !k.starts_with(rest) {
-                        break;
-                    }
-                    out.push(([group, k.as_slice()].concat(), v.clone()));
+        let within = |map: &BTreeMap<Vec<u8>, Vec<u8>>, out: &mut Vec<_>| {
+            let from: &[u8] = prefix;
+            for (k, v) in
+                map.range::<[u8], _>((std::ops::Bound::Included(from), std::ops::Bound::Unbounded))
+            {
+                if !k.starts_with(prefix) {
+                    break;
                 }
-            };
+                out.push((k.clone(), v.clone()));
+            }
+        };
         match split(prefix) {
-            Some((group, rest)) => {
+            Some((group, _)) => {
                 if let Some(map) = self.groups.get(group) {
-                    within(group, map, rest, out);
+                    within(map, out);
                 }
             }
             None => {
-                for (k, v) in self.flat.range(prefix.to_vec()..) {
-                    if !k.starts_with(prefix) {
-                        break;
-                    }
-                    out.push((k.clone(), v.clone()));
-                }
+                within(&self.flat, out);
                 for (group, map) in &self.groups {
                     if group.starts_with(prefix) {
-                        within(group, map, b"", out);
+                        within(map, out);
                     }
                 }
             }
@@ -152,26 +146,36 @@ impl MemoryStore {
 
     fn apply(&self, batch: Batch) {
         let n = batch.len() as u64;
-        let shard_per_write: Vec<usize> = batch
-            .writes
-            .iter()
-            .map(|w| self.shard_of(key_of(w)))
-            .collect();
-        let mut touched = shard_per_write.clone();
-        touched.sort_unstable();
-        touched.dedup();
-        let mut guards: Vec<_> = touched.iter().map(|&i| self.lock(i)).collect();
-        for (write, shard) in batch.writes.into_iter().zip(shard_per_write) {
-            let at = touched.binary_search(&shard).unwrap_or(0);
-            let tables = &mut guards[at];
-            match write {
-                Write::Put { table, key, value } => tables[table.index()].insert(key, value),
-                Write::Delete { table, key } => tables[table.index()].remove(&key),
+        if let [write] = batch.writes() {
+            // The common case, without the bookkeeping of several shards.
+            let mut tables = self.lock(self.shard_of(key_of(write)));
+            for write in batch.writes {
+                apply_one(&mut tables, write);
+            }
+        } else if n > 0 {
+            let shard_per_write: Vec<usize> = batch
+                .writes
+                .iter()
+                .map(|w| self.shard_of(key_of(w)))
+                .collect();
+            let mut touched = shard_per_write.clone();
+            touched.sort_unstable();
+            touched.dedup();
+            let mut guards: Vec<_> = touched.iter().map(|&i| self.lock(i)).collect();
+            for (write, shard) in batch.writes.into_iter().zip(shard_per_write) {
+                let at = touched.binary_search(&shard).unwrap_or(0);
+                apply_one(&mut guards[at], write);
             }
         }
-        drop(guards);
         self.batches.fetch_add(1, Ordering::Relaxed);
         self.writes.fetch_add(n, Ordering::Relaxed);
+    }
+}
+
+fn apply_one(tables: &mut Tables, write: Write) {
+    match write {
+        Write::Put { table, key, value } => tables[table.index()].insert(key, value),
+        Write::Delete { table, key } => tables[table.index()].remove(&key),
     }
 }
 
@@ -199,14 +203,13 @@ impl Store for MemoryStore {
         visit: &mut dyn FnMut(&[u8], &[u8]) -> bool,
     ) -> Result<(), StoreError> {
         // A prefix that names a group lies in one shard; any other may span them all.
-        let shards: Vec<usize> = if split(prefix).is_some() {
-            vec![self.shard_of(prefix)]
-        } else {
-            (0..SHARDS).collect()
-        };
         let mut found = Vec::new();
-        for i in shards {
-            self.lock(i)[table.index()].collect(prefix, &mut found);
+        if split(prefix).is_some() {
+            self.lock(self.shard_of(prefix))[table.index()].collect(prefix, &mut found);
+        } else {
+            for i in 0..SHARDS {
+                self.lock(i)[table.index()].collect(prefix, &mut found);
+            }
         }
         found.sort_unstable_by(|a, b| a.0.cmp(&b.0));
         for (k, v) in &found {

@@ -9,7 +9,7 @@ use guildhall::{
 };
 use serde_json::json;
 
-use crate::support::eventually;
+use crate::support::{eventually, mailbox_restarts};
 
 async fn swarm(config: MailboxConfig) -> (Runtime, Agent, Vec<Agent>, Vec<Agent>) {
     let rt = Runtime::builder()
@@ -388,8 +388,7 @@ async fn a_mailbox_crashing_mid_stream_loses_and_duplicates_nothing() {
         .await;
         eventually(Duration::from_secs(30), || async { pms[0].crash_mailbox() }).await;
         eventually(Duration::from_secs(30), || async {
-            let tree = rt.tree().await.unwrap();
-            tree.find(&["mailboxes", "pm-0"]).map(|n| n.restarts) == Some(k as u32)
+            mailbox_restarts(&rt, "pm-0").await == Some(k as u32)
         })
         .await;
     }

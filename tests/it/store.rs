@@ -6,7 +6,7 @@ use guildhall::store::{self, Batch, RedbStore, Store, StoreError, Table, codec};
 use guildhall::{AgentSpec, BuildError, InboxQuery, MailboxConfig, Outgoing, Runtime};
 
 use crate::mailbox::assert_in_order;
-use crate::support::eventually;
+use crate::support::{eventually, mailbox_restarts};
 
 async fn durable(dir: &std::path::Path) -> Runtime {
     Runtime::builder()
@@ -94,8 +94,7 @@ async fn a_durable_mailbox_crashing_mid_stream_loses_and_duplicates_nothing() {
     for k in 1..=3u32 {
         eventually(Duration::from_secs(30), || async { pm.crash_mailbox() }).await;
         eventually(Duration::from_secs(30), || async {
-            let tree = rt.tree().await.unwrap();
-            tree.find(&["mailboxes", "pm"]).map(|n| n.restarts) == Some(k)
+            mailbox_restarts(&rt, "pm").await == Some(k)
         })
         .await;
     }

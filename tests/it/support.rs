@@ -190,3 +190,14 @@ pub async fn one_chaos(
 pub fn input(act: Act) -> ChaosInput {
     ChaosInput { act, id: 0 }
 }
+
+/// How many times agent `id`'s mailbox was restarted, wherever its partition is; `None` if it
+/// is not running.
+pub async fn mailbox_restarts(rt: &guildhall::Runtime, id: &str) -> Option<u32> {
+    let tree = rt.tree().await.ok()?;
+    tree.find(&["mailboxes"])?
+        .children
+        .iter()
+        .find_map(|partition| partition.find(&[id]))
+        .map(|node| node.restarts)
+}
