@@ -146,9 +146,14 @@ impl MemoryStore {
 
     fn apply(&self, batch: Batch) {
         let n = batch.len() as u64;
-        if let [write] = batch.writes() {
-            // The common case, without the bookkeeping of several shards.
-            let mut tables = self.lock(self.shard_of(key_of(write)));
+        let first = batch.writes.first().map(|w| self.shard_of(key_of(w)));
+        if let Some(shard) = first
+            && batch.writes[1..]
+                .iter()
+                .all(|w| self.shard_of(key_of(w)) == shard)
+        {
+            // The common case (one mailbox's writes), without multi-shard bookkeeping.
+            let mut tables = self.lock(shard);
             for write in batch.writes {
                 apply_one(&mut tables, write);
             }
