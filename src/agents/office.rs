@@ -277,11 +277,21 @@ impl PostOffice {
             (false, _) => trimmed.to_owned(),
         };
         // Most messages go to one agent by id: a directory hit needs no parsing.
-        let (recipients, fan_out) = match self.directory.get(&to) {
-            Some(entry) => (vec![entry], false),
+        let recipients = match self.directory.get(&to) {
+            Some(entry) => Recipients::One(entry),
             None => {
                 let address = Address::parse(&to)?;
-                (self.resolve(sender, &address, &to)?, address.is_fan_out())
+                let entries = self.resolve(sender, &address, &to)?;
+                if address.is_fan_out() {
+                    Recipients::Many(entries)
+                } else {
+                    Recipients::One(
+                        entries
+                            .into_iter()
+                            .next()
+                            .ok_or_else(|| MailError::UnknownAgent { id: to.clone() })?,
+                    )
+                }
             }
         };
         let id = new_message_id();
@@ -309,23 +319,24 @@ impl PostOffice {
             }),
             state: DeliveryState::Delivered,
         });
-        if let [entry] = recipients.as_slice()
-            && !fan_out
-        {
-            return match self
-                .request(entry, Op::Deliver(Arc::clone(&message)))
-                .await?
-            {
-                Reply::Delivered => Ok(Receipt {
-                    id,
-                    thread: message.thread,
-                    delivered_to: vec![entry.id.clone()],
-                    rejected: Vec::new(),
-                }),
-                Reply::Failed(err) => Err(err),
-                other => Err(unexpected(&entry.id, &other)),
-            };
-        }
+        let recipients = match recipients {
+            Recipients::Many(entries) => entries,
+            Recipients::One(entry) => {
+                return match self
+                    .request(&entry, Op::Deliver(Arc::clone(&message)))
+                    .await?
+                {
+                    Reply::Delivered => Ok(Receipt {
+                        id,
+                        thread: message.thread,
+                        delivered_to: vec![entry.id.clone()],
+                        rejected: Vec::new(),
+                    }),
+                    Reply::Failed(err) => Err(err),
+                    other => Err(unexpected(&entry.id, &other)),
+                };
+            }
+        };
         let deliveries = recipients.iter().map(|entry| {
             let op = Op::Deliver(Arc::clone(&message));
             async move { (entry, self.request(entry, op).await) }
@@ -354,7 +365,7 @@ impl PostOffice {
             }
         }
         match first_error {
-            Some(err) if !fan_out || receipt.delivered_to.is_empty() => Err(err),
+            Some(err) if receipt.delivered_to.is_empty() => Err(err),
             _ => Ok(receipt),
         }
     }
@@ -569,6 +580,12 @@ impl PostOffice {
             .filter(|e| e.mailbox().is_some())
             .count()
     }
+}
+
+/// Who a send goes to: one agent (refusal is an error) or a fan-out (refusals are listed).
+enum Recipients {
+    One(Arc<AgentEntry>),
+    Many(Vec<Arc<AgentEntry>>),
 }
 
 fn check_size(what: &'static str, size: usize, limit: usize) -> Result<(), MailError> {
