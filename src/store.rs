@@ -209,6 +209,28 @@ pub async fn commit(store: &dyn Store, batch: Batch) -> Result<(), StoreError> {
     rx.await.unwrap_or(Err(StoreError::Closed))
 }
 
+/// Visits the entries whose key starts with `prefix`, in key order, each value decoded with
+/// [`codec::decode`].
+///
+/// # Errors
+/// The first read or decode error; entries after it are not visited.
+pub fn scan_values<T: serde::de::DeserializeOwned>(
+    store: &dyn Store,
+    table: Table,
+    prefix: &[u8],
+    mut visit: impl FnMut(&[u8], T),
+) -> Result<(), StoreError> {
+    let mut failed = None;
+    store.scan(table, prefix, &mut |key, value| {
+        match codec::decode(table, value) {
+            Ok(v) => visit(key, v),
+            Err(e) => failed = Some(e),
+        }
+        failed.is_none()
+    })?;
+    failed.map_or(Ok(()), Err)
+}
+
 /// Where the durable store lives unless told otherwise: `.guildhall` under the working
 /// directory, or `GUILDHALL_DATA_DIR` when set.
 pub fn default_data_dir() -> PathBuf {

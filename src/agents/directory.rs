@@ -163,17 +163,9 @@ impl Directory {
             changes: tokio::sync::Mutex::new(()),
         };
         let mut records = Vec::new();
-        let mut failed = None;
-        store.scan(Table::Agents, b"", &mut |_, v| {
-            match codec::decode::<AgentRecord>(Table::Agents, v) {
-                Ok(r) => records.push(r),
-                Err(e) => failed = Some(e),
-            }
-            failed.is_none()
+        store::scan_values(store, Table::Agents, b"", |_, r: AgentRecord| {
+            records.push(r)
         })?;
-        if let Some(err) = failed {
-            return Err(err.into());
-        }
         for record in records {
             directory.index(&record);
             directory

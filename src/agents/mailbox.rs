@@ -279,28 +279,18 @@ impl MailboxActor {
         let mut state = MailboxState::default();
         let now = now_ms();
         let mut expired = Batch::new();
-        let mut failed = None;
-        self.shared.store.scan(
+        store::scan_values(
+            &*self.shared.store,
             Table::Inbox,
             &mailbox_prefix(self.entry.id.as_str()),
-            &mut |key, value| match codec::decode::<Message>(Table::Inbox, value) {
-                Ok(m) if m.is_expired(now) => {
+            |key, m: Message| {
+                if m.is_expired(now) {
                     expired.delete(Table::Inbox, key.to_vec());
-                    true
-                }
-                Ok(m) => {
+                } else {
                     state.insert(Arc::new(m));
-                    true
-                }
-                Err(e) => {
-                    failed = Some(e);
-                    false
                 }
             },
         )?;
-        if let Some(err) = failed {
-            return Err(err.into());
-        }
         // Read messages older than the retention period go; keys sort by id, so by age.
         let prefix = mailbox_prefix(self.entry.id.as_str());
         let cutoff = message_key(
@@ -500,26 +490,16 @@ impl MailboxActor {
             }
         }
         if !query.unread_only {
-            let mut failed = None;
-            self.shared.store.scan(
+            store::scan_values(
+                &*self.shared.store,
                 Table::Archive,
                 &mailbox_prefix(self.entry.id.as_str()),
-                &mut |_, value| match codec::decode::<Message>(Table::Archive, value) {
-                    Ok(m) => {
-                        if query.matches(&m) {
-                            out.push(Arc::new(m));
-                        }
-                        true
-                    }
-                    Err(e) => {
-                        failed = Some(e);
-                        false
+                |_, m: Message| {
+                    if query.matches(&m) {
+                        out.push(Arc::new(m));
                     }
                 },
             )?;
-            if let Some(err) = failed {
-                return Err(err.into());
-            }
             out.sort_by_key(|m| (std::cmp::Reverse(m.priority), m.id));
             out.truncate(query.limit);
         }

@@ -422,15 +422,16 @@ impl PostOffice {
         self.request_waiting(entry, op, None).await
     }
 
-    /// As [`request`](Self::request); for a waiting check, `wait` is when the caller tells
-    /// the mailbox to give up on waiter `id` and answer with what it has.
+    /// As [`request`](Self::request); for a waiting check, `wait` is how long until the caller
+    /// tells the mailbox to give up on waiter `id` and answer with what it has.
     pub(crate) async fn request_waiting(
         &self,
         entry: &Arc<AgentEntry>,
         mut op: Op,
-        mut wait: Option<(Duration, u64)>,
+        wait: Option<(Duration, u64)>,
     ) -> Result<Reply, MailError> {
         let deadline = tokio::time::Instant::now() + ACTIVATION_TIMEOUT;
+        let wait = wait.map(|(after, waiter)| (tokio::time::Instant::now() + after, waiter));
         loop {
             if entry.is_retired() {
                 return Err(MailError::UnknownAgent {
@@ -447,11 +448,11 @@ impl PostOffice {
             let _ = mailbox.cast(MailboxMsg::Request(Request::new(op, tx)));
             let answer = match wait {
                 None => rx.await,
-                Some((after, waiter)) => {
+                Some((until, waiter)) => {
                     tokio::select! {
                         biased;
                         answer = &mut rx => answer,
-                        () = tokio::time::sleep(after) => {
+                        () = tokio::time::sleep_until(until) => {
                             let _ = mailbox.cast(MailboxMsg::WaitExpired(waiter));
                             rx.await
                         }
@@ -464,10 +465,10 @@ impl PostOffice {
                 // Dropped mid-handling by a crash, before anything was stored.
                 Err(_) => retry,
             };
-            // Whatever is asked again is asked without waiting: the wait may be over.
-            if let Op::Check(query, _) = &mut op {
-                query.wait = None;
-                wait = None;
+            // Asked again, a check waits only for what is left of its wait.
+            if let (Op::Check(query, _), Some((until, _))) = (&mut op, wait) {
+                let left = until.saturating_duration_since(tokio::time::Instant::now());
+                query.wait = (!left.is_zero()).then_some(left);
             }
             let changed = entry.changed.notified();
             tokio::pin!(changed);
