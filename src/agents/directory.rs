@@ -28,10 +28,10 @@ pub struct AgentRecord {
     /// Its role (`tl`, `pm`, `dev`, ...).
     pub role: String,
     /// The agent it reports to.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(default)]
     pub parent: Option<AgentId>,
     /// Anything else worth knowing about it.
-    #[serde(default, skip_serializing_if = "Value::is_null")]
+    #[serde(default)]
     pub metadata: Value,
     /// When it was first registered, in milliseconds since the Unix epoch.
     pub registered_ms: u64,

@@ -66,19 +66,19 @@ pub struct Message {
     /// The text.
     pub body: String,
     /// Optional structured data.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(default)]
     pub payload: Option<Value>,
     /// The thread: the id of the message that started it.
     pub thread: Uuid,
     /// The message this one answers.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(default)]
     pub reply_to: Option<Uuid>,
     /// How urgent it is.
     pub priority: Priority,
     /// When it was sent, in milliseconds since the Unix epoch.
     pub created_ms: u64,
     /// When it stops being delivered, in milliseconds since the Unix epoch.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(default)]
     pub expires_ms: Option<u64>,
     /// Delivered, read or acknowledged.
     pub state: DeliveryState,
