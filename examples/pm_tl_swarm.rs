@@ -142,7 +142,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut summaries = 0;
     while summaries < PMS {
         for summary in receive(&tl, PMS).await {
-            let payload = summary.payload.clone().unwrap_or_default();
+            let payload = summary.payload.as_deref().cloned().unwrap_or_default();
             println!(
                 "tl     heard from {}: {} ({:?})",
                 summary.from, summary.body, summary.subject

@@ -51,7 +51,8 @@ pub enum DeliveryState {
     Acknowledged,
 }
 
-/// One message as delivered to one recipient.
+/// One message as delivered to one recipient. Its text is shared (`Arc<str>`), so a copy in
+/// another state costs no copy of the text.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Message {
     /// UUID v7: ids sort by creation time.
@@ -60,14 +61,14 @@ pub struct Message {
     pub from: AgentId,
     /// The address as the sender wrote it (`pm-1`, `role:dev`, `parent`, `*`, ...). Every
     /// recipient of a fan-out shares the message, its id included.
-    pub to: String,
+    pub to: Arc<str>,
     /// A one-line summary.
-    pub subject: String,
+    pub subject: Arc<str>,
     /// The text.
-    pub body: String,
+    pub body: Arc<str>,
     /// Optional structured data.
     #[serde(default)]
-    pub payload: Option<Value>,
+    pub payload: Option<Arc<Value>>,
     /// The thread: the id of the message that started it.
     pub thread: Uuid,
     /// The message this one answers.

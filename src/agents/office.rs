@@ -298,18 +298,18 @@ impl PostOffice {
         let created_ms = now_ms();
         let subject = match (&original, out.subject.is_empty()) {
             (Some(original), true) if !original.subject.starts_with("Re: ") => {
-                format!("Re: {}", original.subject)
+                Arc::from(format!("Re: {}", original.subject))
             }
-            (Some(original), true) => original.subject.clone(),
-            _ => out.subject,
+            (Some(original), true) => Arc::clone(&original.subject),
+            _ => Arc::from(out.subject),
         };
         let message = Arc::new(Message {
             id,
             from: sender.id.clone(),
-            to,
+            to: Arc::from(to),
             subject,
-            body: out.body,
-            payload: out.payload,
+            body: Arc::from(out.body),
+            payload: out.payload.map(Arc::new),
             thread: original.as_ref().map_or(id, |o| o.thread),
             reply_to: original.as_ref().map(|o| o.id),
             priority: out.priority,

@@ -69,7 +69,7 @@ pub struct MessageView {
 impl MessageView {
     fn of(message: &Message, full: bool) -> Self {
         let (body, preview) = if full {
-            (Some(message.body.clone()), None)
+            (Some(message.body.to_string()), None)
         } else {
             let mut preview: String = message.body.chars().take(PREVIEW_CHARS).collect();
             if preview.len() < message.body.len() {
@@ -80,8 +80,8 @@ impl MessageView {
         Self {
             id: message.id.to_string(),
             from: message.from.to_string(),
-            to: message.to.clone(),
-            subject: message.subject.clone(),
+            to: message.to.to_string(),
+            subject: message.subject.to_string(),
             priority: message.priority,
             created: rfc3339(message.created_ms),
             thread: message.thread.to_string(),
@@ -90,7 +90,11 @@ impl MessageView {
             expires: message.expires_ms.map(rfc3339),
             body,
             preview,
-            payload: if full { message.payload.clone() } else { None },
+            payload: if full {
+                message.payload.as_deref().cloned()
+            } else {
+                None
+            },
         }
     }
 }

@@ -103,7 +103,7 @@ fn acknowledged_messages_survive_sigkill_exactly_once() {
                 .await
                 .unwrap();
             let stored: HashSet<String> = inbox.messages.iter().map(|m| m.id.to_string()).collect();
-            let bodies: HashSet<&str> = inbox.messages.iter().map(|m| m.body.as_str()).collect();
+            let bodies: HashSet<&str> = inbox.messages.iter().map(|m| &*m.body).collect();
             assert_eq!(
                 bodies.len(),
                 inbox.messages.len(),
@@ -113,7 +113,7 @@ fn acknowledged_messages_survive_sigkill_exactly_once() {
                 inbox
                     .messages
                     .iter()
-                    .all(|m| m.subject == format!("r{round}")),
+                    .all(|m| *m.subject == format!("r{round}")),
                 "round {round}: a message of another round is still unread"
             );
             let lost: Vec<&String> = acked.iter().filter(|id| !stored.contains(*id)).collect();

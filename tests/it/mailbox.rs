@@ -51,7 +51,7 @@ async fn subjects(agent: &Agent) -> Vec<String> {
         })
         .await
         .unwrap();
-    inbox.messages.iter().map(|m| m.subject.clone()).collect()
+    inbox.messages.iter().map(|m| m.subject.to_string()).collect()
 }
 
 fn ids(names: &[&guildhall::agents::AgentId]) -> Vec<String> {
@@ -149,7 +149,7 @@ async fn replies_keep_the_thread_and_go_back_to_the_sender() {
         .unwrap();
     assert_eq!(reply.thread, first.id);
     let answer = tl.read(reply.id).await.unwrap();
-    assert_eq!(answer.subject, "Re: plan the sprint");
+    assert_eq!(&*answer.subject, "Re: plan the sprint");
     assert_eq!(answer.reply_to, Some(first.id));
     assert_eq!(answer.from.as_str(), "pm-0");
     let again = tl
@@ -165,7 +165,7 @@ async fn replies_keep_the_thread_and_go_back_to_the_sender() {
         })
         .await
         .unwrap();
-    let subjects: Vec<_> = thread.messages.iter().map(|m| m.subject.as_str()).collect();
+    let subjects: Vec<_> = thread.messages.iter().map(|m| &*m.subject).collect();
     assert_eq!(subjects, ["plan the sprint", "Re: plan the sprint"]);
     // Replying to a message that is not in your mailbox is refused.
     let err = pms[1]
@@ -203,7 +203,7 @@ async fn inbox_lists_by_priority_then_age_and_filters() {
         })
         .await
         .unwrap();
-    let s: Vec<_> = urgent.messages.iter().map(|m| m.subject.as_str()).collect();
+    let s: Vec<_> = urgent.messages.iter().map(|m| &*m.subject).collect();
     assert_eq!(s, ["u1", "u2"]);
     assert_eq!(urgent.unread, 6);
     // The cursor is the newest listed message: only later arrivals come after it.
@@ -216,7 +216,7 @@ async fn inbox_lists_by_priority_then_age_and_filters() {
         })
         .await
         .unwrap();
-    let s: Vec<_> = later.messages.iter().map(|m| m.subject.as_str()).collect();
+    let s: Vec<_> = later.messages.iter().map(|m| &*m.subject).collect();
     assert_eq!(s, ["n3"]);
     rt.shutdown().await;
 }
@@ -243,7 +243,7 @@ async fn read_marks_and_acknowledgements_change_state() {
     let b = tl.send(Outgoing::to("pm-0").subject("b")).await.unwrap();
     let read = pms[0].read(a.id).await.unwrap();
     assert_eq!(
-        (read.body.as_str(), read.state),
+        (&*read.body, read.state),
         ("alpha", DeliveryState::Read)
     );
     assert_eq!(subjects(&pms[0]).await, ["b"]);
@@ -322,7 +322,7 @@ async fn wait_wakes_on_arrival_and_returns_empty_on_timeout() {
     let inbox = waiting.await.unwrap().unwrap();
     // ...one that does, does, long before the wait is up (time is paused: no real waiting).
     assert!(start.elapsed() < Duration::from_secs(60));
-    let s: Vec<_> = inbox.messages.iter().map(|m| m.subject.as_str()).collect();
+    let s: Vec<_> = inbox.messages.iter().map(|m| &*m.subject).collect();
     assert_eq!(s, ["hot"]);
     // Nothing arrives: an empty answer when the wait is over, not an error.
     let start = tokio::time::Instant::now();

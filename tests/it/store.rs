@@ -30,7 +30,7 @@ async fn unread_subjects(rt: &Runtime, agent: &str) -> Vec<String> {
         })
         .await
         .unwrap();
-    inbox.messages.iter().map(|m| m.subject.clone()).collect()
+    inbox.messages.iter().map(|m| m.subject.to_string()).collect()
 }
 
 #[tokio::test]
@@ -68,7 +68,7 @@ async fn agents_messages_and_read_state_survive_a_restart() {
     assert_eq!(rt.lookup_agent("tl").unwrap().metadata["model"], "opus");
     assert_eq!(unread_subjects(&rt, "pm").await, ["keep me"]);
     assert_eq!(pm.read(read.id).await.unwrap().state, DeliveryState::Read);
-    assert_eq!(pm.read(kept.id).await.unwrap().body, "b");
+    assert_eq!(&*pm.read(kept.id).await.unwrap().body, "b");
     rt.shutdown().await;
 }
 
