@@ -450,26 +450,24 @@ impl MailboxActor {
                 return;
             }
         };
-        let taken: Vec<Uuid> = if query.mark_read {
-            messages
+        // Taking: the read copies go to the caller, and (encoded) to the archive.
+        let mut taken = Vec::new();
+        let mut batch = Batch::new();
+        if query.mark_read {
+            for m in messages
                 .iter_mut()
                 .filter(|m| m.state == DeliveryState::Delivered)
-                .map(|m| {
-                    *m = m.with_state(DeliveryState::Read);
-                    m.id
-                })
-                .collect()
-        } else {
-            Vec::new()
-        };
+            {
+                *m = m.with_state(DeliveryState::Read);
+                self.archive(&mut batch, m);
+                taken.push(m.id);
+            }
+        }
         let unread = state.count - taken.len();
         // Marked only once the caller has the messages: a caller that gave up loses nothing.
         if reply.send(Reply::Inbox(Inbox { messages, unread })).is_ok() && !taken.is_empty() {
-            let mut batch = Batch::new();
             for id in &taken {
-                if let Some(message) = state.remove(id) {
-                    self.archive(&mut batch, &message.with_state(DeliveryState::Read));
-                }
+                state.remove(id);
             }
             self.write(myself, state, batch, None);
         }
