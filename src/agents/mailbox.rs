@@ -421,17 +421,21 @@ impl MailboxActor {
         state: &mut MailboxState,
         message: Arc<Message>,
     ) {
-        let woken: Vec<usize> = state
-            .waiters
-            .iter()
-            .enumerate()
-            .filter(|(_, w)| w.query.matches(&message))
-            .map(|(i, _)| i)
-            .collect();
+        let id = message.id;
         state.insert(message);
-        for i in woken.into_iter().rev() {
-            let waiter = state.waiters.swap_remove(i);
-            self.answer(myself, state, waiter.query, waiter.reply);
+        // Oldest waiter first. Once a waiter has taken the message, it no longer wakes
+        // anyone: the others go on waiting rather than get an empty answer.
+        let mut i = 0;
+        while i < state.waiters.len() {
+            let Some(message) = state.get(&id) else {
+                break;
+            };
+            if state.waiters[i].query.matches(message) {
+                let waiter = state.waiters.remove(i);
+                self.answer(myself, state, waiter.query, waiter.reply);
+            } else {
+                i += 1;
+            }
         }
     }
 

@@ -51,7 +51,11 @@ async fn subjects(agent: &Agent) -> Vec<String> {
         })
         .await
         .unwrap();
-    inbox.messages.iter().map(|m| m.subject.to_string()).collect()
+    inbox
+        .messages
+        .iter()
+        .map(|m| m.subject.to_string())
+        .collect()
 }
 
 fn ids(names: &[&guildhall::agents::AgentId]) -> Vec<String> {
@@ -242,10 +246,7 @@ async fn read_marks_and_acknowledgements_change_state() {
         .unwrap();
     let b = tl.send(Outgoing::to("pm-0").subject("b")).await.unwrap();
     let read = pms[0].read(a.id).await.unwrap();
-    assert_eq!(
-        (&*read.body, read.state),
-        ("alpha", DeliveryState::Read)
-    );
+    assert_eq!((&*read.body, read.state), ("alpha", DeliveryState::Read));
     assert_eq!(subjects(&pms[0]).await, ["b"]);
     assert_eq!(pms[0].mark_read(&[a.id, b.id], true).await.unwrap(), 2);
     assert!(subjects(&pms[0]).await.is_empty());
@@ -335,6 +336,39 @@ async fn wait_wakes_on_arrival_and_returns_empty_on_timeout() {
         .unwrap();
     assert!(empty.messages.is_empty());
     assert!(start.elapsed() >= Duration::from_secs(30));
+    rt.shutdown().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn one_message_wakes_one_taker_and_the_others_keep_waiting() {
+    let (rt, tl, pms, _) = swarm(MailboxConfig::default()).await;
+    let take = InboxQuery {
+        wait: Some(Duration::from_secs(3600)),
+        mark_read: true,
+        ..query()
+    };
+    // Both waits reach the mailbox (first poll) before anything is sent; a plain check
+    // behind them in its queue makes sure they are registered.
+    pms[0].check_inbox(query()).await.unwrap();
+    let mut a = Box::pin(pms[0].check_inbox(take.clone()));
+    let mut b = Box::pin(pms[0].check_inbox(take));
+    assert!(futures::poll!(a.as_mut()).is_pending());
+    assert!(futures::poll!(b.as_mut()).is_pending());
+    pms[0].check_inbox(query()).await.unwrap();
+    tl.send(Outgoing::to("pm-0").subject("one")).await.unwrap();
+    let start = tokio::time::Instant::now();
+    let got = a.await.unwrap();
+    assert_eq!(got.messages.len(), 1);
+    assert!(
+        futures::poll!(b.as_mut()).is_pending(),
+        "the second taker was answered empty"
+    );
+    // The second taker was not answered empty: it gets the next message.
+    tl.send(Outgoing::to("pm-0").subject("two")).await.unwrap();
+    let got = b.await.unwrap();
+    let s: Vec<_> = got.messages.iter().map(|m| &*m.subject).collect();
+    assert_eq!(s, ["two"]);
+    assert!(start.elapsed() < Duration::from_secs(60));
     rt.shutdown().await;
 }
 

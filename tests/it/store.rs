@@ -30,7 +30,11 @@ async fn unread_subjects(rt: &Runtime, agent: &str) -> Vec<String> {
         })
         .await
         .unwrap();
-    inbox.messages.iter().map(|m| m.subject.to_string()).collect()
+    inbox
+        .messages
+        .iter()
+        .map(|m| m.subject.to_string())
+        .collect()
 }
 
 #[tokio::test]
