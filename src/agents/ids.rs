@@ -105,11 +105,12 @@ pub(crate) fn now_ms() -> u64 {
 /// The last id handed out: milliseconds in the high 48 bits, a counter in the low 16.
 static LAST_ID: AtomicU64 = AtomicU64::new(0);
 
-/// A new UUID v7 message id, strictly increasing within this process: ids sort in the order
+/// A new UUID v7 message id for a message made at `now_ms`, strictly increasing within this
+/// process: ids sort in the order
 /// they were made, so one sender's messages to one receiver sort in the order sent. Within
 /// one millisecond a 16-bit counter orders them (after 65,536 the clock is borrowed from).
-pub(crate) fn new_message_id() -> Uuid {
-    let now = now_ms() << 16;
+pub(crate) fn new_message_id(now_ms: u64) -> Uuid {
+    let now = now_ms << 16;
     let mut prev = LAST_ID.load(Ordering::Relaxed);
     let next = loop {
         let next = now.max(prev + 1);
@@ -138,7 +139,7 @@ mod tests {
 
     #[test]
     fn message_ids_are_v7_and_strictly_increasing() {
-        let ids: Vec<Uuid> = (0..100_000).map(|_| new_message_id()).collect();
+        let ids: Vec<Uuid> = (0..100_000).map(|_| new_message_id(now_ms())).collect();
         for pair in ids.windows(2) {
             assert!(pair[0] < pair[1]);
             assert!(pair[0].as_bytes() < pair[1].as_bytes());

@@ -294,8 +294,8 @@ impl PostOffice {
                 }
             }
         };
-        let id = new_message_id();
         let created_ms = now_ms();
+        let id = new_message_id(created_ms);
         let subject = match (&original, out.subject.is_empty()) {
             (Some(original), true) if !original.subject.starts_with("Re: ") => {
                 Arc::from(format!("Re: {}", original.subject))
@@ -430,7 +430,11 @@ impl PostOffice {
         mut op: Op,
         wait: Option<(Duration, u64)>,
     ) -> Result<Reply, MailError> {
-        let deadline = tokio::time::Instant::now() + ACTIVATION_TIMEOUT;
+        // The clock is read only when something goes wrong: the common path needs no deadline.
+        let mut deadline = None;
+        let mut deadline = move || {
+            *deadline.get_or_insert_with(|| tokio::time::Instant::now() + ACTIVATION_TIMEOUT)
+        };
         let wait = wait.map(|(after, waiter)| (tokio::time::Instant::now() + after, waiter));
         loop {
             if entry.is_retired() {
@@ -439,7 +443,7 @@ impl PostOffice {
                 });
             }
             let Some(mailbox) = entry.mailbox() else {
-                self.activate(entry, deadline).await?;
+                self.activate(entry, deadline()).await?;
                 continue;
             };
             let (tx, mut rx) = oneshot::channel();
@@ -480,12 +484,12 @@ impl PostOffice {
                 // Dead but still published: its supervisor is restarting it, or it was
                 // stopped without a chance to clear its slot.
                 let wait = RESTART_POLL
-                    .min(deadline.saturating_duration_since(tokio::time::Instant::now()));
+                    .min(deadline().saturating_duration_since(tokio::time::Instant::now()));
                 if tokio::time::timeout(wait, changed).await.is_err() {
-                    self.activate(entry, deadline).await?;
+                    self.activate(entry, deadline()).await?;
                 }
             }
-            if tokio::time::Instant::now() >= deadline {
+            if tokio::time::Instant::now() >= deadline() {
                 return Err(MailError::Unavailable {
                     agent: entry.id.to_string(),
                     reason: format!("it did not start within {ACTIVATION_TIMEOUT:?}"),
