@@ -1,6 +1,7 @@
 //! The post office: routes requests to mailbox actors, starting them on demand, and sends
 //! messages to the agents an address names.
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, PoisonError, RwLock, Weak};
 use std::time::{Duration, Instant};
 
@@ -33,6 +34,7 @@ pub(crate) struct Shared {
     /// `hash(id) % partitions.len()`. Each publishes itself here when it (re)starts.
     partitions: Vec<RwLock<Option<ActorRef<SupervisorMsg>>>>,
     epoch: Instant,
+    coarse_now: AtomicU64,
 }
 
 /// How many partitions: one per core, at least two. Mailboxes start in parallel across
@@ -43,9 +45,17 @@ fn partition_count() -> usize {
 }
 
 impl Shared {
-    /// Milliseconds since the post office started: the clock of idleness.
+    /// Milliseconds since the post office started, as of the last passivation sweep: the
+    /// clock of idleness. Coarse on purpose: every request marks its mailbox active, and
+    /// reading this costs an atomic load where reading the real clock costs a clock read.
     pub(crate) fn clock(&self) -> u64 {
-        u64::try_from(self.epoch.elapsed().as_millis()).unwrap_or(u64::MAX)
+        self.coarse_now.load(Ordering::Relaxed)
+    }
+
+    fn tick(&self) -> u64 {
+        let now = u64::try_from(self.epoch.elapsed().as_millis()).unwrap_or(u64::MAX);
+        self.coarse_now.store(now, Ordering::Relaxed);
+        now
     }
 
     /// The partition supervisor of agent `id`.
@@ -130,6 +140,7 @@ impl PostOffice {
                 root: RwLock::new(None),
                 partitions: (0..partition_count()).map(|_| RwLock::new(None)).collect(),
                 epoch: Instant::now(),
+                coarse_now: AtomicU64::new(0),
             }),
             directory,
             sweep: std::sync::Mutex::new(None),
@@ -165,7 +176,9 @@ impl PostOffice {
     /// Starts the passivation sweep (needs a tokio runtime).
     pub(crate) fn start_sweep(self: &Arc<Self>) {
         let idle = self.shared.config.idle;
-        let every = (idle / 2).clamp(Duration::from_millis(5), Duration::from_secs(30));
+        // The sweep also advances the coarse clock: a mailbox is passivated after between
+        // `idle` and `idle` plus a quarter of it.
+        let every = (idle / 4).clamp(Duration::from_millis(5), Duration::from_secs(15));
         let office: Weak<Self> = Arc::downgrade(self);
         let task = tokio::spawn(async move {
             let mut tick = tokio::time::interval(every);
@@ -175,7 +188,7 @@ impl PostOffice {
                 let Some(office) = office.upgrade() else {
                     return;
                 };
-                let now = office.shared.clock();
+                let now = office.shared.tick();
                 let idle_ms = u64::try_from(idle.as_millis()).unwrap_or(u64::MAX);
                 for entry in office.directory.entries() {
                     if now.saturating_sub(entry.last_active()) >= idle_ms
