@@ -10,12 +10,13 @@ use super::{Batch, Done, Durability, Store, StoreError, StoreStats, Table, Write
 const SHARDS: usize = 16;
 
 /// One table's entries, grouped by the key's part before its first 0 byte (a mailbox's
-/// recipient). Each group's map (keyed by the whole key) stays as small as one mailbox, so
-/// inserting is a hash lookup and a shallow tree walk however much the store holds. Keys
-/// without a 0 byte (agent ids) live in `flat`.
+/// recipient). Each group is a hash map keyed by the whole key, so a write is two hash
+/// lookups however much the store holds; a scan of a group sorts what it finds (scans are
+/// rare: a mailbox starting, a listing of read messages). Keys without a 0 byte (agent ids)
+/// live in the ordered `flat`.
 #[derive(Debug, Default)]
 struct TableMap {
-    groups: FxHashMap<Vec<u8>, BTreeMap<Vec<u8>, Vec<u8>>>,
+    groups: FxHashMap<Vec<u8>, FxHashMap<Vec<u8>, Vec<u8>>>,
     flat: BTreeMap<Vec<u8>, Vec<u8>>,
 }
 
@@ -33,7 +34,9 @@ impl TableMap {
                 }
                 None => {
                     let group = group.to_vec();
-                    self.groups.insert(group, BTreeMap::from([(key, value)]));
+                    let mut map = FxHashMap::default();
+                    map.insert(key, value);
+                    self.groups.insert(group, map);
                 }
             },
             None => {
@@ -67,28 +70,27 @@ impl TableMap {
 
     /// Entries whose key starts with `prefix`, unsorted.
     fn collect(&self, prefix: &[u8], out: &mut Vec<(Vec<u8>, Vec<u8>)>) {
-        let within = |map: &BTreeMap<Vec<u8>, Vec<u8>>, out: &mut Vec<_>| {
-            let from: &[u8] = prefix;
-            for (k, v) in
-                map.range::<[u8], _>((std::ops::Bound::Included(from), std::ops::Bound::Unbounded))
-            {
-                if !k.starts_with(prefix) {
-                    break;
-                }
-                out.push((k.clone(), v.clone()));
-            }
-        };
+        let matching =
+            |(k, v): (&Vec<u8>, &Vec<u8>)| k.starts_with(prefix).then(|| (k.clone(), v.clone()));
         match split(prefix) {
             Some((group, _)) => {
                 if let Some(map) = self.groups.get(group) {
-                    within(map, out);
+                    out.extend(map.iter().filter_map(matching));
                 }
             }
             None => {
-                within(&self.flat, out);
+                let from: &[u8] = prefix;
+                out.extend(
+                    self.flat
+                        .range::<[u8], _>((
+                            std::ops::Bound::Included(from),
+                            std::ops::Bound::Unbounded,
+                        ))
+                        .map_while(matching),
+                );
                 for (group, map) in &self.groups {
                     if group.starts_with(prefix) {
-                        within(map, out);
+                        out.extend(map.iter().filter_map(matching));
                     }
                 }
             }
