@@ -14,6 +14,7 @@ use tracing_subscriber::EnvFilter;
 ///
 /// Every tool runs as a supervised actor: a crash restarts only that tool, a stuck call is
 /// cancelled and its tool restarted, and a failing tool's circuit opens so callers fail fast.
+/// Agents talk through durable mailboxes kept in an embedded store (`--data-dir`).
 #[derive(Debug, Parser)]
 #[command(name = "guildhall", version, about, long_about)]
 struct Cli {
@@ -38,8 +39,9 @@ struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
-    /// Run a short demonstration of supervised tools: calls, a crash and its restart, a stuck
-    /// call cancelled and replaced, and the supervision tree.
+    /// Run a short demonstration: tool calls, a crash and its restart, a stuck call cancelled
+    /// and replaced, two agents talking through mailboxes in the store, and the supervision
+    /// tree.
     Demo(demo::DemoArgs),
     /// Measure the runtime against baselines run in the same process.
     Bench(bench::BenchArgs),
