@@ -54,6 +54,7 @@
 
 pub mod agents;
 pub mod bench;
+pub mod context;
 mod error;
 pub mod options;
 pub mod pipeline;
