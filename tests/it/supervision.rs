@@ -3,8 +3,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use guildhall::supervision::{
-    Backoff, ChildSpec, ChildStatus, Restart, RestartIntensity, Shutdown, Strategy, Supervisor,
-    SupervisorSpec,
+    Backoff, ChildSpec, ChildStatus, DynamicSpec, Restart, RestartIntensity, Shutdown, Strategy,
+    Supervisor, SupervisorError, SupervisorSpec,
 };
 use ractor::{Actor, ActorProcessingErr, ActorRef};
 
@@ -334,4 +334,70 @@ async fn one_childs_backoff_does_not_delay_a_sibling() {
         start.elapsed()
     );
     sup.shutdown().await.unwrap();
+}
+
+fn dynamic(max_restarts: u32) -> DynamicSpec {
+    DynamicSpec {
+        intensity: RestartIntensity::new(max_restarts, Duration::from_secs(5)),
+        backoff: Backoff::none(),
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn dynamic_supervisor_restarts_crashed_children_and_forgets_finished_ones() {
+    let world = World::default();
+    let (sup, _) = Supervisor::spawn_dynamic(dynamic(10), None).await.unwrap();
+    for id in ["c", "a", "b"] {
+        sup.start_child(world.spec(id).restart(Restart::Transient))
+            .await
+            .unwrap();
+    }
+    let duplicate = sup.start_child(world.spec("a")).await;
+    assert!(
+        matches!(duplicate, Err(SupervisorError::DuplicateChild { .. })),
+        "{duplicate:?}"
+    );
+    assert_eq!(world.take_log(), ["start:c", "start:a", "start:b"]);
+    // A crash restarts the child alone; snapshots list children by id.
+    assert_eq!(crash_and_collect(&world, "b", 1).await, ["start:b"]);
+    assert_eq!(restarts(&sup).await, pairs(&[("a", 0), ("b", 1), ("c", 0)]));
+    // A transient child that stops normally is not restarted, and is forgotten.
+    world.send("c", ProbeMsg::Stop);
+    eventually(Duration::from_secs(2), || async {
+        restarts(&sup).await.len() == 2
+    })
+    .await;
+    assert_eq!(world.take_log(), ["stop:c"]);
+    sup.terminate_child("a").await.unwrap();
+    let unknown = sup.terminate_child("a").await;
+    assert!(
+        matches!(unknown, Err(SupervisorError::UnknownChild { .. })),
+        "{unknown:?}"
+    );
+    assert_eq!(restarts(&sup).await, pairs(&[("b", 1)]));
+    sup.shutdown().await.unwrap();
+    assert_eq!(world.take_log(), ["stop:a", "stop:b"]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn dynamic_supervisor_escalates_when_its_intensity_is_exceeded() {
+    let world = World::default();
+    let root = quick(Strategy::OneForOne).child(ChildSpec::dynamic_supervisor("dyn", dynamic(1)));
+    let (root, _) = Supervisor::spawn(root, None).await.unwrap();
+    let dyn_sup = Supervisor::from_ref(root.cell().get_children()[0].clone().into());
+    for id in ["w", "x"] {
+        dyn_sup.start_child(world.spec(id)).await.unwrap();
+    }
+    world.take_log();
+    assert_eq!(crash_and_collect(&world, "w", 1).await, ["start:w"]);
+    // A second crash within 5 s: the dynamic supervisor stops `x` and fails; root restarts
+    // it, empty (its children were started on demand, not part of its spec).
+    assert_eq!(crash_and_collect(&world, "w", 1).await, ["stop:x"]);
+    eventually(Duration::from_secs(2), || async {
+        let tree = root.snapshot().await.unwrap();
+        tree[0].restarts == 1 && tree[0].status == ChildStatus::Running
+    })
+    .await;
+    assert!(root.snapshot().await.unwrap()[0].children.is_empty());
+    root.shutdown().await.unwrap();
 }
