@@ -7,12 +7,13 @@
 
 #![allow(missing_docs, clippy::unwrap_used)]
 
-use std::future::Future;
 use std::hint::black_box;
 use std::time::{Duration, Instant};
 
 use criterion::{Criterion, criterion_group, criterion_main};
-use guildhall::bench::{CrashInput, Crashy, Noop, Number, RawEcho, crash_options, raw_call};
+use guildhall::bench::{
+    CrashInput, Crashy, Noop, Number, RawEcho, crash_options, raw_call, timed_in_task as timed,
+};
 use guildhall::supervision::{BreakerConfig, SharedBreaker};
 use guildhall::{CallContext, CallOptions, Runtime, Tool};
 use ractor::Actor;
@@ -23,25 +24,6 @@ fn runtime() -> tokio::runtime::Runtime {
         .enable_all()
         .build()
         .unwrap()
-}
-
-/// Times `iters` sequential runs of `f` inside a spawned task.
-fn timed<F, Fut>(rt: &tokio::runtime::Runtime, iters: u64, f: F) -> Duration
-where
-    F: Fn() -> Fut + Send + 'static,
-    Fut: Future<Output = ()> + Send,
-{
-    rt.block_on(async move {
-        tokio::spawn(async move {
-            let start = Instant::now();
-            for _ in 0..iters {
-                f().await;
-            }
-            start.elapsed()
-        })
-        .await
-        .unwrap()
-    })
 }
 
 fn calls(c: &mut Criterion) {

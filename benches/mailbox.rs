@@ -7,11 +7,11 @@
 #![allow(missing_docs, clippy::unwrap_used)]
 
 use std::hint::black_box;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use criterion::{Criterion, criterion_group, criterion_main};
 use guildhall::agents::{DeliveryState, Message, Priority};
-use guildhall::bench::{RawEcho, raw_call};
+use guildhall::bench::{RawEcho, raw_call, timed_in_task};
 use guildhall::store::{Batch, MemoryStore, Store, Table, codec};
 use guildhall::{AgentSpec, MailboxConfig, Outgoing, Runtime};
 use ractor::Actor;
@@ -87,32 +87,22 @@ fn send(c: &mut Criterion) {
     group.bench_function("bare_ractor_request_reply", |b| {
         b.iter_custom(|iters| {
             let raw = raw.clone();
-            rt.block_on(async move {
-                tokio::spawn(async move {
-                    let start = Instant::now();
-                    for i in 0..iters {
-                        black_box(raw_call(&raw, i).await);
-                    }
-                    start.elapsed()
-                })
-                .await
-                .unwrap()
+            timed_in_task(&rt, iters, move || {
+                let raw = raw.clone();
+                async move {
+                    black_box(raw_call(&raw, 1).await);
+                }
             })
         })
     });
     group.bench_function("agent_send_in_memory", |b| {
         b.iter_custom(|iters| {
             let a = a.clone();
-            rt.block_on(async move {
-                tokio::spawn(async move {
-                    let start = Instant::now();
-                    for _ in 0..iters {
-                        a.send(Outgoing::to("b").subject("x")).await.unwrap();
-                    }
-                    start.elapsed()
-                })
-                .await
-                .unwrap()
+            timed_in_task(&rt, iters, move || {
+                let a = a.clone();
+                async move {
+                    a.send(Outgoing::to("b").subject("x")).await.unwrap();
+                }
             })
         })
     });

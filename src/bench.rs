@@ -379,6 +379,30 @@ async fn crash_recovery(rt: &Runtime, crashes: usize, stage: &dyn Stage) -> Vec<
     samples
 }
 
+/// Times `iters` sequential runs of `f` inside a task spawned on `rt`'s workers, where a
+/// server's callers live (for criterion's `iter_custom`: its own async driver would call
+/// from the thread blocked in `block_on` and measure cross-thread wake-ups instead).
+///
+/// # Panics
+/// If `f` panics.
+pub fn timed_in_task<F, Fut>(rt: &tokio::runtime::Runtime, iters: u64, f: F) -> Duration
+where
+    F: Fn() -> Fut + Send + 'static,
+    Fut: Future<Output = ()> + Send,
+{
+    rt.block_on(async move {
+        tokio::spawn(async move {
+            let start = std::time::Instant::now();
+            for _ in 0..iters {
+                f().await;
+            }
+            start.elapsed()
+        })
+        .await
+        .expect("the timed task finishes")
+    })
+}
+
 /// Resident set size from `/proc/self/statm` (0 where that does not exist).
 pub fn resident_bytes() -> u64 {
     std::fs::read_to_string("/proc/self/statm")

@@ -249,7 +249,7 @@ impl Runtime {
 
     /// Looks up an agent's record.
     pub fn lookup_agent(&self, id: &str) -> Option<Arc<AgentRecord>> {
-        self.inner.office.lookup(id)
+        self.inner.office.directory.get(id).map(|e| e.record())
     }
 
     /// Every registered agent, sorted by id.

@@ -16,7 +16,7 @@ mod error;
 mod memory;
 mod redb_store;
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Arc;
 
 pub use error::StoreError;
@@ -229,14 +229,6 @@ pub fn scan_values<T: serde::de::DeserializeOwned>(
         failed.is_none()
     })?;
     failed.map_or(Ok(()), Err)
-}
-
-/// Where the durable store lives unless told otherwise: `.guildhall` under the working
-/// directory, or `GUILDHALL_DATA_DIR` when set.
-pub fn default_data_dir() -> PathBuf {
-    std::env::var_os("GUILDHALL_DATA_DIR")
-        .filter(|v| !v.is_empty())
-        .map_or_else(|| PathBuf::from(".guildhall"), PathBuf::from)
 }
 
 /// Opens the durable store in `dir`, creating the directory if needed.

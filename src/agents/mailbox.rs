@@ -278,11 +278,12 @@ impl MailboxActor {
         store::commit(&*self.shared.store, Batch::new()).await?;
         let mut state = MailboxState::default();
         let now = now_ms();
+        let prefix = mailbox_prefix(self.entry.id.as_str());
         let mut expired = Batch::new();
         store::scan_values(
             &*self.shared.store,
             Table::Inbox,
-            &mailbox_prefix(self.entry.id.as_str()),
+            &prefix,
             |key, m: Message| {
                 if m.is_expired(now) {
                     expired.delete(Table::Inbox, key.to_vec());
@@ -292,7 +293,6 @@ impl MailboxActor {
             },
         )?;
         // Read messages older than the retention period go; keys sort by id, so by age.
-        let prefix = mailbox_prefix(self.entry.id.as_str());
         let cutoff = message_key(
             self.entry.id.as_str(),
             &first_id_at(now.saturating_sub(duration_ms(self.shared.config.retention))),

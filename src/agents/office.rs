@@ -12,7 +12,7 @@ use guildhall_supervision::{
 use ractor::{Actor, ActorRef};
 use tokio::sync::oneshot;
 
-use super::directory::{AgentEntry, AgentRecord, AgentSpec, Directory};
+use super::directory::{AgentEntry, AgentSpec, Directory};
 use super::ids::{AgentId, new_message_id, now_ms};
 use super::mailbox::{MailboxActor, MailboxMsg, Op, Reply, Request, mailbox_prefix};
 use super::message::{Address, DeliveryState, Message, Outgoing, Receipt, Rejected};
@@ -239,10 +239,6 @@ impl PostOffice {
             .deregister(&*self.shared.store, id, batch)
             .await
             .map(drop)
-    }
-
-    pub(crate) fn lookup(&self, id: &str) -> Option<Arc<AgentRecord>> {
-        self.directory.get(id).map(|e| e.record())
     }
 
     /// Sends `out` from `sender` to everyone its address names.

@@ -165,9 +165,7 @@ async fn calls(a: CallsArgs) -> Result<(), Box<dyn std::error::Error>> {
         batch: a.batch.max(1),
         crashes: a.crashes.max(1),
     };
-    let bar = ProgressBar::new(0).with_style(
-        ProgressStyle::with_template("{msg:>15} [{bar:30}] {pos}/{len}")?.progress_chars("=> "),
-    );
+    let bar = progress_bar()?;
     let stage = Bar(bar.clone());
     stage.phase("spawn", 2);
     // Memory is measured in fresh processes so that no earlier phase's freed memory is reused.
@@ -223,40 +221,35 @@ async fn mailbox(
     let report =
         tokio::spawn(async move { guildhall::bench::mailbox(config, &dir, &stage).await }).await?;
     bar.finish_and_clear();
-    let mut out = std::io::stdout().lock();
-    if a.json {
-        writeln!(out, "{}", serde_json::to_string(&report)?)?;
-        return Ok(());
-    }
-    writeln!(out, "{:<44} {:>14}  target", "measurement", "value")?;
-    for (name, value, target) in [
-        (
-            "bare ractor request/ack (msgs/s)",
-            report.raw_ractor_msgs_per_sec,
-            "baseline",
-        ),
-        (
-            "one-way in memory (msgs/s)",
-            report.inmem_msgs_per_sec,
-            ">= 1,000,000",
-        ),
-        ("  slowdown against bare ractor", report.inmem_slowdown, ""),
-        (
-            "request/reply round trips (/s)",
-            report.roundtrip_msgs_per_sec,
-            ">= 300,000",
-        ),
-        (
-            "durable, acknowledged (msgs/s)",
-            report.durable_msgs_per_sec,
-            ">= 30,000",
-        ),
-        ("  group commits = fsyncs (/s)", report.fsyncs_per_sec, ""),
-        ("  messages per fsync", report.msgs_per_fsync, ""),
-    ] {
-        writeln!(out, "{name:<44} {value:>14.1}  {target}")?;
-    }
-    Ok(())
+    print_report(
+        a.json,
+        &report,
+        &[
+            (
+                "bare ractor request/ack (msgs/s)",
+                report.raw_ractor_msgs_per_sec,
+                "baseline",
+            ),
+            (
+                "one-way in memory (msgs/s)",
+                report.inmem_msgs_per_sec,
+                ">= 1,000,000",
+            ),
+            ("  slowdown against bare ractor", report.inmem_slowdown, ""),
+            (
+                "request/reply round trips (/s)",
+                report.roundtrip_msgs_per_sec,
+                ">= 300,000",
+            ),
+            (
+                "durable, acknowledged (msgs/s)",
+                report.durable_msgs_per_sec,
+                ">= 30,000",
+            ),
+            ("  group commits = fsyncs (/s)", report.fsyncs_per_sec, ""),
+            ("  messages per fsync", report.msgs_per_fsync, ""),
+        ],
+    )
 }
 
 async fn swarm(a: SwarmArgs) -> Result<(), Box<dyn std::error::Error>> {
@@ -266,23 +259,36 @@ async fn swarm(a: SwarmArgs) -> Result<(), Box<dyn std::error::Error>> {
     let report =
         tokio::spawn(async move { guildhall::bench::swarm_bench(agents, &stage).await }).await?;
     bar.finish_and_clear();
+    print_report(
+        a.json,
+        &report,
+        &[
+            ("agents", report.agents as f64, ""),
+            ("register (s)", report.register_secs, ""),
+            ("activate every mailbox (s)", report.spawn_secs, "< 1"),
+            (
+                "resident bytes per active agent",
+                report.bytes_per_agent,
+                "<= 8192",
+            ),
+            ("  of which the mailbox actor", report.bytes_per_mailbox, ""),
+        ],
+    )
+}
+
+/// Prints `report` as one JSON object, or `rows` (measurement, value, target) as a table.
+fn print_report(
+    json: bool,
+    report: &impl Serialize,
+    rows: &[(&str, f64, &str)],
+) -> Result<(), Box<dyn std::error::Error>> {
     let mut out = std::io::stdout().lock();
-    if a.json {
-        writeln!(out, "{}", serde_json::to_string(&report)?)?;
+    if json {
+        writeln!(out, "{}", serde_json::to_string(report)?)?;
         return Ok(());
     }
     writeln!(out, "{:<44} {:>14}  target", "measurement", "value")?;
-    for (name, value, target) in [
-        ("agents", report.agents as f64, ""),
-        ("register (s)", report.register_secs, ""),
-        ("activate every mailbox (s)", report.spawn_secs, "< 1"),
-        (
-            "resident bytes per active agent",
-            report.bytes_per_agent,
-            "<= 8192",
-        ),
-        ("  of which the mailbox actor", report.bytes_per_mailbox, ""),
-    ] {
+    for (name, value, target) in rows {
         writeln!(out, "{name:<44} {value:>14.2}  {target}")?;
     }
     Ok(())

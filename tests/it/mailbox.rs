@@ -9,7 +9,7 @@ use guildhall::{
 };
 use serde_json::json;
 
-use crate::support::{eventually, mailbox_restarts};
+use crate::support::{eventually, mailbox_restarts, subjects};
 
 async fn swarm(config: MailboxConfig) -> (Runtime, Agent, Vec<Agent>, Vec<Agent>) {
     let rt = Runtime::builder()
@@ -41,21 +41,6 @@ async fn swarm(config: MailboxConfig) -> (Runtime, Agent, Vec<Agent>, Vec<Agent>
 
 fn query() -> InboxQuery {
     InboxQuery::default()
-}
-
-async fn subjects(agent: &Agent) -> Vec<String> {
-    let inbox = agent
-        .check_inbox(InboxQuery {
-            limit: usize::MAX,
-            ..query()
-        })
-        .await
-        .unwrap();
-    inbox
-        .messages
-        .iter()
-        .map(|m| m.subject.to_string())
-        .collect()
 }
 
 fn ids(names: &[&guildhall::agents::AgentId]) -> Vec<String> {
@@ -369,6 +354,32 @@ async fn one_message_wakes_one_taker_and_the_others_keep_waiting() {
     let s: Vec<_> = got.messages.iter().map(|m| &*m.subject).collect();
     assert_eq!(s, ["two"]);
     assert!(start.elapsed() < Duration::from_secs(60));
+    rt.shutdown().await;
+}
+
+#[tokio::test]
+async fn read_messages_past_retention_are_deleted_when_the_mailbox_starts() {
+    let (rt, tl, pms, _) = swarm(MailboxConfig {
+        idle: Duration::from_millis(30),
+        retention: Duration::from_millis(1),
+        ..MailboxConfig::default()
+    })
+    .await;
+    let read = tl.send(Outgoing::to("pm-0").subject("old")).await.unwrap();
+    let unread = tl.send(Outgoing::to("pm-0").subject("kept")).await.unwrap();
+    pms[0].read(read.id).await.unwrap();
+    assert!(
+        pms[0].read(read.id).await.is_ok(),
+        "still there while the mailbox runs"
+    );
+    eventually(Duration::from_secs(10), || async {
+        rt.active_mailboxes() == 0
+    })
+    .await;
+    let err = pms[0].read(read.id).await.unwrap_err();
+    assert!(matches!(err, MailError::UnknownMessage { .. }), "{err}");
+    // Unread messages are never purged by retention.
+    assert_eq!(&*pms[0].read(unread.id).await.unwrap().subject, "kept");
     rt.shutdown().await;
 }
 

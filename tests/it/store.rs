@@ -3,10 +3,10 @@ use std::time::Duration;
 
 use guildhall::agents::DeliveryState;
 use guildhall::store::{self, Batch, RedbStore, Store, StoreError, Table, codec};
-use guildhall::{AgentSpec, BuildError, InboxQuery, MailboxConfig, Outgoing, Runtime};
+use guildhall::{AgentSpec, BuildError, MailboxConfig, Outgoing, Runtime};
 
 use crate::mailbox::assert_in_order;
-use crate::support::{eventually, mailbox_restarts};
+use crate::support::{eventually, mailbox_restarts, subjects};
 
 async fn durable(dir: &std::path::Path) -> Runtime {
     Runtime::builder()
@@ -18,23 +18,6 @@ async fn durable(dir: &std::path::Path) -> Runtime {
         .build()
         .await
         .unwrap()
-}
-
-async fn unread_subjects(rt: &Runtime, agent: &str) -> Vec<String> {
-    let inbox = rt
-        .agent(agent)
-        .unwrap()
-        .check_inbox(InboxQuery {
-            limit: usize::MAX,
-            ..InboxQuery::default()
-        })
-        .await
-        .unwrap();
-    inbox
-        .messages
-        .iter()
-        .map(|m| m.subject.to_string())
-        .collect()
 }
 
 #[tokio::test]
@@ -70,7 +53,7 @@ async fn agents_messages_and_read_state_survive_a_restart() {
     let pm = rt.agent("pm").unwrap();
     assert_eq!(pm.record().parent.as_ref().unwrap().as_str(), "tl");
     assert_eq!(rt.lookup_agent("tl").unwrap().metadata["model"], "opus");
-    assert_eq!(unread_subjects(&rt, "pm").await, ["keep me"]);
+    assert_eq!(subjects(&rt.agent("pm").unwrap()).await, ["keep me"]);
     assert_eq!(pm.read(read.id).await.unwrap().state, DeliveryState::Read);
     assert_eq!(&*pm.read(kept.id).await.unwrap().body, "b");
     rt.shutdown().await;
@@ -105,10 +88,10 @@ async fn a_durable_mailbox_crashing_mid_stream_loses_and_duplicates_nothing() {
     for s in senders {
         s.await.unwrap();
     }
-    let subjects = unread_subjects(&rt, "pm").await;
-    assert_eq!(subjects.len(), 400);
+    let listed = subjects(&rt.agent("pm").unwrap()).await;
+    assert_eq!(listed.len(), 400);
     for s in 0..8 {
-        let mine: Vec<String> = subjects
+        let mine: Vec<String> = listed
             .iter()
             .filter_map(|x| x.strip_prefix(&format!("{s}-")).map(str::to_owned))
             .collect();
@@ -117,7 +100,7 @@ async fn a_durable_mailbox_crashing_mid_stream_loses_and_duplicates_nothing() {
     rt.shutdown().await;
     // And the same after a restart.
     let rt = durable(dir.path()).await;
-    assert_eq!(unread_subjects(&rt, "pm").await.len(), 400);
+    assert_eq!(subjects(&rt.agent("pm").unwrap()).await.len(), 400);
     rt.shutdown().await;
 }
 

@@ -201,3 +201,19 @@ pub async fn mailbox_restarts(rt: &guildhall::Runtime, id: &str) -> Option<u32> 
         .find_map(|partition| partition.find(&[id]))
         .map(|node| node.restarts)
 }
+
+/// The subjects of every unread message of `agent`, in listing order.
+pub async fn subjects(agent: &guildhall::Agent) -> Vec<String> {
+    let inbox = agent
+        .check_inbox(guildhall::InboxQuery {
+            limit: usize::MAX,
+            ..guildhall::InboxQuery::default()
+        })
+        .await
+        .unwrap();
+    inbox
+        .messages
+        .iter()
+        .map(|m| m.subject.to_string())
+        .collect()
+}
