@@ -15,8 +15,8 @@
 //! intensity so no tool's crash loop can escalate and restart the others.
 
 use std::path::PathBuf;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, PoisonError, RwLock};
 use std::time::Duration;
 
 use dashmap::DashMap;
@@ -49,6 +49,9 @@ struct Inner {
     tools: DashMap<String, Arc<dyn ErasedTool>>,
     office: Arc<PostOffice>,
     root: Supervisor,
+    /// The `tools` supervisor, republished by every (re)start, so a `tools` restarted by
+    /// root is found too.
+    tools_sup: Arc<RwLock<Option<Supervisor>>>,
     defaults: ToolOptions,
     sweeper: Arc<Sweeper>,
     stopping: AtomicBool,
@@ -211,17 +214,14 @@ impl Runtime {
         Ok(())
     }
 
-    /// The `tools` supervisor as it is now: root's only child. Looked up rather than kept, so
-    /// that a `tools` supervisor restarted by root is found too.
+    /// The `tools` supervisor as it is now.
     fn tools_supervisor(&self) -> Result<Supervisor, SupervisorError> {
-        let mailboxes = self.inner.office.shared.root().map(|s| s.get_id());
         self.inner
-            .root
-            .cell()
-            .get_children()
-            .into_iter()
-            .find(|cell| Some(cell.get_id()) != mailboxes)
-            .map(|cell| Supervisor::from_ref(cell.into()))
+            .tools_sup
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+            .filter(|sup| ractor::ACTIVE_STATES.contains(&sup.cell().get_status()))
             .ok_or_else(|| SupervisorError::Unavailable {
                 reason: format!("the `{TOOLS}` supervisor is not running"),
             })
@@ -413,8 +413,15 @@ impl RuntimeBuilder {
             backoff: Backoff::default(),
             children: children.into_iter().flatten().collect(),
         };
+        let tools_sup: Arc<RwLock<Option<Supervisor>>> = Arc::default();
         let root_spec = SupervisorSpec::new(Strategy::OneForOne)
-            .child(ChildSpec::supervisor(TOOLS, tools_spec))
+            .child(ChildSpec::supervisor(TOOLS, tools_spec).on_start({
+                let slot = Arc::clone(&tools_sup);
+                move |cell| {
+                    *slot.write().unwrap_or_else(PoisonError::into_inner) =
+                        Some(Supervisor::from_ref(cell.clone().into()));
+                }
+            }))
             .child(office.supervisor_spec());
         let (root, _) = Supervisor::spawn(root_spec, None).await?;
         self.sweeper.start();
@@ -424,6 +431,7 @@ impl RuntimeBuilder {
                 tools,
                 office,
                 root,
+                tools_sup,
                 defaults: self.defaults,
                 sweeper: self.sweeper,
                 stopping: AtomicBool::new(false),

@@ -6,8 +6,8 @@ use std::sync::{Arc, PoisonError, RwLock, Weak};
 use std::time::{Duration, Instant};
 
 use guildhall_supervision::{
-    Backoff, ChildSpec, DynamicSpec, DynamicSupervisorActor, Restart, Shutdown, Strategy,
-    Supervisor, SupervisorActor, SupervisorError, SupervisorMsg, SupervisorSpec,
+    Backoff, ChildSpec, DynamicSpec, Restart, Shutdown, Strategy, Supervisor, SupervisorError,
+    SupervisorMsg, SupervisorSpec,
 };
 use ractor::{Actor, ActorRef};
 use tokio::sync::oneshot;
@@ -19,6 +19,9 @@ use super::message::{Address, DeliveryState, Message, Outgoing, Receipt, Rejecte
 use super::{MailError, MailboxConfig};
 use crate::store::{Batch, Store, Table};
 
+/// The id of the supervisor of all mailboxes, under root.
+pub(crate) const MAILBOXES: &str = "mailboxes";
+
 /// How long a request waits for a mailbox to (re)start before giving up.
 const ACTIVATION_TIMEOUT: Duration = Duration::from_secs(10);
 /// How long a request waits for a crashed mailbox's restart before asking for one itself.
@@ -28,8 +31,6 @@ const RESTART_POLL: Duration = Duration::from_millis(50);
 pub(crate) struct Shared {
     pub(crate) store: Arc<dyn Store>,
     pub(crate) config: MailboxConfig,
-    /// The `mailboxes` supervisor, whose children are the partitions.
-    root: RwLock<Option<ActorRef<SupervisorMsg>>>,
     /// One dynamic supervisor per partition; an agent's mailbox lives in partition
     /// `hash(id) % partitions.len()`. Each publishes itself here when it (re)starts.
     partitions: Vec<RwLock<Option<ActorRef<SupervisorMsg>>>>,
@@ -63,14 +64,6 @@ impl Shared {
         let slot = &self.partitions[partition_of(id, self.partitions.len())];
         slot.read().unwrap_or_else(PoisonError::into_inner).clone()
     }
-
-    /// The `mailboxes` supervisor.
-    pub(crate) fn root(&self) -> Option<ActorRef<SupervisorMsg>> {
-        self.root
-            .read()
-            .unwrap_or_else(PoisonError::into_inner)
-            .clone()
-    }
 }
 
 /// A stable partition for an agent id (FNV-1a: the same in every process).
@@ -79,38 +72,6 @@ fn partition_of(id: &str, partitions: usize) -> usize {
         (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3)
     });
     (hash % partitions as u64) as usize
-}
-
-/// A supervisor child whose start function spawns `actor` with `args` and publishes the
-/// new actor into `slot` on every (re)start.
-fn published<A>(
-    id: String,
-    slot: impl Fn(&Shared) -> &RwLock<Option<ActorRef<SupervisorMsg>>> + Send + Sync + 'static,
-    shared: &Arc<Shared>,
-    make: impl Fn() -> (A, A::Arguments) + Send + Sync + 'static,
-) -> ChildSpec
-where
-    A: Actor<Msg = SupervisorMsg>,
-{
-    let shared = Arc::clone(shared);
-    let slot = Arc::new(slot);
-    let make = Arc::new(make);
-    ChildSpec::worker(
-        id,
-        Arc::new(move |parent| {
-            let (shared, slot, make) = (Arc::clone(&shared), Arc::clone(&slot), Arc::clone(&make));
-            Box::pin(async move {
-                let (handler, args) = make();
-                let (actor, _) = Actor::spawn_linked(None, handler, args, parent).await?;
-                *slot(&shared)
-                    .write()
-                    .unwrap_or_else(PoisonError::into_inner) = Some(actor.clone());
-                Ok(actor.get_cell())
-            })
-        }),
-    )
-    .shutdown(Shutdown::Infinity)
-    .as_supervisor()
 }
 
 /// The agents, their mailboxes, and the sweep that passivates idle ones.
@@ -137,7 +98,6 @@ impl PostOffice {
             shared: Arc::new(Shared {
                 store,
                 config,
-                root: RwLock::new(None),
                 partitions: (0..partition_count()).map(|_| RwLock::new(None)).collect(),
                 epoch: Instant::now(),
                 coarse_now: AtomicU64::new(0),
@@ -150,13 +110,14 @@ impl PostOffice {
     /// The child spec of the `mailboxes` supervisor: one-for-one over the partitions, each a
     /// dynamic supervisor that tells this post office where it is whenever it (re)starts.
     pub(crate) fn supervisor_spec(self: &Arc<Self>) -> ChildSpec {
-        let shared = &self.shared;
-        let partitions = (0..shared.partitions.len()).map(|i| {
-            published(
-                i.to_string(),
-                move |s: &Shared| &s.partitions[i],
-                shared,
-                || (DynamicSupervisorActor, DynamicSpec::never_escalate()),
+        let partitions = (0..self.shared.partitions.len()).map(|i| {
+            let shared = Arc::clone(&self.shared);
+            ChildSpec::dynamic_supervisor(i.to_string(), DynamicSpec::never_escalate()).on_start(
+                move |cell| {
+                    *shared.partitions[i]
+                        .write()
+                        .unwrap_or_else(PoisonError::into_inner) = Some(cell.clone().into());
+                },
             )
         });
         let spec = SupervisorSpec {
@@ -165,12 +126,7 @@ impl PostOffice {
             backoff: Backoff::default(),
             children: partitions.collect(),
         };
-        published(
-            "mailboxes".to_owned(),
-            |s: &Shared| &s.root,
-            shared,
-            move || (SupervisorActor, spec.clone()),
-        )
+        ChildSpec::supervisor(MAILBOXES, spec)
     }
 
     /// Starts the passivation sweep (needs a tokio runtime).

@@ -104,6 +104,23 @@ impl ChildSpec {
         child
     }
 
+    /// Calls `hook` with the child's new cell after every start and restart: how a caller
+    /// keeps a reference to a child (a nested supervisor, say) that stays current across
+    /// restarts.
+    pub fn on_start(mut self, hook: impl Fn(&ActorCell) + Send + Sync + 'static) -> Self {
+        let start = self.start;
+        let hook = Arc::new(hook);
+        self.start = Arc::new(move |parent| {
+            let (start, hook) = (Arc::clone(&start), Arc::clone(&hook));
+            Box::pin(async move {
+                let cell = start(parent).await?;
+                hook(&cell);
+                Ok(cell)
+            })
+        });
+        self
+    }
+
     /// Marks a child started by a custom [`StartFn`] as a supervisor (one that answers
     /// [`SupervisorMsg`](crate::SupervisorMsg)), so snapshots include its subtree.
     pub fn as_supervisor(mut self) -> Self {
