@@ -75,7 +75,7 @@ impl Agent {
         reply: Outgoing,
     ) -> Result<Receipt, MailError> {
         self.office
-            .send_as_reply(&self.entry, reply, Some(Arc::clone(original)))
+            .reply(&self.entry, reply, Arc::clone(original))
             .await
     }
 

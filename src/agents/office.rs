@@ -212,7 +212,18 @@ impl PostOffice {
             },
             None => None,
         };
-        self.send_as_reply(sender, out, original).await
+        self.send_checked(sender, out, original).await
+    }
+
+    /// Sends `out` as a reply to `original`, a message `sender` holds (no lookup).
+    pub(crate) async fn reply(
+        &self,
+        sender: &Arc<AgentEntry>,
+        out: Outgoing,
+        original: Arc<Message>,
+    ) -> Result<Receipt, MailError> {
+        self.check_sizes(&out)?;
+        self.send_checked(sender, out, Some(original)).await
     }
 
     fn check_sizes(&self, out: &Outgoing) -> Result<(), MailError> {
@@ -226,14 +237,13 @@ impl PostOffice {
         Ok(())
     }
 
-    /// Sends `out`, as a reply to `original` when given (which `sender` received).
-    pub(crate) async fn send_as_reply(
+    /// Sends `out` (its sizes already checked), as a reply to `original` when given.
+    async fn send_checked(
         &self,
         sender: &Arc<AgentEntry>,
         out: Outgoing,
         original: Option<Arc<Message>>,
     ) -> Result<Receipt, MailError> {
-        self.check_sizes(&out)?;
         let trimmed = out.to.trim();
         let to = match (trimmed.is_empty(), &original) {
             (true, Some(original)) => original.from.to_string(),

@@ -31,7 +31,8 @@ pub struct RedbStore {
     /// `None` once closed: the file lock goes with the last reference.
     db: RwLock<Option<Arc<Database>>>,
     path: PathBuf,
-    jobs: Mutex<Option<mpsc::Sender<Job>>>,
+    /// Read by every submit, written once by `close`.
+    jobs: RwLock<Option<mpsc::Sender<Job>>>,
     writer: Mutex<Option<JoinHandle<()>>>,
     stats: Arc<Counters>,
 }
@@ -93,7 +94,7 @@ impl RedbStore {
         Ok(Self {
             db: RwLock::new(Some(db)),
             path,
-            jobs: Mutex::new(Some(tx)),
+            jobs: RwLock::new(Some(tx)),
             writer: Mutex::new(Some(writer)),
             stats,
         })
@@ -116,7 +117,7 @@ impl RedbStore {
     /// its lock once reads in progress finish). Later calls fail with [`StoreError::Closed`].
     pub fn close(&self) {
         self.jobs
-            .lock()
+            .write()
             .unwrap_or_else(PoisonError::into_inner)
             .take();
         if let Some(writer) = self
@@ -300,7 +301,7 @@ fn commit_group(db: &Database, group: &[Job]) -> Result<(), StoreError> {
 
 impl Store for RedbStore {
     fn submit(&self, batch: Batch, done: Done) {
-        let jobs = self.jobs.lock().unwrap_or_else(PoisonError::into_inner);
+        let jobs = self.jobs.read().unwrap_or_else(PoisonError::into_inner);
         match jobs.as_ref() {
             Some(tx) => {
                 if let Err(mpsc::SendError(job)) = tx.send(Job { batch, done }) {
