@@ -23,7 +23,9 @@ use crate::error::SupervisorError;
 use crate::intensity::{RestartIntensity, RestartWindow};
 use crate::snapshot::{ChildSnapshot, ChildStatus};
 use crate::spec::{ChildKind, ChildSpec, Restart};
-use crate::supervisor::{RestartDue, Supervisor, SupervisorMsg, stop_cell};
+use crate::supervisor::{
+    ChildExit, RestartDue, Supervisor, SupervisorMsg, backoff_delay, escalation, stop_cell,
+};
 
 /// How a dynamic supervisor restarts its children.
 #[derive(Debug, Clone, Copy, Default)]
@@ -139,12 +141,8 @@ impl Actor for DynamicSupervisorActor {
         event: SupervisionEvent,
         state: &mut Self::State,
     ) -> Result<(), ActorProcessingErr> {
-        let (cell, abnormal) = match event {
-            SupervisionEvent::ActorFailed(cell, _) => (cell, true),
-            SupervisionEvent::ActorTerminated(cell, _, reason) => {
-                (cell, reason.as_deref() == Some("killed"))
-            }
-            _ => return Ok(()),
+        let Some(ChildExit { cell, abnormal, .. }) = ChildExit::of(event) else {
+            return Ok(());
         };
         // Unknown actor ids are children this supervisor stopped itself.
         let Some(id) = state.by_actor.remove(&cell.get_id()) else {
@@ -209,29 +207,12 @@ impl DynamicState {
         }
         let now = tokio::time::Instant::now().into_std();
         if let Err(exceeded) = self.window.record(now) {
-            tracing::warn!(
-                restarts = exceeded.restarts,
-                period = ?exceeded.period,
-                "restart intensity exceeded; stopping children and escalating"
-            );
             self.stop_all().await;
-            return Err(SupervisorError::IntensityExceeded {
-                restarts: exceeded.restarts,
-                period: exceeded.period,
-            });
+            return Err(escalation(&exceeded));
         }
-        let intensity = self.intensity;
-        let history = child
-            .history
-            .get_or_insert_with(|| Box::new(RestartWindow::new(intensity)));
-        let recent = history.recent(now);
-        let _ = history.record(now);
         child.restarts += 1;
-        let delay = child
-            .spec
-            .backoff
-            .unwrap_or(self.backoff)
-            .delay(recent, fastrand::f64());
+        let backoff = child.spec.backoff.unwrap_or(self.backoff);
+        let delay = backoff_delay(&mut child.history, self.intensity, backoff, now);
         if delay.is_zero() {
             self.start_again(myself, &id).await
         } else {

@@ -25,7 +25,7 @@ use ractor::{Actor, ActorCell, ActorProcessingErr, ActorRef, RpcReplyPort, Super
 
 use crate::backoff::Backoff;
 use crate::error::SupervisorError;
-use crate::intensity::{RestartIntensity, RestartWindow};
+use crate::intensity::{IntensityExceeded, RestartIntensity, RestartWindow};
 use crate::snapshot::{ChildSnapshot, ChildStatus};
 use crate::spec::{ChildKind, ChildSpec, Restart, Shutdown};
 
@@ -211,13 +211,13 @@ impl Actor for SupervisorActor {
         event: SupervisionEvent,
         state: &mut Self::State,
     ) -> Result<(), ActorProcessingErr> {
-        let (cell, abnormal, reason) = match event {
-            SupervisionEvent::ActorFailed(cell, err) => (cell, true, err.to_string()),
-            SupervisionEvent::ActorTerminated(cell, _, reason) => {
-                let abnormal = reason.as_deref() == Some("killed");
-                (cell, abnormal, reason.unwrap_or_else(|| "normal".into()))
-            }
-            _ => return Ok(()),
+        let Some(ChildExit {
+            cell,
+            abnormal,
+            reason,
+        }) = ChildExit::of(event)
+        else {
+            return Ok(());
         };
         let id = cell.get_id();
         let Some(i) = state
@@ -304,29 +304,12 @@ impl SupervisorState {
     ) -> Result<(), SupervisorError> {
         let now = tokio::time::Instant::now().into_std();
         if let Err(exceeded) = self.window.record(now) {
-            tracing::warn!(
-                restarts = exceeded.restarts,
-                period = ?exceeded.period,
-                "restart intensity exceeded; stopping children and escalating"
-            );
             self.stop_all().await;
-            return Err(SupervisorError::IntensityExceeded {
-                restarts: exceeded.restarts,
-                period: exceeded.period,
-            });
+            return Err(escalation(&exceeded));
         }
-        let intensity = self.intensity;
         let exited = &mut self.children[i];
-        let history = exited
-            .history
-            .get_or_insert_with(|| Box::new(RestartWindow::new(intensity)));
-        let recent = history.recent(now);
-        let _ = history.record(now);
-        let delay = exited
-            .spec
-            .backoff
-            .unwrap_or(self.backoff)
-            .delay(recent, fastrand::f64());
+        let backoff = exited.spec.backoff.unwrap_or(self.backoff);
+        let delay = backoff_delay(&mut exited.history, self.intensity, backoff, now);
 
         let group: Vec<usize> = match self.strategy {
             Strategy::OneForOne => vec![i],
@@ -433,6 +416,61 @@ impl SupervisorState {
             }
         });
         futures::future::join_all(nodes).await
+    }
+}
+
+/// The error a supervisor fails with when a restart exceeds its intensity (its parent then
+/// applies its own strategy: OTP's escalation).
+pub(crate) fn escalation(exceeded: &IntensityExceeded) -> SupervisorError {
+    tracing::warn!(
+        restarts = exceeded.restarts,
+        period = ?exceeded.period,
+        "restart intensity exceeded; stopping children and escalating"
+    );
+    SupervisorError::IntensityExceeded {
+        restarts: exceeded.restarts,
+        period: exceeded.period,
+    }
+}
+
+/// How long to wait before restarting a child, from *that child's* restarts within the
+/// intensity period (recorded here, in its own window, allocated on its first restart).
+pub(crate) fn backoff_delay(
+    history: &mut Option<Box<RestartWindow>>,
+    intensity: RestartIntensity,
+    backoff: Backoff,
+    now: std::time::Instant,
+) -> Duration {
+    let history = history.get_or_insert_with(|| Box::new(RestartWindow::new(intensity)));
+    let recent = history.recent(now);
+    let _ = history.record(now);
+    backoff.delay(recent, fastrand::f64())
+}
+
+/// A child's exit, as a supervisor sees it.
+pub(crate) struct ChildExit {
+    pub(crate) cell: ActorCell,
+    /// A failure or a kill (OTP's abnormal exit); a normal stop is not.
+    pub(crate) abnormal: bool,
+    pub(crate) reason: String,
+}
+
+impl ChildExit {
+    /// The exit an event reports, if it reports one.
+    pub(crate) fn of(event: SupervisionEvent) -> Option<Self> {
+        match event {
+            SupervisionEvent::ActorFailed(cell, err) => Some(Self {
+                cell,
+                abnormal: true,
+                reason: err.to_string(),
+            }),
+            SupervisionEvent::ActorTerminated(cell, _, reason) => Some(Self {
+                cell,
+                abnormal: reason.as_deref() == Some("killed"),
+                reason: reason.unwrap_or_else(|| "normal".into()),
+            }),
+            _ => None,
+        }
     }
 }
 
