@@ -27,6 +27,7 @@ pub use agent::Agent;
 pub use directory::{AgentRecord, AgentSpec};
 pub use error::MailError;
 pub use ids::{AgentId, MAX_NAME_LEN, parse_message_id};
+pub(crate) use ids::{check_name, now_ms};
 pub use message::{
     Address, DeliveryState, Inbox, InboxQuery, Message, Outgoing, Priority, Receipt, Rejected,
 };

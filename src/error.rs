@@ -14,6 +14,9 @@ pub enum BuildError {
     /// The agent directory could not be loaded.
     #[error("the agent directory could not be loaded: {0}")]
     Agents(#[from] crate::agents::MailError),
+    /// The sessions could not be loaded.
+    #[error("the sessions could not be loaded: {0}")]
+    Sessions(#[from] crate::context::ContextError),
     /// The supervision tree could not be started.
     #[error("supervision tree failed to start: {0}")]
     Supervision(#[from] SupervisorError),

@@ -56,6 +56,7 @@ pub mod agents;
 pub mod bench;
 pub mod context;
 mod error;
+mod lazy;
 pub mod options;
 pub mod pipeline;
 pub mod registry;

@@ -29,6 +29,8 @@ use serde_json::Value;
 
 use crate::agents::tools::{CheckInbox, MarkRead, ReadMessage, SendMessage};
 use crate::agents::{Agent, AgentRecord, AgentSpec, MailError, MailboxConfig, PostOffice};
+use crate::context::tools::{ContextGet, ContextHistory, ContextUpdate};
+use crate::context::{ContextConfig, ContextHub, Sessions};
 use crate::error::BuildError;
 use crate::options::{CallOptions, ToolOptions};
 use crate::pipeline::{self, Sweeper};
@@ -48,6 +50,7 @@ pub struct Runtime {
 struct Inner {
     tools: DashMap<String, Arc<dyn ErasedTool>>,
     office: Arc<PostOffice>,
+    contexts: Arc<ContextHub>,
     root: Supervisor,
     /// The `tools` supervisor, republished by every (re)start, so a `tools` restarted by
     /// root is found too.
@@ -66,6 +69,7 @@ pub struct RuntimeBuilder {
     defaults: ToolOptions,
     store: StoreChoice,
     mailbox: MailboxConfig,
+    context: ContextConfig,
     sweeper: Arc<Sweeper>,
     pending: Vec<Result<Prepared, RegistrationError>>,
 }
@@ -90,6 +94,7 @@ impl Runtime {
             defaults: ToolOptions::default(),
             store: StoreChoice::Memory,
             mailbox: MailboxConfig::default(),
+            context: ContextConfig::default(),
             sweeper: Sweeper::new(DEADLINE_RESOLUTION),
             pending: Vec::new(),
         }
@@ -279,6 +284,11 @@ impl Runtime {
         self.inner.office.activate_all(&entries).await
     }
 
+    /// The sessions and their contexts.
+    pub fn sessions(&self) -> Sessions {
+        Sessions::new(Arc::clone(&self.inner.contexts))
+    }
+
     /// The runtime's store.
     pub fn store(&self) -> Arc<dyn Store> {
         Arc::clone(&self.inner.office.shared.store)
@@ -310,6 +320,7 @@ impl Runtime {
             return;
         }
         self.inner.office.stop_sweep();
+        self.inner.contexts.stop_sweep();
         for entry in &self.inner.tools {
             entry.value().close();
         }
@@ -360,6 +371,12 @@ impl RuntimeBuilder {
         self
     }
 
+    /// Sets session context limits and timings.
+    pub fn context_config(mut self, config: ContextConfig) -> Self {
+        self.context = config;
+        self
+    }
+
     /// Sets mailbox limits and timings.
     pub fn mailbox_config(mut self, config: MailboxConfig) -> Self {
         self.mailbox = config;
@@ -384,7 +401,9 @@ impl RuntimeBuilder {
             StoreChoice::Dir(ref dir) => store::open(dir)?,
             StoreChoice::Given(ref store) => Arc::clone(store),
         };
-        let office = PostOffice::open(store, self.mailbox.clone())?;
+        let office = PostOffice::open(Arc::clone(&store), self.mailbox.clone())?;
+        let contexts = ContextHub::open(store, self.context.clone(), Arc::clone(&office))?;
+        let _ = office.contexts.set(Arc::downgrade(&contexts));
         // The mailbox tools wait up to `max_wait` by design; their deadline allows for it.
         let mail_options = self
             .defaults
@@ -394,7 +413,10 @@ impl RuntimeBuilder {
             .tool_with(SendMessage(Arc::clone(&office)), mail_options.clone())
             .tool_with(CheckInbox(Arc::clone(&office)), mail_options.clone())
             .tool_with(ReadMessage(Arc::clone(&office)), mail_options.clone())
-            .tool_with(MarkRead(Arc::clone(&office)), mail_options);
+            .tool_with(MarkRead(Arc::clone(&office)), mail_options)
+            .tool(ContextGet(Arc::clone(&contexts)))
+            .tool(ContextUpdate(Arc::clone(&contexts)))
+            .tool(ContextHistory(Arc::clone(&contexts)));
         let tools: DashMap<String, Arc<dyn ErasedTool>> =
             DashMap::with_capacity(self.pending.len());
         let mut children = Vec::with_capacity(self.pending.len());
@@ -422,14 +444,17 @@ impl RuntimeBuilder {
                         Some(Supervisor::from_ref(cell.clone().into()));
                 }
             }))
-            .child(office.supervisor_spec());
+            .child(office.supervisor_spec())
+            .child(contexts.supervisor_spec());
         let (root, _) = Supervisor::spawn(root_spec, None).await?;
         self.sweeper.start();
         office.start_sweep();
+        contexts.start_sweep();
         Ok(Runtime {
             inner: Arc::new(Inner {
                 tools,
                 office,
+                contexts,
                 root,
                 tools_sup,
                 defaults: self.defaults,

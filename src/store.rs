@@ -35,11 +35,25 @@ pub enum Table {
     Inbox,
     /// Read and acknowledged messages, same keys as `Inbox`.
     Archive,
+    /// Sessions: session id → record.
+    Sessions,
+    /// Each session's op log: session id, 0, version → the batch that made it.
+    ContextLog,
+    /// Each session's snapshots, same keys as `ContextLog`.
+    ContextSnapshots,
 }
 
 impl Table {
     /// Every table, in a fixed order.
-    pub const ALL: [Table; 4] = [Table::Meta, Table::Agents, Table::Inbox, Table::Archive];
+    pub const ALL: [Table; 7] = [
+        Table::Meta,
+        Table::Agents,
+        Table::Inbox,
+        Table::Archive,
+        Table::Sessions,
+        Table::ContextLog,
+        Table::ContextSnapshots,
+    ];
 
     /// The table's name in the backend.
     pub const fn name(self) -> &'static str {
@@ -48,6 +62,9 @@ impl Table {
             Table::Agents => "agents",
             Table::Inbox => "inbox",
             Table::Archive => "archive",
+            Table::Sessions => "sessions",
+            Table::ContextLog => "context_log",
+            Table::ContextSnapshots => "context_snapshots",
         }
     }
 
@@ -175,6 +192,21 @@ pub trait Store: Send + Sync + 'static {
         prefix: &[u8],
         visit: &mut dyn FnMut(&[u8], &[u8]) -> bool,
     ) -> Result<(), StoreError>;
+
+    /// As [`scan`](Self::scan), starting at the first key at or after `start` (which should
+    /// itself start with `prefix`).
+    ///
+    /// # Errors
+    /// [`StoreError`] when the backend fails to read.
+    fn scan_from(
+        &self,
+        table: Table,
+        prefix: &[u8],
+        start: &[u8],
+        visit: &mut dyn FnMut(&[u8], &[u8]) -> bool,
+    ) -> Result<(), StoreError> {
+        self.scan(table, prefix, &mut |k, v| k < start || visit(k, v))
+    }
 
     /// Whether commits survive the process.
     fn durability(&self) -> Durability;

@@ -9,6 +9,7 @@ use super::ids::AgentId;
 use super::mailbox::{MailboxMsg, Op, Reply};
 use super::message::{Inbox, InboxQuery, Message, Outgoing, Receipt};
 use super::office::{PostOffice, unexpected};
+use crate::context::{Context, ContextError};
 
 /// A process-wide id for a waiting `check_inbox`.
 fn next_waiter() -> u64 {
@@ -38,6 +39,26 @@ impl Agent {
 
     pub(crate) fn entry(&self) -> &Arc<AgentEntry> {
         &self.entry
+    }
+
+    /// The context of session `session`, changed as this agent; the session is created if
+    /// it does not exist.
+    ///
+    /// # Errors
+    /// [`ContextError::InvalidSessionId`], [`ContextError::Unavailable`] once the runtime is
+    /// gone, or a store failure creating the session.
+    pub async fn context(&self, session: &str) -> Result<Context, ContextError> {
+        let hub = self
+            .office
+            .contexts
+            .get()
+            .and_then(std::sync::Weak::upgrade)
+            .ok_or_else(|| ContextError::Unavailable {
+                session: session.to_owned(),
+                reason: "the runtime has shut down".into(),
+            })?;
+        let entry = hub.open_session(session, Some(&self.entry.id)).await?;
+        Ok(Context::new(hub, entry, Some(self.entry.id.clone())))
     }
 
     /// The agent's id.

@@ -5,7 +5,6 @@
 //! are lock-free reads of concurrent maps.
 
 use std::collections::BTreeSet;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, PoisonError, RwLock};
 
 use dashmap::DashMap;
@@ -13,11 +12,11 @@ use ractor::ActorRef;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
-use tokio::sync::Notify;
 
 use super::MailError;
 use super::ids::{AgentId, check_name, now_ms};
 use super::mailbox::MailboxMsg;
+use crate::lazy::Slot;
 use crate::store::{self, Batch, Store, Table, codec};
 
 /// A registered agent.
@@ -78,14 +77,8 @@ impl AgentSpec {
 pub(crate) struct AgentEntry {
     pub(crate) id: AgentId,
     record: RwLock<Arc<AgentRecord>>,
-    /// The running mailbox actor; `None` while passive.
-    mailbox: RwLock<Option<ActorRef<MailboxMsg>>>,
-    /// Woken whenever `mailbox` changes.
-    pub(crate) changed: Notify,
-    /// Milliseconds (since the post office started) of the mailbox's last activity.
-    last_active: AtomicU64,
-    /// Set when the agent is deregistered: its mailbox must not start again.
-    retired: AtomicBool,
+    /// The mailbox actor; retired when the agent is deregistered.
+    pub(crate) slot: Slot<MailboxMsg>,
 }
 
 impl AgentEntry {
@@ -93,10 +86,7 @@ impl AgentEntry {
         Self {
             id: record.id.clone(),
             record: RwLock::new(Arc::new(record)),
-            mailbox: RwLock::new(None),
-            changed: Notify::new(),
-            last_active: AtomicU64::new(0),
-            retired: AtomicBool::new(false),
+            slot: Slot::default(),
         }
     }
 
@@ -105,42 +95,7 @@ impl AgentEntry {
     }
 
     pub(crate) fn mailbox(&self) -> Option<ActorRef<MailboxMsg>> {
-        self.mailbox
-            .read()
-            .unwrap_or_else(PoisonError::into_inner)
-            .clone()
-    }
-
-    pub(crate) fn publish(&self, actor: ActorRef<MailboxMsg>) {
-        *self.mailbox.write().unwrap_or_else(PoisonError::into_inner) = Some(actor);
-        self.changed.notify_waiters();
-    }
-
-    /// Clears the mailbox if it is still `actor`.
-    pub(crate) fn unpublish(&self, actor: &ActorRef<MailboxMsg>) {
-        let mut slot = self.mailbox.write().unwrap_or_else(PoisonError::into_inner);
-        if slot.as_ref().is_some_and(|a| a.get_id() == actor.get_id()) {
-            *slot = None;
-        }
-        drop(slot);
-        self.changed.notify_waiters();
-    }
-
-    pub(crate) fn touch(&self, now: u64) {
-        self.last_active.store(now, Ordering::Relaxed);
-    }
-
-    /// Stops the mailbox from starting again, ahead of deregistration.
-    pub(crate) fn retire(&self) {
-        self.retired.store(true, Ordering::Release);
-    }
-
-    pub(crate) fn is_retired(&self) -> bool {
-        self.retired.load(Ordering::Acquire)
-    }
-
-    pub(crate) fn last_active(&self) -> u64 {
-        self.last_active.load(Ordering::Relaxed)
+        self.slot.actor()
     }
 }
 
@@ -286,7 +241,7 @@ impl Directory {
         let entry = self.require(id)?;
         batch.delete(Table::Agents, id.as_bytes().to_vec());
         if let Err(err) = store::commit(store, batch).await {
-            entry.retired.store(false, Ordering::Release);
+            entry.slot.unretire();
             return Err(err.into());
         }
         self.unindex(&entry.record());

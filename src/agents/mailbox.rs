@@ -80,28 +80,15 @@ pub(crate) enum Reply {
     Bounced(Op),
 }
 
-/// A request; dropped unhandled (its actor died with it queued), it sends itself back.
-pub(crate) struct Request {
-    op: Option<Op>,
-    reply: Option<oneshot::Sender<Reply>>,
-}
-
-impl Request {
-    pub(crate) fn new(op: Op, reply: oneshot::Sender<Reply>) -> Self {
-        Self {
-            op: Some(op),
-            reply: Some(reply),
-        }
+impl crate::lazy::Bounce for Reply {
+    type Op = Op;
+    fn bounced(op: Op) -> Self {
+        Reply::Bounced(op)
     }
 }
 
-impl Drop for Request {
-    fn drop(&mut self) {
-        if let (Some(op), Some(reply)) = (self.op.take(), self.reply.take()) {
-            let _ = reply.send(Reply::Bounced(op));
-        }
-    }
-}
+/// A request to a mailbox.
+pub(crate) type Request = crate::lazy::Request<Reply>;
 
 /// A delivery's commit outcome, on its way back to the mailbox, which makes the message
 /// visible and then answers the sender. Dropped on the way (the mailbox died), it answers
@@ -195,7 +182,7 @@ impl Actor for MailboxActor {
         myself: ActorRef<Self::Msg>,
         _state: &mut Self::State,
     ) -> Result<(), ActorProcessingErr> {
-        self.entry.unpublish(&myself);
+        self.entry.slot.unpublish(&myself);
         Ok(())
     }
 
@@ -206,11 +193,11 @@ impl Actor for MailboxActor {
         state: &mut Self::State,
     ) -> Result<(), ActorProcessingErr> {
         match msg {
-            MailboxMsg::Request(mut request) => {
-                let (Some(op), Some(reply)) = (request.op.take(), request.reply.take()) else {
+            MailboxMsg::Request(request) => {
+                let Some((op, reply)) = request.take() else {
                     return Ok(());
                 };
-                self.entry.touch(self.shared.clock());
+                self.entry.slot.touch(self.shared.clock());
                 self.handle_op(&myself, state, op, reply);
             }
             MailboxMsg::Committed(mut committed) => {
@@ -270,7 +257,7 @@ impl MailboxState {
 
 impl MailboxActor {
     async fn load(&self, myself: ActorRef<MailboxMsg>) -> Result<MailboxState, ActorProcessingErr> {
-        if self.entry.is_retired() {
+        if self.entry.slot.is_retired() {
             return Err(format!("agent `{}` is deregistered", self.entry.id).into());
         }
         // Every commit submitted before this start (by a predecessor that crashed) is done
@@ -309,8 +296,8 @@ impl MailboxActor {
         if !expired.is_empty() {
             store::commit(&*self.shared.store, expired).await?;
         }
-        self.entry.touch(self.shared.clock());
-        self.entry.publish(myself);
+        self.entry.slot.touch(self.shared.clock());
+        self.entry.slot.publish(myself);
         Ok(state)
     }
 
@@ -649,7 +636,10 @@ impl MailboxActor {
 
     fn passivate_if_idle(&self, myself: &ActorRef<MailboxMsg>, state: &mut MailboxState) {
         state.waiters.retain(|w| !w.reply.is_closed());
-        let idle_for = self.shared.clock().saturating_sub(self.entry.last_active());
+        let idle_for = self
+            .shared
+            .clock()
+            .saturating_sub(self.entry.slot.last_active());
         if !state.waiters.is_empty()
             || !state.pending.is_empty()
             || state.inflight > 0
@@ -657,17 +647,12 @@ impl MailboxActor {
         {
             return;
         }
-        let Some(supervisor) = self.shared.supervisor(self.entry.id.as_str()) else {
-            return;
-        };
-        // Stop first, then clear the slot: whoever then finds it empty asks the supervisor
-        // for a new mailbox after this stop, never before it.
-        let (tx, _) = oneshot::channel();
-        let _ = supervisor.cast(guildhall_supervision::SupervisorMsg::TerminateChild(
-            self.entry.id.to_string(),
-            tx.into(),
-        ));
-        self.entry.unpublish(myself);
+        crate::lazy::passivate(
+            &self.entry.slot,
+            &self.shared.partitions,
+            self.entry.id.as_str(),
+            myself,
+        );
         tracing::trace!(agent = %self.entry.id, "mailbox passivated");
     }
 }

@@ -1,15 +1,11 @@
 //! The post office: routes requests to mailbox actors, starting them on demand, and sends
 //! messages to the agents an address names.
 
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, PoisonError, RwLock, Weak};
-use std::time::{Duration, Instant};
+use std::sync::{Arc, PoisonError};
+use std::time::Duration;
 
-use guildhall_supervision::{
-    Backoff, ChildSpec, DynamicSpec, Restart, Shutdown, Strategy, Supervisor, SupervisorError,
-    SupervisorMsg, SupervisorSpec,
-};
-use ractor::{Actor, ActorRef};
+use guildhall_supervision::{ChildSpec, Restart, Shutdown, Supervisor, SupervisorError};
+use ractor::Actor;
 use tokio::sync::oneshot;
 
 use super::directory::{AgentEntry, AgentSpec, Directory};
@@ -17,6 +13,7 @@ use super::ids::{AgentId, new_message_id, now_ms};
 use super::mailbox::{MailboxActor, MailboxMsg, Op, Reply, Request, mailbox_prefix};
 use super::message::{Address, DeliveryState, Message, Outgoing, Receipt, Rejected};
 use super::{MailError, MailboxConfig};
+use crate::lazy::{self, CoarseClock, Partitions, RESTART_POLL, StartError};
 use crate::store::{Batch, Store, Table};
 
 /// The id of the supervisor of all mailboxes, under root.
@@ -24,60 +21,29 @@ pub(crate) const MAILBOXES: &str = "mailboxes";
 
 /// How long a request waits for a mailbox to (re)start before giving up.
 const ACTIVATION_TIMEOUT: Duration = Duration::from_secs(10);
-/// How long a request waits for a crashed mailbox's restart before asking for one itself.
-const RESTART_POLL: Duration = Duration::from_millis(50);
 
 /// What mailbox actors share.
 pub(crate) struct Shared {
     pub(crate) store: Arc<dyn Store>,
     pub(crate) config: MailboxConfig,
-    /// One dynamic supervisor per partition; an agent's mailbox lives in partition
-    /// `hash(id) % partitions.len()`. Each publishes itself here when it (re)starts.
-    partitions: Vec<RwLock<Option<ActorRef<SupervisorMsg>>>>,
-    epoch: Instant,
-    coarse_now: AtomicU64,
-}
-
-/// How many partitions: one per core, at least two. Mailboxes start in parallel across
-/// partitions (Elixir's `PartitionSupervisor` idea): one supervisor starting children one
-/// at a time would be the bottleneck of activating many agents.
-fn partition_count() -> usize {
-    std::thread::available_parallelism().map_or(2, |n| n.get().clamp(2, 16))
+    /// The dynamic supervisors mailboxes live under, keyed by agent id.
+    pub(crate) partitions: Arc<Partitions>,
+    clock: CoarseClock,
 }
 
 impl Shared {
-    /// Milliseconds since the post office started, as of the last passivation sweep: the
-    /// clock of idleness. Coarse on purpose: every request marks its mailbox active, and
-    /// reading this costs an atomic load where reading the real clock costs a clock read.
+    /// The clock of idleness (see [`CoarseClock`]).
     pub(crate) fn clock(&self) -> u64 {
-        self.coarse_now.load(Ordering::Relaxed)
+        self.clock.now()
     }
-
-    fn tick(&self) -> u64 {
-        let now = u64::try_from(self.epoch.elapsed().as_millis()).unwrap_or(u64::MAX);
-        self.coarse_now.store(now, Ordering::Relaxed);
-        now
-    }
-
-    /// The partition supervisor of agent `id`.
-    pub(crate) fn supervisor(&self, id: &str) -> Option<ActorRef<SupervisorMsg>> {
-        let slot = &self.partitions[partition_of(id, self.partitions.len())];
-        slot.read().unwrap_or_else(PoisonError::into_inner).clone()
-    }
-}
-
-/// A stable partition for an agent id (FNV-1a: the same in every process).
-fn partition_of(id: &str, partitions: usize) -> usize {
-    let hash = id.bytes().fold(0xcbf2_9ce4_8422_2325_u64, |h, b| {
-        (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3)
-    });
-    (hash % partitions as u64) as usize
 }
 
 /// The agents, their mailboxes, and the sweep that passivates idle ones.
 pub(crate) struct PostOffice {
     pub(crate) shared: Arc<Shared>,
     pub(crate) directory: Directory,
+    /// Where agents' session contexts are (the hub refers to this office, hence weak).
+    pub(crate) contexts: std::sync::OnceLock<std::sync::Weak<crate::context::ContextHub>>,
     sweep: std::sync::Mutex<Option<tokio::task::AbortHandle>>,
 }
 
@@ -98,64 +64,35 @@ impl PostOffice {
             shared: Arc::new(Shared {
                 store,
                 config,
-                partitions: (0..partition_count()).map(|_| RwLock::new(None)).collect(),
-                epoch: Instant::now(),
-                coarse_now: AtomicU64::new(0),
+                partitions: Partitions::new(),
+                clock: CoarseClock::default(),
             }),
             directory,
+            contexts: std::sync::OnceLock::new(),
             sweep: std::sync::Mutex::new(None),
         }))
     }
 
-    /// The child spec of the `mailboxes` supervisor: one-for-one over the partitions, each a
-    /// dynamic supervisor that tells this post office where it is whenever it (re)starts.
-    pub(crate) fn supervisor_spec(self: &Arc<Self>) -> ChildSpec {
-        let partitions = (0..self.shared.partitions.len()).map(|i| {
-            let shared = Arc::clone(&self.shared);
-            ChildSpec::dynamic_supervisor(i.to_string(), DynamicSpec::never_escalate()).on_start(
-                move |cell| {
-                    *shared.partitions[i]
-                        .write()
-                        .unwrap_or_else(PoisonError::into_inner) = Some(cell.clone().into());
-                },
-            )
-        });
-        let spec = SupervisorSpec {
-            strategy: Strategy::OneForOne,
-            intensity: DynamicSpec::never_escalate().intensity,
-            backoff: Backoff::default(),
-            children: partitions.collect(),
-        };
-        ChildSpec::supervisor(MAILBOXES, spec)
+    /// The child spec of the `mailboxes` supervisor.
+    pub(crate) fn supervisor_spec(&self) -> ChildSpec {
+        self.shared.partitions.supervisor_spec(MAILBOXES)
     }
 
     /// Starts the passivation sweep (needs a tokio runtime).
     pub(crate) fn start_sweep(self: &Arc<Self>) {
-        let idle = self.shared.config.idle;
-        // The sweep also advances the coarse clock: a mailbox is passivated after between
-        // `idle` and `idle` plus a quarter of it.
-        let every = (idle / 4).clamp(Duration::from_millis(5), Duration::from_secs(15));
-        let office: Weak<Self> = Arc::downgrade(self);
-        let task = tokio::spawn(async move {
-            let mut tick = tokio::time::interval(every);
-            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-            loop {
-                tick.tick().await;
-                let Some(office) = office.upgrade() else {
-                    return;
-                };
-                let now = office.shared.tick();
-                let idle_ms = u64::try_from(idle.as_millis()).unwrap_or(u64::MAX);
-                for entry in office.directory.entries() {
-                    if now.saturating_sub(entry.last_active()) >= idle_ms
-                        && let Some(mailbox) = entry.mailbox()
-                    {
-                        let _ = mailbox.cast(MailboxMsg::Passivate);
-                    }
+        let idle_ms = u64::try_from(self.shared.config.idle.as_millis()).unwrap_or(u64::MAX);
+        let period = lazy::sweep_period(self.shared.config.idle);
+        let task = lazy::spawn_sweep(Arc::downgrade(self), period, move |office: &Self| {
+            let now = office.shared.clock.tick();
+            for entry in office.directory.entries() {
+                if now.saturating_sub(entry.slot.last_active()) >= idle_ms
+                    && let Some(mailbox) = entry.mailbox()
+                {
+                    let _ = mailbox.cast(MailboxMsg::Passivate);
                 }
             }
         });
-        *self.sweep.lock().unwrap_or_else(PoisonError::into_inner) = Some(task.abort_handle());
+        *self.sweep.lock().unwrap_or_else(PoisonError::into_inner) = Some(task);
     }
 
     pub(crate) fn stop_sweep(&self) {
@@ -176,8 +113,8 @@ impl PostOffice {
     /// Deregisters an agent: stops its mailbox and deletes it and its messages.
     pub(crate) async fn deregister(&self, id: &str) -> Result<(), MailError> {
         let entry = self.directory.require(id)?;
-        entry.retire();
-        if let Some(supervisor) = self.shared.supervisor(id) {
+        entry.slot.retire();
+        if let Some(supervisor) = self.shared.partitions.supervisor(id) {
             match Supervisor::from_ref(supervisor).terminate_child(id).await {
                 Ok(()) | Err(SupervisorError::UnknownChild { .. }) => {}
                 Err(err) => tracing::warn!(agent = id, %err, "stopping the mailbox failed"),
@@ -412,7 +349,7 @@ impl PostOffice {
         };
         let wait = wait.map(|(after, waiter)| (tokio::time::Instant::now() + after, waiter));
         loop {
-            if entry.is_retired() {
+            if entry.slot.is_retired() {
                 return Err(MailError::UnknownAgent {
                     id: entry.id.to_string(),
                 });
@@ -449,7 +386,7 @@ impl PostOffice {
                 let left = until.saturating_duration_since(tokio::time::Instant::now());
                 query.wait = (!left.is_zero()).then_some(left);
             }
-            let changed = entry.changed.notified();
+            let changed = entry.slot.changed.notified();
             tokio::pin!(changed);
             changed.as_mut().enable();
             if entry
@@ -489,32 +426,20 @@ impl PostOffice {
                 "it did not start within {ACTIVATION_TIMEOUT:?}"
             )));
         }
-        let supervisor = self
-            .shared
-            .supervisor(entry.id.as_str())
-            .ok_or_else(|| unavailable("the mailbox supervisor is not running".into()))?;
-        match Supervisor::from_ref(supervisor)
-            .start_child(self.child_spec(entry))
-            .await
-        {
-            Ok(()) => Ok(()),
-            Err(SupervisorError::DuplicateChild { .. }) => {
-                // Someone else started it, or it is waiting out a restart backoff.
-                let changed = entry.changed.notified();
-                tokio::pin!(changed);
-                changed.as_mut().enable();
-                if entry.mailbox().is_none() {
-                    let _ = tokio::time::timeout(RESTART_POLL, changed).await;
-                }
-                Ok(())
-            }
-            Err(SupervisorError::StartFailed { .. }) if entry.is_retired() => {
-                Err(MailError::UnknownAgent {
-                    id: entry.id.to_string(),
-                })
-            }
-            Err(err) => Err(unavailable(err.to_string())),
-        }
+        let spec = self.child_spec(entry);
+        lazy::start(
+            &entry.slot,
+            &self.shared.partitions,
+            entry.id.as_str(),
+            spec,
+        )
+        .await
+        .map_err(|err| match err {
+            StartError::Retired => MailError::UnknownAgent {
+                id: entry.id.to_string(),
+            },
+            StartError::Failed(reason) => unavailable(reason),
+        })
     }
 
     fn child_spec(&self, entry: &Arc<AgentEntry>) -> ChildSpec {

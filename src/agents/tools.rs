@@ -26,7 +26,7 @@ fn caller(office: &Arc<PostOffice>, ctx: &CallContext) -> Result<Agent, MailErro
     Ok(Agent::new(Arc::clone(office), entry))
 }
 
-fn rfc3339(ms: u64) -> String {
+pub(crate) fn rfc3339(ms: u64) -> String {
     humantime::format_rfc3339_millis(UNIX_EPOCH + Duration::from_millis(ms)).to_string()
 }
 

@@ -9,6 +9,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+use super::ContextError;
 use crate::agents::AgentId;
 
 /// How a change combines with the current value.
@@ -87,6 +88,33 @@ pub struct Change {
     pub expected_version: Option<u64>,
 }
 
+impl Change {
+    /// A change of `key` by `strategy` with `value`, of any version and kind.
+    pub fn new(key: impl Into<String>, strategy: Strategy, value: Value) -> Self {
+        Self {
+            key: key.into(),
+            strategy,
+            value,
+            kind: None,
+            expected_version: None,
+        }
+    }
+
+    /// Applies only if the entry is at `version` (0: absent).
+    #[must_use]
+    pub fn expect(mut self, version: u64) -> Self {
+        self.expected_version = Some(version);
+        self
+    }
+
+    /// Sets the entry's kind.
+    #[must_use]
+    pub fn kind(mut self, kind: EntryKind) -> Self {
+        self.kind = Some(kind);
+        self
+    }
+}
+
 /// Limits on what a session may hold.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ContextLimits {
@@ -100,6 +128,16 @@ pub struct ContextLimits {
     pub max_batch: usize,
 }
 
+impl ContextLimits {
+    /// No limits: for replaying what was accepted under earlier limits.
+    pub const UNLIMITED: Self = Self {
+        max_key_bytes: usize::MAX,
+        max_entry_bytes: usize::MAX,
+        max_session_bytes: usize::MAX,
+        max_batch: usize::MAX,
+    };
+}
+
 impl Default for ContextLimits {
     fn default() -> Self {
         Self {
@@ -109,58 +147,6 @@ impl Default for ContextLimits {
             max_batch: 1_000,
         }
     }
-}
-
-/// Why a batch was refused. Nothing of a refused batch is applied.
-#[derive(Debug, Clone, PartialEq, thiserror::Error)]
-#[non_exhaustive]
-pub enum ContextError {
-    /// An expected version did not match.
-    #[error(
-        "version conflict on `{key}`: expected version {expected}, but it is at {actual}; \
-         read it again and retry (nothing of the batch was applied)"
-    )]
-    Conflict {
-        /// The entry.
-        key: String,
-        /// The version the change expected.
-        expected: u64,
-        /// The version it is at (0: absent).
-        actual: u64,
-    },
-    /// Append to a value that is neither text nor an array, or text to an array's opposite.
-    #[error(
-        "cannot append {given} to `{key}`, which holds {holds} (nothing of the batch was applied)"
-    )]
-    WrongType {
-        /// The entry.
-        key: String,
-        /// What the entry holds.
-        holds: &'static str,
-        /// What was appended.
-        given: &'static str,
-    },
-    /// A key that is empty or too long.
-    #[error("invalid key {key:?}: {reason}")]
-    InvalidKey {
-        /// The key (cut to 80 characters).
-        key: String,
-        /// What is wrong with it.
-        reason: String,
-    },
-    /// An entry or the session over its size limit, or a batch with too many changes.
-    #[error("{what} is {size} bytes; the limit is {limit} (nothing of the batch was applied)")]
-    TooLarge {
-        /// What is too large.
-        what: String,
-        /// Its size.
-        size: usize,
-        /// The limit.
-        limit: usize,
-    },
-    /// An empty batch.
-    #[error("the batch has no changes")]
-    Empty,
 }
 
 /// What a batch did to one entry.
@@ -186,16 +172,76 @@ pub struct Applied {
 }
 
 /// A session's entries and version.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq)]
 pub struct SessionContext {
     version: u64,
-    entries: BTreeMap<String, Entry>,
+    entries: BTreeMap<String, Held>,
     /// Bytes of JSON held in entry values.
     bytes: usize,
 }
 
-fn json_size(value: &Value) -> usize {
-    serde_json::to_vec(value).map_or(usize::MAX, |v| v.len())
+/// An entry and the size of its value, kept so a change measures only the new value.
+#[derive(Debug, Clone, PartialEq)]
+struct Held {
+    entry: Entry,
+    size: usize,
+}
+
+impl Held {
+    fn new(entry: Entry) -> Self {
+        Self {
+            size: json_size(&entry.value),
+            entry,
+        }
+    }
+}
+
+/// The length of `value` as compact JSON (what `serde_json::to_vec` writes), without
+/// writing it.
+pub(crate) fn json_size(value: &Value) -> usize {
+    match value {
+        Value::Null => 4,
+        Value::Bool(true) => 4,
+        Value::Bool(false) => 5,
+        Value::Number(n) => number_size(n),
+        Value::String(s) => string_size(s),
+        Value::Array(items) => {
+            2 + items.len().saturating_sub(1) + items.iter().map(json_size).sum::<usize>()
+        }
+        Value::Object(map) => {
+            2 + map.len().saturating_sub(1)
+                + map
+                    .iter()
+                    .map(|(k, v)| string_size(k) + 1 + json_size(v))
+                    .sum::<usize>()
+        }
+    }
+}
+
+fn number_size(n: &serde_json::Number) -> usize {
+    /// Counts what is written instead of keeping it.
+    struct Count(usize);
+    impl std::fmt::Write for Count {
+        fn write_str(&mut self, s: &str) -> std::fmt::Result {
+            self.0 += s.len();
+            Ok(())
+        }
+    }
+    let mut count = Count(0);
+    let _ = std::fmt::write(&mut count, format_args!("{n}"));
+    count.0
+}
+
+/// A string's JSON length: quotes, and escapes as serde_json writes them.
+fn string_size(s: &str) -> usize {
+    2 + s.len()
+        + s.bytes()
+            .map(|b| match b {
+                b'"' | b'\\' | b'\n' | b'\r' | b'\t' | 0x08 | 0x0c => 1,
+                0..=0x1f => 5,
+                _ => 0,
+            })
+            .sum::<usize>()
 }
 
 fn type_name(value: &Value) -> &'static str {
@@ -262,22 +308,48 @@ impl SessionContext {
         self.version
     }
 
+    /// A context at `version` holding `entries` (a snapshot's).
+    pub fn from_entries(version: u64, entries: impl IntoIterator<Item = Entry>) -> Self {
+        let entries: BTreeMap<String, Held> = entries
+            .into_iter()
+            .map(|e| (e.key.clone(), Held::new(e)))
+            .collect();
+        Self {
+            version,
+            bytes: entries.values().map(|h| h.size).sum(),
+            entries,
+        }
+    }
+
     /// The entry at `key`.
     pub fn get(&self, key: &str) -> Option<&Entry> {
-        self.entries.get(key)
+        self.entries.get(key).map(|h| &h.entry)
+    }
+
+    /// Number of entries.
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    /// Whether there are no entries.
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
     }
 
     /// Every entry, by key.
     pub fn entries(&self) -> impl Iterator<Item = &Entry> {
-        self.entries.values()
+        self.entries.values().map(|h| &h.entry)
     }
 
     /// The entries whose key starts with `prefix`, by key.
     pub fn with_prefix<'a>(&'a self, prefix: &'a str) -> impl Iterator<Item = &'a Entry> + 'a {
         self.entries
-            .range(prefix.to_owned()..)
+            .range::<str, _>((
+                std::ops::Bound::Included(prefix),
+                std::ops::Bound::Unbounded,
+            ))
             .take_while(move |(k, _)| k.starts_with(prefix))
-            .map(|(_, e)| e)
+            .map(|(_, h)| &h.entry)
     }
 
     /// Bytes of JSON held in entry values.
@@ -310,13 +382,13 @@ impl SessionContext {
             });
         }
         // Work on copies of the touched entries; commit only if every change passes.
-        let mut staged: BTreeMap<&str, Option<Entry>> = BTreeMap::new();
+        let mut staged: BTreeMap<&str, Option<Held>> = BTreeMap::new();
         let mut record = Vec::with_capacity(changes.len());
         for change in changes {
             check_key(&change.key, limits)?;
             let key = change.key.as_str();
             if let Some(expected) = change.expected_version {
-                let actual = self.entries.get(key).map_or(0, |e| e.version);
+                let actual = self.get(key).map_or(0, |e| e.version);
                 if expected != actual {
                     return Err(ContextError::Conflict {
                         key: key.to_owned(),
@@ -326,8 +398,8 @@ impl SessionContext {
                 }
             }
             let current = match staged.get(key) {
-                Some(staged) => staged.clone(),
-                None => self.entries.get(key).cloned(),
+                Some(staged) => staged.as_ref().map(|h| h.entry.clone()),
+                None => self.get(key).cloned(),
             };
             let before = current.as_ref().map_or(0, |e| e.version);
             let value = match change.strategy {
@@ -350,23 +422,26 @@ impl SessionContext {
                         limit: limits.max_entry_bytes,
                     });
                 }
-                Some(match current {
-                    Some(entry) => Entry {
-                        kind: change.kind.unwrap_or(entry.kind),
-                        value,
-                        author: author.cloned(),
-                        updated_ms: now_ms,
-                        version: entry.version + 1,
-                        ..entry
-                    },
-                    None => Entry {
-                        key: key.to_owned(),
-                        kind: change.kind.unwrap_or_else(|| EntryKind::of(&value)),
-                        value,
-                        author: author.cloned(),
-                        created_ms: now_ms,
-                        updated_ms: now_ms,
-                        version: before + 1,
+                Some(Held {
+                    size,
+                    entry: match current {
+                        Some(entry) => Entry {
+                            kind: change.kind.unwrap_or(entry.kind),
+                            value,
+                            author: author.cloned(),
+                            updated_ms: now_ms,
+                            version: entry.version + 1,
+                            ..entry
+                        },
+                        None => Entry {
+                            key: key.to_owned(),
+                            kind: change.kind.unwrap_or_else(|| EntryKind::of(&value)),
+                            value,
+                            author: author.cloned(),
+                            created_ms: now_ms,
+                            updated_ms: now_ms,
+                            version: before + 1,
+                        },
                     },
                 })
             };
@@ -374,14 +449,14 @@ impl SessionContext {
                 key: key.to_owned(),
                 strategy: change.strategy,
                 before,
-                after: next.as_ref().map_or(0, |e| e.version),
+                after: next.as_ref().map_or(0, |h| h.entry.version),
             });
             staged.insert(key, next);
         }
         let mut bytes = self.bytes;
         for (key, next) in &staged {
-            bytes -= self.entries.get(*key).map_or(0, |e| json_size(&e.value));
-            bytes += next.as_ref().map_or(0, |e| json_size(&e.value));
+            bytes -= self.entries.get(*key).map_or(0, |h| h.size);
+            bytes += next.as_ref().map_or(0, |h| h.size);
         }
         if bytes > limits.max_session_bytes {
             return Err(ContextError::TooLarge {
@@ -392,9 +467,12 @@ impl SessionContext {
         }
         for (key, next) in staged {
             match next {
-                Some(entry) => {
-                    self.entries.insert(key.to_owned(), entry);
-                }
+                Some(held) => match self.entries.get_mut(key) {
+                    Some(slot) => *slot = held,
+                    None => {
+                        self.entries.insert(key.to_owned(), held);
+                    }
+                },
                 None => {
                     self.entries.remove(key);
                 }
@@ -580,13 +658,12 @@ mod tests {
             }],
         )
         .unwrap_err();
-        assert_eq!(
-            err,
-            ContextError::Conflict {
-                key: "a".into(),
-                expected: 3,
-                actual: 1
-            }
+        assert!(
+            matches!(
+                &err,
+                ContextError::Conflict { key, expected: 3, actual: 1 } if key == "a"
+            ),
+            "{err}"
         );
         // Expected version 0: create only if absent.
         let mut create = change("c", Strategy::Replace, json!(1));

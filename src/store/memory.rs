@@ -68,10 +68,11 @@ impl TableMap {
         }
     }
 
-    /// Entries whose key starts with `prefix`, unsorted.
-    fn collect(&self, prefix: &[u8], out: &mut Vec<(Vec<u8>, Vec<u8>)>) {
-        let matching =
-            |(k, v): (&Vec<u8>, &Vec<u8>)| k.starts_with(prefix).then(|| (k.clone(), v.clone()));
+    /// Entries whose key starts with `prefix` and is at least `start`, unsorted.
+    fn collect(&self, prefix: &[u8], start: &[u8], out: &mut Vec<(Vec<u8>, Vec<u8>)>) {
+        let matching = |(k, v): (&Vec<u8>, &Vec<u8>)| {
+            (k.starts_with(prefix) && k.as_slice() >= start).then(|| (k.clone(), v.clone()))
+        };
         match split(prefix) {
             Some((group, _)) => {
                 if let Some(map) = self.groups.get(group) {
@@ -79,7 +80,7 @@ impl TableMap {
                 }
             }
             None => {
-                let from: &[u8] = prefix;
+                let from: &[u8] = start.max(prefix);
                 out.extend(
                     self.flat
                         .range::<[u8], _>((
@@ -211,13 +212,23 @@ impl Store for MemoryStore {
         prefix: &[u8],
         visit: &mut dyn FnMut(&[u8], &[u8]) -> bool,
     ) -> Result<(), StoreError> {
+        self.scan_from(table, prefix, prefix, visit)
+    }
+
+    fn scan_from(
+        &self,
+        table: Table,
+        prefix: &[u8],
+        start: &[u8],
+        visit: &mut dyn FnMut(&[u8], &[u8]) -> bool,
+    ) -> Result<(), StoreError> {
         // A prefix that names a group lies in one shard; any other may span them all.
         let mut found = Vec::new();
         if split(prefix).is_some() {
-            self.lock(self.shard_of(prefix))[table.index()].collect(prefix, &mut found);
+            self.lock(self.shard_of(prefix))[table.index()].collect(prefix, start, &mut found);
         } else {
             for i in 0..SHARDS {
-                self.lock(i)[table.index()].collect(prefix, &mut found);
+                self.lock(i)[table.index()].collect(prefix, start, &mut found);
             }
         }
         found.sort_unstable_by(|a, b| a.0.cmp(&b.0));

@@ -324,9 +324,19 @@ impl Store for RedbStore {
         prefix: &[u8],
         visit: &mut dyn FnMut(&[u8], &[u8]) -> bool,
     ) -> Result<(), StoreError> {
+        self.scan_from(table, prefix, prefix, visit)
+    }
+
+    fn scan_from(
+        &self,
+        table: Table,
+        prefix: &[u8],
+        start: &[u8],
+        visit: &mut dyn FnMut(&[u8], &[u8]) -> bool,
+    ) -> Result<(), StoreError> {
         let read = self.db()?.begin_read().map_err(read_error)?;
         let t = read.open_table(definition(table)).map_err(read_error)?;
-        for entry in t.range(prefix..).map_err(read_error)? {
+        for entry in t.range(start.max(prefix)..).map_err(read_error)? {
             let (k, v) = entry.map_err(read_error)?;
             if !k.value().starts_with(prefix) || !visit(k.value(), v.value()) {
                 break;

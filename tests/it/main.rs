@@ -14,6 +14,8 @@ mod cancellation;
 mod chaos;
 /// Concurrent tools and isolation between tools.
 mod concurrency;
+/// Session contexts: strategies, batches, concurrency, history, persistence, export.
+mod context;
 /// JSON argument validation and schemas derived from the tool contract.
 mod contract;
 /// Crashes: a panicking tool is restarted with fresh state and the next call succeeds.

@@ -17,13 +17,16 @@ async fn tools_are_listed_sorted_and_looked_up_by_name() {
     let (a, _) = Chaos::new("alpha");
     let rt = Runtime::builder().tool(b).tool(a).build().await.unwrap();
     let names: Vec<_> = rt.tools().into_iter().map(|t| t.name).collect();
-    // The mailbox tools are built in.
+    // The mailbox and context tools are built in.
     assert_eq!(
         names,
         [
             "alpha",
             "beta",
             "check_inbox",
+            "context_get",
+            "context_history",
+            "context_update",
             "mark_read",
             "read_message",
             "send_message"

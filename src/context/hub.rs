@@ -1,0 +1,584 @@
+//! The context hub: the sessions, their context actors (started on demand, passivated when
+//! idle), and the operations that read the store directly (history, reads as of a version,
+//! export and import).
+
+use std::sync::{Arc, PoisonError};
+use std::time::Duration;
+
+use guildhall_supervision::{ChildSpec, Restart, Shutdown, Supervisor, SupervisorError};
+use ractor::Actor;
+use tokio::sync::oneshot;
+
+use super::actor::{ContextActor, ContextMsg, Op, Reply, Request, Stat};
+use super::handle::{EXPORT_FORMAT, History, HistoryQuery, SessionExport};
+use super::log;
+use super::model::{Applied, Change, ContextLimits, SessionContext};
+use super::query::{self, ContextView, Select};
+use super::session::{SessionDirectory, SessionEntry, SessionId, SessionRecord, SessionSpec};
+use super::{ContextConfig, ContextError};
+use crate::agents::{AgentId, PostOffice, now_ms};
+use crate::lazy::{self, CoarseClock, Partitions, RESTART_POLL, StartError};
+use crate::store::{Batch, Store, Table, codec};
+
+/// The id of the supervisor of all context actors, under root.
+pub(crate) const CONTEXTS: &str = "contexts";
+
+/// How long a request waits for a context actor to (re)start before giving up.
+const ACTIVATION_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// What context actors share.
+pub(crate) struct Shared {
+    pub(crate) store: Arc<dyn Store>,
+    pub(crate) config: ContextConfig,
+    pub(crate) partitions: Arc<Partitions>,
+    pub(crate) clock: CoarseClock,
+}
+
+/// The sessions and their context actors.
+pub(crate) struct ContextHub {
+    pub(crate) shared: Arc<Shared>,
+    pub(crate) sessions: SessionDirectory,
+    /// Authors must be registered agents.
+    office: Arc<PostOffice>,
+    sweep: std::sync::Mutex<Option<tokio::task::AbortHandle>>,
+}
+
+impl Drop for ContextHub {
+    fn drop(&mut self) {
+        self.stop_sweep();
+    }
+}
+
+impl ContextHub {
+    pub(crate) fn open(
+        store: Arc<dyn Store>,
+        config: ContextConfig,
+        office: Arc<PostOffice>,
+    ) -> Result<Arc<Self>, ContextError> {
+        let sessions = SessionDirectory::load(&*store)?;
+        Ok(Arc::new(Self {
+            shared: Arc::new(Shared {
+                store,
+                config,
+                partitions: Partitions::new(),
+                clock: CoarseClock::default(),
+            }),
+            sessions,
+            office,
+            sweep: std::sync::Mutex::new(None),
+        }))
+    }
+
+    /// The child spec of the `contexts` supervisor.
+    pub(crate) fn supervisor_spec(&self) -> ChildSpec {
+        self.shared.partitions.supervisor_spec(CONTEXTS)
+    }
+
+    /// Starts the passivation sweep (needs a tokio runtime).
+    pub(crate) fn start_sweep(self: &Arc<Self>) {
+        let idle = self.shared.config.idle;
+        let idle_ms = u64::try_from(idle.as_millis()).unwrap_or(u64::MAX);
+        let task = lazy::spawn_sweep(
+            Arc::downgrade(self),
+            lazy::sweep_period(idle),
+            move |hub: &Self| {
+                let now = hub.shared.clock.tick();
+                for entry in hub.sessions.entries() {
+                    if now.saturating_sub(entry.slot.last_active()) >= idle_ms
+                        && let Some(actor) = entry.slot.actor()
+                    {
+                        let _ = actor.cast(ContextMsg::Passivate);
+                    }
+                }
+            },
+        );
+        *self.sweep.lock().unwrap_or_else(PoisonError::into_inner) = Some(task);
+    }
+
+    pub(crate) fn stop_sweep(&self) {
+        if let Some(task) = self
+            .sweep
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take()
+        {
+            task.abort();
+        }
+    }
+
+    /// A registered agent's id, for an author or creator.
+    pub(crate) fn author(&self, id: &str) -> Result<AgentId, ContextError> {
+        match self.office.directory.get(id) {
+            Some(entry) => Ok(entry.id.clone()),
+            None => Err(ContextError::UnknownAuthor { id: id.to_owned() }),
+        }
+    }
+
+    pub(crate) async fn create(&self, spec: SessionSpec) -> Result<SessionRecord, ContextError> {
+        let id = match &spec.id {
+            Some(id) => SessionId::parse(id)?,
+            None => SessionId::generate(),
+        };
+        let record = SessionRecord {
+            id,
+            title: spec.title,
+            created_by: spec
+                .created_by
+                .as_deref()
+                .map(|a| self.author(a))
+                .transpose()?,
+            created_ms: now_ms(),
+            closed_ms: None,
+            metadata: spec.metadata,
+        };
+        let entry = self
+            .sessions
+            .create(&*self.shared.store, record, Batch::new())
+            .await?;
+        Ok((*entry.record()).clone())
+    }
+
+    /// The session `id`, created (by `author`) if it does not exist.
+    pub(crate) async fn open_session(
+        &self,
+        id: &str,
+        author: Option<&AgentId>,
+    ) -> Result<Arc<SessionEntry>, ContextError> {
+        if let Some(entry) = self.sessions.get(id) {
+            return Ok(entry);
+        }
+        let mut spec = SessionSpec::new(id);
+        spec.created_by = author.map(ToString::to_string);
+        match self.create(spec).await {
+            Ok(_) | Err(ContextError::SessionExists { .. }) => self.sessions.require(id),
+            Err(err) => Err(err),
+        }
+    }
+
+    pub(crate) async fn close(&self, id: &str) -> Result<Arc<SessionRecord>, ContextError> {
+        self.sessions
+            .update(&*self.shared.store, id, |r| {
+                r.closed_ms.get_or_insert_with(now_ms);
+            })
+            .await
+    }
+
+    /// Deletes a session: stops its actor, then removes its record, log and snapshots.
+    pub(crate) async fn delete(&self, id: &str) -> Result<(), ContextError> {
+        let entry = self.sessions.require(id)?;
+        entry.slot.retire();
+        if let Some(supervisor) = self.shared.partitions.supervisor(id) {
+            match Supervisor::from_ref(supervisor).terminate_child(id).await {
+                Ok(()) | Err(SupervisorError::UnknownChild { .. }) => {}
+                Err(err) => tracing::warn!(session = id, %err, "stopping the context failed"),
+            }
+        }
+        let mut batch = Batch::new();
+        let prefix = log::prefix(&entry.id);
+        for table in [Table::ContextLog, Table::ContextSnapshots] {
+            self.shared.store.scan(table, &prefix, &mut |key, _| {
+                batch.delete(table, key.to_vec());
+                true
+            })?;
+        }
+        self.sessions
+            .remove(&*self.shared.store, &entry, batch)
+            .await
+    }
+
+    pub(crate) async fn update(
+        &self,
+        entry: &Arc<SessionEntry>,
+        changes: Arc<[Change]>,
+        author: Option<AgentId>,
+    ) -> Result<Applied, ContextError> {
+        match self.request(entry, Op::Update { changes, author }).await? {
+            Reply::Applied(applied) => Ok(applied),
+            other => Err(failed(entry, other)),
+        }
+    }
+
+    pub(crate) async fn read(
+        &self,
+        entry: &Arc<SessionEntry>,
+        select: Select,
+        limit: usize,
+    ) -> Result<ContextView, ContextError> {
+        match self.request(entry, Op::Read { select, limit }).await? {
+            Reply::View(view) => Ok(view),
+            other => Err(failed(entry, other)),
+        }
+    }
+
+    pub(crate) async fn stat(&self, entry: &Arc<SessionEntry>) -> Result<Stat, ContextError> {
+        match self.request(entry, Op::Stat).await? {
+            Reply::Stat(stat) => Ok(stat),
+            other => Err(failed(entry, other)),
+        }
+    }
+
+    /// Reads `select` as the session was at `version`: from the snapshot at or before it,
+    /// with the log replayed up to it.
+    pub(crate) async fn read_as_of(
+        &self,
+        entry: &Arc<SessionEntry>,
+        version: u64,
+        select: Select,
+        limit: usize,
+    ) -> Result<ContextView, ContextError> {
+        let stat = self.stat(entry).await?;
+        if version >= stat.version {
+            if version > stat.version {
+                return Err(ContextError::FutureVersion {
+                    session: entry.id.to_string(),
+                    requested: version,
+                    current: stat.version,
+                });
+            }
+            return self.read(entry, select, limit).await;
+        }
+        let ctx = self.rebuild(entry, version, stat.base)?;
+        Ok(query::read(&ctx, &select, limit))
+    }
+
+    /// The context at `version` (at least `base`), rebuilt from the store.
+    fn rebuild(
+        &self,
+        entry: &SessionEntry,
+        version: u64,
+        base: u64,
+    ) -> Result<SessionContext, ContextError> {
+        let pruned = |oldest: u64| ContextError::HistoryPruned {
+            session: entry.id.to_string(),
+            requested: version,
+            oldest,
+        };
+        if version < base {
+            return Err(pruned(base));
+        }
+        let store = &*self.shared.store;
+        let mut ctx = match log::snapshots(store, &entry.id)?
+            .into_iter()
+            .rfind(|s| s.version <= version)
+        {
+            Some(s) => SessionContext::from_entries(s.version, s.entries),
+            None if base == 0 => SessionContext::new(),
+            None => return Err(pruned(base)),
+        };
+        let mut broken = false;
+        log::replay(store, &entry.id, ctx.version() + 1, |batch| {
+            if batch.version > version {
+                return false;
+            }
+            broken = batch.version != ctx.version() + 1
+                || ctx
+                    .apply(
+                        &batch.changes,
+                        batch.author.as_ref(),
+                        batch.at_ms,
+                        &ContextLimits::UNLIMITED,
+                    )
+                    .is_err();
+            !broken
+        })?;
+        if broken || ctx.version() != version {
+            // Pruned while this read ran, or damaged.
+            return Err(pruned(base.max(ctx.version())));
+        }
+        Ok(ctx)
+    }
+
+    pub(crate) async fn history(
+        &self,
+        entry: &Arc<SessionEntry>,
+        query: &HistoryQuery,
+    ) -> Result<History, ContextError> {
+        let stat = self.stat(entry).await?;
+        let limit = query.limit.max(1);
+        let from = match (query.after, &query.key) {
+            (Some(after), _) => after + 1,
+            (None, None) => stat.version.saturating_sub(limit as u64 - 1),
+            (None, Some(_)) => stat.base + 1,
+        }
+        .max(stat.base + 1);
+        let mut batches = std::collections::VecDeque::new();
+        log::replay(&*self.shared.store, &entry.id, from, |batch| {
+            if batch.version > stat.version {
+                return false;
+            }
+            if query
+                .key
+                .as_ref()
+                .is_none_or(|k| batch.changes.iter().any(|c| &c.key == k))
+            {
+                batches.push_back(batch);
+                if batches.len() > limit {
+                    if query.after.is_some() {
+                        batches.pop_back();
+                        return false;
+                    }
+                    batches.pop_front();
+                }
+            }
+            true
+        })?;
+        Ok(History {
+            version: stat.version,
+            oldest: stat.base,
+            batches: batches.into(),
+        })
+    }
+
+    pub(crate) async fn export(
+        &self,
+        entry: &Arc<SessionEntry>,
+        with_history: bool,
+    ) -> Result<SessionExport, ContextError> {
+        let (version, entries) = match self.request(entry, Op::Export).await? {
+            Reply::Entries { version, entries } => (version, entries),
+            other => return Err(failed(entry, other)),
+        };
+        let mut export = SessionExport {
+            format: EXPORT_FORMAT.to_owned(),
+            session: (*entry.record()).clone(),
+            version,
+            entries,
+            base: version,
+            base_entries: Vec::new(),
+            history: Vec::new(),
+        };
+        if with_history {
+            let stat = self.stat(entry).await?;
+            let base = self.rebuild(entry, stat.base, stat.base)?;
+            export.base = stat.base;
+            export.base_entries = base.entries().cloned().collect();
+            log::replay(&*self.shared.store, &entry.id, stat.base + 1, |batch| {
+                let more = batch.version <= version;
+                if more {
+                    export.history.push(batch);
+                }
+                more
+            })?;
+        }
+        Ok(export)
+    }
+
+    /// Creates a session from an export, as `id` if given. The export is checked first: its
+    /// history must replay from its base to exactly its entries.
+    pub(crate) async fn import(
+        &self,
+        export: SessionExport,
+        id: Option<&str>,
+    ) -> Result<SessionRecord, ContextError> {
+        let invalid = |reason: String| ContextError::InvalidExport { reason };
+        if export.format != EXPORT_FORMAT {
+            return Err(invalid(format!(
+                "format {:?} is not {EXPORT_FORMAT:?}",
+                export.format
+            )));
+        }
+        let mut record = export.session;
+        if let Some(id) = id {
+            record.id = SessionId::parse(id)?;
+        } else {
+            record.id = SessionId::parse(record.id.as_str())?;
+        }
+        let limits = self.shared.config.limits;
+        let listed = export.entries.len();
+        let current = SessionContext::from_entries(export.version, export.entries);
+        if current.len() != listed {
+            return Err(invalid("two entries share a key".into()));
+        }
+        if current.bytes() > limits.max_session_bytes {
+            return Err(ContextError::TooLarge {
+                what: "the imported session".into(),
+                size: current.bytes(),
+                limit: limits.max_session_bytes,
+            });
+        }
+        let mut replayed = SessionContext::from_entries(export.base, export.base_entries);
+        let base_snapshot = (export.base > 0 && !export.history.is_empty())
+            .then(|| replayed.entries().cloned().collect::<Vec<_>>());
+        for batch in &export.history {
+            if batch.version != replayed.version() + 1 {
+                return Err(invalid(format!(
+                    "history jumps from version {} to {}",
+                    replayed.version(),
+                    batch.version
+                )));
+            }
+            replayed
+                .apply(
+                    &batch.changes,
+                    batch.author.as_ref(),
+                    batch.at_ms,
+                    &ContextLimits::UNLIMITED,
+                )
+                .map_err(|e| invalid(format!("batch {} does not replay: {e}", batch.version)))?;
+        }
+        if !export.history.is_empty() && replayed != current {
+            return Err(invalid(
+                "its history does not replay to its entries (edited by hand?)".into(),
+            ));
+        }
+        let base = if export.history.is_empty() {
+            export.version
+        } else {
+            export.base
+        };
+        let mut batch = Batch::new();
+        let at_ms = export.history.last().map_or(record.created_ms, |b| b.at_ms);
+        if let Some(entries) = base_snapshot {
+            let snapshot = log::Snapshot {
+                version: base,
+                at_ms: 0,
+                base,
+                entries,
+            };
+            batch.put(
+                Table::ContextSnapshots,
+                log::key(&record.id, base),
+                codec::encode(&snapshot),
+            );
+        }
+        for logged in &export.history {
+            batch.put(
+                Table::ContextLog,
+                log::key(&record.id, logged.version),
+                codec::encode(logged),
+            );
+        }
+        let latest = log::Snapshot {
+            version: export.version,
+            at_ms,
+            base,
+            entries: current.entries().cloned().collect(),
+        };
+        batch.put(
+            Table::ContextSnapshots,
+            log::key(&record.id, export.version),
+            codec::encode(&latest),
+        );
+        let entry = self
+            .sessions
+            .create(&*self.shared.store, record, batch)
+            .await?;
+        Ok((*entry.record()).clone())
+    }
+
+    /// Applies half of `changes` in the session's memory and crashes its actor (tests).
+    pub(crate) async fn crash_mid_update(&self, entry: &Arc<SessionEntry>, changes: Arc<[Change]>) {
+        if let Some(actor) = entry.slot.actor() {
+            let (tx, rx) = oneshot::channel();
+            let _ = actor.cast(ContextMsg::Request(Request::new(
+                Op::CrashMidUpdate(changes),
+                tx,
+            )));
+            let _ = rx.await;
+        }
+    }
+
+    /// Runs `op` in `entry`'s context actor, starting or waiting for the actor as needed,
+    /// and re-sending the request if the actor died before answering.
+    async fn request(&self, entry: &Arc<SessionEntry>, mut op: Op) -> Result<Reply, ContextError> {
+        let deadline = tokio::time::Instant::now() + ACTIVATION_TIMEOUT;
+        loop {
+            if entry.slot.is_retired() {
+                return Err(ContextError::UnknownSession {
+                    id: entry.id.to_string(),
+                });
+            }
+            if tokio::time::Instant::now() >= deadline {
+                return Err(ContextError::Unavailable {
+                    session: entry.id.to_string(),
+                    reason: format!("its context did not start within {ACTIVATION_TIMEOUT:?}"),
+                });
+            }
+            let Some(actor) = entry.slot.actor() else {
+                self.activate(entry).await?;
+                continue;
+            };
+            let (tx, rx) = oneshot::channel();
+            let retry = op.clone();
+            // A failed cast drops the request, which bounces into `rx`.
+            let _ = actor.cast(ContextMsg::Request(Request::new(op, tx)));
+            op = match rx.await {
+                Ok(Reply::Bounced(back)) => back,
+                Ok(reply) => return Ok(reply),
+                // Dropped by a crash before anything of it was submitted.
+                Err(_) => retry,
+            };
+            let changed = entry.slot.changed.notified();
+            tokio::pin!(changed);
+            changed.as_mut().enable();
+            if entry
+                .slot
+                .actor()
+                .is_some_and(|a| a.get_id() == actor.get_id())
+            {
+                // Dead but still published: its supervisor is restarting it.
+                if tokio::time::timeout(RESTART_POLL, changed).await.is_err() {
+                    self.activate(entry).await?;
+                }
+            }
+        }
+    }
+
+    async fn activate(&self, entry: &Arc<SessionEntry>) -> Result<(), ContextError> {
+        lazy::start(
+            &entry.slot,
+            &self.shared.partitions,
+            entry.id.as_str(),
+            self.child_spec(entry),
+        )
+        .await
+        .map_err(|err| match err {
+            StartError::Retired => ContextError::UnknownSession {
+                id: entry.id.to_string(),
+            },
+            StartError::Failed(reason) => ContextError::Unavailable {
+                session: entry.id.to_string(),
+                reason,
+            },
+        })
+    }
+
+    fn child_spec(&self, entry: &Arc<SessionEntry>) -> ChildSpec {
+        let entry = Arc::clone(entry);
+        let shared = Arc::clone(&self.shared);
+        ChildSpec::worker(
+            entry.id.as_str().to_owned(),
+            Arc::new(move |parent| {
+                let actor = ContextActor {
+                    entry: Arc::clone(&entry),
+                    shared: Arc::clone(&shared),
+                };
+                Box::pin(async move {
+                    let (actor, _) = Actor::spawn_linked(None, actor, (), parent).await?;
+                    Ok(actor.get_cell())
+                })
+            }),
+        )
+        .restart(Restart::Transient)
+        .shutdown(Shutdown::Timeout(Duration::from_secs(5)))
+    }
+
+    /// Number of context actors running now.
+    pub(crate) fn active(&self) -> usize {
+        self.sessions
+            .entries()
+            .iter()
+            .filter(|e| e.slot.actor().is_some())
+            .count()
+    }
+}
+
+fn failed(entry: &SessionEntry, reply: Reply) -> ContextError {
+    match reply {
+        Reply::Failed(err) => err,
+        other => ContextError::Unavailable {
+            session: entry.id.to_string(),
+            reason: format!("unexpected answer from the context: {other:?}"),
+        },
+    }
+}

@@ -1,0 +1,111 @@
+//! How a session is stored: an op log of its batches, and snapshots of its entries.
+//!
+//! - `ContextLog`: session id, a 0 byte, the session version (8 bytes, big-endian) → the
+//!   [`LoggedBatch`] that made that version. Keys sort by version.
+//! - `ContextSnapshots`: same keys → a [`Snapshot`] of every entry at that version.
+//!
+//! A session's state is its latest snapshot with the batches after it replayed. Snapshots
+//! are taken every `snapshot_every` batches; at most two are kept: the latest, and the
+//! *base*, the oldest version history can still be read at, before which the log is pruned.
+//! Stored types are positional (see [`codec`](crate::store::codec)): new fields go last.
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use super::model::{Change, Entry, EntryChange};
+use super::session::SessionId;
+use crate::agents::AgentId;
+use crate::store::{self, Store, StoreError, Table};
+
+/// One applied batch, as the log holds it: enough to replay it, and to show who changed what.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct LoggedBatch {
+    /// The session version this batch made.
+    pub version: u64,
+    /// When it was applied, in milliseconds since the Unix epoch.
+    pub at_ms: u64,
+    /// Who applied it.
+    pub author: Option<AgentId>,
+    /// The changes, in order.
+    pub changes: Vec<Change>,
+    /// Each change's entry version before and after (0: absent / deleted).
+    pub versions: Vec<[u64; 2]>,
+}
+
+impl LoggedBatch {
+    /// What each change did.
+    pub fn effects(&self) -> Vec<EntryChange> {
+        self.changes
+            .iter()
+            .zip(&self.versions)
+            .map(|(c, [before, after])| EntryChange {
+                key: c.key.clone(),
+                strategy: c.strategy,
+                before: *before,
+                after: *after,
+            })
+            .collect()
+    }
+}
+
+/// Every entry of a session at one version.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub(crate) struct Snapshot {
+    pub(crate) version: u64,
+    /// When the batch of `version` was applied.
+    pub(crate) at_ms: u64,
+    /// The base when this snapshot was written: history is kept from there on.
+    pub(crate) base: u64,
+    pub(crate) entries: Vec<Entry>,
+}
+
+/// The key prefix of everything stored for `session` in the log and snapshot tables.
+pub(crate) fn prefix(session: &SessionId) -> Vec<u8> {
+    let mut key = Vec::with_capacity(session.as_str().len() + 9);
+    key.extend_from_slice(session.as_str().as_bytes());
+    key.push(0);
+    key
+}
+
+/// The key of `version` of `session`.
+pub(crate) fn key(session: &SessionId, version: u64) -> Vec<u8> {
+    let mut key = prefix(session);
+    key.extend_from_slice(&version.to_be_bytes());
+    key
+}
+
+/// Visits the logged batches of `session` from version `from` on, in order, until `visit`
+/// returns `false`.
+pub(crate) fn replay(
+    store: &dyn Store,
+    session: &SessionId,
+    from: u64,
+    mut visit: impl FnMut(LoggedBatch) -> bool,
+) -> Result<(), StoreError> {
+    let mut failed = None;
+    store.scan_from(
+        Table::ContextLog,
+        &prefix(session),
+        &key(session, from),
+        &mut |_, value| match store::codec::decode(Table::ContextLog, value) {
+            Ok(batch) => visit(batch),
+            Err(err) => {
+                failed = Some(err);
+                false
+            }
+        },
+    )?;
+    failed.map_or(Ok(()), Err)
+}
+
+/// The snapshots of `session`, oldest first.
+pub(crate) fn snapshots(
+    store: &dyn Store,
+    session: &SessionId,
+) -> Result<Vec<Snapshot>, StoreError> {
+    let mut all = Vec::new();
+    store::scan_values(store, Table::ContextSnapshots, &prefix(session), |_, s| {
+        all.push(s);
+    })?;
+    Ok(all)
+}

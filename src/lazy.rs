@@ -1,0 +1,296 @@
+//! Actors started on first use and stopped when idle: mailboxes and session contexts.
+//!
+//! Each such actor has a [`Slot`] that says where it runs (if it does), and lives as a
+//! transient child of one of several dynamic supervisors, its [`Partitions`]. Requests find
+//! the actor through its slot, ask the partition to start it when the slot is empty, and
+//! wait on the slot's notification while it restarts.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, PoisonError, RwLock};
+
+use guildhall_supervision::{
+    Backoff, ChildSpec, DynamicSpec, Strategy, SupervisorMsg, SupervisorSpec,
+};
+use ractor::ActorRef;
+use tokio::sync::Notify;
+
+/// Where a lazily started actor runs, when it last did something, and whether it may start.
+pub(crate) struct Slot<M: ractor::Message> {
+    actor: RwLock<Option<ActorRef<M>>>,
+    /// Woken whenever `actor` changes.
+    pub(crate) changed: Notify,
+    /// Milliseconds (on its owner's coarse clock) of the actor's last activity.
+    last_active: AtomicU64,
+    /// Set when what the actor serves is being deleted: it must not start again.
+    retired: AtomicBool,
+}
+
+impl<M: ractor::Message> Default for Slot<M> {
+    fn default() -> Self {
+        Self {
+            actor: RwLock::new(None),
+            changed: Notify::new(),
+            last_active: AtomicU64::new(0),
+            retired: AtomicBool::new(false),
+        }
+    }
+}
+
+impl<M: ractor::Message> Slot<M> {
+    /// The running actor, if any.
+    pub(crate) fn actor(&self) -> Option<ActorRef<M>> {
+        self.actor
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
+    pub(crate) fn publish(&self, actor: ActorRef<M>) {
+        *self.actor.write().unwrap_or_else(PoisonError::into_inner) = Some(actor);
+        self.changed.notify_waiters();
+    }
+
+    /// Clears the slot if it still holds `actor`.
+    pub(crate) fn unpublish(&self, actor: &ActorRef<M>) {
+        let mut slot = self.actor.write().unwrap_or_else(PoisonError::into_inner);
+        if slot.as_ref().is_some_and(|a| a.get_id() == actor.get_id()) {
+            *slot = None;
+        }
+        drop(slot);
+        self.changed.notify_waiters();
+    }
+
+    pub(crate) fn touch(&self, now: u64) {
+        self.last_active.store(now, Ordering::Relaxed);
+    }
+
+    pub(crate) fn last_active(&self) -> u64 {
+        self.last_active.load(Ordering::Relaxed)
+    }
+
+    /// Stops the actor from starting again, ahead of a deletion.
+    pub(crate) fn retire(&self) {
+        self.retired.store(true, Ordering::Release);
+    }
+
+    /// Undoes [`retire`](Self::retire) after a deletion failed.
+    pub(crate) fn unretire(&self) {
+        self.retired.store(false, Ordering::Release);
+    }
+
+    pub(crate) fn is_retired(&self) -> bool {
+        self.retired.load(Ordering::Acquire)
+    }
+}
+
+/// Dynamic supervisors that share the children of one kind: a child keyed `k` lives in
+/// partition `hash(k) % n`. Children start in parallel across partitions (Elixir's
+/// `PartitionSupervisor` idea): one supervisor starting children one at a time would be the
+/// bottleneck of activating many.
+pub(crate) struct Partitions {
+    /// Each partition publishes itself here whenever it (re)starts.
+    slots: Vec<RwLock<Option<ActorRef<SupervisorMsg>>>>,
+}
+
+impl Partitions {
+    /// One partition per core, at least two.
+    pub(crate) fn new() -> Arc<Self> {
+        let n = std::thread::available_parallelism().map_or(2, |n| n.get().clamp(2, 16));
+        Arc::new(Self {
+            slots: (0..n).map(|_| RwLock::new(None)).collect(),
+        })
+    }
+
+    /// The supervisor of the child keyed `key`.
+    pub(crate) fn supervisor(&self, key: &str) -> Option<ActorRef<SupervisorMsg>> {
+        let slot = &self.slots[partition_of(key, self.slots.len())];
+        slot.read().unwrap_or_else(PoisonError::into_inner).clone()
+    }
+
+    /// The child spec of a supervisor named `id`: one-for-one over the partitions, each a
+    /// dynamic supervisor that never escalates and publishes itself when it (re)starts.
+    pub(crate) fn supervisor_spec(self: &Arc<Self>, id: &'static str) -> ChildSpec {
+        let partitions = (0..self.slots.len()).map(|i| {
+            let this = Arc::clone(self);
+            ChildSpec::dynamic_supervisor(i.to_string(), DynamicSpec::never_escalate()).on_start(
+                move |cell| {
+                    *this.slots[i]
+                        .write()
+                        .unwrap_or_else(PoisonError::into_inner) = Some(cell.clone().into());
+                },
+            )
+        });
+        ChildSpec::supervisor(
+            id,
+            SupervisorSpec {
+                strategy: Strategy::OneForOne,
+                intensity: DynamicSpec::never_escalate().intensity,
+                backoff: Backoff::default(),
+                children: partitions.collect(),
+            },
+        )
+    }
+}
+
+/// A stable partition for a key (FNV-1a: the same in every process).
+fn partition_of(key: &str, partitions: usize) -> usize {
+    let hash = key.bytes().fold(0xcbf2_9ce4_8422_2325_u64, |h, b| {
+        (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3)
+    });
+    (hash % partitions as u64) as usize
+}
+
+/// How long a request waits for its actor's restart before asking for a start itself.
+pub(crate) const RESTART_POLL: std::time::Duration = std::time::Duration::from_millis(50);
+
+/// Why an actor could not be started.
+#[derive(Debug)]
+pub(crate) enum StartError {
+    /// Its slot is retired: what it serves is being deleted.
+    Retired,
+    /// Anything else, as a reason.
+    Failed(String),
+}
+
+/// Asks `key`'s partition to start the actor of `slot` from `spec`. One already there
+/// (starting, or waiting out a restart backoff) is fine: the caller looks at the slot again.
+pub(crate) async fn start<M: ractor::Message>(
+    slot: &Slot<M>,
+    partitions: &Partitions,
+    key: &str,
+    spec: ChildSpec,
+) -> Result<(), StartError> {
+    let supervisor = partitions
+        .supervisor(key)
+        .ok_or_else(|| StartError::Failed("its supervisor is not running".into()))?;
+    match guildhall_supervision::Supervisor::from_ref(supervisor)
+        .start_child(spec)
+        .await
+    {
+        Ok(()) => Ok(()),
+        Err(guildhall_supervision::SupervisorError::DuplicateChild { .. }) => {
+            let changed = slot.changed.notified();
+            tokio::pin!(changed);
+            changed.as_mut().enable();
+            if slot.actor().is_none() {
+                let _ = tokio::time::timeout(RESTART_POLL, changed).await;
+            }
+            Ok(())
+        }
+        Err(_) if slot.is_retired() => Err(StartError::Retired),
+        Err(err) => Err(StartError::Failed(err.to_string())),
+    }
+}
+
+/// Stops the actor of `slot` when idle: asks its supervisor to stop it, then clears the slot,
+/// in that order, so whoever finds the slot empty asks for a new actor only after this stop.
+/// Requests caught in between bounce and are re-sent.
+pub(crate) fn passivate<M: ractor::Message>(
+    slot: &Slot<M>,
+    partitions: &Partitions,
+    key: &str,
+    myself: &ActorRef<M>,
+) {
+    let Some(supervisor) = partitions.supervisor(key) else {
+        return;
+    };
+    let (tx, _) = tokio::sync::oneshot::channel();
+    let _ = supervisor.cast(SupervisorMsg::TerminateChild(key.to_owned(), tx.into()));
+    slot.unpublish(myself);
+}
+
+/// Milliseconds since an epoch, as of the last sweep: the clock of idleness. Coarse on
+/// purpose: every request marks its actor active, and reading this costs an atomic load
+/// where reading the real clock costs a clock read.
+pub(crate) struct CoarseClock {
+    epoch: std::time::Instant,
+    now: AtomicU64,
+}
+
+impl Default for CoarseClock {
+    fn default() -> Self {
+        Self {
+            epoch: std::time::Instant::now(),
+            now: AtomicU64::new(0),
+        }
+    }
+}
+
+impl CoarseClock {
+    pub(crate) fn now(&self) -> u64 {
+        self.now.load(Ordering::Relaxed)
+    }
+
+    /// Advances the clock to the real time and returns it.
+    pub(crate) fn tick(&self) -> u64 {
+        let now = u64::try_from(self.epoch.elapsed().as_millis()).unwrap_or(u64::MAX);
+        self.now.store(now, Ordering::Relaxed);
+        now
+    }
+}
+
+/// How often a sweep for actors idle `idle` runs: an actor is passivated after between
+/// `idle` and `idle` plus a quarter of it.
+pub(crate) fn sweep_period(idle: std::time::Duration) -> std::time::Duration {
+    (idle / 4).clamp(
+        std::time::Duration::from_millis(5),
+        std::time::Duration::from_secs(15),
+    )
+}
+
+/// Runs `sweep` on `owner` every `period` until the owner is dropped (needs a tokio runtime).
+pub(crate) fn spawn_sweep<T: Send + Sync + 'static>(
+    owner: std::sync::Weak<T>,
+    period: std::time::Duration,
+    sweep: impl Fn(&T) + Send + 'static,
+) -> tokio::task::AbortHandle {
+    tokio::spawn(async move {
+        let mut tick = tokio::time::interval(period);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tick.tick().await;
+            let Some(owner) = owner.upgrade() else {
+                return;
+            };
+            sweep(&owner);
+        }
+    })
+    .abort_handle()
+}
+
+/// An answer that can also carry its request back, unhandled.
+pub(crate) trait Bounce: Send + 'static {
+    /// The request.
+    type Op: Send + 'static;
+    /// The answer that hands `op` back.
+    fn bounced(op: Self::Op) -> Self;
+}
+
+/// A request to a lazily started actor. Dropped unhandled (its actor died with it queued, or
+/// was gone when it was sent), it sends itself back, and the caller re-sends it.
+pub(crate) struct Request<R: Bounce> {
+    op: Option<R::Op>,
+    reply: Option<tokio::sync::oneshot::Sender<R>>,
+}
+
+impl<R: Bounce> Request<R> {
+    pub(crate) fn new(op: R::Op, reply: tokio::sync::oneshot::Sender<R>) -> Self {
+        Self {
+            op: Some(op),
+            reply: Some(reply),
+        }
+    }
+
+    /// The request and where to answer it; the request no longer bounces.
+    pub(crate) fn take(mut self) -> Option<(R::Op, tokio::sync::oneshot::Sender<R>)> {
+        self.op.take().zip(self.reply.take())
+    }
+}
+
+impl<R: Bounce> Drop for Request<R> {
+    fn drop(&mut self) {
+        if let (Some(op), Some(reply)) = (self.op.take(), self.reply.take()) {
+            let _ = reply.send(R::bounced(op));
+        }
+    }
+}
