@@ -4,8 +4,10 @@
 //! the same rounds, because the machines this runs on are shared and noisy: each round runs
 //! one batch of every contender in turn, and the report takes the median over rounds.
 
+mod context;
 mod mail;
 
+pub use context::{ContextBenchConfig, ContextReport, context};
 pub use mail::{MailboxBenchConfig, MailboxReport, SwarmReport, mailbox, swarm_bench};
 
 use std::future::Future;

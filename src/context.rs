@@ -15,7 +15,7 @@ mod actor;
 mod error;
 mod handle;
 mod hub;
-mod log;
+pub(crate) mod log;
 mod model;
 mod query;
 mod session;

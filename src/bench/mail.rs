@@ -276,7 +276,7 @@ fn config_for(agents: usize, per_agent: usize) -> MailboxConfig {
 }
 
 /// A fresh directory under `parent` for one durable run.
-fn tempfile_in(parent: &Path) -> std::path::PathBuf {
+pub(super) fn tempfile_in(parent: &Path) -> std::path::PathBuf {
     parent.join(format!(
         "bench-{}-{}",
         std::process::id(),

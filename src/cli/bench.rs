@@ -5,7 +5,7 @@ use std::process::Command;
 
 use clap::{Args, Subcommand, ValueEnum};
 use guildhall::bench::{
-    CallsConfig, CallsReport, MailboxBenchConfig, SpawnKind, SpawnReport, Stage,
+    CallsConfig, CallsReport, ContextBenchConfig, MailboxBenchConfig, SpawnKind, SpawnReport, Stage,
 };
 use indicatif::{ProgressBar, ProgressStyle};
 use serde::Serialize;
@@ -26,6 +26,9 @@ enum Which {
     Mailbox(MailboxArgs),
     /// Register and activate many agents; report time and memory per agent.
     Swarm(SwarmArgs),
+    /// Session context: updates of 1 KB entries in memory (against bare ractor actors),
+    /// durable updates with group commit, and recovery of a session of 1,000,000 operations.
+    Context(ContextArgs),
     /// Spawn many actors or tools once and report time and memory (run in a fresh process by
     /// `bench calls`; useful on its own too).
     Spawn(SpawnArgs),
@@ -74,6 +77,38 @@ struct MailboxArgs {
     #[arg(long, default_value_t = MailboxBenchConfig::default().rounds)]
     rounds: usize,
     /// Where the durable store is created (a fresh directory inside it, removed after).
+    /// Defaults to the data directory: measure the disk you will run on.
+    #[arg(long)]
+    dir: Option<std::path::PathBuf>,
+}
+
+#[derive(Debug, Args)]
+struct ContextArgs {
+    /// Print one JSON object on stdout instead of a table.
+    #[arg(long)]
+    json: bool,
+    /// Sessions written at once.
+    #[arg(long, default_value_t = ContextBenchConfig::default().sessions)]
+    sessions: usize,
+    /// Writers per session.
+    #[arg(long, default_value_t = ContextBenchConfig::default().writers)]
+    writers: usize,
+    /// In-memory updates per writer per round.
+    #[arg(long, default_value_t = ContextBenchConfig::default().updates)]
+    updates: usize,
+    /// Bytes of each entry's value.
+    #[arg(long, default_value_t = ContextBenchConfig::default().value_bytes)]
+    value_bytes: usize,
+    /// Durable updates per writer per round.
+    #[arg(long, default_value_t = ContextBenchConfig::default().durable_updates)]
+    durable_updates: usize,
+    /// Operations in the session whose recovery is timed.
+    #[arg(long, default_value_t = ContextBenchConfig::default().recovery_ops)]
+    recovery_ops: u64,
+    /// Measurement rounds (figures are medians).
+    #[arg(long, default_value_t = ContextBenchConfig::default().rounds)]
+    rounds: usize,
+    /// Where the durable stores are created (fresh directories inside it, removed after).
     /// Defaults to the data directory: measure the disk you will run on.
     #[arg(long)]
     dir: Option<std::path::PathBuf>,
@@ -143,6 +178,7 @@ pub(crate) async fn run(
         Which::Calls(a) => calls(a).await,
         Which::Mailbox(a) => mailbox(a, data_dir).await,
         Which::Swarm(a) => swarm(a).await,
+        Which::Context(a) => context(a, data_dir).await,
         Which::Spawn(a) => {
             let kind = match a.kind {
                 Kind::Actors => SpawnKind::Actors,
@@ -248,6 +284,68 @@ async fn mailbox(
             ),
             ("  group commits = fsyncs (/s)", report.fsyncs_per_sec, ""),
             ("  messages per fsync", report.msgs_per_fsync, ""),
+        ],
+    )
+}
+
+async fn context(
+    a: ContextArgs,
+    data_dir: &std::path::Path,
+) -> Result<(), Box<dyn std::error::Error>> {
+    let config = ContextBenchConfig {
+        sessions: a.sessions.max(1),
+        writers: a.writers.max(1),
+        updates: a.updates.max(1),
+        value_bytes: a.value_bytes,
+        keys: ContextBenchConfig::default().keys,
+        rounds: a.rounds.max(1),
+        durable_updates: a.durable_updates.max(1),
+        recovery_ops: a.recovery_ops.max(1),
+    };
+    let dir = a.dir.unwrap_or_else(|| data_dir.to_owned());
+    std::fs::create_dir_all(&dir)?;
+    let bar = progress_bar()?;
+    let stage = Bar(bar.clone());
+    let report =
+        tokio::spawn(async move { guildhall::bench::context(config, &dir, &stage).await }).await?;
+    bar.finish_and_clear();
+    print_report(
+        a.json,
+        &report,
+        &[
+            (
+                "bare ractor map updates (/s)",
+                report.raw_ractor_updates_per_sec,
+                "baseline",
+            ),
+            (
+                "1 KB updates in memory (/s)",
+                report.inmem_updates_per_sec,
+                ">= 500,000",
+            ),
+            ("  slowdown against bare ractor", report.inmem_slowdown, ""),
+            (
+                "durable, acknowledged (updates/s)",
+                report.durable_updates_per_sec,
+                "",
+            ),
+            ("  group commits = fsyncs (/s)", report.fsyncs_per_sec, ""),
+            ("  updates per fsync", report.updates_per_fsync, ""),
+            (
+                "operations in the recovered session",
+                report.recovery_ops as f64,
+                "",
+            ),
+            (
+                "recovery: snapshot + log tail (s)",
+                report.recovery_secs_1m,
+                "< 2",
+            ),
+            (
+                "  full log replay, no snapshot (s)",
+                report.replay_secs_1m,
+                "",
+            ),
         ],
     )
 }
