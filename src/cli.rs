@@ -1,6 +1,7 @@
 //! Argument parsing and the subcommands.
 
 mod bench;
+mod context;
 mod demo;
 mod mail;
 
@@ -14,7 +15,8 @@ use tracing_subscriber::EnvFilter;
 ///
 /// Every tool runs as a supervised actor: a crash restarts only that tool, a stuck call is
 /// cancelled and its tool restarted, and a failing tool's circuit opens so callers fail fast.
-/// Agents talk through durable mailboxes kept in an embedded store (`--data-dir`).
+/// Agents talk through durable mailboxes and share session context, both kept in an embedded
+/// store (`--data-dir`).
 #[derive(Debug, Parser)]
 #[command(name = "guildhall", version, about, long_about)]
 struct Cli {
@@ -51,6 +53,8 @@ enum Command {
     Send(mail::SendArgs),
     /// List an agent's inbox.
     Inbox(mail::InboxArgs),
+    /// Sessions and their shared context: list, show, update, history, export, import.
+    Context(context::ContextArgs),
 }
 
 pub(crate) fn main() -> ExitCode {
@@ -81,6 +85,7 @@ pub(crate) fn main() -> ExitCode {
             Command::Agents(args) => mail::agents(args, &cli.data_dir).await,
             Command::Send(args) => mail::send(args, &cli.data_dir).await,
             Command::Inbox(args) => mail::inbox(args, &cli.data_dir).await,
+            Command::Context(args) => context::run(args, &cli.data_dir).await,
         }
     });
     match result {

@@ -57,7 +57,7 @@ enum AgentsCommand {
     },
 }
 
-fn parse_json(s: &str) -> Result<serde_json::Value, String> {
+pub(super) fn parse_json(s: &str) -> Result<serde_json::Value, String> {
     serde_json::from_str(s).map_err(|e| format!("not JSON: {e}"))
 }
 
@@ -178,20 +178,12 @@ async fn send_with(rt: &Runtime, args: SendArgs) -> CliResult {
         writeln!(std::io::stdout(), "{}", serde_json::to_string(&receipt)?)?;
         return Ok(());
     }
-    // Lines are read on a blocking thread and sent with up to `concurrency` in flight; each
-    // receipt is printed (and flushed) the moment its send is acknowledged.
-    let (tx, rx) = tokio::sync::mpsc::channel::<(usize, String)>(args.concurrency.max(1));
-    let reader = tokio::task::spawn_blocking(move || {
-        for (n, line) in std::io::stdin().lock().lines().enumerate() {
-            let Ok(line) = line else { break };
-            if tx.blocking_send((n + 1, line)).is_err() {
-                break;
-            }
-        }
-    });
+    // Sends run with up to `concurrency` in flight; each receipt is printed (and flushed) the
+    // moment its send is acknowledged.
+    let (lines, reader) = stdin_lines(args.concurrency.max(1));
     let agent = Arc::new(agent);
     let mut failures = 0usize;
-    let sends = tokio_stream_from(rx)
+    let sends = lines
         .map(|(n, line)| {
             let agent = Arc::clone(&agent);
             async move {
@@ -233,10 +225,26 @@ async fn send_with(rt: &Runtime, args: SendArgs) -> CliResult {
 }
 
 /// A stream over a channel receiver (what `tokio-stream` would provide, in four lines).
-fn tokio_stream_from<T: Send + 'static>(
-    rx: tokio::sync::mpsc::Receiver<T>,
-) -> impl futures::Stream<Item = T> {
-    futures::stream::unfold(rx, |mut rx| async move { rx.recv().await.map(|v| (v, rx)) })
+/// Stdin's lines, numbered from 1, read on a blocking thread at most `buffer` ahead of
+/// whoever consumes them; the handle ends with the input.
+pub(super) fn stdin_lines(
+    buffer: usize,
+) -> (
+    impl futures::Stream<Item = (usize, String)>,
+    tokio::task::JoinHandle<()>,
+) {
+    let (tx, rx) = tokio::sync::mpsc::channel::<(usize, String)>(buffer);
+    let reader = tokio::task::spawn_blocking(move || {
+        for (n, line) in std::io::stdin().lock().lines().enumerate() {
+            let Ok(line) = line else { break };
+            if tx.blocking_send((n + 1, line)).is_err() {
+                break;
+            }
+        }
+    });
+    let lines =
+        futures::stream::unfold(rx, |mut rx| async move { rx.recv().await.map(|v| (v, rx)) });
+    (lines, reader)
 }
 
 #[derive(Debug, Args)]

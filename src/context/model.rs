@@ -397,19 +397,21 @@ impl SessionContext {
                     });
                 }
             }
-            let current = match staged.get(key) {
-                Some(staged) => staged.as_ref().map(|h| h.entry.clone()),
-                None => self.get(key).cloned(),
+            // The entry as the batch has left it so far; borrowed, so a replace copies no
+            // old value.
+            let current: Option<&Entry> = match staged.get(key) {
+                Some(staged) => staged.as_ref().map(|h| &h.entry),
+                None => self.get(key),
             };
-            let before = current.as_ref().map_or(0, |e| e.version);
+            let before = current.map_or(0, |e| e.version);
             let value = match change.strategy {
                 Strategy::Replace => change.value.clone(),
                 Strategy::Merge => {
-                    let mut value = current.as_ref().map_or(Value::Null, |e| e.value.clone());
+                    let mut value = current.map_or(Value::Null, |e| e.value.clone());
                     json_patch::merge(&mut value, &change.value);
                     value
                 }
-                Strategy::Append => append(key, current.as_ref().map(|e| &e.value), &change.value)?,
+                Strategy::Append => append(key, current.map(|e| &e.value), &change.value)?,
             };
             let next = if value.is_null() && change.strategy == Strategy::Merge {
                 None
@@ -422,28 +424,27 @@ impl SessionContext {
                         limit: limits.max_entry_bytes,
                     });
                 }
-                Some(Held {
-                    size,
-                    entry: match current {
-                        Some(entry) => Entry {
-                            kind: change.kind.unwrap_or(entry.kind),
-                            value,
-                            author: author.cloned(),
-                            updated_ms: now_ms,
-                            version: entry.version + 1,
-                            ..entry
-                        },
-                        None => Entry {
-                            key: key.to_owned(),
-                            kind: change.kind.unwrap_or_else(|| EntryKind::of(&value)),
-                            value,
-                            author: author.cloned(),
-                            created_ms: now_ms,
-                            updated_ms: now_ms,
-                            version: before + 1,
-                        },
+                let entry = match current {
+                    Some(entry) => Entry {
+                        key: entry.key.clone(),
+                        kind: change.kind.unwrap_or(entry.kind),
+                        value,
+                        author: author.cloned(),
+                        created_ms: entry.created_ms,
+                        updated_ms: now_ms,
+                        version: entry.version + 1,
                     },
-                })
+                    None => Entry {
+                        key: key.to_owned(),
+                        kind: change.kind.unwrap_or_else(|| EntryKind::of(&value)),
+                        value,
+                        author: author.cloned(),
+                        created_ms: now_ms,
+                        updated_ms: now_ms,
+                        version: before + 1,
+                    },
+                };
+                Some(Held { size, entry })
             };
             record.push(EntryChange {
                 key: key.to_owned(),
@@ -764,6 +765,17 @@ mod tests {
             apply(&mut ctx, &[change("k", Strategy::Merge, patch.clone())]).unwrap();
             let expected = rfc_merge_patch(&target, &patch);
             prop_assert_eq!(value(&ctx, "k"), (!expected.is_null()).then_some(expected));
+        }
+
+        #[test]
+        fn json_size_is_the_length_serde_json_writes(
+            value in json_value(),
+            text in "[\\x00-\\x7f\"\\\\é€😀]{0,12}",
+            n in any::<i64>(),
+            f in any::<f64>(),
+        ) {
+            let value = json!([value, text, n, f, {text.clone(): u64::MAX}]);
+            prop_assert_eq!(json_size(&value), serde_json::to_vec(&value).unwrap().len());
         }
 
         #[test]

@@ -1,5 +1,6 @@
-//! Durable sends killed with SIGKILL at random points: every acknowledged message is in the
-//! store afterwards, exactly once, and the store reopens cleanly each time.
+//! Durable sends and context updates killed with SIGKILL at random points: every acknowledged
+//! message or batch is in the store afterwards, exactly once (batches whole), and the store
+//! reopens cleanly each time.
 
 use std::collections::HashSet;
 use std::io::{BufRead, BufReader, Write};
@@ -126,4 +127,129 @@ fn acknowledged_messages_survive_sigkill_exactly_once() {
     }
     // The kills landed mid-stream, not after everything was sent.
     assert_eq!(killed_mid_stream, ROUNDS);
+}
+
+/// Context batches per round.
+const BATCHES: usize = 600;
+const CONTEXT_ROUNDS: usize = 10;
+
+/// Starts a durable context writer, kills it after `kill_after` commits, and returns the
+/// line numbers it acknowledged.
+fn update_and_kill(dir: &Path, round: usize, kill_after: usize) -> Vec<u64> {
+    let mut child = guildhall(dir)
+        .args(["context", "update", "s", "--jsonl", "--concurrency", "16"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    let feeder = std::thread::spawn(move || {
+        for n in 1..=BATCHES {
+            // Three changes that must land together or not at all.
+            let line = format!(
+                "[{{\"key\":\"a{round}-{n}\",\"strategy\":\"replace\",\"value\":{n}}},\
+                 {{\"key\":\"b{round}-{n}\",\"strategy\":\"replace\",\"value\":{n}}},\
+                 {{\"key\":\"log\",\"strategy\":\"append\",\"value\":[\"{round}-{n}\"]}}]\n"
+            );
+            if stdin.write_all(line.as_bytes()).is_err() {
+                return; // killed
+            }
+        }
+    });
+    let mut acked = Vec::new();
+    if kill_after == 0 {
+        child.kill().unwrap();
+    }
+    for line in BufReader::new(child.stdout.take().unwrap()).lines() {
+        let done: serde_json::Value = serde_json::from_str(&line.unwrap()).unwrap();
+        acked.push(done["line"].as_u64().unwrap());
+        if acked.len() == kill_after {
+            child.kill().unwrap();
+        }
+    }
+    child.wait().unwrap();
+    feeder.join().unwrap();
+    acked
+}
+
+#[test]
+fn context_batches_killed_mid_update_leave_no_partial_state() {
+    use guildhall::context::Select;
+
+    let dir = tempfile::tempdir().unwrap();
+    let seed = std::env::var("CHAOS_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(11);
+    let mut rng = fastrand::Rng::with_seed(seed);
+    let tokio = tokio::runtime::Runtime::new().unwrap();
+    let mut applied_total = 0usize;
+    let mut killed_mid_stream = 0;
+    for round in 0..CONTEXT_ROUNDS {
+        let kill_after = if round == 0 {
+            0
+        } else {
+            rng.usize(1..BATCHES - 100)
+        };
+        let acked = update_and_kill(dir.path(), round, kill_after);
+        if acked.len() < BATCHES {
+            killed_mid_stream += 1;
+        }
+        tokio.block_on(async {
+            let rt = Runtime::builder()
+                .data_dir(dir.path())
+                .build()
+                .await
+                .unwrap_or_else(|e| panic!("round {round}: the store did not reopen: {e}"));
+            let Ok(ctx) = rt.sessions().context("s") else {
+                // Killed before the session was created: nothing was acknowledged.
+                assert!(acked.is_empty(), "round {round}");
+                rt.shutdown().await;
+                return;
+            };
+            let view = ctx.read(Select::All, usize::MAX).await.unwrap();
+            let keys: HashSet<&str> = view.entries.iter().map(|e| e.key.as_str()).collect();
+            let log: Vec<String> = view
+                .entries
+                .iter()
+                .find(|e| e.key == "log")
+                .and_then(|e| e.value.as_array().cloned())
+                .unwrap_or_default()
+                .into_iter()
+                .map(|v| v.as_str().unwrap().to_owned())
+                .collect();
+            let logged: HashSet<&str> = log.iter().map(String::as_str).collect();
+            assert_eq!(
+                logged.len(),
+                log.len(),
+                "round {round}: a batch applied twice"
+            );
+            for n in 1..=BATCHES {
+                let (a, b) = (format!("a{round}-{n}"), format!("b{round}-{n}"));
+                let tag = format!("{round}-{n}");
+                let parts = [
+                    keys.contains(a.as_str()),
+                    keys.contains(b.as_str()),
+                    logged.contains(tag.as_str()),
+                ];
+                assert!(
+                    parts.iter().all(|p| *p) || parts.iter().all(|p| !p),
+                    "round {round}: batch {n} is partly applied: {parts:?}"
+                );
+            }
+            for n in &acked {
+                assert!(
+                    keys.contains(format!("a{round}-{n}").as_str()),
+                    "round {round}: batch {n} was acknowledged but is lost"
+                );
+            }
+            applied_total = log.len();
+            // One version per batch, every one of them in the log entry.
+            assert_eq!(view.version as usize, applied_total, "round {round}");
+            rt.shutdown().await;
+        });
+    }
+    assert_eq!(killed_mid_stream, CONTEXT_ROUNDS);
+    assert!(applied_total > 0, "some batches were applied");
 }
