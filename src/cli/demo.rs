@@ -134,6 +134,7 @@ pub(crate) async fn run(
         show(call(json!({"add": 5})).await)
     )?;
     mail(&rt, &mut out, data_dir).await?;
+    context(&rt, &mut out).await?;
     writeln!(out, "\nsupervision tree:")?;
     print_tree(&mut out, &rt.tree().await?, 0)?;
     rt.shutdown().await;
@@ -213,6 +214,63 @@ async fn mail(
         )
         .await?;
     }
+    Ok(())
+}
+
+/// The two agents share a session's context through the context tools: an update, a
+/// conflicting one refused whole, and the history (which grows with every run of the demo).
+async fn context(rt: &Runtime, out: &mut impl Write) -> Result<(), Box<dyn std::error::Error>> {
+    writeln!(out, "\nshared context (session demo-sprint):")?;
+    let as_agent = |id: &str| CallOptions::new().agent(id);
+    let now = rt
+        .call_json(
+            "context_get",
+            json!({"session": "demo-sprint", "keys": ["plan"]}),
+            CallOptions::new(),
+        )
+        .await
+        .ok();
+    let version = now
+        .as_ref()
+        .and_then(|v| v["entries"][0]["version"].as_u64())
+        .unwrap_or(0);
+    let applied = rt
+        .call_json(
+            "context_update",
+            json!({"session": "demo-sprint", "changes": [
+                {"key": "plan", "strategy": "merge", "value": {"goal": "ship", "tasks": 3}, "expected_version": version},
+                {"key": "log", "strategy": "append", "value": "demo-tl planned\n"}
+            ]}),
+            as_agent("demo-tl"),
+        )
+        .await?;
+    writeln!(out, "demo-tl merges plan  {applied}")?;
+    let stale = rt
+        .call_json(
+            "context_update",
+            json!({"session": "demo-sprint", "changes": [
+                {"key": "log", "strategy": "append", "value": "demo-pm took a task\n"},
+                {"key": "plan", "strategy": "merge", "value": {"tasks": 2}, "expected_version": version}
+            ]}),
+            as_agent("demo-pm"),
+        )
+        .await;
+    writeln!(out, "demo-pm, stale read  -> {}", show(stale))?;
+    let history = rt
+        .call_json(
+            "context_history",
+            json!({"session": "demo-sprint", "limit": 3}),
+            CallOptions::new(),
+        )
+        .await?;
+    writeln!(
+        out,
+        "history: session at version {}, latest by {}",
+        history["version"],
+        history["batches"][history["batches"]
+            .as_array()
+            .map_or(0, |b| b.len().saturating_sub(1))]["author"]
+    )?;
     Ok(())
 }
 
