@@ -8,7 +8,10 @@
 //!   concurrency limit) and the order they run in.
 //! - [`registry`]: [`ToolHandle`], a typed handle to one tool.
 //! - [`options`]: [`ToolOptions`] and [`CallOptions`].
-//! - [`bench`]: the measurements behind `guildhall bench`.
+//! - [`agents`]: agents, their directory and durable mailboxes.
+//! - [`context`]: sessions and their shared context.
+//! - [`store`]: the embedded store behind both.
+//! - [`bench`](mod@bench): the measurements behind `guildhall bench`.
 //!
 //! The tool contract lives in [`guildhall_actors`] (re-exported here), supervision in
 //! [`guildhall_supervision`].
@@ -64,6 +67,7 @@ pub mod runtime;
 pub mod store;
 
 pub use agents::{Agent, AgentSpec, InboxQuery, MailError, MailboxConfig, Outgoing, Priority};
+pub use context::{Context, ContextConfig, ContextError, Sessions};
 pub use error::BuildError;
 pub use guildhall_actors::{
     self as actors, Annotations, CallContext, CallError, CallEvent, CallObserver, Concurrency,

@@ -4,9 +4,11 @@
 //!
 //! ```text
 //! root              (one-for-one, OTP default intensity)
-//! └── tools         (one-for-one; never escalates)
-//!     ├── <tool>    (a sequential tool's actor, with the tool's breaker)
-//!     └── <tool>/i  (actor i of a concurrent tool)
+//! ├── tools         (one-for-one; never escalates)
+//! │   ├── <tool>    (a sequential tool's actor, with the tool's breaker)
+//! │   └── <tool>/i  (actor i of a concurrent tool)
+//! ├── mailboxes     (one dynamic supervisor per core: an active agent's mailbox actor)
+//! └── contexts      (the same: an active session's context actor)
 //! ```
 //!
 //! Tool actors are direct children of `tools`, one actor per tool and no per-tool supervisor,

@@ -111,7 +111,7 @@ pub struct SendInput {
     /// original sender.
     #[serde(default)]
     pub to: Option<String>,
-    /// One-line summary. A reply without one gets "Re: <original subject>".
+    /// One-line summary. A reply without one gets `Re: ` and the original subject.
     #[serde(default)]
     pub subject: Option<String>,
     /// The message text.

@@ -11,7 +11,7 @@ use super::{Batch, Done, Durability, Store, StoreError, StoreStats, Table, Write
 
 /// The store's file inside the data directory.
 pub const FILE_NAME: &str = "guildhall.redb";
-/// The store layout this build reads and writes, kept in `meta` under [`FORMAT_KEY`].
+/// The store layout this build reads and writes, kept in `meta` under the `format` key.
 pub const STORE_FORMAT: u32 = 1;
 const FORMAT_KEY: &[u8] = b"format";
 /// The most writes one group commit takes before it commits and starts the next.
