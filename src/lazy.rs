@@ -231,7 +231,7 @@ impl CoarseClock {
 
 /// How often a sweep for actors idle `idle` runs: an actor is passivated after between
 /// `idle` and `idle` plus a quarter of it.
-pub(crate) fn sweep_period(idle: std::time::Duration) -> std::time::Duration {
+fn sweep_period(idle: std::time::Duration) -> std::time::Duration {
     (idle / 4).clamp(
         std::time::Duration::from_millis(5),
         std::time::Duration::from_secs(15),
@@ -239,7 +239,7 @@ pub(crate) fn sweep_period(idle: std::time::Duration) -> std::time::Duration {
 }
 
 /// Runs `sweep` on `owner` every `period` until the owner is dropped (needs a tokio runtime).
-pub(crate) fn spawn_sweep<T: Send + Sync + 'static>(
+fn spawn_sweep<T: Send + Sync + 'static>(
     owner: std::sync::Weak<T>,
     period: std::time::Duration,
     sweep: impl Fn(&T) + Send + 'static,
@@ -292,5 +292,97 @@ impl<R: Bounce> Drop for Request<R> {
         if let (Some(op), Some(reply)) = (self.op.take(), self.reply.take()) {
             let _ = reply.send(R::bounced(op));
         }
+    }
+}
+
+/// The child spec of a lazily started actor keyed `key`: transient (restarted after a
+/// crash, not after a normal stop such as passivation), made by `make` at each (re)start.
+pub(crate) fn child_spec<A>(
+    key: Arc<str>,
+    make: impl Fn() -> A + Send + Sync + 'static,
+) -> ChildSpec
+where
+    A: ractor::Actor<Arguments = ()>,
+{
+    ChildSpec::worker(
+        key,
+        Arc::new(move |parent| {
+            let actor = make();
+            Box::pin(async move {
+                let (actor, _) = ractor::Actor::spawn_linked(None, actor, (), parent).await?;
+                Ok(actor.get_cell())
+            })
+        }),
+    )
+    .restart(guildhall_supervision::Restart::Transient)
+    .shutdown(guildhall_supervision::Shutdown::Timeout(
+        std::time::Duration::from_secs(5),
+    ))
+}
+
+/// Stops the actor keyed `key` for good (ahead of deleting what it serves); one not running
+/// is fine.
+pub(crate) async fn stop(partitions: &Partitions, key: &str) {
+    if let Some(supervisor) = partitions.supervisor(key) {
+        match guildhall_supervision::Supervisor::from_ref(supervisor)
+            .terminate_child(key)
+            .await
+        {
+            Ok(()) | Err(guildhall_supervision::SupervisorError::UnknownChild { .. }) => {}
+            Err(err) => tracing::warn!(key, %err, "stopping a lazily started actor failed"),
+        }
+    }
+}
+
+/// What a sweep does with each slot.
+pub(crate) type SlotVisitor<'a, M> = dyn FnMut(&Slot<M>) + 'a;
+
+/// The passivation sweep of one kind of lazily started actor, stopped when dropped.
+#[derive(Default)]
+pub(crate) struct Sweep(std::sync::Mutex<Option<tokio::task::AbortHandle>>);
+
+impl Sweep {
+    /// Every [`sweep_period`] of `idle`: ticks the owner's clock, then sends `passivate()` to
+    /// every actor (of the slots `each_slot` visits) idle for at least `idle`. Needs a tokio
+    /// runtime; ends when the owner is dropped.
+    pub(crate) fn start<T, M>(
+        &self,
+        owner: &Arc<T>,
+        idle: std::time::Duration,
+        clock: fn(&T) -> &CoarseClock,
+        each_slot: fn(&T, &mut SlotVisitor<'_, M>),
+        passivate: fn() -> M,
+    ) where
+        T: Send + Sync + 'static,
+        M: ractor::Message,
+    {
+        let idle_ms = u64::try_from(idle.as_millis()).unwrap_or(u64::MAX);
+        let task = spawn_sweep(
+            Arc::downgrade(owner),
+            sweep_period(idle),
+            move |owner: &T| {
+                let now = clock(owner).tick();
+                each_slot(owner, &mut |slot| {
+                    if now.saturating_sub(slot.last_active()) >= idle_ms
+                        && let Some(actor) = slot.actor()
+                    {
+                        let _ = actor.cast(passivate());
+                    }
+                });
+            },
+        );
+        *self.0.lock().unwrap_or_else(PoisonError::into_inner) = Some(task);
+    }
+
+    pub(crate) fn stop(&self) {
+        if let Some(task) = self.0.lock().unwrap_or_else(PoisonError::into_inner).take() {
+            task.abort();
+        }
+    }
+}
+
+impl Drop for Sweep {
+    fn drop(&mut self) {
+        self.stop();
     }
 }

@@ -1,11 +1,10 @@
 //! The post office: routes requests to mailbox actors, starting them on demand, and sends
 //! messages to the agents an address names.
 
-use std::sync::{Arc, PoisonError};
+use std::sync::Arc;
 use std::time::Duration;
 
-use guildhall_supervision::{ChildSpec, Restart, Shutdown, Supervisor, SupervisorError};
-use ractor::Actor;
+use guildhall_supervision::ChildSpec;
 use tokio::sync::oneshot;
 
 use super::directory::{AgentEntry, AgentSpec, Directory};
@@ -13,7 +12,7 @@ use super::ids::{AgentId, new_message_id, now_ms};
 use super::mailbox::{MailboxActor, MailboxMsg, Op, Reply, Request, mailbox_prefix};
 use super::message::{Address, DeliveryState, Message, Outgoing, Receipt, Rejected};
 use super::{MailError, MailboxConfig};
-use crate::lazy::{self, CoarseClock, Partitions, RESTART_POLL, StartError};
+use crate::lazy::{self, CoarseClock, Partitions, RESTART_POLL, StartError, Sweep};
 use crate::store::{Batch, Store, Table};
 
 /// The id of the supervisor of all mailboxes, under root.
@@ -44,13 +43,7 @@ pub(crate) struct PostOffice {
     pub(crate) directory: Directory,
     /// Where agents' session contexts are (the hub refers to this office, hence weak).
     pub(crate) contexts: std::sync::OnceLock<std::sync::Weak<crate::context::ContextHub>>,
-    sweep: std::sync::Mutex<Option<tokio::task::AbortHandle>>,
-}
-
-impl Drop for PostOffice {
-    fn drop(&mut self) {
-        self.stop_sweep();
-    }
+    sweep: Sweep,
 }
 
 impl PostOffice {
@@ -69,7 +62,7 @@ impl PostOffice {
             }),
             directory,
             contexts: std::sync::OnceLock::new(),
-            sweep: std::sync::Mutex::new(None),
+            sweep: Sweep::default(),
         }))
     }
 
@@ -80,30 +73,21 @@ impl PostOffice {
 
     /// Starts the passivation sweep (needs a tokio runtime).
     pub(crate) fn start_sweep(self: &Arc<Self>) {
-        let idle_ms = u64::try_from(self.shared.config.idle.as_millis()).unwrap_or(u64::MAX);
-        let period = lazy::sweep_period(self.shared.config.idle);
-        let task = lazy::spawn_sweep(Arc::downgrade(self), period, move |office: &Self| {
-            let now = office.shared.clock.tick();
-            for entry in office.directory.entries() {
-                if now.saturating_sub(entry.slot.last_active()) >= idle_ms
-                    && let Some(mailbox) = entry.mailbox()
-                {
-                    let _ = mailbox.cast(MailboxMsg::Passivate);
+        self.sweep.start(
+            self,
+            self.shared.config.idle,
+            |office| &office.shared.clock,
+            |office, visit| {
+                for entry in office.directory.entries() {
+                    visit(&entry.slot);
                 }
-            }
-        });
-        *self.sweep.lock().unwrap_or_else(PoisonError::into_inner) = Some(task);
+            },
+            || MailboxMsg::Passivate,
+        );
     }
 
     pub(crate) fn stop_sweep(&self) {
-        if let Some(task) = self
-            .sweep
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .take()
-        {
-            task.abort();
-        }
+        self.sweep.stop();
     }
 
     pub(crate) async fn register(&self, spec: AgentSpec) -> Result<Arc<AgentEntry>, MailError> {
@@ -114,12 +98,7 @@ impl PostOffice {
     pub(crate) async fn deregister(&self, id: &str) -> Result<(), MailError> {
         let entry = self.directory.require(id)?;
         entry.slot.retire();
-        if let Some(supervisor) = self.shared.partitions.supervisor(id) {
-            match Supervisor::from_ref(supervisor).terminate_child(id).await {
-                Ok(()) | Err(SupervisorError::UnknownChild { .. }) => {}
-                Err(err) => tracing::warn!(agent = id, %err, "stopping the mailbox failed"),
-            }
-        }
+        lazy::stop(&self.shared.partitions, id).await;
         let mut batch = Batch::new();
         let prefix = mailbox_prefix(id);
         for table in [Table::Inbox, Table::Archive] {
@@ -445,21 +424,10 @@ impl PostOffice {
     fn child_spec(&self, entry: &Arc<AgentEntry>) -> ChildSpec {
         let entry = Arc::clone(entry);
         let shared = Arc::clone(&self.shared);
-        ChildSpec::worker(
-            entry.id.shared(),
-            Arc::new(move |parent| {
-                let actor = MailboxActor {
-                    entry: Arc::clone(&entry),
-                    shared: Arc::clone(&shared),
-                };
-                Box::pin(async move {
-                    let (actor, _) = Actor::spawn_linked(None, actor, (), parent).await?;
-                    Ok(actor.get_cell())
-                })
-            }),
-        )
-        .restart(Restart::Transient)
-        .shutdown(Shutdown::Timeout(Duration::from_secs(5)))
+        lazy::child_spec(entry.id.shared(), move || MailboxActor {
+            entry: Arc::clone(&entry),
+            shared: Arc::clone(&shared),
+        })
     }
 
     /// Activates the mailboxes of `ids` (for benchmarks and warm-up).

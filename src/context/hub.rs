@@ -2,11 +2,10 @@
 //! idle), and the operations that read the store directly (history, reads as of a version,
 //! export and import).
 
-use std::sync::{Arc, PoisonError};
+use std::sync::Arc;
 use std::time::Duration;
 
-use guildhall_supervision::{ChildSpec, Restart, Shutdown, Supervisor, SupervisorError};
-use ractor::Actor;
+use guildhall_supervision::ChildSpec;
 use tokio::sync::oneshot;
 
 use super::actor::{ContextActor, ContextMsg, Op, Reply, Request, Stat};
@@ -17,7 +16,7 @@ use super::query::{self, ContextView, Select};
 use super::session::{SessionDirectory, SessionEntry, SessionId, SessionRecord, SessionSpec};
 use super::{ContextConfig, ContextError};
 use crate::agents::{AgentId, PostOffice, now_ms};
-use crate::lazy::{self, CoarseClock, Partitions, RESTART_POLL, StartError};
+use crate::lazy::{self, CoarseClock, Partitions, RESTART_POLL, StartError, Sweep};
 use crate::store::{Batch, Store, Table, codec};
 
 /// The id of the supervisor of all context actors, under root.
@@ -40,13 +39,7 @@ pub(crate) struct ContextHub {
     pub(crate) sessions: SessionDirectory,
     /// Authors must be registered agents.
     office: Arc<PostOffice>,
-    sweep: std::sync::Mutex<Option<tokio::task::AbortHandle>>,
-}
-
-impl Drop for ContextHub {
-    fn drop(&mut self) {
-        self.stop_sweep();
-    }
+    sweep: Sweep,
 }
 
 impl ContextHub {
@@ -65,7 +58,7 @@ impl ContextHub {
             }),
             sessions,
             office,
-            sweep: std::sync::Mutex::new(None),
+            sweep: Sweep::default(),
         }))
     }
 
@@ -76,34 +69,21 @@ impl ContextHub {
 
     /// Starts the passivation sweep (needs a tokio runtime).
     pub(crate) fn start_sweep(self: &Arc<Self>) {
-        let idle = self.shared.config.idle;
-        let idle_ms = u64::try_from(idle.as_millis()).unwrap_or(u64::MAX);
-        let task = lazy::spawn_sweep(
-            Arc::downgrade(self),
-            lazy::sweep_period(idle),
-            move |hub: &Self| {
-                let now = hub.shared.clock.tick();
+        self.sweep.start(
+            self,
+            self.shared.config.idle,
+            |hub| &hub.shared.clock,
+            |hub, visit| {
                 for entry in hub.sessions.entries() {
-                    if now.saturating_sub(entry.slot.last_active()) >= idle_ms
-                        && let Some(actor) = entry.slot.actor()
-                    {
-                        let _ = actor.cast(ContextMsg::Passivate);
-                    }
+                    visit(&entry.slot);
                 }
             },
+            || ContextMsg::Passivate,
         );
-        *self.sweep.lock().unwrap_or_else(PoisonError::into_inner) = Some(task);
     }
 
     pub(crate) fn stop_sweep(&self) {
-        if let Some(task) = self
-            .sweep
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .take()
-        {
-            task.abort();
-        }
+        self.sweep.stop();
     }
 
     /// A registered agent's id, for an author or creator.
@@ -167,12 +147,7 @@ impl ContextHub {
     pub(crate) async fn delete(&self, id: &str) -> Result<(), ContextError> {
         let entry = self.sessions.require(id)?;
         entry.slot.retire();
-        if let Some(supervisor) = self.shared.partitions.supervisor(id) {
-            match Supervisor::from_ref(supervisor).terminate_child(id).await {
-                Ok(()) | Err(SupervisorError::UnknownChild { .. }) => {}
-                Err(err) => tracing::warn!(session = id, %err, "stopping the context failed"),
-            }
-        }
+        lazy::stop(&self.shared.partitions, id).await;
         let mut batch = Batch::new();
         let prefix = log::prefix(&entry.id);
         for table in [Table::ContextLog, Table::ContextSnapshots] {
@@ -546,21 +521,10 @@ impl ContextHub {
     fn child_spec(&self, entry: &Arc<SessionEntry>) -> ChildSpec {
         let entry = Arc::clone(entry);
         let shared = Arc::clone(&self.shared);
-        ChildSpec::worker(
-            entry.id.as_str().to_owned(),
-            Arc::new(move |parent| {
-                let actor = ContextActor {
-                    entry: Arc::clone(&entry),
-                    shared: Arc::clone(&shared),
-                };
-                Box::pin(async move {
-                    let (actor, _) = Actor::spawn_linked(None, actor, (), parent).await?;
-                    Ok(actor.get_cell())
-                })
-            }),
-        )
-        .restart(Restart::Transient)
-        .shutdown(Shutdown::Timeout(Duration::from_secs(5)))
+        lazy::child_spec(Arc::from(entry.id.as_str()), move || ContextActor {
+            entry: Arc::clone(&entry),
+            shared: Arc::clone(&shared),
+        })
     }
 
     /// Number of context actors running now.
