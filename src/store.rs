@@ -191,7 +191,9 @@ pub trait Store: Send + Sync + 'static {
         table: Table,
         prefix: &[u8],
         visit: &mut dyn FnMut(&[u8], &[u8]) -> bool,
-    ) -> Result<(), StoreError>;
+    ) -> Result<(), StoreError> {
+        self.scan_from(table, prefix, prefix, visit)
+    }
 
     /// As [`scan`](Self::scan), starting at the first key at or after `start` (which should
     /// itself start with `prefix`).
@@ -204,9 +206,7 @@ pub trait Store: Send + Sync + 'static {
         prefix: &[u8],
         start: &[u8],
         visit: &mut dyn FnMut(&[u8], &[u8]) -> bool,
-    ) -> Result<(), StoreError> {
-        self.scan(table, prefix, &mut |k, v| k < start || visit(k, v))
-    }
+    ) -> Result<(), StoreError>;
 
     /// Whether commits survive the process.
     fn durability(&self) -> Durability;
@@ -252,15 +252,53 @@ pub fn scan_values<T: serde::de::DeserializeOwned>(
     prefix: &[u8],
     mut visit: impl FnMut(&[u8], T),
 ) -> Result<(), StoreError> {
+    scan_values_from(store, table, prefix, prefix, |key, value| {
+        visit(key, value);
+        true
+    })
+}
+
+/// As [`scan_values`], from the first key at or after `start`, until `visit` returns `false`.
+///
+/// # Errors
+/// The first read or decode error; entries after it are not visited.
+pub fn scan_values_from<T: serde::de::DeserializeOwned>(
+    store: &dyn Store,
+    table: Table,
+    prefix: &[u8],
+    start: &[u8],
+    mut visit: impl FnMut(&[u8], T) -> bool,
+) -> Result<(), StoreError> {
     let mut failed = None;
-    store.scan(table, prefix, &mut |key, value| {
-        match codec::decode(table, value) {
+    store.scan_from(
+        table,
+        prefix,
+        start,
+        &mut |key, value| match codec::decode(table, value) {
             Ok(v) => visit(key, v),
-            Err(e) => failed = Some(e),
-        }
-        failed.is_none()
-    })?;
+            Err(e) => {
+                failed = Some(e);
+                false
+            }
+        },
+    )?;
     failed.map_or(Ok(()), Err)
+}
+
+/// Adds to `batch` the deletion of every key of `table` that starts with `prefix`.
+///
+/// # Errors
+/// [`StoreError`] when the backend fails to read.
+pub fn delete_prefix(
+    store: &dyn Store,
+    table: Table,
+    prefix: &[u8],
+    batch: &mut Batch,
+) -> Result<(), StoreError> {
+    store.scan(table, prefix, &mut |key, _| {
+        batch.delete(table, key.to_vec());
+        true
+    })
 }
 
 /// Opens the durable store in `dir`, creating the directory if needed.

@@ -13,7 +13,7 @@ use super::mailbox::{MailboxActor, MailboxMsg, Op, Reply, Request, mailbox_prefi
 use super::message::{Address, DeliveryState, Message, Outgoing, Receipt, Rejected};
 use super::{MailError, MailboxConfig};
 use crate::lazy::{self, CoarseClock, Partitions, RESTART_POLL, StartError, Sweep};
-use crate::store::{Batch, Store, Table};
+use crate::store::{self, Batch, Store, Table};
 
 /// The id of the supervisor of all mailboxes, under root.
 pub(crate) const MAILBOXES: &str = "mailboxes";
@@ -102,10 +102,7 @@ impl PostOffice {
         let mut batch = Batch::new();
         let prefix = mailbox_prefix(id);
         for table in [Table::Inbox, Table::Archive] {
-            self.shared.store.scan(table, &prefix, &mut |key, _| {
-                batch.delete(table, key.to_vec());
-                true
-            })?;
+            store::delete_prefix(&*self.shared.store, table, &prefix, &mut batch)?;
         }
         self.directory
             .deregister(&*self.shared.store, id, batch)

@@ -382,11 +382,7 @@ pub async fn context(config: ContextBenchConfig, dir: &Path, stage: &dyn Stage) 
     {
         let store = store::open(&recovery_dir).expect("store reopens");
         let mut batch = Batch::new();
-        store
-            .scan(Table::ContextSnapshots, b"", &mut |k, _| {
-                batch.delete(Table::ContextSnapshots, k.to_vec());
-                true
-            })
+        store::delete_prefix(&*store, Table::ContextSnapshots, b"", &mut batch)
             .expect("snapshots listed");
         store::commit(&*store, batch)
             .await

@@ -24,7 +24,7 @@ use tokio::sync::oneshot;
 
 use super::ContextError;
 use super::hub::Shared;
-use super::log::{self, LoggedBatch};
+use super::log::{self, RestoreError};
 use super::model::{Applied, Change, ContextLimits, Entry, SessionContext};
 use super::query::{self, ContextView, Select};
 use super::session::SessionEntry;
@@ -127,7 +127,7 @@ pub(crate) struct ContextState {
 /// now.
 const REPLAY: ContextLimits = ContextLimits::UNLIMITED;
 
-/// A snapshot, written from borrowed entries (same layout as [`Snapshot`]).
+/// A snapshot, written from borrowed entries (same layout as [`log::Snapshot`]).
 #[derive(Serialize)]
 struct SnapshotOut<'a> {
     version: u64,
@@ -200,51 +200,28 @@ impl ContextActor {
         // once this barrier is.
         let store = &*self.shared.store;
         store::commit(store, Batch::new()).await?;
-        let (mut ctx, base, snapshot) = match log::snapshots(store, id)?.pop() {
-            Some(s) => (
-                SessionContext::from_entries(s.version, s.entries),
-                s.base,
-                (s.version, s.at_ms),
-            ),
-            None => (SessionContext::new(), 0, (0, 0)),
+        let restored = match log::restore(store, id, u64::MAX) {
+            Ok(restored) => restored,
+            Err(RestoreError::Store(err)) => return Err(err.into()),
+            Err(RestoreError::Broken(reason)) => {
+                return Err(ContextError::Damaged {
+                    session: id.to_string(),
+                    reason,
+                }
+                .into());
+            }
         };
-        let mut last_at_ms = snapshot.1;
-        let mut damage = None;
-        log::replay(store, id, ctx.version() + 1, |batch: LoggedBatch| {
-            if batch.version != ctx.version() + 1 {
-                damage = Some(format!(
-                    "the log jumps from version {} to {}",
-                    ctx.version(),
-                    batch.version
-                ));
-                return false;
-            }
-            if let Err(err) = ctx.apply(&batch.changes, batch.author.as_ref(), batch.at_ms, &REPLAY)
-            {
-                damage = Some(format!("batch {} does not replay: {err}", batch.version));
-                return false;
-            }
-            last_at_ms = batch.at_ms;
-            true
-        })?;
-        if let Some(reason) = damage {
-            return Err(ContextError::Damaged {
-                session: id.to_string(),
-                reason,
-            }
-            .into());
-        }
         self.entry.slot.touch(self.shared.clock.now());
         self.entry.slot.publish(myself);
         Ok(ContextState {
-            committed: ctx.version(),
-            ctx,
+            committed: restored.ctx.version(),
+            ctx: restored.ctx,
             inflight: None,
             next: Pending::default(),
             deferred: Vec::new(),
-            base,
-            snapshot,
-            last_at_ms,
+            base: restored.base,
+            snapshot: restored.snapshot,
+            last_at_ms: restored.last_at_ms,
         })
     }
 
@@ -454,7 +431,7 @@ impl ContextActor {
     }
 }
 
-/// A logged batch, written from borrowed parts (same layout as [`LoggedBatch`]).
+/// A logged batch, written from borrowed parts (same layout as [`log::LoggedBatch`]).
 #[derive(Serialize)]
 struct LoggedBatchOut<'a> {
     version: u64,
@@ -482,7 +459,7 @@ mod tests {
     use serde_json::json;
 
     use super::*;
-    use crate::context::log::Snapshot;
+    use crate::context::log::{LoggedBatch, Snapshot};
     use crate::context::{EntryKind, Strategy};
 
     /// The borrowed forms written by the actor decode as the stored forms read back.

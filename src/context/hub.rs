@@ -10,14 +10,14 @@ use tokio::sync::oneshot;
 
 use super::actor::{ContextActor, ContextMsg, Op, Reply, Request, Stat};
 use super::handle::{EXPORT_FORMAT, History, HistoryQuery, SessionExport};
-use super::log;
+use super::log::{self, RestoreError};
 use super::model::{Applied, Change, ContextLimits, SessionContext};
 use super::query::{self, ContextView, Select};
 use super::session::{SessionDirectory, SessionEntry, SessionId, SessionRecord, SessionSpec};
 use super::{ContextConfig, ContextError};
 use crate::agents::{AgentId, PostOffice, now_ms};
 use crate::lazy::{self, CoarseClock, Partitions, RESTART_POLL, StartError, Sweep};
-use crate::store::{Batch, Store, Table, codec};
+use crate::store::{self, Batch, Store, Table, codec};
 
 /// The id of the supervisor of all context actors, under root.
 pub(crate) const CONTEXTS: &str = "contexts";
@@ -151,10 +151,7 @@ impl ContextHub {
         let mut batch = Batch::new();
         let prefix = log::prefix(&entry.id);
         for table in [Table::ContextLog, Table::ContextSnapshots] {
-            self.shared.store.scan(table, &prefix, &mut |key, _| {
-                batch.delete(table, key.to_vec());
-                true
-            })?;
+            store::delete_prefix(&*self.shared.store, table, &prefix, &mut batch)?;
         }
         self.sessions
             .remove(&*self.shared.store, &entry, batch)
@@ -231,36 +228,12 @@ impl ContextHub {
         if version < base {
             return Err(pruned(base));
         }
-        let store = &*self.shared.store;
-        let mut ctx = match log::snapshots(store, &entry.id)?
-            .into_iter()
-            .rfind(|s| s.version <= version)
-        {
-            Some(s) => SessionContext::from_entries(s.version, s.entries),
-            None if base == 0 => SessionContext::new(),
-            None => return Err(pruned(base)),
-        };
-        let mut broken = false;
-        log::replay(store, &entry.id, ctx.version() + 1, |batch| {
-            if batch.version > version {
-                return false;
-            }
-            broken = batch.version != ctx.version() + 1
-                || ctx
-                    .apply(
-                        &batch.changes,
-                        batch.author.as_ref(),
-                        batch.at_ms,
-                        &ContextLimits::UNLIMITED,
-                    )
-                    .is_err();
-            !broken
-        })?;
-        if broken || ctx.version() != version {
-            // Pruned while this read ran, or damaged.
-            return Err(pruned(base.max(ctx.version())));
+        match log::restore(&*self.shared.store, &entry.id, version) {
+            Ok(restored) if restored.ctx.version() == version => Ok(restored.ctx),
+            // Pruned while this read ran (or damaged): the log does not reach back to it.
+            Ok(_) | Err(RestoreError::Broken(_)) => Err(pruned(base)),
+            Err(RestoreError::Store(err)) => Err(err.into()),
         }
-        Ok(ctx)
     }
 
     pub(crate) async fn history(
@@ -456,20 +429,23 @@ impl ContextHub {
     /// Runs `op` in `entry`'s context actor, starting or waiting for the actor as needed,
     /// and re-sending the request if the actor died before answering.
     async fn request(&self, entry: &Arc<SessionEntry>, mut op: Op) -> Result<Reply, ContextError> {
-        let deadline = tokio::time::Instant::now() + ACTIVATION_TIMEOUT;
+        // The clock is read only once something goes wrong: the common path needs no deadline.
+        let mut deadline = None;
+        let now = tokio::time::Instant::now;
         loop {
             if entry.slot.is_retired() {
                 return Err(ContextError::UnknownSession {
                     id: entry.id.to_string(),
                 });
             }
-            if tokio::time::Instant::now() >= deadline {
+            if deadline.is_some_and(|d| now() >= d) {
                 return Err(ContextError::Unavailable {
                     session: entry.id.to_string(),
                     reason: format!("its context did not start within {ACTIVATION_TIMEOUT:?}"),
                 });
             }
             let Some(actor) = entry.slot.actor() else {
+                deadline.get_or_insert_with(|| now() + ACTIVATION_TIMEOUT);
                 self.activate(entry).await?;
                 continue;
             };
@@ -483,6 +459,7 @@ impl ContextHub {
                 // Dropped by a crash before anything of it was submitted.
                 Err(_) => retry,
             };
+            deadline.get_or_insert_with(|| now() + ACTIVATION_TIMEOUT);
             let changed = entry.slot.changed.notified();
             tokio::pin!(changed);
             changed.as_mut().enable();

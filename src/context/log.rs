@@ -12,7 +12,7 @@
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use super::model::{Change, Entry, EntryChange};
+use super::model::{Change, ContextLimits, Entry, EntryChange, SessionContext};
 use super::session::SessionId;
 use crate::agents::AgentId;
 use crate::store::{self, Store, StoreError, Table};
@@ -82,20 +82,90 @@ pub(crate) fn replay(
     from: u64,
     mut visit: impl FnMut(LoggedBatch) -> bool,
 ) -> Result<(), StoreError> {
-    let mut failed = None;
-    store.scan_from(
+    store::scan_values_from(
+        store,
         Table::ContextLog,
         &prefix(session),
         &key(session, from),
-        &mut |_, value| match store::codec::decode(Table::ContextLog, value) {
-            Ok(batch) => visit(batch),
-            Err(err) => {
-                failed = Some(err);
-                false
-            }
+        |_, batch| visit(batch),
+    )
+}
+
+/// A session rebuilt from the store.
+pub(crate) struct Restored {
+    pub(crate) ctx: SessionContext,
+    /// The `base` recorded by the snapshot started from (0 without one).
+    pub(crate) base: u64,
+    /// That snapshot's version and time (0, 0: none).
+    pub(crate) snapshot: (u64, u64),
+    /// When the last batch replayed (or the snapshot's) was applied.
+    pub(crate) last_at_ms: u64,
+}
+
+/// Why a session could not be rebuilt.
+pub(crate) enum RestoreError {
+    Store(StoreError),
+    /// The log does not follow on from the snapshot (pruned, or damaged), or a batch does not
+    /// replay.
+    Broken(String),
+}
+
+impl From<StoreError> for RestoreError {
+    fn from(err: StoreError) -> Self {
+        Self::Store(err)
+    }
+}
+
+/// Rebuilds `session` as of `up_to` (`u64::MAX`: its latest version): the latest snapshot at
+/// or before it, and the log after that replayed, each batch checked to follow the one before.
+/// What was accepted once replays whatever the limits are now.
+pub(crate) fn restore(
+    store: &dyn Store,
+    session: &SessionId,
+    up_to: u64,
+) -> Result<Restored, RestoreError> {
+    let mut restored = match snapshots(store, session)?
+        .into_iter()
+        .rfind(|s| s.version <= up_to)
+    {
+        Some(s) => Restored {
+            base: s.base,
+            snapshot: (s.version, s.at_ms),
+            last_at_ms: s.at_ms,
+            ctx: SessionContext::from_entries(s.version, s.entries),
         },
-    )?;
-    failed.map_or(Ok(()), Err)
+        None => Restored {
+            ctx: SessionContext::new(),
+            base: 0,
+            snapshot: (0, 0),
+            last_at_ms: 0,
+        },
+    };
+    let mut broken = None;
+    let ctx = &mut restored.ctx;
+    replay(store, session, ctx.version() + 1, |batch| {
+        if batch.version > up_to {
+            return false;
+        }
+        if batch.version != ctx.version() + 1 {
+            broken = Some(format!(
+                "the log jumps from version {} to {}",
+                ctx.version(),
+                batch.version
+            ));
+        } else if let Err(err) = ctx.apply(
+            &batch.changes,
+            batch.author.as_ref(),
+            batch.at_ms,
+            &ContextLimits::UNLIMITED,
+        ) {
+            broken = Some(format!("batch {} does not replay: {err}", batch.version));
+        } else {
+            restored.last_at_ms = batch.at_ms;
+        }
+        broken.is_none()
+    })?;
+    broken.map_or(Ok(restored), |reason| Err(RestoreError::Broken(reason)))
 }
 
 /// The snapshots of `session`, oldest first.

@@ -206,15 +206,6 @@ impl Store for MemoryStore {
             .cloned())
     }
 
-    fn scan(
-        &self,
-        table: Table,
-        prefix: &[u8],
-        visit: &mut dyn FnMut(&[u8], &[u8]) -> bool,
-    ) -> Result<(), StoreError> {
-        self.scan_from(table, prefix, prefix, visit)
-    }
-
     fn scan_from(
         &self,
         table: Table,

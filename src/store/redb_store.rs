@@ -318,15 +318,6 @@ impl Store for RedbStore {
         Ok(t.get(key).map_err(read_error)?.map(|v| v.value().to_vec()))
     }
 
-    fn scan(
-        &self,
-        table: Table,
-        prefix: &[u8],
-        visit: &mut dyn FnMut(&[u8], &[u8]) -> bool,
-    ) -> Result<(), StoreError> {
-        self.scan_from(table, prefix, prefix, visit)
-    }
-
     fn scan_from(
         &self,
         table: Table,

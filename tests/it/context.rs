@@ -148,7 +148,8 @@ async fn concurrent_agents_with_expected_versions_lose_no_update() {
             .enumerate()
             .all(|(i, b)| b.versions == vec![[i as u64, i as u64 + 1]])
     );
-    tracing::debug!(conflicts, "retried after conflicts");
+    // The writers did race: some updates were refused and retried.
+    assert!(conflicts > 0, "no update ever met a conflict");
     rt.shutdown().await;
 }
 

@@ -28,11 +28,17 @@ fn register(dir: &Path, id: &str) {
     assert!(status.success());
 }
 
-/// Starts a durable sender, kills it after `kill_after` acknowledgements, and returns every
-/// message id it acknowledged (all of its output, read to the end after the kill).
-fn send_and_kill(dir: &Path, round: usize, kill_after: usize) -> Vec<String> {
+/// Runs `guildhall <args>` fed `lines` on stdin, kills it after `kill_after` lines of output
+/// (at once for 0), and returns every output line it wrote (read to the end after the kill),
+/// each a JSON value.
+fn run_and_kill(
+    dir: &Path,
+    args: &[&str],
+    lines: Vec<String>,
+    kill_after: usize,
+) -> Vec<serde_json::Value> {
     let mut child = guildhall(dir)
-        .args(["send", "--from", "a", "--jsonl", "--concurrency", "48"])
+        .args(args)
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
@@ -40,22 +46,18 @@ fn send_and_kill(dir: &Path, round: usize, kill_after: usize) -> Vec<String> {
         .unwrap();
     let mut stdin = child.stdin.take().unwrap();
     let feeder = std::thread::spawn(move || {
-        for n in 0..LINES {
-            let line =
-                format!("{{\"to\":\"b\",\"subject\":\"r{round}\",\"body\":\"r{round}-{n}\"}}\n");
+        for line in lines {
             if stdin.write_all(line.as_bytes()).is_err() {
                 return; // killed
             }
         }
     });
     let mut acked = Vec::new();
-    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
     if kill_after == 0 {
         child.kill().unwrap();
     }
-    for line in lines.by_ref() {
-        let receipt: serde_json::Value = serde_json::from_str(&line.unwrap()).unwrap();
-        acked.push(receipt["id"].as_str().unwrap().to_owned());
+    for line in BufReader::new(child.stdout.take().unwrap()).lines() {
+        acked.push(serde_json::from_str(&line.unwrap()).unwrap());
         if acked.len() == kill_after {
             child.kill().unwrap();
         }
@@ -63,6 +65,19 @@ fn send_and_kill(dir: &Path, round: usize, kill_after: usize) -> Vec<String> {
     child.wait().unwrap();
     feeder.join().unwrap();
     acked
+}
+
+/// Starts a durable sender, kills it after `kill_after` acknowledgements, and returns every
+/// message id it acknowledged.
+fn send_and_kill(dir: &Path, round: usize, kill_after: usize) -> Vec<String> {
+    let lines = (0..LINES)
+        .map(|n| format!("{{\"to\":\"b\",\"subject\":\"r{round}\",\"body\":\"r{round}-{n}\"}}\n"))
+        .collect();
+    let args = ["send", "--from", "a", "--jsonl", "--concurrency", "48"];
+    run_and_kill(dir, &args, lines, kill_after)
+        .into_iter()
+        .map(|receipt| receipt["id"].as_str().unwrap().to_owned())
+        .collect()
 }
 
 #[test]
@@ -136,41 +151,21 @@ const CONTEXT_ROUNDS: usize = 10;
 /// Starts a durable context writer, kills it after `kill_after` commits, and returns the
 /// line numbers it acknowledged.
 fn update_and_kill(dir: &Path, round: usize, kill_after: usize) -> Vec<u64> {
-    let mut child = guildhall(dir)
-        .args(["context", "update", "s", "--jsonl", "--concurrency", "16"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let mut stdin = child.stdin.take().unwrap();
-    let feeder = std::thread::spawn(move || {
-        for n in 1..=BATCHES {
-            // Three changes that must land together or not at all.
-            let line = format!(
+    // Three changes per line that must land together or not at all.
+    let lines = (1..=BATCHES)
+        .map(|n| {
+            format!(
                 "[{{\"key\":\"a{round}-{n}\",\"strategy\":\"replace\",\"value\":{n}}},\
                  {{\"key\":\"b{round}-{n}\",\"strategy\":\"replace\",\"value\":{n}}},\
                  {{\"key\":\"log\",\"strategy\":\"append\",\"value\":[\"{round}-{n}\"]}}]\n"
-            );
-            if stdin.write_all(line.as_bytes()).is_err() {
-                return; // killed
-            }
-        }
-    });
-    let mut acked = Vec::new();
-    if kill_after == 0 {
-        child.kill().unwrap();
-    }
-    for line in BufReader::new(child.stdout.take().unwrap()).lines() {
-        let done: serde_json::Value = serde_json::from_str(&line.unwrap()).unwrap();
-        acked.push(done["line"].as_u64().unwrap());
-        if acked.len() == kill_after {
-            child.kill().unwrap();
-        }
-    }
-    child.wait().unwrap();
-    feeder.join().unwrap();
-    acked
+            )
+        })
+        .collect();
+    let args = ["context", "update", "s", "--jsonl", "--concurrency", "16"];
+    run_and_kill(dir, &args, lines, kill_after)
+        .into_iter()
+        .map(|done| done["line"].as_u64().unwrap())
+        .collect()
 }
 
 #[test]
