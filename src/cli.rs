@@ -1,9 +1,12 @@
 //! Argument parsing and the subcommands.
 
 mod bench;
+mod bridge;
 mod context;
 mod demo;
 mod mail;
+mod serve;
+mod tree;
 
 use std::io::IsTerminal;
 use std::process::ExitCode;
@@ -41,6 +44,17 @@ struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
+    /// Run the runtime and its store as a long-lived MCP server: Streamable HTTP on
+    /// 127.0.0.1:7077/mcp and the local socket `guildhall mcp` uses (or one client over
+    /// stdio with --stdio).
+    Serve(serve::ServeArgs),
+    /// The stdio entry an MCP client launches for one agent: connects to the project's
+    /// server (starting one if none runs) and acts as `--agent`.
+    Mcp(bridge::McpArgs),
+    /// List the tools an MCP client sees, with their schemas (--json).
+    Tools(serve::ToolsArgs),
+    /// Show a running server's supervision tree, restarts and breaker states.
+    Status(serve::StatusArgs),
     /// Run a short demonstration: tool calls, a crash and its restart, a stuck call cancelled
     /// and replaced, two agents talking through mailboxes in the store, and the supervision
     /// tree.
@@ -80,6 +94,10 @@ pub(crate) fn main() -> ExitCode {
     };
     let result = runtime.block_on(async {
         match cli.command {
+            Command::Serve(args) => serve::serve(args, &cli.data_dir).await,
+            Command::Mcp(args) => bridge::run(args, &cli.data_dir).await,
+            Command::Tools(args) => serve::tools(args).await,
+            Command::Status(args) => serve::status(args, &cli.data_dir).await,
             Command::Demo(args) => demo::run(args, &cli.data_dir).await,
             Command::Bench(args) => bench::run(args, &cli.data_dir).await,
             Command::Agents(args) => mail::agents(args, &cli.data_dir).await,

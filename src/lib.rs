@@ -11,6 +11,8 @@
 //! - [`agents`]: agents, their directory and durable mailboxes.
 //! - [`context`]: sessions and their shared context.
 //! - [`store`]: the embedded store behind both.
+//! - [`config`](mod@config): the `guildhall.toml` file.
+//! - [`mcp`]: the MCP server (stdio, Streamable HTTP, the local socket).
 //! - [`bench`](mod@bench): the measurements behind `guildhall bench`.
 //!
 //! The tool contract lives in [`guildhall_actors`] (re-exported here), supervision in
@@ -57,9 +59,11 @@
 
 pub mod agents;
 pub mod bench;
+pub mod config;
 pub mod context;
 mod error;
 mod lazy;
+pub mod mcp;
 pub mod options;
 pub mod pipeline;
 pub mod registry;

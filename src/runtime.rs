@@ -60,6 +60,8 @@ struct Inner {
     defaults: ToolOptions,
     sweeper: Arc<Sweeper>,
     stopping: AtomicBool,
+    /// Bumped whenever the tool set changes, for `tools/list_changed` notifications.
+    tool_set: tokio::sync::watch::Sender<u64>,
 }
 
 /// How late a timeout may fire: the deadline sweeper's tick.
@@ -218,7 +220,14 @@ impl Runtime {
             self.inner.tools.remove(&name);
             return Err(err.into());
         }
+        self.inner.tool_set.send_modify(|version| *version += 1);
         Ok(())
+    }
+
+    /// A receiver that sees a new value each time a tool is registered, so a server can tell
+    /// its clients the tool list changed.
+    pub fn tool_set_changes(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.inner.tool_set.subscribe()
     }
 
     /// The `tools` supervisor as it is now.
@@ -462,6 +471,7 @@ impl RuntimeBuilder {
                 defaults: self.defaults,
                 sweeper: self.sweeper,
                 stopping: AtomicBool::new(false),
+                tool_set: tokio::sync::watch::Sender::new(0),
             }),
         })
     }

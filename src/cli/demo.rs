@@ -5,7 +5,9 @@ use std::time::Duration;
 
 use clap::Args;
 use guildhall::supervision::Backoff;
-use guildhall::{AgentSpec, CallContext, CallOptions, ChildSnapshot, Runtime, Tool, ToolOptions};
+use guildhall::{AgentSpec, CallContext, CallOptions, Runtime, Tool, ToolOptions};
+
+use super::tree::print_tree;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::json;
@@ -287,30 +289,4 @@ fn show(result: Result<serde_json::Value, guildhall::CallError>) -> String {
             serde_json::to_string(&e.kind()).unwrap_or_default()
         ),
     }
-}
-
-fn print_tree(out: &mut impl Write, node: &ChildSnapshot, depth: usize) -> std::io::Result<()> {
-    let breaker = node
-        .breaker
-        .map(|b| {
-            format!(
-                ", breaker {}",
-                serde_json::to_string(&b).unwrap_or_default()
-            )
-        })
-        .unwrap_or_default();
-    writeln!(
-        out,
-        "{:indent$}{} ({:?}, {:?}, restarts {}{breaker})",
-        "",
-        node.id,
-        node.kind,
-        node.status,
-        node.restarts,
-        indent = depth * 2
-    )?;
-    for child in &node.children {
-        print_tree(out, child, depth + 1)?;
-    }
-    Ok(())
 }

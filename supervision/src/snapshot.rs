@@ -1,12 +1,12 @@
 //! A point-in-time view of a supervision tree.
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::breaker::BreakerStatus;
 use crate::spec::ChildKind;
 
 /// Whether a child is running.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum ChildStatus {
     /// Alive and serving.
@@ -18,7 +18,7 @@ pub enum ChildStatus {
 }
 
 /// One child of a supervisor, and its subtree if it is a supervisor itself.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ChildSnapshot {
     /// The child's id within its supervisor.
     pub id: String,
@@ -29,10 +29,10 @@ pub struct ChildSnapshot {
     /// How many times the supervisor restarted this child.
     pub restarts: u32,
     /// The attached circuit breaker's state, if any.
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub breaker: Option<BreakerStatus>,
     /// The children of a supervisor node (empty for workers).
-    #[serde(skip_serializing_if = "Vec::is_empty")]
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub children: Vec<ChildSnapshot>,
 }
 

@@ -41,7 +41,7 @@ pub enum Shutdown {
 }
 
 /// Whether a child is a worker or a supervisor (whose own tree appears in snapshots).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum ChildKind {
     /// A plain actor.

@@ -1,0 +1,145 @@
+//! `guildhall mcp`: the stdio entry an MCP client launches for one agent of a project.
+//!
+//! It reaches the project's server through the local socket in the data directory, starting
+//! one in the background when none answers, binds the connection to its agent with a hello,
+//! and then only moves bytes: stdin to the socket, the socket to stdout.
+
+use std::path::Path;
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use clap::Args;
+use guildhall::mcp::local::{self, Connected, Hello, LocalError};
+use tokio::io::AsyncWriteExt;
+
+type CliResult = Result<(), Box<dyn std::error::Error>>;
+
+/// How long a started server has to answer.
+const START_TIMEOUT: Duration = Duration::from_secs(20);
+/// The server log a background server writes, in the data directory.
+const SERVER_LOG: &str = "server.log";
+
+#[derive(Debug, Args)]
+pub(crate) struct McpArgs {
+    /// The agent this client acts as (registered on first use).
+    #[arg(long)]
+    agent: String,
+    /// Its role (`tl`, `pm`, `dev`, ...); a new agent without one gets `agent`.
+    #[arg(long)]
+    role: Option<String>,
+    /// The agent it reports to.
+    #[arg(long)]
+    parent: Option<String>,
+    /// Only these tools (names and globs, comma-separated: `send_message,context_*`).
+    #[arg(long, value_name = "LIST")]
+    tools: Option<String>,
+    /// Fail instead of starting a server when none is running.
+    #[arg(long)]
+    no_start: bool,
+}
+
+pub(crate) async fn run(args: McpArgs, data_dir: &Path) -> CliResult {
+    let hello = Hello::Mcp {
+        agent: args.agent.clone(),
+        role: args.role.clone(),
+        parent: args.parent.clone(),
+        tools: args.tools.clone(),
+    };
+    let connected = match local::connect(data_dir, &hello).await {
+        Ok(connected) => connected,
+        Err(LocalError::NotRunning { .. }) if !args.no_start => {
+            start_server(data_dir, &hello).await?
+        }
+        Err(err) => return Err(err.into()),
+    };
+    tracing::info!(binding = %connected.value, "bound to the server");
+    pump(connected).await
+}
+
+/// Starts `guildhall serve --no-http` for `data_dir`, detached from this process, and
+/// connects once it answers. Two bridges starting at once each start one; the store's lock
+/// lets only one of them run, and both connect to it.
+async fn start_server(
+    data_dir: &Path,
+    hello: &Hello,
+) -> Result<Connected, Box<dyn std::error::Error>> {
+    std::fs::create_dir_all(data_dir)?;
+    let log_path = data_dir.join(SERVER_LOG);
+    let log = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&log_path)?;
+    let exe = std::env::current_exe()?;
+    let mut command = std::process::Command::new(exe);
+    command
+        .arg("--data-dir")
+        .arg(data_dir)
+        .args(["serve", "--no-http"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(log);
+    // Its own process group: the client's Ctrl-C or hang-up must not stop the server that
+    // other agents share.
+    std::os::unix::process::CommandExt::process_group(&mut command, 0);
+    let mut child = command.spawn()?;
+    tracing::info!(pid = child.id(), log = %log_path.display(), "started a server");
+    let started = Instant::now();
+    let mut pause = Duration::from_millis(5);
+    loop {
+        match local::connect(data_dir, hello).await {
+            Ok(connected) => return Ok(connected),
+            Err(LocalError::NotRunning { .. }) => {}
+            Err(err) => return Err(err.into()),
+        }
+        // Our server may have lost the race to another; that one will answer soon. Only
+        // when nobody answers in time is our server's exit an error to report.
+        if started.elapsed() > START_TIMEOUT {
+            let exited = child.try_wait()?.map(|status| status.to_string());
+            return Err(format!(
+                "no server answered on {} within {START_TIMEOUT:?} ({}); see {}",
+                local::socket_path(data_dir).display(),
+                exited.map_or_else(
+                    || "the started server is still starting".to_owned(),
+                    |s| format!("the started server exited: {s}")
+                ),
+                log_path.display()
+            )
+            .into());
+        }
+        tokio::time::sleep(pause).await;
+        pause = (pause * 2).min(Duration::from_millis(100));
+    }
+}
+
+/// Copies stdin to the server and the server to stdout until either side ends.
+async fn pump(connected: Connected) -> CliResult {
+    let Connected {
+        mut reader,
+        mut writer,
+        ..
+    } = connected;
+    let upstream = async {
+        let mut stdin = tokio::io::stdin();
+        tokio::io::copy(&mut stdin, &mut writer).await?;
+        // The client hung up: let the server see end-of-stream too.
+        writer.shutdown().await
+    };
+    let downstream = async {
+        let mut stdout = tokio::io::stdout();
+        tokio::io::copy_buf(&mut reader, &mut stdout).await?;
+        stdout.flush().await
+    };
+    tokio::pin!(upstream, downstream);
+    tokio::select! {
+        up = &mut upstream => {
+            up?;
+            // Deliver the answers still in flight, then exit.
+            let _ = tokio::time::timeout(Duration::from_secs(5), downstream).await;
+            Ok(())
+        }
+        down = &mut downstream => {
+            down?;
+            Err("the server closed the connection".into())
+        }
+    }
+}

@@ -1,0 +1,301 @@
+//! `guildhall serve`, `guildhall tools` and `guildhall status`.
+
+use std::io::Write;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use clap::Args;
+use guildhall::config::{CONFIG_FILE, Config};
+use guildhall::mcp::http::{self, HttpOptions};
+use guildhall::mcp::local::{self, Hello};
+use guildhall::mcp::{McpServer, ToolFilter};
+use guildhall::{AgentSpec, ChildSnapshot, Runtime};
+use tokio_util::sync::CancellationToken;
+
+use super::tree::print_tree;
+
+type CliResult = Result<(), Box<dyn std::error::Error>>;
+
+/// The HTTP address `serve` binds when not told otherwise.
+pub(crate) const DEFAULT_LISTEN: &str = "127.0.0.1:7077";
+
+#[derive(Debug, Args)]
+pub(crate) struct ServeArgs {
+    /// Serve one client over stdin/stdout instead (single-agent use, e.g. Claude Desktop).
+    /// The runtime runs in this process; stdout carries only MCP messages.
+    #[arg(long)]
+    stdio: bool,
+    /// The Streamable HTTP address (`/mcp`). Port 0 picks a free port; the URL is printed.
+    #[arg(long, default_value = DEFAULT_LISTEN, value_name = "ADDR", conflicts_with = "stdio")]
+    listen: SocketAddr,
+    /// No HTTP endpoint: only the local socket `guildhall mcp` connects through.
+    #[arg(long, conflicts_with = "stdio")]
+    no_http: bool,
+    /// Require `Authorization: Bearer <TOKEN>` on HTTP (mandatory off loopback).
+    #[arg(
+        long,
+        env = "GUILDHALL_TOKEN",
+        value_name = "TOKEN",
+        hide_env_values = true
+    )]
+    token: Option<String>,
+    /// Another `Host` header value to accept on HTTP (repeatable).
+    #[arg(long, value_name = "HOST")]
+    allow_host: Vec<String>,
+    /// Another browser origin to accept on HTTP, e.g. `https://app.example:443` (repeatable).
+    #[arg(long, value_name = "ORIGIN")]
+    allow_origin: Vec<String>,
+    /// With --stdio: the agent this client acts as.
+    #[arg(long, default_value = "solo", requires = "stdio")]
+    agent: String,
+    /// With --stdio: its role.
+    #[arg(long, requires = "stdio")]
+    role: Option<String>,
+    /// With --stdio: the agent it reports to.
+    #[arg(long, requires = "stdio")]
+    parent: Option<String>,
+    /// Only these tools (names and globs, comma-separated: `send_message,context_*`).
+    #[arg(long, value_name = "LIST")]
+    tools: Option<String>,
+    /// The config file (default: `guildhall.toml` in the data directory, if present).
+    #[arg(long, value_name = "FILE")]
+    config: Option<PathBuf>,
+    /// Keep everything in memory: no store, nothing survives the process (tests, benches).
+    #[arg(long)]
+    in_memory: bool,
+    /// Also serve the official MCP conformance suite's fixture tools, resources and prompts.
+    #[arg(long)]
+    conformance_fixtures: bool,
+}
+
+pub(crate) async fn serve(args: ServeArgs, data_dir: &Path) -> CliResult {
+    let config = match &args.config {
+        Some(path) => Config::load(path, true)?,
+        None => Config::load(&data_dir.join(CONFIG_FILE), false)?,
+    };
+    let roles = config.role_tools()?;
+    let filter = match &args.tools {
+        Some(list) => ToolFilter::parse(list)?,
+        None => ToolFilter::all(),
+    };
+    let mut builder = Runtime::builder();
+    if !args.in_memory {
+        builder = builder.data_dir(data_dir);
+    }
+    let runtime = builder.build().await.map_err(|err| {
+        format!(
+            "{err}\n(is a server already running for {}? `guildhall status` tells; \
+             agents reach it with `guildhall mcp`)",
+            data_dir.display()
+        )
+    })?;
+    let mut server = McpServer::new(runtime.clone());
+    if args.conformance_fixtures {
+        server = server.with_conformance_fixtures();
+    }
+    let result = if args.stdio {
+        serve_stdio(&args, &runtime, &server, &roles, filter).await
+    } else {
+        serve_network(&args, &server, roles, filter, data_dir).await
+    };
+    runtime.shutdown().await;
+    result
+}
+
+async fn serve_stdio(
+    args: &ServeArgs,
+    runtime: &Runtime,
+    server: &McpServer,
+    roles: &local::RoleTools,
+    filter: ToolFilter,
+) -> CliResult {
+    let existing = runtime.lookup_agent(&args.agent);
+    if existing.is_none() || args.role.is_some() || args.parent.is_some() {
+        let role = args
+            .role
+            .clone()
+            .or_else(|| existing.as_ref().map(|r| r.role.clone()))
+            .unwrap_or_else(|| "agent".to_owned());
+        let mut spec = AgentSpec::new(&args.agent, role);
+        if let Some(parent) = &args.parent {
+            spec = spec.parent(parent);
+        }
+        runtime.register_agent(spec).await?;
+    }
+    let role = runtime
+        .lookup_agent(&args.agent)
+        .map(|r| r.role.clone())
+        .unwrap_or_default();
+    let filter = roles.get(&role).cloned().unwrap_or_default().and(filter);
+    let connection = server.connection(Some(Arc::from(args.agent.as_str())), filter);
+    guildhall::mcp::serve_stdio(connection).await?;
+    Ok(())
+}
+
+async fn serve_network(
+    args: &ServeArgs,
+    server: &McpServer,
+    roles: local::RoleTools,
+    filter: ToolFilter,
+    data_dir: &Path,
+) -> CliResult {
+    let shutdown = CancellationToken::new();
+    let server = server.connection(None, filter);
+    std::fs::create_dir_all(data_dir)?;
+    // The store is ours (its lock is held), so a socket file left here is stale.
+    let socket = local::socket_path(data_dir);
+    match std::fs::remove_file(&socket) {
+        Ok(()) => {}
+        Err(err) if err.kind() == std::io::ErrorKind::NotFound => {}
+        Err(err) => return Err(format!("cannot remove stale {}: {err}", socket.display()).into()),
+    }
+    let listener = tokio::net::UnixListener::bind(&socket)
+        .map_err(|err| format!("cannot listen on {}: {err}", socket.display()))?;
+    let local_task = tokio::spawn(local::serve(
+        listener,
+        server.clone(),
+        Arc::new(roles),
+        shutdown.clone(),
+    ));
+    let mut out = std::io::stdout().lock();
+    writeln!(out, "local socket: {}", socket.display())?;
+    let http_task = if args.no_http {
+        None
+    } else {
+        let options = HttpOptions {
+            token: args.token.clone(),
+            allowed_hosts: args.allow_host.clone(),
+            allowed_origins: args.allow_origin.clone(),
+        };
+        let router = http::router(server.clone(), args.listen, options, shutdown.clone())?;
+        let listener = tokio::net::TcpListener::bind(args.listen)
+            .await
+            .map_err(|err| format!("cannot listen on {}: {err}", args.listen))?;
+        let addr = listener.local_addr()?;
+        writeln!(out, "mcp endpoint: http://{addr}{}", http::PATH)?;
+        Some(tokio::spawn(http::serve(
+            listener,
+            router,
+            shutdown.clone(),
+        )))
+    };
+    out.flush()?;
+    drop(out);
+    tracing::info!(data_dir = %data_dir.display(), "serving");
+    wait_for_stop_signal().await;
+    tracing::info!("stopping");
+    shutdown.cancel();
+    let _ = local_task.await;
+    if let Some(task) = http_task {
+        task.await??;
+    }
+    let _ = std::fs::remove_file(&socket);
+    Ok(())
+}
+
+async fn wait_for_stop_signal() {
+    use tokio::signal::unix::{SignalKind, signal};
+    match signal(SignalKind::terminate()) {
+        Ok(mut term) => {
+            tokio::select! {
+                _ = tokio::signal::ctrl_c() => {}
+                _ = term.recv() => {}
+            }
+        }
+        Err(_) => {
+            let _ = tokio::signal::ctrl_c().await;
+        }
+    }
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct ToolsArgs {
+    /// Print the MCP tool list (schemas and annotations) as JSON.
+    #[arg(long)]
+    json: bool,
+    /// Only these tools (names and globs, comma-separated).
+    #[arg(long, value_name = "LIST")]
+    tools: Option<String>,
+}
+
+pub(crate) async fn tools(args: ToolsArgs) -> CliResult {
+    let runtime = Runtime::builder().build().await?;
+    let filter = match &args.tools {
+        Some(list) => ToolFilter::parse(list)?,
+        None => ToolFilter::all(),
+    };
+    let listed = McpServer::new(runtime.clone())
+        .connection(None, filter)
+        .visible_tools();
+    runtime.shutdown().await;
+    let mut out = std::io::stdout().lock();
+    if args.json {
+        writeln!(out, "{}", serde_json::to_string_pretty(&listed)?)?;
+        return Ok(());
+    }
+    for tool in &listed {
+        let hints = tool
+            .annotations
+            .as_ref()
+            .map(|a| {
+                let mut hints = Vec::new();
+                if a.read_only_hint == Some(true) {
+                    hints.push("read-only");
+                }
+                if a.destructive_hint == Some(true) {
+                    hints.push("destructive");
+                }
+                if a.idempotent_hint == Some(true) {
+                    hints.push("idempotent");
+                }
+                hints.join(", ")
+            })
+            .unwrap_or_default();
+        writeln!(
+            out,
+            "{:<16} {}",
+            tool.name,
+            tool.description.as_deref().unwrap_or("")
+        )?;
+        if !hints.is_empty() {
+            writeln!(out, "{:<16} ({hints})", "")?;
+        }
+    }
+    Ok(())
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct StatusArgs {
+    /// Print the status as JSON.
+    #[arg(long)]
+    json: bool,
+}
+
+pub(crate) async fn status(args: StatusArgs, data_dir: &Path) -> CliResult {
+    let connected = local::connect(data_dir, &Hello::Status).await?;
+    let value = connected.value;
+    let mut out = std::io::stdout().lock();
+    if args.json {
+        writeln!(out, "{}", serde_json::to_string_pretty(&value)?)?;
+        return Ok(());
+    }
+    writeln!(
+        out,
+        "server pid {}, {} agents ({} mailboxes active), tools: {}",
+        value["pid"],
+        value["agents"],
+        value["active_mailboxes"],
+        value["tools"]
+            .as_array()
+            .map(|t| t
+                .iter()
+                .filter_map(|v| v.as_str())
+                .collect::<Vec<_>>()
+                .join(", "))
+            .unwrap_or_default()
+    )?;
+    let tree: ChildSnapshot = serde_json::from_value(value["tree"].clone())?;
+    print_tree(&mut out, &tree, 0)?;
+    Ok(())
+}

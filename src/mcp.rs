@@ -1,0 +1,45 @@
+//! The MCP server: every runtime tool over stdio, Streamable HTTP and a local socket.
+//!
+//! - [`McpServer`]: the protocol handler (both eras, through rmcp), one clone per
+//!   connection with that connection's agent and tool filter.
+//! - [`ToolFilter`]: `--tools` names and globs.
+//! - [`http`]: the Streamable HTTP endpoint (axum): Host and Origin checks, bearer token.
+//! - [`local`]: the Unix socket a `guildhall mcp` bridge (or the CLI) reaches a running
+//!   server through; a one-line hello binds the connection to an agent.
+//! - `fixtures`: the conformance suite's tools, resources and prompts.
+
+mod filter;
+mod fixtures;
+mod handler;
+pub mod http;
+pub mod local;
+
+pub use filter::{FilterError, ToolFilter};
+pub use handler::{AGENT_HEADER, McpServer, ROLE_HEADER};
+
+/// Serves `server` to one client over this process's stdin and stdout until stdin closes.
+///
+/// # Errors
+/// The transport's error if the session cannot start or ends abnormally.
+pub async fn serve_stdio(server: McpServer) -> std::io::Result<()> {
+    serve_stream(server, rmcp::transport::stdio()).await
+}
+
+/// Serves `server` on one byte stream (a pipe pair, a socket, an in-memory duplex) until the
+/// client hangs up.
+///
+/// # Errors
+/// As [`serve_stdio`].
+pub async fn serve_stream<R, W>(server: McpServer, (read, write): (R, W)) -> std::io::Result<()>
+where
+    R: tokio::io::AsyncRead + Send + Unpin + 'static,
+    W: tokio::io::AsyncWrite + Send + Unpin + 'static,
+{
+    use rmcp::ServiceExt;
+    let running = server
+        .serve((read, write))
+        .await
+        .map_err(std::io::Error::other)?;
+    running.waiting().await.map_err(std::io::Error::other)?;
+    Ok(())
+}

@@ -1,0 +1,499 @@
+//! [`McpServer`]: the runtime's tools as an MCP server, one value per connection.
+//!
+//! The handler is protocol-era agnostic: rmcp negotiates 2025-11-25 (`initialize`) or
+//! 2026-07-28 (`server/discover`, per-request `_meta`) and hands both to the same methods.
+
+use std::sync::{Arc, Mutex, PoisonError};
+
+use guildhall_actors::{CallContext, CallError, CallObserver, Progress, ToolSpec};
+use rmcp::model::{
+    CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, Implementation,
+    JsonObject, ListToolsResult, PaginatedRequestParams, ProgressNotificationParam, ProgressToken,
+    ServerCapabilities, ServerConfig, SubscriptionFilter, Tool, ToolAnnotations,
+};
+use rmcp::service::{NotificationContext, RequestContext, SubscriptionContext};
+use rmcp::{ErrorData as McpError, RoleServer, ServerHandler};
+use serde_json::Value;
+use tokio::sync::mpsc;
+use tokio_util::sync::{CancellationToken, DropGuard};
+
+use super::filter::ToolFilter;
+use super::fixtures;
+use crate::{AgentSpec, CallOptions, Runtime};
+
+/// Tools per `tools/list` page.
+const PAGE: usize = 100;
+
+/// The HTTP header that names the calling agent (an HTTP connection has no bound identity).
+pub const AGENT_HEADER: &str = "guildhall-agent";
+/// The HTTP header that gives the role an unknown agent named by [`AGENT_HEADER`] is
+/// registered with (default `agent`).
+pub const ROLE_HEADER: &str = "guildhall-role";
+
+/// The runtime's tools served over MCP. Cheap to clone; a clone per connection carries that
+/// connection's identity and tool filter.
+#[derive(Clone)]
+pub struct McpServer {
+    shared: Arc<Shared>,
+    agent: Option<Arc<str>>,
+    filter: ToolFilter,
+    /// Ends this connection's list-changed watcher when the last clone goes.
+    _alive: Arc<DropGuard>,
+    alive: CancellationToken,
+}
+
+struct Shared {
+    runtime: Runtime,
+    fixtures: bool,
+    /// The converted tool list and the tool-set version it was built from.
+    listing: Mutex<Option<(u64, Arc<[Tool]>)>>,
+}
+
+impl McpServer {
+    /// Serves every tool of `runtime`, with no bound agent.
+    pub fn new(runtime: Runtime) -> Self {
+        let alive = CancellationToken::new();
+        Self {
+            shared: Arc::new(Shared {
+                runtime,
+                fixtures: false,
+                listing: Mutex::new(None),
+            }),
+            agent: None,
+            filter: ToolFilter::all(),
+            _alive: Arc::new(alive.clone().drop_guard()),
+            alive,
+        }
+    }
+
+    /// Adds the conformance suite's fixture tools, resources and prompts.
+    #[must_use]
+    pub fn with_conformance_fixtures(self) -> Self {
+        let shared = Arc::new(Shared {
+            runtime: self.shared.runtime.clone(),
+            fixtures: true,
+            listing: Mutex::new(None),
+        });
+        Self { shared, ..self }
+    }
+
+    /// A server for one connection: calls default to `agent` as the caller (the sender of
+    /// mail, the author of context), and only tools passing `filter` are visible.
+    #[must_use]
+    pub fn connection(&self, agent: Option<Arc<str>>, filter: ToolFilter) -> Self {
+        let alive = CancellationToken::new();
+        Self {
+            shared: Arc::clone(&self.shared),
+            agent,
+            filter: self.filter.clone().and(filter),
+            _alive: Arc::new(alive.clone().drop_guard()),
+            alive,
+        }
+    }
+
+    /// The runtime behind this server.
+    pub fn runtime(&self) -> &Runtime {
+        &self.shared.runtime
+    }
+
+    /// Every tool this connection may see, in name order, as `tools/list` shows them.
+    pub fn visible_tools(&self) -> Vec<Tool> {
+        let all = self.listing();
+        all.iter()
+            .filter(|t| self.filter.allows(&t.name))
+            .cloned()
+            .collect()
+    }
+
+    fn listing(&self) -> Arc<[Tool]> {
+        let runtime = &self.shared.runtime;
+        let version = *runtime.tool_set_changes().borrow();
+        let mut cached = self
+            .shared
+            .listing
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        if let Some((v, tools)) = cached.as_ref()
+            && *v == version
+        {
+            return Arc::clone(tools);
+        }
+        let mut tools: Vec<Tool> = runtime.tools().iter().map(mcp_tool).collect();
+        if self.shared.fixtures {
+            tools.extend(fixtures::tools());
+        }
+        tools.sort_by(|a, b| a.name.cmp(&b.name));
+        let tools: Arc<[Tool]> = tools.into();
+        *cached = Some((version, Arc::clone(&tools)));
+        tools
+    }
+
+    /// The calling agent: the connection's, else the one an HTTP request names (registered
+    /// on first sight).
+    async fn caller(&self, cx: &RequestContext<RoleServer>) -> Result<Option<Arc<str>>, McpError> {
+        if let Some(agent) = &self.agent {
+            return Ok(Some(Arc::clone(agent)));
+        }
+        let Some(parts) = cx.extensions.get::<axum::http::request::Parts>() else {
+            return Ok(None);
+        };
+        let header = |name: &str| {
+            parts
+                .headers
+                .get(name)
+                .map(|v| {
+                    v.to_str().map_err(|_| {
+                        McpError::invalid_request(format!("header `{name}` is not ASCII"), None)
+                    })
+                })
+                .transpose()
+        };
+        let Some(agent) = header(AGENT_HEADER)? else {
+            return Ok(None);
+        };
+        let runtime = &self.shared.runtime;
+        if runtime.lookup_agent(agent).is_none() {
+            let role = header(ROLE_HEADER)?.unwrap_or("agent");
+            runtime
+                .register_agent(AgentSpec::new(agent, role))
+                .await
+                .map_err(|err| {
+                    McpError::invalid_request(
+                        format!("cannot register agent `{agent}` named by `{AGENT_HEADER}`: {err}"),
+                        None,
+                    )
+                })?;
+        }
+        Ok(Some(Arc::from(agent)))
+    }
+
+    async fn call(
+        &self,
+        request: CallToolRequestParams,
+        cx: RequestContext<RoleServer>,
+    ) -> Result<CallToolResult, McpError> {
+        let name = request.name.as_ref();
+        if !self.filter.allows(name) {
+            return Err(McpError::invalid_params(
+                format!(
+                    "tool `{name}` is not available on this connection (its tools are limited to `{}`)",
+                    self.filter
+                ),
+                None,
+            ));
+        }
+        if self.shared.fixtures && fixtures::is_fixture(name) {
+            return fixtures::call(request, cx).await;
+        }
+        let mut options = CallOptions::new();
+        if let Some(agent) = self.caller(&cx).await? {
+            options = options.agent(agent);
+        }
+        if let Some(token) = cx.meta.get_progress_token() {
+            options = options.observer(ProgressRelay::start(token, cx.peer.clone()));
+        }
+        let args = Value::Object(request.arguments.unwrap_or_default());
+        let outcome = tokio::select! {
+            biased;
+            outcome = self.shared.runtime.call_json(name, args, options) => outcome,
+            // Dropping the call fires its cancellation token in the tool.
+            () = cx.ct.cancelled() => {
+                return Err(McpError::invalid_request("the request was cancelled", None));
+            }
+        };
+        match outcome {
+            Ok(value) if value.is_object() => Ok(CallToolResult::structured(value)),
+            Ok(value) => Ok(CallToolResult::success(vec![ContentBlock::text(
+                value.to_string(),
+            )])),
+            Err(CallError::UnknownTool { name }) => Err(McpError::invalid_params(
+                format!("unknown tool `{name}`; `tools/list` shows the available tools"),
+                None,
+            )),
+            Err(err) => Ok(tool_failure(&err)),
+        }
+    }
+}
+
+/// A failed call as an `isError` result: the error's kind and a message a model can act on.
+fn tool_failure(err: &CallError) -> CallToolResult {
+    let kind = serde_json::to_value(err.kind())
+        .ok()
+        .and_then(|v| v.as_str().map(str::to_owned))
+        .unwrap_or_default();
+    CallToolResult::error(vec![ContentBlock::text(format!("{kind}: {err}"))])
+}
+
+/// A guildhall tool contract as an MCP tool.
+fn mcp_tool(spec: &ToolSpec) -> Tool {
+    let input = match spec.input_schema.as_ref() {
+        Value::Object(schema) if schema.get("type") == Some(&Value::from("object")) => {
+            schema.clone()
+        }
+        // MCP requires an object schema; a tool taking no arguments gets an empty one.
+        _ => empty_object_schema(),
+    };
+    let mut tool = Tool::new(spec.name.clone(), spec.description.clone(), Arc::new(input));
+    if let Value::Object(output) = spec.output_schema.as_ref()
+        && output.get("type") == Some(&Value::from("object"))
+    {
+        tool = tool.with_raw_output_schema(Arc::new(output.clone()));
+    }
+    let a = &spec.annotations;
+    let annotations = match &a.title {
+        Some(title) => ToolAnnotations::with_title(title.clone()),
+        None => ToolAnnotations::new(),
+    }
+    .read_only(a.read_only_hint)
+    .destructive(a.destructive_hint)
+    .idempotent(a.idempotent_hint)
+    .open_world(a.open_world_hint);
+    tool.with_annotations(annotations)
+}
+
+pub(super) fn empty_object_schema() -> JsonObject {
+    let mut schema = JsonObject::new();
+    schema.insert("type".into(), "object".into());
+    schema.insert("properties".into(), Value::Object(JsonObject::new()));
+    schema
+}
+
+/// Forwards a call's progress reports as `notifications/progress` for the request's
+/// progress token. Reports run on the tool's actor and must not block, so they go through
+/// a channel to a task that owns the sending.
+struct ProgressRelay {
+    tx: mpsc::UnboundedSender<Progress>,
+}
+
+impl ProgressRelay {
+    fn start(token: ProgressToken, peer: rmcp::Peer<RoleServer>) -> Arc<dyn CallObserver> {
+        let (tx, mut rx) = mpsc::unbounded_channel::<Progress>();
+        tokio::spawn(async move {
+            let mut last = f64::NEG_INFINITY;
+            while let Some(p) = rx.recv().await {
+                // The protocol wants progress to increase; a report that does not is dropped.
+                if p.progress.partial_cmp(&last) != Some(std::cmp::Ordering::Greater) {
+                    continue;
+                }
+                last = p.progress;
+                let mut param = ProgressNotificationParam::new(token.clone(), p.progress);
+                if let Some(total) = p.total {
+                    param = param.with_total(total);
+                }
+                if let Some(message) = p.message {
+                    param = param.with_message(message);
+                }
+                if peer.notify_progress(param).await.is_err() {
+                    break;
+                }
+            }
+        });
+        Arc::new(Self { tx })
+    }
+}
+
+impl CallObserver for ProgressRelay {
+    fn on_progress(&self, _call: &CallContext, progress: Progress) {
+        let _ = self.tx.send(progress);
+    }
+}
+
+impl ServerHandler for McpServer {
+    fn get_info(&self) -> ServerConfig {
+        let capabilities = if self.shared.fixtures {
+            fixtures::capabilities()
+        } else {
+            ServerCapabilities::builder()
+                .enable_tools()
+                .enable_tool_list_changed()
+                .build()
+        };
+        ServerConfig::new(capabilities)
+            .with_server_info(Implementation::new("guildhall", env!("CARGO_PKG_VERSION")))
+            .with_instructions(
+                "guildhall: mailboxes (send_message, check_inbox, read_message, mark_read) and \
+                 shared session context (context_get, context_update, context_history) for a \
+                 swarm of agents. Calls act as this connection's agent.",
+            )
+    }
+
+    async fn list_tools(
+        &self,
+        request: Option<PaginatedRequestParams>,
+        _cx: RequestContext<RoleServer>,
+    ) -> Result<ListToolsResult, McpError> {
+        let tools = self.visible_tools();
+        let total = tools.len();
+        let start = match request.and_then(|r| r.cursor) {
+            None => 0,
+            Some(cursor) => cursor
+                .parse::<usize>()
+                .ok()
+                .filter(|&at| at > 0 && at < total)
+                .ok_or_else(|| {
+                    McpError::invalid_params(format!("invalid cursor `{cursor}`"), None)
+                })?,
+        };
+        let end = (start + PAGE).min(total);
+        let mut result =
+            ListToolsResult::with_all_items(tools.into_iter().skip(start).take(PAGE).collect());
+        if end < total {
+            result.next_cursor = Some(end.to_string());
+        }
+        Ok(result)
+    }
+
+    fn get_tool(&self, name: &str) -> Option<Tool> {
+        self.listing()
+            .iter()
+            .find(|t| t.name == name && self.filter.allows(name))
+            .cloned()
+    }
+
+    async fn call_tool(
+        &self,
+        request: CallToolRequestParams,
+        cx: RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, McpError> {
+        self.call(request, cx).await.map(CallToolResponse::from)
+    }
+
+    async fn on_initialized(&self, cx: NotificationContext<RoleServer>) {
+        // Handshake-era clients hear of tool-set changes on the connection itself.
+        let mut changes = self.shared.runtime.tool_set_changes();
+        changes.mark_unchanged();
+        let alive = self.alive.clone();
+        let peer = cx.peer;
+        tokio::spawn(async move {
+            loop {
+                tokio::select! {
+                    () = alive.cancelled() => break,
+                    changed = changes.changed() => {
+                        if changed.is_err() || peer.notify_tool_list_changed().await.is_err() {
+                            break;
+                        }
+                    }
+                }
+            }
+        });
+    }
+
+    fn accepted_subscription_filter(
+        &self,
+        requested: &SubscriptionFilter,
+    ) -> Option<SubscriptionFilter> {
+        let _ = requested;
+        Some(SubscriptionFilter::builder().tools_list_changed().build())
+    }
+
+    async fn listen(&self, subscription: SubscriptionContext) -> Result<(), McpError> {
+        // 2026-07-28 clients subscribe with `subscriptions/listen` instead.
+        let mut changes = self.shared.runtime.tool_set_changes();
+        changes.mark_unchanged();
+        loop {
+            tokio::select! {
+                () = subscription.cancelled() => return Ok(()),
+                changed = changes.changed() => {
+                    if changed.is_err()
+                        || subscription.sink().notify_tool_list_changed().await.is_err()
+                    {
+                        return Ok(());
+                    }
+                }
+            }
+        }
+    }
+
+    async fn list_resources(
+        &self,
+        request: Option<PaginatedRequestParams>,
+        cx: RequestContext<RoleServer>,
+    ) -> Result<rmcp::model::ListResourcesResult, McpError> {
+        fixtures::list_resources(self.shared.fixtures, request, cx)
+    }
+
+    async fn list_resource_templates(
+        &self,
+        request: Option<PaginatedRequestParams>,
+        cx: RequestContext<RoleServer>,
+    ) -> Result<rmcp::model::ListResourceTemplatesResult, McpError> {
+        fixtures::list_resource_templates(self.shared.fixtures, request, cx)
+    }
+
+    async fn read_resource(
+        &self,
+        request: rmcp::model::ReadResourceRequestParams,
+        cx: RequestContext<RoleServer>,
+    ) -> Result<rmcp::model::ReadResourceResponse, McpError> {
+        fixtures::read_resource(self.shared.fixtures, request, cx).await
+    }
+
+    async fn list_prompts(
+        &self,
+        request: Option<PaginatedRequestParams>,
+        cx: RequestContext<RoleServer>,
+    ) -> Result<rmcp::model::ListPromptsResult, McpError> {
+        fixtures::list_prompts(self.shared.fixtures, request, cx)
+    }
+
+    async fn complete(
+        &self,
+        request: rmcp::model::CompleteRequestParams,
+        _cx: RequestContext<RoleServer>,
+    ) -> Result<rmcp::model::CompleteResult, McpError> {
+        fixtures::complete(self.shared.fixtures, &request)
+    }
+
+    #[allow(deprecated)]
+    async fn set_level(
+        &self,
+        _request: rmcp::model::SetLevelRequestParams,
+        _cx: RequestContext<RoleServer>,
+    ) -> Result<(), McpError> {
+        if self.shared.fixtures {
+            Ok(())
+        } else {
+            Err(McpError::method_not_found::<
+                rmcp::model::SetLevelRequestMethod,
+            >())
+        }
+    }
+
+    #[allow(deprecated)]
+    async fn subscribe(
+        &self,
+        _request: rmcp::model::SubscribeRequestParams,
+        _cx: RequestContext<RoleServer>,
+    ) -> Result<(), McpError> {
+        if self.shared.fixtures {
+            Ok(())
+        } else {
+            Err(McpError::method_not_found::<
+                rmcp::model::SubscribeRequestMethod,
+            >())
+        }
+    }
+
+    #[allow(deprecated)]
+    async fn unsubscribe(
+        &self,
+        _request: rmcp::model::UnsubscribeRequestParams,
+        _cx: RequestContext<RoleServer>,
+    ) -> Result<(), McpError> {
+        if self.shared.fixtures {
+            Ok(())
+        } else {
+            Err(McpError::method_not_found::<
+                rmcp::model::UnsubscribeRequestMethod,
+            >())
+        }
+    }
+
+    async fn get_prompt(
+        &self,
+        request: rmcp::model::GetPromptRequestParams,
+        cx: RequestContext<RoleServer>,
+    ) -> Result<rmcp::model::GetPromptResponse, McpError> {
+        fixtures::get_prompt(self.shared.fixtures, request, cx).await
+    }
+}

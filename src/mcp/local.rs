@@ -1,0 +1,320 @@
+//! The local socket: how processes on this machine reach a running server.
+//!
+//! `guildhall serve` listens on `<data dir>/guildhall.sock`. A client opens a connection and
+//! writes one JSON line, its [`Hello`]; the server answers one JSON line, a [`Reply`]. After
+//! a [`Hello::Mcp`] and an `ok` reply, the rest of the connection is plain MCP over
+//! newline-delimited JSON-RPC, bound to the agent the hello named. The other hellos
+//! (`status`, `call`) get their answer in the reply and the connection closes.
+//!
+//! The socket lives in the data directory, so its permissions are the directory's: whoever
+//! may read the store may talk to the server.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
+use tokio::net::unix::{OwnedReadHalf, OwnedWriteHalf};
+use tokio::net::{UnixListener, UnixStream};
+use tokio_util::sync::CancellationToken;
+
+use super::{McpServer, ToolFilter};
+use crate::{AgentSpec, CallOptions};
+
+/// The socket's file name in the data directory.
+pub const SOCKET_FILE: &str = "guildhall.sock";
+
+/// The longest hello line accepted.
+const MAX_HELLO: u64 = 64 * 1024;
+/// How long a client has to send its hello.
+const HELLO_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The socket path for a data directory.
+pub fn socket_path(data_dir: &Path) -> PathBuf {
+    data_dir.join(SOCKET_FILE)
+}
+
+/// The first line a client sends.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "hello", rename_all = "snake_case", deny_unknown_fields)]
+pub enum Hello {
+    /// Serve MCP on the rest of the connection as `agent`, registering it (or updating its
+    /// role and parent) first.
+    Mcp {
+        /// The agent's id.
+        agent: String,
+        /// Its role; a new agent without one is registered as `agent`.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        role: Option<String>,
+        /// The agent it reports to.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        parent: Option<String>,
+        /// Tool names and globs, comma-separated, narrowing what the connection sees.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        tools: Option<String>,
+    },
+    /// Answer with the server's status: its supervision tree, agents and tools.
+    Status,
+    /// Call one tool, as `agent` when given, and answer with its result.
+    Call {
+        /// The calling agent.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        agent: Option<String>,
+        /// The tool.
+        tool: String,
+        /// Its arguments.
+        #[serde(default)]
+        arguments: Value,
+    },
+}
+
+/// The server's one-line answer to a [`Hello`].
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Reply {
+    /// Accepted; the value depends on the hello.
+    Ok(Value),
+    /// Refused, and why.
+    Error(String),
+}
+
+/// Default tool sets by role, from the config file.
+pub type RoleTools = BTreeMap<String, ToolFilter>;
+
+/// Why a client could not get through.
+#[derive(Debug, thiserror::Error)]
+pub enum LocalError {
+    /// Nothing is listening on the socket.
+    #[error("no guildhall server is running for {path}: {source}")]
+    NotRunning {
+        /// The socket path.
+        path: PathBuf,
+        /// The connect error.
+        source: std::io::Error,
+    },
+    /// The server refused the hello.
+    #[error("the server refused: {0}")]
+    Refused(String),
+    /// The conversation broke off.
+    #[error("talking to the server at {path}: {source}")]
+    Io {
+        /// The socket path.
+        path: PathBuf,
+        /// What failed.
+        source: std::io::Error,
+    },
+}
+
+/// A connection that passed its hello.
+pub struct Connected {
+    /// The reply's value.
+    pub value: Value,
+    /// The server's side of the stream, with anything already buffered.
+    pub reader: BufReader<OwnedReadHalf>,
+    /// The client's side.
+    pub writer: OwnedWriteHalf,
+}
+
+/// Connects to the server for `data_dir` and says `hello`.
+///
+/// # Errors
+/// [`LocalError::NotRunning`] when nothing listens, [`LocalError::Refused`] with the
+/// server's reason, [`LocalError::Io`] if the connection breaks.
+pub async fn connect(data_dir: &Path, hello: &Hello) -> Result<Connected, LocalError> {
+    let path = socket_path(data_dir);
+    let stream = UnixStream::connect(&path)
+        .await
+        .map_err(|source| LocalError::NotRunning {
+            path: path.clone(),
+            source,
+        })?;
+    let io = |source| LocalError::Io {
+        path: path.clone(),
+        source,
+    };
+    let (read, mut writer) = stream.into_split();
+    let mut line = serde_json::to_vec(hello).map_err(|e| io(std::io::Error::other(e)))?;
+    line.push(b'\n');
+    writer.write_all(&line).await.map_err(io)?;
+    let mut reader = BufReader::new(read);
+    let mut answer = String::new();
+    (&mut reader)
+        .take(MAX_HELLO)
+        .read_line(&mut answer)
+        .await
+        .map_err(io)?;
+    if answer.is_empty() {
+        return Err(io(std::io::Error::new(
+            std::io::ErrorKind::UnexpectedEof,
+            "the server closed the connection before answering",
+        )));
+    }
+    match serde_json::from_str::<Reply>(&answer) {
+        Ok(Reply::Ok(value)) => Ok(Connected {
+            value,
+            reader,
+            writer,
+        }),
+        Ok(Reply::Error(reason)) => Err(LocalError::Refused(reason)),
+        Err(err) => Err(io(std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            format!("unreadable answer from the server: {err}"),
+        ))),
+    }
+}
+
+/// Accepts local connections for `server` until `shutdown` fires.
+pub async fn serve(
+    listener: UnixListener,
+    server: McpServer,
+    roles: Arc<RoleTools>,
+    shutdown: CancellationToken,
+) {
+    loop {
+        let stream = tokio::select! {
+            () = shutdown.cancelled() => return,
+            accepted = listener.accept() => match accepted {
+                Ok((stream, _)) => stream,
+                Err(err) => {
+                    tracing::warn!(%err, "local socket accept failed");
+                    continue;
+                }
+            },
+        };
+        let server = server.clone();
+        let roles = Arc::clone(&roles);
+        tokio::spawn(async move {
+            if let Err(err) = handle(stream, server, &roles).await {
+                tracing::debug!(%err, "local connection ended with an error");
+            }
+        });
+    }
+}
+
+async fn handle(stream: UnixStream, server: McpServer, roles: &RoleTools) -> std::io::Result<()> {
+    let (read, mut writer) = stream.into_split();
+    let mut reader = BufReader::new(read);
+    let mut line = String::new();
+    let mut limited = (&mut reader).take(MAX_HELLO);
+    match tokio::time::timeout(HELLO_TIMEOUT, limited.read_line(&mut line)).await {
+        Ok(Ok(_)) => {}
+        Ok(Err(err)) => return Err(err),
+        Err(_) => return answer(&mut writer, Reply::Error("no hello within 10 s".into())).await,
+    }
+    let hello = match serde_json::from_str::<Hello>(&line) {
+        Ok(hello) => hello,
+        Err(err) => {
+            let reason = format!("the first line must be a JSON hello: {err}");
+            return answer(&mut writer, Reply::Error(reason)).await;
+        }
+    };
+    match hello {
+        Hello::Mcp {
+            agent,
+            role,
+            parent,
+            tools,
+        } => match bind(&server, roles, agent, role, parent, tools.as_deref()).await {
+            Ok((connection, record)) => {
+                answer(&mut writer, Reply::Ok(record)).await?;
+                super::serve_stream(connection, (reader, writer)).await
+            }
+            Err(reason) => answer(&mut writer, Reply::Error(reason)).await,
+        },
+        Hello::Status => {
+            let reply = match status(&server).await {
+                Ok(value) => Reply::Ok(value),
+                Err(reason) => Reply::Error(reason),
+            };
+            answer(&mut writer, reply).await
+        }
+        Hello::Call {
+            agent,
+            tool,
+            arguments,
+        } => {
+            let mut options = CallOptions::new();
+            if let Some(agent) = agent {
+                options = options.agent(agent);
+            }
+            let reply = match server.runtime().call_json(&tool, arguments, options).await {
+                Ok(value) => Reply::Ok(value),
+                Err(err) => Reply::Error(err.to_string()),
+            };
+            answer(&mut writer, reply).await
+        }
+    }
+}
+
+async fn answer(writer: &mut OwnedWriteHalf, reply: Reply) -> std::io::Result<()> {
+    let mut line = serde_json::to_vec(&reply).map_err(std::io::Error::other)?;
+    line.push(b'\n');
+    writer.write_all(&line).await?;
+    writer.flush().await
+}
+
+/// Registers (or updates) the hello's agent and makes its connection.
+async fn bind(
+    server: &McpServer,
+    roles: &RoleTools,
+    agent: String,
+    role: Option<String>,
+    parent: Option<String>,
+    tools: Option<&str>,
+) -> Result<(McpServer, Value), String> {
+    let runtime = server.runtime();
+    let existing = runtime.lookup_agent(&agent);
+    let record = match existing {
+        Some(record) if role.is_none() && parent.is_none() => record,
+        existing => {
+            let role = role
+                .or_else(|| existing.as_ref().map(|r| r.role.clone()))
+                .unwrap_or_else(|| "agent".to_owned());
+            let parent = parent.or_else(|| {
+                existing
+                    .as_ref()
+                    .and_then(|r| r.parent.as_ref().map(ToString::to_string))
+            });
+            let mut spec = AgentSpec::new(&agent, role);
+            if let Some(parent) = parent {
+                spec = spec.parent(parent);
+            }
+            if let Some(record) = &existing {
+                spec = spec.metadata(record.metadata.clone());
+            }
+            runtime
+                .register_agent(spec)
+                .await
+                .map_err(|err| format!("cannot register agent `{agent}`: {err}"))?;
+            runtime
+                .lookup_agent(&agent)
+                .ok_or_else(|| format!("agent `{agent}` vanished while binding"))?
+        }
+    };
+    let mut filter = roles.get(&record.role).cloned().unwrap_or_default();
+    if let Some(tools) = tools {
+        filter = filter.and(ToolFilter::parse(tools).map_err(|err| err.to_string())?);
+    }
+    let value = serde_json::json!({
+        "agent": record.id.as_str(),
+        "role": record.role,
+        "parent": record.parent.as_ref().map(ToString::to_string),
+        "tools": filter.to_string(),
+    });
+    Ok((server.connection(Some(Arc::from(agent)), filter), value))
+}
+
+async fn status(server: &McpServer) -> Result<Value, String> {
+    let runtime = server.runtime();
+    let tree = runtime.tree().await.map_err(|err| err.to_string())?;
+    Ok(serde_json::json!({
+        "pid": std::process::id(),
+        "tree": tree,
+        "agents": runtime.agents().len(),
+        "active_mailboxes": runtime.active_mailboxes(),
+        "tools": runtime.tools().iter().map(|t| t.name.clone()).collect::<Vec<_>>(),
+    }))
+}
