@@ -48,27 +48,47 @@ impl ToolSpec {
             name,
             description: tool.description().to_owned(),
             input_schema,
-            output_schema: schema_of::<T::Output>(),
+            output_schema: output_schema_of::<T::Output>(),
             annotations: tool.annotations(),
             concurrency: tool.concurrency(),
         })
     }
 }
 
-/// The JSON Schema (draft 2020-12) of `T`, with doc comments as descriptions. Generated
-/// once per type and shared, since many tools (and every actor of a tool) use the same types.
+/// The JSON Schema (draft 2020-12) of `T` as it is read (a tool's input), with doc comments
+/// as descriptions. Generated once per type and shared, since many tools (and every actor of
+/// a tool) use the same types.
 pub fn schema_of<T: JsonSchema + 'static>() -> Arc<Value> {
-    static CACHE: OnceLock<Mutex<HashMap<TypeId, Arc<Value>>>> = OnceLock::new();
+    cached_schema::<T>(false)
+}
+
+/// The JSON Schema of `T` as it is written (a tool's output): a field skipped when empty is
+/// not required, so a client validating `structuredContent` against it accepts every value
+/// the tool produces.
+pub fn output_schema_of<T: JsonSchema + 'static>() -> Arc<Value> {
+    cached_schema::<T>(true)
+}
+
+fn cached_schema<T: JsonSchema + 'static>(for_output: bool) -> Arc<Value> {
+    type Cache = Mutex<HashMap<(TypeId, bool), Arc<Value>>>;
+    static CACHE: OnceLock<Cache> = OnceLock::new();
     let cache = CACHE.get_or_init(Mutex::default);
+    let key = (TypeId::of::<T>(), for_output);
     if let Some(schema) = cache
         .lock()
         .unwrap_or_else(PoisonError::into_inner)
-        .get(&TypeId::of::<T>())
+        .get(&key)
     {
         return Arc::clone(schema);
     }
+    let settings = schemars::generate::SchemaSettings::draft2020_12();
+    let settings = if for_output {
+        settings.for_serialize()
+    } else {
+        settings.for_deserialize()
+    };
     let schema = Arc::new(
-        schemars::generate::SchemaSettings::draft2020_12()
+        settings
             .into_generator()
             .into_root_schema_for::<T>()
             .to_value(),
@@ -76,7 +96,7 @@ pub fn schema_of<T: JsonSchema + 'static>() -> Arc<Value> {
     cache
         .lock()
         .unwrap_or_else(PoisonError::into_inner)
-        .entry(TypeId::of::<T>())
+        .entry(key)
         .or_insert(schema)
         .clone()
 }

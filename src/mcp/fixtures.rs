@@ -128,7 +128,7 @@ fn fixture_description(name: &str) -> &'static str {
 }
 
 fn content(blocks: Value) -> CallToolResult {
-    from_json(json!({ "content": blocks }))
+    from_json(json!({ "resultType": "complete", "content": blocks }))
 }
 
 /// Runs fixture tool `request.name`.
@@ -192,6 +192,7 @@ pub(super) async fn call(
             content(json!([{ "type": "text", "text": "Progress test completed" }]))
         }
         "test_error_handling" => from_json(json!({
+            "resultType": "complete",
             "content": [{ "type": "text", "text": "This tool intentionally returns an error for testing" }],
             "isError": true
         })),
@@ -250,7 +251,9 @@ pub(super) async fn call(
 }
 
 fn failure(message: String) -> CallToolResult {
-    from_json(json!({ "content": [{ "type": "text", "text": message }], "isError": true }))
+    from_json(
+        json!({ "resultType": "complete", "content": [{ "type": "text", "text": message }], "isError": true }),
+    )
 }
 
 fn elicitation_schema(tool: &str) -> Value {
@@ -311,7 +314,7 @@ pub(super) fn list_resources(
     if !enabled {
         return disabled("resources");
     }
-    Ok(from_json(json!({ "resources": [
+    Ok(from_json(json!({ "resultType": "complete", "resources": [
         { "uri": "test://static-text", "name": "static-text", "title": "Static Text Resource",
           "description": "A static text resource", "mimeType": "text/plain" },
         { "uri": "test://static-binary", "name": "static-binary", "title": "Static Binary Resource",
@@ -329,11 +332,13 @@ pub(super) fn list_resource_templates(
     if !enabled {
         return disabled("resources");
     }
-    Ok(from_json(json!({ "resourceTemplates": [
-        { "uriTemplate": "test://template/{id}/data", "name": "template-data",
-          "title": "Dynamic Resource", "description": "A resource with a parameter",
-          "mimeType": "application/json" }
-    ]})))
+    Ok(from_json(
+        json!({ "resultType": "complete", "resourceTemplates": [
+            { "uriTemplate": "test://template/{id}/data", "name": "template-data",
+              "title": "Dynamic Resource", "description": "A resource with a parameter",
+              "mimeType": "application/json" }
+        ]}),
+    ))
 }
 
 pub(super) async fn read_resource(
@@ -365,7 +370,8 @@ pub(super) async fn read_resource(
             }
         },
     };
-    let result: ReadResourceResult = from_json(json!({ "contents": [contents] }));
+    let result: ReadResourceResult =
+        from_json(json!({ "resultType": "complete", "contents": [contents] }));
     Ok(ReadResourceResponse::from(result))
 }
 
@@ -377,7 +383,7 @@ pub(super) fn list_prompts(
     if !enabled {
         return disabled("prompts");
     }
-    Ok(from_json(json!({ "prompts": [
+    Ok(from_json(json!({ "resultType": "complete", "prompts": [
         { "name": "test_prompt_with_arguments", "description": "A prompt with arguments",
           "arguments": [
             { "name": "arg1", "description": "First test argument", "required": true },
@@ -432,7 +438,8 @@ pub(super) async fn get_prompt(
             ));
         }
     };
-    let result: GetPromptResult = from_json(json!({ "messages": messages }));
+    let result: GetPromptResult =
+        from_json(json!({ "resultType": "complete", "messages": messages }));
     Ok(GetPromptResponse::from(result))
 }
 
@@ -445,6 +452,6 @@ pub(super) fn complete(
     }
     let _ = request;
     Ok(from_json(
-        json!({ "completion": { "values": [], "total": 0, "hasMore": false } }),
+        json!({ "resultType": "complete", "completion": { "values": [], "total": 0, "hasMore": false } }),
     ))
 }

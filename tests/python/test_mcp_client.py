@@ -1,0 +1,130 @@
+"""guildhall through the official Python MCP client, over stdio, in both protocol eras.
+
+Run by scripts/python-client (and so by .ci/run) with GUILDHALL_BIN pointing at the binary:
+- `guildhall serve --stdio` directly: list tools, call tools, the error cases;
+- two agents launched as two `guildhall mcp` processes sharing one data directory (the first
+  starts the background server): a mailbox round trip, a reply in the same thread, shared
+  context, and a filtered tool.
+"""
+
+import asyncio
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+
+from mcp import Client, StdioServerParameters
+from mcp.shared.exceptions import MCPError
+
+BIN = os.environ["GUILDHALL_BIN"]
+MODES = ["legacy", "2026-07-28"]
+TOOLS = {"send_message", "check_inbox", "read_message", "mark_read",
+         "context_get", "context_update", "context_history"}
+
+
+def params(data_dir, *args):
+    return StdioServerParameters(command=BIN, args=["--data-dir", data_dir, *args])
+
+
+def structured(result):
+    assert not result.is_error, result
+    # structuredContent is the result; the text block carries the same JSON.
+    assert json.loads(result.content[0].text) == result.structured_content
+    return result.structured_content
+
+
+async def direct_stdio(mode, data_dir):
+    async with Client(params(data_dir, "serve", "--stdio", "--agent", "solo"), mode=mode) as c:
+        names = [t.name for t in (await c.list_tools()).tools]
+        assert set(names) == TOOLS, names
+        assert names == sorted(names), "tools/list is in name order"
+        send = next(t for t in (await c.list_tools()).tools if t.name == "send_message")
+        assert send.input_schema["type"] == "object" and "body" in send.input_schema["properties"]
+        assert send.output_schema is not None
+
+        receipt = structured(await c.call_tool("send_message", {"to": "solo", "body": "note to self"}))
+        assert receipt["delivered_to"] == ["solo"]
+        inbox = structured(await c.call_tool("check_inbox", {"full": True}))
+        assert [m["body"] for m in inbox["messages"]] == ["note to self"]
+
+        # A business error is a tool result the model can read, not a protocol error.
+        bad = await c.call_tool("send_message", {"to": "nobody-here", "body": "x"})
+        assert bad.is_error and "nobody-here" in bad.content[0].text, bad
+        invalid = await c.call_tool("send_message", {"bogus": 1})
+        assert invalid.is_error and "bogus" in invalid.content[0].text, invalid
+        # An unknown tool is a JSON-RPC error (-32602).
+        try:
+            await c.call_tool("no_such_tool", {})
+        except MCPError as err:
+            assert err.error.code == -32602, err
+        else:
+            raise AssertionError("an unknown tool must be a protocol error")
+
+
+async def two_agents(mode, data_dir):
+    pm = params(data_dir, "mcp", "--agent", "pm-1", "--role", "pm")
+    dev = params(data_dir, "mcp", "--agent", "dev-1", "--role", "dev", "--parent", "pm-1",
+                 "--tools", "send_message,check_inbox,read_message,context_*")
+    async with Client(pm, mode=mode) as p:
+        async with Client(dev, mode=mode) as d:
+            dev_tools = {t.name for t in (await d.list_tools()).tools}
+            assert dev_tools == TOOLS - {"mark_read"}, dev_tools
+
+            sent = structured(await p.call_tool("send_message", {
+                "to": "dev-1", "subject": "task", "body": "build the parser", "priority": "high"}))
+            waited = structured(await d.call_tool("check_inbox", {"wait_secs": 5, "full": True}))
+            [task] = waited["messages"]
+            assert task["from"] == "pm-1" and task["body"] == "build the parser", task
+            assert task["priority"] == "high"
+
+            # The dev's identity comes from its connection; `parent` resolves to pm-1.
+            reply = structured(await d.call_tool("send_message", {
+                "to": "parent", "body": "parser done", "reply_to": task["id"]}))
+            assert reply["thread"] == sent["thread"]
+            got = structured(await p.call_tool("check_inbox", {"wait_secs": 5, "full": True}))
+            [report] = got["messages"]
+            assert report["from"] == "dev-1" and report["thread"] == sent["thread"], report
+            assert report["subject"] == "Re: task"
+
+            # Shared context: the dev writes, the PM reads, with the dev as author.
+            structured(await d.call_tool("context_update", {
+                "session": "proj", "changes": [
+                    {"key": "status", "value": "parser done", "strategy": "replace"}]}))
+            ctx = structured(await p.call_tool("context_get", {"session": "proj", "keys": ["status"]}))
+            [entry] = ctx["entries"]
+            assert entry["value"] == "parser done" and entry["author"] == "dev-1", entry
+
+            # A tool outside the connection's --tools is refused.
+            try:
+                await d.call_tool("mark_read", {"ids": [task["id"]]})
+            except MCPError as err:
+                assert err.error.code == -32602 and "not available" in err.error.message, err
+            else:
+                raise AssertionError("a filtered tool must be refused")
+
+
+def stop_server(data_dir):
+    out = subprocess.run([BIN, "--data-dir", data_dir, "status", "--json"],
+                         capture_output=True, text=True)
+    if out.returncode == 0:
+        os.kill(json.loads(out.stdout)["pid"], signal.SIGTERM)
+
+
+async def main():
+    for mode in MODES:
+        with tempfile.TemporaryDirectory() as direct_dir:
+            await direct_stdio(mode, direct_dir)
+        print(f"ok: serve --stdio, mode={mode}")
+        with tempfile.TemporaryDirectory() as shared_dir:
+            try:
+                await two_agents(mode, shared_dir)
+            finally:
+                stop_server(shared_dir)
+        print(f"ok: two guildhall mcp agents, mode={mode}")
+
+
+if __name__ == "__main__":
+    asyncio.run(main())
+    sys.exit(0)
