@@ -24,6 +24,8 @@ mod crash;
 mod durability;
 /// Agents and mailboxes: addressing, ordering, waiting, passivation, crashes, limits.
 mod mailbox;
+/// The MCP server on the wire: both eras over a duplex and over HTTP.
+mod mcp;
 /// Registration, lookup, snapshots and shutdown of the runtime.
 mod runtime;
 /// The durable store: restarts, group commit, and stores that must not be opened.

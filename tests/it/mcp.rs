@@ -1,0 +1,679 @@
+//! The MCP server on the wire, in both protocol eras: over an in-memory duplex (raw
+//! newline-delimited JSON-RPC, as a stdio client speaks it) and over HTTP on 127.0.0.1:0.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use guildhall::mcp::http::{self, HttpOptions};
+use guildhall::mcp::{McpServer, ToolFilter};
+use guildhall::{AgentSpec, CallContext, Runtime, Tool};
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader, DuplexStream, Lines};
+use tokio::sync::Notify;
+use tokio_util::sync::CancellationToken;
+
+const LIMIT: Duration = Duration::from_secs(10);
+
+/// Reports progress 1, 2, 3 of 3, or waits until its call is cancelled.
+struct Gate {
+    cancelled: Arc<Notify>,
+}
+
+#[derive(Clone, Deserialize, JsonSchema)]
+struct GateInput {
+    /// `progress` or `wait`.
+    mode: String,
+}
+
+#[derive(Serialize, JsonSchema)]
+struct GateOutput {
+    done: bool,
+}
+
+#[derive(Debug, thiserror::Error)]
+#[error("cancelled")]
+struct Cancelled;
+
+impl Tool for Gate {
+    type Input = GateInput;
+    type Output = GateOutput;
+    type Error = Cancelled;
+    type State = ();
+    fn name(&self) -> &str {
+        "gate"
+    }
+    fn description(&self) -> &str {
+        "Reports progress, or waits for cancellation."
+    }
+    async fn init(&self) -> Result<(), Cancelled> {
+        Ok(())
+    }
+    async fn call(
+        &self,
+        _: &mut (),
+        input: GateInput,
+        ctx: CallContext,
+    ) -> Result<GateOutput, Cancelled> {
+        if input.mode == "wait" {
+            ctx.cancellation().cancelled().await;
+            self.cancelled.notify_one();
+            return Err(Cancelled);
+        }
+        for step in 1..=3 {
+            ctx.progress(f64::from(step), Some(3.0), Some("step"));
+        }
+        Ok(GateOutput { done: true })
+    }
+}
+
+struct Tool2;
+impl Tool for Tool2 {
+    type Input = GateInput;
+    type Output = GateOutput;
+    type Error = Cancelled;
+    type State = ();
+    fn name(&self) -> &str {
+        "late_tool"
+    }
+    fn description(&self) -> &str {
+        "Registered after the client connected."
+    }
+    async fn init(&self) -> Result<(), Cancelled> {
+        Ok(())
+    }
+    async fn call(
+        &self,
+        _: &mut (),
+        _: GateInput,
+        _: CallContext,
+    ) -> Result<GateOutput, Cancelled> {
+        Ok(GateOutput { done: true })
+    }
+}
+
+async fn runtime() -> (Runtime, Arc<Notify>) {
+    let cancelled = Arc::new(Notify::new());
+    let rt = Runtime::builder()
+        .tool(Gate {
+            cancelled: Arc::clone(&cancelled),
+        })
+        .build()
+        .await
+        .unwrap();
+    rt.register_agent(AgentSpec::new("alice", "pm"))
+        .await
+        .unwrap();
+    rt.register_agent(AgentSpec::new("bob", "dev").parent("alice"))
+        .await
+        .unwrap();
+    (rt, cancelled)
+}
+
+/// A raw JSON-RPC client over one end of a duplex, the server on the other.
+struct Wire {
+    write: tokio::io::WriteHalf<DuplexStream>,
+    lines: Lines<BufReader<tokio::io::ReadHalf<DuplexStream>>>,
+    /// Messages read while looking for another one.
+    seen: Vec<Value>,
+    /// The 2026 `_meta` to stamp on requests, when speaking that era.
+    meta: Option<Value>,
+}
+
+fn meta_2026() -> Value {
+    json!({
+        "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+        "io.modelcontextprotocol/clientCapabilities": {},
+        "io.modelcontextprotocol/clientInfo": { "name": "wire-test", "version": "1" }
+    })
+}
+
+impl Wire {
+    fn start(server: McpServer) -> Self {
+        let (client, served) = tokio::io::duplex(1 << 16);
+        tokio::spawn(guildhall::mcp::serve_stream(
+            server,
+            tokio::io::split(served),
+        ));
+        let (read, write) = tokio::io::split(client);
+        Self {
+            write,
+            lines: BufReader::new(read).lines(),
+            seen: Vec::new(),
+            meta: None,
+        }
+    }
+
+    /// Connects in the handshake era (`initialize`).
+    async fn legacy(server: McpServer) -> Self {
+        let mut wire = Self::start(server);
+        let init = wire
+            .request(
+                0,
+                "initialize",
+                json!({ "protocolVersion": "2025-11-25", "capabilities": {},
+                        "clientInfo": { "name": "wire-test", "version": "1" } }),
+            )
+            .await;
+        assert_eq!(init["result"]["protocolVersion"], "2025-11-25", "{init}");
+        wire.send(json!({ "jsonrpc": "2.0", "method": "notifications/initialized" }))
+            .await;
+        wire
+    }
+
+    /// Speaks the stateless era: no handshake, `_meta` on every request.
+    async fn stateless(server: McpServer) -> Self {
+        let mut wire = Self::start(server);
+        wire.meta = Some(meta_2026());
+        let discover = wire.request(0, "server/discover", json!({})).await;
+        let versions = discover["result"]["supportedVersions"].as_array().unwrap();
+        assert!(versions.contains(&json!("2026-07-28")), "{discover}");
+        assert!(versions.contains(&json!("2025-11-25")), "{discover}");
+        wire
+    }
+
+    async fn send(&mut self, message: Value) {
+        let mut line = serde_json::to_vec(&message).unwrap();
+        line.push(b'\n');
+        self.write.write_all(&line).await.unwrap();
+    }
+
+    fn stamp(&self, mut params: Value) -> Value {
+        if let Some(meta) = &self.meta {
+            let mut merged = meta.clone();
+            if let Some(extra) = params.get("_meta").and_then(Value::as_object) {
+                for (k, v) in extra {
+                    merged[k] = v.clone();
+                }
+            }
+            params["_meta"] = merged;
+        }
+        params
+    }
+
+    async fn send_request(&mut self, id: u64, method: &str, params: Value) {
+        let params = self.stamp(params);
+        self.send(json!({ "jsonrpc": "2.0", "id": id, "method": method, "params": params }))
+            .await;
+    }
+
+    async fn request(&mut self, id: u64, method: &str, params: Value) -> Value {
+        self.send_request(id, method, params).await;
+        self.next_where(|m| m["id"] == id && m.get("method").is_none())
+            .await
+    }
+
+    /// The next message matching `want`, keeping the others for later.
+    async fn next_where(&mut self, want: impl Fn(&Value) -> bool) -> Value {
+        if let Some(at) = self.seen.iter().position(&want) {
+            return self.seen.remove(at);
+        }
+        loop {
+            let line = tokio::time::timeout(LIMIT, self.lines.next_line())
+                .await
+                .expect("the server answers in time")
+                .unwrap()
+                .expect("the server keeps the stream open");
+            let message: Value = serde_json::from_str(&line).unwrap();
+            if want(&message) {
+                return message;
+            }
+            self.seen.push(message);
+        }
+    }
+
+    async fn call(&mut self, id: u64, tool: &str, arguments: Value) -> Value {
+        self.request(
+            id,
+            "tools/call",
+            json!({ "name": tool, "arguments": arguments }),
+        )
+        .await
+    }
+}
+
+fn structured(response: &Value) -> &Value {
+    let result = &response["result"];
+    assert_eq!(result["isError"], false, "{response}");
+    let text: Value = serde_json::from_str(result["content"][0]["text"].as_str().unwrap()).unwrap();
+    assert_eq!(
+        text, result["structuredContent"],
+        "the text block copies the structured result"
+    );
+    &result["structuredContent"]
+}
+
+async fn each_era(check: impl AsyncFn(Wire, &str)) {
+    for era in ["2025-11-25", "2026-07-28"] {
+        let (rt, _) = runtime().await;
+        let server =
+            McpServer::new(rt.clone()).connection(Some(Arc::from("alice")), ToolFilter::all());
+        let wire = if era == "2026-07-28" {
+            Wire::stateless(server).await
+        } else {
+            Wire::legacy(server).await
+        };
+        check(wire, era).await;
+        rt.shutdown().await;
+    }
+}
+
+#[tokio::test]
+async fn tools_list_is_ordered_with_schemas_and_annotations() {
+    each_era(async |mut wire, era| {
+        let listed = wire.request(1, "tools/list", json!({})).await;
+        let tools = listed["result"]["tools"].as_array().unwrap();
+        let names: Vec<&str> = tools.iter().map(|t| t["name"].as_str().unwrap()).collect();
+        let mut sorted = names.clone();
+        sorted.sort_unstable();
+        assert_eq!(names, sorted, "{era}: deterministic name order");
+        assert!(
+            names.contains(&"gate") && names.contains(&"send_message"),
+            "{era}: {names:?}"
+        );
+        let send = tools.iter().find(|t| t["name"] == "send_message").unwrap();
+        assert_eq!(send["inputSchema"]["type"], "object");
+        assert_eq!(send["outputSchema"]["type"], "object");
+        let get = tools.iter().find(|t| t["name"] == "context_get").unwrap();
+        assert_eq!(get["annotations"]["readOnlyHint"], true, "{get}");
+        if era == "2026-07-28" {
+            assert_eq!(listed["result"]["resultType"], "complete");
+            assert!(listed["result"]["ttlMs"].is_u64(), "{listed}");
+        } else {
+            assert!(listed["result"].get("resultType").is_none(), "{listed}");
+        }
+        let bad = wire
+            .request(2, "tools/list", json!({ "cursor": "nonsense" }))
+            .await;
+        assert_eq!(bad["error"]["code"], -32602, "{era}: {bad}");
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn calls_act_as_the_bound_agent_and_errors_are_typed() {
+    each_era(async |mut wire, era| {
+        let sent = wire
+            .call(1, "send_message", json!({ "to": "bob", "body": "hello" }))
+            .await;
+        assert_eq!(structured(&sent)["delivered_to"], json!(["bob"]), "{era}");
+
+        // Bad arguments and business errors are results the model can read.
+        let invalid = wire.call(2, "send_message", json!({ "bogus": true })).await;
+        assert_eq!(invalid["result"]["isError"], true, "{era}: {invalid}");
+        let text = invalid["result"]["content"][0]["text"].as_str().unwrap();
+        assert!(
+            text.starts_with("invalid_arguments:") && text.contains("bogus"),
+            "{text}"
+        );
+        let unknown_agent = wire
+            .call(3, "send_message", json!({ "to": "carol", "body": "x" }))
+            .await;
+        assert_eq!(
+            unknown_agent["result"]["isError"], true,
+            "{era}: {unknown_agent}"
+        );
+        assert!(
+            unknown_agent["result"]["content"][0]["text"]
+                .as_str()
+                .unwrap()
+                .contains("carol")
+        );
+
+        // An unknown tool is a protocol error.
+        let missing = wire.call(4, "no_such_tool", json!({})).await;
+        assert_eq!(missing["error"]["code"], -32602, "{era}: {missing}");
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn progress_reaches_a_request_with_a_progress_token() {
+    each_era(async |mut wire, era| {
+        let params = json!({ "name": "gate", "arguments": { "mode": "progress" },
+                             "_meta": { "progressToken": "tok-1" } });
+        wire.send_request(7, "tools/call", params).await;
+        let done = wire.next_where(|m| m["id"] == 7).await;
+        assert_eq!(structured(&done)["done"], true, "{era}");
+        let mut seen = Vec::new();
+        while seen.len() < 3 {
+            let note = wire
+                .next_where(|m| m["method"] == "notifications/progress")
+                .await;
+            assert_eq!(note["params"]["progressToken"], "tok-1", "{era}: {note}");
+            assert_eq!(note["params"]["total"], 3.0);
+            seen.push(note["params"]["progress"].as_f64().unwrap());
+        }
+        assert_eq!(seen, vec![1.0, 2.0, 3.0], "{era}: increasing, in order");
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn cancellation_reaches_the_running_tool() {
+    for era in ["2025-11-25", "2026-07-28"] {
+        let (rt, cancelled) = runtime().await;
+        let server = McpServer::new(rt.clone());
+        let mut wire = if era == "2026-07-28" {
+            Wire::stateless(server).await
+        } else {
+            Wire::legacy(server).await
+        };
+        let fired = cancelled.notified();
+        wire.send_request(
+            9,
+            "tools/call",
+            json!({ "name": "gate", "arguments": { "mode": "wait" } }),
+        )
+        .await;
+        // Ask until the call is known to the server; a cancel for an unknown id is ignored.
+        let mut params = json!({ "requestId": 9, "reason": "user pressed stop" });
+        if let Some(meta) = &wire.meta {
+            params["_meta"] = meta.clone();
+        }
+        let cancel =
+            json!({ "jsonrpc": "2.0", "method": "notifications/cancelled", "params": params });
+        tokio::pin!(fired);
+        let until_fired = async {
+            loop {
+                wire.send(cancel.clone()).await;
+                if tokio::time::timeout(Duration::from_millis(50), &mut fired)
+                    .await
+                    .is_ok()
+                {
+                    break;
+                }
+            }
+        };
+        tokio::time::timeout(LIMIT, until_fired)
+            .await
+            .unwrap_or_else(|_| panic!("{era}: the tool's cancellation token never fired"));
+        rt.shutdown().await;
+    }
+}
+
+#[tokio::test]
+async fn tool_list_changes_are_announced() {
+    let (rt, _) = runtime().await;
+    let mut wire = Wire::legacy(McpServer::new(rt.clone())).await;
+    // The handshake is done once a request has been answered after it.
+    wire.request(1, "ping", json!({})).await;
+    rt.register(Tool2).await.unwrap();
+    wire.next_where(|m| m["method"] == "notifications/tools/list_changed")
+        .await;
+    let listed = wire.request(2, "tools/list", json!({})).await;
+    assert!(listed.to_string().contains("late_tool"));
+    rt.shutdown().await;
+
+    // 2026: the notification arrives on a `subscriptions/listen` stream.
+    let (rt, _) = runtime().await;
+    let mut wire = Wire::stateless(McpServer::new(rt.clone())).await;
+    wire.send_request(
+        3,
+        "subscriptions/listen",
+        json!({ "notifications": { "toolsListChanged": true } }),
+    )
+    .await;
+    wire.next_where(|m| m["method"] == "notifications/subscriptions/acknowledged")
+        .await;
+    rt.register(Tool2).await.unwrap();
+    let note = wire
+        .next_where(|m| m["method"] == "notifications/tools/list_changed")
+        .await;
+    assert!(note.to_string().contains("subscription"), "{note}");
+    rt.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_filtered_tool_is_hidden_and_refused() {
+    let (rt, _) = runtime().await;
+    let filter = ToolFilter::parse("send_message,context_*").unwrap();
+    let mut wire =
+        Wire::legacy(McpServer::new(rt.clone()).connection(Some(Arc::from("bob")), filter)).await;
+    let listed = wire.request(1, "tools/list", json!({})).await;
+    let names: Vec<&str> = listed["result"]["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        names,
+        [
+            "context_get",
+            "context_history",
+            "context_update",
+            "send_message"
+        ]
+    );
+    let refused = wire.call(2, "gate", json!({ "mode": "progress" })).await;
+    assert_eq!(refused["error"]["code"], -32602, "{refused}");
+    assert!(
+        refused["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("not available")
+    );
+    rt.shutdown().await;
+}
+
+/// A server on 127.0.0.1:0 and its base URL.
+async fn http_server(options: HttpOptions) -> (Runtime, String, CancellationToken) {
+    let (rt, _) = runtime().await;
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let stop = CancellationToken::new();
+    let router = http::router(McpServer::new(rt.clone()), addr, options, stop.clone()).unwrap();
+    tokio::spawn(http::serve(listener, router, stop.clone()));
+    (rt, format!("http://{addr}{}", http::PATH), stop)
+}
+
+fn post(
+    client: &reqwest::Client,
+    url: &str,
+    method: &str,
+    body: &Value,
+) -> reqwest::RequestBuilder {
+    client
+        .post(url)
+        .header("content-type", "application/json")
+        .header("accept", "application/json, text/event-stream")
+        .header("mcp-protocol-version", "2026-07-28")
+        .header("mcp-method", method)
+        .body(body.to_string())
+}
+
+/// The JSON-RPC response in a JSON or SSE body.
+async fn rpc_body(response: reqwest::Response) -> Value {
+    let text = response.text().await.unwrap();
+    if let Ok(value) = serde_json::from_str::<Value>(&text) {
+        return value;
+    }
+    text.lines()
+        .filter_map(|l| l.strip_prefix("data:"))
+        .filter_map(|d| serde_json::from_str::<Value>(d.trim()).ok())
+        .find(|m| m.get("id").is_some())
+        .unwrap_or_else(|| panic!("no JSON-RPC response in {text:?}"))
+}
+
+fn tools_call(id: u64, tool: &str, arguments: Value) -> Value {
+    json!({ "jsonrpc": "2.0", "id": id, "method": "tools/call",
+            "params": { "name": tool, "arguments": arguments, "_meta": meta_2026() } })
+}
+
+#[tokio::test]
+async fn http_serves_2026_requests_as_the_named_agent() {
+    let (rt, url, stop) = http_server(HttpOptions::default()).await;
+    let client = reqwest::Client::new();
+    let body = tools_call(
+        1,
+        "send_message",
+        json!({ "to": "bob", "body": "over http" }),
+    );
+    let response = post(&client, &url, "tools/call", &body)
+        .header("mcp-name", "send_message")
+        .header(guildhall::mcp::AGENT_HEADER, "alice")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    let answer = rpc_body(response).await;
+    assert_eq!(
+        structured(&answer)["delivered_to"],
+        json!(["bob"]),
+        "{answer}"
+    );
+    let inbox = rt
+        .agent("bob")
+        .unwrap()
+        .check_inbox(Default::default())
+        .await
+        .unwrap();
+    assert_eq!(&*inbox.messages[0].from.to_string(), "alice");
+
+    // A new agent named by the header is registered with the role header's role.
+    let body = tools_call(2, "send_message", json!({ "to": "alice", "body": "hi" }));
+    let response = post(&client, &url, "tools/call", &body)
+        .header("mcp-name", "send_message")
+        .header(guildhall::mcp::AGENT_HEADER, "carol")
+        .header(guildhall::mcp::ROLE_HEADER, "qa")
+        .send()
+        .await
+        .unwrap();
+    structured(&rpc_body(response).await);
+    assert_eq!(rt.lookup_agent("carol").unwrap().role, "qa");
+    stop.cancel();
+    rt.shutdown().await;
+}
+
+#[tokio::test]
+async fn http_rejects_foreign_origins_hosts_and_bad_headers() {
+    let (rt, url, stop) = http_server(HttpOptions::default()).await;
+    let client = reqwest::Client::new();
+    let list = json!({ "jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": { "_meta": meta_2026() } });
+
+    let ok = post(&client, &url, "tools/list", &list)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(ok.status(), 200);
+    let local_origin = post(&client, &url, "tools/list", &list)
+        .header("origin", "http://localhost:5173")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(local_origin.status(), 200);
+
+    let evil_origin = post(&client, &url, "tools/list", &list)
+        .header("origin", "https://evil.example")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(evil_origin.status(), 403);
+    let rebound_host = post(&client, &url, "tools/list", &list)
+        .header("host", "evil.example")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(rebound_host.status(), 403);
+
+    // 2026 header rules: Mcp-Method must match the body; an unknown version is refused.
+    let mismatched = post(&client, &url, "prompts/list", &list)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(mismatched.status(), 400);
+    assert_eq!(rpc_body(mismatched).await["error"]["code"], -32020);
+    let call = tools_call(2, "gate", json!({ "mode": "progress" }));
+    let no_name = post(&client, &url, "tools/call", &call)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(no_name.status(), 400, "tools/call needs Mcp-Name");
+    let future = client
+        .post(&url)
+        .header("content-type", "application/json")
+        .header("accept", "application/json, text/event-stream")
+        .header("mcp-protocol-version", "2099-01-01")
+        .header("mcp-method", "tools/list")
+        .body(list.to_string())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(future.status(), 400);
+    stop.cancel();
+    rt.shutdown().await;
+}
+
+#[tokio::test]
+async fn http_requires_the_token_when_one_is_set_and_off_loopback() {
+    let options = HttpOptions {
+        token: Some("s3cret".into()),
+        ..HttpOptions::default()
+    };
+    let (rt, url, stop) = http_server(options).await;
+    let client = reqwest::Client::new();
+    let list = json!({ "jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": { "_meta": meta_2026() } });
+    let anonymous = post(&client, &url, "tools/list", &list)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(anonymous.status(), 401);
+    let wrong = post(&client, &url, "tools/list", &list)
+        .bearer_auth("guess")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(wrong.status(), 401);
+    let right = post(&client, &url, "tools/list", &list)
+        .bearer_auth("s3cret")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(right.status(), 200);
+    stop.cancel();
+
+    let open = "0.0.0.0:0".parse().unwrap();
+    let refused = http::router(
+        McpServer::new(rt.clone()),
+        open,
+        HttpOptions::default(),
+        stop,
+    );
+    assert!(matches!(
+        refused,
+        Err(http::HttpError::TokenRequired { .. })
+    ));
+    rt.shutdown().await;
+}
+
+#[tokio::test]
+async fn http_dropped_response_stream_cancels_the_call() {
+    let (rt, cancelled) = runtime().await;
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let stop = CancellationToken::new();
+    let router = http::router(
+        McpServer::new(rt.clone()),
+        addr,
+        HttpOptions::default(),
+        stop.clone(),
+    )
+    .unwrap();
+    tokio::spawn(http::serve(listener, router, stop.clone()));
+    let url = format!("http://{addr}{}", http::PATH);
+    let client = reqwest::Client::new();
+    let fired = cancelled.notified();
+    let call = tools_call(1, "gate", json!({ "mode": "wait" }));
+    let pending = post(&client, &url, "tools/call", &call)
+        .header("mcp-name", "gate")
+        .send();
+    // The client gives up: the request (and its response stream) is dropped.
+    let _ = tokio::time::timeout(Duration::from_millis(300), pending).await;
+    tokio::time::timeout(LIMIT, fired)
+        .await
+        .expect("the tool's cancellation token fired");
+    stop.cancel();
+    rt.shutdown().await;
+}
