@@ -6,9 +6,11 @@
 
 mod context;
 mod mail;
+pub mod mcp;
 
 pub use context::{ContextBenchConfig, ContextReport, context};
 pub use mail::{MailboxBenchConfig, MailboxReport, SwarmReport, mailbox, swarm_bench};
+pub use mcp::{McpBenchConfig, McpReport};
 
 use std::future::Future;
 use std::hint::black_box;

@@ -82,10 +82,14 @@ pub(crate) fn main() -> ExitCode {
         .with_ansi(std::io::stderr().is_terminal())
         .init();
     log_panics_through_tracing();
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-    {
+    // The bridge only moves bytes between two streams: one thread and no cross-thread
+    // wake-ups keep its added latency lowest.
+    let mut builder = if matches!(cli.command, Command::Mcp(_)) {
+        tokio::runtime::Builder::new_current_thread()
+    } else {
+        tokio::runtime::Builder::new_multi_thread()
+    };
+    let runtime = match builder.enable_all().build() {
         Ok(rt) => rt,
         Err(err) => {
             eprintln!("error: cannot start the async runtime: {err}");

@@ -18,11 +18,13 @@ pub use filter::{FilterError, ToolFilter};
 pub use handler::{AGENT_HEADER, McpServer, ROLE_HEADER};
 
 /// Serves `server` to one client over this process's stdin and stdout until stdin closes.
+/// When both are pipes (as an MCP client launches a server) they are driven by the I/O
+/// reactor rather than the blocking thread pool, which saves a thread hand-off per message.
 ///
 /// # Errors
 /// The transport's error if the session cannot start or ends abnormally.
-pub async fn serve_stdio(server: McpServer) -> std::io::Result<()> {
-    serve_stream(server, rmcp::transport::stdio()).await
+pub async fn serve_stdio<S: rmcp::ServerHandler>(server: S) -> std::io::Result<()> {
+    serve_stream(server, rmcp::transport::stdio_pipes()).await
 }
 
 /// Serves `server` on one byte stream (a pipe pair, a socket, an in-memory duplex) until the
@@ -30,8 +32,9 @@ pub async fn serve_stdio(server: McpServer) -> std::io::Result<()> {
 ///
 /// # Errors
 /// As [`serve_stdio`].
-pub async fn serve_stream<R, W>(server: McpServer, (read, write): (R, W)) -> std::io::Result<()>
+pub async fn serve_stream<S, R, W>(server: S, (read, write): (R, W)) -> std::io::Result<()>
 where
+    S: rmcp::ServerHandler,
     R: tokio::io::AsyncRead + Send + Unpin + 'static,
     W: tokio::io::AsyncWrite + Send + Unpin + 'static,
 {

@@ -5,7 +5,8 @@ use std::process::Command;
 
 use clap::{Args, Subcommand, ValueEnum};
 use guildhall::bench::{
-    CallsConfig, CallsReport, ContextBenchConfig, MailboxBenchConfig, SpawnKind, SpawnReport, Stage,
+    CallsConfig, CallsReport, ContextBenchConfig, MailboxBenchConfig, McpBenchConfig, SpawnKind,
+    SpawnReport, Stage,
 };
 use indicatif::{ProgressBar, ProgressStyle};
 use serde::Serialize;
@@ -29,6 +30,13 @@ enum Which {
     /// Session context: updates of 1 KB entries in memory (against bare ractor actors),
     /// durable updates with group commit, and recovery of a session of 1,000,000 operations.
     Context(ContextArgs),
+    /// The MCP server from outside: cold start, sequential latency and pipelined throughput
+    /// over `serve --stdio`, through the `guildhall mcp` bridge and over HTTP, against a bare
+    /// rmcp server (the floor) measured the same way.
+    Mcp(McpArgs),
+    /// Serve the bare rmcp floor server over stdio (run by `bench mcp`).
+    #[command(hide = true)]
+    McpFloor,
     /// Spawn many actors or tools once and report time and memory (run in a fresh process by
     /// `bench calls`; useful on its own too).
     Spawn(SpawnArgs),
@@ -51,6 +59,28 @@ struct CallsArgs {
     /// Supervised tool actors spawned for the spawn and memory figures.
     #[arg(long, default_value_t = 10_000)]
     spawn: usize,
+}
+
+#[derive(Debug, Args)]
+struct McpArgs {
+    /// Print one JSON object on stdout instead of a table.
+    #[arg(long)]
+    json: bool,
+    /// Sequential calls timed per round.
+    #[arg(long, default_value_t = McpBenchConfig::default().sequential)]
+    sequential: usize,
+    /// Calls per pipelined run.
+    #[arg(long, default_value_t = McpBenchConfig::default().pipelined)]
+    pipelined: usize,
+    /// Calls in flight in a pipelined run.
+    #[arg(long, default_value_t = McpBenchConfig::default().window)]
+    window: usize,
+    /// Concurrent HTTP clients.
+    #[arg(long, default_value_t = McpBenchConfig::default().http_clients)]
+    http_clients: usize,
+    /// Rounds (figures are medians).
+    #[arg(long, default_value_t = McpBenchConfig::default().rounds)]
+    rounds: usize,
 }
 
 #[derive(Debug, Args)]
@@ -179,6 +209,11 @@ pub(crate) async fn run(
         Which::Mailbox(a) => mailbox(a, data_dir).await,
         Which::Swarm(a) => swarm(a).await,
         Which::Context(a) => context(a, data_dir).await,
+        Which::Mcp(a) => mcp(a).await,
+        Which::McpFloor => {
+            guildhall::mcp::serve_stdio(guildhall::bench::mcp::FloorServer).await?;
+            Ok(())
+        }
         Which::Spawn(a) => {
             let kind = match a.kind {
                 Kind::Actors => SpawnKind::Actors,
@@ -236,6 +271,72 @@ fn progress_bar() -> Result<ProgressBar, Box<dyn std::error::Error>> {
     Ok(ProgressBar::new(0).with_style(
         ProgressStyle::with_template("{msg:>15} [{bar:30}] {pos}/{len}")?.progress_chars("=> "),
     ))
+}
+
+async fn mcp(a: McpArgs) -> Result<(), Box<dyn std::error::Error>> {
+    let config = McpBenchConfig {
+        sequential: a.sequential.max(1),
+        pipelined: a.pipelined.max(1),
+        window: a.window.max(1),
+        http_clients: a.http_clients.max(1),
+        rounds: a.rounds.max(1),
+    };
+    let exe = std::env::current_exe()?;
+    let bar = progress_bar()?;
+    let stage = Bar(bar.clone());
+    let report = guildhall::bench::mcp::mcp(&exe, config, &stage)
+        .await
+        .map_err(|err| err.to_string())?;
+    bar.finish_and_clear();
+    let r = &report;
+    print_report(
+        a.json,
+        r,
+        &[
+            (
+                "floor (bare rmcp) stdio p50 (us)",
+                r.floor_stdio_p50_us,
+                "baseline",
+            ),
+            (
+                "floor stdio calls/s, pipelined",
+                r.floor_stdio_calls_per_sec,
+                "baseline",
+            ),
+            (
+                "floor cold start to tools/list (ms)",
+                r.floor_stdio_cold_ms,
+                "",
+            ),
+            ("serve --stdio p50 (us)", r.stdio_p50_us, ""),
+            ("serve --stdio p99 (us)", r.stdio_p99_us, ""),
+            (
+                "serve --stdio calls/s, pipelined",
+                r.stdio_calls_per_sec,
+                "",
+            ),
+            ("serve --stdio cold start (ms)", r.stdio_cold_ms, ""),
+            ("  p50 / floor p50", r.stdio_p50_ratio, "<= 1.3"),
+            (
+                "  floor calls/s / stdio calls/s",
+                r.stdio_throughput_ratio,
+                "<= 1.3",
+            ),
+            ("bridge (guildhall mcp) p50 (us)", r.bridge_p50_us, ""),
+            ("bridge p99 (us)", r.bridge_p99_us, ""),
+            ("bridge calls/s, pipelined", r.bridge_calls_per_sec, ""),
+            ("bridge cold start (ms)", r.bridge_cold_ms, ""),
+            ("  p50 / stdio p50", r.bridge_p50_ratio, "<= 2"),
+            (
+                "  stdio calls/s / bridge calls/s",
+                r.bridge_throughput_ratio,
+                "<= 2",
+            ),
+            ("HTTP (2026-07-28) p50 (us)", r.http_p50_us, ""),
+            ("HTTP p99 (us)", r.http_p99_us, ""),
+            ("HTTP calls/s, concurrent clients", r.http_calls_per_sec, ""),
+        ],
+    )
 }
 
 async fn mailbox(

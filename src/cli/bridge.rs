@@ -118,14 +118,14 @@ async fn pump(connected: Connected) -> CliResult {
         mut writer,
         ..
     } = connected;
+    // Pipes from the client are driven by the I/O reactor (see `mcp::serve_stdio`).
+    let (mut stdin, mut stdout) = rmcp::transport::stdio_pipes();
     let upstream = async {
-        let mut stdin = tokio::io::stdin();
         tokio::io::copy(&mut stdin, &mut writer).await?;
         // The client hung up: let the server see end-of-stream too.
         writer.shutdown().await
     };
     let downstream = async {
-        let mut stdout = tokio::io::stdout();
         tokio::io::copy_buf(&mut reader, &mut stdout).await?;
         stdout.flush().await
     };

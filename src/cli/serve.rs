@@ -67,6 +67,9 @@ pub(crate) struct ServeArgs {
     /// Also serve the official MCP conformance suite's fixture tools, resources and prompts.
     #[arg(long)]
     conformance_fixtures: bool,
+    /// Register the `echo` tool `bench mcp` calls.
+    #[arg(long, hide = true)]
+    bench_echo: bool,
 }
 
 pub(crate) async fn serve(args: ServeArgs, data_dir: &Path) -> CliResult {
@@ -80,6 +83,9 @@ pub(crate) async fn serve(args: ServeArgs, data_dir: &Path) -> CliResult {
         None => ToolFilter::all(),
     };
     let mut builder = Runtime::builder();
+    if args.bench_echo {
+        builder = builder.tool(guildhall::bench::mcp::Echo);
+    }
     if !args.in_memory {
         builder = builder.data_dir(data_dir);
     }
