@@ -22,13 +22,13 @@ const SERVER_LOG: &str = "server.log";
 #[derive(Debug, Args)]
 pub(crate) struct McpArgs {
     /// The agent this client acts as (registered on first use).
-    #[arg(long)]
+    #[arg(long, env = "GUILDHALL_AGENT")]
     agent: String,
     /// Its role (`tl`, `pm`, `dev`, ...); a new agent without one gets `agent`.
-    #[arg(long)]
+    #[arg(long, env = "GUILDHALL_ROLE")]
     role: Option<String>,
     /// The agent it reports to.
-    #[arg(long)]
+    #[arg(long, env = "GUILDHALL_PARENT")]
     parent: Option<String>,
     /// Only these tools (names and globs, comma-separated: `send_message,context_*`).
     #[arg(long, value_name = "LIST")]
