@@ -224,6 +224,11 @@ impl Runtime {
         Ok(())
     }
 
+    /// The tool set's version: it grows by one with each registration.
+    pub fn tool_set_version(&self) -> u64 {
+        *self.inner.tool_set.borrow()
+    }
+
     /// A receiver that sees a new value each time a tool is registered, so a server can tell
     /// its clients the tool list changed.
     pub fn tool_set_changes(&self) -> tokio::sync::watch::Receiver<u64> {

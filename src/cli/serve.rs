@@ -10,7 +10,7 @@ use guildhall::config::{CONFIG_FILE, Config};
 use guildhall::mcp::http::{self, HttpOptions};
 use guildhall::mcp::local::{self, Hello};
 use guildhall::mcp::{McpServer, ToolFilter};
-use guildhall::{AgentSpec, ChildSnapshot, Runtime};
+use guildhall::{ChildSnapshot, Runtime};
 use tokio_util::sync::CancellationToken;
 
 use super::tree::print_tree;
@@ -101,7 +101,7 @@ pub(crate) async fn serve(args: ServeArgs, data_dir: &Path) -> CliResult {
         server = server.with_conformance_fixtures();
     }
     let result = if args.stdio {
-        serve_stdio(&args, &runtime, &server, &roles, filter).await
+        serve_stdio(&args, &server, &roles, filter).await
     } else {
         serve_network(&args, &server, roles, filter, data_dir).await
     };
@@ -111,30 +111,19 @@ pub(crate) async fn serve(args: ServeArgs, data_dir: &Path) -> CliResult {
 
 async fn serve_stdio(
     args: &ServeArgs,
-    runtime: &Runtime,
     server: &McpServer,
     roles: &local::RoleTools,
     filter: ToolFilter,
 ) -> CliResult {
-    let existing = runtime.lookup_agent(&args.agent);
-    if existing.is_none() || args.role.is_some() || args.parent.is_some() {
-        let role = args
-            .role
-            .clone()
-            .or_else(|| existing.as_ref().map(|r| r.role.clone()))
-            .unwrap_or_else(|| "agent".to_owned());
-        let mut spec = AgentSpec::new(&args.agent, role);
-        if let Some(parent) = &args.parent {
-            spec = spec.parent(parent);
-        }
-        runtime.register_agent(spec).await?;
-    }
-    let role = runtime
-        .lookup_agent(&args.agent)
-        .map(|r| r.role.clone())
-        .unwrap_or_default();
-    let filter = roles.get(&role).cloned().unwrap_or_default().and(filter);
-    let connection = server.connection(Some(Arc::from(args.agent.as_str())), filter);
+    let (connection, _) = local::bind(
+        &server.connection(None, filter),
+        roles,
+        args.agent.clone(),
+        args.role.clone(),
+        args.parent.clone(),
+        None,
+    )
+    .await?;
     guildhall::mcp::serve_stdio(connection).await?;
     Ok(())
 }

@@ -91,6 +91,16 @@ impl McpServer {
         }
     }
 
+    /// Methods only the conformance fixtures implement: accepted in fixture mode, else
+    /// "method not found".
+    fn fixtures_only<M: rmcp::model::ConstString>(&self) -> Result<(), McpError> {
+        if self.shared.fixtures {
+            Ok(())
+        } else {
+            Err(McpError::method_not_found::<M>())
+        }
+    }
+
     /// The runtime behind this server.
     pub fn runtime(&self) -> &Runtime {
         &self.shared.runtime
@@ -107,7 +117,7 @@ impl McpServer {
 
     fn listing(&self) -> Arc<[Tool]> {
         let runtime = &self.shared.runtime;
-        let version = *runtime.tool_set_changes().borrow();
+        let version = runtime.tool_set_version();
         let mut cached = self
             .shared
             .listing
@@ -450,13 +460,7 @@ impl ServerHandler for McpServer {
         _request: rmcp::model::SetLevelRequestParams,
         _cx: RequestContext<RoleServer>,
     ) -> Result<(), McpError> {
-        if self.shared.fixtures {
-            Ok(())
-        } else {
-            Err(McpError::method_not_found::<
-                rmcp::model::SetLevelRequestMethod,
-            >())
-        }
+        self.fixtures_only::<rmcp::model::SetLevelRequestMethod>()
     }
 
     #[allow(deprecated)]
@@ -465,13 +469,7 @@ impl ServerHandler for McpServer {
         _request: rmcp::model::SubscribeRequestParams,
         _cx: RequestContext<RoleServer>,
     ) -> Result<(), McpError> {
-        if self.shared.fixtures {
-            Ok(())
-        } else {
-            Err(McpError::method_not_found::<
-                rmcp::model::SubscribeRequestMethod,
-            >())
-        }
+        self.fixtures_only::<rmcp::model::SubscribeRequestMethod>()
     }
 
     #[allow(deprecated)]
@@ -480,13 +478,7 @@ impl ServerHandler for McpServer {
         _request: rmcp::model::UnsubscribeRequestParams,
         _cx: RequestContext<RoleServer>,
     ) -> Result<(), McpError> {
-        if self.shared.fixtures {
-            Ok(())
-        } else {
-            Err(McpError::method_not_found::<
-                rmcp::model::UnsubscribeRequestMethod,
-            >())
-        }
+        self.fixtures_only::<rmcp::model::UnsubscribeRequestMethod>()
     }
 
     async fn get_prompt(

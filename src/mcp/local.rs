@@ -256,8 +256,13 @@ async fn answer(writer: &mut OwnedWriteHalf, reply: Reply) -> std::io::Result<()
     writer.flush().await
 }
 
-/// Registers (or updates) the hello's agent and makes its connection.
-async fn bind(
+/// Registers `agent` (or updates its role and parent when given) and makes its connection:
+/// bound to the agent, seeing the tools its role's set and `tools` both allow. Returns the
+/// connection and a summary of the binding.
+///
+/// # Errors
+/// Why the agent cannot be registered, or an invalid `tools` pattern.
+pub async fn bind(
     server: &McpServer,
     roles: &RoleTools,
     agent: String,
