@@ -9,6 +9,7 @@ use std::time::Duration;
 use clap::{Args, Subcommand};
 use futures::StreamExt;
 use guildhall::agents::{AgentRecord, Message, parse_message_id};
+use guildhall::mcp::local::{self, Hello, LocalError};
 use guildhall::{AgentSpec, InboxQuery, MailboxConfig, Outgoing, Priority, Runtime};
 use serde::Deserialize;
 
@@ -150,7 +151,53 @@ struct Line {
     priority: Priority,
 }
 
+/// Calls `tool` as `agent` on the server running for `data_dir`, if one answers: the store
+/// is then the server's, and only it may open it. `None` when no server runs.
+async fn on_server(
+    data_dir: &Path,
+    agent: &str,
+    tool: &str,
+    arguments: serde_json::Value,
+) -> Option<Result<serde_json::Value, Box<dyn std::error::Error>>> {
+    let hello = Hello::Call {
+        agent: Some(agent.to_owned()),
+        tool: tool.to_owned(),
+        arguments,
+    };
+    match local::connect(data_dir, &hello).await {
+        Ok(connected) => Some(Ok(connected.value)),
+        Err(LocalError::NotRunning { .. }) => None,
+        Err(err) => Some(Err(err.into())),
+    }
+}
+
 pub(crate) async fn send(args: SendArgs, data_dir: &Path) -> CliResult {
+    if !args.jsonl {
+        let body = if args.body == "-" {
+            std::io::read_to_string(std::io::stdin())?
+        } else {
+            args.body.clone()
+        };
+        let mut arguments = serde_json::json!({
+            "subject": args.subject,
+            "body": body,
+            "priority": args.priority,
+        });
+        if let Some(to) = &args.to {
+            arguments["to"] = to.clone().into();
+        }
+        if let Some(reply_to) = &args.reply_to {
+            arguments["reply_to"] = reply_to.clone().into();
+        }
+        if let Some(receipt) = on_server(data_dir, &args.from, "send_message", arguments).await {
+            writeln!(std::io::stdout(), "{}", serde_json::to_string(&receipt?)?)?;
+            return Ok(());
+        }
+        let rt = open(data_dir).await?;
+        let result = send_with(&rt, SendArgs { body, ..args }).await;
+        rt.shutdown().await;
+        return result;
+    }
     let rt = open(data_dir).await?;
     let result = send_with(&rt, args).await;
     rt.shutdown().await;
@@ -273,6 +320,17 @@ pub(crate) struct InboxArgs {
 }
 
 pub(crate) async fn inbox(args: InboxArgs, data_dir: &Path) -> CliResult {
+    let mut arguments = serde_json::json!({
+        "unread_only": !args.all,
+        "limit": args.limit,
+        "full": args.full,
+    });
+    if let Some(wait) = args.wait {
+        arguments["wait_secs"] = wait.into();
+    }
+    if let Some(listed) = on_server(data_dir, &args.agent, "check_inbox", arguments).await {
+        return print_served_inbox(data_dir, &args, listed?).await;
+    }
     let rt = open(data_dir).await?;
     let result = async {
         let agent = rt.agent(&args.agent)?;
@@ -306,6 +364,58 @@ pub(crate) async fn inbox(args: InboxArgs, data_dir: &Path) -> CliResult {
     .await;
     rt.shutdown().await;
     result
+}
+
+/// Prints an inbox listed by a running server (the `check_inbox` tool's view), and with
+/// `--take` marks what it printed as read there.
+async fn print_served_inbox(
+    data_dir: &Path,
+    args: &InboxArgs,
+    listed: serde_json::Value,
+) -> CliResult {
+    let empty = Vec::new();
+    let messages = listed["messages"].as_array().unwrap_or(&empty);
+    {
+        let mut out = std::io::stdout().lock();
+        for m in messages {
+            if args.json {
+                writeln!(out, "{m}")?;
+            } else {
+                let text = m["body"].as_str().or(m["preview"].as_str()).unwrap_or("");
+                writeln!(
+                    out,
+                    "{} [{}] {} → {}: {} {}",
+                    m["id"].as_str().unwrap_or(""),
+                    m["priority"].as_str().unwrap_or(""),
+                    m["from"].as_str().unwrap_or(""),
+                    m["to"].as_str().unwrap_or(""),
+                    m["subject"].as_str().unwrap_or(""),
+                    if args.full {
+                        format!("\n{text}\n")
+                    } else {
+                        text.to_owned()
+                    }
+                )?;
+            }
+        }
+        if !args.json {
+            writeln!(out, "{} unread", listed["unread"])?;
+        }
+    }
+    if args.take && !messages.is_empty() {
+        let ids: Vec<&serde_json::Value> = messages.iter().map(|m| &m["id"]).collect();
+        if let Some(marked) = on_server(
+            data_dir,
+            &args.agent,
+            "mark_read",
+            serde_json::json!({ "ids": ids }),
+        )
+        .await
+        {
+            marked?;
+        }
+    }
+    Ok(())
 }
 
 fn message_text(m: &Message, full: bool) -> String {

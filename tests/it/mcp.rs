@@ -677,3 +677,87 @@ async fn http_dropped_response_stream_cancels_the_call() {
     stop.cancel();
     rt.shutdown().await;
 }
+
+/// `guildhall send`, `inbox` and `status` reach a running server through its socket (the
+/// store is the server's, so they could not open it themselves), and a second server for
+/// the same data directory is refused.
+#[tokio::test]
+async fn the_cli_talks_to_a_running_server() {
+    use std::process::{Command, Stdio};
+    let dir = tempfile::tempdir().unwrap();
+    let cli = |args: &[&str]| {
+        let out = Command::new(env!("CARGO_BIN_EXE_guildhall"))
+            .arg("--data-dir")
+            .arg(dir.path())
+            .args(args)
+            .output()
+            .unwrap();
+        (
+            out.status.success(),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    assert!(cli(&["agents", "register", "pm", "--role", "pm"]).0);
+    assert!(
+        cli(&[
+            "agents", "register", "dev", "--role", "dev", "--parent", "pm"
+        ])
+        .0
+    );
+    let mut server = Command::new(env!("CARGO_BIN_EXE_guildhall"))
+        .arg("--data-dir")
+        .arg(dir.path())
+        .args(["serve", "--no-http"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    crate::support::eventually(LIMIT, || async { cli(&["status", "--json"]).0 }).await;
+
+    let (ok, receipt, err) = cli(&[
+        "send",
+        "--from",
+        "pm",
+        "--to",
+        "dev",
+        "--subject",
+        "task",
+        "--body",
+        "do it",
+    ]);
+    assert!(ok, "{err}");
+    let receipt: Value = serde_json::from_str(&receipt).unwrap();
+    assert_eq!(receipt["delivered_to"], json!(["dev"]));
+    let (ok, listed, err) = cli(&["inbox", "--agent", "dev", "--json", "--full", "--take"]);
+    assert!(ok, "{err}");
+    let message: Value = serde_json::from_str(listed.lines().next().unwrap()).unwrap();
+    assert_eq!(
+        (message["from"].as_str(), message["body"].as_str()),
+        (Some("pm"), Some("do it"))
+    );
+    let (_, after, _) = cli(&["inbox", "--agent", "dev", "--json"]);
+    assert!(after.trim().is_empty(), "--take marked it read: {after}");
+    let (ok, _, err) = cli(&["send", "--from", "pm", "--to", "nobody", "--body", "x"]);
+    assert!(!ok && err.contains("nobody"), "{err}");
+
+    let (ok, _, err) = cli(&["serve", "--no-http"]);
+    assert!(
+        !ok && err.contains("already running"),
+        "a second server is refused: {err}"
+    );
+
+    let term = Command::new("kill")
+        .arg(server.id().to_string())
+        .status()
+        .unwrap();
+    assert!(term.success());
+    assert!(
+        server.wait().unwrap().success(),
+        "SIGTERM stops the server cleanly"
+    );
+    assert!(
+        !dir.path().join("guildhall.sock").exists(),
+        "the socket is removed"
+    );
+}
