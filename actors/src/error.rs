@@ -99,6 +99,22 @@ pub enum ErrorKind {
     InvalidOutput,
 }
 
+impl ErrorKind {
+    /// The kind's stable name, as it is serialized (`tool_error`, `circuit_open`, ...).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::UnknownTool => "unknown_tool",
+            Self::InvalidArguments => "invalid_arguments",
+            Self::ToolError => "tool_error",
+            Self::Crashed => "crashed",
+            Self::Timeout => "timeout",
+            Self::CircuitOpen => "circuit_open",
+            Self::Unavailable => "unavailable",
+            Self::InvalidOutput => "invalid_output",
+        }
+    }
+}
+
 impl CallError {
     /// The variant's stable name.
     pub fn kind(&self) -> ErrorKind {
@@ -164,4 +180,28 @@ pub enum RegistrationError {
         /// What is wrong.
         reason: String,
     },
+}
+
+#[cfg(test)]
+mod tests {
+    use super::ErrorKind;
+
+    #[test]
+    fn names_match_the_serialized_form() {
+        for kind in [
+            ErrorKind::UnknownTool,
+            ErrorKind::InvalidArguments,
+            ErrorKind::ToolError,
+            ErrorKind::Crashed,
+            ErrorKind::Timeout,
+            ErrorKind::CircuitOpen,
+            ErrorKind::Unavailable,
+            ErrorKind::InvalidOutput,
+        ] {
+            assert_eq!(
+                serde_json::to_value(kind).ok(),
+                Some(serde_json::Value::from(kind.as_str()))
+            );
+        }
+    }
 }

@@ -319,30 +319,23 @@ impl Peer {
     }
 }
 
-fn percentile(sorted: &[Duration], p: f64) -> f64 {
-    if sorted.is_empty() {
-        return 0.0;
-    }
-    let at = ((sorted.len() - 1) as f64 * p).round() as usize;
-    sorted[at].as_secs_f64() * 1e6
-}
-
-fn median(mut values: Vec<f64>) -> f64 {
-    values.sort_by(f64::total_cmp);
-    values.get(values.len() / 2).copied().unwrap_or(0.0)
+/// Microseconds, sorted, for `super::percentile`.
+fn sorted_micros(times: &[Duration]) -> Vec<f64> {
+    let mut micros: Vec<f64> = times.iter().map(|t| t.as_secs_f64() * 1e6).collect();
+    micros.sort_by(f64::total_cmp);
+    micros
 }
 
 async fn measure(command: Command, config: &McpBenchConfig) -> Result<Figures, BenchError> {
     let (mut peer, cold) = Peer::start(command).await?;
     peer.sequential(config.sequential / 10).await?;
-    let mut times = peer.sequential(config.sequential).await?;
-    times.sort_unstable();
+    let times = sorted_micros(&peer.sequential(config.sequential).await?);
     let calls_per_sec = peer.pipelined(config.pipelined, config.window).await?;
     peer.stop().await;
     Ok(Figures {
         cold_ms: cold.as_secs_f64() * 1e3,
-        p50_us: percentile(&times, 0.50),
-        p99_us: percentile(&times, 0.99),
+        p50_us: super::percentile(&times, 0.50),
+        p99_us: super::percentile(&times, 0.99),
         calls_per_sec,
     })
 }
@@ -388,7 +381,7 @@ async fn measure_http(url: &str, config: &McpBenchConfig) -> Result<Figures, Ben
         one(client.clone(), body.clone()).await?;
         times.push(started.elapsed());
     }
-    times.sort_unstable();
+    let times = sorted_micros(&times);
     let per_client = (config.pipelined / config.http_clients.max(1)).max(1);
     let started = Instant::now();
     let mut tasks = tokio::task::JoinSet::new();
@@ -408,8 +401,8 @@ async fn measure_http(url: &str, config: &McpBenchConfig) -> Result<Figures, Ben
     let total = per_client * config.http_clients.max(1);
     Ok(Figures {
         cold_ms: 0.0,
-        p50_us: percentile(&times, 0.50),
-        p99_us: percentile(&times, 0.99),
+        p50_us: super::percentile(&times, 0.50),
+        p99_us: super::percentile(&times, 0.99),
         calls_per_sec: total as f64 / started.elapsed().as_secs_f64(),
     })
 }
@@ -458,7 +451,8 @@ pub async fn mcp(
     config: McpBenchConfig,
     stage: &dyn Stage,
 ) -> Result<McpReport, BenchError> {
-    let scratch = tempfile_dir()?;
+    let scratch = super::mail::tempfile_in(&std::env::temp_dir());
+    std::fs::create_dir_all(&scratch)?;
     let data_dir = scratch.join("data");
     let mut background = start_background(exe, &data_dir).await?;
     let rounds = config.rounds.max(1);
@@ -493,7 +487,9 @@ pub async fn mcp(
     }
     let _ = background.child.kill().await;
     let _ = std::fs::remove_dir_all(&scratch);
-    let med = |runs: &[Figures], f: fn(&Figures) -> f64| median(runs.iter().map(f).collect());
+    let med = |runs: &[Figures], f: fn(&Figures) -> f64| {
+        super::median(&mut runs.iter().map(f).collect::<Vec<_>>())
+    };
     let mut report = McpReport {
         stdio_cold_ms: med(&stdio, |f| f.cold_ms),
         stdio_p50_us: med(&stdio, |f| f.p50_us),
@@ -517,10 +513,4 @@ pub async fn mcp(
     report.bridge_p50_ratio = report.bridge_p50_us / report.stdio_p50_us;
     report.bridge_throughput_ratio = report.stdio_calls_per_sec / report.bridge_calls_per_sec;
     Ok(report)
-}
-
-fn tempfile_dir() -> std::io::Result<std::path::PathBuf> {
-    let dir = std::env::temp_dir().join(format!("guildhall-bench-mcp-{}", uuid::Uuid::now_v7()));
-    std::fs::create_dir_all(&dir)?;
-    Ok(dir)
 }

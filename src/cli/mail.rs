@@ -171,16 +171,14 @@ async fn on_server(
     }
 }
 
-pub(crate) async fn send(args: SendArgs, data_dir: &Path) -> CliResult {
+pub(crate) async fn send(mut args: SendArgs, data_dir: &Path) -> CliResult {
     if !args.jsonl {
-        let body = if args.body == "-" {
-            std::io::read_to_string(std::io::stdin())?
-        } else {
-            args.body.clone()
-        };
+        if args.body == "-" {
+            args.body = std::io::read_to_string(std::io::stdin())?;
+        }
         let mut arguments = serde_json::json!({
             "subject": args.subject,
-            "body": body,
+            "body": args.body,
             "priority": args.priority,
         });
         if let Some(to) = &args.to {
@@ -193,10 +191,6 @@ pub(crate) async fn send(args: SendArgs, data_dir: &Path) -> CliResult {
             writeln!(std::io::stdout(), "{}", serde_json::to_string(&receipt?)?)?;
             return Ok(());
         }
-        let rt = open(data_dir).await?;
-        let result = send_with(&rt, SendArgs { body, ..args }).await;
-        rt.shutdown().await;
-        return result;
     }
     let rt = open(data_dir).await?;
     let result = send_with(&rt, args).await;
@@ -204,18 +198,14 @@ pub(crate) async fn send(args: SendArgs, data_dir: &Path) -> CliResult {
     result
 }
 
+/// Sends with the store opened here: `args.body` is the text itself (`send` has read `-`).
 async fn send_with(rt: &Runtime, args: SendArgs) -> CliResult {
     let agent = rt.agent(&args.from)?;
     if !args.jsonl {
-        let body = if args.body == "-" {
-            std::io::read_to_string(std::io::stdin())?
-        } else {
-            args.body
-        };
         let out = Outgoing {
             to: args.to.unwrap_or_default(),
             subject: args.subject,
-            body,
+            body: args.body,
             payload: None,
             priority: args.priority,
             reply_to: args.reply_to.as_deref().map(parse_message_id).transpose()?,
@@ -381,21 +371,15 @@ async fn print_served_inbox(
             if args.json {
                 writeln!(out, "{m}")?;
             } else {
-                let text = m["body"].as_str().or(m["preview"].as_str()).unwrap_or("");
-                writeln!(
-                    out,
-                    "{} [{}] {} → {}: {} {}",
-                    m["id"].as_str().unwrap_or(""),
-                    m["priority"].as_str().unwrap_or(""),
-                    m["from"].as_str().unwrap_or(""),
-                    m["to"].as_str().unwrap_or(""),
-                    m["subject"].as_str().unwrap_or(""),
-                    if args.full {
-                        format!("\n{text}\n")
-                    } else {
-                        text.to_owned()
-                    }
-                )?;
+                let field = |key: &str| m[key].as_str().unwrap_or("");
+                let text = m["body"].as_str().unwrap_or(field("preview"));
+                let line = inbox_line(
+                    [field("id"), field("priority"), field("from"), field("to")],
+                    field("subject"),
+                    text,
+                    args.full,
+                );
+                writeln!(out, "{line}")?;
             }
         }
         if !args.json {
@@ -419,19 +403,28 @@ async fn print_served_inbox(
 }
 
 fn message_text(m: &Message, full: bool) -> String {
+    let (id, priority) = (m.id.to_string(), format!("{:?}", m.priority));
+    let (from, to) = (m.from.to_string(), m.to.to_string());
+    inbox_line([&id, &priority, &from, &to], &m.subject, &m.body, full)
+}
+
+/// One inbox listing line: `id [priority] from → to: subject` and the body in full, or its
+/// first line cut to 80 characters.
+fn inbox_line(
+    [id, priority, from, to]: [&str; 4],
+    subject: &str,
+    body: &str,
+    full: bool,
+) -> String {
     let body = if full {
-        format!("\n{}\n", m.body)
+        format!("\n{body}\n")
     } else {
-        m.body
-            .lines()
+        body.lines()
             .next()
             .unwrap_or_default()
             .chars()
             .take(80)
             .collect()
     };
-    format!(
-        "{} [{:?}] {} → {}: {} {}",
-        m.id, m.priority, m.from, m.to, m.subject, body
-    )
+    format!("{id} [{priority}] {from} → {to}: {subject} {body}")
 }

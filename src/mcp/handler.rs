@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use guildhall_actors::{CallContext, CallError, CallObserver, Progress, ToolSpec};
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, Implementation,
-    JsonObject, ListToolsResult, PaginatedRequestParams, ProgressNotificationParam, ProgressToken,
+    ListToolsResult, PaginatedRequestParams, ProgressNotificationParam, ProgressToken,
     ServerCapabilities, ServerConfig, SubscriptionFilter, Tool, ToolAnnotations,
 };
 use rmcp::service::{NotificationContext, RequestContext, SubscriptionContext};
@@ -227,22 +227,16 @@ impl McpServer {
 
 /// A failed call as an `isError` result: the error's kind and a message a model can act on.
 fn tool_failure(err: &CallError) -> CallToolResult {
-    let kind = serde_json::to_value(err.kind())
-        .ok()
-        .and_then(|v| v.as_str().map(str::to_owned))
-        .unwrap_or_default();
-    CallToolResult::error(vec![ContentBlock::text(format!("{kind}: {err}"))])
+    CallToolResult::error(vec![ContentBlock::text(format!(
+        "{}: {err}",
+        err.kind().as_str()
+    ))])
 }
 
 /// A guildhall tool contract as an MCP tool.
 fn mcp_tool(spec: &ToolSpec) -> Tool {
-    let input = match spec.input_schema.as_ref() {
-        Value::Object(schema) if schema.get("type") == Some(&Value::from("object")) => {
-            schema.clone()
-        }
-        // MCP requires an object schema; a tool taking no arguments gets an empty one.
-        _ => empty_object_schema(),
-    };
+    // Registration guarantees an object schema (`ToolSpec::of`), as MCP requires.
+    let input = spec.input_schema.as_object().cloned().unwrap_or_default();
     let mut tool = Tool::new(spec.name.clone(), spec.description.clone(), Arc::new(input));
     if let Value::Object(output) = spec.output_schema.as_ref()
         && output.get("type") == Some(&Value::from("object"))
@@ -259,13 +253,6 @@ fn mcp_tool(spec: &ToolSpec) -> Tool {
     .idempotent(a.idempotent_hint)
     .open_world(a.open_world_hint);
     tool.with_annotations(annotations)
-}
-
-pub(super) fn empty_object_schema() -> JsonObject {
-    let mut schema = JsonObject::new();
-    schema.insert("type".into(), "object".into());
-    schema.insert("properties".into(), Value::Object(JsonObject::new()));
-    schema
 }
 
 /// Forwards a call's progress reports as `notifications/progress` for the request's
@@ -305,6 +292,29 @@ impl ProgressRelay {
 impl CallObserver for ProgressRelay {
     fn on_progress(&self, _call: &CallContext, progress: Progress) {
         let _ = self.tx.send(progress);
+    }
+}
+
+/// Calls `notify` for each tool-set change after now, until `stop` completes or `notify`
+/// fails (the client is gone).
+async fn relay_tool_set_changes<N, E>(
+    mut changes: tokio::sync::watch::Receiver<u64>,
+    stop: impl Future<Output = ()>,
+    mut notify: impl FnMut() -> N,
+) where
+    N: Future<Output = Result<(), E>>,
+{
+    changes.mark_unchanged();
+    tokio::pin!(stop);
+    loop {
+        tokio::select! {
+            () = &mut stop => return,
+            changed = changes.changed() => {
+                if changed.is_err() || notify().await.is_err() {
+                    return;
+                }
+            }
+        }
     }
 }
 
@@ -370,21 +380,14 @@ impl ServerHandler for McpServer {
 
     async fn on_initialized(&self, cx: NotificationContext<RoleServer>) {
         // Handshake-era clients hear of tool-set changes on the connection itself.
-        let mut changes = self.shared.runtime.tool_set_changes();
-        changes.mark_unchanged();
+        let changes = self.shared.runtime.tool_set_changes();
         let alive = self.alive.clone();
         let peer = cx.peer;
         tokio::spawn(async move {
-            loop {
-                tokio::select! {
-                    () = alive.cancelled() => break,
-                    changed = changes.changed() => {
-                        if changed.is_err() || peer.notify_tool_list_changed().await.is_err() {
-                            break;
-                        }
-                    }
-                }
-            }
+            relay_tool_set_changes(changes, alive.cancelled(), || {
+                peer.notify_tool_list_changed()
+            })
+            .await;
         });
     }
 
@@ -398,20 +401,12 @@ impl ServerHandler for McpServer {
 
     async fn listen(&self, subscription: SubscriptionContext) -> Result<(), McpError> {
         // 2026-07-28 clients subscribe with `subscriptions/listen` instead.
-        let mut changes = self.shared.runtime.tool_set_changes();
-        changes.mark_unchanged();
-        loop {
-            tokio::select! {
-                () = subscription.cancelled() => return Ok(()),
-                changed = changes.changed() => {
-                    if changed.is_err()
-                        || subscription.sink().notify_tool_list_changed().await.is_err()
-                    {
-                        return Ok(());
-                    }
-                }
-            }
-        }
+        let changes = self.shared.runtime.tool_set_changes();
+        relay_tool_set_changes(changes, subscription.cancelled(), || {
+            subscription.sink().notify_tool_list_changed()
+        })
+        .await;
+        Ok(())
     }
 
     async fn list_resources(

@@ -290,10 +290,7 @@ pub async fn bind(
             if let Some(record) = &existing {
                 spec = spec.metadata(record.metadata.clone());
             }
-            register_when_parent_exists(runtime, spec).await?;
-            runtime
-                .lookup_agent(&agent)
-                .ok_or_else(|| format!("agent `{agent}` vanished while binding"))?
+            register_when_parent_exists(runtime, spec).await?.record()
         }
     };
     let mut filter = roles.get(&record.role).cloned().unwrap_or_default();
@@ -316,7 +313,7 @@ const PARENT_WAIT: Duration = Duration::from_secs(10);
 async fn register_when_parent_exists(
     runtime: &crate::Runtime,
     spec: AgentSpec,
-) -> Result<(), String> {
+) -> Result<crate::Agent, String> {
     let deadline = tokio::time::Instant::now() + PARENT_WAIT;
     let mut pause = Duration::from_millis(5);
     loop {
@@ -328,7 +325,6 @@ async fn register_when_parent_exists(
             return runtime
                 .register_agent(spec.clone())
                 .await
-                .map(drop)
                 .map_err(|err| format!("cannot register agent `{}`: {err}", spec.id));
         }
         tokio::time::sleep(pause).await;
