@@ -16,7 +16,7 @@ use serde_json::json;
 struct Notebook;
 
 /// What to do with the notebook.
-#[derive(Clone, Deserialize, JsonSchema)]
+#[derive(Clone, Serialize, Deserialize, JsonSchema)]
 #[serde(tag = "op", rename_all = "snake_case", deny_unknown_fields)]
 enum NotebookInput {
     /// Store `text` under `key`, replacing what was there.

@@ -18,7 +18,7 @@ use serde::{Deserialize, Serialize};
 struct Fragile;
 
 /// Input of `fragile`.
-#[derive(Clone, Deserialize, JsonSchema)]
+#[derive(Clone, Serialize, Deserialize, JsonSchema)]
 struct Poke {
     /// Panic instead of counting.
     crash: bool,

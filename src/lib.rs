@@ -26,7 +26,7 @@
 //!
 //! struct Echo;
 //!
-//! #[derive(Clone, Deserialize, JsonSchema)]
+//! #[derive(Clone, Serialize, Deserialize, JsonSchema)]
 //! struct Say { text: String }
 //!
 //! #[derive(Serialize, JsonSchema)]
@@ -62,6 +62,7 @@ pub mod bench;
 pub mod config;
 pub mod context;
 mod error;
+pub mod governance;
 mod lazy;
 pub mod mcp;
 pub mod options;

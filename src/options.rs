@@ -6,6 +6,8 @@ use std::time::Duration;
 use guildhall_actors::CallObserver;
 use guildhall_supervision::{Backoff, BreakerConfig};
 
+use crate::governance::Asker;
+
 /// How the runtime runs one tool.
 #[derive(Debug, Clone)]
 pub struct ToolOptions {
@@ -83,6 +85,7 @@ pub struct CallOptions {
     pub(crate) session: Option<Arc<str>>,
     pub(crate) timeout: Option<Duration>,
     pub(crate) observer: Option<Arc<dyn CallObserver>>,
+    pub(crate) asker: Option<Arc<dyn Asker>>,
 }
 
 impl CallOptions {
@@ -114,6 +117,13 @@ impl CallOptions {
         self.observer = Some(observer);
         self
     }
+
+    /// Who to ask when a permission rule says `ask`; without one, such calls are denied
+    /// with a message saying how to allow them.
+    pub fn asker(mut self, asker: Arc<dyn Asker>) -> Self {
+        self.asker = Some(asker);
+        self
+    }
 }
 
 impl std::fmt::Debug for CallOptions {
@@ -123,6 +133,7 @@ impl std::fmt::Debug for CallOptions {
             .field("session", &self.session)
             .field("timeout", &self.timeout)
             .field("observer", &self.observer.is_some())
+            .field("asker", &self.asker.is_some())
             .finish()
     }
 }

@@ -10,8 +10,9 @@
 //! | `ConcurrencyLimitLayer` (tower) | innermost, bounding attempts in flight per tool so a flood of calls queues here instead of in the actor's mailbox |
 //! | [`Dispatch`] | the service itself: sends the call to the least busy actor of the tool and awaits its one reply |
 //!
-//! Later layers (permission, hooks, output truncation, audit) go outside the breaker, so a
-//! denied call never touches a tool's health and audit sees every outcome.
+//! Governance ([`crate::governance::Governed`]: audit, rate limits, hooks, permission, the
+//! loop guard, caching, truncation) wraps this stack from outside the breaker, so a denied
+//! call never touches a tool's health and the audit sees every outcome.
 
 mod breaker;
 mod deadline;
@@ -32,6 +33,7 @@ pub use deadline::{Deadline, DeadlineFuture, DeadlineLayer, Sweeper};
 pub use dispatch::Dispatch;
 pub use retry::{RetryLayer, RetryPolicy};
 
+use crate::governance::events::Events;
 use crate::options::ToolOptions;
 
 /// One call travelling through the pipeline.
@@ -59,11 +61,12 @@ pub fn build<T: Tool>(
     breaker: Arc<SharedBreaker>,
     sweeper: Arc<Sweeper>,
     idempotent: bool,
+    events: Events,
 ) -> ToolService<T> {
     let retry = (idempotent && options.max_retries > 0)
         .then(|| RetryLayer::new(RetryPolicy::new(options.max_retries)));
     ServiceBuilder::new()
-        .layer(BreakerLayer::new(breaker, Arc::clone(&name)))
+        .layer(BreakerLayer::new(breaker, Arc::clone(&name)).events(events))
         .layer(DeadlineLayer::new(name, sweeper))
         .option_layer(retry)
         .layer(ConcurrencyLimitLayer::new(options.max_in_flight))

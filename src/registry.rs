@@ -8,12 +8,19 @@ use guildhall_actors::{CallContext, CallError, Tool, ToolSpec, WorkerPool, args}
 use serde_json::Value;
 use tower::ServiceExt;
 
+use crate::governance::{Governed, Request, ToolReply};
 use crate::options::CallOptions;
 use crate::pipeline::{ToolCall, ToolService};
 
-/// A typed handle to one registered tool; calls skip JSON entirely. Cheap to clone.
+/// A tool's typed stack: governance around its pipeline.
+type TypedStack<T> = Governed<ToolService<T>, <T as Tool>::Input, <T as Tool>::Output>;
+/// A tool's JSON stack: the same pipeline, with results encoded for a model.
+type JsonStack<T> = Governed<ToolService<T>, <T as Tool>::Input, ToolReply>;
+
+/// A typed handle to one registered tool; calls skip JSON entirely (governance still sees
+/// every call). Cheap to clone.
 pub struct ToolHandle<T: Tool> {
-    service: ToolService<T>,
+    service: TypedStack<T>,
     timeout: std::time::Duration,
 }
 
@@ -27,7 +34,7 @@ impl<T: Tool> Clone for ToolHandle<T> {
 }
 
 impl<T: Tool> ToolHandle<T> {
-    pub(crate) fn new(service: ToolService<T>, timeout: std::time::Duration) -> Self {
+    pub(crate) fn new(service: TypedStack<T>, timeout: std::time::Duration) -> Self {
         Self { service, timeout }
     }
 
@@ -57,7 +64,14 @@ impl<T: Tool> ToolHandle<T> {
     ) -> Result<T::Output, CallError> {
         let timeout = options.timeout.unwrap_or(self.timeout);
         let ctx = CallContext::new(options.agent, options.session, timeout, options.observer);
-        self.service.clone().oneshot(ToolCall { input, ctx }).await
+        let call = ToolCall { input, ctx };
+        self.service
+            .clone()
+            .oneshot(Request {
+                call,
+                asker: options.asker,
+            })
+            .await
     }
 }
 
@@ -68,7 +82,7 @@ pub(crate) trait ErasedTool: Send + Sync + 'static {
         &self,
         args: Value,
         options: CallOptions,
-    ) -> BoxFuture<'static, Result<Value, CallError>>;
+    ) -> BoxFuture<'static, Result<ToolReply, CallError>>;
     fn as_any(&self) -> &dyn Any;
     fn close(&self);
 }
@@ -78,7 +92,9 @@ pub(crate) struct ToolEntry<T: Tool> {
     pub(crate) name: Arc<str>,
     pub(crate) spec: ToolSpec,
     pub(crate) handle: ToolHandle<T>,
+    pub(crate) json: JsonStack<T>,
     pub(crate) pool: WorkerPool<T>,
+    pub(crate) governance: Arc<crate::governance::Governance>,
 }
 
 impl<T: Tool> ErasedTool for ToolEntry<T> {
@@ -90,20 +106,22 @@ impl<T: Tool> ErasedTool for ToolEntry<T> {
         &self,
         args: Value,
         options: CallOptions,
-    ) -> BoxFuture<'static, Result<Value, CallError>> {
+    ) -> BoxFuture<'static, Result<ToolReply, CallError>> {
+        let timeout = options.timeout.unwrap_or(self.handle.timeout);
+        let ctx = CallContext::new(options.agent, options.session, timeout, options.observer);
         let input: T::Input = match args::decode(&self.name, args) {
             Ok(input) => input,
-            Err(err) => return Box::pin(std::future::ready(Err(err))),
+            Err(err) => {
+                // Refused before governance could see typed arguments: still audited.
+                let refusal = self.governance.refuse(&self.name, &ctx, err);
+                return Box::pin(refusal);
+            }
         };
-        let handle = self.handle.clone();
-        let name = Arc::clone(&self.name);
-        Box::pin(async move {
-            let output = handle.call_with(input, options).await?;
-            serde_json::to_value(output).map_err(|e| CallError::InvalidOutput {
-                tool: name.to_string(),
-                reason: e.to_string(),
-            })
-        })
+        let call = ToolCall { input, ctx };
+        Box::pin(self.json.clone().oneshot(Request {
+            call,
+            asker: options.asker,
+        }))
     }
 
     fn as_any(&self) -> &dyn Any {

@@ -34,6 +34,7 @@ use crate::agents::{Agent, AgentRecord, AgentSpec, MailError, MailboxConfig, Pos
 use crate::context::tools::{ContextGet, ContextHistory, ContextUpdate};
 use crate::context::{ContextConfig, ContextHub, Sessions};
 use crate::error::BuildError;
+use crate::governance::{Governance, GovernanceConfig, Governed, ToolEvent, ToolMeta, ToolReply};
 use crate::options::{CallOptions, ToolOptions};
 use crate::pipeline::{self, Sweeper};
 use crate::registry::{ErasedTool, ToolEntry, ToolHandle};
@@ -51,6 +52,7 @@ pub struct Runtime {
 
 struct Inner {
     tools: DashMap<String, Arc<dyn ErasedTool>>,
+    governance: Arc<Governance>,
     office: Arc<PostOffice>,
     contexts: Arc<ContextHub>,
     root: Supervisor,
@@ -74,9 +76,14 @@ pub struct RuntimeBuilder {
     store: StoreChoice,
     mailbox: MailboxConfig,
     context: ContextConfig,
+    governance: GovernanceConfig,
     sweeper: Arc<Sweeper>,
-    pending: Vec<Result<Prepared, RegistrationError>>,
+    pending: Vec<Pending>,
 }
+
+/// A tool waiting for the runtime's governance to exist before its stack is built.
+type Pending =
+    Box<dyn FnOnce(&Arc<Sweeper>, &Arc<Governance>) -> Result<Prepared, RegistrationError> + Send>;
 
 /// Where the builder gets its store.
 enum StoreChoice {
@@ -99,6 +106,7 @@ impl Runtime {
             store: StoreChoice::Memory,
             mailbox: MailboxConfig::default(),
             context: ContextConfig::default(),
+            governance: GovernanceConfig::default(),
             sweeper: Sweeper::new(DEADLINE_RESOLUTION),
             pending: Vec::new(),
         }
@@ -119,6 +127,23 @@ impl Runtime {
         args: Value,
         options: CallOptions,
     ) -> Result<Value, CallError> {
+        Ok(self.call_reply(name, args, options).await?.value)
+    }
+
+    /// Calls a tool by name as a model's client would: the result comes with its text form,
+    /// hook notes, and the truncated text when it is too long for a model.
+    ///
+    /// # Errors
+    /// As [`call_json`](Self::call_json).
+    ///
+    /// # Cancel safety
+    /// Dropping the future fires the call's cancellation token.
+    pub async fn call_reply(
+        &self,
+        name: &str,
+        args: Value,
+        options: CallOptions,
+    ) -> Result<ToolReply, CallError> {
         let entry = self
             .inner
             .tools
@@ -201,7 +226,7 @@ impl Runtime {
         tool: T,
         options: ToolOptions,
     ) -> Result<(), BuildError> {
-        let prepared = prepare(tool, &options, &self.inner.sweeper)?;
+        let prepared = prepare(tool, &options, &self.inner.sweeper, &self.inner.governance)?;
         let name = prepared.entry.spec().name.clone();
         match self.inner.tools.entry(name.clone()) {
             dashmap::Entry::Occupied(_) => {
@@ -300,6 +325,11 @@ impl Runtime {
         self.inner.office.activate_all(&entries).await
     }
 
+    /// Permission rules, hooks, the audit log and tool events.
+    pub fn governance(&self) -> &Governance {
+        &self.inner.governance
+    }
+
     /// The sessions and their contexts.
     pub fn sessions(&self) -> Sessions {
         Sessions::new(Arc::clone(&self.inner.contexts))
@@ -343,6 +373,8 @@ impl Runtime {
         if let Err(err) = self.inner.root.shutdown().await {
             tracing::debug!(%err, "root supervisor already stopped");
         }
+        // No call is left to audit: write what the audit log holds.
+        self.inner.governance.flush().await;
         // Every actor that wrote is stopped: commit what is pending and release the store.
         self.inner.office.shared.store.close();
     }
@@ -370,7 +402,17 @@ impl RuntimeBuilder {
 
     /// Adds a tool with its own options.
     pub fn tool_with<T: Tool>(mut self, tool: T, options: ToolOptions) -> Self {
-        self.pending.push(prepare(tool, &options, &self.sweeper));
+        self.pending.push(Box::new(move |sweeper, governance| {
+            prepare(tool, &options, sweeper, governance)
+        }));
+        self
+    }
+
+    /// Sets permission rules, hooks, the loop guard, truncation, rate limits, caching and
+    /// auditing (see [`GovernanceConfig`]; the default lets every call through and audits
+    /// it).
+    pub fn governance(mut self, config: GovernanceConfig) -> Self {
+        self.governance = config;
         self
     }
 
@@ -417,9 +459,24 @@ impl RuntimeBuilder {
             StoreChoice::Dir(ref dir) => store::open(dir)?,
             StoreChoice::Given(ref store) => Arc::clone(store),
         };
+        let data_dir = match &self.store {
+            StoreChoice::Dir(dir) => Some(dir.clone()),
+            _ => None,
+        };
         let office = PostOffice::open(Arc::clone(&store), self.mailbox.clone())?;
-        let contexts = ContextHub::open(store, self.context.clone(), Arc::clone(&office))?;
+        let contexts = ContextHub::open(
+            Arc::clone(&store),
+            self.context.clone(),
+            Arc::clone(&office),
+        )?;
         let _ = office.contexts.set(Arc::downgrade(&contexts));
+        let governance = Governance::start(
+            std::mem::take(&mut self.governance),
+            Arc::clone(&office),
+            Arc::clone(&contexts),
+            store,
+            data_dir,
+        )?;
         // The mailbox tools wait up to `max_wait` by design; their deadline allows for it.
         let mail_options = self
             .defaults
@@ -436,8 +493,8 @@ impl RuntimeBuilder {
         let tools: DashMap<String, Arc<dyn ErasedTool>> =
             DashMap::with_capacity(self.pending.len());
         let mut children = Vec::with_capacity(self.pending.len());
-        for prepared in self.pending {
-            let prepared = prepared?;
+        for pending in self.pending {
+            let prepared = pending(&self.sweeper, &governance)?;
             let name = prepared.entry.spec().name.clone();
             if tools.insert(name.clone(), prepared.entry).is_some() {
                 return Err(RegistrationError::DuplicateName { name }.into());
@@ -469,6 +526,7 @@ impl RuntimeBuilder {
         Ok(Runtime {
             inner: Arc::new(Inner {
                 tools,
+                governance,
                 office,
                 contexts,
                 root,
@@ -505,17 +563,32 @@ fn prepare<T: Tool>(
     tool: T,
     options: &ToolOptions,
     sweeper: &Arc<Sweeper>,
+    governance: &Arc<Governance>,
 ) -> Result<Prepared, RegistrationError> {
     let spec = ToolSpec::of(&tool)?;
     let idempotent = spec.annotations.idempotent_hint;
+    let name: Arc<str> = Arc::from(spec.name.as_str());
     let breaker = Arc::new(SharedBreaker::new(options.breaker));
     let pool = WorkerPool::new(Arc::new(tool), options.grace);
     let children = pool
         .child_specs()
         .into_iter()
-        .map(|c| c.breaker(Arc::clone(&breaker)).backoff(options.backoff))
+        .map(|c| {
+            let (governance, tool) = (Arc::clone(governance), Arc::clone(&name));
+            let starts = std::sync::atomic::AtomicU64::new(0);
+            c.breaker(Arc::clone(&breaker))
+                .backoff(options.backoff)
+                .on_start(move |_| {
+                    let restarts = starts.fetch_add(1, Ordering::Relaxed);
+                    if restarts > 0 {
+                        governance.emit(|| ToolEvent::Restarted {
+                            tool: Arc::clone(&tool),
+                            restarts,
+                        });
+                    }
+                })
+        })
         .collect();
-    let name: Arc<str> = Arc::from(spec.name.as_str());
     let service = pipeline::build(
         Arc::clone(&name),
         pool.clone(),
@@ -523,13 +596,35 @@ fn prepare<T: Tool>(
         breaker,
         Arc::clone(sweeper),
         idempotent,
+        governance.events_sender(),
     );
+    let meta = Arc::new(ToolMeta {
+        name: Arc::clone(&name),
+        spec: spec.clone(),
+        polls: T::polls,
+    });
+    let typed = Governed::new(
+        service.clone(),
+        Arc::clone(governance),
+        Arc::clone(&meta),
+        |output, _| Ok(output),
+    );
+    let json = Governed::new(service, Arc::clone(governance), meta, |output, tool| {
+        serde_json::to_value(output)
+            .map(ToolReply::new)
+            .map_err(|e| CallError::InvalidOutput {
+                tool: tool.to_owned(),
+                reason: e.to_string(),
+            })
+    });
     Ok(Prepared {
         entry: Arc::new(ToolEntry {
             name,
             spec,
-            handle: ToolHandle::new(service, options.timeout),
+            handle: ToolHandle::new(typed, options.timeout),
+            json,
             pool,
+            governance: Arc::clone(governance),
         }),
         children,
     })

@@ -41,11 +41,15 @@ pub enum Table {
     ContextLog,
     /// Each session's snapshots, same keys as `ContextLog`.
     ContextSnapshots,
+    /// The audit log: call id (UUID v7, so in time order) → record.
+    Audit,
+    /// Lasting approvals: agent id, 0, rule → the rule.
+    Approvals,
 }
 
 impl Table {
     /// Every table, in a fixed order.
-    pub const ALL: [Table; 7] = [
+    pub const ALL: [Table; 9] = [
         Table::Meta,
         Table::Agents,
         Table::Inbox,
@@ -53,6 +57,8 @@ impl Table {
         Table::Sessions,
         Table::ContextLog,
         Table::ContextSnapshots,
+        Table::Audit,
+        Table::Approvals,
     ];
 
     /// The table's name in the backend.
@@ -65,6 +71,8 @@ impl Table {
             Table::Sessions => "sessions",
             Table::ContextLog => "context_log",
             Table::ContextSnapshots => "context_snapshots",
+            Table::Audit => "audit",
+            Table::Approvals => "approvals",
         }
     }
 

@@ -113,6 +113,16 @@ impl CallContext {
         self.inner.session.as_deref()
     }
 
+    /// The calling agent's shared id, to keep without copying it.
+    pub fn agent_shared(&self) -> Option<&Arc<str>> {
+        self.inner.agent.as_ref()
+    }
+
+    /// The session's shared id, to keep without copying it.
+    pub fn session_shared(&self) -> Option<&Arc<str>> {
+        self.inner.session.as_ref()
+    }
+
     /// When the call was made.
     pub fn started(&self) -> Instant {
         self.inner.started

@@ -74,6 +74,25 @@ pub enum CallError {
         /// The encoder's message.
         reason: String,
     },
+    /// Governance refused the call (a permission rule, a hook, the loop guard, or an asked
+    /// person); the tool did not run.
+    #[error("`{tool}` was denied: {reason}")]
+    Denied {
+        /// The tool.
+        tool: String,
+        /// Why, and what would allow it.
+        reason: String,
+    },
+    /// A rate limit refused the call; the tool did not run.
+    #[error("`{tool}` is rate limited ({limit}); retry after {retry_after:?}")]
+    RateLimited {
+        /// The tool.
+        tool: String,
+        /// Which limit, e.g. `100/min per tool`.
+        limit: String,
+        /// When a call may be admitted again.
+        retry_after: Duration,
+    },
 }
 
 /// A stable, machine-readable name for each [`CallError`] variant.
@@ -97,6 +116,10 @@ pub enum ErrorKind {
     Unavailable,
     /// [`CallError::InvalidOutput`].
     InvalidOutput,
+    /// [`CallError::Denied`].
+    Denied,
+    /// [`CallError::RateLimited`].
+    RateLimited,
 }
 
 impl ErrorKind {
@@ -111,6 +134,8 @@ impl ErrorKind {
             Self::CircuitOpen => "circuit_open",
             Self::Unavailable => "unavailable",
             Self::InvalidOutput => "invalid_output",
+            Self::Denied => "denied",
+            Self::RateLimited => "rate_limited",
         }
     }
 }
@@ -127,6 +152,8 @@ impl CallError {
             Self::CircuitOpen { .. } => ErrorKind::CircuitOpen,
             Self::Unavailable { .. } => ErrorKind::Unavailable,
             Self::InvalidOutput { .. } => ErrorKind::InvalidOutput,
+            Self::Denied { .. } => ErrorKind::Denied,
+            Self::RateLimited { .. } => ErrorKind::RateLimited,
         }
     }
 
@@ -197,6 +224,8 @@ mod tests {
             ErrorKind::CircuitOpen,
             ErrorKind::Unavailable,
             ErrorKind::InvalidOutput,
+            ErrorKind::Denied,
+            ErrorKind::RateLimited,
         ] {
             assert_eq!(
                 serde_json::to_value(kind).ok(),

@@ -26,7 +26,7 @@ use crate::context::CallContext;
 /// /// Adds a number to a running total.
 /// struct Counter;
 ///
-/// #[derive(Clone, Deserialize, JsonSchema)]
+/// #[derive(Clone, Serialize, Deserialize, JsonSchema)]
 /// struct AddInput {
 ///     /// How much to add.
 ///     amount: u64,
@@ -60,7 +60,10 @@ use crate::context::CallContext;
 pub trait Tool: Send + Sync + Sized + 'static {
     /// The arguments. Its JSON Schema (doc comments become descriptions) is the tool's
     /// `inputSchema`; it must describe a JSON object. `Clone` lets idempotent calls be retried.
-    type Input: DeserializeOwned + JsonSchema + Clone + Send + Sync + 'static;
+    ///
+    /// `Serialize` lets governance see the arguments: argument rules, hooks, the loop guard's
+    /// comparison and the audit digest all work on their JSON form.
+    type Input: Serialize + DeserializeOwned + JsonSchema + Clone + Send + Sync + 'static;
     /// The result. Its JSON Schema is the tool's `outputSchema`.
     type Output: Serialize + JsonSchema + Send + 'static;
     /// The tool's own failure, returned to the caller as [`CallError::Tool`](crate::CallError).
@@ -109,6 +112,12 @@ pub trait Tool: Send + Sync + Sized + 'static {
     /// the call had no hold on the actor's state.
     fn detach(&self, _state: &Self::State, _input: &Self::Input) -> Option<Self::State> {
         None
+    }
+
+    /// Whether this call waits or polls by design (say, an inbox check with a wait), so
+    /// repeating it with the same arguments is expected: the loop guard does not count it.
+    fn polls(_input: &Self::Input) -> bool {
+        false
     }
 
     /// Whether an error may go away on retry. Transient errors of idempotent tools are

@@ -5,6 +5,7 @@
 //! are lock-free reads of concurrent maps.
 
 use std::collections::BTreeSet;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, PoisonError, RwLock};
 
 use dashmap::DashMap;
@@ -106,6 +107,9 @@ pub(crate) struct Directory {
     children: DashMap<AgentId, BTreeSet<AgentId>>,
     /// Serialises changes, so the store and the maps agree on the last one.
     changes: tokio::sync::Mutex<()>,
+    /// Bumped by every registration and removal, so what is derived from roles (the
+    /// permission rules that apply to an agent) knows to look again.
+    generation: AtomicU64,
 }
 
 impl Directory {
@@ -116,6 +120,7 @@ impl Directory {
             roles: DashMap::new(),
             children: DashMap::new(),
             changes: tokio::sync::Mutex::new(()),
+            generation: AtomicU64::new(0),
         };
         let mut records = Vec::new();
         store::scan_values(store, Table::Agents, b"", |_, r: AgentRecord| {
@@ -226,7 +231,13 @@ impl Directory {
             }
         };
         self.index(&record);
+        self.generation.fetch_add(1, Ordering::Release);
         Ok(entry)
+    }
+
+    /// Grows with every registration and removal.
+    pub(crate) fn generation(&self) -> u64 {
+        self.generation.load(Ordering::Acquire)
     }
 
     /// Removes a retired agent, committing `batch` (the deletion of its messages) with it. On
@@ -246,6 +257,7 @@ impl Directory {
         }
         self.unindex(&entry.record());
         self.agents.remove(id);
+        self.generation.fetch_add(1, Ordering::Release);
         Ok(entry)
     }
 

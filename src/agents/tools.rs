@@ -103,7 +103,7 @@ impl MessageView {
 pub struct SendMessage(pub(crate) Arc<PostOffice>);
 
 /// Input of `send_message`.
-#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct SendInput {
     /// Recipient: an agent id, `role:<name>` (everyone in that role), `parent`, `children`
@@ -191,7 +191,7 @@ impl Tool for SendMessage {
 pub struct CheckInbox(pub(crate) Arc<PostOffice>);
 
 /// Input of `check_inbox`.
-#[derive(Debug, Clone, Default, Deserialize, JsonSchema)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct CheckInput {
     /// List only unread messages (default true); false lists read ones too.
@@ -304,7 +304,7 @@ impl Tool for CheckInbox {
 pub struct ReadMessage(pub(crate) Arc<PostOffice>);
 
 /// Input of `read_message`.
-#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ReadInput {
     /// The message id.
@@ -357,7 +357,7 @@ impl Tool for ReadMessage {
 pub struct MarkRead(pub(crate) Arc<PostOffice>);
 
 /// Input of `mark_read`.
-#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct MarkInput {
     /// Ids of the messages (1 to 200).

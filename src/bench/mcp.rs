@@ -31,7 +31,7 @@ use crate::{CallContext, Tool};
 pub struct Echo;
 
 /// `echo`'s input.
-#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
 pub struct EchoInput {
     /// Returned as given.
     pub text: String,

@@ -23,7 +23,7 @@ pub(crate) struct DemoArgs {
 struct Tally;
 
 /// Input of `tally`.
-#[derive(Clone, Deserialize, JsonSchema)]
+#[derive(Clone, Serialize, Deserialize, JsonSchema)]
 struct TallyInput {
     /// Amount to add to the tally.
     add: i64,

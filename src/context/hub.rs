@@ -40,6 +40,15 @@ pub(crate) struct ContextHub {
     /// Authors must be registered agents.
     office: Arc<PostOffice>,
     sweep: Sweep,
+    /// Counts context changes, for caches of results that depend on them.
+    generations: Generations,
+}
+
+/// How many times each session's context (and any context at all) has changed.
+#[derive(Default)]
+struct Generations {
+    any: std::sync::atomic::AtomicU64,
+    sessions: dashmap::DashMap<String, u64>,
 }
 
 impl ContextHub {
@@ -59,6 +68,7 @@ impl ContextHub {
             sessions,
             office,
             sweep: Sweep::default(),
+            generations: Generations::default(),
         }))
     }
 
@@ -146,6 +156,7 @@ impl ContextHub {
     /// Deletes a session: stops its actor, then removes its record, log and snapshots.
     pub(crate) async fn delete(&self, id: &str) -> Result<(), ContextError> {
         let entry = self.sessions.require(id)?;
+        self.changed(id);
         entry.slot.retire();
         lazy::stop(&self.shared.partitions, id).await;
         let mut batch = Batch::new();
@@ -164,9 +175,35 @@ impl ContextHub {
         changes: Arc<[Change]>,
         author: Option<AgentId>,
     ) -> Result<Applied, ContextError> {
-        match self.request(entry, Op::Update { changes, author }).await? {
+        let reply = self.request(entry, Op::Update { changes, author }).await;
+        // Counted even on failure: a crash mid-update may have applied it.
+        self.changed(entry.id.as_str());
+        match reply? {
             Reply::Applied(applied) => Ok(applied),
             other => Err(failed(entry, other)),
+        }
+    }
+
+    fn changed(&self, session: &str) {
+        self.generations
+            .any
+            .fetch_add(1, std::sync::atomic::Ordering::Release);
+        *self
+            .generations
+            .sessions
+            .entry(session.to_owned())
+            .or_default() += 1;
+    }
+
+    /// How many times `session`'s context has changed (any session's, for `None`) since the
+    /// runtime started: a cached result made at another count is stale.
+    pub(crate) fn generation(&self, session: Option<&str>) -> u64 {
+        match session {
+            Some(id) => self.generations.sessions.get(id).map_or(0, |g| *g),
+            None => self
+                .generations
+                .any
+                .load(std::sync::atomic::Ordering::Acquire),
         }
     }
 

@@ -44,7 +44,7 @@ pub struct ContextGet(pub(crate) Arc<ContextHub>);
 
 /// Input of `context_get`. Give at most one of `keys`, `prefix` and `query`; with none, every
 /// entry is read.
-#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct GetInput {
     /// The session.
@@ -188,7 +188,7 @@ impl Tool for ContextGet {
 pub struct ContextUpdate(pub(crate) Arc<ContextHub>);
 
 /// Input of `context_update`.
-#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct UpdateInput {
     /// The session; created if it does not exist.
@@ -263,7 +263,7 @@ impl Tool for ContextUpdate {
 pub struct ContextHistory(pub(crate) Arc<ContextHub>);
 
 /// Input of `context_history`.
-#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct HistoryInput {
     /// The session.

@@ -7,21 +7,49 @@ use std::task::{Context, Poll, ready};
 
 use guildhall_actors::CallError;
 use guildhall_supervision::SharedBreaker;
-use guildhall_supervision::breaker::Admission;
+use guildhall_supervision::breaker::{Admission, Transition};
+
+use crate::governance::ToolEvent;
+use crate::governance::events::Events;
 use pin_project_lite::pin_project;
 use tower::{Layer, Service};
 
 /// Adds a [`Breaker`] in front of a service.
 #[derive(Debug, Clone)]
 pub struct BreakerLayer {
+    guard: Arc<Guard>,
+}
+
+/// A tool's breaker, its name, and where its state changes are announced.
+#[derive(Debug)]
+struct Guard {
     breaker: Arc<SharedBreaker>,
     tool: Arc<str>,
+    events: Option<Events>,
 }
 
 impl BreakerLayer {
     /// Guards calls to `tool` with `breaker`.
     pub fn new(breaker: Arc<SharedBreaker>, tool: Arc<str>) -> Self {
-        Self { breaker, tool }
+        Self {
+            guard: Arc::new(Guard {
+                breaker,
+                tool,
+                events: None,
+            }),
+        }
+    }
+
+    /// Announces the circuit opening and closing on `events`.
+    #[must_use]
+    pub fn events(self, events: Events) -> Self {
+        Self {
+            guard: Arc::new(Guard {
+                breaker: Arc::clone(&self.guard.breaker),
+                tool: Arc::clone(&self.guard.tool),
+                events: Some(events),
+            }),
+        }
     }
 }
 
@@ -31,8 +59,7 @@ impl<S> Layer<S> for BreakerLayer {
     fn layer(&self, inner: S) -> Breaker<S> {
         Breaker {
             inner,
-            breaker: Arc::clone(&self.breaker),
-            tool: Arc::clone(&self.tool),
+            guard: Arc::clone(&self.guard),
         }
     }
 }
@@ -42,8 +69,7 @@ impl<S> Layer<S> for BreakerLayer {
 #[derive(Debug, Clone)]
 pub struct Breaker<S> {
     inner: S,
-    breaker: Arc<SharedBreaker>,
-    tool: Arc<str>,
+    guard: Arc<Guard>,
 }
 
 impl<S, R> Service<R> for Breaker<S>
@@ -59,20 +85,20 @@ where
     }
 
     fn call(&mut self, req: R) -> Self::Future {
-        match self.breaker.try_acquire() {
+        match self.guard.breaker.try_acquire() {
             Ok(admission) => BreakerFuture {
                 state: State::Admitted {
                     inner: self.inner.call(req),
                 },
                 outcome: Some(Outcome {
-                    breaker: Arc::clone(&self.breaker),
+                    guard: Arc::clone(&self.guard),
                     admission: Some(admission),
                 }),
             },
             Err(open) => BreakerFuture {
                 state: State::Rejected {
                     error: Some(Box::new(CallError::CircuitOpen {
-                        tool: self.tool.to_string(),
+                        tool: self.guard.tool.to_string(),
                         retry_after: open.retry_after,
                     })),
                 },
@@ -125,17 +151,25 @@ where
 
 /// Records the call's outcome once; a probe dropped before its outcome frees the probe slot.
 struct Outcome {
-    breaker: Arc<SharedBreaker>,
+    guard: Arc<Guard>,
     /// Taken when the outcome is recorded, so `Drop` knows it was.
     admission: Option<Admission>,
 }
 
 impl Outcome {
     fn record(mut self, success: bool) {
+        let guard = &self.guard;
         if let Some(admission) = self.admission.take()
-            && let Some(transition) = self.breaker.record(admission, success)
+            && let Some(transition) = guard.breaker.record(admission, success)
         {
-            tracing::info!(?transition, "circuit breaker changed state");
+            tracing::info!(tool = %guard.tool, ?transition, "circuit breaker changed state");
+            if let Some(events) = &guard.events {
+                let tool = Arc::clone(&guard.tool);
+                events.emit(|| match transition {
+                    Transition::Opened { .. } => ToolEvent::CircuitOpened { tool },
+                    Transition::Closed => ToolEvent::CircuitClosed { tool },
+                });
+            }
         }
     }
 }
@@ -143,7 +177,7 @@ impl Outcome {
 impl Drop for Outcome {
     fn drop(&mut self) {
         if self.admission == Some(Admission::Probe) {
-            self.breaker.abandon_probe();
+            self.guard.breaker.abandon_probe();
         }
     }
 }
@@ -171,8 +205,8 @@ mod tests {
         for ok in [true, false, true] {
             let _ = service.clone().oneshot(ok).await;
         }
-        // Only the layer (inside `service`) and this test hold it now.
-        assert_eq!(Arc::strong_count(&breaker), 3);
+        // Only the layer and the service hold the guard now: no call kept it.
+        assert_eq!(Arc::strong_count(&layer.guard), 2);
     }
 
     #[tokio::test]

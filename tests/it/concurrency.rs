@@ -15,7 +15,7 @@ struct Gate {
     release: Arc<Notify>,
 }
 
-#[derive(Clone, Deserialize, JsonSchema)]
+#[derive(Clone, Serialize, Deserialize, JsonSchema)]
 struct Nothing {}
 
 #[derive(Serialize, JsonSchema)]

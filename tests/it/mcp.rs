@@ -21,7 +21,7 @@ struct Gate {
     cancelled: Arc<Notify>,
 }
 
-#[derive(Clone, Deserialize, JsonSchema)]
+#[derive(Clone, Serialize, Deserialize, JsonSchema)]
 struct GateInput {
     /// `progress` or `wait`.
     mode: String,

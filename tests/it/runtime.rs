@@ -89,7 +89,7 @@ async fn calls_after_shutdown_are_refused_clearly() {
 /// Reports progress and checks the ids it is handed.
 struct Steps;
 
-#[derive(Clone, Deserialize, JsonSchema)]
+#[derive(Clone, Serialize, Deserialize, JsonSchema)]
 struct StepsInput {
     steps: u32,
 }

@@ -45,7 +45,7 @@ pub enum Act {
 }
 
 /// Input of [`Chaos`].
-#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ChaosInput {
     /// What to do.

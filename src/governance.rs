@@ -1,0 +1,378 @@
+//! Call governance: what every call passes before and after it reaches a tool's pipeline.
+//!
+//! [`Governed`] is the outermost layer of every tool's stack, typed and JSON alike, so no
+//! call bypasses it. Its stages, in order:
+//!
+//! | stage | module | why here |
+//! |---|---|---|
+//! | audit and events | [`audit`], [`events`] | outermost: times the call and records exactly one outcome for it, whatever stops it below (a dropped call is recorded `cancelled`) |
+//! | rate limit | [`limits`] | cheapest refusal first: a flood is turned away before any hook runs or anyone is asked |
+//! | before-hooks | [`hooks`] | may rewrite the arguments the rules then judge, and allow, ask or deny |
+//! | permission | [`rules`], [`asker`] | rules by scope, combined with the hooks' decision (deny wins; a hook's allow skips a rule's ask); `ask` goes to the caller's [`Asker`] |
+//! | loop guard | [`doom`] | after permission, so a denied call never counts toward a streak |
+//! | result cache | [`cache`] | JSON calls to deterministic tools only; after permission, so a cached result is never served to a caller who may not call the tool |
+//! | the tool's pipeline | [`crate::pipeline`] | breaker, deadline, retries, concurrency limit, dispatch |
+//! | after-hooks | [`hooks`] | see the result; their notes reach the model |
+//! | truncation | [`truncate`] | JSON calls only: cuts what the model sees and spills the whole to a file |
+
+pub mod asker;
+pub mod audit;
+pub mod cache;
+pub mod doom;
+pub mod events;
+pub mod hooks;
+pub mod limits;
+pub mod rules;
+mod service;
+pub mod truncate;
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, PoisonError, RwLock};
+use std::time::Duration;
+
+use dashmap::DashMap;
+use guildhall_actors::ToolSpec;
+use rustc_hash::FxBuildHasher;
+use serde_json::Value;
+
+pub use asker::{Approval, AskRequest, Asker};
+pub use audit::{AuditLog, AuditQuery, AuditRecord, Outcome};
+pub use events::{EventStream, ToolEvent};
+pub use hooks::{CommandHook, Hook, HookInput, HookReply, Hooks, Phase, RegisteredHook};
+pub use limits::Rate;
+pub use rules::{Action, Glob, Rule, Scope, ScopedRules, Trust, Verdict};
+pub use service::{Governed, Request, ToolMeta, ToolReply};
+
+use crate::agents::PostOffice;
+use crate::context::ContextHub;
+use crate::store::{self, Batch, Store, StoreError, Table, codec};
+use doom::{LoopConfig, LoopGuard};
+use events::Events;
+use limits::RateLimits;
+use truncate::{Limits, Spill};
+
+/// Rules and trust for a role or an agent.
+#[derive(Debug, Clone, Default)]
+pub struct Principal {
+    /// Its trust level, if set here.
+    pub trust: Option<Trust>,
+    /// Its rules, in order.
+    pub rules: Vec<Rule>,
+}
+
+/// Per-tool settings.
+#[derive(Debug, Clone, Default)]
+pub struct ToolPolicy {
+    /// Truncation limits for this tool, instead of the defaults.
+    pub truncate: Option<Limits>,
+    /// Calls admitted per period for this tool (all callers together).
+    pub rate: Option<Rate>,
+    /// Declares the tool deterministic and caches its JSON results this long.
+    pub cache_ttl: Option<Duration>,
+}
+
+/// Everything governance is told. The defaults let every call through (autonomous trust,
+/// no rules, no hooks), with the loop guard at 3, truncation at 2,000 lines / 50 KiB, and
+/// the audit log on.
+#[derive(Debug, Clone)]
+pub struct GovernanceConfig {
+    /// The trust of agents whose role and own settings name none.
+    pub trust: Trust,
+    /// Config-scope rules.
+    pub rules: Vec<Rule>,
+    /// Per role.
+    pub roles: BTreeMap<String, Principal>,
+    /// Per agent.
+    pub agents: BTreeMap<String, Principal>,
+    /// Hooks.
+    pub hooks: Vec<RegisteredHook>,
+    /// The loop guard.
+    pub doom_loop: LoopConfig,
+    /// Default truncation limits.
+    pub truncate: Limits,
+    /// How long spill files are kept.
+    pub spill_retention: Duration,
+    /// Where spill files go (`<data dir>/spill` by default).
+    pub spill_dir: Option<PathBuf>,
+    /// Per tool.
+    pub tools: BTreeMap<String, ToolPolicy>,
+    /// Calls admitted per period for each agent, across its tools.
+    pub agent_rate: Option<Rate>,
+    /// Whether calls are audited.
+    pub audit: bool,
+    /// How long audit records are kept.
+    pub audit_retention: Duration,
+}
+
+impl Default for GovernanceConfig {
+    fn default() -> Self {
+        Self {
+            trust: Trust::default(),
+            rules: Vec::new(),
+            roles: BTreeMap::new(),
+            agents: BTreeMap::new(),
+            hooks: Vec::new(),
+            doom_loop: LoopConfig::default(),
+            truncate: Limits::default(),
+            spill_retention: Duration::from_secs(7 * 86_400),
+            spill_dir: None,
+            tools: BTreeMap::new(),
+            agent_rate: None,
+            audit: true,
+            audit_retention: Duration::from_secs(90 * 86_400),
+        }
+    }
+}
+
+/// An agent and its session, if any.
+type AgentSession = (Arc<str>, Option<Arc<str>>);
+/// A caller (none: the embedding program) and a tool (its interned name's address).
+type CallerTool = (Option<Arc<str>>, usize);
+
+/// The shared state of every [`Governed`] layer.
+pub struct Governance {
+    config: GovernanceConfig,
+    hooks: Hooks,
+    office: Arc<PostOffice>,
+    contexts: Arc<ContextHub>,
+    store: Arc<dyn Store>,
+    /// "Always" approvals, by agent (also in the store).
+    lasting: RwLock<HashMap<String, Vec<Rule>>>,
+    /// "Session" approvals, by agent and session.
+    session: DashMap<AgentSession, Vec<Rule>, FxBuildHasher>,
+    /// Bumped when lasting approvals change.
+    approvals_generation: AtomicU64,
+    /// Decisions that depend on no argument, by caller and tool.
+    decided: DashMap<CallerTool, (u64, Arc<Verdict>), FxBuildHasher>,
+    loops: LoopGuard,
+    limits: RateLimits,
+    cache: cache::ResultCache,
+    audit: Option<AuditLog>,
+    events: Events,
+    spill: Spill,
+}
+
+impl Governance {
+    pub(crate) fn start(
+        config: GovernanceConfig,
+        office: Arc<PostOffice>,
+        contexts: Arc<ContextHub>,
+        store: Arc<dyn Store>,
+        data_dir: Option<PathBuf>,
+    ) -> Result<Arc<Self>, StoreError> {
+        let mut lasting: HashMap<String, Vec<Rule>> = HashMap::new();
+        store::scan_values(&*store, Table::Approvals, &[], |key, rule: Rule| {
+            let agent = key.split(|b| *b == 0).next().unwrap_or_default();
+            lasting
+                .entry(String::from_utf8_lossy(agent).into_owned())
+                .or_default()
+                .push(rule);
+        })?;
+        let spill_dir = config.spill_dir.clone().unwrap_or_else(|| {
+            data_dir.map_or_else(
+                || std::env::temp_dir().join("guildhall-spill"),
+                |d| d.join("spill"),
+            )
+        });
+        let spill = Spill::new(spill_dir, config.spill_retention);
+        spill.start_sweep();
+        let limits = RateLimits::new(
+            config
+                .tools
+                .iter()
+                .filter_map(|(tool, p)| p.rate.map(|r| (tool.clone(), r))),
+            config.agent_rate,
+        );
+        let audit = config
+            .audit
+            .then(|| AuditLog::start(Arc::clone(&store), config.audit_retention));
+        Ok(Arc::new(Self {
+            hooks: Hooks::new(config.hooks.iter().cloned()),
+            loops: LoopGuard::new(config.doom_loop),
+            limits,
+            config,
+            office,
+            contexts,
+            store,
+            lasting: RwLock::new(lasting),
+            session: DashMap::default(),
+            approvals_generation: AtomicU64::new(0),
+            decided: DashMap::default(),
+            cache: cache::ResultCache::default(),
+            audit,
+            events: Events::default(),
+            spill,
+        }))
+    }
+
+    /// The audit log, unless auditing is off.
+    pub fn audit(&self) -> Option<&AuditLog> {
+        self.audit.as_ref()
+    }
+
+    /// Subscribes to tool lifecycle events.
+    pub fn events(&self) -> EventStream {
+        self.events.subscribe()
+    }
+
+    pub(crate) fn emit(&self, make: impl FnOnce() -> ToolEvent) {
+        self.events.emit(make);
+    }
+
+    /// Where the pipeline's own layers (the breaker) publish events.
+    pub(crate) fn events_sender(&self) -> Events {
+        self.events.clone()
+    }
+
+    /// The settings of tool `name`.
+    pub(crate) fn tool_policy(&self, name: &str) -> Option<&ToolPolicy> {
+        self.config.tools.get(name)
+    }
+
+    fn generation(&self) -> u64 {
+        // Both only grow, so their sum changes whenever either does.
+        self.office.directory.generation() + self.approvals_generation.load(Ordering::Acquire)
+    }
+
+    /// The trust, role rules and agent rules (with lasting approvals) of a caller.
+    fn principal(&self, agent: Option<&str>) -> (Trust, Vec<Rule>, Vec<Rule>) {
+        let Some(agent) = agent else {
+            return (Trust::Autonomous, Vec::new(), Vec::new());
+        };
+        let own = self.config.agents.get(agent);
+        let role = self
+            .office
+            .directory
+            .get(agent)
+            .and_then(|e| self.config.roles.get(&e.record().role));
+        let trust = own
+            .and_then(|p| p.trust)
+            .or_else(|| role.and_then(|p| p.trust))
+            .unwrap_or(self.config.trust);
+        let mut agent_rules = own.map(|p| p.rules.clone()).unwrap_or_default();
+        if let Some(approved) = self
+            .lasting
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(agent)
+        {
+            agent_rules.extend(approved.iter().cloned());
+        }
+        (
+            trust,
+            role.map(|p| p.rules.clone()).unwrap_or_default(),
+            agent_rules,
+        )
+    }
+
+    /// Decides a call. `args` gives the arguments as JSON, asked for only if a rule reads
+    /// them.
+    pub(crate) fn decide(
+        &self,
+        agent: Option<&Arc<str>>,
+        session: Option<&Arc<str>>,
+        tool: &ToolSpec,
+        tool_id: usize,
+        args: &mut dyn FnMut() -> Option<Value>,
+    ) -> Arc<Verdict> {
+        let session_rules = agent.and_then(|a| {
+            self.session
+                .get(&(Arc::clone(a), session.cloned()))
+                .map(|r| r.value().clone())
+        });
+        let key = (agent.cloned(), tool_id);
+        let generation = self.generation();
+        if session_rules.is_none()
+            && let Some(hit) = self.decided.get(&key)
+            && hit.0 == generation
+        {
+            return Arc::clone(&hit.1);
+        }
+        let (trust, role, agent_rules) = self.principal(agent.map(|a| &**a));
+        let session_rules = session_rules.unwrap_or_default();
+        let scoped = ScopedRules {
+            config: &self.config.rules,
+            role: &role,
+            agent: &agent_rules,
+            session: &session_rules,
+        };
+        let verdict = Arc::new(scoped.decide(trust, tool, args));
+        let reads_args = [&self.config.rules, &role, &agent_rules]
+            .iter()
+            .any(|rules| {
+                rules
+                    .iter()
+                    .any(|r| r.arg.is_some() && r.tool.matches(&tool.name))
+            });
+        if session_rules.is_empty() && !reads_args {
+            self.decided.insert(key, (generation, Arc::clone(&verdict)));
+        }
+        verdict
+    }
+
+    /// Whether `tool` is denied to `agent` whatever the arguments (it is then hidden from
+    /// the agent's tool list).
+    pub fn hides(&self, agent: Option<&str>, tool: &ToolSpec) -> bool {
+        let (trust, role, agent_rules) = self.principal(agent);
+        ScopedRules {
+            config: &self.config.rules,
+            role: &role,
+            agent: &agent_rules,
+            session: &[],
+        }
+        .denies_outright(trust, tool)
+    }
+
+    /// Grants what an asker approved: `rule` (an allow covering what was asked) for the
+    /// session or from now on.
+    pub(crate) async fn grant(
+        &self,
+        agent: &Arc<str>,
+        session: Option<&Arc<str>>,
+        rule: Rule,
+        approval: Approval,
+    ) -> Result<(), StoreError> {
+        match approval {
+            Approval::Session => {
+                self.session
+                    .entry((Arc::clone(agent), session.cloned()))
+                    .or_default()
+                    .push(rule);
+            }
+            Approval::Always => {
+                let mut key = agent.as_bytes().to_vec();
+                key.push(0);
+                key.extend_from_slice(rule.to_string().as_bytes());
+                let mut batch = Batch::new();
+                batch.put(Table::Approvals, key, codec::encode(&rule));
+                store::commit(&*self.store, batch).await?;
+                self.lasting
+                    .write()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .entry(agent.to_string())
+                    .or_default()
+                    .push(rule);
+                self.approvals_generation.fetch_add(1, Ordering::Release);
+            }
+            Approval::Once | Approval::Deny => {}
+        }
+        Ok(())
+    }
+
+    /// How many times the context a cached result depends on has changed.
+    fn context_generation(&self, session: Option<&str>) -> u64 {
+        self.contexts.generation(session)
+    }
+
+    /// Stops background work (spill sweeps) and waits for the audit log to be written.
+    pub(crate) async fn flush(&self) {
+        if let Some(audit) = &self.audit
+            && let Err(err) = audit.flush().await
+        {
+            tracing::warn!(%err, "audit records could not be flushed");
+        }
+        self.limits.forget_idle();
+    }
+}

@@ -1,0 +1,138 @@
+//! The loop guard: stops an agent calling the same tool with the same arguments over and
+//! over (a model stuck in a "doom loop").
+//!
+//! Each agent's latest streak is kept: the tool, a digest of its canonical arguments, and
+//! how many calls in a row matched. The call that makes the streak reach the threshold
+//! (and every identical call after it) trips the guard. Calls a tool declares as waiting or
+//! polling ([`Tool::polls`](guildhall_actors::Tool::polls)) neither count nor break a
+//! streak. Calls without an agent (the embedding program's own) are not guarded.
+
+use std::sync::Arc;
+
+use dashmap::DashMap;
+use rustc_hash::FxBuildHasher;
+use serde::Deserialize;
+
+use super::rules::Action;
+
+/// The guard's settings (`[doom_loop]` in config).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct LoopConfig {
+    /// Identical calls in a row that trip the guard; 0 turns it off.
+    pub threshold: u32,
+    /// What a tripped guard does: `deny` (the default), `ask`, or `allow` (only logs).
+    pub action: Action,
+}
+
+impl Default for LoopConfig {
+    fn default() -> Self {
+        Self {
+            threshold: 3,
+            action: Action::Deny,
+        }
+    }
+}
+
+#[derive(Clone, Copy)]
+struct Streak {
+    /// The address of the tool's interned name: compared, never followed.
+    tool: usize,
+    digest: u64,
+    count: u32,
+}
+
+/// Every agent's current streak.
+#[derive(Default)]
+pub struct LoopGuard {
+    config: LoopConfig,
+    streaks: DashMap<Arc<str>, Streak, FxBuildHasher>,
+}
+
+impl LoopGuard {
+    /// A guard with `config`.
+    pub fn new(config: LoopConfig) -> Self {
+        Self {
+            config,
+            streaks: DashMap::default(),
+        }
+    }
+
+    /// Counts a call by `agent` to `tool` (the runtime's interned name) with arguments of
+    /// `digest`; returns how many identical calls in a row that makes when it trips the
+    /// guard.
+    pub fn count(&self, agent: &Arc<str>, tool: &Arc<str>, digest: u64) -> Option<u32> {
+        if self.config.threshold == 0 {
+            return None;
+        }
+        let tool_id = tool.as_ptr() as usize;
+        let count = match self.streaks.get_mut(&**agent) {
+            Some(mut streak) => {
+                if streak.tool == tool_id && streak.digest == digest {
+                    streak.count = streak.count.saturating_add(1);
+                } else {
+                    *streak = Streak {
+                        tool: tool_id,
+                        digest,
+                        count: 1,
+                    };
+                }
+                streak.count
+            }
+            None => {
+                self.streaks.insert(
+                    Arc::clone(agent),
+                    Streak {
+                        tool: tool_id,
+                        digest,
+                        count: 1,
+                    },
+                );
+                1
+            }
+        };
+        (count >= self.config.threshold).then_some(count)
+    }
+
+    /// What a tripped guard does.
+    pub fn action(&self) -> Action {
+        self.config.action
+    }
+
+    /// Forgets `agent`'s streak (an approval given after the guard asked).
+    pub fn reset(&self, agent: &str) {
+        self.streaks.remove(agent);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn trips_on_the_third_identical_call_only() {
+        let guard = LoopGuard::new(LoopConfig::default());
+        let (a, b) = (Arc::<str>::from("a"), Arc::<str>::from("b"));
+        let (t, u) = (Arc::<str>::from("t"), Arc::<str>::from("u"));
+        assert_eq!(guard.count(&a, &t, 1), None);
+        assert_eq!(guard.count(&a, &t, 1), None);
+        // Another agent's calls are its own streak.
+        assert_eq!(guard.count(&b, &t, 1), None);
+        assert_eq!(guard.count(&a, &t, 1), Some(3));
+        assert_eq!(guard.count(&a, &t, 1), Some(4));
+        // Different arguments, or another tool, start over.
+        assert_eq!(guard.count(&a, &t, 2), None);
+        assert_eq!(guard.count(&a, &u, 2), None);
+        assert_eq!(guard.count(&a, &t, 2), None);
+        guard.reset("a");
+        assert_eq!(guard.count(&a, &t, 2), None);
+
+        let off = LoopGuard::new(LoopConfig {
+            threshold: 0,
+            ..LoopConfig::default()
+        });
+        for _ in 0..5 {
+            assert_eq!(off.count(&a, &t, 1), None);
+        }
+    }
+}

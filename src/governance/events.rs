@@ -1,0 +1,170 @@
+//! Tool lifecycle events for dashboards and embedders.
+//!
+//! A bounded broadcast: a subscriber that falls behind loses the oldest events and is told
+//! how many ([`EventStream::missed`]); the calls never wait for anyone. With no subscriber,
+//! emitting costs one atomic load.
+
+use std::sync::Arc;
+
+use serde::Serialize;
+use tokio::sync::broadcast;
+
+/// Events kept for a slow subscriber before the oldest are dropped.
+const CAPACITY: usize = 4096;
+
+/// Something that happened to a tool.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(tag = "event", rename_all = "snake_case")]
+pub enum ToolEvent {
+    /// A call arrived.
+    Invoked {
+        /// The call.
+        call_id: uuid::Uuid,
+        /// The tool.
+        tool: Arc<str>,
+        /// The caller, if named.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        agent: Option<Arc<str>>,
+    },
+    /// A call returned a result.
+    Completed {
+        /// The call.
+        call_id: uuid::Uuid,
+        /// The tool.
+        tool: Arc<str>,
+        /// How long it took, in microseconds.
+        duration_us: u64,
+    },
+    /// A call failed (a tool error, crash, timeout, open circuit, rate limit...).
+    Failed {
+        /// The call.
+        call_id: uuid::Uuid,
+        /// The tool.
+        tool: Arc<str>,
+        /// The failure's kind (`tool_error`, `crashed`, ...).
+        kind: &'static str,
+        /// Its message.
+        message: String,
+    },
+    /// Governance refused a call.
+    Denied {
+        /// The call.
+        call_id: uuid::Uuid,
+        /// The tool.
+        tool: Arc<str>,
+        /// Why.
+        reason: String,
+    },
+    /// A tool's actor was restarted by its supervisor.
+    Restarted {
+        /// The tool.
+        tool: Arc<str>,
+        /// Its restarts so far.
+        restarts: u64,
+    },
+    /// A tool's circuit opened: calls are rejected for a while.
+    CircuitOpened {
+        /// The tool.
+        tool: Arc<str>,
+    },
+    /// A tool's circuit closed again after a successful probe.
+    CircuitClosed {
+        /// The tool.
+        tool: Arc<str>,
+    },
+}
+
+/// Where events are published.
+#[derive(Debug, Clone)]
+pub struct Events {
+    tx: broadcast::Sender<ToolEvent>,
+}
+
+impl Default for Events {
+    fn default() -> Self {
+        Self {
+            tx: broadcast::Sender::new(CAPACITY),
+        }
+    }
+}
+
+impl Events {
+    /// Publishes the event `make` builds, building it only if someone listens.
+    pub fn emit(&self, make: impl FnOnce() -> ToolEvent) {
+        if self.tx.receiver_count() > 0 {
+            let _ = self.tx.send(make());
+        }
+    }
+
+    /// A new subscriber, seeing events from now on.
+    pub fn subscribe(&self) -> EventStream {
+        EventStream {
+            rx: self.tx.subscribe(),
+            missed: 0,
+        }
+    }
+}
+
+/// One subscriber's view of the events.
+#[derive(Debug)]
+pub struct EventStream {
+    rx: broadcast::Receiver<ToolEvent>,
+    missed: u64,
+}
+
+impl EventStream {
+    /// The next event; `None` once the runtime is gone. Events dropped because this
+    /// subscriber fell behind are skipped and counted.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: a dropped call loses no event.
+    pub async fn next(&mut self) -> Option<ToolEvent> {
+        loop {
+            match self.rx.recv().await {
+                Ok(event) => return Some(event),
+                Err(broadcast::error::RecvError::Lagged(n)) => self.missed += n,
+                Err(broadcast::error::RecvError::Closed) => return None,
+            }
+        }
+    }
+
+    /// How many events this subscriber has missed by falling behind.
+    pub fn missed(&self) -> u64 {
+        self.missed
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_slow_subscriber_loses_old_events_and_counts_them() {
+        let events = Events::default();
+        let mut built = 0;
+        events.emit(|| {
+            built += 1;
+            ToolEvent::CircuitOpened {
+                tool: Arc::from("t"),
+            }
+        });
+        assert_eq!(built, 0, "nobody listens: nothing is built");
+        let mut slow = events.subscribe();
+        let total = CAPACITY as u64 + 10;
+        for i in 0..total {
+            events.emit(|| ToolEvent::Restarted {
+                tool: Arc::from("t"),
+                restarts: i,
+            });
+        }
+        let first = slow.next().await.expect("event");
+        assert_eq!(
+            first,
+            ToolEvent::Restarted {
+                tool: Arc::from("t"),
+                restarts: 10
+            }
+        );
+        assert_eq!(slow.missed(), 10);
+    }
+}

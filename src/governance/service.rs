@@ -1,0 +1,630 @@
+//! [`Governed`]: the tower layer that runs the governance stages around a tool's pipeline.
+
+use std::any::Any;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use futures::future::BoxFuture;
+use guildhall_actors::{CallContext, CallError, ToolSpec};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use serde_json::Value;
+use tower::{Service, ServiceExt};
+
+use super::asker::{AskRequest, Asker};
+use super::audit::{Entry, Outcome};
+use super::hooks::{HookInput, Phase};
+use super::rules::{Action, Rule};
+use super::truncate::Truncated;
+use super::{Approval, Governance, ToolEvent};
+use crate::pipeline::ToolCall;
+
+/// A call as the governed stack takes it: the pipeline's call plus who to ask.
+pub struct Request<I> {
+    /// The call.
+    pub call: ToolCall<I>,
+    /// Who to ask when a rule says `ask`; without one such calls are denied.
+    pub asker: Option<Arc<dyn Asker>>,
+}
+
+/// A JSON call's result as a model is to see it. Serializes as its value.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ToolReply {
+    /// The whole result.
+    pub value: Value,
+    /// The result as text: a string result as is, anything else as compact JSON.
+    pub text: String,
+    /// Notes from hooks, for the model.
+    pub notes: Vec<String>,
+    /// Set when the text is over the tool's limits: what the model should see instead.
+    pub truncated: Option<Truncated>,
+}
+
+impl ToolReply {
+    /// A reply holding `value`.
+    pub fn new(value: Value) -> Self {
+        let text = match &value {
+            Value::String(s) => s.clone(),
+            other => other.to_string(),
+        };
+        Self {
+            value,
+            text,
+            notes: Vec::new(),
+            truncated: None,
+        }
+    }
+}
+
+impl Serialize for ToolReply {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        self.value.serialize(s)
+    }
+}
+
+/// What governance knows of one tool. Shared by its typed and JSON stacks.
+pub struct ToolMeta<I> {
+    /// The tool's interned name; its address identifies the tool.
+    pub name: Arc<str>,
+    /// Its contract.
+    pub spec: ToolSpec,
+    /// Whether a call waits or polls by design (exempt from the loop guard).
+    pub polls: fn(&I) -> bool,
+}
+
+/// Turns the pipeline's response into the stack's (identity for typed calls, JSON encoding
+/// for JSON calls).
+type Convert<R, O> = fn(R, &str) -> Result<O, CallError>;
+
+/// The outermost layer of a tool's stack; see [the module docs](super) for its stages.
+pub struct Governed<S, I, O>
+where
+    S: Service<ToolCall<I>>,
+{
+    inner: S,
+    gov: Arc<Governance>,
+    tool: Arc<ToolMeta<I>>,
+    convert: Convert<S::Response, O>,
+}
+
+impl<S, I, O> Clone for Governed<S, I, O>
+where
+    S: Service<ToolCall<I>> + Clone,
+{
+    fn clone(&self) -> Self {
+        Self {
+            inner: self.inner.clone(),
+            gov: Arc::clone(&self.gov),
+            tool: Arc::clone(&self.tool),
+            convert: self.convert,
+        }
+    }
+}
+
+impl<S, I, O> Governed<S, I, O>
+where
+    S: Service<ToolCall<I>>,
+{
+    /// Governs calls to `inner`, converting its responses with `convert`.
+    pub fn new(
+        inner: S,
+        gov: Arc<Governance>,
+        tool: Arc<ToolMeta<I>>,
+        convert: Convert<S::Response, O>,
+    ) -> Self {
+        Self {
+            inner,
+            gov,
+            tool,
+            convert,
+        }
+    }
+}
+
+impl<S, I, O> Service<Request<I>> for Governed<S, I, O>
+where
+    S: Service<ToolCall<I>, Error = CallError> + Clone + Send + 'static,
+    S::Future: Send,
+    S::Response: Send,
+    I: Serialize + DeserializeOwned + Send + Sync + 'static,
+    O: Serialize + Send + 'static,
+{
+    type Response = O;
+    type Error = CallError;
+    type Future = BoxFuture<'static, Result<O, CallError>>;
+
+    fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), CallError>> {
+        // Readiness is the inner stack's business, awaited per call on its own clone.
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, req: Request<I>) -> Self::Future {
+        let run = Run {
+            inner: self.inner.clone(),
+            gov: Arc::clone(&self.gov),
+            tool: Arc::clone(&self.tool),
+            convert: self.convert,
+        };
+        Box::pin(run.call(req))
+    }
+}
+
+struct Run<S, I, O>
+where
+    S: Service<ToolCall<I>>,
+{
+    inner: S,
+    gov: Arc<Governance>,
+    tool: Arc<ToolMeta<I>>,
+    convert: Convert<S::Response, O>,
+}
+
+impl<S, I, O> Run<S, I, O>
+where
+    S: Service<ToolCall<I>, Error = CallError> + Send + 'static,
+    S::Future: Send,
+    I: Serialize + DeserializeOwned + Send + Sync + 'static,
+    O: Serialize + Send + 'static,
+{
+    async fn call(self, req: Request<I>) -> Result<O, CallError> {
+        let Request { call, asker } = req;
+        let ToolCall { mut input, ctx } = call;
+        let gov = &self.gov;
+        let name = &self.tool.name;
+        let mut trail = Trail::new(gov, name, &ctx);
+        gov.emit(|| ToolEvent::Invoked {
+            call_id: ctx.call_id(),
+            tool: Arc::clone(name),
+            agent: ctx.agent_shared().cloned(),
+        });
+        let agent: Option<Arc<str>> = ctx.agent_shared().cloned();
+        let session: Option<Arc<str>> = ctx.session_shared().cloned();
+
+        if !gov.limits.is_empty()
+            && let Err(err) = gov.limits.check(name, agent.as_ref())
+        {
+            trail.rule = Arc::from("rate limit");
+            return trail.finish(Err(err)).await;
+        }
+
+        // Before-hooks see (and may rewrite) the arguments before the rules judge them.
+        let mut json: Option<Value> = None;
+        let mut notes = Vec::new();
+        let mut hook_decision = None;
+        if self.gov.hooks.any(Phase::Before, name) {
+            let arguments = serde_json::to_value(&input).unwrap_or(Value::Null);
+            let before = gov
+                .hooks
+                .before(HookInput {
+                    phase: Phase::Before,
+                    call_id: ctx.call_id().to_string(),
+                    tool: Arc::clone(name),
+                    agent: agent.clone(),
+                    session: session.clone(),
+                    arguments: arguments.clone(),
+                    outcome: None,
+                    result: None,
+                    error: None,
+                })
+                .await;
+            notes = before.notes;
+            hook_decision = before.decision;
+            json = Some(match before.arguments {
+                Some(rewritten) => {
+                    input = match serde_json::from_value(rewritten.clone()) {
+                        Ok(input) => input,
+                        Err(err) => {
+                            let err = CallError::InvalidArguments {
+                                tool: name.to_string(),
+                                path: ".".into(),
+                                reason: format!(
+                                    "a hook rewrote the arguments into something the tool does not take: {err}"
+                                ),
+                            };
+                            return trail.finish(Err(err)).await;
+                        }
+                    };
+                    rewritten
+                }
+                None => arguments,
+            });
+        }
+        trail.digest = digest(&input);
+
+        // Permission: the rules, then the hooks' word (deny wins; a hook's allow skips an ask).
+        let verdict = gov.decide(
+            agent.as_ref(),
+            session.as_ref(),
+            &self.tool.spec,
+            name.as_ptr() as usize,
+            &mut || {
+                if json.is_none() {
+                    json = serde_json::to_value(&input).ok();
+                }
+                json.clone()
+            },
+        );
+        trail.rule = Arc::clone(&verdict.label);
+        let (action, why) = match hook_decision {
+            Some((Action::Deny, why)) => (Action::Deny, Arc::from(why)),
+            _ if verdict.action == Action::Deny => (Action::Deny, Arc::clone(&verdict.label)),
+            Some((Action::Allow, why)) => (Action::Allow, Arc::from(why)),
+            Some((Action::Ask, why)) => (Action::Ask, Arc::from(why)),
+            None => (verdict.action, Arc::clone(&verdict.label)),
+        };
+        trail.rule = Arc::clone(&why);
+        match action {
+            Action::Allow => {}
+            Action::Deny => {
+                return trail
+                    .finish(Err(denied(name, format!("{why} denies it"))))
+                    .await;
+            }
+            Action::Ask => {
+                let covering = verdict.asking_rule.clone();
+                let outcome = ask(
+                    gov,
+                    name,
+                    &ctx,
+                    asker.as_deref(),
+                    &input,
+                    &why,
+                    covering,
+                    &agent,
+                    &session,
+                )
+                .await;
+                match outcome {
+                    Ok(answer) => trail.rule = answer,
+                    Err(err) => return trail.finish(Err(err)).await,
+                }
+            }
+        }
+
+        // The loop guard: an agent repeating itself gets told to change course.
+        if let Some(agent) = &agent
+            && !(self.tool.polls)(&input)
+            && let Some(count) = gov.loops.count(agent, name, trail.digest)
+        {
+            let why = format!(
+                "`{name}` was called {count} times in a row by `{agent}` with the same arguments; \
+                 the result will not change. Try different arguments or another approach."
+            );
+            match gov.loops.action() {
+                Action::Allow => tracing::warn!(%agent, tool = %name, count, "repeated call"),
+                Action::Deny => {
+                    trail.rule = Arc::from("loop guard");
+                    return trail.finish(Err(denied(name, why))).await;
+                }
+                Action::Ask => {
+                    let asked = ask(
+                        gov,
+                        name,
+                        &ctx,
+                        asker.as_deref(),
+                        &input,
+                        &why,
+                        None,
+                        &Some(Arc::clone(agent)),
+                        &session,
+                    )
+                    .await;
+                    match asked {
+                        Ok(answer) => {
+                            gov.loops.reset(agent);
+                            trail.rule = answer;
+                        }
+                        Err(err) => {
+                            trail.rule = Arc::from("loop guard");
+                            return trail.finish(Err(err)).await;
+                        }
+                    }
+                }
+            }
+        }
+
+        // The result cache (JSON calls to tools declared deterministic).
+        let policy = gov.tool_policy(name);
+        let cache_ttl = policy
+            .and_then(|p| p.cache_ttl)
+            .filter(|_| is::<O, ToolReply>());
+        let generation = cache_ttl.map(|_| gov.context_generation(session.as_deref()));
+        if let Some(generation) = generation
+            && let Some(hit) = gov
+                .cache
+                .get(name, session.as_ref(), trail.digest, generation)
+        {
+            let reply = ToolReply::new(Value::clone(&hit));
+            let out = as_output::<O>(reply);
+            return trail
+                .finish(out.map(|mut o| {
+                    if let Some(r) = downcast_mut::<O, ToolReply>(&mut o) {
+                        r.notes.extend(notes);
+                    }
+                    o
+                }))
+                .await;
+        }
+
+        let result = self
+            .inner
+            .oneshot(ToolCall {
+                input,
+                ctx: ctx.clone(),
+            })
+            .await;
+        let mut result = result.and_then(|r| (self.convert)(r, name));
+
+        if gov.hooks.any(Phase::After, name) {
+            let (outcome, value, error) = match &result {
+                Ok(out) => ("ok", serde_json::to_value(out).ok(), None),
+                Err(err) => (Outcome::of(err).as_str(), None, Some(err.to_string())),
+            };
+            let after = gov
+                .hooks
+                .after(HookInput {
+                    phase: Phase::After,
+                    call_id: ctx.call_id().to_string(),
+                    tool: Arc::clone(name),
+                    agent: agent.clone(),
+                    session: session.clone(),
+                    arguments: json.unwrap_or(Value::Null),
+                    outcome: Some(outcome),
+                    result: value,
+                    error,
+                })
+                .await;
+            notes.extend(after);
+        }
+
+        if let Ok(out) = &mut result
+            && let Some(reply) = downcast_mut::<O, ToolReply>(out)
+        {
+            reply.notes.extend(notes);
+            if let (Some(ttl), Some(generation)) = (cache_ttl, generation) {
+                gov.cache.put(
+                    name,
+                    session.as_ref(),
+                    trail.digest,
+                    generation,
+                    ttl,
+                    Arc::new(reply.value.clone()),
+                );
+            }
+            let limits = policy
+                .and_then(|p| p.truncate)
+                .unwrap_or(gov.config.truncate);
+            match gov
+                .spill
+                .apply(limits, name, ctx.call_id(), &reply.value, &reply.text)
+                .await
+            {
+                Ok(cut) => reply.truncated = cut,
+                Err(err) => {
+                    tracing::warn!(tool = %name, %err, "a long result could not be spilled to a file; it is returned whole")
+                }
+            }
+        }
+        trail.finish(result).await
+    }
+}
+
+/// Asks about a call and applies the answer; the approval's label, or the denial.
+#[allow(clippy::too_many_arguments)]
+async fn ask<I: Serialize>(
+    gov: &Governance,
+    name: &Arc<str>,
+    ctx: &CallContext,
+    asker: Option<&dyn Asker>,
+    input: &I,
+    why: &str,
+    covering: Option<Rule>,
+    agent: &Option<Arc<str>>,
+    session: &Option<Arc<str>>,
+) -> Result<Arc<str>, CallError> {
+    let Some(asker) = asker else {
+        let who = agent.as_deref().unwrap_or("<agent>");
+        return Err(denied(
+            name,
+            format!(
+                "{why} asks for approval, and nobody can be asked on this connection. \
+                 To allow it, add to guildhall.toml:\n[[agents.{who}.rules]]\ntool = \"{name}\"\naction = \"allow\""
+            ),
+        ));
+    };
+    let request = AskRequest {
+        tool: Arc::clone(name),
+        agent: agent.clone(),
+        session: session.clone(),
+        arguments: serde_json::to_value(input).unwrap_or(Value::Null),
+        reason: why.to_owned(),
+    };
+    // The call's deadline bounds the wait for an answer.
+    let Ok(approval) = tokio::time::timeout_at(ctx.deadline(), asker.ask(request)).await else {
+        return Err(denied(
+            name,
+            format!("{why}; no answer came before the call's deadline"),
+        ));
+    };
+    if approval == Approval::Deny {
+        return Err(denied(name, format!("{why}; approval was refused")));
+    }
+    if let (Some(agent), Some(mut rule)) = (agent, covering)
+        && matches!(approval, Approval::Session | Approval::Always)
+    {
+        rule.action = Action::Allow;
+        if let Err(err) = gov.grant(agent, session.as_ref(), rule, approval).await {
+            tracing::warn!(%err, "an approval could not be stored; it holds for this call only");
+        }
+    }
+    Ok(Arc::from(format!("approved {}", approval_name(approval))))
+}
+
+fn approval_name(approval: Approval) -> &'static str {
+    match approval {
+        Approval::Once => "once",
+        Approval::Session => "for the session",
+        Approval::Always => "always",
+        Approval::Deny => "never",
+    }
+}
+
+fn denied(tool: &str, reason: String) -> CallError {
+    CallError::Denied {
+        tool: tool.to_owned(),
+        reason,
+    }
+}
+
+/// XXH3-64 of the arguments' JSON: equal arguments, equal digests.
+fn digest<I: Serialize>(input: &I) -> u64 {
+    let mut hasher = xxhash_rust::xxh3::Xxh3Default::new();
+    let _ = serde_json::to_writer(HashWriter(&mut hasher), input);
+    hasher.digest()
+}
+
+struct HashWriter<'a>(&'a mut xxhash_rust::xxh3::Xxh3Default);
+
+impl std::io::Write for HashWriter<'_> {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.update(buf);
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+fn is<O: 'static, T: 'static>() -> bool {
+    std::any::TypeId::of::<O>() == std::any::TypeId::of::<T>()
+}
+
+fn downcast_mut<O: 'static, T: 'static>(out: &mut O) -> Option<&mut T> {
+    (out as &mut dyn Any).downcast_mut::<T>()
+}
+
+/// `reply` as the stack's output type, which the caller checked is [`ToolReply`].
+fn as_output<O: 'static>(reply: ToolReply) -> Result<O, CallError> {
+    (Box::new(reply) as Box<dyn Any>)
+        .downcast::<O>()
+        .map(|o| *o)
+        .map_err(|_| CallError::Unavailable {
+            tool: String::new(),
+            reason: "a cached result reached a typed call".into(),
+        })
+}
+
+/// The call's audit record in the making. Dropped unfinished (the caller went away), it is
+/// recorded as `cancelled`.
+struct Trail {
+    gov: Arc<Governance>,
+    entry: Option<Entry>,
+    ctx: CallContext,
+    digest: u64,
+    rule: Arc<str>,
+}
+
+impl Trail {
+    fn new(gov: &Arc<Governance>, tool: &Arc<str>, ctx: &CallContext) -> Self {
+        Self {
+            gov: Arc::clone(gov),
+            entry: Some(Entry {
+                call_id: ctx.call_id(),
+                agent: ctx.agent_shared().cloned(),
+                session: ctx.session_shared().cloned(),
+                tool: Arc::clone(tool),
+                digest: 0,
+                decision: Action::Allow,
+                rule: Arc::from(""),
+                duration_us: 0,
+                outcome: Outcome::Cancelled,
+            }),
+            ctx: ctx.clone(),
+            digest: 0,
+            rule: Arc::from(""),
+        }
+    }
+
+    fn take(&mut self, outcome: Outcome) -> Option<Entry> {
+        let mut entry = self.entry.take()?;
+        entry.digest = self.digest;
+        entry.rule = Arc::clone(&self.rule);
+        entry.outcome = outcome;
+        entry.decision = if outcome == Outcome::Denied {
+            Action::Deny
+        } else {
+            Action::Allow
+        };
+        entry.duration_us = duration_us(self.ctx.started().elapsed());
+        Some(entry)
+    }
+
+    async fn finish<O>(mut self, result: Result<O, CallError>) -> Result<O, CallError> {
+        let outcome = match &result {
+            Ok(_) => Outcome::Ok,
+            Err(err) => Outcome::of(err),
+        };
+        let Some(entry) = self.take(outcome) else {
+            return result;
+        };
+        let gov = Arc::clone(&self.gov);
+        gov.emit(|| match &result {
+            Ok(_) => ToolEvent::Completed {
+                call_id: entry.call_id,
+                tool: Arc::clone(&entry.tool),
+                duration_us: entry.duration_us,
+            },
+            Err(CallError::Denied { reason, .. }) => ToolEvent::Denied {
+                call_id: entry.call_id,
+                tool: Arc::clone(&entry.tool),
+                reason: reason.clone(),
+            },
+            Err(err) => ToolEvent::Failed {
+                call_id: entry.call_id,
+                tool: Arc::clone(&entry.tool),
+                kind: err.kind().as_str(),
+                message: err.to_string(),
+            },
+        });
+        if let Some(audit) = gov.audit() {
+            audit.append(entry).await;
+        }
+        result
+    }
+}
+
+impl Drop for Trail {
+    fn drop(&mut self) {
+        if let Some(entry) = self.take(Outcome::Cancelled)
+            && let Some(audit) = self.gov.audit()
+        {
+            audit.append_now(entry);
+        }
+    }
+}
+
+fn duration_us(d: Duration) -> u64 {
+    u64::try_from(d.as_micros()).unwrap_or(u64::MAX)
+}
+
+impl Governance {
+    /// Records a call refused before its stack could run (arguments that do not decode):
+    /// audited and announced like any other, then answered with `err`.
+    pub(crate) fn refuse<O: Send + 'static>(
+        self: &Arc<Self>,
+        tool: &Arc<str>,
+        ctx: &CallContext,
+        err: CallError,
+    ) -> impl std::future::Future<Output = Result<O, CallError>> + Send + 'static {
+        let mut trail = Trail::new(self, tool, ctx);
+        trail.rule = Arc::from("argument check");
+        self.emit(|| ToolEvent::Invoked {
+            call_id: ctx.call_id(),
+            tool: Arc::clone(tool),
+            agent: ctx.agent_shared().cloned(),
+        });
+        trail.finish(Err(err))
+    }
+}
