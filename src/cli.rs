@@ -1,5 +1,6 @@
 //! Argument parsing and the subcommands.
 
+mod audit;
 mod bench;
 mod bridge;
 mod context;
@@ -55,6 +56,9 @@ enum Command {
     Tools(serve::ToolsArgs),
     /// Show a running server's supervision tree, restarts and breaker states.
     Status(serve::StatusArgs),
+    /// List audited calls: who called what, the permission decision and the rule behind
+    /// it, how long it took and how it ended (--json for JSON lines).
+    Audit(audit::AuditArgs),
     /// Run a short demonstration: tool calls, a crash and its restart, a stuck call cancelled
     /// and replaced, two agents talking through mailboxes in the store, and the supervision
     /// tree.
@@ -102,6 +106,7 @@ pub(crate) fn main() -> ExitCode {
             Command::Mcp(args) => bridge::run(args, &cli.data_dir).await,
             Command::Tools(args) => serve::tools(args).await,
             Command::Status(args) => serve::status(args, &cli.data_dir).await,
+            Command::Audit(args) => audit::run(args, &cli.data_dir).await,
             Command::Demo(args) => demo::run(args, &cli.data_dir).await,
             Command::Bench(args) => bench::run(args, &cli.data_dir).await,
             Command::Agents(args) => mail::agents(args, &cli.data_dir).await,

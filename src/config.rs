@@ -1,8 +1,50 @@
 //! `guildhall.toml`: settings a server reads at start.
 //!
 //! ```toml
+//! trust = "bounded"                 # agents' default trust level
+//!
+//! [[rules]]                         # config-scope permission rules, in order
+//! tool = "shell"
+//! arg = "command"
+//! pattern = "git *"
+//! action = "allow"
+//!
 //! [roles.dev]
 //! tools = ["send_message", "check_inbox", "read_message", "mark_read", "context_*"]
+//! trust = "suggest"
+//! rules = [{ tool = "context_update", action = "allow" }]
+//!
+//! [agents.tl]
+//! trust = "autonomous"
+//!
+//! [[hooks]]
+//! tools = "shell"
+//! phase = "before"                  # or "after"
+//! command = ["sh", "hooks/no-rm.sh"] # run in this file's directory
+//! timeout = "5s"
+//! on_failure = "deny"               # what an error or timeout means
+//! priority = 0                      # lower runs first
+//!
+//! [doom_loop]
+//! threshold = 3
+//! action = "deny"
+//!
+//! [truncate]
+//! max_lines = 2000
+//! max_bytes = 51200
+//! retention = "7d"
+//!
+//! [tools.shell]
+//! max_lines = 500
+//! rate = "100/min"
+//! cache_ttl = "30s"                 # declares the tool deterministic
+//!
+//! [limits]
+//! agent_rate = "600/min"
+//!
+//! [audit]
+//! enabled = true
+//! retention = "90d"
 //! ```
 //!
 //! A role's `tools` is the default tool set of every MCP connection bound to an agent in that
@@ -10,9 +52,16 @@
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
-use serde::Deserialize;
+use serde::{Deserialize, Deserializer};
 
+use crate::governance::doom::LoopConfig;
+use crate::governance::truncate::Limits;
+use crate::governance::{
+    Action, CommandHook, Glob, GovernanceConfig, Phase, Principal, Rate, RegisteredHook, Rule,
+    ToolPolicy, Trust,
+};
 use crate::mcp::ToolFilter;
 use crate::mcp::local::RoleTools;
 
@@ -23,17 +72,172 @@ pub const CONFIG_FILE: &str = "guildhall.toml";
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Config {
+    /// The trust level of agents whose role and own settings name none.
+    #[serde(default)]
+    pub trust: Trust,
+    /// Config-scope permission rules.
+    #[serde(default)]
+    pub rules: Vec<Rule>,
     /// Settings per role.
     #[serde(default)]
     pub roles: BTreeMap<String, RoleConfig>,
+    /// Settings per agent.
+    #[serde(default)]
+    pub agents: BTreeMap<String, AgentConfig>,
+    /// Command hooks.
+    #[serde(default)]
+    pub hooks: Vec<HookConfig>,
+    /// The loop guard.
+    #[serde(default)]
+    pub doom_loop: LoopConfig,
+    /// Default truncation.
+    #[serde(default)]
+    pub truncate: TruncateConfig,
+    /// Settings per tool.
+    #[serde(default)]
+    pub tools: BTreeMap<String, ToolConfig>,
+    /// Rate limits that are not per tool.
+    #[serde(default)]
+    pub limits: LimitsConfig,
+    /// The audit log.
+    #[serde(default)]
+    pub audit: AuditConfig,
+    /// The directory of the file, where command hooks run.
+    #[serde(skip)]
+    pub dir: PathBuf,
 }
 
 /// One role's settings.
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RoleConfig {
-    /// Tool names and globs its agents' connections see.
-    pub tools: Vec<String>,
+    /// Tool names and globs its agents' connections see (all when absent).
+    #[serde(default)]
+    pub tools: Option<Vec<String>>,
+    /// Its agents' trust level.
+    #[serde(default)]
+    pub trust: Option<Trust>,
+    /// Its permission rules.
+    #[serde(default)]
+    pub rules: Vec<Rule>,
+}
+
+/// One agent's settings.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AgentConfig {
+    /// Its trust level, over its role's.
+    #[serde(default)]
+    pub trust: Option<Trust>,
+    /// Its permission rules.
+    #[serde(default)]
+    pub rules: Vec<Rule>,
+}
+
+/// A command hook.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HookConfig {
+    /// A name for messages (default: the command).
+    #[serde(default)]
+    pub name: Option<String>,
+    /// The tools it sees (a glob; default all).
+    #[serde(default = "all_tools")]
+    pub tools: Glob,
+    /// Before or after calls.
+    pub phase: Phase,
+    /// The program and its arguments.
+    pub command: Command,
+    /// How long it may take (default 10 s).
+    #[serde(default, deserialize_with = "duration")]
+    pub timeout: Option<Duration>,
+    /// What an error or timeout means (default deny).
+    #[serde(default)]
+    pub on_failure: Option<Action>,
+    /// Lower runs first (default 0).
+    #[serde(default)]
+    pub priority: i32,
+}
+
+/// A program and its arguments; never empty.
+#[derive(Debug, Clone)]
+pub struct Command(pub Vec<String>);
+
+impl<'de> Deserialize<'de> for Command {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let parts = Vec::<String>::deserialize(d)?;
+        if parts.first().is_none_or(String::is_empty) {
+            return Err(serde::de::Error::custom(
+                "`command` needs a program, e.g. [\"sh\", \"hooks/check.sh\"]",
+            ));
+        }
+        Ok(Self(parts))
+    }
+}
+
+fn all_tools() -> Glob {
+    Glob::new("*").unwrap_or_else(|_| unreachable!("`*` is a valid glob"))
+}
+
+/// Default truncation and spill-file retention.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TruncateConfig {
+    /// Lines a model sees at most (default 2,000).
+    #[serde(default)]
+    pub max_lines: Option<usize>,
+    /// Bytes a model sees at most (default 51,200).
+    #[serde(default)]
+    pub max_bytes: Option<usize>,
+    /// How long spill files are kept (default 7 days).
+    #[serde(default, deserialize_with = "duration")]
+    pub retention: Option<Duration>,
+}
+
+/// One tool's settings.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ToolConfig {
+    /// Lines a model sees at most.
+    #[serde(default)]
+    pub max_lines: Option<usize>,
+    /// Bytes a model sees at most.
+    #[serde(default)]
+    pub max_bytes: Option<usize>,
+    /// Calls admitted per period, all callers together (`100/min`).
+    #[serde(default)]
+    pub rate: Option<Rate>,
+    /// Declares the tool deterministic and caches its results this long.
+    #[serde(default, deserialize_with = "duration")]
+    pub cache_ttl: Option<Duration>,
+}
+
+/// Rate limits across tools.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LimitsConfig {
+    /// Calls each agent may make per period, across its tools.
+    #[serde(default)]
+    pub agent_rate: Option<Rate>,
+}
+
+/// The audit log.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AuditConfig {
+    /// Whether calls are audited (default true).
+    #[serde(default)]
+    pub enabled: Option<bool>,
+    /// How long records are kept (default 90 days).
+    #[serde(default, deserialize_with = "duration")]
+    pub retention: Option<Duration>,
+}
+
+fn duration<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Duration>, D::Error> {
+    let text = String::deserialize(d)?;
+    humantime::parse_duration(&text)
+        .map(Some)
+        .map_err(|err| serde::de::Error::custom(format!("invalid duration `{text}`: {err}; write e.g. `5s`, `30min` or `7d`")))
 }
 
 /// A config file that cannot be used.
@@ -80,7 +284,81 @@ impl Config {
             line: None,
             reason,
         })?;
+        let mut config = config;
+        config.dir = path
+            .parent()
+            .filter(|p| !p.as_os_str().is_empty())
+            .map_or_else(|| PathBuf::from("."), Path::to_owned);
         Ok(config)
+    }
+
+    /// The governance settings: rules, trust, hooks, guard, truncation, limits, audit.
+    pub fn governance(&self) -> GovernanceConfig {
+        let defaults = GovernanceConfig::default();
+        let limits = Limits::default();
+        let principal = |trust: Option<Trust>, rules: &[Rule]| Principal {
+            trust,
+            rules: rules.to_vec(),
+        };
+        let hooks = self
+            .hooks
+            .iter()
+            .map(|h| {
+                let program = h.command.0[0].clone();
+                let hook = CommandHook::new(&program, h.command.0[1..].iter().cloned())
+                    .current_dir(&self.dir);
+                RegisteredHook {
+                    name: h.name.clone().unwrap_or_else(|| h.command.0.join(" ")),
+                    phase: h.phase,
+                    tools: h.tools.clone(),
+                    priority: h.priority,
+                    timeout: h.timeout.unwrap_or(Duration::from_secs(10)),
+                    on_failure: h.on_failure.unwrap_or(Action::Deny),
+                    hook: std::sync::Arc::new(hook),
+                }
+            })
+            .collect();
+        GovernanceConfig {
+            trust: self.trust,
+            rules: self.rules.clone(),
+            roles: self
+                .roles
+                .iter()
+                .map(|(role, c)| (role.clone(), principal(c.trust, &c.rules)))
+                .collect(),
+            agents: self
+                .agents
+                .iter()
+                .map(|(agent, c)| (agent.clone(), principal(c.trust, &c.rules)))
+                .collect(),
+            hooks,
+            doom_loop: self.doom_loop,
+            truncate: Limits {
+                max_lines: self.truncate.max_lines.unwrap_or(limits.max_lines),
+                max_bytes: self.truncate.max_bytes.unwrap_or(limits.max_bytes),
+            },
+            spill_retention: self.truncate.retention.unwrap_or(defaults.spill_retention),
+            spill_dir: None,
+            tools: self
+                .tools
+                .iter()
+                .map(|(tool, c)| {
+                    let truncate = (c.max_lines.is_some() || c.max_bytes.is_some()).then(|| Limits {
+                        max_lines: c.max_lines.or(self.truncate.max_lines).unwrap_or(limits.max_lines),
+                        max_bytes: c.max_bytes.or(self.truncate.max_bytes).unwrap_or(limits.max_bytes),
+                    });
+                    let policy = ToolPolicy {
+                        truncate,
+                        rate: c.rate,
+                        cache_ttl: c.cache_ttl,
+                    };
+                    (tool.clone(), policy)
+                })
+                .collect(),
+            agent_rate: self.limits.agent_rate,
+            audit: self.audit.enabled.unwrap_or(defaults.audit),
+            audit_retention: self.audit.retention.unwrap_or(defaults.audit_retention),
+        }
     }
 
     /// Each role's tool filter.
@@ -90,8 +368,9 @@ impl Config {
     pub fn role_tools(&self) -> Result<RoleTools, String> {
         self.roles
             .iter()
-            .map(|(role, config)| {
-                ToolFilter::only(&config.tools)
+            .filter_map(|(role, config)| Some((role, config.tools.as_ref()?)))
+            .map(|(role, tools)| {
+                ToolFilter::only(tools)
                     .map(|filter| (role.clone(), filter))
                     .map_err(|err| format!("roles.{role}.tools: {err}"))
             })
@@ -127,6 +406,32 @@ mod tests {
             .expect("valid");
         assert!(tools["dev"].allows("context_get"));
         assert!(!tools["dev"].allows("send_message"));
+
+        // Semantic errors in governance settings name their line too.
+        for (text, line, what) in [
+            ("[[rules]]\ntool = \"x\"\naction = \"perhaps\"\n", 1, "perhaps"),
+            ("[tools.shell]\nrate = \"lots\"\n", 2, "invalid rate `lots`"),
+            ("[audit]\nretention = \"forever\"\n", 2, "invalid duration `forever`"),
+            ("[[hooks]]\nphase = \"before\"\ncommand = []\n", 3, "needs a program"),
+            ("trust = \"total\"\n", 1, "total"),
+        ] {
+            std::fs::write(&path, text).expect("write");
+            let err = Config::load(&path, true).expect_err(text);
+            assert_eq!(err.line, Some(line), "{text}: {err}");
+            assert!(err.reason.contains(what), "{text}: {err}");
+        }
+
+        std::fs::write(
+            &path,
+            "trust = \"bounded\"\n[roles.dev]\ntrust = \"read_only\"\n[tools.shell]\nmax_lines = 5\nrate = \"10/min\"\n[[hooks]]\ntools = \"shell\"\nphase = \"before\"\ncommand = [\"true\"]\n",
+        )
+        .expect("write");
+        let governance = Config::load(&path, true).expect("valid").governance();
+        assert_eq!(governance.trust, Trust::Bounded);
+        assert_eq!(governance.roles["dev"].trust, Some(Trust::ReadOnly));
+        let shell = &governance.tools["shell"];
+        assert_eq!(shell.truncate.map(|l| (l.max_lines, l.max_bytes)), Some((5, 51_200)));
+        assert_eq!(governance.hooks[0].name, "true");
 
         assert!(Config::load(&dir.path().join("absent.toml"), false).is_ok());
         assert!(Config::load(&dir.path().join("absent.toml"), true).is_err());

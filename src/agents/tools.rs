@@ -236,6 +236,11 @@ impl Tool for CheckInbox {
     type Error = MailError;
     type State = ();
 
+    /// A waiting check repeats by design: the loop guard leaves it alone.
+    fn polls(input: &CheckInput) -> bool {
+        input.wait_secs.is_some_and(|w| w > 0.0)
+    }
+
     fn name(&self) -> &str {
         "check_inbox"
     }

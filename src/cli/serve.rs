@@ -82,7 +82,7 @@ pub(crate) async fn serve(args: ServeArgs, data_dir: &Path) -> CliResult {
         Some(list) => ToolFilter::parse(list)?,
         None => ToolFilter::all(),
     };
-    let mut builder = Runtime::builder();
+    let mut builder = Runtime::builder().governance(config.governance());
     if args.bench_echo {
         builder = builder.tool(guildhall::bench::mcp::Echo);
     }

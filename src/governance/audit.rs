@@ -123,7 +123,8 @@ pub struct AuditRecord {
 }
 
 /// Which records to list.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
 pub struct AuditQuery {
     /// Only this agent's calls.
     pub agent: Option<String>,
@@ -225,40 +226,40 @@ impl AuditLog {
         rx.await.unwrap_or(Err(StoreError::Closed))
     }
 
-    /// The records `query` selects, oldest first.
+    /// The records `query` selects, oldest first. Records still on their way to the store
+    /// are not included: [`flush`](Self::flush) first to see every finished call.
     ///
     /// # Errors
     /// A store read or decode error.
     pub fn query(&self, query: &AuditQuery) -> Result<Vec<AuditRecord>, StoreError> {
-        let start = query.since_ms.map(time_key).unwrap_or_default();
-        let until = query.until_ms.map(time_key);
-        let mut found = std::collections::VecDeque::new();
-        store::scan_values_from(
-            &*self.store,
-            Table::Audit,
-            &[],
-            &start,
-            |key, r: AuditRecord| {
-                if until.as_ref().is_some_and(|u| key >= u.as_slice()) {
-                    return false;
-                }
-                let wanted = query
-                    .agent
-                    .as_ref()
-                    .is_none_or(|a| r.agent.as_ref() == Some(a))
-                    && query.tool.as_ref().is_none_or(|t| t.matches(&r.tool))
-                    && query.outcome.is_none_or(|o| r.outcome == o);
-                if wanted {
-                    found.push_back(r);
-                    if query.limit.is_some_and(|l| found.len() > l) {
-                        found.pop_front();
-                    }
-                }
-                true
-            },
-        )?;
-        Ok(found.into())
+        self::query(&*self.store, query)
     }
+}
+
+/// The records `query` selects from `store`'s audit log, oldest first.
+///
+/// # Errors
+/// A store read or decode error.
+pub fn query(store: &dyn Store, query: &AuditQuery) -> Result<Vec<AuditRecord>, StoreError> {
+    let start = query.since_ms.map(time_key).unwrap_or_default();
+    let until = query.until_ms.map(time_key);
+    let mut found = std::collections::VecDeque::new();
+    store::scan_values_from(store, Table::Audit, &[], &start, |key, r: AuditRecord| {
+        if until.as_ref().is_some_and(|u| key >= u.as_slice()) {
+            return false;
+        }
+        let wanted = query.agent.as_ref().is_none_or(|a| r.agent.as_ref() == Some(a))
+            && query.tool.as_ref().is_none_or(|t| t.matches(&r.tool))
+            && query.outcome.is_none_or(|o| r.outcome == o);
+        if wanted {
+            found.push_back(r);
+            if query.limit.is_some_and(|l| found.len() > l) {
+                found.pop_front();
+            }
+        }
+        true
+    })?;
+    Ok(found.into())
 }
 
 /// The smallest key of a call started at `ms`: a UUID v7's first 48 bits.

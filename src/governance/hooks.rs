@@ -288,6 +288,7 @@ fn rank(action: Action) -> u8 {
 pub struct CommandHook {
     program: PathBuf,
     args: Vec<String>,
+    dir: Option<PathBuf>,
 }
 
 /// How much of a failing hook's stderr goes into the error.
@@ -299,15 +300,24 @@ impl CommandHook {
         Self {
             program: program.into(),
             args: args.into_iter().collect(),
+            dir: None,
         }
     }
 
-    async fn exec(
-        program: PathBuf,
-        args: Vec<String>,
-        input: Arc<HookInput>,
-    ) -> Result<HookReply, String> {
-        let mut child = tokio::process::Command::new(&program)
+    /// Runs the program in `dir` (a config file's hooks run in the file's directory).
+    #[must_use]
+    pub fn current_dir(mut self, dir: impl Into<PathBuf>) -> Self {
+        self.dir = Some(dir.into());
+        self
+    }
+
+    async fn exec(self, input: Arc<HookInput>) -> Result<HookReply, String> {
+        let Self { program, args, dir } = self;
+        let mut command = tokio::process::Command::new(&program);
+        if let Some(dir) = &dir {
+            command.current_dir(dir);
+        }
+        let mut child = command
             .args(&args)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
@@ -361,7 +371,7 @@ impl CommandHook {
 
 impl Hook for CommandHook {
     fn run(&self, input: Arc<HookInput>) -> BoxFuture<'static, Result<HookReply, String>> {
-        Box::pin(Self::exec(self.program.clone(), self.args.clone(), input))
+        Box::pin(self.clone().exec(input))
     }
 }
 

@@ -17,8 +17,12 @@ use serde_json::Value;
 use tokio::sync::mpsc;
 use tokio_util::sync::{CancellationToken, DropGuard};
 
+use futures::future::BoxFuture;
+use rmcp::service::ElicitationMode;
+
 use super::filter::ToolFilter;
 use super::fixtures;
+use crate::governance::{Approval, AskRequest, Asker, ToolReply};
 use crate::{AgentSpec, CallOptions, Runtime};
 
 /// Tools per `tools/list` page.
@@ -108,9 +112,22 @@ impl McpServer {
 
     /// Every tool this connection may see, in name order, as `tools/list` shows them.
     pub fn visible_tools(&self) -> Vec<Tool> {
-        let all = self.listing();
-        all.iter()
+        self.visible_tools_for(self.agent.as_deref())
+    }
+
+    /// The tools `agent` sees on this connection: those its filter passes and governance
+    /// does not deny it outright.
+    fn visible_tools_for(&self, agent: Option<&str>) -> Vec<Tool> {
+        let runtime = &self.shared.runtime;
+        let governance = runtime.governance();
+        self.listing()
+            .iter()
             .filter(|t| self.filter.allows(&t.name))
+            .filter(|t| {
+                runtime
+                    .tool(&t.name)
+                    .is_none_or(|spec| !governance.hides(agent, &spec))
+            })
             .cloned()
             .collect()
     }
@@ -202,26 +219,91 @@ impl McpServer {
         if let Some(token) = cx.meta.get_progress_token() {
             options = options.observer(ProgressRelay::start(token, cx.peer.clone()));
         }
+        if cx
+            .peer
+            .supported_elicitation_modes()
+            .contains(&ElicitationMode::Form)
+        {
+            options = options.asker(Arc::new(ElicitingAsker {
+                peer: cx.peer.clone(),
+            }));
+        }
         let args = Value::Object(request.arguments.unwrap_or_default());
         let outcome = tokio::select! {
             biased;
-            outcome = self.shared.runtime.call_json(name, args, options) => outcome,
+            outcome = self.shared.runtime.call_reply(name, args, options) => outcome,
             // Dropping the call fires its cancellation token in the tool.
             () = cx.ct.cancelled() => {
                 return Err(McpError::invalid_request("the request was cancelled", None));
             }
         };
         match outcome {
-            Ok(value) if value.is_object() => Ok(CallToolResult::structured(value)),
-            Ok(value) => Ok(CallToolResult::success(vec![ContentBlock::text(
-                value.to_string(),
-            )])),
+            Ok(reply) => Ok(model_result(reply)),
             Err(CallError::UnknownTool { name }) => Err(McpError::invalid_params(
                 format!("unknown tool `{name}`; `tools/list` shows the available tools"),
                 None,
             )),
             Err(err) => Ok(tool_failure(&err)),
         }
+    }
+}
+
+/// A result as the model sees it: the structured value with its text copy, or, when it was
+/// too long, the cut text pointing at the spill file (with no structured copy, since a cut
+/// value would not match the output schema); hook notes follow as text.
+fn model_result(reply: ToolReply) -> CallToolResult {
+    let mut result = match reply.truncated {
+        Some(cut) => CallToolResult::success(vec![ContentBlock::text(cut.text)]),
+        None if reply.value.is_object() => {
+            let mut result = CallToolResult::success(vec![ContentBlock::text(reply.text)]);
+            result.structured_content = Some(reply.value);
+            result
+        }
+        None => CallToolResult::success(vec![ContentBlock::text(reply.text)]),
+    };
+    result.content.extend(
+        reply
+            .notes
+            .into_iter()
+            .map(|note| ContentBlock::text(format!("note: {note}"))),
+    );
+    result
+}
+
+/// Asks the client's user through a form elicitation (2025-11-25 clients that declare the
+/// capability). Declining or cancelling the form denies the call.
+struct ElicitingAsker {
+    peer: rmcp::Peer<RoleServer>,
+}
+
+/// The approval form.
+#[derive(serde::Deserialize, schemars::JsonSchema)]
+struct ApprovalForm {
+    /// `once` (this call), `session` (calls like it this session), `always` (from now
+    /// on), or `deny`.
+    approve: Approval,
+}
+
+rmcp::elicit_safe!(ApprovalForm);
+
+impl Asker for ElicitingAsker {
+    fn ask(&self, request: AskRequest) -> BoxFuture<'static, Approval> {
+        let peer = self.peer.clone();
+        Box::pin(async move {
+            let who = request.agent.as_deref().unwrap_or("an agent");
+            let message = format!(
+                "{who} wants to call `{}` with {}.\n{}. Allow it?",
+                request.tool, request.arguments, request.reason
+            );
+            match peer.elicit::<ApprovalForm>(message).await {
+                Ok(Some(form)) => form.approve,
+                Ok(None) => Approval::Deny,
+                Err(err) => {
+                    tracing::info!(%err, tool = %request.tool, "approval request failed; the call is denied");
+                    Approval::Deny
+                }
+            }
+        })
     }
 }
 
@@ -340,9 +422,10 @@ impl ServerHandler for McpServer {
     async fn list_tools(
         &self,
         request: Option<PaginatedRequestParams>,
-        _cx: RequestContext<RoleServer>,
+        cx: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, McpError> {
-        let tools = self.visible_tools();
+        let agent = self.caller(&cx).await?;
+        let tools = self.visible_tools_for(agent.as_deref());
         let total = tools.len();
         let start = match request.and_then(|r| r.cursor) {
             None => 0,

@@ -58,6 +58,12 @@ pub enum Hello {
     },
     /// Answer with the server's status: its supervision tree, agents and tools.
     Status,
+    /// Answer with the audit records the query selects (every call finished so far).
+    Audit {
+        /// Which records.
+        #[serde(default)]
+        query: crate::governance::AuditQuery,
+    },
     /// Call one tool, as `agent` when given, and answer with its result.
     Call {
         /// The calling agent.
@@ -228,6 +234,16 @@ async fn handle(stream: UnixStream, server: McpServer, roles: &RoleTools) -> std
             let reply = match status(&server).await {
                 Ok(value) => Reply::Ok(value),
                 Err(reason) => Reply::Error(reason),
+            };
+            answer(&mut writer, reply).await
+        }
+        Hello::Audit { query } => {
+            let reply = match server.runtime().governance().audit() {
+                None => Reply::Error("auditing is off in this server's config".into()),
+                Some(audit) => match audit.flush().await.and_then(|()| audit.query(&query)) {
+                    Ok(records) => Reply::Ok(serde_json::to_value(records).unwrap_or_default()),
+                    Err(err) => Reply::Error(err.to_string()),
+                },
             };
             answer(&mut writer, reply).await
         }
