@@ -235,9 +235,11 @@ pub struct AuditConfig {
 
 fn duration<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Duration>, D::Error> {
     let text = String::deserialize(d)?;
-    humantime::parse_duration(&text)
-        .map(Some)
-        .map_err(|err| serde::de::Error::custom(format!("invalid duration `{text}`: {err}; write e.g. `5s`, `30min` or `7d`")))
+    humantime::parse_duration(&text).map(Some).map_err(|err| {
+        serde::de::Error::custom(format!(
+            "invalid duration `{text}`: {err}; write e.g. `5s`, `30min` or `7d`"
+        ))
+    })
 }
 
 /// A config file that cannot be used.
@@ -343,10 +345,17 @@ impl Config {
                 .tools
                 .iter()
                 .map(|(tool, c)| {
-                    let truncate = (c.max_lines.is_some() || c.max_bytes.is_some()).then(|| Limits {
-                        max_lines: c.max_lines.or(self.truncate.max_lines).unwrap_or(limits.max_lines),
-                        max_bytes: c.max_bytes.or(self.truncate.max_bytes).unwrap_or(limits.max_bytes),
-                    });
+                    let truncate =
+                        (c.max_lines.is_some() || c.max_bytes.is_some()).then(|| Limits {
+                            max_lines: c
+                                .max_lines
+                                .or(self.truncate.max_lines)
+                                .unwrap_or(limits.max_lines),
+                            max_bytes: c
+                                .max_bytes
+                                .or(self.truncate.max_bytes)
+                                .unwrap_or(limits.max_bytes),
+                        });
                     let policy = ToolPolicy {
                         truncate,
                         rate: c.rate,
@@ -409,10 +418,22 @@ mod tests {
 
         // Semantic errors in governance settings name their line too.
         for (text, line, what) in [
-            ("[[rules]]\ntool = \"x\"\naction = \"perhaps\"\n", 1, "perhaps"),
+            (
+                "[[rules]]\ntool = \"x\"\naction = \"perhaps\"\n",
+                1,
+                "perhaps",
+            ),
             ("[tools.shell]\nrate = \"lots\"\n", 2, "invalid rate `lots`"),
-            ("[audit]\nretention = \"forever\"\n", 2, "invalid duration `forever`"),
-            ("[[hooks]]\nphase = \"before\"\ncommand = []\n", 3, "needs a program"),
+            (
+                "[audit]\nretention = \"forever\"\n",
+                2,
+                "invalid duration `forever`",
+            ),
+            (
+                "[[hooks]]\nphase = \"before\"\ncommand = []\n",
+                3,
+                "needs a program",
+            ),
             ("trust = \"total\"\n", 1, "total"),
         ] {
             std::fs::write(&path, text).expect("write");
@@ -430,7 +451,10 @@ mod tests {
         assert_eq!(governance.trust, Trust::Bounded);
         assert_eq!(governance.roles["dev"].trust, Some(Trust::ReadOnly));
         let shell = &governance.tools["shell"];
-        assert_eq!(shell.truncate.map(|l| (l.max_lines, l.max_bytes)), Some((5, 51_200)));
+        assert_eq!(
+            shell.truncate.map(|l| (l.max_lines, l.max_bytes)),
+            Some((5, 51_200))
+        );
         assert_eq!(governance.hooks[0].name, "true");
 
         assert!(Config::load(&dir.path().join("absent.toml"), false).is_ok());

@@ -5,8 +5,8 @@ use std::path::Path;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use clap::Args;
-use guildhall::governance::audit::{self, AuditQuery, AuditRecord, Outcome};
 use guildhall::governance::Glob;
+use guildhall::governance::audit::{self, AuditQuery, AuditRecord, Outcome};
 use guildhall::mcp::local::{self, Hello, LocalError};
 
 type CliResult = Result<(), Box<dyn std::error::Error>>;
@@ -48,7 +48,10 @@ fn parse_time(text: &str) -> Result<u64, String> {
             format!("`{text}` is neither a duration (`1h`) nor a timestamp (`2026-11-21T09:00:00Z`): {err}")
         })?,
     };
-    let ms = at.duration_since(UNIX_EPOCH).unwrap_or_default().as_millis();
+    let ms = at
+        .duration_since(UNIX_EPOCH)
+        .unwrap_or_default()
+        .as_millis();
     Ok(u64::try_from(ms).unwrap_or(u64::MAX))
 }
 
@@ -61,11 +64,22 @@ pub(crate) async fn run(args: AuditArgs, data_dir: &Path) -> CliResult {
         until_ms: args.until,
         limit: Some(args.limit),
     };
-    let records: Vec<AuditRecord> = match local::connect(data_dir, &Hello::Audit { query: query.clone() }).await {
+    let records: Vec<AuditRecord> = match local::connect(
+        data_dir,
+        &Hello::Audit {
+            query: query.clone(),
+        },
+    )
+    .await
+    {
         Ok(connected) => serde_json::from_value(connected.value)?,
         Err(LocalError::NotRunning { .. }) => {
             if !data_dir.exists() {
-                return Err(format!("no store in {}: nothing was audited there", data_dir.display()).into());
+                return Err(format!(
+                    "no store in {}: nothing was audited there",
+                    data_dir.display()
+                )
+                .into());
             }
             let store = guildhall::store::open(data_dir)?;
             let records = audit::query(&*store, &query)?;

@@ -248,7 +248,10 @@ pub fn query(store: &dyn Store, query: &AuditQuery) -> Result<Vec<AuditRecord>, 
         if until.as_ref().is_some_and(|u| key >= u.as_slice()) {
             return false;
         }
-        let wanted = query.agent.as_ref().is_none_or(|a| r.agent.as_ref() == Some(a))
+        let wanted = query
+            .agent
+            .as_ref()
+            .is_none_or(|a| r.agent.as_ref() == Some(a))
             && query.tool.as_ref().is_none_or(|t| t.matches(&r.tool))
             && query.outcome.is_none_or(|o| r.outcome == o);
         if wanted {

@@ -227,7 +227,7 @@ impl Hooks {
                     tracing::warn!(hook = %hook.name, tool = %input.tool, %err, "before-hook failed");
                     HookReply {
                         decision: Some(hook.on_failure),
-                        message: Some(format!("hook `{}` failed: {err}", hook.name)),
+                        message: Some(format!("failed: {err}")),
                         ..HookReply::default()
                     }
                 }
@@ -240,9 +240,10 @@ impl Hooks {
                 out.arguments = Some(arguments);
             }
             if let Some(action) = reply.decision {
-                let why = reply
-                    .message
-                    .unwrap_or_else(|| format!("hook `{}` said {}", hook.name, action.as_str()));
+                let why = match reply.message {
+                    Some(message) => format!("hook `{}`: {message}", hook.name),
+                    None => format!("hook `{}` said {}", hook.name, action.as_str()),
+                };
                 let stronger = out
                     .decision
                     .as_ref()
@@ -438,7 +439,10 @@ mod tests {
             RegisteredHook::new("other", Phase::Before, "x", record("other")).expect("hook"),
         ]);
         let out = hooks.before(input("t", json!({"n": 1}))).await;
-        assert_eq!(out.decision, Some((Action::Deny, "no".to_owned())));
+        assert_eq!(
+            out.decision,
+            Some((Action::Deny, "hook `deny`: no".to_owned()))
+        );
         assert_eq!(out.arguments, Some(json!({"n": 2})));
         assert_eq!(
             *seen.lock().expect("lock"),
@@ -466,7 +470,7 @@ mod tests {
         let out = hooks.before(input("t", json!({}))).await;
         let (action, why) = out.decision.expect("decided");
         assert_eq!(action, Action::Deny);
-        assert!(why.contains("hook `fail` failed: broken"), "{why}");
+        assert_eq!(why, "hook `fail`: failed: broken");
 
         let hooks = Hooks::new([RegisteredHook::new("hang", Phase::Before, "*", hang)
             .expect("hook")

@@ -198,14 +198,15 @@ pub struct Rule {
     pub action: Action,
 }
 
-/// [`Rule`] as written in config and in the store.
+/// [`Rule`] as written in config and in the store. No field is skipped when empty: the
+/// store's encoding is positional.
 #[derive(Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct RuleText {
     tool: Glob,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(default)]
     arg: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(default)]
     pattern: Option<Glob>,
     action: Action,
 }

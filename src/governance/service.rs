@@ -257,12 +257,14 @@ where
         match action {
             Action::Allow => {}
             Action::Deny => {
-                return trail
-                    .finish(Err(denied(name, format!("{why} denies it"))))
-                    .await;
+                return trail.finish(Err(denied(name, why.to_string()))).await;
             }
             Action::Ask => {
-                let covering = verdict.asking_rule.clone();
+                // An approval covers what the asking rule covered, or else the whole tool.
+                let covering = verdict
+                    .asking_rule
+                    .clone()
+                    .or_else(|| Rule::new(name, Action::Allow).ok());
                 let outcome = ask(
                     gov,
                     name,

@@ -22,6 +22,8 @@ mod contract;
 mod crash;
 /// Durable sends killed with SIGKILL at random points lose no acknowledged message.
 mod durability;
+/// Call governance: rules, trust, approvals, hooks, loop guard, truncation, cache, audit, events.
+mod governance;
 /// Agents and mailboxes: addressing, ordering, waiting, passivation, crashes, limits.
 mod mailbox;
 /// The MCP server on the wire: both eras over a duplex and over HTTP.
