@@ -14,12 +14,14 @@ pub use mcp::{McpBenchConfig, McpReport};
 
 use std::future::Future;
 use std::hint::black_box;
+use std::sync::Arc;
 use std::time::Duration;
 
 use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
+use crate::governance::{Action, GovernanceConfig, Principal, Rule, Trust};
 use crate::supervision::{Backoff, BreakerConfig, SharedBreaker};
 use crate::{CallContext, CallOptions, Runtime, Tool, ToolOptions};
 
@@ -200,6 +202,11 @@ pub struct CallsReport {
     pub json_pipeline_ns: f64,
     /// `pipeline_ns / raw_ractor_ns`.
     pub overhead_ratio: f64,
+    /// The typed call with every governance stage on: rules in every scope, the loop
+    /// guard, and the audit log written to a durable store (no hooks).
+    pub governed_ns: f64,
+    /// `governed_ns / pipeline_ns`.
+    pub governed_ratio: f64,
     /// One breaker admission plus one outcome record.
     pub breaker_check_ns: f64,
     /// Median time from a caller receiving `crashed` to the next call succeeding.
@@ -270,12 +277,29 @@ pub trait Stage: Send + Sync {
 /// If the runtime under test fails to start or a baseline call fails.
 pub async fn calls(config: CallsConfig, stage: &dyn Stage) -> CallsReport {
     let rt = Runtime::builder()
+        .governance(GovernanceConfig::off())
         .tool(Noop::named("noop"))
         .tool_with(Crashy, crash_options())
         .build()
         .await
         .expect("bench runtime starts");
     let handle = rt.handle::<Noop>("noop").expect("noop registered");
+    let audit_dir = mail::tempfile_in(&std::env::temp_dir());
+    let governed_rt = Runtime::builder()
+        .data_dir(&audit_dir)
+        .governance(governed_config())
+        .tool(Noop::named("noop"))
+        .build()
+        .await
+        .expect("governed bench runtime starts");
+    let agent: Arc<str> = Arc::from("bench-1");
+    governed_rt
+        .register_agent(crate::AgentSpec::new("bench-1", "bench"))
+        .await
+        .expect("bench agent registers");
+    let governed = governed_rt.handle::<Noop>("noop").expect("noop registered");
+    let as_agent = || CallOptions::new().agent(Arc::clone(&agent));
+    let mut n = 0u64;
     let (raw, _) = Actor::spawn(None, RawEcho, ())
         .await
         .expect("raw actor starts");
@@ -285,8 +309,8 @@ pub async fn calls(config: CallsConfig, stage: &dyn Stage) -> CallsReport {
     let json_args = serde_json::json!({ "n": 7 });
 
     stage.phase("calls", config.rounds as u64);
-    let (mut direct, mut raw_ns, mut pipe, mut json, mut brk) =
-        (vec![], vec![], vec![], vec![], vec![]);
+    let (mut direct, mut raw_ns, mut pipe, mut json, mut brk, mut gov) =
+        (vec![], vec![], vec![], vec![], vec![], vec![]);
     for _ in 0..config.rounds {
         direct.push(
             batch(config.batch, || async {
@@ -303,6 +327,18 @@ pub async fn calls(config: CallsConfig, stage: &dyn Stage) -> CallsReport {
         pipe.push(
             batch(config.batch, || async {
                 black_box(handle.call(Number { n: 7 }).await.ok());
+            })
+            .await,
+        );
+        gov.push(
+            batch(config.batch, || {
+                // Arguments change per call, as a working agent's do: the loop guard counts
+                // every call and trips none.
+                n += 1;
+                let call = governed.call_with(Number { n }, as_agent());
+                async move {
+                    black_box(call.await.ok());
+                }
             })
             .await,
         );
@@ -332,18 +368,59 @@ pub async fn calls(config: CallsConfig, stage: &dyn Stage) -> CallsReport {
 
     raw.stop(None);
     rt.shutdown().await;
+    governed_rt.shutdown().await;
+    let _ = std::fs::remove_dir_all(&audit_dir);
     let raw_ractor_ns = median(&mut raw_ns);
     let pipeline_ns = median(&mut pipe);
+    let governed_ns = median(&mut gov);
     CallsReport {
         direct_ns: median(&mut direct),
         raw_ractor_ns,
         pipeline_ns,
         json_pipeline_ns: median(&mut json),
         overhead_ratio: pipeline_ns / raw_ractor_ns,
+        governed_ns,
+        governed_ratio: governed_ns / pipeline_ns,
         breaker_check_ns: median(&mut brk),
         crash_recovery_p50_us: percentile(&recovery, 0.50),
         crash_recovery_p99_us: percentile(&recovery, 0.99),
     }
+}
+
+/// Governance as a careful deployment has it: rules in the config, role and agent scopes
+/// (some reading arguments, for other tools), bounded trust, the loop guard, and audit.
+fn governed_config() -> GovernanceConfig {
+    let rule = |tool: &str, action| Rule::new(tool, action).expect("valid bench rule");
+    let mut config = GovernanceConfig {
+        trust: Trust::Bounded,
+        rules: vec![
+            rule("shell", Action::Ask),
+            rule("shell", Action::Allow)
+                .with_arg("command", "git *")
+                .expect("valid bench rule"),
+            rule("net_*", Action::Deny),
+            rule("noop", Action::Ask),
+        ],
+        ..GovernanceConfig::default()
+    };
+    config.roles.insert(
+        "bench".into(),
+        Principal {
+            trust: Some(Trust::Suggest),
+            rules: vec![
+                rule("context_*", Action::Allow),
+                rule("noop", Action::Allow),
+            ],
+        },
+    );
+    config.agents.insert(
+        "bench-1".into(),
+        Principal {
+            trust: None,
+            rules: vec![rule("send_message", Action::Allow)],
+        },
+    );
+    config
 }
 
 /// Mean nanoseconds per call over one batch of `n` sequential calls.

@@ -420,7 +420,7 @@ mod tests {
         for (text, line, what) in [
             (
                 "[[rules]]\ntool = \"x\"\naction = \"perhaps\"\n",
-                1,
+                3,
                 "perhaps",
             ),
             ("[tools.shell]\nrate = \"lots\"\n", 2, "invalid rate `lots`"),

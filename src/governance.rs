@@ -131,6 +131,42 @@ type AgentSession = (Arc<str>, Option<Arc<str>>);
 /// A caller (none: the embedding program) and a tool (its interned name's address).
 type CallerTool = (Option<Arc<str>>, usize);
 
+impl GovernanceConfig {
+    /// No governance stage does anything: no rules, no hooks, no loop guard, no audit. Calls
+    /// still pass the layer (it is part of every stack) but only pay for a check. For
+    /// embedders that govern calls themselves, and for measuring the bare pipeline.
+    pub fn off() -> Self {
+        Self {
+            doom_loop: LoopConfig {
+                threshold: 0,
+                ..LoopConfig::default()
+            },
+            audit: false,
+            ..Self::default()
+        }
+    }
+
+    /// Whether this configuration does nothing to typed calls, so they can go straight to
+    /// the pipeline (events are still checked per call).
+    fn is_off(&self) -> bool {
+        self.rules.is_empty()
+            && self.trust == Trust::Autonomous
+            && self
+                .roles
+                .values()
+                .all(|p| p.rules.is_empty() && p.trust.is_none_or(|t| t == Trust::Autonomous))
+            && self
+                .agents
+                .values()
+                .all(|p| p.rules.is_empty() && p.trust.is_none_or(|t| t == Trust::Autonomous))
+            && self.hooks.is_empty()
+            && self.doom_loop.threshold == 0
+            && self.tools.values().all(|p| p.rate.is_none())
+            && self.agent_rate.is_none()
+            && !self.audit
+    }
+}
+
 /// The shared state of every [`Governed`] layer.
 pub struct Governance {
     config: GovernanceConfig,
@@ -142,6 +178,8 @@ pub struct Governance {
     lasting: RwLock<HashMap<String, Vec<Rule>>>,
     /// "Session" approvals, by agent and session.
     session: DashMap<AgentSession, Vec<Rule>, FxBuildHasher>,
+    /// Whether any session approval exists, checked before looking one up.
+    any_session_approval: std::sync::atomic::AtomicBool,
     /// Bumped when lasting approvals change.
     approvals_generation: AtomicU64,
     /// Decisions that depend on no argument, by caller and tool.
@@ -152,6 +190,9 @@ pub struct Governance {
     audit: Option<AuditLog>,
     events: Events,
     spill: Spill,
+    /// Nothing to do for typed calls (see [`GovernanceConfig::is_off`]), unless approvals
+    /// were stored by an earlier, governed run.
+    passive: bool,
 }
 
 impl Governance {
@@ -188,7 +229,9 @@ impl Governance {
         let audit = config
             .audit
             .then(|| AuditLog::start(Arc::clone(&store), config.audit_retention));
+        let passive = config.is_off() && lasting.is_empty();
         Ok(Arc::new(Self {
+            passive,
             hooks: Hooks::new(config.hooks.iter().cloned()),
             loops: LoopGuard::new(config.doom_loop),
             limits,
@@ -198,6 +241,7 @@ impl Governance {
             store,
             lasting: RwLock::new(lasting),
             session: DashMap::default(),
+            any_session_approval: std::sync::atomic::AtomicBool::new(false),
             approvals_generation: AtomicU64::new(0),
             decided: DashMap::default(),
             cache: cache::ResultCache::default(),
@@ -205,6 +249,11 @@ impl Governance {
             events: Events::default(),
             spill,
         }))
+    }
+
+    /// Whether typed calls may skip every stage (nothing is configured).
+    pub(crate) fn is_passive(&self) -> bool {
+        self.passive
     }
 
     /// The audit log, unless auditing is off.
@@ -277,7 +326,8 @@ impl Governance {
         tool_id: usize,
         args: &mut dyn FnMut() -> Option<Value>,
     ) -> Arc<Verdict> {
-        let session_rules = agent.and_then(|a| {
+        let any_session = self.any_session_approval.load(Ordering::Acquire);
+        let session_rules = agent.filter(|_| any_session).and_then(|a| {
             self.session
                 .get(&(Arc::clone(a), session.cloned()))
                 .map(|r| r.value().clone())
@@ -340,6 +390,7 @@ impl Governance {
                     .entry((Arc::clone(agent), session.cloned()))
                     .or_default()
                     .push(rule);
+                self.any_session_approval.store(true, Ordering::Release);
             }
             Approval::Always => {
                 let mut key = agent.as_bytes().to_vec();

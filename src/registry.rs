@@ -6,7 +6,6 @@ use std::sync::Arc;
 use futures::future::BoxFuture;
 use guildhall_actors::{CallContext, CallError, Tool, ToolSpec, WorkerPool, args};
 use serde_json::Value;
-use tower::ServiceExt;
 
 use crate::governance::{Governed, Request, ToolReply};
 use crate::options::CallOptions;
@@ -66,8 +65,7 @@ impl<T: Tool> ToolHandle<T> {
         let ctx = CallContext::new(options.agent, options.session, timeout, options.observer);
         let call = ToolCall { input, ctx };
         self.service
-            .clone()
-            .oneshot(Request {
+            .call_ref(Request {
                 call,
                 asker: options.asker,
             })
@@ -118,7 +116,7 @@ impl<T: Tool> ErasedTool for ToolEntry<T> {
             }
         };
         let call = ToolCall { input, ctx };
-        Box::pin(self.json.clone().oneshot(Request {
+        Box::pin(self.json.call_ref(Request {
             call,
             asker: options.asker,
         }))

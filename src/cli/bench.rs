@@ -518,6 +518,12 @@ fn table(out: &mut impl Write, r: &Report) -> std::io::Result<()> {
         ("guildhall pipeline call (ns)", c.pipeline_ns, ""),
         ("  with JSON in/out (ns)", c.json_pipeline_ns, ""),
         ("overhead ratio", c.overhead_ratio, "<= 2"),
+        ("governed call, every stage on (ns)", c.governed_ns, ""),
+        (
+            "governed ratio (governed / pipeline)",
+            c.governed_ratio,
+            "<= 1.5",
+        ),
         ("breaker check (ns)", c.breaker_check_ns, "< 100"),
         ("crash -> serving p50 (us)", c.crash_recovery_p50_us, ""),
         (

@@ -1,9 +1,10 @@
 //! The audit log: one record per call, whatever became of it, kept in the store.
 //!
-//! Calls hand their record to a writer task over a bounded channel and go on; the task
-//! encodes records and commits them in batches, so the store's group commit pays one fsync
-//! for many calls. A call's record is therefore durable shortly after the call returns, not
-//! before: [`AuditLog::flush`] waits for everything handed over so far. Records are keyed
+//! Calls push their record onto a shared buffer and go on, waking nobody; a writer task
+//! drains the buffer every 10 ms (sooner when it fills), encodes the records and commits
+//! them as one batch, so the store's group commit pays one fsync for many calls. A call's
+//! record is therefore durable shortly after the call returns, not before:
+//! [`AuditLog::flush`] waits for everything handed over so far. Records are keyed
 //! by call id (UUID v7), so the log is in time order; records older than the retention are
 //! pruned hourly.
 
@@ -11,15 +12,18 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::oneshot;
 use uuid::Uuid;
 
 use super::rules::Action;
 use crate::store::{self, Batch, Store, StoreError, Table, codec};
 
-/// Records waiting for the writer before callers wait too.
-const QUEUE: usize = 65_536;
-/// Records committed in one batch at most.
+/// Records waiting for the writer before it is woken early, and (at twice this) before
+/// callers wait for it.
+const QUEUE: usize = 32_768;
+/// How often the writer drains the buffer.
+const CADENCE: Duration = Duration::from_millis(10);
+/// Records pruned in one batch at most.
 const BATCH: usize = 4096;
 /// How often old records are pruned.
 const PRUNE_EVERY: Duration = Duration::from_secs(3600);
@@ -148,7 +152,7 @@ pub(crate) struct Entry {
     pub(crate) tool: Arc<str>,
     pub(crate) digest: u64,
     pub(crate) decision: Action,
-    pub(crate) rule: Arc<str>,
+    pub(crate) rule: Option<Arc<str>>,
     pub(crate) duration_us: u64,
     pub(crate) outcome: Outcome,
 }
@@ -167,62 +171,100 @@ impl Entry {
             tool: self.tool.to_string(),
             args_digest: format!("{:016x}", self.digest),
             decision: self.decision,
-            rule: self.rule.to_string(),
+            rule: self.rule.map(|r| r.to_string()).unwrap_or_default(),
             duration_us: self.duration_us,
             outcome: self.outcome,
         }
     }
 }
 
-enum Job {
-    Record(Entry),
-    Flush(oneshot::Sender<Result<(), StoreError>>),
+/// What callers and the writer share.
+struct Shared {
+    buffer: std::sync::Mutex<Vec<Entry>>,
+    /// Wakes the writer before its next tick (a full buffer, a flush, shutdown).
+    wake: Arc<tokio::sync::Notify>,
+    /// Wakes callers waiting for room.
+    drained: tokio::sync::Notify,
+    /// Flushes waiting for the next commit.
+    flushes: std::sync::Mutex<Vec<oneshot::Sender<Result<(), StoreError>>>>,
 }
 
 /// The writer's handle.
 #[derive(Clone)]
 pub struct AuditLog {
-    tx: mpsc::Sender<Job>,
+    shared: Arc<Shared>,
     store: Arc<dyn Store>,
 }
 
 impl AuditLog {
-    /// Starts the writer for `store`, pruning records older than `retention`.
+    /// Starts the writer for `store`, pruning records older than `retention`. The writer
+    /// stops once every handle is gone, after writing what is left.
     pub(crate) fn start(store: Arc<dyn Store>, retention: Duration) -> Self {
-        let (tx, rx) = mpsc::channel(QUEUE);
-        tokio::spawn(write_loop(Arc::clone(&store), rx, retention));
-        Self { tx, store }
+        let shared = Arc::new(Shared {
+            buffer: std::sync::Mutex::new(Vec::with_capacity(1024)),
+            wake: Arc::default(),
+            drained: tokio::sync::Notify::new(),
+            flushes: std::sync::Mutex::default(),
+        });
+        tokio::spawn(write_loop(
+            Arc::clone(&store),
+            Arc::downgrade(&shared),
+            Arc::clone(&shared.wake),
+            retention,
+        ));
+        Self { shared, store }
     }
 
-    /// Hands a record to the writer; waits only when the writer is far behind.
+    /// Pushes a record; waits only when the writer is far behind.
     pub(crate) async fn append(&self, entry: Entry) {
-        let job = Job::Record(entry);
-        match self.tx.try_send(job) {
-            Ok(()) => {}
-            Err(mpsc::error::TrySendError::Full(job)) => {
-                let _ = self.tx.send(job).await;
+        let mut entry = Some(entry);
+        loop {
+            let drained = self.shared.drained.notified();
+            let len = {
+                let mut buffer = self
+                    .shared
+                    .buffer
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner);
+                if buffer.len() < 2 * QUEUE {
+                    buffer.extend(entry.take());
+                    buffer.len()
+                } else {
+                    0
+                }
+            };
+            if len == QUEUE {
+                self.shared.wake.notify_one();
             }
-            Err(mpsc::error::TrySendError::Closed(_)) => {}
+            if len > 0 {
+                return;
+            }
+            self.shared.wake.notify_one();
+            drained.await;
         }
     }
 
-    /// Hands a record over without waiting (for a call being dropped), dropping it only if
-    /// the writer is far behind.
+    /// Pushes a record without waiting (for a call being dropped).
     pub(crate) fn append_now(&self, entry: Entry) {
-        if self.tx.try_send(Job::Record(entry)).is_err() {
-            tracing::warn!("audit writer is behind; a cancelled call's record was dropped");
-        }
+        self.shared
+            .buffer
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .push(entry);
     }
 
-    /// Waits until every record handed over so far is committed.
+    /// Waits until every record pushed so far is committed.
     ///
     /// # Errors
     /// The store's error if a commit failed.
     pub async fn flush(&self) -> Result<(), StoreError> {
         let (tx, rx) = oneshot::channel();
-        if self.tx.send(Job::Flush(tx)).await.is_err() {
-            return Err(StoreError::Closed);
-        }
+        self.shared
+            .flushes
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .push(tx);
+        self.shared.wake.notify_one();
         rx.await.unwrap_or(Err(StoreError::Closed))
     }
 
@@ -233,6 +275,13 @@ impl AuditLog {
     /// A store read or decode error.
     pub fn query(&self, query: &AuditQuery) -> Result<Vec<AuditRecord>, StoreError> {
         self::query(&*self.store, query)
+    }
+}
+
+impl Drop for Shared {
+    fn drop(&mut self) {
+        // The writer holds only a weak handle: let it notice and write what is left.
+        self.wake.notify_one();
     }
 }
 
@@ -272,54 +321,88 @@ fn time_key(ms: u64) -> Vec<u8> {
     key
 }
 
-async fn write_loop(store: Arc<dyn Store>, mut rx: mpsc::Receiver<Job>, retention: Duration) {
-    let mut jobs = Vec::with_capacity(BATCH);
-    let mut prune = tokio::time::interval(PRUNE_EVERY);
+async fn write_loop(
+    store: Arc<dyn Store>,
+    shared: std::sync::Weak<Shared>,
+    wake: Arc<tokio::sync::Notify>,
+    retention: Duration,
+) {
+    let mut tick = tokio::time::interval(CADENCE);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut last_prune = tokio::time::Instant::now();
+    let _ = prune_older_than(&*store, retention).await;
     loop {
-        tokio::select! {
-            n = rx.recv_many(&mut jobs, BATCH) => {
-                if n == 0 {
-                    return;
+        let Some(live) = shared.upgrade() else {
+            return;
+        };
+        {
+            let woken = wake.notified();
+            tokio::pin!(woken);
+            // Registered before the check, so a wake between the two is not lost.
+            woken.as_mut().enable();
+            let idle = live
+                .buffer
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .is_empty()
+                && live
+                    .flushes
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner)
+                    .is_empty();
+            if idle {
+                // Hold no strong handle while asleep, so dropping the log ends the loop.
+                drop(live);
+                tokio::select! {
+                    () = &mut woken => {}
+                    _ = tick.tick() => {}
                 }
-            }
-            _ = prune.tick() => {
-                prune_older_than(&*store, retention).await;
                 continue;
             }
         }
+        let entries = std::mem::take(
+            &mut *live
+                .buffer
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner),
+        );
+        let waiters = std::mem::take(
+            &mut *live
+                .flushes
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner),
+        );
+        live.drained.notify_waiters();
+        drop(live);
         let mut batch = Batch::new();
-        let mut waiters = Vec::new();
-        for job in jobs.drain(..) {
-            match job {
-                Job::Record(entry) => {
-                    let record = entry.into_record();
-                    batch.put(
-                        Table::Audit,
-                        record.call_id.as_bytes().to_vec(),
-                        codec::encode(&record),
-                    );
-                }
-                Job::Flush(tx) => waiters.push(tx),
-            }
+        for entry in entries {
+            let record = entry.into_record();
+            batch.put(
+                Table::Audit,
+                record.call_id.as_bytes().to_vec(),
+                codec::encode(&record),
+            );
         }
         if waiters.is_empty() {
             // Nobody waits: let the store group this batch with others and go on.
-            if !batch.is_empty() {
-                store.submit(
-                    batch,
-                    Box::new(|result| {
-                        if let Err(err) = result {
-                            tracing::error!(%err, "audit records could not be written");
-                        }
-                    }),
-                );
-            }
+            store.submit(
+                batch,
+                Box::new(|result| {
+                    if let Err(err) = result {
+                        tracing::error!(%err, "audit records could not be written");
+                    }
+                }),
+            );
         } else {
             // An empty batch is a barrier: it commits after everything submitted before it.
             let result = store::commit(&*store, batch).await;
             for tx in waiters {
                 let _ = tx.send(result.clone());
             }
+        }
+        if last_prune.elapsed() >= PRUNE_EVERY {
+            last_prune = tokio::time::Instant::now();
+            prune_older_than(&*store, retention).await;
         }
     }
 }

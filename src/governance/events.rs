@@ -5,6 +5,7 @@
 //! emitting costs one atomic load.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use serde::Serialize;
 use tokio::sync::broadcast;
@@ -78,12 +79,15 @@ pub enum ToolEvent {
 #[derive(Debug, Clone)]
 pub struct Events {
     tx: broadcast::Sender<ToolEvent>,
+    /// Subscribers alive: read on every call, so an atomic rather than the channel's lock.
+    listening: Arc<AtomicUsize>,
 }
 
 impl Default for Events {
     fn default() -> Self {
         Self {
             tx: broadcast::Sender::new(CAPACITY),
+            listening: Arc::default(),
         }
     }
 }
@@ -91,16 +95,23 @@ impl Default for Events {
 impl Events {
     /// Publishes the event `make` builds, building it only if someone listens.
     pub fn emit(&self, make: impl FnOnce() -> ToolEvent) {
-        if self.tx.receiver_count() > 0 {
+        if self.has_subscribers() {
             let _ = self.tx.send(make());
         }
     }
 
+    /// Whether anyone listens.
+    pub fn has_subscribers(&self) -> bool {
+        self.listening.load(Ordering::Acquire) > 0
+    }
+
     /// A new subscriber, seeing events from now on.
     pub fn subscribe(&self) -> EventStream {
+        self.listening.fetch_add(1, Ordering::AcqRel);
         EventStream {
             rx: self.tx.subscribe(),
             missed: 0,
+            listening: Arc::clone(&self.listening),
         }
     }
 }
@@ -110,6 +121,13 @@ impl Events {
 pub struct EventStream {
     rx: broadcast::Receiver<ToolEvent>,
     missed: u64,
+    listening: Arc<AtomicUsize>,
+}
+
+impl Drop for EventStream {
+    fn drop(&mut self) {
+        self.listening.fetch_sub(1, Ordering::AcqRel);
+    }
 }
 
 impl EventStream {

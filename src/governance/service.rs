@@ -132,7 +132,7 @@ where
 {
     type Response = O;
     type Error = CallError;
-    type Future = BoxFuture<'static, Result<O, CallError>>;
+    type Future = GovernedFuture<S, I, O>;
 
     fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), CallError>> {
         // Readiness is the inner stack's business, awaited per call on its own clone.
@@ -140,13 +140,92 @@ where
     }
 
     fn call(&mut self, req: Request<I>) -> Self::Future {
+        self.call_ref(req)
+    }
+}
+
+impl<S, I, O> Governed<S, I, O>
+where
+    S: Service<ToolCall<I>, Error = CallError> + Clone + Send + 'static,
+    S::Future: Send,
+    S::Response: Send,
+    I: Serialize + DeserializeOwned + Send + Sync + 'static,
+    O: Serialize + Send + 'static,
+{
+    /// Makes one call, cloning of this stack only what the call needs.
+    pub fn call_ref(&self, req: Request<I>) -> GovernedFuture<S, I, O> {
+        if self.gov.is_passive() && !is::<O, ToolReply>() && !self.gov.events.has_subscribers() {
+            // Nothing is configured and nobody listens: straight to the pipeline, with no
+            // allocation.
+            return GovernedFuture {
+                state: FutureState::Passive {
+                    inner: self.inner.clone().oneshot(req.call),
+                    convert: self.convert,
+                    tool: Arc::clone(&self.tool),
+                },
+            };
+        }
         let run = Run {
             inner: self.inner.clone(),
             gov: Arc::clone(&self.gov),
             tool: Arc::clone(&self.tool),
             convert: self.convert,
         };
-        Box::pin(run.call(req))
+        GovernedFuture {
+            state: FutureState::Governed {
+                run: Box::pin(run.call(req)),
+            },
+        }
+    }
+}
+
+pin_project_lite::pin_project! {
+    /// The future of a [`Governed`] call.
+    pub struct GovernedFuture<S, I, O>
+    where
+        S: Service<ToolCall<I>>,
+    {
+        #[pin]
+        state: FutureState<S, I, O>,
+    }
+}
+
+pin_project_lite::pin_project! {
+    #[project = StateProj]
+    enum FutureState<S, I, O>
+    where
+        S: Service<ToolCall<I>>,
+    {
+        Passive {
+            #[pin]
+            inner: tower::util::Oneshot<S, ToolCall<I>>,
+            convert: Convert<S::Response, O>,
+            tool: Arc<ToolMeta<I>>,
+        },
+        Governed {
+            run: BoxFuture<'static, Result<O, CallError>>,
+        },
+    }
+}
+
+impl<S, I, O> std::future::Future for GovernedFuture<S, I, O>
+where
+    S: Service<ToolCall<I>, Error = CallError>,
+{
+    type Output = Result<O, CallError>;
+
+    fn poll(self: std::pin::Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        match self.project().state.project() {
+            StateProj::Passive {
+                inner,
+                convert,
+                tool,
+            } => {
+                let response = std::task::ready!(inner.poll(cx));
+                Poll::Ready(response.and_then(|r| convert(r, &tool.name)))
+            }
+            StateProj::Governed { run } => run.as_mut().poll(cx),
+        }
     }
 }
 
@@ -173,6 +252,7 @@ where
         let gov = &self.gov;
         let name = &self.tool.name;
         let mut trail = Trail::new(gov, name, &ctx);
+        let call_id = ctx.call_id();
         gov.emit(|| ToolEvent::Invoked {
             call_id: ctx.call_id(),
             tool: Arc::clone(name),
@@ -184,7 +264,7 @@ where
         if !gov.limits.is_empty()
             && let Err(err) = gov.limits.check(name, agent.as_ref())
         {
-            trail.rule = Arc::from("rate limit");
+            trail.rule = Some(Arc::from("rate limit"));
             return trail.finish(Err(err)).await;
         }
 
@@ -245,7 +325,6 @@ where
                 json.clone()
             },
         );
-        trail.rule = Arc::clone(&verdict.label);
         let (action, why) = match hook_decision {
             Some((Action::Deny, why)) => (Action::Deny, Arc::from(why)),
             _ if verdict.action == Action::Deny => (Action::Deny, Arc::clone(&verdict.label)),
@@ -253,7 +332,7 @@ where
             Some((Action::Ask, why)) => (Action::Ask, Arc::from(why)),
             None => (verdict.action, Arc::clone(&verdict.label)),
         };
-        trail.rule = Arc::clone(&why);
+        trail.rule = Some(Arc::clone(&why));
         match action {
             Action::Allow => {}
             Action::Deny => {
@@ -278,7 +357,7 @@ where
                 )
                 .await;
                 match outcome {
-                    Ok(answer) => trail.rule = answer,
+                    Ok(answer) => trail.rule = Some(answer),
                     Err(err) => return trail.finish(Err(err)).await,
                 }
             }
@@ -290,13 +369,13 @@ where
             && let Some(count) = gov.loops.count(agent, name, trail.digest)
         {
             let why = format!(
-                "`{name}` was called {count} times in a row by `{agent}` with the same arguments; \
+                "`{name}` was called {count} times in a row by `{agent}` with the same arguments); \
                  the result will not change. Try different arguments or another approach."
             );
             match gov.loops.action() {
                 Action::Allow => tracing::warn!(%agent, tool = %name, count, "repeated call"),
                 Action::Deny => {
-                    trail.rule = Arc::from("loop guard");
+                    trail.rule = Some(Arc::from("loop guard"));
                     return trail.finish(Err(denied(name, why))).await;
                 }
                 Action::Ask => {
@@ -315,10 +394,10 @@ where
                     match asked {
                         Ok(answer) => {
                             gov.loops.reset(agent);
-                            trail.rule = answer;
+                            trail.rule = Some(answer);
                         }
                         Err(err) => {
-                            trail.rule = Arc::from("loop guard");
+                            trail.rule = Some(Arc::from("loop guard"));
                             return trail.finish(Err(err)).await;
                         }
                     }
@@ -349,13 +428,7 @@ where
                 .await;
         }
 
-        let result = self
-            .inner
-            .oneshot(ToolCall {
-                input,
-                ctx: ctx.clone(),
-            })
-            .await;
+        let result = self.inner.oneshot(ToolCall { input, ctx }).await;
         let mut result = result.and_then(|r| (self.convert)(r, name));
 
         if gov.hooks.any(Phase::After, name) {
@@ -367,7 +440,7 @@ where
                 .hooks
                 .after(HookInput {
                     phase: Phase::After,
-                    call_id: ctx.call_id().to_string(),
+                    call_id: call_id.to_string(),
                     tool: Arc::clone(name),
                     agent: agent.clone(),
                     session: session.clone(),
@@ -399,7 +472,7 @@ where
                 .unwrap_or(gov.config.truncate);
             match gov
                 .spill
-                .apply(limits, name, ctx.call_id(), &reply.value, &reply.text)
+                .apply(limits, name, call_id, &reply.value, &reply.text)
                 .await
             {
                 Ok(cut) => reply.truncated = cut,
@@ -523,9 +596,9 @@ fn as_output<O: 'static>(reply: ToolReply) -> Result<O, CallError> {
 struct Trail {
     gov: Arc<Governance>,
     entry: Option<Entry>,
-    ctx: CallContext,
+    started: tokio::time::Instant,
     digest: u64,
-    rule: Arc<str>,
+    rule: Option<Arc<str>>,
 }
 
 impl Trail {
@@ -539,27 +612,27 @@ impl Trail {
                 tool: Arc::clone(tool),
                 digest: 0,
                 decision: Action::Allow,
-                rule: Arc::from(""),
+                rule: None,
                 duration_us: 0,
                 outcome: Outcome::Cancelled,
             }),
-            ctx: ctx.clone(),
+            started: ctx.started(),
             digest: 0,
-            rule: Arc::from(""),
+            rule: None,
         }
     }
 
     fn take(&mut self, outcome: Outcome) -> Option<Entry> {
         let mut entry = self.entry.take()?;
         entry.digest = self.digest;
-        entry.rule = Arc::clone(&self.rule);
+        entry.rule = self.rule.take();
         entry.outcome = outcome;
         entry.decision = if outcome == Outcome::Denied {
             Action::Deny
         } else {
             Action::Allow
         };
-        entry.duration_us = duration_us(self.ctx.started().elapsed());
+        entry.duration_us = duration_us(self.started.elapsed());
         Some(entry)
     }
 
@@ -621,7 +694,7 @@ impl Governance {
         err: CallError,
     ) -> impl std::future::Future<Output = Result<O, CallError>> + Send + 'static {
         let mut trail = Trail::new(self, tool, ctx);
-        trail.rule = Arc::from("argument check");
+        trail.rule = Some(Arc::from("argument check"));
         self.emit(|| ToolEvent::Invoked {
             call_id: ctx.call_id(),
             tool: Arc::clone(tool),
