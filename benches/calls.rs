@@ -29,7 +29,9 @@ fn runtime() -> tokio::runtime::Runtime {
 fn calls(c: &mut Criterion) {
     let rt = runtime();
     let (guild, raw) = rt.block_on(async {
+        // The bare pipeline: `guildhall bench calls` measures the governed call beside it.
         let guild = Runtime::builder()
+            .governance(guildhall::governance::GovernanceConfig::off())
             .tool(Noop::named("noop"))
             .tool_with(Crashy, crash_options())
             .build()
