@@ -281,7 +281,30 @@ struct ElicitingAsker {
 struct ApprovalForm {
     /// `once` (this call), `session` (calls like it this session), `always` (from now
     /// on), or `deny`.
-    approve: Approval,
+    approve: Answer,
+}
+
+/// [`Approval`] as a plain string enum, the only kind of choice an elicitation form holds.
+#[derive(serde::Deserialize, schemars::JsonSchema)]
+#[schemars(inline)]
+#[serde(rename_all = "snake_case")]
+#[allow(missing_docs)]
+enum Answer {
+    Once,
+    Session,
+    Always,
+    Deny,
+}
+
+impl From<Answer> for Approval {
+    fn from(answer: Answer) -> Self {
+        match answer {
+            Answer::Once => Self::Once,
+            Answer::Session => Self::Session,
+            Answer::Always => Self::Always,
+            Answer::Deny => Self::Deny,
+        }
+    }
 }
 
 rmcp::elicit_safe!(ApprovalForm);
@@ -296,7 +319,7 @@ impl Asker for ElicitingAsker {
                 request.tool, request.arguments, request.reason
             );
             match peer.elicit::<ApprovalForm>(message).await {
-                Ok(Some(form)) => form.approve,
+                Ok(Some(form)) => form.approve.into(),
                 Ok(None) => Approval::Deny,
                 Err(err) => {
                     tracing::info!(%err, tool = %request.tool, "approval request failed; the call is denied");
@@ -565,5 +588,16 @@ impl ServerHandler for McpServer {
         cx: RequestContext<RoleServer>,
     ) -> Result<rmcp::model::GetPromptResponse, McpError> {
         fixtures::get_prompt(self.shared.fixtures, request, cx).await
+    }
+}
+
+#[cfg(test)]
+mod approval_form_tests {
+    use super::*;
+
+    #[test]
+    fn the_approval_form_is_a_valid_elicitation_schema() {
+        let schema = rmcp::model::ElicitationSchema::from_type::<ApprovalForm>();
+        assert!(schema.is_ok(), "{schema:?}");
     }
 }

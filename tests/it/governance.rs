@@ -893,3 +893,77 @@ async fn events_report_each_call_restarts_and_the_circuit() {
     assert_eq!(events.missed(), 0);
     rt.shutdown().await;
 }
+
+#[tokio::test]
+async fn guildhall_audit_lists_and_filters_the_log() {
+    let dir = tempfile::tempdir().unwrap();
+    let rt = Runtime::builder()
+        .data_dir(dir.path())
+        .governance(GovernanceConfig {
+            rules: vec![rule("shell", Action::Ask)],
+            ..GovernanceConfig::default()
+        })
+        .tool(Shell("shell"))
+        .tool(Lookup(Arc::default()))
+        .build()
+        .await
+        .unwrap();
+    rt.register_agent(AgentSpec::new("dev-1", "dev"))
+        .await
+        .unwrap();
+    rt.call_json("lookup", json!({"key": "a"}), as_agent("dev-1"))
+        .await
+        .unwrap();
+    rt.call_json("shell", shell("ls"), as_agent("dev-1"))
+        .await
+        .unwrap_err();
+    rt.call_json("lookup", json!({"key": "b"}), CallOptions::new())
+        .await
+        .unwrap();
+    // Shutting down writes what the audit log holds.
+    rt.shutdown().await;
+
+    let audit = |args: &[&str]| {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_guildhall"))
+            .arg("--data-dir")
+            .arg(dir.path())
+            .arg("audit")
+            .args(args)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8(out.stdout).unwrap()
+    };
+    let lines: Vec<Value> = audit(&["--json", "--agent", "dev-1"])
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(lines.len(), 2, "{lines:?}");
+    assert_eq!(
+        (lines[0]["tool"].as_str(), lines[0]["outcome"].as_str()),
+        (Some("lookup"), Some("ok"))
+    );
+    assert_eq!(
+        (lines[1]["tool"].as_str(), lines[1]["outcome"].as_str()),
+        (Some("shell"), Some("denied"))
+    );
+    let table = audit(&["--outcome", "denied", "--since", "1h"]);
+    assert!(
+        table.contains("shell") && table.contains("config rule `shell → ask`"),
+        "{table}"
+    );
+    assert!(!table.contains("lookup"), "{table}");
+    assert_eq!(audit(&["--tool", "look*", "--json"]).lines().count(), 2);
+    assert!(audit(&["--until", "1h"]).contains("no calls match"));
+    // A bad filter is refused with a message naming it.
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_guildhall"))
+        .args(["audit", "--outcome", "exploded"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("unknown outcome `exploded`"));
+}

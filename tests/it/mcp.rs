@@ -761,3 +761,92 @@ async fn the_cli_talks_to_a_running_server() {
         "the socket is removed"
     );
 }
+
+#[tokio::test]
+async fn approvals_are_asked_through_elicitation() {
+    let mut config = guildhall::governance::GovernanceConfig::default();
+    config.roles.insert(
+        "pm".into(),
+        guildhall::governance::Principal {
+            trust: None,
+            rules: vec![
+                guildhall::governance::Rule::new(
+                    "send_message",
+                    guildhall::governance::Action::Ask,
+                )
+                .unwrap(),
+            ],
+        },
+    );
+    let rt = Runtime::builder().governance(config).build().await.unwrap();
+    rt.register_agent(AgentSpec::new("alice", "pm"))
+        .await
+        .unwrap();
+    rt.register_agent(AgentSpec::new("bob", "dev"))
+        .await
+        .unwrap();
+    let server = McpServer::new(rt.clone());
+    let send = |n: u32| json!({ "to": "bob", "subject": format!("task {n}"), "body": "go" });
+
+    // A client that can be asked: the call waits for the user's answer.
+    let mut wire = Wire::start(server.connection(Some(Arc::from("alice")), ToolFilter::all()));
+    let init = wire
+        .request(
+            0,
+            "initialize",
+            json!({ "protocolVersion": "2025-11-25", "capabilities": { "elicitation": {} },
+                    "clientInfo": { "name": "wire-test", "version": "1" } }),
+        )
+        .await;
+    assert_eq!(init["result"]["protocolVersion"], "2025-11-25", "{init}");
+    wire.send(json!({ "jsonrpc": "2.0", "method": "notifications/initialized" }))
+        .await;
+    for (id, answer, approved) in [
+        (
+            1,
+            json!({ "action": "accept", "content": { "approve": "once" } }),
+            true,
+        ),
+        (2, json!({ "action": "decline" }), false),
+        (
+            3,
+            json!({ "action": "accept", "content": { "approve": "deny" } }),
+            false,
+        ),
+    ] {
+        wire.send_request(
+            id,
+            "tools/call",
+            json!({ "name": "send_message", "arguments": send(id as u32) }),
+        )
+        .await;
+        let ask = wire
+            .next_where(|m| m["method"] == "elicitation/create")
+            .await;
+        let message = ask["params"]["message"].as_str().unwrap();
+        assert!(
+            message.contains("alice wants to call `send_message`"),
+            "{message}"
+        );
+        assert!(
+            message.contains("role rule `send_message → ask`"),
+            "{message}"
+        );
+        wire.send(json!({ "jsonrpc": "2.0", "id": ask["id"], "result": answer }))
+            .await;
+        let reply = wire
+            .next_where(|m| m["id"] == id && m.get("method").is_none())
+            .await;
+        assert_eq!(reply["result"]["isError"], !approved, "{reply}");
+    }
+
+    // A client that cannot be asked is told how to allow the call.
+    let mut plain =
+        Wire::legacy(server.connection(Some(Arc::from("alice")), ToolFilter::all())).await;
+    let reply = plain.call(1, "send_message", send(9)).await;
+    assert_eq!(reply["result"]["isError"], true, "{reply}");
+    let text = reply["result"]["content"][0]["text"].as_str().unwrap();
+    assert!(text.starts_with("denied: "), "{text}");
+    assert!(text.contains("[[agents.alice.rules]]"), "{text}");
+    rt.shutdown().await;
+}
