@@ -6,6 +6,7 @@ use std::sync::Arc;
 use futures::future::BoxFuture;
 use guildhall_actors::{CallContext, CallError, Tool, ToolSpec, WorkerPool, args};
 use serde_json::Value;
+use tower::ServiceExt;
 
 use crate::governance::{Governed, Request, ToolReply};
 use crate::options::CallOptions;
@@ -64,6 +65,9 @@ impl<T: Tool> ToolHandle<T> {
         let timeout = options.timeout.unwrap_or(self.timeout);
         let ctx = CallContext::new(options.agent, options.session, timeout, options.observer);
         let call = ToolCall { input, ctx };
+        if let Some(pipeline) = self.service.bypass() {
+            return pipeline.clone().oneshot(call).await;
+        }
         self.service
             .call_ref(Request {
                 call,

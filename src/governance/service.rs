@@ -152,6 +152,14 @@ where
     I: Serialize + DeserializeOwned + Send + Sync + 'static,
     O: Serialize + Send + 'static,
 {
+    /// The bare pipeline, when governance has nothing to do for this call's kind (nothing
+    /// configured, nobody subscribed to events, not a JSON call): the typed handle then
+    /// calls it directly, exactly as it would without governance.
+    pub(crate) fn bypass(&self) -> Option<&S> {
+        (self.gov.is_passive() && !is::<O, ToolReply>() && !self.gov.events.has_subscribers())
+            .then_some(&self.inner)
+    }
+
     /// Makes one call, cloning of this stack only what the call needs.
     pub fn call_ref(&self, req: Request<I>) -> GovernedFuture<S, I, O> {
         if self.gov.is_passive() && !is::<O, ToolReply>() && !self.gov.events.has_subscribers() {
@@ -165,15 +173,9 @@ where
                 },
             };
         }
-        let run = Run {
-            inner: self.inner.clone(),
-            gov: Arc::clone(&self.gov),
-            tool: Arc::clone(&self.tool),
-            convert: self.convert,
-        };
         GovernedFuture {
             state: FutureState::Governed {
-                run: Box::pin(run.call(req)),
+                run: Box::pin(self.clone().run(req)),
             },
         }
     }
@@ -229,24 +231,15 @@ where
     }
 }
 
-struct Run<S, I, O>
-where
-    S: Service<ToolCall<I>>,
-{
-    inner: S,
-    gov: Arc<Governance>,
-    tool: Arc<ToolMeta<I>>,
-    convert: Convert<S::Response, O>,
-}
-
-impl<S, I, O> Run<S, I, O>
+impl<S, I, O> Governed<S, I, O>
 where
     S: Service<ToolCall<I>, Error = CallError> + Send + 'static,
     S::Future: Send,
     I: Serialize + DeserializeOwned + Send + Sync + 'static,
     O: Serialize + Send + 'static,
 {
-    async fn call(self, req: Request<I>) -> Result<O, CallError> {
+    /// Runs the stages for one call, owning this clone of the stack.
+    async fn run(self, req: Request<I>) -> Result<O, CallError> {
         let Request { call, asker } = req;
         let ToolCall { mut input, ctx } = call;
         let gov = &self.gov;
@@ -274,20 +267,18 @@ where
         let mut hook_decision = None;
         if self.gov.hooks.any(Phase::Before, name) {
             let arguments = serde_json::to_value(&input).unwrap_or(Value::Null);
-            let before = gov
-                .hooks
-                .before(HookInput {
-                    phase: Phase::Before,
-                    call_id: ctx.call_id().to_string(),
-                    tool: Arc::clone(name),
-                    agent: agent.clone(),
-                    session: session.clone(),
-                    arguments: arguments.clone(),
-                    outcome: None,
-                    result: None,
-                    error: None,
-                })
-                .await;
+            let before = Box::pin(gov.hooks.before(HookInput {
+                phase: Phase::Before,
+                call_id: ctx.call_id().to_string(),
+                tool: Arc::clone(name),
+                agent: agent.clone(),
+                session: session.clone(),
+                arguments: arguments.clone(),
+                outcome: None,
+                result: None,
+                error: None,
+            }))
+            .await;
             notes = before.notes;
             hook_decision = before.decision;
             json = Some(match before.arguments {
@@ -344,7 +335,7 @@ where
                     .asking_rule
                     .clone()
                     .or_else(|| Rule::new(name, Action::Allow).ok());
-                let outcome = ask(
+                let outcome = Box::pin(ask(
                     gov,
                     name,
                     &ctx,
@@ -354,7 +345,7 @@ where
                     covering,
                     &agent,
                     &session,
-                )
+                ))
                 .await;
                 match outcome {
                     Ok(answer) => trail.rule = Some(answer),
@@ -379,7 +370,7 @@ where
                     return trail.finish(Err(denied(name, why))).await;
                 }
                 Action::Ask => {
-                    let asked = ask(
+                    let asked = Box::pin(ask(
                         gov,
                         name,
                         &ctx,
@@ -389,7 +380,7 @@ where
                         None,
                         &Some(Arc::clone(agent)),
                         &session,
-                    )
+                    ))
                     .await;
                     match asked {
                         Ok(answer) => {
@@ -436,20 +427,18 @@ where
                 Ok(out) => ("ok", serde_json::to_value(out).ok(), None),
                 Err(err) => (Outcome::of(err).as_str(), None, Some(err.to_string())),
             };
-            let after = gov
-                .hooks
-                .after(HookInput {
-                    phase: Phase::After,
-                    call_id: call_id.to_string(),
-                    tool: Arc::clone(name),
-                    agent: agent.clone(),
-                    session: session.clone(),
-                    arguments: json.unwrap_or(Value::Null),
-                    outcome: Some(outcome),
-                    result: value,
-                    error,
-                })
-                .await;
+            let after = Box::pin(gov.hooks.after(HookInput {
+                phase: Phase::After,
+                call_id: call_id.to_string(),
+                tool: Arc::clone(name),
+                agent: agent.clone(),
+                session: session.clone(),
+                arguments: json.unwrap_or(Value::Null),
+                outcome: Some(outcome),
+                result: value,
+                error,
+            }))
+            .await;
             notes.extend(after);
         }
 
@@ -470,10 +459,12 @@ where
             let limits = policy
                 .and_then(|p| p.truncate)
                 .unwrap_or(gov.config.truncate);
-            match gov
-                .spill
-                .apply(limits, name, call_id, &reply.value, &reply.text)
-                .await
+            // Boxed, like the other rare stages, to keep every call's future small.
+            match Box::pin(
+                gov.spill
+                    .apply(limits, name, call_id, &reply.value, &reply.text),
+            )
+            .await
             {
                 Ok(cut) => reply.truncated = cut,
                 Err(err) => {
