@@ -314,7 +314,9 @@ impl Config {
                     phase: h.phase,
                     tools: h.tools.clone(),
                     priority: h.priority,
-                    timeout: h.timeout.unwrap_or(Duration::from_secs(10)),
+                    timeout: h
+                        .timeout
+                        .unwrap_or(crate::governance::hooks::DEFAULT_TIMEOUT),
                     on_failure: h.on_failure.unwrap_or(Action::Deny),
                     hook: std::sync::Arc::new(hook),
                 }

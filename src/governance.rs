@@ -193,6 +193,35 @@ pub struct Governance {
     /// Nothing to do for typed calls (see [`GovernanceConfig::is_off`]), unless approvals
     /// were stored by an earlier, governed run.
     passive: bool,
+    /// The hourly housekeeping task, stopped with governance.
+    housekeeping: std::sync::OnceLock<tokio::task::AbortHandle>,
+}
+
+impl Drop for Governance {
+    fn drop(&mut self) {
+        if let Some(task) = self.housekeeping.get() {
+            task.abort();
+        }
+    }
+}
+
+/// How often old spill files and idle rate-limit state are cleared.
+const HOUSEKEEPING_EVERY: Duration = Duration::from_secs(3600);
+
+/// Now and every hour: deletes old spill files and forgets agents whose rate limits have
+/// fully recovered, so neither grows over weeks.
+async fn housekeeping(governance: std::sync::Weak<Governance>) {
+    let mut every = tokio::time::interval(HOUSEKEEPING_EVERY);
+    loop {
+        every.tick().await;
+        let Some(live) = governance.upgrade() else {
+            return;
+        };
+        live.limits.forget_idle();
+        let spill = live.spill.clone();
+        drop(live);
+        let _ = tokio::task::spawn_blocking(move || spill.sweep()).await;
+    }
 }
 
 impl Governance {
@@ -218,7 +247,6 @@ impl Governance {
             )
         });
         let spill = Spill::new(spill_dir, config.spill_retention);
-        spill.start_sweep();
         let limits = RateLimits::new(
             config
                 .tools
@@ -230,7 +258,8 @@ impl Governance {
             .audit
             .then(|| AuditLog::start(Arc::clone(&store), config.audit_retention));
         let passive = config.is_off() && lasting.is_empty();
-        Ok(Arc::new(Self {
+        let governance = Arc::new(Self {
+            housekeeping: std::sync::OnceLock::new(),
             passive,
             hooks: Hooks::new(config.hooks.iter().cloned()),
             loops: LoopGuard::new(config.doom_loop),
@@ -248,7 +277,10 @@ impl Governance {
             audit,
             events: Events::default(),
             spill,
-        }))
+        });
+        let task = tokio::spawn(housekeeping(Arc::downgrade(&governance)));
+        let _ = governance.housekeeping.set(task.abort_handle());
+        Ok(governance)
     }
 
     /// Whether typed calls may skip every stage (nothing is configured).
@@ -362,17 +394,21 @@ impl Governance {
         verdict
     }
 
-    /// Whether `tool` is denied to `agent` whatever the arguments (it is then hidden from
-    /// the agent's tool list).
-    pub fn hides(&self, agent: Option<&str>, tool: &ToolSpec) -> bool {
+    /// The names of those of `tools` that are denied to `agent` whatever the arguments
+    /// (they are hidden from the agent's tool list).
+    pub fn hidden<'t>(&self, agent: Option<&str>, tools: &'t [ToolSpec]) -> Vec<&'t str> {
         let (trust, role, agent_rules) = self.principal(agent);
-        ScopedRules {
+        let rules = ScopedRules {
             config: &self.config.rules,
             role: &role,
             agent: &agent_rules,
             session: &[],
-        }
-        .denies_outright(trust, tool)
+        };
+        tools
+            .iter()
+            .filter(|tool| rules.denies_outright(trust, tool))
+            .map(|tool| tool.name.as_str())
+            .collect()
     }
 
     /// Grants what an asker approved: `rule` (an allow covering what was asked) for the
@@ -399,12 +435,12 @@ impl Governance {
                 let mut batch = Batch::new();
                 batch.put(Table::Approvals, key, codec::encode(&rule));
                 store::commit(&*self.store, batch).await?;
-                self.lasting
-                    .write()
-                    .unwrap_or_else(PoisonError::into_inner)
-                    .entry(agent.to_string())
-                    .or_default()
-                    .push(rule);
+                let mut lasting = self.lasting.write().unwrap_or_else(PoisonError::into_inner);
+                let approved = lasting.entry(agent.to_string()).or_default();
+                // The store keys an approval by its rule: the same approval twice is one.
+                if !approved.contains(&rule) {
+                    approved.push(rule);
+                }
                 self.approvals_generation.fetch_add(1, Ordering::Release);
             }
             Approval::Once | Approval::Deny => {}
@@ -417,13 +453,12 @@ impl Governance {
         self.contexts.generation(session)
     }
 
-    /// Stops background work (spill sweeps) and waits for the audit log to be written.
+    /// Waits for the audit log to be written.
     pub(crate) async fn flush(&self) {
         if let Some(audit) = &self.audit
             && let Err(err) = audit.flush().await
         {
             tracing::warn!(%err, "audit records could not be flushed");
         }
-        self.limits.forget_idle();
     }
 }

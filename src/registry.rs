@@ -96,7 +96,6 @@ pub(crate) struct ToolEntry<T: Tool> {
     pub(crate) handle: ToolHandle<T>,
     pub(crate) json: JsonStack<T>,
     pub(crate) pool: WorkerPool<T>,
-    pub(crate) governance: Arc<crate::governance::Governance>,
 }
 
 impl<T: Tool> ErasedTool for ToolEntry<T> {
@@ -115,8 +114,7 @@ impl<T: Tool> ErasedTool for ToolEntry<T> {
             Ok(input) => input,
             Err(err) => {
                 // Refused before governance could see typed arguments: still audited.
-                let refusal = self.governance.refuse(&self.name, &ctx, err);
-                return Box::pin(refusal);
+                return Box::pin(self.json.refuse(&ctx, err));
             }
         };
         let call = ToolCall { input, ctx };

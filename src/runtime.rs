@@ -624,7 +624,6 @@ fn prepare<T: Tool>(
             handle: ToolHandle::new(typed, options.timeout),
             json,
             pool,
-            governance: Arc::clone(governance),
         }),
         children,
     })

@@ -94,6 +94,9 @@ where
     }
 }
 
+/// How long a hook may take unless configured otherwise.
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(10);
+
 /// A hook with where and when it runs.
 #[derive(Clone)]
 pub struct RegisteredHook {
@@ -129,7 +132,7 @@ impl RegisteredHook {
             phase,
             tools: Glob::new(tools)?,
             priority: 0,
-            timeout: Duration::from_secs(10),
+            timeout: DEFAULT_TIMEOUT,
             on_failure: Action::Deny,
             hook: Arc::new(hook),
         })

@@ -160,14 +160,31 @@ where
             .then_some(&self.inner)
     }
 
+    /// Records a call refused before this stack could run (arguments that do not decode):
+    /// audited and announced like any other, then answered with `err`.
+    pub(crate) fn refuse(
+        &self,
+        ctx: &CallContext,
+        err: CallError,
+    ) -> impl std::future::Future<Output = Result<O, CallError>> + Send + 'static {
+        let tool = &self.tool.name;
+        let mut trail = Trail::new(&self.gov, tool, ctx);
+        trail.rule = Some(Arc::from("argument check"));
+        self.gov.emit(|| ToolEvent::Invoked {
+            call_id: ctx.call_id(),
+            tool: Arc::clone(tool),
+            agent: ctx.agent_shared().cloned(),
+        });
+        trail.finish(Err(err))
+    }
+
     /// Makes one call, cloning of this stack only what the call needs.
     pub fn call_ref(&self, req: Request<I>) -> GovernedFuture<S, I, O> {
-        if self.gov.is_passive() && !is::<O, ToolReply>() && !self.gov.events.has_subscribers() {
-            // Nothing is configured and nobody listens: straight to the pipeline, with no
-            // allocation.
+        if let Some(pipeline) = self.bypass() {
+            // Straight to the pipeline, with no allocation.
             return GovernedFuture {
                 state: FutureState::Passive {
-                    inner: self.inner.clone().oneshot(req.call),
+                    inner: pipeline.clone().oneshot(req.call),
                     convert: self.convert,
                     tool: Arc::clone(&self.tool),
                 },
@@ -673,24 +690,4 @@ impl Drop for Trail {
 
 fn duration_us(d: Duration) -> u64 {
     u64::try_from(d.as_micros()).unwrap_or(u64::MAX)
-}
-
-impl Governance {
-    /// Records a call refused before its stack could run (arguments that do not decode):
-    /// audited and announced like any other, then answered with `err`.
-    pub(crate) fn refuse<O: Send + 'static>(
-        self: &Arc<Self>,
-        tool: &Arc<str>,
-        ctx: &CallContext,
-        err: CallError,
-    ) -> impl std::future::Future<Output = Result<O, CallError>> + Send + 'static {
-        let mut trail = Trail::new(self, tool, ctx);
-        trail.rule = Some(Arc::from("argument check"));
-        self.emit(|| ToolEvent::Invoked {
-            call_id: ctx.call_id(),
-            tool: Arc::clone(tool),
-            agent: ctx.agent_shared().cloned(),
-        });
-        trail.finish(Err(err))
-    }
 }

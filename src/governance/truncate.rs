@@ -5,16 +5,13 @@
 //! text measured is the result as a model sees it: a string result as is, anything else as
 //! JSON. A spilled result is written pretty-printed, one value per line, so line ranges of
 //! it make sense. Spill files older than the retention (7 days by default) are deleted by
-//! an hourly sweep.
+//! governance's hourly housekeeping.
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime};
 
 use serde::Deserialize;
 use serde_json::Value;
-
-/// How often old spill files are looked for.
-const SWEEP_EVERY: Duration = Duration::from_secs(3600);
 
 /// Truncation limits.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
@@ -106,17 +103,9 @@ impl Spill {
         Ok(Some(Truncated { text, path }))
     }
 
-    /// Deletes spill files older than the retention, now and every hour.
-    pub(crate) fn start_sweep(&self) -> tokio::task::JoinHandle<()> {
-        let (dir, retention) = (self.dir.clone(), self.retention);
-        tokio::spawn(async move {
-            let mut every = tokio::time::interval(SWEEP_EVERY);
-            loop {
-                every.tick().await;
-                let dir = dir.clone();
-                let _ = tokio::task::spawn_blocking(move || sweep(&dir, retention)).await;
-            }
-        })
+    /// Deletes spill files older than the retention (blocking file I/O).
+    pub(crate) fn sweep(&self) -> usize {
+        sweep(&self.dir, self.retention)
     }
 }
 

@@ -119,15 +119,11 @@ impl McpServer {
     /// does not deny it outright.
     fn visible_tools_for(&self, agent: Option<&str>) -> Vec<Tool> {
         let runtime = &self.shared.runtime;
-        let governance = runtime.governance();
+        let specs = runtime.tools();
+        let hidden = runtime.governance().hidden(agent, &specs);
         self.listing()
             .iter()
-            .filter(|t| self.filter.allows(&t.name))
-            .filter(|t| {
-                runtime
-                    .tool(&t.name)
-                    .is_none_or(|spec| !governance.hides(agent, &spec))
-            })
+            .filter(|t| self.filter.allows(&t.name) && !hidden.contains(&&*t.name))
             .cloned()
             .collect()
     }
