@@ -41,7 +41,8 @@ pub enum Table {
     ContextLog,
     /// Each session's snapshots, same keys as `ContextLog`.
     ContextSnapshots,
-    /// The audit log: call id (UUID v7, so in time order) → record.
+    /// The audit log: the newest call id of a block of records (UUID v7, so in time
+    /// order), then `b` → the block, sorted by call id.
     Audit,
     /// Lasting approvals: agent id, 0, rule → the rule.
     Approvals,

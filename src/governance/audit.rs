@@ -4,11 +4,17 @@
 //! drains the buffer every 10 ms (sooner when it fills), encodes the records and commits
 //! them as one batch, so the store's group commit pays one fsync for many calls. A call's
 //! record is therefore durable shortly after the call returns, not before:
-//! [`AuditLog::flush`] waits for everything handed over so far. Records are keyed
-//! by call id (UUID v7), so the log is in time order; records older than the retention are
+//! [`AuditLog::flush`] waits for everything handed over so far.
+//!
+//! The records of one drain are stored together, sorted by call id (UUID v7, so by start
+//! time), as blocks of at most [`BLOCK`] records, each keyed by its newest call id: one
+//! store write per block instead of one per call, which is most of the writer's cost.
+//! A block's key is at least every id in it, so the blocks that can hold calls started at
+//! or after a time are those keyed at or after it. Blocks older than the retention are
 //! pruned hourly.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
@@ -19,11 +25,16 @@ use super::rules::Action;
 use crate::store::{self, Batch, Store, StoreError, Table, codec};
 
 /// Records waiting for the writer before it is woken early, and (at twice this) before
-/// callers wait for it.
+/// new calls wait for it.
 const QUEUE: usize = 32_768;
 /// How often the writer drains the buffer.
 const CADENCE: Duration = Duration::from_millis(10);
-/// Records pruned in one batch at most.
+/// Records stored under one key at most.
+const BLOCK: usize = 512;
+/// The byte after a block's call id in its key. Logs written before blocks have one record
+/// per key: a bare 16-byte call id.
+const BLOCK_MARK: u8 = b'b';
+/// Keys pruned in one batch at most.
 const BATCH: usize = 4096;
 /// How often old records are pruned.
 const PRUNE_EVERY: Duration = Duration::from_secs(3600);
@@ -158,23 +169,80 @@ pub(crate) struct Entry {
 }
 
 impl Entry {
-    fn into_record(self) -> AuditRecord {
-        let at_ms = self.call_id.get_timestamp().map_or(0, |t| {
-            let (secs, nanos) = t.to_unix();
-            secs * 1000 + u64::from(nanos) / 1_000_000
-        });
-        AuditRecord {
+    /// The record as stored, borrowing this entry's strings.
+    fn as_stored(&self) -> StoredRecord<'_> {
+        StoredRecord {
             call_id: self.call_id,
-            at_ms,
-            agent: self.agent.map(|a| a.to_string()),
-            session: self.session.map(|s| s.to_string()),
-            tool: self.tool.to_string(),
-            args_digest: format!("{:016x}", self.digest),
+            at_ms: start_ms(self.call_id),
+            agent: self.agent.as_deref(),
+            session: self.session.as_deref(),
+            tool: &self.tool,
+            args_digest: Hex(self.digest),
             decision: self.decision,
-            rule: self.rule.map(|r| r.to_string()).unwrap_or_default(),
+            rule: self.rule.as_deref().unwrap_or_default(),
             duration_us: self.duration_us,
             outcome: self.outcome,
         }
+    }
+}
+
+/// [`AuditRecord`] as the writer encodes it, without copying a string: the same fields in
+/// the same order, so it decodes as an [`AuditRecord`].
+#[derive(Serialize)]
+struct StoredRecord<'a> {
+    call_id: Uuid,
+    at_ms: u64,
+    agent: Option<&'a str>,
+    session: Option<&'a str>,
+    tool: &'a str,
+    args_digest: Hex,
+    decision: Action,
+    rule: &'a str,
+    duration_us: u64,
+    outcome: Outcome,
+}
+
+/// A digest, serialized as 16 lowercase hex digits.
+struct Hex(u64);
+
+impl Serialize for Hex {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        const DIGITS: &[u8; 16] = b"0123456789abcdef";
+        let mut text = [0u8; 16];
+        for (i, byte) in text.iter_mut().enumerate() {
+            *byte = DIGITS[((self.0 >> (60 - 4 * i)) & 0xf) as usize];
+        }
+        s.serialize_str(std::str::from_utf8(&text).unwrap_or_default())
+    }
+}
+
+/// A UUID v7's start time in ms since the Unix epoch.
+fn start_ms(id: Uuid) -> u64 {
+    id.get_timestamp().map_or(0, |t| {
+        let (secs, nanos) = t.to_unix();
+        secs * 1000 + u64::from(nanos) / 1_000_000
+    })
+}
+
+/// Adds `entries` to `batch` as blocks, sorted by call id.
+fn put_blocks(batch: &mut Batch, mut entries: Vec<Entry>) {
+    entries.sort_unstable_by_key(|e| e.call_id);
+    for block in entries.chunks(BLOCK) {
+        let Some(last) = block.last() else { continue };
+        let mut key = Vec::with_capacity(17);
+        key.extend_from_slice(last.call_id.as_bytes());
+        key.push(BLOCK_MARK);
+        let records: Vec<StoredRecord<'_>> = block.iter().map(Entry::as_stored).collect();
+        batch.put(Table::Audit, key, codec::encode(&records));
+    }
+}
+
+/// The records stored under one key: a block, or a lone record from before blocks.
+fn decode_stored(key: &[u8], value: &[u8]) -> Result<Vec<AuditRecord>, StoreError> {
+    if key.len() == 16 {
+        codec::decode(Table::Audit, value).map(|r| vec![r])
+    } else {
+        codec::decode(Table::Audit, value)
     }
 }
 
@@ -183,6 +251,8 @@ struct Shared {
     buffer: std::sync::Mutex<Vec<Entry>>,
     /// Wakes the writer before its next tick (a full buffer, a flush, shutdown).
     wake: Arc<tokio::sync::Notify>,
+    /// Set while the buffer holds too many records: new calls wait for [`AuditLog::room`].
+    full: AtomicBool,
     /// Wakes callers waiting for room.
     drained: tokio::sync::Notify,
     /// Flushes waiting for the next commit.
@@ -203,6 +273,7 @@ impl AuditLog {
         let shared = Arc::new(Shared {
             buffer: std::sync::Mutex::new(Vec::with_capacity(1024)),
             wake: Arc::default(),
+            full: AtomicBool::new(false),
             drained: tokio::sync::Notify::new(),
             flushes: std::sync::Mutex::default(),
         });
@@ -215,28 +286,13 @@ impl AuditLog {
         Self { shared, store }
     }
 
-    /// Pushes a record; waits only when the writer is far behind.
-    pub(crate) async fn append(&self, entry: Entry) {
-        let mut entry = Some(entry);
-        loop {
+    /// Waits while the writer is far behind (a full buffer); calls wait here before they
+    /// start, so a record is never held back once its call is done.
+    pub(crate) async fn room(&self) {
+        while self.shared.full.load(Ordering::Acquire) {
+            // Registered before the second look, so a drain in between is not missed.
             let drained = self.shared.drained.notified();
-            let len = {
-                let mut buffer = self
-                    .shared
-                    .buffer
-                    .lock()
-                    .unwrap_or_else(std::sync::PoisonError::into_inner);
-                if buffer.len() < 2 * QUEUE {
-                    buffer.extend(entry.take());
-                    buffer.len()
-                } else {
-                    0
-                }
-            };
-            if len == QUEUE {
-                self.shared.wake.notify_one();
-            }
-            if len > 0 {
+            if !self.shared.full.load(Ordering::Acquire) {
                 return;
             }
             self.shared.wake.notify_one();
@@ -244,13 +300,22 @@ impl AuditLog {
         }
     }
 
-    /// Pushes a record without waiting (for a call being dropped).
-    pub(crate) fn append_now(&self, entry: Entry) {
-        self.shared
-            .buffer
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .push(entry);
+    /// Hands a record to the writer; wakes it early when the buffer fills.
+    pub(crate) fn append(&self, entry: Entry) {
+        let len = {
+            let mut buffer = self
+                .shared
+                .buffer
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            buffer.push(entry);
+            buffer.len()
+        };
+        if len == QUEUE {
+            self.shared.wake.notify_one();
+        } else if len == 2 * QUEUE {
+            self.shared.full.store(true, Ordering::Release);
+        }
     }
 
     /// Waits until every record pushed so far is committed.
@@ -290,28 +355,48 @@ impl Drop for Shared {
 /// # Errors
 /// A store read or decode error.
 pub fn query(store: &dyn Store, query: &AuditQuery) -> Result<Vec<AuditRecord>, StoreError> {
-    let start = query.since_ms.map(time_key).unwrap_or_default();
-    let until = query.until_ms.map(time_key);
-    let mut found = std::collections::VecDeque::new();
-    store::scan_values_from(store, Table::Audit, &[], &start, |key, r: AuditRecord| {
-        if until.as_ref().is_some_and(|u| key >= u.as_slice()) {
-            return false;
-        }
-        let wanted = query
-            .agent
-            .as_ref()
-            .is_none_or(|a| r.agent.as_ref() == Some(a))
-            && query.tool.as_ref().is_none_or(|t| t.matches(&r.tool))
-            && query.outcome.is_none_or(|o| r.outcome == o);
-        if wanted {
-            found.push_back(r);
-            if query.limit.is_some_and(|l| found.len() > l) {
-                found.pop_front();
+    let since = query.since_ms.unwrap_or(0);
+    let until = query.until_ms.unwrap_or(u64::MAX);
+    let mut found = Vec::new();
+    let mut failed = None;
+    // A call that ran long is stored with later ones, so every block from `since` on is
+    // read; the records come out of the blocks roughly in order and are sorted at the end.
+    store.scan_from(Table::Audit, &[], &time_key(since), &mut |key, value| {
+        let records = match decode_stored(key, value) {
+            Ok(records) => records,
+            Err(err) => {
+                failed = Some(err);
+                return false;
             }
+        };
+        found.extend(records.into_iter().filter(|r| {
+            (since..until).contains(&r.at_ms)
+                && query
+                    .agent
+                    .as_ref()
+                    .is_none_or(|a| r.agent.as_ref() == Some(a))
+                && query.tool.as_ref().is_none_or(|t| t.matches(&r.tool))
+                && query.outcome.is_none_or(|o| r.outcome == o)
+        }));
+        if let Some(limit) = query.limit
+            && found.len() > limit.saturating_mul(2).max(BLOCK)
+        {
+            keep_newest(&mut found, limit);
         }
         true
     })?;
-    Ok(found.into())
+    if let Some(err) = failed {
+        return Err(err);
+    }
+    keep_newest(&mut found, query.limit.unwrap_or(usize::MAX));
+    Ok(found)
+}
+
+/// Sorts `records` by call id and keeps the newest `limit`.
+fn keep_newest(records: &mut Vec<AuditRecord>, limit: usize) {
+    records.sort_unstable_by_key(|r| r.call_id);
+    let excess = records.len().saturating_sub(limit);
+    records.drain(..excess);
 }
 
 /// The smallest key of a call started at `ms`: a UUID v7's first 48 bits.
@@ -360,12 +445,14 @@ async fn write_loop(
                 continue;
             }
         }
-        let entries = std::mem::take(
-            &mut *live
+        let entries = {
+            let mut buffer = live
                 .buffer
                 .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner),
-        );
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            live.full.store(false, Ordering::Release);
+            std::mem::take(&mut *buffer)
+        };
         let waiters = std::mem::take(
             &mut *live
                 .flushes
@@ -375,14 +462,7 @@ async fn write_loop(
         live.drained.notify_waiters();
         drop(live);
         let mut batch = Batch::new();
-        for entry in entries {
-            let record = entry.into_record();
-            batch.put(
-                Table::Audit,
-                record.call_id.as_bytes().to_vec(),
-                codec::encode(&record),
-            );
-        }
+        put_blocks(&mut batch, entries);
         if waiters.is_empty() {
             // Nobody waits: let the store group this batch with others and go on.
             store.submit(
@@ -439,5 +519,145 @@ async fn prune_older_than(store: &dyn Store, retention: Duration) {
         if !full {
             return;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::MemoryStore;
+
+    fn entry(ms: u64, tool: &str, outcome: Outcome) -> Entry {
+        let ts =
+            uuid::Timestamp::from_unix(uuid::NoContext, ms / 1000, (ms % 1000) as u32 * 1_000_000);
+        Entry {
+            call_id: Uuid::new_v7(ts),
+            agent: Some(Arc::from("a1")),
+            session: None,
+            tool: Arc::from(tool),
+            digest: 0x0123_4567_89ab_cdef,
+            decision: Action::Allow,
+            rule: Some(Arc::from("trust autonomous")),
+            duration_us: 7,
+            outcome,
+        }
+    }
+
+    #[test]
+    fn a_stored_record_decodes_as_an_audit_record() {
+        let e = entry(1_700_000_000_123, "shell", Outcome::Denied);
+        let bytes = codec::encode(&e.as_stored());
+        let record: AuditRecord = codec::decode(Table::Audit, &bytes).unwrap();
+        assert_eq!(record.call_id, e.call_id);
+        assert_eq!(record.at_ms, 1_700_000_000_123);
+        assert_eq!(record.agent.as_deref(), Some("a1"));
+        assert_eq!(record.session, None);
+        assert_eq!(record.tool, "shell");
+        assert_eq!(record.args_digest, format!("{:016x}", e.digest));
+        assert_eq!(record.rule, "trust autonomous");
+        assert_eq!(record.outcome, Outcome::Denied);
+        assert_eq!(
+            Hex(0xf).serialize(serde_json::value::Serializer).unwrap(),
+            "000000000000000f"
+        );
+    }
+
+    #[tokio::test]
+    async fn queries_read_blocks_and_lone_records_in_call_order() {
+        let store = MemoryStore::new();
+        let mut batch = Batch::new();
+        // A record from before blocks: keyed by its bare call id.
+        let lone = entry(1_000, "old", Outcome::Ok);
+        batch.put(
+            Table::Audit,
+            lone.call_id.as_bytes().to_vec(),
+            codec::encode(&lone.as_stored()),
+        );
+        // More than one block, handed over out of order, with a long call started early.
+        let mut entries: Vec<Entry> = (0..BLOCK as u64 + 10)
+            .rev()
+            .map(|i| entry(2_000 + i, "noop", Outcome::Ok))
+            .collect();
+        entries.push(entry(1_500, "slow", Outcome::Timeout));
+        put_blocks(&mut batch, entries);
+        store::commit(&store, batch).await.unwrap();
+
+        let all = query(&store, &AuditQuery::default()).unwrap();
+        assert_eq!(all.len(), BLOCK + 12);
+        assert!(all.windows(2).all(|w| w[0].call_id < w[1].call_id));
+        assert_eq!(all[0].tool, "old");
+        assert_eq!(all[1].tool, "slow");
+
+        let recent = query(
+            &store,
+            &AuditQuery {
+                limit: Some(3),
+                ..AuditQuery::default()
+            },
+        )
+        .unwrap();
+        let times: Vec<u64> = recent.iter().map(|r| r.at_ms).collect();
+        assert_eq!(
+            times,
+            [
+                2_000 + BLOCK as u64 + 7,
+                2_000 + BLOCK as u64 + 8,
+                2_000 + BLOCK as u64 + 9
+            ]
+        );
+
+        let window = AuditQuery {
+            since_ms: Some(1_200),
+            until_ms: Some(2_002),
+            ..AuditQuery::default()
+        };
+        let tools: Vec<String> = query(&store, &window)
+            .unwrap()
+            .into_iter()
+            .map(|r| r.tool)
+            .collect();
+        assert_eq!(tools, ["slow", "noop", "noop"]);
+
+        let timeouts = AuditQuery {
+            outcome: Some(Outcome::Timeout),
+            ..AuditQuery::default()
+        };
+        assert_eq!(query(&store, &timeouts).unwrap().len(), 1);
+    }
+
+    #[tokio::test]
+    async fn pruning_drops_whole_blocks_older_than_the_retention() {
+        let store = MemoryStore::new();
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_millis() as u64;
+        let mut batch = Batch::new();
+        put_blocks(&mut batch, vec![entry(now - 120_000, "old", Outcome::Ok)]);
+        put_blocks(&mut batch, vec![entry(now - 1_000, "new", Outcome::Ok)]);
+        store::commit(&store, batch).await.unwrap();
+        prune_older_than(&store, Duration::from_secs(60)).await;
+        let left: Vec<String> = query(&store, &AuditQuery::default())
+            .unwrap()
+            .into_iter()
+            .map(|r| r.tool)
+            .collect();
+        assert_eq!(left, ["new"]);
+    }
+
+    #[tokio::test]
+    async fn a_full_buffer_holds_new_calls_until_the_writer_drains_it() {
+        let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
+        let log = AuditLog::start(Arc::clone(&store), Duration::from_secs(3600));
+        // On this single-threaded runtime the writer cannot run until the test awaits.
+        for i in 0..2 * QUEUE as u64 {
+            log.append(entry(1_000 + i, "noop", Outcome::Ok));
+        }
+        assert!(log.shared.full.load(Ordering::Acquire));
+        log.room().await;
+        assert!(!log.shared.full.load(Ordering::Acquire));
+        log.flush().await.unwrap();
+        let all = query(&*store, &AuditQuery::default()).unwrap();
+        assert_eq!(all.len(), 2 * QUEUE);
     }
 }

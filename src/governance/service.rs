@@ -167,15 +167,19 @@ where
         ctx: &CallContext,
         err: CallError,
     ) -> impl std::future::Future<Output = Result<O, CallError>> + Send + 'static {
-        let tool = &self.tool.name;
-        let mut trail = Trail::new(&self.gov, tool, ctx);
-        trail.rule = Some(Arc::from("argument check"));
-        self.gov.emit(|| ToolEvent::Invoked {
-            call_id: ctx.call_id(),
-            tool: Arc::clone(tool),
-            agent: ctx.agent_shared().cloned(),
-        });
-        trail.finish(Err(err))
+        let gov = Arc::clone(&self.gov);
+        let tool = Arc::clone(&self.tool.name);
+        let ctx = ctx.clone();
+        async move {
+            let mut trail = Trail::new(&gov, &tool, &ctx);
+            trail.rule = Some(Arc::from("argument check"));
+            gov.emit(|| ToolEvent::Invoked {
+                call_id: ctx.call_id(),
+                tool: Arc::clone(&tool),
+                agent: ctx.agent_shared().cloned(),
+            });
+            trail.finish(Err(err))
+        }
     }
 
     /// Makes one call, cloning of this stack only what the call needs.
@@ -257,240 +261,298 @@ where
 {
     /// Runs the stages for one call, owning this clone of the stack.
     async fn run(self, req: Request<I>) -> Result<O, CallError> {
-        let Request { call, asker } = req;
-        let ToolCall { mut input, ctx } = call;
-        let gov = &self.gov;
-        let name = &self.tool.name;
-        let mut trail = Trail::new(gov, name, &ctx);
-        let call_id = ctx.call_id();
-        gov.emit(|| ToolEvent::Invoked {
-            call_id: ctx.call_id(),
+        let Governed {
+            inner,
+            gov,
+            tool,
+            convert,
+        } = self;
+        if let Some(audit) = gov.audit() {
+            audit.room().await;
+        }
+        let Request {
+            call: ToolCall { input, ctx },
+            asker,
+        } = req;
+        let mut trail = Trail::new(&gov, &tool.name, &ctx);
+        let result = stages(inner, &tool, convert, input, asker, &mut trail).await;
+        trail.finish(result)
+    }
+}
+
+/// The stages inside audit, in order; records the decision and its rule on `trail`.
+async fn stages<S, I, O>(
+    inner: S,
+    tool: &ToolMeta<I>,
+    convert: Convert<S::Response, O>,
+    mut input: I,
+    asker: Option<Arc<dyn Asker>>,
+    trail: &mut Trail<'_>,
+) -> Result<O, CallError>
+where
+    S: Service<ToolCall<I>, Error = CallError> + Send + 'static,
+    S::Future: Send,
+    I: Serialize + DeserializeOwned + Send + Sync + 'static,
+    O: Serialize + Send + 'static,
+{
+    let (gov, ctx) = (trail.gov, trail.ctx);
+    let name = &tool.name;
+    gov.emit(|| ToolEvent::Invoked {
+        call_id: ctx.call_id(),
+        tool: Arc::clone(name),
+        agent: ctx.agent_shared().cloned(),
+    });
+    // Borrowed from the call's context, which outlives the stages (the pipeline gets a clone).
+    let agent = ctx.agent_shared();
+    let session = ctx.session_shared();
+
+    if !gov.limits.is_empty()
+        && let Err(err) = gov.limits.check(name, agent)
+    {
+        trail.rule = Some(Arc::from("rate limit"));
+        return Err(err);
+    }
+
+    // Before-hooks see (and may rewrite) the arguments before the rules judge them.
+    let mut json: Option<Value> = None;
+    let mut notes = Vec::new();
+    let mut hook_decision = None;
+    if gov.hooks.any(Phase::Before, name) {
+        let arguments = serde_json::to_value(&input).unwrap_or(Value::Null);
+        let before = Box::pin(gov.hooks.before(HookInput {
+            phase: Phase::Before,
+            call_id: ctx.call_id().to_string(),
             tool: Arc::clone(name),
-            agent: ctx.agent_shared().cloned(),
+            agent: agent.cloned(),
+            session: session.cloned(),
+            arguments: arguments.clone(),
+            outcome: None,
+            result: None,
+            error: None,
+        }))
+        .await;
+        notes = before.notes;
+        hook_decision = before.decision;
+        json = Some(match before.arguments {
+            Some(rewritten) => {
+                input = match serde_json::from_value(rewritten.clone()) {
+                    Ok(input) => input,
+                    Err(err) => {
+                        let err = CallError::InvalidArguments {
+                            tool: name.to_string(),
+                            path: ".".into(),
+                            reason: format!(
+                                "a hook rewrote the arguments into something the tool does not take: {err}"
+                            ),
+                        };
+                        return Err(err);
+                    }
+                };
+                rewritten
+            }
+            None => arguments,
         });
-        let agent: Option<Arc<str>> = ctx.agent_shared().cloned();
-        let session: Option<Arc<str>> = ctx.session_shared().cloned();
+    }
+    trail.digest = digest(&input);
 
-        if !gov.limits.is_empty()
-            && let Err(err) = gov.limits.check(name, agent.as_ref())
-        {
-            trail.rule = Some(Arc::from("rate limit"));
-            return trail.finish(Err(err)).await;
+    // Permission: the rules, then the hooks' word (deny wins; a hook's allow skips an ask).
+    let verdict = gov.decide(
+        agent,
+        session,
+        &tool.spec,
+        name.as_ptr() as usize,
+        &mut || {
+            if json.is_none() {
+                json = serde_json::to_value(&input).ok();
+            }
+            json.clone()
+        },
+    );
+    let (action, why): (Action, Arc<str>) = match hook_decision {
+        Some((Action::Deny, why)) => (Action::Deny, Arc::from(why)),
+        _ if verdict.action == Action::Deny => (Action::Deny, Arc::clone(&verdict.label)),
+        Some((Action::Allow, why)) => (Action::Allow, Arc::from(why)),
+        Some((Action::Ask, why)) => (Action::Ask, Arc::from(why)),
+        None => (verdict.action, Arc::clone(&verdict.label)),
+    };
+    match action {
+        Action::Allow => trail.rule = Some(why),
+        Action::Deny => {
+            let err = denied(name, why.to_string());
+            trail.rule = Some(why);
+            return Err(err);
         }
-
-        // Before-hooks see (and may rewrite) the arguments before the rules judge them.
-        let mut json: Option<Value> = None;
-        let mut notes = Vec::new();
-        let mut hook_decision = None;
-        if self.gov.hooks.any(Phase::Before, name) {
-            let arguments = serde_json::to_value(&input).unwrap_or(Value::Null);
-            let before = Box::pin(gov.hooks.before(HookInput {
-                phase: Phase::Before,
-                call_id: ctx.call_id().to_string(),
-                tool: Arc::clone(name),
-                agent: agent.clone(),
-                session: session.clone(),
-                arguments: arguments.clone(),
-                outcome: None,
-                result: None,
-                error: None,
-            }))
+        Action::Ask => {
+            // An approval covers what the asking rule covered, or else the whole tool.
+            let covering = verdict
+                .asking_rule
+                .clone()
+                .or_else(|| Rule::new(name, Action::Allow).ok());
+            let outcome = Box::pin(ask(
+                gov,
+                name,
+                ctx,
+                asker.as_deref(),
+                &input,
+                &why,
+                covering,
+                agent,
+                session,
+            ))
             .await;
-            notes = before.notes;
-            hook_decision = before.decision;
-            json = Some(match before.arguments {
-                Some(rewritten) => {
-                    input = match serde_json::from_value(rewritten.clone()) {
-                        Ok(input) => input,
-                        Err(err) => {
-                            let err = CallError::InvalidArguments {
-                                tool: name.to_string(),
-                                path: ".".into(),
-                                reason: format!(
-                                    "a hook rewrote the arguments into something the tool does not take: {err}"
-                                ),
-                            };
-                            return trail.finish(Err(err)).await;
-                        }
-                    };
-                    rewritten
+            match outcome {
+                Ok(answer) => trail.rule = Some(answer),
+                Err(err) => {
+                    trail.rule = Some(why);
+                    return Err(err);
                 }
-                None => arguments,
-            });
+            }
         }
-        trail.digest = digest(&input);
+    }
 
-        // Permission: the rules, then the hooks' word (deny wins; a hook's allow skips an ask).
-        let verdict = gov.decide(
-            agent.as_ref(),
-            session.as_ref(),
-            &self.tool.spec,
-            name.as_ptr() as usize,
-            &mut || {
-                if json.is_none() {
-                    json = serde_json::to_value(&input).ok();
-                }
-                json.clone()
-            },
+    // The loop guard: an agent repeating itself gets told to change course.
+    if let Some(agent) = agent
+        && !(tool.polls)(&input)
+        && let Some(count) = gov.loops.count(agent, name, trail.digest)
+    {
+        let why = format!(
+            "`{name}` was called {count} times in a row by `{agent}` with the same arguments); \
+                 the result will not change. Try different arguments or another approach."
         );
-        let (action, why) = match hook_decision {
-            Some((Action::Deny, why)) => (Action::Deny, Arc::from(why)),
-            _ if verdict.action == Action::Deny => (Action::Deny, Arc::clone(&verdict.label)),
-            Some((Action::Allow, why)) => (Action::Allow, Arc::from(why)),
-            Some((Action::Ask, why)) => (Action::Ask, Arc::from(why)),
-            None => (verdict.action, Arc::clone(&verdict.label)),
-        };
-        trail.rule = Some(Arc::clone(&why));
-        match action {
-            Action::Allow => {}
+        match gov.loops.action() {
+            Action::Allow => tracing::warn!(%agent, tool = %name, count, "repeated call"),
             Action::Deny => {
-                return trail.finish(Err(denied(name, why.to_string()))).await;
+                trail.rule = Some(Arc::from("loop guard"));
+                return Err(denied(name, why));
             }
             Action::Ask => {
-                // An approval covers what the asking rule covered, or else the whole tool.
-                let covering = verdict
-                    .asking_rule
-                    .clone()
-                    .or_else(|| Rule::new(name, Action::Allow).ok());
-                let outcome = Box::pin(ask(
+                let asked = Box::pin(ask(
                     gov,
                     name,
-                    &ctx,
+                    ctx,
                     asker.as_deref(),
                     &input,
                     &why,
-                    covering,
-                    &agent,
-                    &session,
+                    None,
+                    Some(agent),
+                    session,
                 ))
                 .await;
-                match outcome {
-                    Ok(answer) => trail.rule = Some(answer),
-                    Err(err) => return trail.finish(Err(err)).await,
-                }
-            }
-        }
-
-        // The loop guard: an agent repeating itself gets told to change course.
-        if let Some(agent) = &agent
-            && !(self.tool.polls)(&input)
-            && let Some(count) = gov.loops.count(agent, name, trail.digest)
-        {
-            let why = format!(
-                "`{name}` was called {count} times in a row by `{agent}` with the same arguments); \
-                 the result will not change. Try different arguments or another approach."
-            );
-            match gov.loops.action() {
-                Action::Allow => tracing::warn!(%agent, tool = %name, count, "repeated call"),
-                Action::Deny => {
-                    trail.rule = Some(Arc::from("loop guard"));
-                    return trail.finish(Err(denied(name, why))).await;
-                }
-                Action::Ask => {
-                    let asked = Box::pin(ask(
-                        gov,
-                        name,
-                        &ctx,
-                        asker.as_deref(),
-                        &input,
-                        &why,
-                        None,
-                        &Some(Arc::clone(agent)),
-                        &session,
-                    ))
-                    .await;
-                    match asked {
-                        Ok(answer) => {
-                            gov.loops.reset(agent);
-                            trail.rule = Some(answer);
-                        }
-                        Err(err) => {
-                            trail.rule = Some(Arc::from("loop guard"));
-                            return trail.finish(Err(err)).await;
-                        }
+                match asked {
+                    Ok(answer) => {
+                        gov.loops.reset(agent);
+                        trail.rule = Some(answer);
+                    }
+                    Err(err) => {
+                        trail.rule = Some(Arc::from("loop guard"));
+                        return Err(err);
                     }
                 }
             }
         }
-
-        // The result cache (JSON calls to tools declared deterministic).
-        let policy = gov.tool_policy(name);
-        let cache_ttl = policy
-            .and_then(|p| p.cache_ttl)
-            .filter(|_| is::<O, ToolReply>());
-        let generation = cache_ttl.map(|_| gov.context_generation(session.as_deref()));
-        if let Some(generation) = generation
-            && let Some(hit) = gov
-                .cache
-                .get(name, session.as_ref(), trail.digest, generation)
-        {
-            let reply = ToolReply::new(Value::clone(&hit));
-            let out = as_output::<O>(reply);
-            return trail
-                .finish(out.map(|mut o| {
-                    if let Some(r) = downcast_mut::<O, ToolReply>(&mut o) {
-                        r.notes.extend(notes);
-                    }
-                    o
-                }))
-                .await;
-        }
-
-        let result = self.inner.oneshot(ToolCall { input, ctx }).await;
-        let mut result = result.and_then(|r| (self.convert)(r, name));
-
-        if gov.hooks.any(Phase::After, name) {
-            let (outcome, value, error) = match &result {
-                Ok(out) => ("ok", serde_json::to_value(out).ok(), None),
-                Err(err) => (Outcome::of(err).as_str(), None, Some(err.to_string())),
-            };
-            let after = Box::pin(gov.hooks.after(HookInput {
-                phase: Phase::After,
-                call_id: call_id.to_string(),
-                tool: Arc::clone(name),
-                agent: agent.clone(),
-                session: session.clone(),
-                arguments: json.unwrap_or(Value::Null),
-                outcome: Some(outcome),
-                result: value,
-                error,
-            }))
-            .await;
-            notes.extend(after);
-        }
-
-        if let Ok(out) = &mut result
-            && let Some(reply) = downcast_mut::<O, ToolReply>(out)
-        {
-            reply.notes.extend(notes);
-            if let (Some(ttl), Some(generation)) = (cache_ttl, generation) {
-                gov.cache.put(
-                    name,
-                    session.as_ref(),
-                    trail.digest,
-                    generation,
-                    ttl,
-                    Arc::new(reply.value.clone()),
-                );
-            }
-            let limits = policy
-                .and_then(|p| p.truncate)
-                .unwrap_or(gov.config.truncate);
-            // Boxed, like the other rare stages, to keep every call's future small.
-            match Box::pin(
-                gov.spill
-                    .apply(limits, name, call_id, &reply.value, &reply.text),
-            )
-            .await
-            {
-                Ok(cut) => reply.truncated = cut,
-                Err(err) => {
-                    tracing::warn!(tool = %name, %err, "a long result could not be spilled to a file; it is returned whole")
-                }
-            }
-        }
-        trail.finish(result).await
     }
+
+    // The result cache (JSON calls to tools declared deterministic).
+    let cache = gov
+        .tool_policy(name)
+        .and_then(|p| p.cache_ttl)
+        .filter(|_| is::<O, ToolReply>())
+        .map(|ttl| (ttl, gov.context_generation(session.map(|s| &**s))));
+    if let Some((_, generation)) = cache
+        && let Some(hit) = gov.cache.get(name, session, trail.digest, generation)
+    {
+        let reply = ToolReply::new(Value::clone(&hit));
+        let out = as_output::<O>(reply);
+        return out.map(|mut o| {
+            if let Some(r) = downcast_mut::<O, ToolReply>(&mut o) {
+                r.notes.extend(notes);
+            }
+            o
+        });
+    }
+
+    // Dropped here rather than at the end, so the call's future keeps no room for them
+    // across the pipeline call.
+    drop((verdict, asker));
+
+    // What the after-hooks and the reply need, kept across the pipeline call only when
+    // hooks gave or want something: boxed, so other calls' futures stay small.
+    let after_hooks = gov.hooks.any(Phase::After, name);
+    let mut hooked = (after_hooks || !notes.is_empty()).then(|| {
+        Box::new(Hooked {
+            json: json.filter(|_| after_hooks),
+            notes,
+        })
+    });
+    let result = inner
+        .oneshot(ToolCall {
+            input,
+            ctx: ctx.clone(),
+        })
+        .await;
+    let mut result = result.and_then(|r| convert(r, name));
+
+    if after_hooks && let Some(hooked) = &mut hooked {
+        let (outcome, value, error) = match &result {
+            Ok(out) => ("ok", serde_json::to_value(out).ok(), None),
+            Err(err) => (Outcome::of(err).as_str(), None, Some(err.to_string())),
+        };
+        let after = Box::pin(gov.hooks.after(HookInput {
+            phase: Phase::After,
+            call_id: ctx.call_id().to_string(),
+            tool: Arc::clone(name),
+            agent: agent.cloned(),
+            session: session.cloned(),
+            arguments: hooked.json.take().unwrap_or(Value::Null),
+            outcome: Some(outcome),
+            result: value,
+            error,
+        }))
+        .await;
+        hooked.notes.extend(after);
+    }
+
+    if let Ok(out) = &mut result
+        && let Some(reply) = downcast_mut::<O, ToolReply>(out)
+    {
+        if let Some(hooked) = hooked {
+            reply.notes.extend(hooked.notes);
+        }
+        if let Some((ttl, generation)) = cache {
+            gov.cache.put(
+                name,
+                session,
+                trail.digest,
+                generation,
+                ttl,
+                Arc::new(reply.value.clone()),
+            );
+        }
+        let limits = gov
+            .tool_policy(name)
+            .and_then(|p| p.truncate)
+            .unwrap_or(gov.config.truncate);
+        // Boxed, like the other rare stages, to keep every call's future small.
+        match Box::pin(
+            gov.spill
+                .apply(limits, name, ctx.call_id(), &reply.value, &reply.text),
+        )
+        .await
+        {
+            Ok(cut) => reply.truncated = cut,
+            Err(err) => {
+                tracing::warn!(tool = %name, %err, "a long result could not be spilled to a file; it is returned whole")
+            }
+        }
+    }
+    result
+}
+
+/// What the hooks of a call carry past the pipeline: the arguments as the after-hooks are
+/// to see them, and notes for the model.
+struct Hooked {
+    json: Option<Value>,
+    notes: Vec<String>,
 }
 
 /// Asks about a call and applies the answer; the approval's label, or the denial.
@@ -503,11 +565,11 @@ async fn ask<I: Serialize>(
     input: &I,
     why: &str,
     covering: Option<Rule>,
-    agent: &Option<Arc<str>>,
-    session: &Option<Arc<str>>,
+    agent: Option<&Arc<str>>,
+    session: Option<&Arc<str>>,
 ) -> Result<Arc<str>, CallError> {
     let Some(asker) = asker else {
-        let who = agent.as_deref().unwrap_or("<agent>");
+        let who = agent.map_or("<agent>", |a| &**a);
         return Err(denied(
             name,
             format!(
@@ -518,8 +580,8 @@ async fn ask<I: Serialize>(
     };
     let request = AskRequest {
         tool: Arc::clone(name),
-        agent: agent.clone(),
-        session: session.clone(),
+        agent: agent.cloned(),
+        session: session.cloned(),
         arguments: serde_json::to_value(input).unwrap_or(Value::Null),
         reason: why.to_owned(),
     };
@@ -537,7 +599,7 @@ async fn ask<I: Serialize>(
         && matches!(approval, Approval::Session | Approval::Always)
     {
         rule.action = Action::Allow;
-        if let Err(err) = gov.grant(agent, session.as_ref(), rule, approval).await {
+        if let Err(err) = gov.grant(agent, session, rule, approval).await {
             tracing::warn!(%err, "an approval could not be stored; it holds for this call only");
         }
     }
@@ -562,22 +624,21 @@ fn denied(tool: &str, reason: String) -> CallError {
 
 /// XXH3-64 of the arguments' JSON: equal arguments, equal digests.
 fn digest<I: Serialize>(input: &I) -> u64 {
-    let mut hasher = xxhash_rust::xxh3::Xxh3Default::new();
-    let _ = serde_json::to_writer(HashWriter(&mut hasher), input);
-    hasher.digest()
-}
-
-struct HashWriter<'a>(&'a mut xxhash_rust::xxh3::Xxh3Default);
-
-impl std::io::Write for HashWriter<'_> {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0.update(buf);
-        Ok(buf.len())
+    thread_local! {
+        static SCRATCH: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
     }
-
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
+    // Written whole into a reused buffer and hashed in one go: arguments are mostly small,
+    // and the streaming hasher's setup costs more than hashing them.
+    SCRATCH.with_borrow_mut(|json| {
+        json.clear();
+        let _ = serde_json::to_writer(&mut *json, input);
+        let digest = xxhash_rust::xxh3::xxh3_64(json);
+        if json.capacity() > 64 * 1024 {
+            // One huge argument does not pin its buffer for the thread's life.
+            *json = Vec::new();
+        }
+        digest
+    })
 }
 
 fn is<O: 'static, T: 'static>() -> bool {
@@ -601,59 +662,61 @@ fn as_output<O: 'static>(reply: ToolReply) -> Result<O, CallError> {
 
 /// The call's audit record in the making. Dropped unfinished (the caller went away), it is
 /// recorded as `cancelled`.
-struct Trail {
-    gov: Arc<Governance>,
-    entry: Option<Entry>,
-    started: tokio::time::Instant,
+struct Trail<'g> {
+    gov: &'g Governance,
+    ctx: &'g CallContext,
+    tool: &'g Arc<str>,
+    /// The arguments' digest, once known.
     digest: u64,
+    /// What decided the call.
     rule: Option<Arc<str>>,
+    finished: bool,
 }
 
-impl Trail {
-    fn new(gov: &Arc<Governance>, tool: &Arc<str>, ctx: &CallContext) -> Self {
+impl<'g> Trail<'g> {
+    fn new(gov: &'g Governance, tool: &'g Arc<str>, ctx: &'g CallContext) -> Self {
         Self {
-            gov: Arc::clone(gov),
-            entry: Some(Entry {
-                call_id: ctx.call_id(),
-                agent: ctx.agent_shared().cloned(),
-                session: ctx.session_shared().cloned(),
-                tool: Arc::clone(tool),
-                digest: 0,
-                decision: Action::Allow,
-                rule: None,
-                duration_us: 0,
-                outcome: Outcome::Cancelled,
-            }),
-            started: ctx.started(),
+            gov,
+            ctx,
+            tool,
             digest: 0,
             rule: None,
+            finished: false,
         }
     }
 
-    fn take(&mut self, outcome: Outcome) -> Option<Entry> {
-        let mut entry = self.entry.take()?;
-        entry.digest = self.digest;
-        entry.rule = self.rule.take();
-        entry.outcome = outcome;
-        entry.decision = if outcome == Outcome::Denied {
-            Action::Deny
-        } else {
-            Action::Allow
-        };
-        entry.duration_us = duration_us(self.started.elapsed());
-        Some(entry)
+    /// The audit record, once: later calls get `None`.
+    fn close(&mut self, outcome: Outcome) -> Option<Entry> {
+        if std::mem::replace(&mut self.finished, true) {
+            return None;
+        }
+        Some(Entry {
+            call_id: self.ctx.call_id(),
+            agent: self.ctx.agent_shared().cloned(),
+            session: self.ctx.session_shared().cloned(),
+            tool: Arc::clone(self.tool),
+            digest: self.digest,
+            decision: if outcome == Outcome::Denied {
+                Action::Deny
+            } else {
+                Action::Allow
+            },
+            rule: self.rule.take(),
+            duration_us: duration_us(self.ctx.started().elapsed()),
+            outcome,
+        })
     }
 
-    async fn finish<O>(mut self, result: Result<O, CallError>) -> Result<O, CallError> {
+    /// Records the call's end and passes its result on.
+    fn finish<O>(mut self, result: Result<O, CallError>) -> Result<O, CallError> {
         let outcome = match &result {
             Ok(_) => Outcome::Ok,
             Err(err) => Outcome::of(err),
         };
-        let Some(entry) = self.take(outcome) else {
+        let Some(entry) = self.close(outcome) else {
             return result;
         };
-        let gov = Arc::clone(&self.gov);
-        gov.emit(|| match &result {
+        self.gov.emit(|| match &result {
             Ok(_) => ToolEvent::Completed {
                 call_id: entry.call_id,
                 tool: Arc::clone(&entry.tool),
@@ -671,19 +734,19 @@ impl Trail {
                 message: err.to_string(),
             },
         });
-        if let Some(audit) = gov.audit() {
-            audit.append(entry).await;
+        if let Some(audit) = self.gov.audit() {
+            audit.append(entry);
         }
         result
     }
 }
 
-impl Drop for Trail {
+impl Drop for Trail<'_> {
     fn drop(&mut self) {
-        if let Some(entry) = self.take(Outcome::Cancelled)
+        if let Some(entry) = self.close(Outcome::Cancelled)
             && let Some(audit) = self.gov.audit()
         {
-            audit.append_now(entry);
+            audit.append(entry);
         }
     }
 }
