@@ -6,8 +6,10 @@
 // handshake-era scenarios still call them.
 #![allow(deprecated)]
 
+mod input_required;
+
 use rmcp::model::{
-    CallToolRequestParams, CallToolResult, CompleteRequestParams, CompleteResult,
+    CallToolRequestParams, CallToolResponse, CallToolResult, CompleteRequestParams, CompleteResult,
     GetPromptRequestParams, GetPromptResponse, GetPromptResult, ListPromptsResult,
     ListResourceTemplatesResult, ListResourcesResult, LoggingLevel,
     LoggingMessageNotificationParam, PaginatedRequestParams, ProgressNotificationParam,
@@ -38,11 +40,16 @@ const NAMES: &[&str] = &[
     "test_simple_text",
     "test_tool_with_logging",
     "test_tool_with_progress",
+    "test_logging_tool",
+    "test_missing_capability",
+    "test_streaming_elicitation",
+    "test_trigger_tool_change",
+    "test_trigger_prompt_change",
 ];
 
 /// Whether `name` is a fixture tool.
 pub(super) fn is_fixture(name: &str) -> bool {
-    NAMES.contains(&name)
+    NAMES.contains(&name) || input_required::is_tool(name)
 }
 
 /// What a fixture server declares: tools, resources, prompts, logging and completions.
@@ -101,10 +108,17 @@ pub(super) fn tools() -> Vec<Tool> {
         ),
         other => (fixture_description(other), empty_input()),
     };
+    let mrtr = input_required::TOOLS
+        .iter()
+        .map(|(name, description)| (*name, *description, empty_input()));
     NAMES
         .iter()
         .map(|name| {
             let (description, schema) = describe(name);
+            (*name, description, schema)
+        })
+        .chain(mrtr)
+        .map(|(name, description, schema)| {
             from_json(json!({ "name": name, "description": description, "inputSchema": schema }))
         })
         .collect()
@@ -123,6 +137,11 @@ fn fixture_description(name: &str) -> &'static str {
         "test_simple_text" => "Returns simple text content",
         "test_tool_with_logging" => "Sends three log notifications",
         "test_tool_with_progress" => "Reports progress 0, 50 and 100 of 100",
+        "test_logging_tool" => "Logs only when the request's _meta names a log level",
+        "test_missing_capability" => "Needs the client's sampling capability",
+        "test_streaming_elicitation" => "Asks for the user's name through an input_required result",
+        "test_trigger_tool_change" => "Registers a new tool, changing the tool list",
+        "test_trigger_prompt_change" => "Adds a prompt, changing the prompt list",
         _ => "A conformance fixture",
     }
 }
@@ -133,6 +152,84 @@ fn content(blocks: Value) -> CallToolResult {
 
 /// Runs fixture tool `request.name`.
 pub(super) async fn call(
+    request: CallToolRequestParams,
+    cx: RequestContext<RoleServer>,
+) -> Result<CallToolResponse, McpError> {
+    let name = request.name.as_ref();
+    if input_required::is_tool(name) {
+        return input_required::call(&request, &cx);
+    }
+    match name {
+        "test_streaming_elicitation" => {
+            // The same rounds as the elicitation fixture.
+            let mut request = request.clone();
+            request.name = "test_input_required_result_elicitation".into();
+            return input_required::call(&request, &cx);
+        }
+        "test_missing_capability" => {
+            let sampling = cx.client_capabilities().and_then(|c| c.sampling);
+            if sampling.is_none() {
+                return Err(McpError::missing_required_client_capability(from_json(
+                    json!({ "sampling": {} }),
+                )));
+            }
+            return Ok(
+                content(json!([{ "type": "text", "text": "The client can sample" }])).into(),
+            );
+        }
+        "test_logging_tool" => {
+            if cx.meta.get(LOG_LEVEL).is_some() {
+                #[allow(deprecated)]
+                let _ = cx
+                    .peer
+                    .notify_logging_message(
+                        LoggingMessageNotificationParam::new(
+                            LoggingLevel::Info,
+                            json!("Logged as asked"),
+                        )
+                        .with_logger("guildhall"),
+                    )
+                    .await;
+            }
+            return Ok(
+                content(json!([{ "type": "text", "text": "Logging test completed" }])).into(),
+            );
+        }
+        _ => {}
+    }
+    one_round(request, cx).await.map(CallToolResponse::from)
+}
+
+/// A list the fixture triggers change.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum ListChange {
+    /// `test_trigger_tool_change`: a tool is registered.
+    Tools,
+    /// `test_trigger_prompt_change`: a prompt is added.
+    Prompts,
+}
+
+impl ListChange {
+    /// The change the fixture tool `name` triggers, if it is a trigger.
+    pub(super) fn triggered_by(name: &str) -> Option<Self> {
+        match name {
+            "test_trigger_tool_change" => Some(Self::Tools),
+            "test_trigger_prompt_change" => Some(Self::Prompts),
+            _ => None,
+        }
+    }
+}
+
+/// The name of the `n`th prompt added by `test_trigger_prompt_change`.
+pub(super) fn added_prompt_name(n: u64) -> String {
+    format!("test_dynamic_prompt_{n}")
+}
+
+/// Where a 2026-07-28 request asks for log messages.
+const LOG_LEVEL: &str = "io.modelcontextprotocol/logLevel";
+
+/// Runs a fixture tool that answers in one round.
+async fn one_round(
     request: CallToolRequestParams,
     cx: RequestContext<RoleServer>,
 ) -> Result<CallToolResult, McpError> {
@@ -375,15 +472,17 @@ pub(super) async fn read_resource(
     Ok(ReadResourceResponse::from(result))
 }
 
+/// The fixture prompts, with the `added` ones from `test_trigger_prompt_change` last.
 pub(super) fn list_prompts(
     enabled: bool,
+    added: u64,
     _request: Option<PaginatedRequestParams>,
     _cx: RequestContext<RoleServer>,
 ) -> Result<ListPromptsResult, McpError> {
     if !enabled {
         return disabled("prompts");
     }
-    Ok(from_json(json!({ "resultType": "complete", "prompts": [
+    let mut prompts = json!([
         { "name": "test_prompt_with_arguments", "description": "A prompt with arguments",
           "arguments": [
             { "name": "arg1", "description": "First test argument", "required": true },
@@ -391,8 +490,18 @@ pub(super) fn list_prompts(
         { "name": "test_prompt_with_embedded_resource", "description": "A prompt with an embedded resource",
           "arguments": [ { "name": "resourceUri", "description": "URI of the resource", "required": true } ] },
         { "name": "test_prompt_with_image", "description": "A prompt with an image" },
-        { "name": "test_simple_prompt", "description": "A simple prompt without arguments" }
-    ]})))
+        { "name": "test_simple_prompt", "description": "A simple prompt without arguments" },
+        { "name": input_required::PROMPT,
+          "description": "Asks for context through an input_required result, then uses it" }
+    ]);
+    if let Some(list) = prompts.as_array_mut() {
+        list.extend((1..=added).map(|n| {
+            json!({ "name": added_prompt_name(n), "description": "A prompt added at run time" })
+        }));
+    }
+    Ok(from_json(
+        json!({ "resultType": "complete", "prompts": prompts }),
+    ))
 }
 
 pub(super) async fn get_prompt(
@@ -402,6 +511,9 @@ pub(super) async fn get_prompt(
 ) -> Result<GetPromptResponse, McpError> {
     if !enabled {
         return disabled("prompts");
+    }
+    if request.name == input_required::PROMPT {
+        return input_required::get_prompt(&request);
     }
     let args = request.arguments.unwrap_or_default();
     let arg = |key: &str| {
@@ -426,6 +538,9 @@ pub(super) async fn get_prompt(
                     "uri": uri, "mimeType": "text/plain", "text": "Embedded resource content for testing." } } },
                 user_text("Please process the embedded resource above.".into())
             ])
+        }
+        name if name.starts_with("test_dynamic_prompt_") => {
+            json!([user_text(format!("This is {name}, added at run time."))])
         }
         "test_prompt_with_image" => json!([
             { "role": "user", "content": { "type": "image", "data": PNG, "mimeType": "image/png" } },

@@ -51,6 +51,8 @@ struct Shared {
     fixtures: bool,
     /// The converted tool list and the tool-set version it was built from.
     listing: Mutex<Option<(u64, Arc<[Tool]>)>>,
+    /// Prompts added by the fixture `test_trigger_prompt_change`: how many so far.
+    added_prompts: tokio::sync::watch::Sender<u64>,
 }
 
 impl McpServer {
@@ -62,6 +64,7 @@ impl McpServer {
                 runtime,
                 fixtures: false,
                 listing: Mutex::new(None),
+                added_prompts: tokio::sync::watch::Sender::new(0),
             }),
             agent: None,
             filter: ToolFilter::all(),
@@ -77,6 +80,7 @@ impl McpServer {
             runtime: self.shared.runtime.clone(),
             fixtures: true,
             listing: Mutex::new(None),
+            added_prompts: tokio::sync::watch::Sender::new(0),
         });
         Self { shared, ..self }
     }
@@ -194,7 +198,7 @@ impl McpServer {
         &self,
         request: CallToolRequestParams,
         cx: RequestContext<RoleServer>,
-    ) -> Result<CallToolResult, McpError> {
+    ) -> Result<CallToolResponse, McpError> {
         let name = request.name.as_ref();
         if !self.filter.allows(name) {
             return Err(McpError::invalid_params(
@@ -205,8 +209,13 @@ impl McpServer {
                 None,
             ));
         }
-        if self.shared.fixtures && fixtures::is_fixture(name) {
-            return fixtures::call(request, cx).await;
+        if self.shared.fixtures {
+            if let Some(change) = fixtures::ListChange::triggered_by(name) {
+                return self.change_list(change).await;
+            }
+            if fixtures::is_fixture(name) {
+                return fixtures::call(request, cx).await;
+            }
         }
         let mut options = CallOptions::new();
         if let Some(agent) = self.caller(&cx).await? {
@@ -234,12 +243,12 @@ impl McpServer {
             }
         };
         match outcome {
-            Ok(reply) => Ok(model_result(reply)),
+            Ok(reply) => Ok(model_result(reply).into()),
             Err(CallError::UnknownTool { name }) => Err(McpError::invalid_params(
                 format!("unknown tool `{name}`; `tools/list` shows the available tools"),
                 None,
             )),
-            Err(err) => Ok(tool_failure(&err)),
+            Err(err) => Ok(tool_failure(&err).into()),
         }
     }
 }
@@ -398,7 +407,39 @@ impl CallObserver for ProgressRelay {
 
 /// Calls `notify` for each tool-set change after now, until `stop` completes or `notify`
 /// fails (the client is gone).
-async fn relay_tool_set_changes<N, E>(
+impl McpServer {
+    /// A fixture trigger: a real change to the tool list (a tool is registered) or to the
+    /// fixture prompts, so clients' list-changed notifications can be observed.
+    async fn change_list(
+        &self,
+        change: fixtures::ListChange,
+    ) -> Result<CallToolResponse, McpError> {
+        let what = match change {
+            fixtures::ListChange::Tools => {
+                let name = format!(
+                    "test_dynamic_tool_{}",
+                    self.shared.runtime.tool_set_version()
+                );
+                self.shared
+                    .runtime
+                    .register(crate::bench::Noop::named(&name))
+                    .await
+                    .map_err(|err| McpError::internal_error(err.to_string(), None))?;
+                format!("tool `{name}` added")
+            }
+            fixtures::ListChange::Prompts => {
+                self.shared.added_prompts.send_modify(|n| *n += 1);
+                format!(
+                    "prompt `{}` added",
+                    fixtures::added_prompt_name(*self.shared.added_prompts.borrow())
+                )
+            }
+        };
+        Ok(CallToolResult::success(vec![ContentBlock::text(what)]).into())
+    }
+}
+
+async fn relay_changes<N, E>(
     mut changes: tokio::sync::watch::Receiver<u64>,
     stop: impl Future<Output = ()>,
     mut notify: impl FnMut() -> N,
@@ -477,7 +518,7 @@ impl ServerHandler for McpServer {
         request: CallToolRequestParams,
         cx: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, McpError> {
-        self.call(request, cx).await.map(CallToolResponse::from)
+        self.call(request, cx).await
     }
 
     async fn on_initialized(&self, cx: NotificationContext<RoleServer>) {
@@ -486,7 +527,7 @@ impl ServerHandler for McpServer {
         let alive = self.alive.clone();
         let peer = cx.peer;
         tokio::spawn(async move {
-            relay_tool_set_changes(changes, alive.cancelled(), || {
+            relay_changes(changes, alive.cancelled(), || {
                 peer.notify_tool_list_changed()
             })
             .await;
@@ -498,16 +539,31 @@ impl ServerHandler for McpServer {
         requested: &SubscriptionFilter,
     ) -> Option<SubscriptionFilter> {
         let _ = requested;
-        Some(SubscriptionFilter::builder().tools_list_changed().build())
+        let accepted = SubscriptionFilter::builder().tools_list_changed();
+        Some(if self.shared.fixtures {
+            accepted.prompts_list_changed().build()
+        } else {
+            accepted.build()
+        })
     }
 
     async fn listen(&self, subscription: SubscriptionContext) -> Result<(), McpError> {
         // 2026-07-28 clients subscribe with `subscriptions/listen` instead.
-        let changes = self.shared.runtime.tool_set_changes();
-        relay_tool_set_changes(changes, subscription.cancelled(), || {
-            subscription.sink().notify_tool_list_changed()
-        })
-        .await;
+        let tools = relay_changes(
+            self.shared.runtime.tool_set_changes(),
+            subscription.cancelled(),
+            || subscription.sink().notify_tool_list_changed(),
+        );
+        if self.shared.fixtures {
+            let prompts = relay_changes(
+                self.shared.added_prompts.subscribe(),
+                subscription.cancelled(),
+                || subscription.sink().notify_prompt_list_changed(),
+            );
+            tokio::join!(tools, prompts);
+        } else {
+            tools.await;
+        }
         Ok(())
     }
 
@@ -540,7 +596,8 @@ impl ServerHandler for McpServer {
         request: Option<PaginatedRequestParams>,
         cx: RequestContext<RoleServer>,
     ) -> Result<rmcp::model::ListPromptsResult, McpError> {
-        fixtures::list_prompts(self.shared.fixtures, request, cx)
+        let added = *self.shared.added_prompts.borrow();
+        fixtures::list_prompts(self.shared.fixtures, added, request, cx)
     }
 
     async fn complete(
