@@ -267,14 +267,15 @@ where
             tool,
             convert,
         } = self;
-        if let Some(audit) = gov.audit() {
-            audit.room().await;
-        }
         let Request {
             call: ToolCall { input, ctx },
             asker,
         } = req;
         let mut trail = Trail::new(&gov, &tool.name, &ctx);
+        if let Some(audit) = gov.audit() {
+            // After the trail exists, so a call dropped while it waits is audited too.
+            audit.room().await;
+        }
         let result = stages(inner, &tool, convert, input, asker, &mut trail).await;
         trail.finish(result)
     }
@@ -416,8 +417,8 @@ where
         && let Some(count) = gov.loops.count(agent, name, trail.digest)
     {
         let why = format!(
-            "`{name}` was called {count} times in a row by `{agent}` with the same arguments); \
-                 the result will not change. Try different arguments or another approach."
+            "`{name}` was called {count} times in a row by `{agent}` with the same arguments; \
+             the result will not change. Try different arguments or another approach."
         );
         match gov.loops.action() {
             Action::Allow => tracing::warn!(%agent, tool = %name, count, "repeated call"),
