@@ -9,7 +9,7 @@ use futures::StreamExt;
 use guildhall::Runtime;
 use guildhall::context::{Change, Context, HistoryQuery, Select, SessionExport, Strategy};
 
-use super::mail::{parse_json, stdin_lines};
+use super::mail::{parse_json, print_outcomes, stdin_lines};
 
 type CliResult = Result<(), Box<dyn std::error::Error>>;
 
@@ -261,28 +261,8 @@ async fn update_lines(ctx: &Context, concurrency: usize) -> CliResult {
                 .map_err(|e| format!("line {n}: {e}"))
         })
         .buffer_unordered(concurrency);
-    let mut updates = std::pin::pin!(updates);
-    let mut stdout = std::io::stdout().lock();
-    let mut failures = 0usize;
-    while let Some(outcome) = updates.next().await {
-        match outcome {
-            Ok((line, version)) => {
-                writeln!(
-                    stdout,
-                    "{}",
-                    serde_json::json!({"line": line, "version": version})
-                )?;
-                stdout.flush()?;
-            }
-            Err(err) => {
-                failures += 1;
-                tracing::error!("{err}");
-            }
-        }
-    }
-    let _ = reader.await;
-    if failures > 0 {
-        return Err(format!("{failures} batches were not applied (see the log above)").into());
-    }
-    Ok(())
+    let lines = updates.map(|outcome| {
+        outcome.map(|(line, version)| serde_json::json!({ "line": line, "version": version }))
+    });
+    print_outcomes(lines, reader, "batches were not applied").await
 }

@@ -219,7 +219,6 @@ async fn send_with(rt: &Runtime, args: SendArgs) -> CliResult {
     // moment its send is acknowledged.
     let (lines, reader) = stdin_lines(args.concurrency.max(1));
     let agent = Arc::new(agent);
-    let mut failures = 0usize;
     let sends = lines
         .map(|(n, line)| {
             let agent = Arc::clone(&agent);
@@ -238,13 +237,29 @@ async fn send_with(rt: &Runtime, args: SendArgs) -> CliResult {
             }
         })
         .buffer_unordered(args.concurrency.max(1));
-    let mut sends = std::pin::pin!(sends);
+    let receipts = sends.map(|outcome| {
+        let (n, receipt) = outcome?;
+        let mut line = serde_json::to_value(&receipt).map_err(|e| e.to_string())?;
+        line["line"] = n.into();
+        Ok(line)
+    });
+    print_outcomes(receipts, reader, "messages were not sent").await
+}
+
+/// Prints each outcome's JSON line the moment it arrives (flushed, so a pipe sees it at
+/// once) and logs each failure; fails at the end saying how many `failed` (e.g. "messages
+/// were not sent") once `reader` has finished.
+pub(super) async fn print_outcomes(
+    outcomes: impl futures::Stream<Item = Result<serde_json::Value, String>>,
+    reader: tokio::task::JoinHandle<()>,
+    failed: &str,
+) -> CliResult {
+    let mut outcomes = std::pin::pin!(outcomes);
     let mut stdout = std::io::stdout().lock();
-    while let Some(outcome) = sends.next().await {
+    let mut failures = 0usize;
+    while let Some(outcome) = outcomes.next().await {
         match outcome {
-            Ok((n, receipt)) => {
-                let mut line = serde_json::to_value(&receipt)?;
-                line["line"] = n.into();
+            Ok(line) => {
                 writeln!(stdout, "{line}")?;
                 stdout.flush()?;
             }
@@ -256,12 +271,11 @@ async fn send_with(rt: &Runtime, args: SendArgs) -> CliResult {
     }
     let _ = reader.await;
     if failures > 0 {
-        return Err(format!("{failures} messages were not sent (see the log above)").into());
+        return Err(format!("{failures} {failed} (see the log above)").into());
     }
     Ok(())
 }
 
-/// A stream over a channel receiver (what `tokio-stream` would provide, in four lines).
 /// Stdin's lines, numbered from 1, read on a blocking thread at most `buffer` ahead of
 /// whoever consumes them; the handle ends with the input.
 pub(super) fn stdin_lines(
