@@ -19,6 +19,8 @@ mod redb_store;
 use std::path::Path;
 use std::sync::Arc;
 
+use smallvec::SmallVec;
+
 pub use error::StoreError;
 pub use memory::MemoryStore;
 pub use redb_store::{FILE_NAME, RedbStore, STORE_FORMAT};
@@ -108,7 +110,7 @@ pub enum Write {
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Batch {
     /// Most batches hold one or two writes: those need no allocation.
-    writes: Vec<Write>,
+    writes: SmallVec<[Write; 2]>,
 }
 
 impl Batch {
@@ -142,6 +144,11 @@ impl Batch {
     /// The writes, in order.
     pub fn writes(&self) -> &[Write] {
         &self.writes
+    }
+
+    /// The writes, in order, owned.
+    pub fn into_writes(self) -> impl ExactSizeIterator<Item = Write> {
+        self.writes.into_iter()
     }
 }
 
