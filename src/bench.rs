@@ -158,6 +158,19 @@ pub async fn raw_call(actor: &ActorRef<RawCall>, n: u64) -> u64 {
     }
 }
 
+/// Stops bare baseline actors and waits until they are gone, so that their teardown does not
+/// fall into the next measurement.
+pub(crate) async fn stop_all<M: ractor::Message>(
+    actors: Vec<(ActorRef<M>, tokio::task::JoinHandle<()>)>,
+) {
+    for (actor, _) in &actors {
+        actor.stop(None);
+    }
+    for (_, handle) in actors {
+        handle.await.expect("a bare actor stops");
+    }
+}
+
 /// Options for a tool that must never back off or escalate while it is crashed on purpose.
 pub fn crash_options() -> ToolOptions {
     ToolOptions::default()

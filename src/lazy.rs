@@ -45,6 +45,16 @@ impl<M: ractor::Message> Slot<M> {
             .clone()
     }
 
+    /// Runs `f` on the running actor, if any, without taking a reference to it: a clone
+    /// and its drop are two writes to a count that every sender and the actor itself share.
+    pub(crate) fn with_actor<R>(&self, f: impl FnOnce(&ActorRef<M>) -> R) -> Option<R> {
+        self.actor
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .as_ref()
+            .map(f)
+    }
+
     pub(crate) fn publish(&self, actor: ActorRef<M>) {
         *self.actor.write().unwrap_or_else(PoisonError::into_inner) = Some(actor);
         self.changed.notify_waiters();
@@ -61,7 +71,11 @@ impl<M: ractor::Message> Slot<M> {
     }
 
     pub(crate) fn touch(&self, now: u64) {
-        self.last_active.store(now, Ordering::Relaxed);
+        // Most touches fall in the same tick: writing only on a change leaves the line shared
+        // with the senders reading this slot on other cores.
+        if self.last_active.load(Ordering::Relaxed) != now {
+            self.last_active.store(now, Ordering::Relaxed);
+        }
     }
 
     pub(crate) fn last_active(&self) -> u64 {

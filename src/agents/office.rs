@@ -164,9 +164,14 @@ impl PostOffice {
             (false, _) if trimmed.len() == out.to.len() => out.to,
             (false, _) => trimmed.to_owned(),
         };
-        // Most messages go to one agent by id: a directory hit needs no parsing.
+        // Most messages go to one agent by id: a directory hit needs no parsing, and the
+        // address is then the recipient's own id, shared rather than copied.
+        let mut own_id: Option<Arc<str>> = None;
         let recipients = match self.directory.get(&to) {
-            Some(entry) => Recipients::One(entry),
+            Some(entry) => {
+                own_id = Some(entry.id.shared());
+                Recipients::One(entry)
+            }
             None => {
                 let address = Address::parse(&to)?;
                 let entries = self.resolve(sender, &address, &to)?;
@@ -194,7 +199,7 @@ impl PostOffice {
         let message = Arc::new(Message {
             id,
             from: sender.id.clone(),
-            to: Arc::from(to),
+            to: own_id.unwrap_or_else(|| Arc::from(to)),
             subject,
             body: Arc::from(out.body),
             payload: out.payload.map(Arc::new),
@@ -330,14 +335,18 @@ impl PostOffice {
                     id: entry.id.to_string(),
                 });
             }
-            let Some(mailbox) = entry.mailbox() else {
-                self.activate(entry, deadline()).await?;
-                continue;
-            };
             let (tx, mut rx) = oneshot::channel();
             let retry = op.clone();
             // A failed cast drops the request, which bounces into `rx`.
-            let _ = mailbox.cast(MailboxMsg::Request(Request::new(op, tx)));
+            let request = MailboxMsg::Request(Request::new(op, tx));
+            let Some(mailbox) = entry.slot.with_actor(|m| {
+                let _ = m.cast(request);
+                m.get_id()
+            }) else {
+                op = retry;
+                self.activate(entry, deadline()).await?;
+                continue;
+            };
             let answer = match wait {
                 None => rx.await,
                 Some((until, waiter)) => {
@@ -345,7 +354,13 @@ impl PostOffice {
                         biased;
                         answer = &mut rx => answer,
                         () = tokio::time::sleep_until(until) => {
-                            let _ = mailbox.cast(MailboxMsg::WaitExpired(waiter));
+                            // Another actor in the slot means this one died, and the
+                            // request with it: `rx` then ends without this.
+                            entry.slot.with_actor(|m| {
+                                if m.get_id() == mailbox {
+                                    let _ = m.cast(MailboxMsg::WaitExpired(waiter));
+                                }
+                            });
                             rx.await
                         }
                     }
@@ -365,10 +380,7 @@ impl PostOffice {
             let changed = entry.slot.changed.notified();
             tokio::pin!(changed);
             changed.as_mut().enable();
-            if entry
-                .mailbox()
-                .is_some_and(|m| m.get_id() == mailbox.get_id())
-            {
+            if entry.slot.with_actor(|m| m.get_id()) == Some(mailbox) {
                 // Dead but still published: its supervisor is restarting it, or it was
                 // stopped without a chance to clear its slot.
                 let wait = RESTART_POLL

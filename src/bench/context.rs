@@ -178,15 +178,11 @@ impl Actor for RawSession {
 async fn raw_updates(config: &ContextBenchConfig, round: usize) -> f64 {
     let value = value_of(config.value_bytes);
     let keys: Arc<Vec<String>> = Arc::new((0..config.keys).map(|k| format!("key-{k}")).collect());
-    let mut actors = Vec::with_capacity(config.sessions);
+    let mut spawned = Vec::with_capacity(config.sessions);
     for _ in 0..config.sessions {
-        actors.push(
-            Actor::spawn(None, RawSession, ())
-                .await
-                .expect("raw actor")
-                .0,
-        );
+        spawned.push(Actor::spawn(None, RawSession, ()).await.expect("raw actor"));
     }
+    let actors: Vec<_> = spawned.iter().map(|(a, _)| a.clone()).collect();
     let start = Instant::now();
     let mut tasks = Vec::new();
     for (s, actor) in actors.iter().enumerate() {
@@ -210,9 +206,8 @@ async fn raw_updates(config: &ContextBenchConfig, round: usize) -> f64 {
     }
     let rate =
         (config.sessions * config.writers * config.updates) as f64 / start.elapsed().as_secs_f64();
-    for actor in actors {
-        actor.stop(None);
-    }
+    drop(actors);
+    super::stop_all(spawned).await;
     rate
 }
 

@@ -126,12 +126,12 @@ async fn drain(agents: &[Agent]) {
 
 /// The same traffic to bare ractor actors: a request and its acknowledgement.
 async fn raw_one_way(n: usize, per_agent: usize, seed: u64) -> f64 {
-    let mut actors = Vec::with_capacity(n);
+    let mut spawned = Vec::with_capacity(n);
     for _ in 0..n {
-        let (actor, _) = Actor::spawn(None, RawEcho, ()).await.expect("raw actor");
-        actors.push(actor);
+        spawned.push(Actor::spawn(None, RawEcho, ()).await.expect("raw actor"));
     }
-    let actors = Arc::new(actors);
+    let actors: Arc<Vec<ActorRef<RawCall>>> =
+        Arc::new(spawned.iter().map(|(a, _)| a.clone()).collect());
     let start = Instant::now();
     let tasks: Vec<_> = (0..n)
         .map(|i| {
@@ -149,9 +149,8 @@ async fn raw_one_way(n: usize, per_agent: usize, seed: u64) -> f64 {
         t.await.expect("raw sender finishes");
     }
     let rate = (n * per_agent) as f64 / start.elapsed().as_secs_f64();
-    for actor in actors.iter() {
-        actor.stop(None);
-    }
+    drop(actors);
+    super::stop_all(spawned).await;
     rate
 }
 

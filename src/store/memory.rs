@@ -55,6 +55,7 @@ impl Rest {
 }
 
 impl Ord for Rest {
+    #[inline]
     fn cmp(&self, other: &Self) -> std::cmp::Ordering {
         match (self, other) {
             (Rest::Inline(a, la), Rest::Inline(b, lb)) => a.cmp(b).then(la.cmp(lb)),
