@@ -139,14 +139,27 @@ impl TableMap {
 
     /// Entries whose key starts with `prefix` and is at least `start`, unsorted.
     fn collect(&self, prefix: &[u8], start: &[u8], out: &mut Vec<(Vec<u8>, Vec<u8>)>) {
+        // A group's entries are in key order: the scan starts at `start` and ends at the first
+        // key past the prefix (keys that share a prefix sort together).
         let mut visit_group = |group: &[u8], map: &BTreeMap<Rest, Vec<u8>>| {
-            for (rest, value) in map {
+            let entries: Box<dyn Iterator<Item = _>> = match start.strip_prefix(group) {
+                Some(rest) if start >= prefix => Box::new(map.range(Rest::new(rest)..)),
+                _ => Box::new(map.iter()),
+            };
+            for (rest, value) in entries {
                 let mut key = Vec::with_capacity(group.len() + INLINE);
                 key.extend_from_slice(group);
                 rest.extend(&mut key);
-                if key.starts_with(prefix) && key.as_slice() >= start {
-                    out.push((key, value.clone()));
+                if key.as_slice() < start {
+                    continue;
                 }
+                if !key.starts_with(prefix) {
+                    if key.as_slice() > prefix {
+                        break;
+                    }
+                    continue;
+                }
+                out.push((key, value.clone()));
             }
         };
         match split(prefix) {
