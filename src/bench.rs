@@ -161,12 +161,13 @@ pub async fn raw_call(actor: &ActorRef<RawCall>, n: u64) -> u64 {
 /// Stops bare baseline actors and waits until they are gone, so that their teardown does not
 /// fall into the next measurement.
 pub(crate) async fn stop_all<M: ractor::Message>(
-    actors: Vec<(ActorRef<M>, tokio::task::JoinHandle<()>)>,
+    actors: &[ActorRef<M>],
+    handles: Vec<tokio::task::JoinHandle<()>>,
 ) {
-    for (actor, _) in &actors {
+    for actor in actors {
         actor.stop(None);
     }
-    for (_, handle) in actors {
+    for handle in handles {
         handle.await.expect("a bare actor stops");
     }
 }

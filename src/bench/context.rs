@@ -178,11 +178,12 @@ impl Actor for RawSession {
 async fn raw_updates(config: &ContextBenchConfig, round: usize) -> f64 {
     let value = value_of(config.value_bytes);
     let keys: Arc<Vec<String>> = Arc::new((0..config.keys).map(|k| format!("key-{k}")).collect());
-    let mut spawned = Vec::with_capacity(config.sessions);
+    let (mut actors, mut handles) = (Vec::new(), Vec::new());
     for _ in 0..config.sessions {
-        spawned.push(Actor::spawn(None, RawSession, ()).await.expect("raw actor"));
+        let (actor, handle) = Actor::spawn(None, RawSession, ()).await.expect("raw actor");
+        actors.push(actor);
+        handles.push(handle);
     }
-    let actors: Vec<_> = spawned.iter().map(|(a, _)| a.clone()).collect();
     let start = Instant::now();
     let mut tasks = Vec::new();
     for (s, actor) in actors.iter().enumerate() {
@@ -206,8 +207,7 @@ async fn raw_updates(config: &ContextBenchConfig, round: usize) -> f64 {
     }
     let rate =
         (config.sessions * config.writers * config.updates) as f64 / start.elapsed().as_secs_f64();
-    drop(actors);
-    super::stop_all(spawned).await;
+    super::stop_all(&actors, handles).await;
     rate
 }
 

@@ -126,12 +126,13 @@ async fn drain(agents: &[Agent]) {
 
 /// The same traffic to bare ractor actors: a request and its acknowledgement.
 async fn raw_one_way(n: usize, per_agent: usize, seed: u64) -> f64 {
-    let mut spawned = Vec::with_capacity(n);
+    let (mut actors, mut handles) = (Vec::with_capacity(n), Vec::with_capacity(n));
     for _ in 0..n {
-        spawned.push(Actor::spawn(None, RawEcho, ()).await.expect("raw actor"));
+        let (actor, handle) = Actor::spawn(None, RawEcho, ()).await.expect("raw actor");
+        actors.push(actor);
+        handles.push(handle);
     }
-    let actors: Arc<Vec<ActorRef<RawCall>>> =
-        Arc::new(spawned.iter().map(|(a, _)| a.clone()).collect());
+    let actors: Arc<Vec<ActorRef<RawCall>>> = Arc::new(actors);
     let start = Instant::now();
     let tasks: Vec<_> = (0..n)
         .map(|i| {
@@ -149,8 +150,7 @@ async fn raw_one_way(n: usize, per_agent: usize, seed: u64) -> f64 {
         t.await.expect("raw sender finishes");
     }
     let rate = (n * per_agent) as f64 / start.elapsed().as_secs_f64();
-    drop(actors);
-    super::stop_all(spawned).await;
+    super::stop_all(&actors, handles).await;
     rate
 }
 

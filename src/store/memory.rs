@@ -39,17 +39,17 @@ impl Rest {
         Rest::Inline([word(0), word(1), word(2)], bytes.len() as u8)
     }
 
-    /// Appends the bytes to `out`.
-    fn extend(&self, out: &mut Vec<u8>) {
+    /// Calls `f` with the bytes (on the stack when inline).
+    fn with_bytes<R>(&self, f: impl FnOnce(&[u8]) -> R) -> R {
         match self {
             Rest::Inline(words, len) => {
                 let mut bytes = [0u8; INLINE];
                 for (chunk, word) in bytes.chunks_exact_mut(8).zip(words) {
                     chunk.copy_from_slice(&word.to_be_bytes());
                 }
-                out.extend_from_slice(&bytes[..usize::from(*len)]);
+                f(&bytes[..usize::from(*len)])
             }
-            Rest::Long(bytes) => out.extend_from_slice(bytes),
+            Rest::Long(bytes) => f(bytes),
         }
     }
 }
@@ -59,12 +59,7 @@ impl Ord for Rest {
     fn cmp(&self, other: &Self) -> std::cmp::Ordering {
         match (self, other) {
             (Rest::Inline(a, la), Rest::Inline(b, lb)) => a.cmp(b).then(la.cmp(lb)),
-            _ => {
-                let (mut a, mut b) = (Vec::new(), Vec::new());
-                self.extend(&mut a);
-                other.extend(&mut b);
-                a.cmp(&b)
-            }
+            _ => self.with_bytes(|a| other.with_bytes(|b| a.cmp(b))),
         }
     }
 }
@@ -149,7 +144,7 @@ impl TableMap {
             for (rest, value) in entries {
                 let mut key = Vec::with_capacity(group.len() + INLINE);
                 key.extend_from_slice(group);
-                rest.extend(&mut key);
+                rest.with_bytes(|bytes| key.extend_from_slice(bytes));
                 if key.as_slice() < start {
                     continue;
                 }
