@@ -69,6 +69,7 @@ pub mod options;
 pub mod pipeline;
 pub mod registry;
 pub mod runtime;
+mod sorted;
 pub mod store;
 
 pub use agents::{Agent, AgentSpec, InboxQuery, MailError, MailboxConfig, Outgoing, Priority};

@@ -100,9 +100,14 @@ impl AgentEntry {
     }
 }
 
+/// Shards of the agent map (a power of two).
+const AGENT_SHARDS: usize = 64;
+
 /// Every registered agent, with indexes by role and by parent.
 pub(crate) struct Directory {
-    agents: DashMap<AgentId, Arc<AgentEntry>>,
+    /// Read on every send: a fast seeded hash, and enough shards that the cores rarely share
+    /// a shard's lock.
+    agents: DashMap<AgentId, Arc<AgentEntry>, foldhash::fast::RandomState>,
     roles: DashMap<Arc<str>, BTreeSet<AgentId>>,
     children: DashMap<AgentId, BTreeSet<AgentId>>,
     /// Serialises changes, so the store and the maps agree on the last one.
@@ -116,7 +121,10 @@ impl Directory {
     /// Loads every agent from the store.
     pub(crate) fn load(store: &dyn Store) -> Result<Self, MailError> {
         let directory = Self {
-            agents: DashMap::new(),
+            agents: DashMap::with_hasher_and_shard_amount(
+                foldhash::fast::RandomState::default(),
+                AGENT_SHARDS,
+            ),
             roles: DashMap::new(),
             children: DashMap::new(),
             changes: tokio::sync::Mutex::new(()),

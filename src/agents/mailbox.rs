@@ -16,7 +16,7 @@
 //! finds the slot empty asks the supervisor for a new mailbox only after the stop. Requests
 //! caught in between bounce and are re-sent.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -29,6 +29,7 @@ use super::directory::AgentEntry;
 use super::ids::{first_id_at, now_ms};
 use super::message::{DeliveryState, Inbox, InboxQuery, Message};
 use super::office::Shared;
+use crate::sorted::SortedDeque;
 use crate::store::{self, Batch, Done, StoreError, Table, codec};
 
 /// The key of a message in `Inbox` and `Archive`: recipient, a 0 byte, the message id.
@@ -149,8 +150,8 @@ struct Waiter {
 pub(crate) struct MailboxState {
     /// Unread messages, one map per priority (`Priority as usize`), keyed by id as an integer:
     /// listing order (highest priority, then oldest) is a walk of the maps, and ids compare
-    /// as integers.
-    unread: [BTreeMap<u128, Arc<Message>>; 4],
+    /// as integers. Ids grow, so arrivals append and reads of the oldest pop the front.
+    unread: [SortedDeque<u128, Arc<Message>>; 4],
     /// How many are unread.
     count: usize,
     /// Submitted deliveries waiting for their commit.
@@ -251,7 +252,7 @@ impl MailboxState {
 
     /// Unread messages in listing order: highest priority first, then oldest first.
     fn listed(&self) -> impl Iterator<Item = &Arc<Message>> {
-        self.unread.iter().rev().flat_map(BTreeMap::values)
+        self.unread.iter().rev().flat_map(SortedDeque::values)
     }
 }
 

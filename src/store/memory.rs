@@ -5,9 +5,12 @@ use std::sync::{Mutex, MutexGuard, PoisonError};
 use rustc_hash::{FxBuildHasher, FxHashMap};
 use smallvec::SmallVec;
 
+use crate::sorted::SortedDeque;
+
 use super::{Batch, Done, Durability, Store, StoreError, StoreStats, Table, Write};
 
-const SHARDS: usize = 16;
+/// Enough that two writers rarely meet on a lock.
+const SHARDS: usize = 64;
 
 /// A group (an agent or session id), inline when short: hashing and comparing it reads no
 /// other memory.
@@ -72,15 +75,25 @@ impl PartialOrd for Rest {
 
 /// One table's entries, grouped by the key's part before its first 0 byte (a mailbox's
 /// recipient). A write finds its group with one hash lookup, however much the store holds.
-/// Within a group, entries are ordered by the rest of the key: message ids and log versions
-/// grow, so most inserts land at the group's right edge, which stays in cache (a hash map
-/// scattered them over cold memory, and the store cost a third of a request/reply round
-/// trip). Keys without a 0 byte (agent ids) live in the ordered `flat`.
+/// Within a group, entries are kept in the order of the rest of the key, in one buffer:
+/// message ids and log versions grow, so most inserts append and most removals (read
+/// messages) pop the front. A hash map scattered entries over cold memory, and a B-tree's
+/// search walked whole nodes; either made the store a large part of a delivery. Keys without
+/// a 0 byte (agent ids) live in the ordered `flat`.
+///
+/// A group that empties keeps its buffer for a while: a mailbox drained and filled again
+/// would otherwise regrow it from nothing each time. Empty groups are dropped once there are
+/// many of them, so deregistered agents' buffers do not pile up.
 #[derive(Debug, Default)]
 struct TableMap {
-    groups: FxHashMap<Short, BTreeMap<Rest, Vec<u8>>>,
+    groups: FxHashMap<Short, SortedDeque<Rest, Vec<u8>>>,
+    /// How many groups are empty.
+    empty: usize,
     flat: BTreeMap<Vec<u8>, Vec<u8>>,
 }
+
+/// Empty groups kept, at least; more when the table has more groups in use.
+const EMPTY_GROUPS_KEPT: usize = 1024;
 
 /// Splits `key` into its group and the rest (from the 0 byte on); `None` for a flat key.
 fn split(key: &[u8]) -> Option<(&[u8], &[u8])> {
@@ -94,10 +107,13 @@ impl TableMap {
                 let rest = Rest::new(rest);
                 match self.groups.get_mut(group) {
                     Some(map) => {
+                        if map.is_empty() {
+                            self.empty -= 1;
+                        }
                         map.insert(rest, value);
                     }
                     None => {
-                        let mut map = BTreeMap::new();
+                        let mut map = SortedDeque::default();
                         map.insert(rest, value);
                         self.groups.insert(Short::from_slice(group), map);
                     }
@@ -112,10 +128,14 @@ impl TableMap {
     fn remove(&mut self, key: &[u8]) {
         match split(key) {
             Some((group, rest)) => {
-                if let Some(map) = self.groups.get_mut(group) {
-                    map.remove(&Rest::new(rest));
-                    if map.is_empty() {
-                        self.groups.remove(group);
+                if let Some(map) = self.groups.get_mut(group)
+                    && map.remove(&Rest::new(rest)).is_some()
+                    && map.is_empty()
+                {
+                    self.empty += 1;
+                    if self.empty > EMPTY_GROUPS_KEPT.max(self.groups.len() / 2) {
+                        self.groups.retain(|_, map| !map.is_empty());
+                        self.empty = 0;
                     }
                 }
             }
@@ -136,9 +156,9 @@ impl TableMap {
     fn collect(&self, prefix: &[u8], start: &[u8], out: &mut Vec<(Vec<u8>, Vec<u8>)>) {
         // A group's entries are in key order: the scan starts at `start` and ends at the first
         // key past the prefix (keys that share a prefix sort together).
-        let mut visit_group = |group: &[u8], map: &BTreeMap<Rest, Vec<u8>>| {
+        let mut visit_group = |group: &[u8], map: &SortedDeque<Rest, Vec<u8>>| {
             let entries: Box<dyn Iterator<Item = _>> = match start.strip_prefix(group) {
-                Some(rest) if start >= prefix => Box::new(map.range(Rest::new(rest)..)),
+                Some(rest) if start >= prefix => Box::new(map.iter_from(&Rest::new(rest))),
                 _ => Box::new(map.iter()),
             };
             for (rest, value) in entries {
@@ -373,6 +393,40 @@ mod tests {
             })
             .expect("memory scans do not fail");
         seen
+    }
+
+    /// Groups that empty keep their buffers only up to a bound, and a purge loses nothing.
+    #[test]
+    fn empty_groups_are_purged_without_losing_entries() {
+        let mut table = TableMap::default();
+        let key = |g: usize, k: u8| [format!("g{g}").into_bytes(), vec![0, k]].concat();
+        let groups = 5 * EMPTY_GROUPS_KEPT;
+        for g in 0..groups {
+            table.insert(key(g, 1), vec![1]);
+            table.insert(key(g, 2), vec![2]);
+        }
+        // Every group empties but the multiples of 7, which keep entry 2.
+        let live = groups.div_ceil(7);
+        for g in 0..groups {
+            table.remove(&key(g, 1));
+            if g % 7 != 0 {
+                table.remove(&key(g, 2));
+            }
+            let empty = table.groups.values().filter(|m| m.is_empty()).count();
+            assert_eq!(table.empty, empty, "the count of empty groups is exact");
+            assert!(empty <= EMPTY_GROUPS_KEPT.max(table.groups.len() / 2));
+        }
+        assert!(
+            table.groups.len() < live + EMPTY_GROUPS_KEPT,
+            "empty groups were purged"
+        );
+        for g in 0..groups {
+            let expected = (g % 7 == 0).then_some(vec![2]);
+            assert_eq!(table.get(&key(g, 2)).cloned(), expected);
+        }
+        // A purged group comes back on its next write.
+        table.insert(key(1, 3), vec![3]);
+        assert_eq!(table.get(&key(1, 3)), Some(&vec![3]));
     }
 
     proptest! {

@@ -1,0 +1,141 @@
+//! An ordered map for keys that mostly arrive in order: message ids and log versions grow.
+
+use std::cmp::Ordering;
+use std::collections::VecDeque;
+
+/// Entries kept sorted by key in one ring buffer.
+///
+/// Where keys mostly grow, this beats a `BTreeMap`: an insert compares with the last key and
+/// pushes at the back, and a removal of the oldest pops the front, so a write touches a
+/// cache line or two instead of walking nodes, and nothing is allocated once the buffer has
+/// grown. A key out of order is found by binary search and costs a shift of the entries
+/// between it and the nearer end; that is the price of the layout, fine for keys that are at
+/// most a little out of order, and the reason not to use this for random keys.
+#[derive(Debug, Clone)]
+pub(crate) struct SortedDeque<K, V> {
+    entries: VecDeque<(K, V)>,
+}
+
+impl<K, V> Default for SortedDeque<K, V> {
+    fn default() -> Self {
+        Self {
+            entries: VecDeque::new(),
+        }
+    }
+}
+
+/// Below this many slots, spare capacity is kept rather than given back.
+const KEEP_CAPACITY: usize = 64;
+
+impl<K: Ord, V> SortedDeque<K, V> {
+    #[cfg(test)]
+    fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    pub(crate) fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+
+    fn search(&self, key: &K) -> Result<usize, usize> {
+        self.entries.binary_search_by(|(k, _)| k.cmp(key))
+    }
+
+    /// Inserts or replaces; returns the value replaced.
+    pub(crate) fn insert(&mut self, key: K, value: V) -> Option<V> {
+        let at = match self.entries.back() {
+            None => 0,
+            Some((last, _)) => match last.cmp(&key) {
+                Ordering::Less => self.entries.len(),
+                Ordering::Equal => self.entries.len() - 1,
+                Ordering::Greater => match self.search(&key) {
+                    Ok(i) => i,
+                    Err(i) => {
+                        self.entries.insert(i, (key, value));
+                        return None;
+                    }
+                },
+            },
+        };
+        match self.entries.get_mut(at) {
+            Some(slot) => Some(std::mem::replace(&mut slot.1, value)),
+            None => {
+                self.entries.push_back((key, value));
+                None
+            }
+        }
+    }
+
+    pub(crate) fn remove(&mut self, key: &K) -> Option<V> {
+        let front = self.entries.front().map(|(k, _)| k.cmp(key));
+        let at = match front {
+            Some(Ordering::Equal) => 0,
+            Some(Ordering::Less) => self.search(key).ok()?,
+            _ => return None,
+        };
+        let (_, value) = self.entries.remove(at)?;
+        // A group that emptied after a burst gives its memory back.
+        let capacity = self.entries.capacity();
+        if capacity > KEEP_CAPACITY && self.entries.len() < capacity / 4 {
+            self.entries.shrink_to(capacity / 2);
+        }
+        Some(value)
+    }
+
+    pub(crate) fn get(&self, key: &K) -> Option<&V> {
+        self.search(key).ok().map(|i| &self.entries[i].1)
+    }
+
+    /// Entries in key order.
+    pub(crate) fn iter(&self) -> impl DoubleEndedIterator<Item = (&K, &V)> {
+        self.entries.iter().map(|(k, v)| (k, v))
+    }
+
+    /// Entries from the first key at least `start`, in key order.
+    pub(crate) fn iter_from<'a>(
+        &'a self,
+        start: &K,
+    ) -> impl Iterator<Item = (&'a K, &'a V)> + use<'a, K, V> {
+        let from = self.entries.partition_point(|(k, _)| k < start);
+        self.entries.range(from..).map(|(k, v)| (k, v))
+    }
+
+    pub(crate) fn values(&self) -> impl DoubleEndedIterator<Item = &V> {
+        self.entries.iter().map(|(_, v)| v)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use proptest::prelude::*;
+
+    use super::SortedDeque;
+
+    proptest! {
+        /// Whatever the order of keys, it behaves as a `BTreeMap`: keys that mostly grow (the
+        /// fast paths) and keys at random (the searches) alike.
+        #[test]
+        fn behaves_as_an_ordered_map(
+            ops in prop::collection::vec((any::<bool>(), 0u16..400, any::<bool>()), 1..300),
+            probe in 0u16..400,
+        ) {
+            let (mut sorted, mut model) = (SortedDeque::default(), BTreeMap::new());
+            for (i, (growing, key, put)) in ops.into_iter().enumerate() {
+                // A growing key is near the largest so far; others anywhere.
+                let key = if growing { (i as u16).saturating_add(key % 4) } else { key };
+                if put {
+                    prop_assert_eq!(sorted.insert(key, i), model.insert(key, i));
+                } else {
+                    prop_assert_eq!(sorted.remove(&key), model.remove(&key));
+                }
+                prop_assert_eq!(sorted.len(), model.len());
+            }
+            prop_assert!(sorted.iter().eq(model.iter()));
+            prop_assert!(sorted.iter_from(&probe).eq(model.range(probe..)));
+            prop_assert_eq!(sorted.get(&probe), model.get(&probe));
+            prop_assert_eq!(sorted.is_empty(), model.is_empty());
+        }
+    }
+}
