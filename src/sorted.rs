@@ -24,9 +24,6 @@ impl<K, V> Default for SortedDeque<K, V> {
     }
 }
 
-/// Below this many slots, spare capacity is kept rather than given back.
-const KEEP_CAPACITY: usize = 64;
-
 impl<K: Ord, V> SortedDeque<K, V> {
     #[cfg(test)]
     fn len(&self) -> usize {
@@ -73,13 +70,17 @@ impl<K: Ord, V> SortedDeque<K, V> {
             Some(Ordering::Less) => self.search(key).ok()?,
             _ => return None,
         };
-        let (_, value) = self.entries.remove(at)?;
-        // A group that emptied after a burst gives its memory back.
+        self.entries.remove(at).map(|(_, value)| value)
+    }
+
+    /// Gives memory back once at most an eighth of it is used, keeping at least `keep`
+    /// slots: a buffer that empties and fills again (a mailbox read as it is written) then
+    /// does not regrow each time, and one left large by a burst shrinks.
+    pub(crate) fn shrink_sparse(&mut self, keep: usize) {
         let capacity = self.entries.capacity();
-        if capacity > KEEP_CAPACITY && self.entries.len() < capacity / 4 {
-            self.entries.shrink_to(capacity / 2);
+        if capacity > keep && self.entries.len() < capacity / 8 {
+            self.entries.shrink_to(keep.max(self.entries.len() * 2));
         }
-        Some(value)
     }
 
     pub(crate) fn get(&self, key: &K) -> Option<&V> {
@@ -129,6 +130,7 @@ mod tests {
                     prop_assert_eq!(sorted.insert(key, i), model.insert(key, i));
                 } else {
                     prop_assert_eq!(sorted.remove(&key), model.remove(&key));
+                    sorted.shrink_sparse(4);
                 }
                 prop_assert_eq!(sorted.len(), model.len());
             }

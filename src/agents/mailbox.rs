@@ -77,14 +77,15 @@ pub(crate) enum Reply {
     Message(Arc<Message>),
     Marked(usize),
     Failed(MailError),
-    /// The request never reached a live mailbox; here it is back.
-    Bounced(Op),
+    /// The request never reached a live mailbox; here it is back. (Boxed: it is rare, and
+    /// a smaller answer makes every request's answer channel smaller.)
+    Bounced(Box<Op>),
 }
 
 impl crate::lazy::Bounce for Reply {
     type Op = Op;
     fn bounced(op: Op) -> Self {
-        Reply::Bounced(op)
+        Reply::Bounced(Box::new(op))
     }
 }
 
@@ -144,6 +145,9 @@ struct Waiter {
     query: InboxQuery,
     reply: oneshot::Sender<Reply>,
 }
+
+/// Slots of each unread list kept however few messages it holds (not given back below this).
+const UNREAD_SLOTS_KEPT: usize = 256;
 
 /// The inbox as the actor holds it: unread messages only; read ones live in the store.
 #[derive(Default)]
@@ -237,7 +241,11 @@ impl MailboxState {
 
     fn remove(&mut self, id: &Uuid) -> Option<Arc<Message>> {
         let key = id.as_u128();
-        let message = self.unread.iter_mut().find_map(|map| map.remove(&key))?;
+        let message = self.unread.iter_mut().find_map(|map| {
+            let message = map.remove(&key)?;
+            map.shrink_sparse(UNREAD_SLOTS_KEPT);
+            Some(message)
+        })?;
         self.count -= 1;
         if message.expires_ms.is_some() {
             self.expiring -= 1;

@@ -367,7 +367,7 @@ impl PostOffice {
                 }
             };
             op = match answer {
-                Ok(Reply::Bounced(back)) => back,
+                Ok(Reply::Bounced(back)) => *back,
                 Ok(reply) => return Ok(reply),
                 // Dropped mid-handling by a crash, before anything was stored.
                 Err(_) => retry,

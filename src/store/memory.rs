@@ -92,8 +92,12 @@ struct TableMap {
     flat: BTreeMap<Vec<u8>, Vec<u8>>,
 }
 
-/// Empty groups kept, at least; more when the table has more groups in use.
-const EMPTY_GROUPS_KEPT: usize = 1024;
+/// Empty groups kept (per shard), at least; more when the shard has more groups in use.
+const EMPTY_GROUPS_KEPT: usize = 32;
+
+/// Slots a group keeps however few entries it holds (its buffer is not given back below
+/// this): 14 KiB at most per group.
+const GROUP_SLOTS_KEPT: usize = 256;
 
 /// Splits `key` into its group and the rest (from the 0 byte on); `None` for a flat key.
 fn split(key: &[u8]) -> Option<(&[u8], &[u8])> {
@@ -130,7 +134,10 @@ impl TableMap {
             Some((group, rest)) => {
                 if let Some(map) = self.groups.get_mut(group)
                     && map.remove(&Rest::new(rest)).is_some()
-                    && map.is_empty()
+                    && {
+                        map.shrink_sparse(GROUP_SLOTS_KEPT);
+                        map.is_empty()
+                    }
                 {
                     self.empty += 1;
                     if self.empty > EMPTY_GROUPS_KEPT.max(self.groups.len() / 2) {
