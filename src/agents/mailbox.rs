@@ -340,7 +340,7 @@ impl MailboxActor {
             Op::Read(id) => {
                 let found = match state.remove(&id) {
                     Some(message) => {
-                        let read = message.with_state(DeliveryState::Read);
+                        let read = Message::in_state(message, DeliveryState::Read);
                         let mut batch = Batch::new();
                         self.archive(&mut batch, &read);
                         self.write(myself, state, batch, None);
@@ -450,7 +450,9 @@ impl MailboxActor {
                 return;
             }
         };
-        // Taking: the read copies go to the caller, and (encoded) to the archive.
+        // Taking: the messages leave the unread lists before they are marked, so that, held
+        // only here as they usually are, they are marked in place rather than copied. The
+        // read messages go to the caller, and (encoded) to the archive.
         let mut taken = Vec::new();
         let mut batch = Batch::new();
         if query.mark_read {
@@ -458,18 +460,26 @@ impl MailboxActor {
                 .iter_mut()
                 .filter(|m| m.state == DeliveryState::Delivered)
             {
-                *m = m.with_state(DeliveryState::Read);
+                state.remove(&m.id);
+                Arc::make_mut(m).state = DeliveryState::Read;
                 self.archive(&mut batch, m);
                 taken.push(m.id);
             }
         }
-        let unread = state.count - taken.len();
-        // Marked only once the caller has the messages: a caller that gave up loses nothing.
-        if reply.send(Reply::Inbox(Inbox { messages, unread })).is_ok() && !taken.is_empty() {
-            for id in &taken {
-                state.remove(id);
+        let unread = state.count;
+        // Stored as read only once the caller has the messages: taken from a caller that gave
+        // up, they go back unread, and nothing is lost.
+        match reply.send(Reply::Inbox(Inbox { messages, unread })) {
+            Ok(()) if !taken.is_empty() => self.write(myself, state, batch, None),
+            Ok(()) => {}
+            Err(Reply::Inbox(inbox)) => {
+                for message in inbox.messages {
+                    if taken.contains(&message.id) {
+                        state.insert(Message::in_state(message, DeliveryState::Delivered));
+                    }
+                }
             }
-            self.write(myself, state, batch, None);
+            Err(_) => {}
         }
     }
 
@@ -548,13 +558,13 @@ impl MailboxActor {
         let mut changed = 0;
         for id in ids {
             if let Some(message) = state.remove(id) {
-                self.archive(&mut batch, &message.with_state(target));
+                self.archive(&mut batch, &Message::in_state(message, target));
                 changed += 1;
             }
         }
         for message in archived {
             if ack && message.state != DeliveryState::Acknowledged {
-                self.archive(&mut batch, &message.with_state(target));
+                self.archive(&mut batch, &Message::in_state(message, target));
                 changed += 1;
             }
         }

@@ -51,8 +51,9 @@ pub enum DeliveryState {
     Acknowledged,
 }
 
-/// One message as delivered to one recipient. Its text is shared (`Arc<str>`), so a copy in
-/// another state costs no copy of the text.
+/// One message as delivered to one recipient (every recipient of a fan-out shares one
+/// `Arc<Message>`). The text is owned (`Box<str>`): a send moves it from the [`Outgoing`]
+/// without copying or allocating.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Message {
     /// UUID v7: ids sort by creation time.
@@ -63,9 +64,9 @@ pub struct Message {
     /// recipient of a fan-out shares the message, its id included.
     pub to: Arc<str>,
     /// A one-line summary.
-    pub subject: Arc<str>,
+    pub subject: Box<str>,
     /// The text.
-    pub body: Arc<str>,
+    pub body: Box<str>,
     /// Optional structured data.
     #[serde(default)]
     pub payload: Option<Arc<Value>>,
@@ -91,12 +92,11 @@ impl Message {
         self.expires_ms.is_some_and(|at| now_ms >= at)
     }
 
-    /// This message with another delivery state.
-    pub(crate) fn with_state(&self, state: DeliveryState) -> Arc<Message> {
-        Arc::new(Message {
-            state,
-            ..self.clone()
-        })
+    /// `message` in another delivery state: changed in place when nothing else holds it,
+    /// as a copy when something does (the recipients of a fan-out share one message).
+    pub(crate) fn in_state(mut message: Arc<Message>, state: DeliveryState) -> Arc<Message> {
+        Arc::make_mut(&mut message).state = state;
+        message
     }
 }
 

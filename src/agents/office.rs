@@ -191,17 +191,19 @@ impl PostOffice {
         let id = new_message_id(created_ms);
         let subject = match (&original, out.subject.is_empty()) {
             (Some(original), true) if !original.subject.starts_with("Re: ") => {
-                Arc::from(format!("Re: {}", original.subject))
+                format!("Re: {}", original.subject).into_boxed_str()
             }
-            (Some(original), true) => Arc::clone(&original.subject),
-            _ => Arc::from(out.subject),
+            (Some(original), true) => original.subject.clone(),
+            // Moved, not copied: a string of exactly its length is neither copied nor
+            // reallocated, and an empty one allocates nothing.
+            _ => out.subject.into_boxed_str(),
         };
         let message = Arc::new(Message {
             id,
             from: sender.id.clone(),
             to: own_id.unwrap_or_else(|| Arc::from(to)),
             subject,
-            body: Arc::from(out.body),
+            body: out.body.into_boxed_str(),
             payload: out.payload.map(Arc::new),
             thread: original.as_ref().map_or(id, |o| o.thread),
             reply_to: original.as_ref().map(|o| o.id),

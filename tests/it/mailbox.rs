@@ -358,6 +358,41 @@ async fn one_message_wakes_one_taker_and_the_others_keep_waiting() {
 }
 
 #[tokio::test]
+async fn a_taker_that_gives_up_takes_nothing() {
+    let (rt, tl, pms, _) = swarm(MailboxConfig::default()).await;
+    let take = InboxQuery {
+        wait: Some(Duration::from_secs(3600)),
+        mark_read: true,
+        ..query()
+    };
+    pms[0].check_inbox(query()).await.unwrap();
+    // Two takers wait, the first gives up once both are registered.
+    let mut gone = Box::pin(pms[0].check_inbox(take.clone()));
+    let mut waiting = Box::pin(pms[0].check_inbox(take));
+    assert!(futures::poll!(gone.as_mut()).is_pending());
+    assert!(futures::poll!(waiting.as_mut()).is_pending());
+    pms[0].check_inbox(query()).await.unwrap();
+    drop(gone);
+    let sent = tl.send(Outgoing::to("pm-0").subject("one")).await.unwrap();
+    // The message offered to the taker that gave up goes back, and the next one takes it.
+    let got = tokio::time::timeout(Duration::from_secs(30), waiting)
+        .await
+        .expect("the message was lost with the taker that gave up")
+        .unwrap();
+    let s: Vec<_> = got.messages.iter().map(|m| &*m.subject).collect();
+    assert_eq!(s, ["one"]);
+    assert_eq!(got.messages[0].state, DeliveryState::Read);
+    assert_eq!(got.unread, 0);
+    // Taken once: stored as read, no longer unread.
+    assert!(subjects(&pms[0]).await.is_empty());
+    assert_eq!(
+        pms[0].read(sent.id).await.unwrap().state,
+        DeliveryState::Read
+    );
+    rt.shutdown().await;
+}
+
+#[tokio::test]
 async fn read_messages_past_retention_are_deleted_when_the_mailbox_starts() {
     let (rt, tl, pms, _) = swarm(MailboxConfig {
         idle: Duration::from_millis(30),
