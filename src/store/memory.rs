@@ -130,24 +130,22 @@ impl TableMap {
     }
 
     fn remove(&mut self, key: &[u8]) {
-        match split(key) {
-            Some((group, rest)) => {
-                if let Some(map) = self.groups.get_mut(group)
-                    && map.remove(&Rest::new(rest)).is_some()
-                    && {
-                        map.shrink_sparse(GROUP_SLOTS_KEPT);
-                        map.is_empty()
-                    }
-                {
-                    self.empty += 1;
-                    if self.empty > EMPTY_GROUPS_KEPT.max(self.groups.len() / 2) {
-                        self.groups.retain(|_, map| !map.is_empty());
-                        self.empty = 0;
-                    }
-                }
-            }
-            None => {
-                self.flat.remove(key);
+        let Some((group, rest)) = split(key) else {
+            self.flat.remove(key);
+            return;
+        };
+        let Some(map) = self.groups.get_mut(group) else {
+            return;
+        };
+        if map.remove(&Rest::new(rest)).is_none() {
+            return;
+        }
+        map.shrink_sparse(GROUP_SLOTS_KEPT);
+        if map.is_empty() {
+            self.empty += 1;
+            if self.empty > EMPTY_GROUPS_KEPT.max(self.groups.len() / 2) {
+                self.groups.retain(|_, map| !map.is_empty());
+                self.empty = 0;
             }
         }
     }
