@@ -324,22 +324,35 @@ async fn wait_wakes_on_arrival_and_returns_empty_on_timeout() {
     rt.shutdown().await;
 }
 
-#[tokio::test(start_paused = true)]
-async fn one_message_wakes_one_taker_and_the_others_keep_waiting() {
-    let (rt, tl, pms, _) = swarm(MailboxConfig::default()).await;
+type Taking<'a> = std::pin::Pin<
+    Box<dyn std::future::Future<Output = Result<guildhall::agents::Inbox, MailError>> + 'a>,
+>;
+
+/// Two takers (waiting checks that mark read) registered with `agent`'s mailbox, oldest
+/// first: each is polled once, so its request reaches the mailbox before anything is sent,
+/// and a plain check queued behind them makes sure both are registered.
+async fn two_takers(agent: &Agent) -> [Taking<'_>; 2] {
     let take = InboxQuery {
         wait: Some(Duration::from_secs(3600)),
         mark_read: true,
         ..query()
     };
-    // Both waits reach the mailbox (first poll) before anything is sent; a plain check
-    // behind them in its queue makes sure they are registered.
-    pms[0].check_inbox(query()).await.unwrap();
-    let mut a = Box::pin(pms[0].check_inbox(take.clone()));
-    let mut b = Box::pin(pms[0].check_inbox(take));
-    assert!(futures::poll!(a.as_mut()).is_pending());
-    assert!(futures::poll!(b.as_mut()).is_pending());
-    pms[0].check_inbox(query()).await.unwrap();
+    agent.check_inbox(query()).await.unwrap();
+    let mut takers: [Taking<'_>; 2] = [
+        Box::pin(agent.check_inbox(take.clone())),
+        Box::pin(agent.check_inbox(take)),
+    ];
+    for taker in &mut takers {
+        assert!(futures::poll!(taker.as_mut()).is_pending());
+    }
+    agent.check_inbox(query()).await.unwrap();
+    takers
+}
+
+#[tokio::test(start_paused = true)]
+async fn one_message_wakes_one_taker_and_the_others_keep_waiting() {
+    let (rt, tl, pms, _) = swarm(MailboxConfig::default()).await;
+    let [a, mut b] = two_takers(&pms[0]).await;
     tl.send(Outgoing::to("pm-0").subject("one")).await.unwrap();
     let start = tokio::time::Instant::now();
     let got = a.await.unwrap();
@@ -360,18 +373,8 @@ async fn one_message_wakes_one_taker_and_the_others_keep_waiting() {
 #[tokio::test]
 async fn a_taker_that_gives_up_takes_nothing() {
     let (rt, tl, pms, _) = swarm(MailboxConfig::default()).await;
-    let take = InboxQuery {
-        wait: Some(Duration::from_secs(3600)),
-        mark_read: true,
-        ..query()
-    };
-    pms[0].check_inbox(query()).await.unwrap();
     // Two takers wait, the first gives up once both are registered.
-    let mut gone = Box::pin(pms[0].check_inbox(take.clone()));
-    let mut waiting = Box::pin(pms[0].check_inbox(take));
-    assert!(futures::poll!(gone.as_mut()).is_pending());
-    assert!(futures::poll!(waiting.as_mut()).is_pending());
-    pms[0].check_inbox(query()).await.unwrap();
+    let [gone, waiting] = two_takers(&pms[0]).await;
     drop(gone);
     let sent = tl.send(Outgoing::to("pm-0").subject("one")).await.unwrap();
     // The message offered to the taker that gave up goes back, and the next one takes it.
