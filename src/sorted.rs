@@ -1,6 +1,5 @@
 //! An ordered map for keys that mostly arrive in order: message ids and log versions grow.
 
-use std::cmp::Ordering;
 use std::collections::VecDeque;
 
 /// Entries kept sorted by key in one ring buffer.
@@ -40,23 +39,15 @@ impl<K: Ord, V> SortedDeque<K, V> {
 
     /// Inserts or replaces; returns the value replaced.
     pub(crate) fn insert(&mut self, key: K, value: V) -> Option<V> {
-        let at = match self.entries.back() {
-            None => 0,
-            Some((last, _)) => match last.cmp(&key) {
-                Ordering::Less => self.entries.len(),
-                Ordering::Equal => self.entries.len() - 1,
-                Ordering::Greater => match self.search(&key) {
-                    Ok(i) => i,
-                    Err(i) => {
-                        self.entries.insert(i, (key, value));
-                        return None;
-                    }
-                },
+        match self.entries.back() {
+            Some((last, _)) if *last >= key => match self.search(&key) {
+                Ok(i) => Some(std::mem::replace(&mut self.entries[i].1, value)),
+                Err(i) => {
+                    self.entries.insert(i, (key, value));
+                    None
+                }
             },
-        };
-        match self.entries.get_mut(at) {
-            Some(slot) => Some(std::mem::replace(&mut slot.1, value)),
-            None => {
+            _ => {
                 self.entries.push_back((key, value));
                 None
             }
@@ -64,11 +55,9 @@ impl<K: Ord, V> SortedDeque<K, V> {
     }
 
     pub(crate) fn remove(&mut self, key: &K) -> Option<V> {
-        let front = self.entries.front().map(|(k, _)| k.cmp(key));
-        let at = match front {
-            Some(Ordering::Equal) => 0,
-            Some(Ordering::Less) => self.search(key).ok()?,
-            _ => return None,
+        let at = match self.entries.front() {
+            Some((first, _)) if first == key => 0,
+            _ => self.search(key).ok()?,
         };
         self.entries.remove(at).map(|(_, value)| value)
     }
@@ -88,7 +77,7 @@ impl<K: Ord, V> SortedDeque<K, V> {
     }
 
     /// Entries in key order.
-    pub(crate) fn iter(&self) -> impl DoubleEndedIterator<Item = (&K, &V)> {
+    pub(crate) fn iter(&self) -> impl Iterator<Item = (&K, &V)> {
         self.entries.iter().map(|(k, v)| (k, v))
     }
 
@@ -101,7 +90,7 @@ impl<K: Ord, V> SortedDeque<K, V> {
         self.entries.range(from..).map(|(k, v)| (k, v))
     }
 
-    pub(crate) fn values(&self) -> impl DoubleEndedIterator<Item = &V> {
+    pub(crate) fn values(&self) -> impl Iterator<Item = &V> {
         self.entries.iter().map(|(_, v)| v)
     }
 }
