@@ -1,3 +1,4 @@
+use std::fs::File;
 use std::panic::AssertUnwindSafe;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -11,6 +12,10 @@ use super::{Batch, Done, Durability, Store, StoreError, StoreStats, Table, Write
 
 /// The store's file inside the data directory.
 pub const FILE_NAME: &str = "guildhall.redb";
+/// Where a new store is built before it is renamed to [`FILE_NAME`].
+const NEW_FILE_NAME: &str = "guildhall.redb.new";
+/// Held while a new store is built, so two processes starting together build only one.
+const CREATE_LOCK_NAME: &str = "guildhall.redb.create-lock";
 /// The store layout this build reads and writes, kept in `meta` under the `format` key.
 pub const STORE_FORMAT: u32 = 1;
 const FORMAT_KEY: &[u8] = b"format";
@@ -61,11 +66,9 @@ impl RedbStore {
     ///
     /// An existing file is never reset or overwritten on any of these errors.
     pub fn open(dir: &Path) -> Result<Self, StoreError> {
-        std::fs::create_dir_all(dir).map_err(|source| StoreError::Io {
-            path: dir.to_owned(),
-            source: Arc::new(source),
-        })?;
+        std::fs::create_dir_all(dir).map_err(|e| io_error(dir, e))?;
         let path = dir.join(FILE_NAME);
+        create_if_missing(dir, &path)?;
         let db = Database::builder()
             .set_repair_callback(|session| {
                 tracing::warn!(
@@ -73,8 +76,17 @@ impl RedbStore {
                     "repairing the store after a crash"
                 );
             })
-            .create(&path)
-            .map_err(|e| open_error(&path, e))?;
+            .open(&path)
+            .map_err(|e| match open_error(&path, e) {
+                StoreError::Corrupt { path, .. } if is_empty(&path) => StoreError::Corrupt {
+                    path,
+                    reason: "the file is empty, as an interrupted creation by an older \
+                             guildhall leaves it; it holds no data, and removing it lets a new \
+                             store be made"
+                        .into(),
+                },
+                other => other,
+            })?;
         check_format(&db, &path)?;
         let db = Arc::new(db);
         let stats = Arc::new(Counters::default());
@@ -86,10 +98,7 @@ impl RedbStore {
                 let stats = Arc::clone(&stats);
                 move || write_loop(&db, &rx, &stats)
             })
-            .map_err(|source| StoreError::Io {
-                path: path.clone(),
-                source: Arc::new(source),
-            })?;
+            .map_err(|e| io_error(&path, e))?;
         tracing::debug!(path = %path.display(), "store opened");
         Ok(Self {
             db: RwLock::new(Some(db)),
@@ -141,6 +150,63 @@ impl Drop for RedbStore {
     }
 }
 
+/// Makes a new store appear whole or not at all.
+///
+/// redb writes a new file's header in place, so a process killed while creating the store
+/// would leave a file that is not a database, which [`RedbStore::open`] rightly refuses. A
+/// new store is therefore built and stamped under a temporary name, synced, and renamed into
+/// place; a temporary file found here was left by a creator that died, and held nothing.
+fn create_if_missing(dir: &Path, path: &Path) -> Result<(), StoreError> {
+    if path.try_exists().map_err(|e| io_error(path, e))? {
+        return Ok(());
+    }
+    let lock_path = dir.join(CREATE_LOCK_NAME);
+    let lock = File::options()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&lock_path)
+        .map_err(|e| io_error(&lock_path, e))?;
+    lock.lock().map_err(|e| io_error(&lock_path, e))?;
+    // Another process may have created it while this one waited for the lock.
+    if path.try_exists().map_err(|e| io_error(path, e))? {
+        return Ok(());
+    }
+    let new = dir.join(NEW_FILE_NAME);
+    match std::fs::remove_file(&new) {
+        Ok(()) => tracing::warn!(path = %new.display(), "removed a store left half-created"),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => return Err(io_error(&new, e)),
+    }
+    let db = Database::create(&new).map_err(|e| open_error(&new, e))?;
+    check_format(&db, &new)?;
+    drop(db);
+    std::fs::rename(&new, path).map_err(|e| io_error(path, e))?;
+    sync_dir(dir)
+}
+
+/// Makes a rename in `dir` durable.
+fn sync_dir(dir: &Path) -> Result<(), StoreError> {
+    #[cfg(unix)]
+    File::open(dir)
+        .and_then(|d| d.sync_all())
+        .map_err(|e| io_error(dir, e))?;
+    #[cfg(not(unix))]
+    let _ = dir;
+    Ok(())
+}
+
+fn is_empty(path: &Path) -> bool {
+    std::fs::metadata(path).is_ok_and(|m| m.len() == 0)
+}
+
+fn io_error(path: &Path, source: std::io::Error) -> StoreError {
+    StoreError::Io {
+        path: path.to_owned(),
+        source: Arc::new(source),
+    }
+}
+
 fn open_error(path: &Path, err: DatabaseError) -> StoreError {
     match err {
         DatabaseError::DatabaseAlreadyOpen | DatabaseError::LockProtocolMismatch => {
@@ -162,10 +228,7 @@ fn open_error(path: &Path, err: DatabaseError) -> StoreError {
                 reason: source.to_string(),
             }
         }
-        DatabaseError::Storage(StorageError::Io(source)) => StoreError::Io {
-            path: path.to_owned(),
-            source: Arc::new(source),
-        },
+        DatabaseError::Storage(StorageError::Io(source)) => io_error(path, source),
         other => StoreError::Corrupt {
             path: path.to_owned(),
             reason: other.to_string(),
@@ -173,7 +236,7 @@ fn open_error(path: &Path, err: DatabaseError) -> StoreError {
     }
 }
 
-/// Accepts an empty file (and stamps it) or one of this build's format; refuses anything else
+/// Accepts an empty database (and stamps it) or one of this build's format; refuses anything else
 /// without writing to it.
 fn check_format(db: &Database, path: &Path) -> Result<(), StoreError> {
     let corrupt = |e: &dyn std::fmt::Display| StoreError::Corrupt {

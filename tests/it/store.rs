@@ -166,6 +166,40 @@ fn a_corrupt_store_is_refused_and_left_untouched() {
     );
 }
 
+#[test]
+fn an_empty_store_file_is_refused_not_initialised() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join(store::FILE_NAME);
+    std::fs::write(&path, b"").unwrap();
+    let err = RedbStore::open(dir.path()).err().unwrap();
+    assert!(matches!(err, StoreError::Corrupt { .. }), "{err}");
+    assert_eq!(
+        std::fs::metadata(&path).unwrap().len(),
+        0,
+        "the file was changed"
+    );
+}
+
+#[tokio::test]
+async fn a_store_left_half_created_is_discarded_and_a_new_one_made_whole() {
+    let dir = tempfile::tempdir().unwrap();
+    // What a process killed while creating the store leaves: a partial file under the
+    // temporary name, and no store.
+    let half = dir.path().join(format!("{}.new", store::FILE_NAME));
+    std::fs::write(&half, [0u8; 512]).unwrap();
+    let s = RedbStore::open(dir.path()).unwrap();
+    assert!(!half.exists(), "the half-created file is still there");
+    let mut batch = Batch::new();
+    batch.put(Table::Agents, b"a".to_vec(), b"1".to_vec());
+    store::commit(&s, batch).await.unwrap();
+    drop(s);
+    let s = RedbStore::open(dir.path()).unwrap();
+    assert_eq!(
+        s.get(Table::Agents, b"a").unwrap().as_deref(),
+        Some(&b"1"[..])
+    );
+}
+
 #[tokio::test]
 async fn a_store_of_an_unknown_format_is_refused_and_left_untouched() {
     let dir = tempfile::tempdir().unwrap();
