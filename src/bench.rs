@@ -236,8 +236,23 @@ pub struct SpawnReport {
     pub count: usize,
     /// Wall time to build the runtime that starts them.
     pub ms: f64,
-    /// Resident memory added, divided by `count`.
+    /// Anonymous resident memory added (heap and stacks), divided by `count`.
     pub bytes_each: f64,
+    /// File-backed resident memory added in all (the code that ran for the first time),
+    /// not divided: it does not grow with `count`.
+    pub code_bytes: u64,
+}
+
+impl SpawnReport {
+    fn new(count: usize, started: std::time::Instant, before: Resident) -> Self {
+        let grown = Resident::now().since(before);
+        Self {
+            count,
+            ms: started.elapsed().as_secs_f64() * 1_000.0,
+            bytes_each: grown.anonymous as f64 / count as f64,
+            code_bytes: grown.file,
+        }
+    }
 }
 
 /// What is spawned.
@@ -248,6 +263,8 @@ pub enum SpawnKind {
     /// `count` distinct tools, each with one actor, its own pipeline, breaker and registry
     /// entry.
     Tools,
+    /// The baseline: `count` bare ractor actors, unsupervised, with no runtime around them.
+    Raw,
 }
 
 /// Builds a runtime that starts `count` actors or tools and reports time and memory. Run it
@@ -263,18 +280,33 @@ pub async fn spawn(kind: SpawnKind, count: usize) -> SpawnReport {
         SpawnKind::Tools => (0..count)
             .map(|i| Noop::named(format!("noop_{i}")))
             .fold(Runtime::builder(), |b, t| b.tool(t)),
+        SpawnKind::Raw => return spawn_raw(count).await,
     };
-    let before = resident_bytes();
+    let before = Resident::now();
     let start = std::time::Instant::now();
     let rt = builder.build().await.expect("spawn runtime starts");
-    let ms = start.elapsed().as_secs_f64() * 1_000.0;
-    let bytes_each = resident_bytes().saturating_sub(before) as f64 / count as f64;
+    let report = SpawnReport::new(count, start, before);
     rt.shutdown().await;
-    SpawnReport {
-        count,
-        ms,
-        bytes_each,
+    report
+}
+
+async fn spawn_raw(count: usize) -> SpawnReport {
+    let before = Resident::now();
+    let start = std::time::Instant::now();
+    let mut actors = Vec::with_capacity(count);
+    for _ in 0..count {
+        actors.push(
+            Actor::spawn(None, RawEcho, ())
+                .await
+                .expect("raw actor starts"),
+        );
     }
+    let report = SpawnReport::new(count, start, before);
+    for (actor, handle) in actors {
+        actor.stop(None);
+        let _ = handle.await;
+    }
+    report
 }
 
 /// Reports progress of a long measurement.
@@ -498,12 +530,38 @@ where
     })
 }
 
-/// Resident set size from `/proc/self/statm` (0 where that does not exist).
-pub fn resident_bytes() -> u64 {
-    std::fs::read_to_string("/proc/self/statm")
-        .ok()
-        .and_then(|s| s.split_whitespace().nth(1)?.parse::<u64>().ok())
-        .map_or(0, |pages| pages * 4096)
+/// Resident memory from `/proc/self/statm` (zeros where that does not exist).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Resident {
+    /// Anonymous pages: the heap and stacks, what actors and their state cost.
+    pub anonymous: u64,
+    /// File-backed pages, mostly the executable's code, faulted in the first time a code
+    /// path runs. Paid once per process, not per actor, so per-actor figures leave them out.
+    pub file: u64,
+}
+
+impl Resident {
+    /// Now.
+    pub fn now() -> Self {
+        let pages = std::fs::read_to_string("/proc/self/statm")
+            .ok()
+            .and_then(|s| {
+                let mut fields = s.split_whitespace().skip(1).map(str::parse::<u64>);
+                Some((fields.next()?.ok()?, fields.next()?.ok()?))
+            });
+        pages.map_or_else(Self::default, |(resident, shared)| Self {
+            anonymous: resident.saturating_sub(shared) * 4096,
+            file: shared * 4096,
+        })
+    }
+
+    /// What grew from `before` to `self`.
+    pub fn since(self, before: Self) -> Self {
+        Self {
+            anonymous: self.anonymous.saturating_sub(before.anonymous),
+            file: self.file.saturating_sub(before.file),
+        }
+    }
 }
 
 fn median(v: &mut [f64]) -> f64 {

@@ -506,7 +506,7 @@ impl RuntimeBuilder {
             strategy: Strategy::OneForOne,
             intensity: RestartIntensity::new(u32::MAX, Duration::from_secs(10)),
             backoff: Backoff::default(),
-            children: children.into_iter().flatten().collect(),
+            children: flatten_exact(children),
         };
         let tools_sup: Arc<RwLock<Option<Supervisor>>> = Arc::default();
         let root_spec = SupervisorSpec::new(Strategy::OneForOne)
@@ -557,6 +557,16 @@ async fn start_all(
         started.push(id);
     }
     Ok(())
+}
+
+/// One list of every tool's children, allocated at its exact size: `tools`' spec keeps it
+/// for restarts, so a flattening `collect`'s doubling slack would be held for good.
+fn flatten_exact(lists: Vec<Vec<ChildSpec>>) -> Vec<ChildSpec> {
+    let mut all = Vec::with_capacity(lists.iter().map(Vec::len).sum());
+    for list in lists {
+        all.extend(list);
+    }
+    all
 }
 
 fn prepare<T: Tool>(

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 use ractor::{Actor, ActorRef};
 use serde::{Deserialize, Serialize};
 
-use super::{RawCall, RawEcho, Stage, median, resident_bytes};
+use super::{RawCall, RawEcho, Resident, Stage, median};
 use crate::{Agent, AgentSpec, InboxQuery, MailboxConfig, Outgoing, Runtime};
 
 /// Settings of `guildhall bench mailbox`.
@@ -57,6 +57,10 @@ pub struct MailboxReport {
     pub fsyncs_per_sec: f64,
     /// Messages per group commit, on average.
     pub msgs_per_fsync: f64,
+    /// `inmem_msgs_per_sec` of each round, in order: a trend over the run shows here.
+    pub inmem_rounds: Vec<f64>,
+    /// `raw_ractor_msgs_per_sec` of each round, in order.
+    pub raw_ractor_rounds: Vec<f64>,
 }
 
 fn config(capacity: usize) -> MailboxConfig {
@@ -255,6 +259,7 @@ pub async fn mailbox(config: MailboxBenchConfig, dir: &Path, stage: &dyn Stage) 
     rt.shutdown().await;
     let _ = std::fs::remove_dir_all(&dir);
 
+    let (inmem_rounds, raw_ractor_rounds) = (inmem.clone(), raw.clone());
     let inmem = median(&mut inmem);
     let raw = median(&mut raw);
     MailboxReport {
@@ -265,6 +270,8 @@ pub async fn mailbox(config: MailboxBenchConfig, dir: &Path, stage: &dyn Stage) 
         durable_msgs_per_sec: median(&mut durable),
         fsyncs_per_sec: median(&mut fsyncs),
         msgs_per_fsync: median(&mut per_fsync),
+        inmem_rounds,
+        raw_ractor_rounds,
     }
 }
 
@@ -292,7 +299,8 @@ pub struct SwarmReport {
     pub register_secs: f64,
     /// Starting every agent's mailbox actor.
     pub spawn_secs: f64,
-    /// Resident memory added per agent by registering and activating it.
+    /// Anonymous resident memory (heap and stacks) added per agent by registering and
+    /// activating it; code pages, paid once per process, are left out.
     pub bytes_per_agent: f64,
     /// Of which the mailbox actor (activation only).
     pub bytes_per_mailbox: f64,
@@ -314,7 +322,7 @@ pub async fn swarm_bench(count: usize, stage: &dyn Stage) -> SwarmReport {
         .await
         .expect("runtime starts");
     let ids: Vec<String> = (0..count).map(|i| format!("agent-{i}")).collect();
-    let base = resident_bytes();
+    let base = Resident::now();
     stage.phase("register", count as u64);
     let start = Instant::now();
     let mut agents = Vec::with_capacity(count);
@@ -327,20 +335,20 @@ pub async fn swarm_bench(count: usize, stage: &dyn Stage) -> SwarmReport {
         stage.step();
     }
     let register_secs = start.elapsed().as_secs_f64();
-    let registered = resident_bytes();
+    let registered = Resident::now();
     stage.phase("activate", 1);
     let start = Instant::now();
     rt.activate_agents(&agents).await.expect("mailboxes start");
     let spawn_secs = start.elapsed().as_secs_f64();
     stage.step();
-    let active = resident_bytes();
+    let active = Resident::now();
     assert_eq!(rt.active_mailboxes(), count, "every mailbox is running");
     let report = SwarmReport {
         agents: count,
         register_secs,
         spawn_secs,
-        bytes_per_agent: active.saturating_sub(base) as f64 / count as f64,
-        bytes_per_mailbox: active.saturating_sub(registered) as f64 / count as f64,
+        bytes_per_agent: active.since(base).anonymous as f64 / count as f64,
+        bytes_per_mailbox: active.since(registered).anonymous as f64 / count as f64,
     };
     drop(ids);
     drop(agents);

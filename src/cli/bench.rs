@@ -160,6 +160,8 @@ enum Kind {
     Actors,
     /// N distinct tools, one actor each.
     Tools,
+    /// N bare ractor actors: the baseline.
+    Raw,
 }
 
 #[derive(Debug, Args)]
@@ -183,6 +185,8 @@ struct Report {
     tools_spawned: usize,
     tools_spawn_ms: f64,
     bytes_per_tool: f64,
+    /// The baseline: anonymous resident bytes per bare ractor actor, measured the same way.
+    bytes_per_raw_actor: f64,
 }
 
 /// Shows phases on a progress bar when stderr is a terminal; hidden otherwise.
@@ -218,6 +222,7 @@ pub(crate) async fn run(
             let kind = match a.kind {
                 Kind::Actors => SpawnKind::Actors,
                 Kind::Tools => SpawnKind::Tools,
+                Kind::Raw => SpawnKind::Raw,
             };
             let report = guildhall::bench::spawn(kind, a.count).await;
             writeln!(
@@ -238,11 +243,13 @@ async fn calls(a: CallsArgs) -> Result<(), Box<dyn std::error::Error>> {
     };
     let bar = progress_bar()?;
     let stage = Bar(bar.clone());
-    stage.phase("spawn", 2);
+    stage.phase("spawn", 3);
     // Memory is measured in fresh processes so that no earlier phase's freed memory is reused.
     let actors = spawn_in_child("actors", a.spawn)?;
     stage.step();
     let tools = spawn_in_child("tools", a.spawn)?;
+    stage.step();
+    let raw = spawn_in_child("raw", a.spawn)?;
     stage.step();
     // Measure from a task on the runtime's workers, where a server's callers live, not from
     // the thread blocked in `block_on`.
@@ -256,6 +263,7 @@ async fn calls(a: CallsArgs) -> Result<(), Box<dyn std::error::Error>> {
         tools_spawned: tools.count,
         tools_spawn_ms: tools.ms,
         bytes_per_tool: tools.bytes_each,
+        bytes_per_raw_actor: raw.bytes_each,
     };
     let mut out = std::io::stdout().lock();
     if a.json {
@@ -466,7 +474,7 @@ async fn swarm(a: SwarmArgs) -> Result<(), Box<dyn std::error::Error>> {
             ("register (s)", report.register_secs, ""),
             ("activate every mailbox (s)", report.spawn_secs, "< 1"),
             (
-                "resident bytes per active agent",
+                "bytes per active agent (heap, stacks)",
                 report.bytes_per_agent,
                 "<= 8192",
             ),
@@ -537,12 +545,17 @@ fn table(out: &mut impl Write, r: &Report) -> std::io::Result<()> {
             "< 100",
         ),
         (
-            "resident bytes per tool actor",
+            "bytes per tool actor (heap, stacks)",
             r.bytes_per_actor,
             "<= 8192",
         ),
         ("spawn distinct tools (ms)", r.tools_spawn_ms, ""),
-        ("resident bytes per tool", r.bytes_per_tool, ""),
+        ("bytes per tool (heap, stacks)", r.bytes_per_tool, ""),
+        (
+            "bytes per bare ractor actor",
+            r.bytes_per_raw_actor,
+            "baseline",
+        ),
     ];
     for (name, value, target) in rows {
         writeln!(out, "{name:<40} {value:>12.2}  {target}")?;

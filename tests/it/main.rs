@@ -6,6 +6,8 @@
 /// Test tools and polling helpers shared by the modules below.
 mod support;
 
+/// `guildhall bench` from the outside: its figures are present and consistent.
+mod bench;
 /// The circuit breaker as seen through runtime calls.
 mod breaker;
 /// Deadlines, cancellation and tools that ignore it.

@@ -1,0 +1,76 @@
+//! `guildhall bench` from the outside, at sizes small enough for a test: the figures are
+//! present and consistent. Speed itself is measured by the benchmarks, never here.
+
+use std::process::Command;
+
+fn bench(args: &[&str]) -> serde_json::Value {
+    let dir = tempfile::tempdir().unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_guildhall"))
+        .arg("--data-dir")
+        .arg(dir.path())
+        .arg("bench")
+        .args(args)
+        .env("RUST_LOG", "off")
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "bench {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+#[test]
+fn spawn_reports_memory_per_actor_beside_the_bare_ractor_baseline() {
+    for kind in ["raw", "actors", "tools"] {
+        let report = bench(&["spawn", "--kind", kind, "--count", "300"]);
+        assert_eq!(report["count"], 300, "{kind}: {report}");
+        let each = report["bytes_each"].as_f64().unwrap();
+        // An actor's mailbox channels alone take more than a kilobyte.
+        assert!(each > 1_000.0, "{kind}: {report}");
+        assert!(report["code_bytes"].is_u64(), "{kind}: {report}");
+    }
+}
+
+#[test]
+fn mailbox_reports_every_round_and_their_medians() {
+    let report = bench(&[
+        "mailbox",
+        "--json",
+        "--agents",
+        "20",
+        "--per-agent",
+        "5",
+        "--pairs",
+        "5",
+        "--trips",
+        "5",
+        "--durable-per-agent",
+        "2",
+        "--rounds",
+        "3",
+    ]);
+    for (rounds, median) in [
+        ("inmem_rounds", "inmem_msgs_per_sec"),
+        ("raw_ractor_rounds", "raw_ractor_msgs_per_sec"),
+    ] {
+        let mut each: Vec<f64> = report[rounds]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|v| v.as_f64().unwrap())
+            .collect();
+        assert_eq!(each.len(), 3, "{report}");
+        assert!(each.iter().all(|r| *r > 0.0), "{report}");
+        each.sort_by(f64::total_cmp);
+        assert_eq!(report[median].as_f64().unwrap(), each[1], "{report}");
+    }
+    for figure in [
+        "roundtrip_msgs_per_sec",
+        "durable_msgs_per_sec",
+        "fsyncs_per_sec",
+    ] {
+        assert!(report[figure].as_f64().unwrap() > 0.0, "{figure}: {report}");
+    }
+}
