@@ -1,24 +1,12 @@
 //! `guildhall bench` from the outside, at sizes small enough for a test: the figures are
 //! present and consistent. Speed itself is measured by the benchmarks, never here.
 
-use std::process::Command;
+use crate::support::guildhall_ok;
 
 fn bench(args: &[&str]) -> serde_json::Value {
     let dir = tempfile::tempdir().unwrap();
-    let out = Command::new(env!("CARGO_BIN_EXE_guildhall"))
-        .arg("--data-dir")
-        .arg(dir.path())
-        .arg("bench")
-        .args(args)
-        .env("RUST_LOG", "off")
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "bench {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    serde_json::from_slice(&out.stdout).unwrap()
+    let args: Vec<&str> = ["bench"].iter().chain(args).copied().collect();
+    serde_json::from_str(&guildhall_ok(dir.path(), &args)).unwrap()
 }
 
 #[test]

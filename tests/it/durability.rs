@@ -5,19 +5,15 @@
 use std::collections::HashSet;
 use std::io::{BufRead, BufReader, Write};
 use std::path::Path;
-use std::process::{Command, Stdio};
+use std::process::Stdio;
 
 use guildhall::{InboxQuery, Runtime};
+
+use crate::support::guildhall;
 
 const ROUNDS: usize = 20;
 /// Lines offered per round; fewer than a mailbox's default capacity (1,000).
 const LINES: usize = 900;
-
-fn guildhall(dir: &Path) -> Command {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_guildhall"));
-    cmd.arg("--data-dir").arg(dir).env("RUST_LOG", "off");
-    cmd
-}
 
 fn register(dir: &Path, id: &str) {
     let status = guildhall(dir)

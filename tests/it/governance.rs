@@ -924,19 +924,8 @@ async fn guildhall_audit_lists_and_filters_the_log() {
     rt.shutdown().await;
 
     let audit = |args: &[&str]| {
-        let out = std::process::Command::new(env!("CARGO_BIN_EXE_guildhall"))
-            .arg("--data-dir")
-            .arg(dir.path())
-            .arg("audit")
-            .args(args)
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        String::from_utf8(out.stdout).unwrap()
+        let args: Vec<&str> = ["audit"].iter().chain(args).copied().collect();
+        crate::support::guildhall_ok(dir.path(), &args)
     };
     let lines: Vec<Value> = audit(&["--json", "--agent", "dev-1"])
         .lines()

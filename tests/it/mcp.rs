@@ -686,9 +686,7 @@ async fn the_cli_talks_to_a_running_server() {
     use std::process::{Command, Stdio};
     let dir = tempfile::tempdir().unwrap();
     let cli = |args: &[&str]| {
-        let out = Command::new(env!("CARGO_BIN_EXE_guildhall"))
-            .arg("--data-dir")
-            .arg(dir.path())
+        let out = crate::support::guildhall(dir.path())
             .args(args)
             .output()
             .unwrap();

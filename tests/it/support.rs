@@ -1,4 +1,6 @@
 use std::future::Future;
+use std::path::Path;
+use std::process::Command;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
@@ -216,4 +218,22 @@ pub async fn subjects(agent: &guildhall::Agent) -> Vec<String> {
         .iter()
         .map(|m| m.subject.to_string())
         .collect()
+}
+
+/// The `guildhall` binary on data directory `dir`, with logs off.
+pub fn guildhall(dir: &Path) -> Command {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_guildhall"));
+    cmd.arg("--data-dir").arg(dir).env("RUST_LOG", "off");
+    cmd
+}
+
+/// Runs `guildhall <args>` on `dir`, asserts that it succeeded, and returns its stdout.
+pub fn guildhall_ok(dir: &Path, args: &[&str]) -> String {
+    let out = guildhall(dir).args(args).output().unwrap();
+    assert!(
+        out.status.success(),
+        "guildhall {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
 }
