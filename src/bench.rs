@@ -293,19 +293,16 @@ pub async fn spawn(kind: SpawnKind, count: usize) -> SpawnReport {
 async fn spawn_raw(count: usize) -> SpawnReport {
     let before = Resident::now();
     let start = std::time::Instant::now();
-    let mut actors = Vec::with_capacity(count);
+    let (mut actors, mut handles) = (Vec::with_capacity(count), Vec::with_capacity(count));
     for _ in 0..count {
-        actors.push(
-            Actor::spawn(None, RawEcho, ())
-                .await
-                .expect("raw actor starts"),
-        );
+        let (actor, handle) = Actor::spawn(None, RawEcho, ())
+            .await
+            .expect("raw actor starts");
+        actors.push(actor);
+        handles.push(handle);
     }
     let report = SpawnReport::new(count, start, before);
-    for (actor, handle) in actors {
-        actor.stop(None);
-        let _ = handle.await;
-    }
+    stop_all(&actors, handles).await;
     report
 }
 

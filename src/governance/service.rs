@@ -376,6 +376,18 @@ where
         Some((Action::Ask, why)) => (Action::Ask, Arc::from(why)),
         None => (verdict.action, Arc::clone(&verdict.label)),
     };
+    // The rules and the loop guard both ask; only the reason, what an approval covers and
+    // whom it names differ.
+    let input_ref = &input;
+    let ask_about = |why: Arc<str>, covering: Option<Rule>, agent| {
+        let asker = asker.as_deref();
+        Box::pin(async move {
+            ask(
+                gov, name, ctx, asker, input_ref, &why, covering, agent, session,
+            )
+            .await
+        })
+    };
     match action {
         Action::Allow => trail.rule = Some(why),
         Action::Deny => {
@@ -389,18 +401,7 @@ where
                 .asking_rule
                 .clone()
                 .or_else(|| Rule::new(name, Action::Allow).ok());
-            let outcome = Box::pin(ask(
-                gov,
-                name,
-                ctx,
-                asker.as_deref(),
-                &input,
-                &why,
-                covering,
-                agent,
-                session,
-            ))
-            .await;
+            let outcome = ask_about(Arc::clone(&why), covering, agent).await;
             match outcome {
                 Ok(answer) => trail.rule = Some(answer),
                 Err(err) => {
@@ -427,18 +428,7 @@ where
                 return Err(denied(name, why));
             }
             Action::Ask => {
-                let asked = Box::pin(ask(
-                    gov,
-                    name,
-                    ctx,
-                    asker.as_deref(),
-                    &input,
-                    &why,
-                    None,
-                    Some(agent),
-                    session,
-                ))
-                .await;
+                let asked = ask_about(Arc::from(why), None, Some(agent)).await;
                 match asked {
                     Ok(answer) => {
                         gov.loops.reset(agent);
