@@ -397,7 +397,7 @@ pub async fn calls(config: CallsConfig, stage: &dyn Stage) -> CallsReport {
         );
         brk.push(
             batch(config.batch * 10, || async {
-                if let Ok(a) = breaker.try_acquire() {
+                if let Ok(a) = breaker.try_acquire(None) {
                     black_box(breaker.record(a, true));
                 }
             })

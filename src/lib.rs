@@ -71,6 +71,7 @@ pub mod registry;
 pub mod runtime;
 mod sorted;
 pub mod store;
+pub mod time;
 
 pub use agents::{Agent, AgentSpec, InboxQuery, MailError, MailboxConfig, Outgoing, Priority};
 pub use context::{Context, ContextConfig, ContextError, Sessions};

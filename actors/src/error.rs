@@ -51,12 +51,15 @@ pub enum CallError {
         after: Duration,
     },
     /// The tool's circuit breaker is open; the call was rejected without running.
-    #[error("`{tool}` is failing and its circuit is open; retry after {retry_after:?}")]
+    #[error("{}", circuit_open_message(tool, *retry_after, *own))]
     CircuitOpen {
         /// The tool.
         tool: String,
         /// When a call may be let through again.
         retry_after: Duration,
+        /// Only this caller's circuit is open: its own calls kept failing, while the tool
+        /// serves other callers.
+        own: bool,
     },
     /// The runtime is shutting down or the tool was removed.
     #[error("`{tool}` is unavailable: {reason}")]
@@ -232,5 +235,16 @@ mod tests {
                 Some(serde_json::Value::from(kind.as_str()))
             );
         }
+    }
+}
+
+fn circuit_open_message(tool: &str, retry_after: Duration, own: bool) -> String {
+    if own {
+        format!(
+            "your calls to `{tool}` kept failing, so its circuit is open for you (it serves \
+             other callers); retry after {retry_after:?}, with different arguments"
+        )
+    } else {
+        format!("`{tool}` is failing and its circuit is open; retry after {retry_after:?}")
     }
 }

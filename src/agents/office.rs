@@ -18,6 +18,11 @@ use crate::store::{self, Batch, Store, Table};
 /// The id of the supervisor of all mailboxes, under root.
 pub(crate) const MAILBOXES: &str = "mailboxes";
 
+/// The longest expiry a message may be given: 10 years.
+pub(crate) const MAX_EXPIRY: Duration = Duration::from_secs(MAX_EXPIRY_SECS);
+/// [`MAX_EXPIRY`] in seconds, as the tools' schema states it.
+pub(crate) const MAX_EXPIRY_SECS: u64 = 10 * 365 * 86_400;
+
 /// How long a request waits for a mailbox to (re)start before giving up.
 const ACTIVATION_TIMEOUT: Duration = Duration::from_secs(10);
 
@@ -141,6 +146,18 @@ impl PostOffice {
 
     fn check_sizes(&self, out: &Outgoing) -> Result<(), MailError> {
         let limits = &self.shared.config;
+        if let Some(ttl) = out.expires_in
+            && ttl > MAX_EXPIRY
+        {
+            return Err(MailError::InvalidArgument {
+                name: "expires_in_secs",
+                reason: format!(
+                    "{} seconds is past the longest expiry, {} seconds (10 years)",
+                    ttl.as_secs(),
+                    MAX_EXPIRY.as_secs()
+                ),
+            });
+        }
         check_size("the body", out.body.len(), limits.max_body_bytes)?;
         check_size("the subject", out.subject.len(), limits.max_subject_bytes)?;
         if let Some(payload) = &out.payload {

@@ -5,7 +5,7 @@
 //! actor, so a `check_inbox` that waits does not hold up anyone else's call.
 
 use std::sync::Arc;
-use std::time::{Duration, UNIX_EPOCH};
+use std::time::Duration;
 
 use guildhall_actors::{Annotations, CallContext, Tool};
 use schemars::JsonSchema;
@@ -14,6 +14,7 @@ use serde_json::Value;
 
 use super::message::{DeliveryState, InboxQuery, Message, Outgoing, Priority, Receipt};
 use super::{Agent, MailError, PostOffice, parse_message_id};
+use crate::time::rfc3339;
 
 /// Characters of the body shown in a summary listing.
 const PREVIEW_CHARS: usize = 160;
@@ -24,10 +25,6 @@ fn caller(office: &Arc<PostOffice>, ctx: &CallContext) -> Result<Agent, MailErro
     let id = ctx.agent().ok_or(MailError::NoIdentity)?;
     let entry = office.directory.require(id)?;
     Ok(Agent::new(Arc::clone(office), entry))
-}
-
-pub(crate) fn rfc3339(ms: u64) -> String {
-    humantime::format_rfc3339_millis(UNIX_EPOCH + Duration::from_millis(ms)).to_string()
 }
 
 /// A message as tools show it.
@@ -125,8 +122,9 @@ pub struct SendInput {
     /// Id of the message this answers; the reply joins its thread.
     #[serde(default)]
     pub reply_to: Option<String>,
-    /// Seconds after which the message is dropped if still unread.
+    /// Seconds after which the message is dropped if still unread (at most 10 years).
     #[serde(default)]
+    #[schemars(range(min = 1, max = 315_360_000))]
     pub expires_in_secs: Option<u64>,
 }
 
@@ -213,8 +211,9 @@ pub struct CheckInput {
     #[serde(default)]
     pub full: Option<bool>,
     /// If nothing matches, wait up to this many seconds for a message that does; returns as
-    /// soon as one arrives.
+    /// soon as one arrives. Longer waits are cut to the server's longest (120 s by default).
     #[serde(default)]
+    #[schemars(range(min = 0))]
     pub wait_secs: Option<f64>,
 }
 
@@ -272,8 +271,10 @@ impl Tool for CheckInbox {
         let agent = caller(&self.0, &ctx)?;
         let wait = match input.wait_secs {
             None => None,
+            // Cut before converting: a huge number of seconds does not fit a `Duration`.
             Some(s) if s.is_finite() && s >= 0.0 => {
-                Some(Duration::from_secs_f64(s).min(self.0.shared.config.max_wait))
+                let max = self.0.shared.config.max_wait;
+                Some(Duration::from_secs_f64(s.min(max.as_secs_f64())))
             }
             Some(s) => {
                 return Err(MailError::InvalidArgument {

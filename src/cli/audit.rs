@@ -2,7 +2,7 @@
 
 use std::io::Write;
 use std::path::Path;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{SystemTime, UNIX_EPOCH};
 
 use clap::Args;
 use guildhall::governance::Glob;
@@ -105,11 +105,10 @@ pub(crate) async fn run(args: AuditArgs, data_dir: &Path) -> CliResult {
         "time (UTC)", "agent", "tool", "outcome", "duration"
     )?;
     for r in &records {
-        let at = UNIX_EPOCH + Duration::from_millis(r.at_ms);
         writeln!(
             out,
             "{:<24} {:<14} {:<18} {:<17} {:>10}  {}",
-            humantime::format_rfc3339_millis(at).to_string(),
+            guildhall::time::rfc3339(r.at_ms),
             r.agent.as_deref().unwrap_or("-"),
             r.tool,
             r.outcome.as_str(),

@@ -16,7 +16,7 @@ use super::hub::ContextHub;
 use super::model::{Applied, Change, Entry, EntryKind, Strategy};
 use super::query::Select;
 use super::{ContextError, HistoryQuery};
-use crate::agents::tools::rfc3339;
+use crate::time::rfc3339;
 
 /// Entries one `context_get` returns by default, and at most.
 const DEFAULT_ENTRIES: u32 = 100;

@@ -6,6 +6,13 @@
 //! (and every identical call after it) trips the guard. Calls a tool declares as waiting or
 //! polling ([`Tool::polls`](guildhall_actors::Tool::polls)) neither count nor break a
 //! streak. Calls without an agent (the embedding program's own) are not guarded.
+//!
+//! A read-only tool is judged by its results too: repeating a read is a loop only while it
+//! keeps answering the same thing. Such a call runs, and counts as a repeat only if its
+//! result equals the last one ([`LoopGuard::count_read`]); an agent polling `check_inbox`
+//! while new mail arrives is not looping. Other tools change something, so the guard cannot
+//! run them to see: they are judged by their arguments, before they run
+//! ([`LoopGuard::count`]).
 
 use std::sync::Arc;
 
@@ -39,6 +46,8 @@ struct Streak {
     /// The address of the tool's interned name: compared, never followed.
     tool: usize,
     digest: u64,
+    /// The digest of the last result, for tools judged by their results.
+    result: Option<u64>,
     count: u32,
 }
 
@@ -74,6 +83,7 @@ impl LoopGuard {
                     *streak = Streak {
                         tool: tool_id,
                         digest,
+                        result: None,
                         count: 1,
                     };
                 }
@@ -85,6 +95,7 @@ impl LoopGuard {
                     Streak {
                         tool: tool_id,
                         digest,
+                        result: None,
                         count: 1,
                     },
                 );
@@ -92,6 +103,51 @@ impl LoopGuard {
             }
         };
         (count >= self.config.threshold).then_some(count)
+    }
+
+    /// Counts a finished call by `agent` to the read-only `tool` with arguments of `digest`
+    /// whose result has digest `result`: a repeat only when both the arguments and the result
+    /// match the agent's last call. Returns the count when it trips the guard.
+    pub fn count_read(
+        &self,
+        agent: &Arc<str>,
+        tool: &Arc<str>,
+        digest: u64,
+        result: u64,
+    ) -> Option<u32> {
+        if self.config.threshold == 0 {
+            return None;
+        }
+        let tool_id = tool.as_ptr() as usize;
+        let fresh = Streak {
+            tool: tool_id,
+            digest,
+            result: Some(result),
+            count: 1,
+        };
+        let count = match self.streaks.get_mut(&**agent) {
+            Some(mut streak) => {
+                if streak.tool == tool_id
+                    && streak.digest == digest
+                    && streak.result == Some(result)
+                {
+                    streak.count = streak.count.saturating_add(1);
+                } else {
+                    *streak = fresh;
+                }
+                streak.count
+            }
+            None => {
+                self.streaks.insert(Arc::clone(agent), fresh);
+                1
+            }
+        };
+        (count >= self.config.threshold).then_some(count)
+    }
+
+    /// Whether the guard counts anything.
+    pub fn is_on(&self) -> bool {
+        self.config.threshold > 0
     }
 
     /// What a tripped guard does.
@@ -126,6 +182,17 @@ mod tests {
         assert_eq!(guard.count(&a, &t, 2), None);
         guard.reset("a");
         assert_eq!(guard.count(&a, &t, 2), None);
+
+        // Reads count only while their result stays the same.
+        assert_eq!(guard.count_read(&a, &t, 9, 100), None);
+        assert_eq!(guard.count_read(&a, &t, 9, 100), None);
+        assert_eq!(
+            guard.count_read(&a, &t, 9, 101),
+            None,
+            "new result: a new streak"
+        );
+        assert_eq!(guard.count_read(&a, &t, 9, 101), None);
+        assert_eq!(guard.count_read(&a, &t, 9, 101), Some(3));
 
         let off = LoopGuard::new(LoopConfig {
             threshold: 0,

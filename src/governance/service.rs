@@ -412,9 +412,12 @@ where
         }
     }
 
-    // The loop guard: an agent repeating itself gets told to change course.
-    if let Some(agent) = agent
-        && !(tool.polls)(&input)
+    // The loop guard: an agent repeating itself gets told to change course. A read-only
+    // tool is judged after it ran, by its result too (see `doom`).
+    let guarded = agent.filter(|_| gov.loops.is_on() && !(tool.polls)(&input));
+    let judged_by_result = tool.spec.annotations.read_only_hint;
+    if let Some(agent) = guarded
+        && !judged_by_result
         && let Some(count) = gov.loops.count(agent, name, trail.digest)
     {
         let why = format!(
@@ -442,6 +445,17 @@ where
             }
         }
     }
+    // A read judged after it ran may need to ask then: keep what asking takes, only then.
+    let ask_after = guarded
+        .filter(|_| judged_by_result && gov.loops.action() == Action::Ask)
+        .map(|_| {
+            Box::new((
+                asker.clone(),
+                json.clone()
+                    .or_else(|| serde_json::to_value(&input).ok())
+                    .unwrap_or(Value::Null),
+            ))
+        });
 
     // The result cache (JSON calls to tools declared deterministic).
     let cache = gov
@@ -482,6 +496,47 @@ where
         })
         .await;
     let mut result = result.and_then(|r| convert(r, name));
+
+    if let Some(agent) = guarded.filter(|_| judged_by_result) {
+        let answer = match &result {
+            Ok(out) => digest(out),
+            Err(err) => xxhash_rust::xxh3::xxh3_64(err.to_string().as_bytes()),
+        };
+        if let Some(count) = gov.loops.count_read(agent, name, trail.digest, answer) {
+            let why = format!(
+                "`{name}` was called {count} times in a row by `{agent}` with the same \
+                 arguments and gave the same result each time. Wait for something to change \
+                 (e.g. `wait_secs`), or try different arguments or another approach."
+            );
+            match (gov.loops.action(), ask_after) {
+                (Action::Allow, _) => {
+                    tracing::warn!(%agent, tool = %name, count, "repeated call");
+                }
+                (Action::Ask, Some(asking)) => {
+                    trail.rule = Some(Arc::from("loop guard"));
+                    let (asker, arguments) = *asking;
+                    let answer = Box::pin(ask(
+                        gov,
+                        name,
+                        ctx,
+                        asker.as_deref(),
+                        &arguments,
+                        &why,
+                        None,
+                        Some(agent),
+                        session,
+                    ))
+                    .await?;
+                    gov.loops.reset(agent);
+                    trail.rule = Some(answer);
+                }
+                _ => {
+                    trail.rule = Some(Arc::from("loop guard"));
+                    return Err(denied(name, why));
+                }
+            }
+        }
+    }
 
     if after_hooks && let Some(hooked) = &mut hooked {
         let (outcome, value, error) = match &result {

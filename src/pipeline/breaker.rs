@@ -1,4 +1,6 @@
-//! Fails fast while a tool's circuit is open; records crashes and timeouts.
+//! Fails fast while a tool's circuit is open; records crashes and timeouts, each against
+//! the caller it happened to (see [`guildhall_supervision::breaker`]: one caller's failures
+//! open only that caller's circuit).
 
 use std::future::Future;
 use std::pin::Pin;
@@ -7,12 +9,28 @@ use std::task::{Context, Poll, ready};
 
 use guildhall_actors::CallError;
 use guildhall_supervision::SharedBreaker;
-use guildhall_supervision::breaker::{Admission, Transition};
+use guildhall_supervision::breaker::{Caller, Ticket, Transition};
 
 use crate::governance::ToolEvent;
 use crate::governance::events::Events;
+use crate::pipeline::ToolCall;
 use pin_project_lite::pin_project;
 use tower::{Layer, Service};
+
+/// A request that names who it is made for, so the breaker can attribute its failure.
+pub trait Attributed {
+    /// The caller (a hash of its identity); `None` for the embedding program's own calls,
+    /// which are trusted: their failures count as the tool's.
+    fn caller(&self) -> Option<Caller>;
+}
+
+impl<I> Attributed for ToolCall<I> {
+    fn caller(&self) -> Option<Caller> {
+        self.ctx
+            .agent()
+            .map(|agent| xxhash_rust::xxh3::xxh3_64(agent.as_bytes()))
+    }
+}
 
 /// Adds a [`Breaker`] in front of a service.
 #[derive(Debug, Clone)]
@@ -75,6 +93,7 @@ pub struct Breaker<S> {
 impl<S, R> Service<R> for Breaker<S>
 where
     S: Service<R, Error = CallError>,
+    R: Attributed,
 {
     type Response = S::Response;
     type Error = CallError;
@@ -85,14 +104,14 @@ where
     }
 
     fn call(&mut self, req: R) -> Self::Future {
-        match self.guard.breaker.try_acquire() {
-            Ok(admission) => BreakerFuture {
+        match self.guard.breaker.try_acquire(req.caller()) {
+            Ok(ticket) => BreakerFuture {
                 state: State::Admitted {
                     inner: self.inner.call(req),
                 },
                 outcome: Some(Outcome {
                     guard: Arc::clone(&self.guard),
-                    admission: Some(admission),
+                    ticket: Some(ticket),
                 }),
             },
             Err(open) => BreakerFuture {
@@ -100,6 +119,7 @@ where
                     error: Some(Box::new(CallError::CircuitOpen {
                         tool: self.guard.tool.to_string(),
                         retry_after: open.retry_after,
+                        own: open.own,
                     })),
                 },
                 outcome: None,
@@ -153,14 +173,14 @@ where
 struct Outcome {
     guard: Arc<Guard>,
     /// Taken when the outcome is recorded, so `Drop` knows it was.
-    admission: Option<Admission>,
+    ticket: Option<Ticket>,
 }
 
 impl Outcome {
     fn record(mut self, success: bool) {
         let guard = &self.guard;
-        if let Some(admission) = self.admission.take()
-            && let Some(transition) = guard.breaker.record(admission, success)
+        if let Some(ticket) = self.ticket.take()
+            && let Some(transition) = guard.breaker.record(ticket, success)
         {
             tracing::info!(tool = %guard.tool, ?transition, "circuit breaker changed state");
             if let Some(events) = &guard.events {
@@ -176,8 +196,8 @@ impl Outcome {
 
 impl Drop for Outcome {
     fn drop(&mut self) {
-        if self.admission == Some(Admission::Probe) {
-            self.guard.breaker.abandon_probe();
+        if let Some(ticket) = self.ticket.take() {
+            self.guard.breaker.abandon(ticket);
         }
     }
 }
@@ -187,6 +207,13 @@ mod tests {
     use super::*;
     use guildhall_supervision::BreakerConfig;
     use tower::ServiceExt;
+
+    /// The tests' calls are the embedding program's own.
+    impl Attributed for bool {
+        fn caller(&self) -> Option<Caller> {
+            None
+        }
+    }
 
     #[tokio::test]
     async fn calls_hold_the_breaker_only_while_in_flight() {

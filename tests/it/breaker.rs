@@ -2,7 +2,8 @@ use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use guildhall::supervision::{Backoff, BreakerConfig};
-use guildhall::{BreakerStatus, CallError, ErrorKind, Runtime, ToolOptions};
+use guildhall::{BreakerStatus, CallError, CallOptions, ErrorKind, Runtime, ToolOptions};
+use serde_json::json;
 
 use crate::support::{Act, Chaos, input, one_chaos};
 
@@ -15,6 +16,7 @@ fn options() -> ToolOptions {
             reset_timeout: S,
             backoff_factor: 2.0,
             max_reset_timeout: 10 * S,
+            min_callers: 2,
         })
         .backoff(Backoff::none())
 }
@@ -100,6 +102,52 @@ async fn timeouts_count_as_failures() {
     assert_eq!(
         h.call(input(Act::Ok)).await.unwrap_err().kind(),
         ErrorKind::CircuitOpen
+    );
+    rt.shutdown().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn one_agents_crashes_open_only_its_own_circuit() {
+    let (rt, h, _) = one_chaos("chaos", options()).await;
+    let as_agent = |a: &str| CallOptions::new().agent(a);
+    // Each call differs (its id), so the loop guard has nothing to say.
+    let panic = |id: u64| json!({"act": "panic", "id": id});
+    for id in 0..3 {
+        let err = rt
+            .call_json("chaos", panic(id), as_agent("mallory"))
+            .await
+            .unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::Crashed);
+    }
+    // Mallory's own calls now fail fast, and say whose circuit it is...
+    let err = rt
+        .call_json("chaos", json!({"act": "ok"}), as_agent("mallory"))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(err, CallError::CircuitOpen { own: true, .. }),
+        "{err}"
+    );
+    // ...while every other agent is served, and the tool's own circuit stays closed.
+    rt.call_json("chaos", json!({"act": "ok"}), as_agent("alice"))
+        .await
+        .expect("another agent is served");
+    assert!(h.call(input(Act::Ok)).await.is_ok());
+    assert_eq!(status(&rt).await, BreakerStatus::Closed { failures: 0 });
+    // Failures seen by two agents are the tool's: its circuit opens for everyone.
+    tokio::time::advance(2 * S).await;
+    for (id, agent) in [(10, "mallory"), (11, "alice"), (12, "alice")] {
+        rt.call_json("chaos", panic(id), as_agent(agent))
+            .await
+            .unwrap_err();
+    }
+    let err = rt
+        .call_json("chaos", json!({"act": "ok"}), as_agent("bob"))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(err, CallError::CircuitOpen { own: false, .. }),
+        "{err}"
     );
     rt.shutdown().await;
 }

@@ -520,29 +520,26 @@ async fn a_hook_failure_configured_to_allow_lets_the_call_run() {
 async fn the_loop_guard_trips_on_the_third_identical_call_but_not_on_waiting_checks() {
     let rt = runtime(GovernanceConfig::default(), &[("a", "dev"), ("b", "dev")]).await;
     for _ in 0..2 {
-        rt.call_json("lookup", json!({"key": "k"}), as_agent("a"))
+        rt.call_json("shell", shell("make"), as_agent("a"))
             .await
             .unwrap();
     }
     // Another agent's identical call is its own streak.
-    rt.call_json("lookup", json!({"key": "k"}), as_agent("b"))
+    rt.call_json("shell", shell("make"), as_agent("b"))
         .await
         .unwrap();
-    let why = denied_reason(
-        rt.call_json("lookup", json!({"key": "k"}), as_agent("a"))
-            .await,
-    );
+    let why = denied_reason(rt.call_json("shell", shell("make"), as_agent("a")).await);
     assert!(
         why.contains("called 3 times in a row by `a` with the same arguments"),
         "{why}"
     );
     // Changing the arguments is the way out.
-    rt.call_json("lookup", json!({"key": "other"}), as_agent("a"))
+    rt.call_json("shell", shell("make test"), as_agent("a"))
         .await
         .unwrap();
     // The program's own calls (no agent) are not guarded.
     for _ in 0..4 {
-        rt.call_json("lookup", json!({"key": "k"}), CallOptions::new())
+        rt.call_json("shell", shell("make"), CallOptions::new())
             .await
             .unwrap();
     }
@@ -552,13 +549,43 @@ async fn the_loop_guard_trips_on_the_third_identical_call_but_not_on_waiting_che
             .await
             .unwrap();
     }
-    // Without a wait it is an ordinary call.
+    // Without a wait it is an ordinary read: the same answer three times is a loop.
     for _ in 0..2 {
         rt.call_json("check_inbox", json!({}), as_agent("a"))
             .await
             .unwrap();
     }
-    denied_reason(rt.call_json("check_inbox", json!({}), as_agent("a")).await);
+    let why = denied_reason(rt.call_json("check_inbox", json!({}), as_agent("a")).await);
+    assert!(why.contains("gave the same result each time"), "{why}");
+    rt.shutdown().await;
+}
+
+#[tokio::test]
+async fn polling_the_inbox_is_not_a_loop_while_new_mail_arrives() {
+    let rt = runtime(GovernanceConfig::default(), &[("a", "dev"), ("b", "dev")]).await;
+    let poll = || rt.call_json("check_inbox", json!({"limit": 5}), as_agent("a"));
+    for i in 0..6 {
+        let inbox = poll().await.expect("a poll after new mail is answered");
+        assert_eq!(inbox["unread"], i, "{inbox}");
+        rt.call_json(
+            "send_message",
+            json!({"to": "a", "body": format!("news {i}")}),
+            as_agent("b"),
+        )
+        .await
+        .unwrap();
+    }
+    // Nothing new: the third identical answer in a row is refused.
+    poll().await.unwrap();
+    poll().await.unwrap();
+    denied_reason(poll().await);
+    // A read whose result changes is never a loop: the same listing of a read-only tool
+    // whose answers differ (a counter) goes on being served.
+    for _ in 0..5 {
+        rt.call_json("lookup", json!({"key": "k"}), as_agent("b"))
+            .await
+            .unwrap();
+    }
     rt.shutdown().await;
 }
 

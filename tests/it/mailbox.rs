@@ -3,6 +3,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use guildhall::agents::DeliveryState;
+use guildhall::store::Store as _;
 use guildhall::{
     Agent, AgentSpec, CallOptions, ErrorKind, InboxQuery, MailError, MailboxConfig, Outgoing,
     Priority, Runtime,
@@ -759,5 +760,102 @@ async fn expired_messages_are_not_delivered() {
         subjects(&pms[0]).await == ["fresh"]
     })
     .await;
+    rt.shutdown().await;
+}
+
+#[tokio::test]
+async fn an_expiry_past_the_year_9999_is_refused_and_one_already_stored_still_lists() {
+    let dir = tempfile::tempdir().unwrap();
+    let open = || Runtime::builder().data_dir(dir.path()).build();
+    let rt = open().await.unwrap();
+    let a = rt.register_agent(AgentSpec::new("a", "dev")).await.unwrap();
+    let as_a = || CallOptions::new().agent("a");
+    let err = rt
+        .call_json(
+            "send_message",
+            json!({"to": "a", "body": "x", "expires_in_secs": 18_000_000_000_000_u64}),
+            as_a(),
+        )
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("expires_in_secs"), "{err}");
+    a.send(
+        Outgoing::to("a")
+            .subject("kept")
+            .expires_in(Duration::from_secs(60)),
+    )
+    .await
+    .unwrap();
+    rt.shutdown().await;
+
+    // A store written by an older build holds a message that expires past the year 9999.
+    let store = guildhall::store::RedbStore::open(dir.path()).unwrap();
+    let mut found = Vec::new();
+    store
+        .scan(guildhall::store::Table::Inbox, b"a\0", &mut |k, v| {
+            found.push((k.to_vec(), v.to_vec()));
+            true
+        })
+        .unwrap();
+    let (key, value) = found.pop().expect("the message is stored");
+    let mut message: guildhall::agents::Message =
+        guildhall::store::codec::decode(guildhall::store::Table::Inbox, &value).unwrap();
+    message.expires_ms = Some(u64::MAX - 1);
+    let mut batch = guildhall::store::Batch::new();
+    batch.put(
+        guildhall::store::Table::Inbox,
+        key,
+        guildhall::store::codec::encode(&message),
+    );
+    guildhall::store::commit(&store, batch).await.unwrap();
+    store.close();
+    drop(store);
+
+    let rt = open().await.unwrap();
+    let inbox = rt
+        .call_json("check_inbox", json!({"full": true}), as_a())
+        .await
+        .expect("an inbox holding such a message still lists");
+    assert_eq!(inbox["messages"][0]["subject"], "kept");
+    assert_eq!(inbox["messages"][0]["expires"], "9999-12-31T23:59:59.999Z");
+    rt.shutdown().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_absurd_wait_is_cut_to_the_longest_and_breaks_nothing_for_others() {
+    let rt = Runtime::builder()
+        .mailbox_config(MailboxConfig {
+            max_wait: Duration::from_millis(50),
+            ..MailboxConfig::default()
+        })
+        .build()
+        .await
+        .unwrap();
+    for id in ["mallory", "alice"] {
+        rt.register_agent(AgentSpec::new(id, "dev")).await.unwrap();
+    }
+    for wait in [1e308, f64::MAX, 1e20, 1e308, 1e308, 1e308] {
+        let inbox = rt
+            .call_json(
+                "check_inbox",
+                json!({ "wait_secs": wait }),
+                CallOptions::new().agent("mallory"),
+            )
+            .await
+            .expect("an absurd wait is answered, not a crash");
+        assert_eq!(inbox["messages"], json!([]));
+    }
+    let bad = rt
+        .call_json(
+            "check_inbox",
+            json!({ "wait_secs": -1 }),
+            CallOptions::new().agent("mallory"),
+        )
+        .await
+        .unwrap_err();
+    assert!(bad.to_string().contains("wait_secs"), "{bad}");
+    rt.call_json("check_inbox", json!({}), CallOptions::new().agent("alice"))
+        .await
+        .expect("another agent's inbox answers");
     rt.shutdown().await;
 }
