@@ -46,6 +46,10 @@ pub struct MailboxConfig {
     pub idle: Duration,
     /// The longest `check_inbox` wait a tool call may ask for.
     pub max_wait: Duration,
+    /// Waiting inbox checks one mailbox admits at once; one more is refused
+    /// ([`MailError::TooManyWaits`]). Waits take no slot of the tool, so this is what bounds
+    /// them.
+    pub max_waiters: usize,
     /// Read messages older than this are deleted when their mailbox next starts.
     pub retention: Duration,
 }
@@ -58,6 +62,7 @@ impl Default for MailboxConfig {
             max_subject_bytes: 1024,
             idle: Duration::from_secs(60),
             max_wait: Duration::from_secs(120),
+            max_waiters: 64,
             retention: Duration::from_secs(30 * 24 * 3600),
         }
     }

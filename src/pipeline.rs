@@ -7,7 +7,7 @@
 //! | [`BreakerLayer`] | outermost, so an open circuit rejects a call before it costs anything, and it sees the final outcome of the call (after retries and the deadline), counting crashes and timeouts |
 //! | [`DeadlineLayer`] | the deadline bounds everything below it: retries, the wait for a concurrency permit, the wait for a restart, the tool itself; it also cancels the call if its caller goes away |
 //! | [`RetryLayer`] | only for idempotent tools (absent otherwise, so it costs nothing); inside the deadline so retries never outlive it, outside the limit so each attempt takes its own permit |
-//! | `ConcurrencyLimitLayer` (tower) | innermost, bounding attempts in flight per tool so a flood of calls queues here instead of in the actor's mailbox |
+//! | [`LimitLayer`] | innermost, bounding attempts in flight per tool so a flood of calls queues here instead of in the actor's mailbox; calls that wait by design (`Tool::polls`) take no permit, so waiting callers never lock others out |
 //! | [`Dispatch`] | the service itself: sends the call to the least busy actor of the tool and awaits its one reply |
 //!
 //! Governance ([`crate::governance::Governed`]: audit, rate limits, hooks, permission, the
@@ -17,6 +17,7 @@
 mod breaker;
 mod deadline;
 mod dispatch;
+mod limit;
 mod retry;
 
 use std::sync::Arc;
@@ -24,13 +25,13 @@ use std::sync::Arc;
 use guildhall_actors::{CallContext, Tool, WorkerPool};
 use guildhall_supervision::SharedBreaker;
 use tower::ServiceBuilder;
-use tower::limit::{ConcurrencyLimit, ConcurrencyLimitLayer};
 use tower::retry::Retry;
 use tower::util::Either;
 
 pub use breaker::{Breaker, BreakerFuture, BreakerLayer};
 pub use deadline::{Deadline, DeadlineFuture, DeadlineLayer, Sweeper};
 pub use dispatch::Dispatch;
+pub use limit::{Limit, LimitFuture, LimitLayer};
 pub use retry::{RetryLayer, RetryPolicy};
 
 use crate::governance::events::Events;
@@ -50,8 +51,10 @@ pub struct ToolCall<I> {
 pub type ToolService<T> = Breaker<Deadline<MaybeRetry<T>>>;
 
 /// The retry layer where the tool is idempotent, nothing otherwise.
-type MaybeRetry<T> =
-    Either<Retry<RetryPolicy, ConcurrencyLimit<Dispatch<T>>>, ConcurrencyLimit<Dispatch<T>>>;
+type MaybeRetry<T> = Either<Retry<RetryPolicy, Limited<T>>, Limited<T>>;
+
+/// A tool's dispatch behind its limit of calls in flight.
+type Limited<T> = Limit<Dispatch<T>, <T as Tool>::Input>;
 
 /// Builds the stack for one tool.
 pub fn build<T: Tool>(
@@ -69,6 +72,6 @@ pub fn build<T: Tool>(
         .layer(BreakerLayer::new(breaker, Arc::clone(&name)).events(events))
         .layer(DeadlineLayer::new(name, sweeper))
         .option_layer(retry)
-        .layer(ConcurrencyLimitLayer::new(options.max_in_flight))
+        .layer(LimitLayer::new(options.max_in_flight, T::polls))
         .service(Dispatch::new(pool))
 }

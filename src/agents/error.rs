@@ -101,6 +101,17 @@ pub enum MailError {
         /// What is wrong with it.
         reason: String,
     },
+    /// The agent already has as many waiting `check_inbox` calls as a mailbox admits.
+    #[error(
+        "`{agent}` already has {limit} inbox checks waiting, the most a mailbox admits; \
+         wait for one of them to answer instead of starting another"
+    )]
+    TooManyWaits {
+        /// The agent.
+        agent: String,
+        /// The most waiting checks a mailbox admits.
+        limit: usize,
+    },
     /// A reply needs a recipient: `to`, or `reply_to` to answer the original's sender.
     #[error("the message has no recipient: give `to`, or `reply_to` to answer a message")]
     MissingRecipient,

@@ -328,6 +328,14 @@ impl MailboxActor {
                 let waits = query.wait.is_some_and(|w| !w.is_zero());
                 if waits && self.select(state, &query).is_ok_and(|l| l.is_empty()) {
                     state.waiters.retain(|w| !w.reply.is_closed());
+                    let limit = self.shared.config.max_waiters;
+                    if state.waiters.len() >= limit {
+                        let _ = reply.send(Reply::Failed(MailError::TooManyWaits {
+                            agent: self.entry.id.to_string(),
+                            limit,
+                        }));
+                        return;
+                    }
                     state.waiters.push(Waiter {
                         id: waiter,
                         query,

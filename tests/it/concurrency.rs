@@ -120,3 +120,89 @@ async fn concurrent_tool_shows_each_of_its_actors_in_the_tree() {
     assert!(gates.iter().all(|c| c.breaker.is_some()));
     rt.shutdown().await;
 }
+
+#[tokio::test(start_paused = true)]
+async fn two_thousand_waiting_inbox_checks_do_not_hold_up_another_agents_check() {
+    let rt = guildhall::Runtime::builder().build().await.unwrap();
+    for i in 0..2_001 {
+        rt.register_agent(guildhall::AgentSpec::new(format!("a-{i}"), "dev"))
+            .await
+            .unwrap();
+    }
+    let started = tokio::time::Instant::now();
+    let waits: Vec<_> = (0..2_000)
+        .map(|i| {
+            let rt = rt.clone();
+            tokio::spawn(async move {
+                rt.call_json(
+                    "check_inbox",
+                    serde_json::json!({"wait_secs": 30}),
+                    guildhall::CallOptions::new().agent(format!("a-{i}")),
+                )
+                .await
+            })
+        })
+        .collect();
+    // In paused time a timer fires only once every task is idle: every wait is then parked
+    // in its mailbox (or queued for a slot, as it was when waits held slots).
+    tokio::time::sleep(std::time::Duration::from_millis(1)).await;
+    // Paused time jumps ahead whenever everything waits: had this call queued behind the
+    // waits, it would answer only once they expired, 30 s on.
+    let inbox = rt
+        .call_json(
+            "check_inbox",
+            serde_json::json!({}),
+            guildhall::CallOptions::new().agent("a-2000"),
+        )
+        .await
+        .expect("answered");
+    assert_eq!(inbox["unread"], 0);
+    assert!(
+        started.elapsed() < std::time::Duration::from_secs(30),
+        "the check waited {:?} behind the waiting ones",
+        started.elapsed()
+    );
+    assert!(waits.iter().all(|w| !w.is_finished()));
+    for wait in waits {
+        wait.await.unwrap().expect("each wait ends with an answer");
+    }
+    rt.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_mailbox_admits_a_bounded_number_of_waiting_checks() {
+    let rt = guildhall::Runtime::builder()
+        .mailbox_config(guildhall::MailboxConfig {
+            max_waiters: 3,
+            ..guildhall::MailboxConfig::default()
+        })
+        .build()
+        .await
+        .unwrap();
+    rt.register_agent(guildhall::AgentSpec::new("a", "dev"))
+        .await
+        .unwrap();
+    let check = |wait: f64| {
+        let rt = rt.clone();
+        async move {
+            rt.call_json(
+                "check_inbox",
+                serde_json::json!({ "wait_secs": wait }),
+                guildhall::CallOptions::new().agent("a"),
+            )
+            .await
+        }
+    };
+    let waiting: Vec<_> = (0..3).map(|_| tokio::spawn(check(60.0))).collect();
+    // Once the three waits are parked, a fourth is refused (a short one, in case it is
+    // admitted while they are still on their way).
+    crate::support::eventually(Duration::from_secs(5), || async {
+        matches!(check(0.05).await,
+            Err(err) if err.to_string().contains("3 inbox checks waiting"))
+    })
+    .await;
+    for w in waiting {
+        w.abort();
+    }
+    rt.shutdown().await;
+}
