@@ -6,10 +6,13 @@
 //! - [`http`]: the Streamable HTTP endpoint (axum): Host and Origin checks, bearer token.
 //! - [`local`]: the Unix socket a `guildhall mcp` bridge (or the CLI) reaches a running
 //!   server through; a one-line hello binds the connection to an agent.
+//! - [`framing`]: decoding incoming messages, and answering every one that cannot be taken
+//!   (stdio and the socket through [`framing::LineTransport`], HTTP bodies).
 //! - `fixtures`: the conformance suite's tools, resources and prompts.
 
 mod filter;
 mod fixtures;
+pub mod framing;
 mod handler;
 pub mod http;
 pub mod local;
@@ -40,7 +43,7 @@ where
 {
     use rmcp::ServiceExt;
     let running = server
-        .serve((read, write))
+        .serve(framing::LineTransport::new(read, write))
         .await
         .map_err(std::io::Error::other)?;
     running.waiting().await.map_err(std::io::Error::other)?;

@@ -46,6 +46,17 @@ pub(crate) struct ServeArgs {
     /// Another browser origin to accept on HTTP, e.g. `https://app.example:443` (repeatable).
     #[arg(long, value_name = "ORIGIN")]
     allow_origin: Vec<String>,
+    /// The most HTTP sessions open at once; an `initialize` past it gets 503 + Retry-After.
+    #[arg(
+        long,
+        default_value_t = 1000,
+        value_name = "N",
+        conflicts_with = "stdio"
+    )]
+    max_sessions: usize,
+    /// Close an HTTP session after this long without a request (`90s`, `10m`).
+    #[arg(long, default_value = "10m", value_parser = humantime::parse_duration, value_name = "DURATION", conflicts_with = "stdio")]
+    session_idle: std::time::Duration,
     /// With --stdio: the agent this client acts as.
     #[arg(long, default_value = "solo", requires = "stdio")]
     agent: String,
@@ -162,6 +173,8 @@ async fn serve_network(
             token: args.token.clone(),
             allowed_hosts: args.allow_host.clone(),
             allowed_origins: args.allow_origin.clone(),
+            max_sessions: args.max_sessions,
+            session_idle: args.session_idle,
         };
         let router = http::router(server.clone(), args.listen, options, shutdown.clone())?;
         let listener = tokio::net::TcpListener::bind(args.listen)

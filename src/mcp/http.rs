@@ -2,26 +2,45 @@
 //!
 //! DNS-rebinding protection: `Host` must name the bound address (loopback by default) and a
 //! browser's `Origin` must be a loopback one, else 403. A bearer token is optional on
-//! loopback and required on any other address.
+//! loopback and required on any other address; with a token off loopback any `Host` is
+//! accepted, since a rebinding page cannot send the token.
+//!
+//! Every POST body is screened before rmcp sees it ([`screen`]): one over
+//! [`MAX_MESSAGE_BYTES`] is read to its end (within a bound) and answered 413, so the client
+//! gets an answer rather than a reset connection; one that is not a valid message is
+//! answered 400 with the JSON-RPC error; an `initialize` past the session cap is answered
+//! 503 with `Retry-After`. Sessions idle longer than [`HttpOptions::session_idle`] are
+//! closed.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
 
+use std::time::Duration;
+
+use axum::body::Body;
 use axum::extract::Request;
-use axum::http::{StatusCode, header};
+use axum::http::{HeaderValue, Method, StatusCode, header};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
-use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
+use axum::serve::ListenerExt;
+use futures::StreamExt;
+use rmcp::model::{ClientRequest, JsonRpcMessage, JsonRpcRequest};
+use rmcp::transport::streamable_http_server::session::local::{LocalSessionManager, SessionConfig};
 use rmcp::transport::{StreamableHttpServerConfig, StreamableHttpService};
 use tokio_util::sync::CancellationToken;
 
+use super::framing::{self, MAX_MESSAGE_BYTES, Refusal};
 use super::{McpServer, ToolFilter};
+
+/// How much of an oversized body is read (and dropped) so that its client can read the 413
+/// answer; a larger one gets the answer and a closed connection.
+const MAX_DRAINED_BYTES: usize = 64 * 1024 * 1024;
 
 /// The endpoint's path.
 pub const PATH: &str = "/mcp";
 
 /// How the HTTP endpoint is exposed.
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug)]
 pub struct HttpOptions {
     /// Required as `Authorization: Bearer <token>` when set.
     pub token: Option<String>,
@@ -29,6 +48,22 @@ pub struct HttpOptions {
     pub allowed_hosts: Vec<String>,
     /// Further browser origins to accept (`scheme://host[:port]`, `:*` for any port).
     pub allowed_origins: Vec<String>,
+    /// The most sessions open at once; an `initialize` past it is answered 503.
+    pub max_sessions: usize,
+    /// A session with no request for this long is closed.
+    pub session_idle: Duration,
+}
+
+impl Default for HttpOptions {
+    fn default() -> Self {
+        Self {
+            token: None,
+            allowed_hosts: Vec::new(),
+            allowed_origins: Vec::new(),
+            max_sessions: 1_000,
+            session_idle: Duration::from_secs(10 * 60),
+        }
+    }
 }
 
 /// A configuration that would expose the server unsafely.
@@ -43,6 +78,9 @@ pub enum HttpError {
         /// The address asked for.
         addr: SocketAddr,
     },
+    /// A token that is empty (or only spaces): it would protect nothing.
+    #[error("the HTTP token is empty: give a real secret with --token (or GUILDHALL_TOKEN)")]
+    EmptyToken,
 }
 
 /// The axum router for `server` bound at `addr`.
@@ -55,7 +93,15 @@ pub fn router(
     options: HttpOptions,
     shutdown: CancellationToken,
 ) -> Result<axum::Router, HttpError> {
-    if !addr.ip().is_loopback() && options.token.is_none() {
+    if options
+        .token
+        .as_deref()
+        .is_some_and(|t| t.trim().is_empty())
+    {
+        return Err(HttpError::EmptyToken);
+    }
+    let off_loopback = !addr.ip().is_loopback();
+    if off_loopback && options.token.is_none() {
         return Err(HttpError::TokenRequired { addr });
     }
     let mut hosts: Vec<String> = vec!["localhost".into(), "127.0.0.1".into(), "::1".into()];
@@ -69,17 +115,38 @@ pub fn router(
         "http://[::1]:*".into(),
     ];
     origins.extend(options.allowed_origins.iter().cloned());
-    let config = StreamableHttpServerConfig::default()
-        .with_allowed_hosts(hosts)
+    let mut config = StreamableHttpServerConfig::default()
         .with_allowed_origins(origins)
         .enforce_origin_validation()
-        .with_cancellation_token(shutdown);
+        .with_cancellation_token(shutdown)
+        .with_max_request_body_bytes(MAX_MESSAGE_BYTES);
+    config = if off_loopback {
+        // Remote clients name the host however they reach it; the token is what admits them.
+        config.disable_allowed_hosts()
+    } else {
+        config.with_allowed_hosts(hosts)
+    };
+    let mut sessions = LocalSessionManager::default();
+    let mut session_config = SessionConfig::default();
+    session_config.keep_alive = Some(options.session_idle);
+    sessions.session_config = session_config;
+    let sessions = Arc::new(sessions);
     let service = StreamableHttpService::new(
         move || Ok(server.connection(None, ToolFilter::all())),
-        Arc::new(LocalSessionManager::default()),
+        Arc::clone(&sessions),
         config,
     );
-    let mut router = axum::Router::new().nest_service(PATH, service);
+    let screen_state = Arc::new(Screen {
+        sessions,
+        max_sessions: options.max_sessions.max(1),
+        retry_after: options.session_idle.as_secs().clamp(1, 60),
+    });
+    let mut router = axum::Router::new()
+        .nest_service(PATH, service)
+        .layer(middleware::from_fn(move |request: Request, next: Next| {
+            let screen_state = Arc::clone(&screen_state);
+            async move { screen(&screen_state, request, next).await }
+        }));
     if let Some(token) = options.token {
         let expected: Arc<str> = Arc::from(format!("Bearer {token}"));
         router = router.layer(middleware::from_fn(move |request: Request, next: Next| {
@@ -113,6 +180,102 @@ fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
     a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 
+/// What [`screen`] checks bodies against.
+struct Screen {
+    sessions: Arc<LocalSessionManager>,
+    max_sessions: usize,
+    /// Seconds a client over the session cap is told to wait.
+    retry_after: u64,
+}
+
+/// Screens a POST body before rmcp takes it; see the module docs.
+async fn screen(state: &Screen, request: Request, next: Next) -> Response {
+    if request.method() != Method::POST {
+        return next.run(request).await;
+    }
+    let (parts, body) = request.into_parts();
+    let bytes = match read_body(body).await {
+        Ok(bytes) => bytes,
+        Err(BodyError::TooLarge) => {
+            let refusal = Refusal {
+                id: serde_json::Value::Null,
+                code: framing::INVALID_REQUEST,
+                message: format!("the request body is over the limit of {MAX_MESSAGE_BYTES} bytes"),
+            };
+            return rpc_error(StatusCode::PAYLOAD_TOO_LARGE, &refusal);
+        }
+        Err(BodyError::Read(err)) => {
+            tracing::debug!(%err, "an HTTP request body could not be read");
+            return StatusCode::BAD_REQUEST.into_response();
+        }
+    };
+    match framing::decode(&bytes) {
+        Err(refusal) => return rpc_error(StatusCode::BAD_REQUEST, &refusal),
+        Ok(Some(JsonRpcMessage::Request(JsonRpcRequest {
+            id,
+            request: ClientRequest::InitializeRequest(_),
+            ..
+        }))) if !parts.headers.contains_key("mcp-session-id") => {
+            let open = state.sessions.sessions.read().await.len();
+            if open >= state.max_sessions {
+                tracing::warn!(open, "HTTP session cap reached; an initialize was refused");
+                let refusal = Refusal {
+                    id: serde_json::to_value(&id).unwrap_or_default(),
+                    code: -32000,
+                    message: format!(
+                        "the server has {open} sessions open, its limit; retry after {} s",
+                        state.retry_after
+                    ),
+                };
+                let mut response = rpc_error(StatusCode::SERVICE_UNAVAILABLE, &refusal);
+                response
+                    .headers_mut()
+                    .insert(header::RETRY_AFTER, HeaderValue::from(state.retry_after));
+                return response;
+            }
+        }
+        Ok(_) => {}
+    }
+    next.run(Request::from_parts(parts, Body::from(bytes)))
+        .await
+}
+
+enum BodyError {
+    TooLarge,
+    Read(axum::Error),
+}
+
+/// The body, up to [`MAX_MESSAGE_BYTES`]; past that, the rest is read and dropped (up to
+/// [`MAX_DRAINED_BYTES`]) so the client is done sending when the 413 comes.
+async fn read_body(body: Body) -> Result<Vec<u8>, BodyError> {
+    let mut stream = body.into_data_stream();
+    let mut bytes = Vec::new();
+    let mut seen = 0usize;
+    while let Some(chunk) = stream.next().await {
+        let chunk = chunk.map_err(BodyError::Read)?;
+        seen = seen.saturating_add(chunk.len());
+        if seen > MAX_DRAINED_BYTES {
+            return Err(BodyError::TooLarge);
+        }
+        if seen <= MAX_MESSAGE_BYTES {
+            bytes.extend_from_slice(&chunk);
+        }
+    }
+    if seen > MAX_MESSAGE_BYTES {
+        return Err(BodyError::TooLarge);
+    }
+    Ok(bytes)
+}
+
+fn rpc_error(status: StatusCode, refusal: &Refusal) -> Response {
+    (
+        status,
+        [(header::CONTENT_TYPE, "application/json")],
+        refusal.to_json(),
+    )
+        .into_response()
+}
+
 /// Serves `router` on `listener` until `shutdown` fires.
 ///
 /// # Errors
@@ -122,6 +285,13 @@ pub async fn serve(
     router: axum::Router,
     shutdown: CancellationToken,
 ) -> std::io::Result<()> {
+    // Without TCP_NODELAY a response's last segment waits for the client's delayed ACK:
+    // sequential calls then stall 40 ms at a time.
+    let listener = listener.tap_io(|tcp| {
+        if let Err(err) = tcp.set_nodelay(true) {
+            tracing::debug!(%err, "TCP_NODELAY could not be set");
+        }
+    });
     axum::serve(listener, router)
         .with_graceful_shutdown(async move { shutdown.cancelled().await })
         .await

@@ -173,6 +173,10 @@ impl Wire {
         wire
     }
 
+    async fn send_raw(&mut self, bytes: &[u8]) {
+        self.write.write_all(bytes).await.unwrap();
+    }
+
     async fn send(&mut self, message: Value) {
         let mut line = serde_json::to_vec(&message).unwrap();
         line.push(b'\n');
@@ -846,5 +850,189 @@ async fn approvals_are_asked_through_elicitation() {
     let text = reply["result"]["content"][0]["text"].as_str().unwrap();
     assert!(text.starts_with("denied: "), "{text}");
     assert!(text.contains("[[agents.alice.rules]]"), "{text}");
+    rt.shutdown().await;
+}
+
+#[tokio::test]
+async fn every_message_that_cannot_be_taken_is_answered() {
+    each_era(async |mut wire, era| {
+        // Not JSON, not UTF-8, nested too deep, too long: parse errors, id null.
+        let deep = format!("{}{}\n", "[".repeat(5_000), "]".repeat(5_000));
+        let long = format!("\"{}\"\n", "x".repeat(5 * 1024 * 1024));
+        for bad in [
+            b"{not json\n".to_vec(),
+            b"\"\xff\xfe\"\n".to_vec(),
+            deep.into_bytes(),
+            long.into_bytes(),
+        ] {
+            wire.send_raw(&bad).await;
+            let answer = wire.next_where(|m| m["error"]["code"] == -32700).await;
+            assert_eq!(answer["id"], Value::Null, "{era}: {answer}");
+        }
+        // An invalid request with a readable id: -32600 with that id.
+        wire.send(json!({"jsonrpc": "1.0", "id": 41, "method": "ping"}))
+            .await;
+        let answer = wire.next_where(|m| m["id"] == 41).await;
+        assert_eq!(answer["error"]["code"], -32600, "{era}: {answer}");
+        // tools/call with a non-string name, or arguments that are not an object: -32602.
+        wire.send(json!({"jsonrpc": "2.0", "id": 42, "method": "tools/call",
+                         "params": {"name": 7}}))
+            .await;
+        let answer = wire.next_where(|m| m["id"] == 42).await;
+        assert_eq!(answer["error"]["code"], -32602, "{era}: {answer}");
+        wire.send(json!({"jsonrpc": "2.0", "id": 43, "method": "tools/call",
+                         "params": {"name": "check_inbox", "arguments": [1]}}))
+            .await;
+        let answer = wire.next_where(|m| m["id"] == 43).await;
+        assert_eq!(answer["error"]["code"], -32602, "{era}: {answer}");
+        // The connection still serves.
+        let ok = wire.call(44, "check_inbox", json!({})).await;
+        assert_eq!(ok["result"]["isError"], false, "{era}: {ok}");
+    })
+    .await;
+}
+
+fn initialize_body(id: u64) -> Value {
+    json!({ "jsonrpc": "2.0", "id": id, "method": "initialize",
+            "params": { "protocolVersion": "2025-11-25", "capabilities": {},
+                        "clientInfo": { "name": "http-test", "version": "1" } } })
+}
+
+fn legacy_post(
+    client: &reqwest::Client,
+    url: &str,
+    body: impl Into<reqwest::Body>,
+) -> reqwest::RequestBuilder {
+    client
+        .post(url)
+        .header("content-type", "application/json")
+        .header("accept", "application/json, text/event-stream")
+        .body(body)
+}
+
+#[tokio::test]
+async fn http_answers_bad_bodies_with_a_status_and_a_json_rpc_error() {
+    let (rt, url, stop) = http_server(HttpOptions::default()).await;
+    let client = reqwest::Client::new();
+    let garbled = legacy_post(&client, &url, "{not json")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(garbled.status(), 400);
+    let body = rpc_body(garbled).await;
+    assert_eq!(body["error"]["code"], -32700, "{body}");
+    let bad_name =
+        json!({"jsonrpc": "2.0", "id": 9, "method": "tools/call", "params": {"name": 1}});
+    let answer = legacy_post(&client, &url, bad_name.to_string())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(answer.status(), 400);
+    let body = rpc_body(answer).await;
+    assert_eq!(
+        (body["id"].clone(), body["error"]["code"].clone()),
+        (json!(9), json!(-32602))
+    );
+    // An oversized body is read and answered, not cut off with a reset connection.
+    let huge = format!("{{\"pad\": \"{}\"}}", "x".repeat(6 * 1024 * 1024));
+    let too_big = legacy_post(&client, &url, huge)
+        .send()
+        .await
+        .expect("an answer, not a reset");
+    assert_eq!(too_big.status(), 413);
+    stop.cancel();
+    rt.shutdown().await;
+}
+
+#[tokio::test]
+async fn http_sessions_are_capped_with_a_retry_after() {
+    let options = HttpOptions {
+        max_sessions: 3,
+        ..HttpOptions::default()
+    };
+    let (rt, url, stop) = http_server(options).await;
+    let client = reqwest::Client::new();
+    let mut sessions = Vec::new();
+    for id in 0..3 {
+        let response = legacy_post(&client, &url, initialize_body(id).to_string())
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status(), 200);
+        sessions.push(
+            response.headers()["mcp-session-id"]
+                .to_str()
+                .unwrap()
+                .to_owned(),
+        );
+    }
+    let over = legacy_post(&client, &url, initialize_body(3).to_string())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(over.status(), 503);
+    assert!(over.headers().contains_key("retry-after"));
+    let body = rpc_body(over).await;
+    assert!(
+        body["error"]["message"].as_str().unwrap().contains("limit"),
+        "{body}"
+    );
+    // A session closed by its client makes room.
+    let closed = client
+        .delete(&url)
+        .header("mcp-session-id", &sessions[0])
+        .send()
+        .await
+        .unwrap();
+    assert!(closed.status().is_success(), "{}", closed.status());
+    crate::support::eventually(LIMIT, || async {
+        legacy_post(&client, &url, initialize_body(4).to_string())
+            .send()
+            .await
+            .is_ok_and(|r| r.status() == 200)
+    })
+    .await;
+    stop.cancel();
+    rt.shutdown().await;
+}
+
+#[tokio::test]
+async fn http_off_loopback_with_a_token_accepts_any_host_and_refuses_an_empty_token() {
+    let (rt, _) = runtime().await;
+    let empty = http::router(
+        McpServer::new(rt.clone()),
+        "0.0.0.0:7077".parse().unwrap(),
+        HttpOptions {
+            token: Some("  ".into()),
+            ..HttpOptions::default()
+        },
+        CancellationToken::new(),
+    );
+    assert!(matches!(empty, Err(http::HttpError::EmptyToken)));
+    // Bound to every address (the listener here is loopback, the router is told otherwise).
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let stop = CancellationToken::new();
+    let router = http::router(
+        McpServer::new(rt.clone()),
+        format!("0.0.0.0:{}", addr.port()).parse().unwrap(),
+        HttpOptions {
+            token: Some("s3cret".into()),
+            ..HttpOptions::default()
+        },
+        stop.clone(),
+    )
+    .unwrap();
+    tokio::spawn(http::serve(listener, router, stop.clone()));
+    let url = format!("http://{addr}{}", http::PATH);
+    let client = reqwest::Client::new();
+    let response = legacy_post(&client, &url, initialize_body(1).to_string())
+        .header("host", "build-box.internal:7077")
+        .bearer_auth("s3cret")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    stop.cancel();
     rt.shutdown().await;
 }
