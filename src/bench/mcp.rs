@@ -192,6 +192,8 @@ pub struct McpReport {
     pub bridge_p50_ratio: f64,
     /// stdio calls/s / bridge calls/s (target ≤ 2).
     pub bridge_throughput_ratio: f64,
+    /// HTTP p99 / HTTP p50 (target ≤ 3: no delayed-ACK stalls).
+    pub http_p99_ratio: f64,
 }
 
 /// A server child process and its stdio.
@@ -512,5 +514,6 @@ pub async fn mcp(
     report.stdio_throughput_ratio = report.floor_stdio_calls_per_sec / report.stdio_calls_per_sec;
     report.bridge_p50_ratio = report.bridge_p50_us / report.stdio_p50_us;
     report.bridge_throughput_ratio = report.stdio_calls_per_sec / report.bridge_calls_per_sec;
+    report.http_p99_ratio = report.http_p99_us / report.http_p50_us;
     Ok(report)
 }

@@ -342,6 +342,7 @@ async fn mcp(a: McpArgs) -> Result<(), Box<dyn std::error::Error>> {
             ),
             ("HTTP (2026-07-28) p50 (us)", r.http_p50_us, ""),
             ("HTTP p99 (us)", r.http_p99_us, ""),
+            ("  p99 / p50", r.http_p99_ratio, "<= 3"),
             ("HTTP calls/s, concurrent clients", r.http_calls_per_sec, ""),
         ],
     )
