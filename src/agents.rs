@@ -13,6 +13,7 @@
 //! they were sent. Messages carry information only; they never grant permissions.
 
 mod agent;
+mod credentials;
 mod directory;
 mod error;
 mod ids;
@@ -24,6 +25,7 @@ pub mod tools;
 use std::time::Duration;
 
 pub use agent::Agent;
+pub use credentials::{Credentials, IdentityError, TOKEN_ENV, TOKEN_HEADER, constant_time_eq};
 pub use directory::{AgentRecord, AgentSpec};
 pub use error::MailError;
 pub use ids::{AgentId, MAX_NAME_LEN, parse_message_id};

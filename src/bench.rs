@@ -454,6 +454,7 @@ fn governed_config() -> GovernanceConfig {
                 rule("context_*", Action::Allow),
                 rule("noop", Action::Allow),
             ],
+            role: None,
         },
     );
     config.agents.insert(
@@ -461,6 +462,8 @@ fn governed_config() -> GovernanceConfig {
         Principal {
             trust: None,
             rules: vec![rule("send_message", Action::Allow)],
+            // Given by the config, so the role's allow rules apply to it.
+            role: Some("bench".into()),
         },
     );
     config

@@ -15,7 +15,10 @@
 //! rules = [{ tool = "context_update", action = "allow" }]
 //!
 //! [agents.tl]
+//! role = "tl"                       # the role config gives it (it cannot claim another)
 //! trust = "autonomous"
+//! token_env = "GUILDHALL_TL_TOKEN"  # or token_file = "secrets/tl.token": acting as `tl`
+//!                                   # then takes this token (docs/security.md)
 //!
 //! [[hooks]]
 //! tools = "shell"
@@ -56,6 +59,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Deserializer};
 
+use crate::agents::Credentials;
 use crate::governance::doom::LoopConfig;
 use crate::governance::truncate::Limits;
 use crate::governance::{
@@ -126,6 +130,16 @@ pub struct RoleConfig {
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct AgentConfig {
+    /// The role the config gives it. Only then do its role's allow rules, and a role trust
+    /// above the default, apply to it; a client cannot register it in another role.
+    #[serde(default)]
+    pub role: Option<String>,
+    /// The environment variable holding its token.
+    #[serde(default)]
+    pub token_env: Option<String>,
+    /// The file holding its token (relative to this file's directory).
+    #[serde(default)]
+    pub token_file: Option<PathBuf>,
     /// Its trust level, over its role's.
     #[serde(default)]
     pub trust: Option<Trust>,
@@ -301,6 +315,7 @@ impl Config {
         let principal = |trust: Option<Trust>, rules: &[Rule]| Principal {
             trust,
             rules: rules.to_vec(),
+            role: None,
         };
         let hooks = self
             .hooks
@@ -333,7 +348,11 @@ impl Config {
             agents: self
                 .agents
                 .iter()
-                .map(|(agent, c)| (agent.clone(), principal(c.trust, &c.rules)))
+                .map(|(agent, c)| {
+                    let mut p = principal(c.trust, &c.rules);
+                    p.role.clone_from(&c.role);
+                    (agent.clone(), p)
+                })
                 .collect(),
             hooks,
             doom_loop: self.doom_loop,
@@ -370,6 +389,46 @@ impl Config {
             audit: self.audit.enabled.unwrap_or(defaults.audit),
             audit_retention: self.audit.retention.unwrap_or(defaults.audit_retention),
         }
+    }
+
+    /// The agents' tokens, read from their variables and files.
+    ///
+    /// # Errors
+    /// A variable or file that is missing, unreadable or empty, named with its agent.
+    pub fn credentials(&self) -> Result<Credentials, ConfigError> {
+        let fail = |reason: String| ConfigError {
+            path: self.dir.join(CONFIG_FILE),
+            line: None,
+            reason,
+        };
+        let mut tokens = Vec::new();
+        for (agent, c) in &self.agents {
+            let token = match (&c.token_env, &c.token_file) {
+                (None, None) => continue,
+                (Some(_), Some(_)) => {
+                    return Err(fail(format!(
+                        "agents.{agent}: give token_env or token_file, not both"
+                    )));
+                }
+                (Some(var), None) => std::env::var(var)
+                    .map_err(|err| fail(format!("agents.{agent}.token_env: ${var}: {err}")))?,
+                (None, Some(file)) => {
+                    let path = self.dir.join(file);
+                    std::fs::read_to_string(&path).map_err(|err| {
+                        fail(format!(
+                            "agents.{agent}.token_file: {}: {err}",
+                            path.display()
+                        ))
+                    })?
+                }
+            };
+            let token = token.trim();
+            if token.is_empty() {
+                return Err(fail(format!("agents.{agent}: its token is empty")));
+            }
+            tokens.push((agent.clone(), token.to_owned()));
+        }
+        Ok(Credentials::new(tokens))
     }
 
     /// Each role's tool filter.

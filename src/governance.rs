@@ -60,6 +60,10 @@ pub struct Principal {
     pub trust: Option<Trust>,
     /// Its rules, in order.
     pub rules: Vec<Rule>,
+    /// For an agent: the role the config gives it. A role an agent merely claims (its
+    /// client registered it so) may lower its trust, never raise it: that role's allow rules
+    /// and a role trust above the default apply only to agents the config gives the role.
+    pub role: Option<String>,
 }
 
 /// Per-tool settings.
@@ -323,14 +327,21 @@ impl Governance {
             return (Trust::Autonomous, Vec::new(), Vec::new());
         };
         let own = self.config.agents.get(agent);
-        let role = self
+        let claimed = self
             .office
             .directory
             .get(agent)
-            .and_then(|e| self.config.roles.get(&e.record().role));
+            .map(|e| e.record().role.clone());
+        let given = claimed
+            .as_deref()
+            .is_some_and(|claimed| own.and_then(|p| p.role.as_deref()) == Some(claimed));
+        let role = claimed.and_then(|r| self.config.roles.get(&r));
+        let role_trust = role
+            .and_then(|p| p.trust)
+            .map(|t| if given { t } else { t.min(self.config.trust) });
         let trust = own
             .and_then(|p| p.trust)
-            .or_else(|| role.and_then(|p| p.trust))
+            .or(role_trust)
             .unwrap_or(self.config.trust);
         let mut agent_rules = own.map(|p| p.rules.clone()).unwrap_or_default();
         if let Some(approved) = self
@@ -341,11 +352,14 @@ impl Governance {
         {
             agent_rules.extend(approved.iter().cloned());
         }
-        (
-            trust,
-            role.map(|p| p.rules.clone()).unwrap_or_default(),
-            agent_rules,
-        )
+        let role_rules = role.map_or_else(Vec::new, |p| {
+            p.rules
+                .iter()
+                .filter(|r| given || r.action != Action::Allow)
+                .cloned()
+                .collect()
+        });
+        (trust, role_rules, agent_rules)
     }
 
     /// Decides a call. `args` gives the arguments as JSON, asked for only if a rule reads
@@ -394,10 +408,31 @@ impl Governance {
         verdict
     }
 
+    /// The role the config gives `agent`, if any: a client may not register it in another.
+    pub fn given_role(&self, agent: &str) -> Option<&str> {
+        self.config.agents.get(agent)?.role.as_deref()
+    }
+
+    /// The most restrictive trust the config names (the default, any role's, any agent's):
+    /// what a caller that names no agent over MCP is judged by.
+    pub fn most_restrictive_trust(&self) -> Trust {
+        self.config
+            .roles
+            .values()
+            .chain(self.config.agents.values())
+            .filter_map(|p| p.trust)
+            .fold(self.config.trust, Trust::min)
+    }
+
     /// The names of those of `tools` that are denied to `agent` whatever the arguments
     /// (they are hidden from the agent's tool list).
+    /// Without an agent, the tools hidden from a caller that names none over MCP: judged
+    /// by the most restrictive trust the config names.
     pub fn hidden<'t>(&self, agent: Option<&str>, tools: &'t [ToolSpec]) -> Vec<&'t str> {
-        let (trust, role, agent_rules) = self.principal(agent);
+        let (trust, role, agent_rules) = match agent {
+            Some(_) => self.principal(agent),
+            None => (self.most_restrictive_trust(), Vec::new(), Vec::new()),
+        };
         let rules = ScopedRules {
             config: &self.config.rules,
             role: &role,

@@ -67,6 +67,7 @@ mod lazy;
 pub mod mcp;
 pub mod options;
 pub mod pipeline;
+pub mod private_fs;
 pub mod registry;
 pub mod runtime;
 mod sorted;

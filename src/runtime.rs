@@ -30,7 +30,9 @@ use guildhall_supervision::{
 use serde_json::Value;
 
 use crate::agents::tools::{CheckInbox, MarkRead, ReadMessage, SendMessage};
-use crate::agents::{Agent, AgentRecord, AgentSpec, MailError, MailboxConfig, PostOffice};
+use crate::agents::{
+    Agent, AgentRecord, AgentSpec, Credentials, MailError, MailboxConfig, PostOffice,
+};
 use crate::context::tools::{ContextGet, ContextHistory, ContextUpdate};
 use crate::context::{ContextConfig, ContextHub, Sessions};
 use crate::error::BuildError;
@@ -64,6 +66,7 @@ struct Inner {
     stopping: AtomicBool,
     /// Bumped whenever the tool set changes, for `tools/list_changed` notifications.
     tool_set: tokio::sync::watch::Sender<u64>,
+    credentials: Credentials,
 }
 
 /// How late a timeout may fire: the deadline sweeper's tick.
@@ -77,6 +80,7 @@ pub struct RuntimeBuilder {
     mailbox: MailboxConfig,
     context: ContextConfig,
     governance: GovernanceConfig,
+    credentials: Credentials,
     sweeper: Arc<Sweeper>,
     pending: Vec<Pending>,
 }
@@ -107,6 +111,7 @@ impl Runtime {
             mailbox: MailboxConfig::default(),
             context: ContextConfig::default(),
             governance: GovernanceConfig::default(),
+            credentials: Credentials::default(),
             sweeper: Sweeper::new(DEADLINE_RESOLUTION),
             pending: Vec::new(),
         }
@@ -330,6 +335,11 @@ impl Runtime {
         &self.inner.governance
     }
 
+    /// The agents that need a token to be acted as, and their tokens.
+    pub fn credentials(&self) -> &Credentials {
+        &self.inner.credentials
+    }
+
     /// The sessions and their contexts.
     pub fn sessions(&self) -> Sessions {
         Sessions::new(Arc::clone(&self.inner.contexts))
@@ -413,6 +423,13 @@ impl RuntimeBuilder {
     /// it).
     pub fn governance(mut self, config: GovernanceConfig) -> Self {
         self.governance = config;
+        self
+    }
+
+    /// Agents that clients may act as only with their token (over MCP and the local socket;
+    /// the embedding program's own calls need none).
+    pub fn credentials(mut self, credentials: Credentials) -> Self {
+        self.credentials = credentials;
         self
     }
 
@@ -535,6 +552,7 @@ impl RuntimeBuilder {
                 sweeper: self.sweeper,
                 stopping: AtomicBool::new(false),
                 tool_set: tokio::sync::watch::Sender::new(0),
+                credentials: self.credentials,
             }),
         })
     }

@@ -44,6 +44,7 @@ pub(crate) async fn run(args: McpArgs, data_dir: &Path) -> CliResult {
         role: args.role.clone(),
         parent: args.parent.clone(),
         tools: args.tools.clone(),
+        token: std::env::var(guildhall::agents::TOKEN_ENV).ok(),
     };
     let connected = match local::connect(data_dir, &hello).await {
         Ok(connected) => connected,
@@ -63,7 +64,7 @@ async fn start_server(
     data_dir: &Path,
     hello: &Hello,
 ) -> Result<Connected, Box<dyn std::error::Error>> {
-    std::fs::create_dir_all(data_dir)?;
+    guildhall::private_fs::create_dir_all(data_dir)?;
     let log_path = data_dir.join(SERVER_LOG);
     let log = std::fs::OpenOptions::new()
         .create(true)

@@ -161,6 +161,7 @@ async fn on_server(
 ) -> Option<Result<serde_json::Value, Box<dyn std::error::Error>>> {
     let hello = Hello::Call {
         agent: Some(agent.to_owned()),
+        token: std::env::var(guildhall::agents::TOKEN_ENV).ok(),
         tool: tool.to_owned(),
         arguments,
     };

@@ -93,7 +93,9 @@ pub(crate) async fn serve(args: ServeArgs, data_dir: &Path) -> CliResult {
         Some(list) => ToolFilter::parse(list)?,
         None => ToolFilter::all(),
     };
-    let mut builder = Runtime::builder().governance(config.governance());
+    let mut builder = Runtime::builder()
+        .governance(config.governance())
+        .credentials(config.credentials()?);
     if args.bench_echo {
         builder = builder.tool(guildhall::bench::mcp::Echo);
     }
@@ -148,7 +150,7 @@ async fn serve_network(
 ) -> CliResult {
     let shutdown = CancellationToken::new();
     let server = server.connection(None, filter);
-    std::fs::create_dir_all(data_dir)?;
+    guildhall::private_fs::create_dir_all(data_dir)?;
     // The store is ours (its lock is held), so a socket file left here is stale.
     let socket = local::socket_path(data_dir);
     match std::fs::remove_file(&socket) {
@@ -158,6 +160,8 @@ async fn serve_network(
     }
     let listener = tokio::net::UnixListener::bind(&socket)
         .map_err(|err| format!("cannot listen on {}: {err}", socket.display()))?;
+    // Reaching the socket is acting as any agent without a token: owner only.
+    guildhall::private_fs::restrict(&socket)?;
     let local_task = tokio::spawn(local::serve(
         listener,
         server.clone(),

@@ -90,6 +90,27 @@ pub enum Trust {
 }
 
 impl Trust {
+    /// How much it lets through: `read_only` least, then `suggest`, `bounded`,
+    /// `autonomous`.
+    fn rank(self) -> u8 {
+        match self {
+            Self::ReadOnly => 0,
+            Self::Suggest => 1,
+            Self::Bounded => 2,
+            Self::Autonomous => 3,
+        }
+    }
+
+    /// The more restrictive of the two.
+    #[must_use]
+    pub fn min(self, other: Self) -> Self {
+        if other.rank() < self.rank() {
+            other
+        } else {
+            self
+        }
+    }
+
     /// The level's name (`read_only`, `bounded`, ...).
     pub fn as_str(self) -> &'static str {
         match self {

@@ -81,8 +81,8 @@ impl Spill {
         let path = self.dir.join(format!("{tool}-{call_id}.txt"));
         let (dir, file, body) = (self.dir.clone(), path.clone(), full.clone());
         tokio::task::spawn_blocking(move || {
-            std::fs::create_dir_all(&dir)?;
-            std::fs::write(&file, body)
+            crate::private_fs::create_dir_all(&dir)?;
+            crate::private_fs::write(&file, body.as_bytes())
         })
         .await
         .map_err(std::io::Error::other)??;

@@ -22,6 +22,7 @@ use rmcp::service::ElicitationMode;
 
 use super::filter::ToolFilter;
 use super::fixtures;
+use crate::agents::TOKEN_HEADER;
 use crate::governance::{Approval, AskRequest, Asker, ToolReply};
 use crate::{AgentSpec, CallOptions, Runtime};
 
@@ -156,8 +157,18 @@ impl McpServer {
     }
 
     /// The calling agent: the connection's, else the one an HTTP request names (registered
-    /// on first sight).
-    async fn caller(&self, cx: &RequestContext<RoleServer>) -> Result<Option<Arc<str>>, McpError> {
+    /// on first sight, in the role it claims unless the config gives it one). A call that
+    /// names no agent is refused: every call over MCP is made by an agent, which the breaker,
+    /// the loop guard, rate limits and the audit attribute it to.
+    async fn caller(&self, cx: &RequestContext<RoleServer>) -> Result<Arc<str>, McpError> {
+        self.named_caller(cx).await?.ok_or_else(no_identity)
+    }
+
+    /// As [`Self::caller`], but `None` when nothing names an agent.
+    async fn named_caller(
+        &self,
+        cx: &RequestContext<RoleServer>,
+    ) -> Result<Option<Arc<str>>, McpError> {
         if let Some(agent) = &self.agent {
             return Ok(Some(Arc::clone(agent)));
         }
@@ -179,17 +190,36 @@ impl McpServer {
             return Ok(None);
         };
         let runtime = &self.shared.runtime;
-        if runtime.lookup_agent(agent).is_none() {
-            let role = header(ROLE_HEADER)?.unwrap_or("agent");
-            runtime
-                .register_agent(AgentSpec::new(agent, role))
-                .await
-                .map_err(|err| {
-                    McpError::invalid_request(
-                        format!("cannot register agent `{agent}` named by `{AGENT_HEADER}`: {err}"),
-                        None,
-                    )
-                })?;
+        let refused = |reason: String| McpError::invalid_request(reason, None);
+        runtime
+            .credentials()
+            .check(agent, header(TOKEN_HEADER)?)
+            .map_err(|err| refused(err.to_string()))?;
+        let given = runtime.governance().given_role(agent);
+        let role =
+            super::local::checked_role(agent, header(ROLE_HEADER)?.map(str::to_owned), given)
+                .map_err(refused)?;
+        match runtime.lookup_agent(agent) {
+            Some(record) => {
+                if let Some(role) = role.filter(|r| *r != record.role) {
+                    return Err(refused(format!(
+                        "agent `{agent}` is registered with role `{}`; `{ROLE_HEADER}: {role}` \
+                         cannot change it",
+                        record.role
+                    )));
+                }
+            }
+            None => {
+                let role = role.unwrap_or_else(|| "agent".to_owned());
+                runtime
+                    .register_agent(AgentSpec::new(agent, role))
+                    .await
+                    .map_err(|err| {
+                        refused(format!(
+                            "cannot register agent `{agent}` named by `{AGENT_HEADER}`: {err}"
+                        ))
+                    })?;
+            }
         }
         Ok(Some(Arc::from(agent)))
     }
@@ -217,10 +247,7 @@ impl McpServer {
                 return fixtures::call(request, cx).await;
             }
         }
-        let mut options = CallOptions::new();
-        if let Some(agent) = self.caller(&cx).await? {
-            options = options.agent(agent);
-        }
+        let mut options = CallOptions::new().agent(self.caller(&cx).await?);
         if let Some(token) = cx.meta.get_progress_token() {
             options = options.observer(ProgressRelay::start(token, cx.peer.clone()));
         }
@@ -251,6 +278,18 @@ impl McpServer {
             Err(err) => Ok(tool_failure(&err).into()),
         }
     }
+}
+
+/// The answer to a call that names no agent.
+fn no_identity() -> McpError {
+    McpError::invalid_request(
+        format!(
+            "this connection names no agent, and guildhall's tools act for one: over HTTP send \
+             the `{AGENT_HEADER}` header (and `{TOKEN_HEADER}` for an agent with a token); over \
+             stdio start `guildhall mcp --agent ID` or set GUILDHALL_AGENT"
+        ),
+        None,
+    )
 }
 
 /// A result as the model sees it: the structured value with its text copy, or, when it was
@@ -484,7 +523,7 @@ impl ServerHandler for McpServer {
         request: Option<PaginatedRequestParams>,
         cx: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, McpError> {
-        let agent = self.caller(&cx).await?;
+        let agent = self.named_caller(&cx).await?;
         let tools = self.visible_tools_for(agent.as_deref());
         let total = tools.len();
         let start = match request.and_then(|r| r.cursor) {

@@ -31,6 +31,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::framing::{self, MAX_MESSAGE_BYTES, Refusal};
 use super::{McpServer, ToolFilter};
+use crate::agents::constant_time_eq;
 
 /// How much of an oversized body is read (and dropped) so that its client can read the 413
 /// answer; a larger one gets the answer and a closed connection.
@@ -173,11 +174,6 @@ async fn require_bearer(expected: &str, request: Request, next: Next) -> Respons
         )
             .into_response()
     }
-}
-
-/// Compares without an early exit, so the time taken does not reveal a matching prefix.
-fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
-    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 
 /// What [`screen`] checks bodies against.

@@ -55,6 +55,9 @@ pub enum Hello {
         /// Tool names and globs, comma-separated, narrowing what the connection sees.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         tools: Option<String>,
+        /// The agent's token, when the config gives it one.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        token: Option<String>,
     },
     /// Answer with the server's status: its supervision tree, agents and tools.
     Status,
@@ -69,6 +72,9 @@ pub enum Hello {
         /// The calling agent.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         agent: Option<String>,
+        /// The agent's token, when the config gives it one.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        token: Option<String>,
         /// The tool.
         tool: String,
         /// Its arguments.
@@ -223,7 +229,10 @@ async fn handle(stream: UnixStream, server: McpServer, roles: &RoleTools) -> std
             role,
             parent,
             tools,
-        } => match bind(&server, roles, agent, role, parent, tools.as_deref()).await {
+            token,
+        } => match prove(&server, &agent, token.as_deref())
+            .and(bind(&server, roles, agent, role, parent, tools.as_deref()).await)
+        {
             Ok((connection, record)) => {
                 answer(&mut writer, Reply::Ok(record)).await?;
                 super::serve_stream(connection, (reader, writer)).await
@@ -249,11 +258,15 @@ async fn handle(stream: UnixStream, server: McpServer, roles: &RoleTools) -> std
         }
         Hello::Call {
             agent,
+            token,
             tool,
             arguments,
         } => {
             let mut options = CallOptions::new();
             if let Some(agent) = agent {
+                if let Err(reason) = prove(&server, &agent, token.as_deref()) {
+                    return answer(&mut writer, Reply::Error(reason)).await;
+                }
                 options = options.agent(agent);
             }
             let reply = match server.runtime().call_json(&tool, arguments, options).await {
@@ -263,6 +276,15 @@ async fn handle(stream: UnixStream, server: McpServer, roles: &RoleTools) -> std
             answer(&mut writer, reply).await
         }
     }
+}
+
+/// Checks that a socket client may act as `agent` (its token, when it has one).
+fn prove(server: &McpServer, agent: &str, token: Option<&str>) -> Result<(), String> {
+    server
+        .runtime()
+        .credentials()
+        .check(agent, token)
+        .map_err(|err| err.to_string())
 }
 
 async fn answer(writer: &mut OwnedWriteHalf, reply: Reply) -> std::io::Result<()> {
@@ -287,12 +309,25 @@ pub async fn bind(
     tools: Option<&str>,
 ) -> Result<(McpServer, Value), String> {
     let runtime = server.runtime();
+    let given = runtime.governance().given_role(&agent);
+    let role = checked_role(&agent, role, given)?;
     let existing = runtime.lookup_agent(&agent);
+    if let (Some(record), Some(role)) = (&existing, &role)
+        && record.role != *role
+    {
+        return Err(format!(
+            "agent `{agent}` is registered with role `{}`, and this connection asks for \
+             role `{role}`: connect without a role to act as it, or change its role with \
+             `guildhall agents register {agent} --role {role}` while no server runs",
+            record.role
+        ));
+    }
     let record = match existing {
         Some(record) if role.is_none() && parent.is_none() => record,
         existing => {
             let role = role
                 .or_else(|| existing.as_ref().map(|r| r.role.clone()))
+                .or_else(|| given.map(str::to_owned))
                 .unwrap_or_else(|| "agent".to_owned());
             let parent = parent.or_else(|| {
                 existing
@@ -320,6 +355,24 @@ pub async fn bind(
         "tools": filter.to_string(),
     });
     Ok((server.connection(Some(Arc::from(agent)), filter), value))
+}
+
+/// The role a client asks for, against the one the config gives the agent (if any): a
+/// client may not claim another.
+///
+/// # Errors
+/// The refusal, naming both roles.
+pub fn checked_role(
+    agent: &str,
+    claimed: Option<String>,
+    given: Option<&str>,
+) -> Result<Option<String>, String> {
+    match (claimed, given) {
+        (Some(claimed), Some(given)) if claimed != given => Err(format!(
+            "the config gives agent `{agent}` role `{given}`; it cannot connect as role `{claimed}`"
+        )),
+        (claimed, given) => Ok(claimed.or_else(|| given.map(str::to_owned))),
+    }
 }
 
 /// Agents of one project are often launched together, a subagent's client before its

@@ -66,7 +66,7 @@ impl RedbStore {
     ///
     /// An existing file is never reset or overwritten on any of these errors.
     pub fn open(dir: &Path) -> Result<Self, StoreError> {
-        std::fs::create_dir_all(dir).map_err(|e| io_error(dir, e))?;
+        crate::private_fs::create_dir_all(dir).map_err(|e| io_error(dir, e))?;
         let path = dir.join(FILE_NAME);
         create_if_missing(dir, &path)?;
         let db = Database::builder()
@@ -161,7 +161,7 @@ fn create_if_missing(dir: &Path, path: &Path) -> Result<(), StoreError> {
         return Ok(());
     }
     let lock_path = dir.join(CREATE_LOCK_NAME);
-    let lock = File::options()
+    let lock = crate::private_fs::options()
         .create(true)
         .truncate(false)
         .write(true)
@@ -179,6 +179,8 @@ fn create_if_missing(dir: &Path, path: &Path) -> Result<(), StoreError> {
         Err(e) => return Err(io_error(&new, e)),
     }
     let db = Database::create(&new).map_err(|e| open_error(&new, e))?;
+    // redb takes no mode: the file is made private before it holds anything or has its name.
+    crate::private_fs::restrict(&new).map_err(|e| io_error(&new, e))?;
     check_format(&db, &new)?;
     drop(db);
     std::fs::rename(&new, path).map_err(|e| io_error(path, e))?;

@@ -210,6 +210,7 @@ async fn rules_by_scope_decide_calls() {
                     .with_arg("command", "git *")
                     .unwrap(),
             ],
+            role: None,
         },
     );
     config.agents.insert(
@@ -217,6 +218,15 @@ async fn rules_by_scope_decide_calls() {
         Principal {
             trust: None,
             rules: vec![rule("shell", Action::Deny)],
+            role: Some("dev".into()),
+        },
+    );
+    // The config gives dev-1 its role, so the role's allow rules are its own.
+    config.agents.insert(
+        "dev-1".into(),
+        Principal {
+            role: Some("dev".into()),
+            ..Principal::default()
         },
     );
     let rt = runtime(config, &[("dev-1", "dev"), ("dev-2", "dev")]).await;
@@ -271,6 +281,7 @@ async fn trust_levels_deny_and_hide_tools() {
             trust: Some(Trust::ReadOnly),
             // A read-only agent stays read-only whatever else its rules say.
             rules: vec![rule("shell", Action::Allow)],
+            role: None,
         },
     );
     let rt = runtime(config, &[("reader-1", "reader"), ("dev-1", "dev")]).await;
@@ -318,7 +329,7 @@ async fn approvals_once_for_the_session_and_always_which_survives_a_restart() {
             "dev".into(),
             Principal {
                 trust: Some(Trust::Suggest),
-                rules: vec![],
+                ..Principal::default()
             },
         );
         config

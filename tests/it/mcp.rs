@@ -358,7 +358,8 @@ async fn progress_reaches_a_request_with_a_progress_token() {
 async fn cancellation_reaches_the_running_tool() {
     for era in ["2025-11-25", "2026-07-28"] {
         let (rt, cancelled) = runtime().await;
-        let server = McpServer::new(rt.clone());
+        let server =
+            McpServer::new(rt.clone()).connection(Some(Arc::from("alice")), ToolFilter::all());
         let mut wire = if era == "2026-07-28" {
             Wire::stateless(server).await
         } else {
@@ -672,6 +673,7 @@ async fn http_dropped_response_stream_cancels_the_call() {
     let call = tools_call(1, "gate", json!({ "mode": "wait" }));
     let pending = post(&client, &url, "tools/call", &call)
         .header("mcp-name", "gate")
+        .header(guildhall::mcp::AGENT_HEADER, "alice")
         .send();
     // The client gives up: the request (and its response stream) is dropped.
     let _ = tokio::time::timeout(Duration::from_millis(300), pending).await;
@@ -778,6 +780,7 @@ async fn approvals_are_asked_through_elicitation() {
                 )
                 .unwrap(),
             ],
+            role: None,
         },
     );
     let rt = Runtime::builder().governance(config).build().await.unwrap();
@@ -1035,4 +1038,208 @@ async fn http_off_loopback_with_a_token_accepts_any_host_and_refuses_an_empty_to
     assert_eq!(response.status(), 200);
     stop.cancel();
     rt.shutdown().await;
+}
+
+#[tokio::test]
+async fn an_mcp_call_that_names_no_agent_is_refused_and_says_how_to_name_one() {
+    let (rt, url, stop) = http_server(HttpOptions::default()).await;
+    let client = reqwest::Client::new();
+    let call = tools_call(1, "check_inbox", json!({}));
+    let refused = rpc_body(
+        post(&client, &url, "tools/call", &call)
+            .header("mcp-name", "check_inbox")
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
+    let message = refused["error"]["message"].as_str().unwrap_or_default();
+    assert!(
+        message.contains("Guildhall-Agent") || message.contains("guildhall-agent"),
+        "{refused}"
+    );
+    assert!(message.contains("GUILDHALL_AGENT"), "{refused}");
+    stop.cancel();
+    rt.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_claimed_role_never_raises_trust_and_a_given_role_cannot_be_changed() {
+    use guildhall::governance::{GovernanceConfig, Principal, Trust};
+    let mut config = GovernanceConfig {
+        trust: Trust::ReadOnly,
+        ..GovernanceConfig::default()
+    };
+    config.roles.insert(
+        "tl".into(),
+        Principal {
+            trust: Some(Trust::Autonomous),
+            ..Principal::default()
+        },
+    );
+    config.agents.insert(
+        "tl".into(),
+        Principal {
+            role: Some("tl".into()),
+            ..Principal::default()
+        },
+    );
+    let rt = Runtime::builder().governance(config).build().await.unwrap();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let stop = CancellationToken::new();
+    let router = http::router(
+        McpServer::new(rt.clone()),
+        addr,
+        HttpOptions::default(),
+        stop.clone(),
+    )
+    .unwrap();
+    tokio::spawn(http::serve(listener, router, stop.clone()));
+    let url = format!("http://{addr}{}", http::PATH);
+    let client = reqwest::Client::new();
+    let send = |agent: &'static str, role: &'static str| {
+        let call = tools_call(1, "send_message", json!({"to": "tl", "body": "hi"}));
+        post(&client, &url, "tools/call", &call)
+            .header("mcp-name", "send_message")
+            .header(guildhall::mcp::AGENT_HEADER, agent)
+            .header(guildhall::mcp::ROLE_HEADER, role)
+            .send()
+    };
+    // The config gives `tl` its role: it writes.
+    let sent = rpc_body(send("tl", "tl").await.unwrap()).await;
+    assert_eq!(sent["result"]["isError"], false, "{sent}");
+    // A newcomer claiming `tl` stays at the default trust (read-only): refused.
+    let claimed = rpc_body(send("mallory", "tl").await.unwrap()).await;
+    assert_eq!(claimed["result"]["isError"], true, "{claimed}");
+    // Nor can `tl` be registered under another role.
+    let rerole = rpc_body(send("tl", "intern").await.unwrap()).await;
+    assert!(
+        rerole["error"]["message"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("role `tl`"),
+        "{rerole}"
+    );
+    stop.cancel();
+    rt.shutdown().await;
+}
+
+#[tokio::test]
+async fn an_agent_with_a_token_is_usable_only_with_it() {
+    let rt = Runtime::builder()
+        .credentials(guildhall::agents::Credentials::new([(
+            "tl".to_owned(),
+            "tl-secret".to_owned(),
+        )]))
+        .build()
+        .await
+        .unwrap();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let stop = CancellationToken::new();
+    let router = http::router(
+        McpServer::new(rt.clone()),
+        addr,
+        HttpOptions::default(),
+        stop.clone(),
+    )
+    .unwrap();
+    tokio::spawn(http::serve(listener, router, stop.clone()));
+    let url = format!("http://{addr}{}", http::PATH);
+    let client = reqwest::Client::new();
+    let inbox = |token: Option<&'static str>| {
+        let call = tools_call(1, "check_inbox", json!({}));
+        let mut request = post(&client, &url, "tools/call", &call)
+            .header("mcp-name", "check_inbox")
+            .header(guildhall::mcp::AGENT_HEADER, "tl");
+        if let Some(token) = token {
+            request = request.header(guildhall::agents::TOKEN_HEADER, token);
+        }
+        request.send()
+    };
+    let none = rpc_body(inbox(None).await.unwrap()).await;
+    assert!(
+        none["error"]["message"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("protected by a token"),
+        "{none}"
+    );
+    let wrong = rpc_body(inbox(Some("guess")).await.unwrap()).await;
+    assert!(
+        wrong["error"]["message"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("not its token"),
+        "{wrong}"
+    );
+    let right = rpc_body(inbox(Some("tl-secret")).await.unwrap()).await;
+    assert_eq!(right["result"]["isError"], false, "{right}");
+    stop.cancel();
+    rt.shutdown().await;
+}
+
+/// A token in the config protects the agent on the local socket too: the CLI (and
+/// `guildhall mcp`) pass `GUILDHALL_AGENT_TOKEN`; the store and the socket are private.
+#[tokio::test]
+async fn the_socket_admits_a_protected_agent_only_with_its_token() {
+    use std::os::unix::fs::PermissionsExt;
+    use std::process::{Command, Stdio};
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let cli = |args: &[&str], token: Option<&str>| {
+        let mut command = crate::support::guildhall(&data);
+        command.args(args).env_remove("GUILDHALL_AGENT_TOKEN");
+        if let Some(token) = token {
+            command.env("GUILDHALL_AGENT_TOKEN", token);
+        }
+        let out = command.output().unwrap();
+        (
+            out.status.success(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    // The first command creates the data directory and the store.
+    assert!(cli(&["agents", "register", "tl", "--role", "tl"], None).0);
+    std::fs::write(data.join("tl.token"), "tl-secret\n").unwrap();
+    std::fs::write(
+        data.join("guildhall.toml"),
+        "[agents.tl]\nrole = \"tl\"\ntoken_file = \"tl.token\"\n",
+    )
+    .unwrap();
+    let mut server = Command::new(env!("CARGO_BIN_EXE_guildhall"))
+        .arg("--data-dir")
+        .arg(&data)
+        .args(["serve", "--no-http"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    crate::support::eventually(LIMIT, || async { cli(&["status", "--json"], None).0 }).await;
+    let send = ["send", "--from", "tl", "--to", "tl", "--body", "note"];
+    let (ok, err) = cli(&send, None);
+    assert!(!ok && err.contains("protected by a token"), "{err}");
+    let (ok, err) = cli(&send, Some("guess"));
+    assert!(!ok && err.contains("not its token"), "{err}");
+    let (ok, err) = cli(&send, Some("tl-secret"));
+    assert!(ok, "{err}");
+    let mode = |p: &std::path::Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode(&data), 0o700, "the data directory is private");
+    assert_eq!(
+        mode(&data.join("guildhall.redb")),
+        0o600,
+        "the store is private"
+    );
+    assert_eq!(
+        mode(&data.join("guildhall.sock")) & 0o077,
+        0,
+        "the socket is private"
+    );
+    let term = Command::new("kill")
+        .arg(server.id().to_string())
+        .status()
+        .unwrap();
+    assert!(term.success());
+    assert!(server.wait().unwrap().success());
 }
