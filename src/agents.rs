@@ -52,6 +52,9 @@ pub struct MailboxConfig {
     /// ([`MailError::TooManyWaits`]). Waits take no slot of the tool, so this is what bounds
     /// them.
     pub max_waiters: usize,
+    /// Recipients one message may reach through a fan-out address (`*`, `role:…`,
+    /// `children`); more is refused ([`MailError::FanOutTooLarge`]).
+    pub max_fan_out: usize,
     /// Read messages older than this are deleted when their mailbox next starts.
     pub retention: Duration,
 }
@@ -65,6 +68,7 @@ impl Default for MailboxConfig {
             idle: Duration::from_secs(60),
             max_wait: Duration::from_secs(120),
             max_waiters: 64,
+            max_fan_out: 1_000,
             retention: Duration::from_secs(30 * 24 * 3600),
         }
     }

@@ -9,7 +9,10 @@ mod mail;
 pub mod mcp;
 
 pub use context::{ContextBenchConfig, ContextReport, context};
-pub use mail::{MailboxBenchConfig, MailboxReport, SwarmReport, mailbox, swarm_bench};
+pub use mail::{
+    FanOutReport, MailboxBenchConfig, MailboxReport, SwarmReport, fan_out_bench, mailbox,
+    swarm_bench,
+};
 pub use mcp::{McpBenchConfig, McpReport};
 
 use std::future::Future;

@@ -96,6 +96,16 @@ pub enum Write {
         /// The encoded value.
         value: Vec<u8>,
     },
+    /// Sets `key` to a value shared with other writes (one encoding of a message fanned
+    /// out to many mailboxes, held once in memory).
+    PutShared {
+        /// The table.
+        table: Table,
+        /// The key.
+        key: Vec<u8>,
+        /// The encoded value.
+        value: Arc<[u8]>,
+    },
     /// Removes `key` if present.
     Delete {
         /// The table.
@@ -122,6 +132,12 @@ impl Batch {
     /// Adds a put.
     pub fn put(&mut self, table: Table, key: Vec<u8>, value: Vec<u8>) -> &mut Self {
         self.writes.push(Write::Put { table, key, value });
+        self
+    }
+
+    /// Adds a put of a value other writes share.
+    pub fn put_shared(&mut self, table: Table, key: Vec<u8>, value: Arc<[u8]>) -> &mut Self {
+        self.writes.push(Write::PutShared { table, key, value });
         self
     }
 

@@ -56,6 +56,19 @@ pub enum MailError {
         /// Why it is empty.
         reason: String,
     },
+    /// A fan-out address names more agents than one message may reach.
+    #[error(
+        "`{address}` names {recipients} agents; one message may reach at most {limit} \
+         (`max_fan_out`): address a role or the children instead"
+    )]
+    FanOutTooLarge {
+        /// The address given.
+        address: String,
+        /// How many agents it names.
+        recipients: usize,
+        /// The most one message may reach.
+        limit: usize,
+    },
     /// Message body, subject or payload over the configured limit.
     #[error("the message is too large: {what} is {size} bytes; the limit is {limit}")]
     TooLarge {

@@ -269,6 +269,8 @@ impl MailboxActor {
         if self.entry.slot.is_retired() {
             return Err(format!("agent `{}` is deregistered", self.entry.id).into());
         }
+        // Held until this mailbox is published (see `Shared::fan_out_gate`).
+        let _gate = self.shared.fan_out_gate.read().await;
         // Every commit submitted before this start (by a predecessor that crashed) is done
         // once this barrier is.
         store::commit(&*self.shared.store, Batch::new()).await?;

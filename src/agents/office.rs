@@ -9,11 +9,11 @@ use tokio::sync::oneshot;
 
 use super::directory::{AgentEntry, AgentSpec, Directory};
 use super::ids::{AgentId, new_message_id, now_ms};
-use super::mailbox::{MailboxActor, MailboxMsg, Op, Reply, Request, mailbox_prefix};
+use super::mailbox::{MailboxActor, MailboxMsg, Op, Reply, Request, mailbox_prefix, message_key};
 use super::message::{Address, DeliveryState, Message, Outgoing, Receipt, Rejected};
 use super::{MailError, MailboxConfig};
 use crate::lazy::{self, CoarseClock, Partitions, RESTART_POLL, StartError, Sweep};
-use crate::store::{self, Batch, Store, Table};
+use crate::store::{self, Batch, Store, StoreError, Table, codec};
 
 /// The id of the supervisor of all mailboxes, under root.
 pub(crate) const MAILBOXES: &str = "mailboxes";
@@ -22,6 +22,10 @@ pub(crate) const MAILBOXES: &str = "mailboxes";
 pub(crate) const MAX_EXPIRY: Duration = Duration::from_secs(MAX_EXPIRY_SECS);
 /// [`MAX_EXPIRY`] in seconds, as the tools' schema states it.
 pub(crate) const MAX_EXPIRY_SECS: u64 = 10 * 365 * 86_400;
+
+/// Fan-outs to more recipients than this skip starting the inactive recipients' mailboxes
+/// ([`PostOffice::fan_out`]); smaller ones deliver to each mailbox, capacity checked.
+const DIRECT_FAN_OUT: usize = 64;
 
 /// How long a request waits for a mailbox to (re)start before giving up.
 const ACTIVATION_TIMEOUT: Duration = Duration::from_secs(10);
@@ -33,6 +37,11 @@ pub(crate) struct Shared {
     /// The dynamic supervisors mailboxes live under, keyed by agent id.
     pub(crate) partitions: Arc<Partitions>,
     clock: CoarseClock,
+    /// Held (shared) by every mailbox while it loads, from its barrier to its publishing;
+    /// held alone by a large fan-out while it sorts recipients into active and inactive and
+    /// submits the inactive ones' writes. So a mailbox either was active then (and is sent
+    /// the message) or loads after those writes (and finds it).
+    pub(crate) fan_out_gate: tokio::sync::RwLock<()>,
 }
 
 impl Shared {
@@ -64,6 +73,7 @@ impl PostOffice {
                 config,
                 partitions: Partitions::new(),
                 clock: CoarseClock::default(),
+                fan_out_gate: tokio::sync::RwLock::new(()),
             }),
             directory,
             contexts: std::sync::OnceLock::new(),
@@ -232,6 +242,16 @@ impl PostOffice {
             state: DeliveryState::Delivered,
         });
         let recipients = match recipients {
+            Recipients::Many(entries) if entries.len() > self.shared.config.max_fan_out => {
+                return Err(MailError::FanOutTooLarge {
+                    address: message.to.to_string(),
+                    recipients: entries.len(),
+                    limit: self.shared.config.max_fan_out,
+                });
+            }
+            Recipients::Many(entries) if entries.len() > DIRECT_FAN_OUT => {
+                return self.fan_out(message, entries).await;
+            }
             Recipients::Many(entries) => entries,
             Recipients::One(entry) => {
                 return match self
@@ -261,6 +281,88 @@ impl PostOffice {
         };
         let mut first_error = None;
         for (entry, outcome) in futures::future::join_all(deliveries).await {
+            match outcome.and_then(|reply| match reply {
+                Reply::Delivered => Ok(()),
+                Reply::Failed(err) => Err(err),
+                other => Err(unexpected(&entry.id, &other)),
+            }) {
+                Ok(()) => receipt.delivered_to.push(entry.id.clone()),
+                Err(err) => {
+                    receipt.rejected.push(Rejected {
+                        agent: entry.id.clone(),
+                        reason: err.to_string(),
+                    });
+                    first_error.get_or_insert(err);
+                }
+            }
+        }
+        match first_error {
+            Some(err) if receipt.delivered_to.is_empty() => Err(err),
+            _ => Ok(receipt),
+        }
+    }
+
+    /// Delivers `message` to many recipients without starting their mailboxes: one
+    /// encoding, shared by the writes of every inactive recipient, committed in one batch;
+    /// active mailboxes get it the ordinary way. Inactive mailboxes are not held to their
+    /// capacity here (their unread count is not in memory); they load the message when they
+    /// next start.
+    async fn fan_out(
+        &self,
+        message: Arc<Message>,
+        entries: Vec<Arc<AgentEntry>>,
+    ) -> Result<Receipt, MailError> {
+        let id = message.id;
+        let encoded: Arc<[u8]> = codec::encode(&*message).into();
+        let (active, inactive, committed) = {
+            let _gate = self.shared.fan_out_gate.write().await;
+            let (active, inactive): (Vec<_>, Vec<_>) =
+                entries.into_iter().partition(|e| e.mailbox().is_some());
+            let mut batch = Batch::new();
+            for entry in &inactive {
+                batch.put_shared(
+                    Table::Inbox,
+                    message_key(entry.id.as_str(), &id),
+                    Arc::clone(&encoded),
+                );
+            }
+            let (tx, rx) = oneshot::channel();
+            // Submitted under the gate: a mailbox that starts from now on loads after it.
+            self.shared.store.submit(
+                batch,
+                Box::new(move |result| {
+                    let _ = tx.send(result);
+                }),
+            );
+            (active, inactive, rx)
+        };
+        let deliveries = active.iter().map(|entry| {
+            let op = Op::Deliver(Arc::clone(&message));
+            async move { (entry, self.request(entry, op).await) }
+        });
+        let (stored, delivered) =
+            futures::future::join(committed, futures::future::join_all(deliveries)).await;
+        let mut receipt = Receipt {
+            id,
+            thread: message.thread,
+            delivered_to: Vec::with_capacity(inactive.len() + active.len()),
+            rejected: Vec::new(),
+        };
+        let mut first_error = None;
+        match stored.unwrap_or(Err(StoreError::Closed)) {
+            Ok(()) => receipt
+                .delivered_to
+                .extend(inactive.iter().map(|e| e.id.clone())),
+            Err(err) => {
+                let err = MailError::from(err);
+                receipt.rejected.extend(inactive.iter().map(|e| Rejected {
+                    agent: e.id.clone(),
+                    reason: err.to_string(),
+                }));
+                first_error = Some(err);
+            }
+        }
+        for (entry, outcome) in delivered {
             match outcome.and_then(|reply| match reply {
                 Reply::Delivered => Ok(()),
                 Reply::Failed(err) => Err(err),

@@ -1,4 +1,4 @@
-//! The measurements behind `guildhall bench mailbox` and `guildhall bench swarm`.
+//! The measurements behind `guildhall bench mailbox`, `bench swarm` and `bench fanout`.
 
 use std::path::Path;
 use std::sync::Arc;
@@ -354,4 +354,114 @@ pub async fn swarm_bench(count: usize, stage: &dyn Stage) -> SwarmReport {
     drop(agents);
     rt.shutdown().await;
     report
+}
+
+/// What `guildhall bench fanout` measured.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize)]
+pub struct FanOutReport {
+    /// Recipients of the one message (every registered agent but the sender).
+    pub recipients: usize,
+    /// Registering them in the durable store (concurrently, so group commit batches them).
+    pub register_secs: f64,
+    /// One `send` to `*`, until it is committed (acknowledged).
+    pub fan_out_secs: f64,
+    /// Anonymous resident memory the send added (heap, stacks).
+    pub fan_out_added_bytes: f64,
+    /// The floor: the same number of inbox records of the same message written by hand in
+    /// one batch to a store of its own, in this run.
+    pub floor_secs: f64,
+    /// `fan_out_secs / floor_secs`.
+    pub fan_out_ratio: f64,
+}
+
+/// Registers `count` agents in a durable store under `dir` and sends one message to all of
+/// them, against the floor of writing those inbox records directly.
+///
+/// # Panics
+/// If a runtime or store fails to start, or the send fails.
+pub async fn fan_out_bench(count: usize, dir: &Path, stage: &dyn Stage) -> FanOutReport {
+    use crate::store::{self, Batch, Table, codec};
+    let count = count.max(1);
+    let scratch = tempfile_in(dir);
+    let rt = Runtime::builder()
+        .data_dir(scratch.join("swarm"))
+        .mailbox_config(MailboxConfig {
+            max_fan_out: count,
+            ..MailboxConfig::default()
+        })
+        .build()
+        .await
+        .expect("runtime starts");
+    let sender = rt
+        .register_agent(AgentSpec::new("tl", "tl"))
+        .await
+        .expect("sender registers");
+    stage.phase("register", count as u64);
+    let start = Instant::now();
+    for chunk in (0..count).collect::<Vec<_>>().chunks(1_000) {
+        let registrations = chunk.iter().map(|i| {
+            let rt = rt.clone();
+            async move {
+                rt.register_agent(AgentSpec::new(format!("agent-{i}"), "dev"))
+                    .await
+                    .expect("agent registers")
+            }
+        });
+        futures::future::join_all(registrations).await;
+        for _ in chunk {
+            stage.step();
+        }
+    }
+    let register_secs = start.elapsed().as_secs_f64();
+    stage.phase("fan out", 1);
+    let before = Resident::now();
+    let start = Instant::now();
+    let receipt = sender
+        .send(
+            Outgoing::to("*")
+                .subject("all hands")
+                .body("standup in five minutes"),
+        )
+        .await
+        .expect("the fan-out is delivered");
+    let fan_out_secs = start.elapsed().as_secs_f64();
+    let fan_out_added_bytes = Resident::now().since(before).anonymous as f64;
+    assert_eq!(receipt.delivered_to.len(), count, "every agent is reached");
+    stage.step();
+    // The floor: the same records, encoded once each, in one batch of a bare store.
+    stage.phase("floor", 1);
+    let floor = store::open(&scratch.join("floor")).expect("floor store opens");
+    let message = rt
+        .agent("agent-0")
+        .expect("registered")
+        .check_inbox(InboxQuery::default())
+        .await
+        .expect("inbox")
+        .messages
+        .remove(0);
+    let start = Instant::now();
+    let encoded = codec::encode(&*message);
+    let mut batch = Batch::new();
+    for i in 0..count {
+        let mut key = format!("agent-{i}").into_bytes();
+        key.push(0);
+        key.extend_from_slice(message.id.as_bytes());
+        batch.put(Table::Inbox, key, encoded.clone());
+    }
+    store::commit(&*floor, batch).await.expect("floor commits");
+    let floor_secs = start.elapsed().as_secs_f64();
+    stage.step();
+    drop(receipt);
+    rt.shutdown().await;
+    floor.close();
+    drop(floor);
+    let _ = std::fs::remove_dir_all(&scratch);
+    FanOutReport {
+        recipients: count,
+        register_secs,
+        fan_out_secs,
+        fan_out_added_bytes,
+        floor_secs,
+        fan_out_ratio: fan_out_secs / floor_secs,
+    }
 }

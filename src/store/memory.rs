@@ -222,6 +222,9 @@ impl Shard {
         self.writes += 1;
         match write {
             Write::Put { table, key, value } => self.tables[table.index()].insert(key, value),
+            Write::PutShared { table, key, value } => {
+                self.tables[table.index()].insert(key, value.to_vec());
+            }
             Write::Delete { table, key } => self.tables[table.index()].remove(&key),
         }
     }
@@ -248,7 +251,7 @@ impl Default for MemoryStore {
 
 fn key_of(write: &Write) -> &[u8] {
     match write {
-        Write::Put { key, .. } | Write::Delete { key, .. } => key,
+        Write::Put { key, .. } | Write::PutShared { key, .. } | Write::Delete { key, .. } => key,
     }
 }
 

@@ -352,6 +352,11 @@ fn commit_group(db: &Database, group: &[Job]) -> Result<(), StoreError> {
                             .insert(key.as_slice(), value.as_slice())
                             .map_err(|e| fail(&e))?;
                     }
+                    Write::PutShared { table, key, value } => {
+                        tables[table.index()]
+                            .insert(key.as_slice(), &value[..])
+                            .map_err(|e| fail(&e))?;
+                    }
                     Write::Delete { table, key } => {
                         tables[table.index()]
                             .remove(key.as_slice())

@@ -859,3 +859,79 @@ async fn an_absurd_wait_is_cut_to_the_longest_and_breaks_nothing_for_others() {
         .expect("another agent's inbox answers");
     rt.shutdown().await;
 }
+
+#[tokio::test]
+async fn a_large_fan_out_reaches_active_inactive_and_waiting_mailboxes_and_is_bounded() {
+    let dir = tempfile::tempdir().unwrap();
+    let rt = Runtime::builder()
+        .data_dir(dir.path())
+        .mailbox_config(MailboxConfig {
+            max_fan_out: 300,
+            ..MailboxConfig::default()
+        })
+        .build()
+        .await
+        .unwrap();
+    let tl = rt.register_agent(AgentSpec::new("tl", "tl")).await.unwrap();
+    let mut agents = Vec::new();
+    for i in 0..300 {
+        agents.push(
+            rt.register_agent(AgentSpec::new(format!("w-{i}"), "worker"))
+                .await
+                .unwrap(),
+        );
+    }
+    // A few mailboxes are active, one of them waiting for mail.
+    for a in &agents[..5] {
+        a.check_inbox(query()).await.unwrap();
+    }
+    let waiter = agents[5].clone();
+    let waiting = tokio::spawn(async move {
+        waiter
+            .check_inbox(InboxQuery {
+                wait: Some(Duration::from_secs(30)),
+                ..InboxQuery::default()
+            })
+            .await
+    });
+    let receipt = tl
+        .send(Outgoing::to("role:worker").subject("all hands"))
+        .await
+        .unwrap();
+    assert_eq!(receipt.delivered_to.len(), 300);
+    assert!(receipt.rejected.is_empty());
+    let woken = waiting.await.unwrap().unwrap();
+    assert_eq!(&*woken.messages[0].subject, "all hands");
+    for a in [&agents[0], &agents[150], &agents[299]] {
+        assert_eq!(subjects(a).await, ["all hands"], "{}", a.id());
+    }
+    // One more recipient than a message may reach: refused, naming the limit.
+    rt.register_agent(AgentSpec::new("w-300", "worker"))
+        .await
+        .unwrap();
+    let err = tl
+        .send(Outgoing::to("role:worker").subject("too many"))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(
+            err,
+            MailError::FanOutTooLarge {
+                recipients: 301,
+                limit: 300,
+                ..
+            }
+        ),
+        "{err}"
+    );
+    rt.shutdown().await;
+    // Delivered means stored: every inbox has it after a restart.
+    let rt = Runtime::builder()
+        .data_dir(dir.path())
+        .build()
+        .await
+        .unwrap();
+    let last = rt.agent("w-299").unwrap();
+    assert_eq!(subjects(&last).await, ["all hands"]);
+    rt.shutdown().await;
+}
