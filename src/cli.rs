@@ -5,6 +5,7 @@ mod bench;
 mod bridge;
 mod context;
 mod demo;
+mod doctor;
 mod mail;
 mod serve;
 mod tree;
@@ -73,6 +74,9 @@ enum Command {
     Inbox(mail::InboxArgs),
     /// Sessions and their shared context: list, show, update, history, export, import.
     Context(context::ContextArgs),
+    /// Check the store: redb's page checksums, every value's encoding, every inbox and
+    /// session; `--repair` copies what is intact into a new store, keeping the original.
+    Doctor(doctor::DoctorArgs),
 }
 
 pub(crate) fn main() -> ExitCode {
@@ -113,6 +117,7 @@ pub(crate) fn main() -> ExitCode {
             Command::Send(args) => mail::send(args, &cli.data_dir).await,
             Command::Inbox(args) => mail::inbox(args, &cli.data_dir).await,
             Command::Context(args) => context::run(args, &cli.data_dir).await,
+            Command::Doctor(args) => doctor::run(args, &cli.data_dir).await,
         }
     });
     match result {

@@ -12,6 +12,7 @@
 //! Values are encoded by [`codec`]: rmp-serde, prefixed with a format version.
 
 pub mod codec;
+pub mod doctor;
 mod error;
 mod memory;
 mod redb_store;

@@ -23,4 +23,4 @@ pub use context::{CallContext, CallEvent, CallObserver, Progress};
 pub use error::{CallError, ErrorKind, RegistrationError};
 pub use spec::ToolSpec;
 pub use tool::{Annotations, Concurrency, Tool};
-pub use worker::{Dispatched, ToolActor, ToolMsg, WorkerPool};
+pub use worker::{Dispatched, ToolActor, ToolMsg, WorkerPool, panic_message};

@@ -61,6 +61,16 @@ pub fn decode<T: DeserializeOwned>(table: Table, bytes: &[u8]) -> Result<T, Stor
     }
 }
 
+/// Checks that `bytes` are a value [`decode`] can read as some type: a known format
+/// version, then well-formed MessagePack. For tools that see stored bytes without knowing
+/// their type (`guildhall doctor`).
+///
+/// # Errors
+/// As [`decode`].
+pub fn check(table: Table, bytes: &[u8]) -> Result<(), StoreError> {
+    decode::<serde::de::IgnoredAny>(table, bytes).map(drop)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

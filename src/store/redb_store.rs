@@ -22,7 +22,9 @@ const FORMAT_KEY: &[u8] = b"format";
 /// The most writes one group commit takes before it commits and starts the next.
 const MAX_GROUP_WRITES: usize = 16 * 1024;
 
-const fn definition(table: Table) -> TableDefinition<'static, &'static [u8], &'static [u8]> {
+pub(super) const fn definition(
+    table: Table,
+) -> TableDefinition<'static, &'static [u8], &'static [u8]> {
     TableDefinition::new(table.name())
 }
 
@@ -69,24 +71,16 @@ impl RedbStore {
         crate::private_fs::create_dir_all(dir).map_err(|e| io_error(dir, e))?;
         let path = dir.join(FILE_NAME);
         create_if_missing(dir, &path)?;
-        let db = Database::builder()
-            .set_repair_callback(|session| {
-                tracing::warn!(
-                    progress = session.progress(),
-                    "repairing the store after a crash"
-                );
-            })
-            .open(&path)
-            .map_err(|e| match open_error(&path, e) {
-                StoreError::Corrupt { path, .. } if is_empty(&path) => StoreError::Corrupt {
-                    path,
-                    reason: "the file is empty, as an interrupted creation by an older \
+        let db = open_checked(&path).map_err(|e| match e {
+            StoreError::Corrupt { path, .. } if is_empty(&path) => StoreError::Corrupt {
+                path,
+                reason: "the file is empty, as an interrupted creation by an older \
                              guildhall leaves it; it holds no data, and removing it lets a new \
                              store be made"
-                        .into(),
-                },
-                other => other,
-            })?;
+                    .into(),
+            },
+            other => other,
+        })?;
         check_format(&db, &path)?;
         let db = Arc::new(db);
         let stats = Arc::new(Counters::default());
@@ -202,11 +196,66 @@ fn is_empty(path: &Path) -> bool {
     std::fs::metadata(path).is_ok_and(|m| m.len() == 0)
 }
 
-fn io_error(path: &Path, source: std::io::Error) -> StoreError {
+pub(super) fn io_error(path: &Path, source: std::io::Error) -> StoreError {
     StoreError::Io {
         path: path.to_owned(),
         source: Arc::new(source),
     }
+}
+
+/// Opens the file with redb's integrity check: every page of the committed trees has its
+/// checksum verified, so a file damaged outside redb is refused as corrupt instead of
+/// served (a plain open trusts it, and may serve a damaged tree as if it were whole, or
+/// panic). A panic inside redb all the same is caught and reported as damage.
+///
+/// One repair is refused: redb finds the newest commit's root damaged and would fall back to
+/// the commit before it (its first repair step, reported at progress 0.3). That commit may
+/// have been acknowledged, so serving the older one would lose it silently; the store is
+/// refused instead, and `guildhall doctor --repair` makes the choice explicit.
+fn open_checked(path: &Path) -> Result<Database, StoreError> {
+    let rolled_back = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let opened = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        let flag = Arc::clone(&rolled_back);
+        Database::builder()
+            .set_check_integrity_on_open(true)
+            .set_repair_callback(move |session| {
+                if is_rollback(session) {
+                    flag.store(true, std::sync::atomic::Ordering::Relaxed);
+                    session.abort();
+                } else {
+                    tracing::debug!(progress = session.progress(), "checking the store's pages");
+                }
+            })
+            .open(path)
+    }));
+    match opened {
+        Ok(Ok(db)) => Ok(db),
+        Ok(Err(_)) if rolled_back.load(std::sync::atomic::Ordering::Relaxed) => {
+            Err(StoreError::Corrupt {
+                path: path.to_owned(),
+                reason: "its newest commit is damaged, and opening it would serve the commit \
+                         before it as if nothing were lost; `guildhall doctor` reports what \
+                         is readable and `guildhall doctor --repair` keeps the older commit"
+                    .into(),
+            })
+        }
+        Ok(Err(err)) => Err(open_error(path, err)),
+        Err(panic) => Err(StoreError::Corrupt {
+            path: path.to_owned(),
+            reason: format!(
+                "reading it failed inside redb ({}); `guildhall doctor` reports what can be \
+                 read and `guildhall doctor --repair` copies it into a new store",
+                guildhall_actors::panic_message(panic.as_ref())
+            ),
+        }),
+    }
+}
+
+/// Whether redb's repair is about to give up the newest commit for the one before it: the
+/// only repair step it reports at progress 0.3 (redb 4.5's `do_repair`; the others are 0.0,
+/// 0.6 and 0.9).
+pub(super) fn is_rollback(session: &redb::RepairSession) -> bool {
+    (session.progress() - 0.3).abs() < 0.05
 }
 
 fn open_error(path: &Path, err: DatabaseError) -> StoreError {
@@ -279,7 +328,8 @@ fn check_format(db: &Database, path: &Path) -> Result<(), StoreError> {
         None => {}
     }
     // Create every table (and stamp a new store) so readers never meet a missing table.
-    let write = db.begin_write().map_err(|e| corrupt(&e))?;
+    let mut write = db.begin_write().map_err(|e| corrupt(&e))?;
+    write.set_two_phase_commit(true);
     for table in Table::ALL {
         let mut t = write
             .open_table(definition(table))
@@ -338,7 +388,11 @@ fn commit_group(db: &Database, group: &[Job]) -> Result<(), StoreError> {
         operation: "commit",
         reason: e.to_string(),
     };
-    let txn = db.begin_write().map_err(|e| fail(&e))?;
+    let mut txn = db.begin_write().map_err(|e| fail(&e))?;
+    // Two fsyncs per commit (data, then the header that points at it), shared by the whole
+    // group: a crash mid-commit then never leaves the newest header damaged, so a damaged
+    // one at open is damage, never a crash, and is refused (see `open_checked`).
+    txn.set_two_phase_commit(true);
     {
         let mut tables = Vec::with_capacity(Table::ALL.len());
         for table in Table::ALL {

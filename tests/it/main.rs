@@ -26,6 +26,8 @@ mod crash;
 mod durability;
 /// Call governance: rules, trust, approvals, hooks, loop guard, truncation, cache, audit, events.
 mod governance;
+/// Random and hostile arguments into every tool: no crash, no circuit opened for others.
+mod hostile;
 /// Agents and mailboxes: addressing, ordering, waiting, passivation, crashes, limits.
 mod mailbox;
 /// The MCP server on the wire: both eras over a duplex and over HTTP.

@@ -277,3 +277,120 @@ async fn batches_apply_atomically_and_scans_stay_within_their_prefix() {
         );
     }
 }
+
+/// What a runtime serves of the damage fixture: each inbox's subjects and the session's
+/// entries, or the error it answered with.
+async fn served(rt: &Runtime) -> Vec<Result<String, String>> {
+    let mut out = Vec::new();
+    for id in ["a", "b"] {
+        let listed = match rt.agent(id) {
+            Ok(agent) => agent
+                .check_inbox(guildhall::InboxQuery {
+                    unread_only: false,
+                    limit: usize::MAX,
+                    ..guildhall::InboxQuery::default()
+                })
+                .await
+                .map(|inbox| {
+                    format!(
+                        "{:?}",
+                        inbox
+                            .messages
+                            .iter()
+                            .map(|m| &*m.subject)
+                            .collect::<Vec<_>>()
+                    )
+                })
+                .map_err(|e| e.to_string()),
+            Err(err) => Err(err.to_string()),
+        };
+        out.push(listed);
+    }
+    let session = match rt.sessions().open("s1", None).await {
+        Ok(ctx) => ctx
+            .read(guildhall::context::Select::All, usize::MAX)
+            .await
+            .map(|view| {
+                format!(
+                    "{:?}",
+                    view.entries
+                        .iter()
+                        .map(|e| (&e.key, &e.value, e.version))
+                        .collect::<Vec<_>>()
+                )
+            })
+            .map_err(|e| e.to_string()),
+        Err(err) => Err(err.to_string()),
+    };
+    out.push(session);
+    out
+}
+
+/// Random bytes of a store file overwritten, many times: each damaged copy is refused with
+/// an error, or serves exactly what was stored; never a panic, never other data.
+#[tokio::test]
+async fn a_damaged_store_is_refused_or_served_whole_never_served_wrong() {
+    let dir = tempfile::tempdir().unwrap();
+    let original = dir.path().join("original");
+    let expected = {
+        let rt = durable(&original).await;
+        let a = rt.register_agent(AgentSpec::new("a", "dev")).await.unwrap();
+        rt.register_agent(AgentSpec::new("b", "dev")).await.unwrap();
+        for i in 0..60 {
+            a.send(
+                Outgoing::to("b")
+                    .subject(format!("m{i}"))
+                    .body("x".repeat(200)),
+            )
+            .await
+            .unwrap();
+        }
+        let ctx = a.context("s1").await.unwrap();
+        for i in 0..150 {
+            ctx.replace(&format!("k{}", i % 7), serde_json::json!(i))
+                .await
+                .unwrap();
+        }
+        let expected = served(&rt).await;
+        rt.shutdown().await;
+        expected
+    };
+    assert!(expected.iter().all(Result::is_ok));
+    let file = std::fs::read(original.join(store::FILE_NAME)).unwrap();
+    let (mut refused, mut whole) = (0, 0);
+    for seed in 0..40u64 {
+        let mut rng = fastrand::Rng::with_seed(seed);
+        let mut bytes = file.clone();
+        for _ in 0..8 {
+            let at = rng.usize(..bytes.len());
+            bytes[at] ^= rng.u8(1..);
+        }
+        let copy = dir.path().join(format!("copy-{seed}"));
+        std::fs::create_dir(&copy).unwrap();
+        std::fs::write(copy.join(store::FILE_NAME), &bytes).unwrap();
+        let outcome = tokio::spawn(async move {
+            match Runtime::builder().data_dir(&copy).build().await {
+                Err(_) => None,
+                Ok(rt) => {
+                    let got = served(&rt).await;
+                    rt.shutdown().await;
+                    Some(got)
+                }
+            }
+        })
+        .await
+        .unwrap_or_else(|panic| panic!("seed {seed}: the runtime panicked: {panic}"));
+        match outcome {
+            None => refused += 1,
+            Some(got) => {
+                for (got, want) in got.iter().zip(&expected) {
+                    if let Ok(got) = got {
+                        assert_eq!(Ok(got), want.as_ref(), "seed {seed}: other data served");
+                    }
+                }
+                whole += 1;
+            }
+        }
+    }
+    eprintln!("damaged copies: {refused} refused, {whole} served whole");
+}
