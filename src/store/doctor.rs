@@ -41,7 +41,7 @@ pub enum Integrity {
     /// Damage was found and redb's repair let it open (what the damaged pages held may be
     /// gone: the tables say what is left).
     Repaired,
-    /// The file cannot be opened.
+    /// The check failed; the tables say what could still be read.
     Unreadable(String),
 }
 
@@ -96,15 +96,13 @@ fn inspect_with(dir: &Path, roll_back: bool) -> Result<Inspection, StoreError> {
             std::io::Error::new(std::io::ErrorKind::NotFound, "no store file here"),
         ));
     }
-    let (db, integrity) = match open(&path, roll_back)? {
-        Ok(opened) => opened,
-        Err(reason) => {
-            return Ok(Inspection {
-                path,
-                integrity: Integrity::Unreadable(reason),
-                tables: Vec::new(),
-            });
-        }
+    let (db, integrity) = open(&path, roll_back)?;
+    let Some(db) = db else {
+        return Ok(Inspection {
+            path,
+            integrity,
+            tables: Vec::new(),
+        });
     };
     let tables = Table::ALL
         .iter()
@@ -126,16 +124,12 @@ fn inspect_with(dir: &Path, roll_back: bool) -> Result<Inspection, StoreError> {
 pub fn repair(dir: &Path) -> Result<Repair, StoreError> {
     let path = dir.join(FILE_NAME);
     let inspection = inspect_with(dir, true)?;
-    if let Integrity::Unreadable(reason) = &inspection.integrity {
+    let (Some(db), _) = open(&path, true)? else {
         return Err(StoreError::Corrupt {
             path,
-            reason: format!("{reason}; nothing can be copied out of it: restore a backup"),
-        });
-    }
-    let Ok((db, _)) = open(&path, true)? else {
-        return Err(StoreError::Corrupt {
-            path,
-            reason: "it could be read a moment ago and now cannot".into(),
+            reason: "redb cannot open it at all, so nothing can be copied out of it: restore \
+                     a backup"
+                .into(),
         });
     };
     let fresh_dir = dir.join(format!("{FILE_NAME}.repairing"));
@@ -180,38 +174,48 @@ pub fn repair(dir: &Path) -> Result<Repair, StoreError> {
     })
 }
 
-/// Opens `path` and runs redb's integrity check. `Ok(Err(reason))`: the file cannot be
-/// read. Without `roll_back`, a damaged newest commit is reported rather than given up.
-fn open(path: &Path, roll_back: bool) -> Result<Result<(Database, Integrity), String>, StoreError> {
-    let opened = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-        let mut db = Database::builder()
-            .set_repair_callback(move |session| {
-                // Progress 0.3: the newest commit's root is damaged (see `RedbStore::open`).
-                if is_rollback(session) && !roll_back {
-                    session.abort();
-                }
-            })
-            .open(path)?;
+/// Opens `path` and runs redb's integrity check. When the check fails, the file is opened
+/// again without it, so that what is still readable can be reported and copied (each
+/// table's reads guarded against panics); `None`: not even that. Without `roll_back`, a
+/// damaged newest commit is reported rather than given up.
+fn open(path: &Path, roll_back: bool) -> Result<(Option<Database>, Integrity), StoreError> {
+    let builder = || {
+        let mut builder = Database::builder();
+        builder.set_repair_callback(move |session| {
+            if is_rollback(session) && !roll_back {
+                session.abort();
+            }
+        });
+        builder
+    };
+    let checked = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        let mut db = builder().open(path)?;
         let intact = db.check_integrity()?;
         Ok::<_, redb::DatabaseError>((db, intact))
     }));
-    Ok(match opened {
-        Ok(Ok((db, true))) => Ok((db, Integrity::Intact)),
-        Ok(Ok((db, false))) => Ok((db, Integrity::Repaired)),
+    let reason = match checked {
+        Ok(Ok((db, true))) => return Ok((Some(db), Integrity::Intact)),
+        Ok(Ok((db, false))) => return Ok((Some(db), Integrity::Repaired)),
         Ok(Err(redb::DatabaseError::DatabaseAlreadyOpen)) => {
             return Err(StoreError::Locked {
                 path: path.to_owned(),
             });
         }
-        Ok(Err(redb::DatabaseError::RepairAborted)) => Err(
-            "its newest commit is damaged; `--repair` gives it up for the commit before it".into(),
-        ),
-        Ok(Err(err)) => Err(err.to_string()),
-        Err(panic) => Err(format!(
+        Ok(Err(redb::DatabaseError::RepairAborted)) => {
+            "its newest commit is damaged; `--repair` gives it up for the commit before it"
+                .to_owned()
+        }
+        Ok(Err(err)) => err.to_string(),
+        Err(panic) => format!(
             "redb failed reading it: {}",
             guildhall_actors::panic_message(panic.as_ref())
-        )),
-    })
+        ),
+    };
+    let salvage = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| builder().open(path)));
+    Ok((
+        salvage.ok().and_then(Result::ok),
+        Integrity::Unreadable(reason),
+    ))
 }
 
 /// Reads every entry of `table`, handing each that decodes to `keep`.

@@ -394,3 +394,82 @@ async fn a_damaged_store_is_refused_or_served_whole_never_served_wrong() {
     }
     eprintln!("damaged copies: {refused} refused, {whole} served whole");
 }
+
+/// `guildhall doctor` names the damage in a store the runtime refuses; `--repair` copies
+/// what is readable into a new store that opens, and keeps the original beside it.
+#[tokio::test]
+async fn the_doctor_reports_damage_and_repair_leaves_a_store_that_opens() {
+    let dir = tempfile::tempdir().unwrap();
+    let original = dir.path().join("original");
+    {
+        let rt = durable(&original).await;
+        let a = rt.register_agent(AgentSpec::new("a", "dev")).await.unwrap();
+        for i in 0..80 {
+            a.send(
+                Outgoing::to("a")
+                    .subject(format!("m{i}"))
+                    .body("y".repeat(300)),
+            )
+            .await
+            .unwrap();
+        }
+        rt.shutdown().await;
+    }
+    let doctor = |data: &std::path::Path, args: &[&str]| {
+        let out = crate::support::guildhall(data)
+            .arg("doctor")
+            .args(args)
+            .output()
+            .unwrap();
+        (
+            out.status.success(),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+        )
+    };
+    let (healthy, report) = doctor(&original, &[]);
+    assert!(healthy && report.contains("healthy"), "{report}");
+    let file = std::fs::read(original.join(store::FILE_NAME)).unwrap();
+    // The first of a few damaged copies that the runtime refuses.
+    let mut damaged = None;
+    for seed in 0..40u64 {
+        let mut rng = fastrand::Rng::with_seed(seed);
+        let mut bytes = file.clone();
+        for _ in 0..8 {
+            let at = rng.usize(..bytes.len());
+            bytes[at] ^= rng.u8(1..);
+        }
+        let copy = dir.path().join(format!("copy-{seed}"));
+        std::fs::create_dir(&copy).unwrap();
+        std::fs::write(copy.join(store::FILE_NAME), &bytes).unwrap();
+        let opened = Runtime::builder().data_dir(&copy).build().await;
+        match opened {
+            Err(_) => {
+                damaged = Some(copy);
+                break;
+            }
+            Ok(rt) => rt.shutdown().await,
+        }
+    }
+    let copy = damaged.expect("some damaged copy is refused");
+    let (healthy, report) = doctor(&copy, &[]);
+    assert!(!healthy && report.contains("DAMAGED"), "{report}");
+    let (_, repaired) = doctor(&copy, &["--repair"]);
+    assert!(repaired.contains("repaired:"), "{repaired}");
+    let kept = std::fs::read_dir(&copy)
+        .unwrap()
+        .filter_map(Result::ok)
+        .any(|e| {
+            e.file_name()
+                .to_string_lossy()
+                .starts_with("guildhall.redb.damaged-")
+        });
+    assert!(kept, "the original is kept");
+    let rt = Runtime::builder()
+        .data_dir(&copy)
+        .build()
+        .await
+        .expect("the repaired store opens");
+    rt.shutdown().await;
+    let (healthy, report) = doctor(&copy, &[]);
+    assert!(healthy, "{report}");
+}
