@@ -119,7 +119,7 @@ fn calls(c: &mut Criterion) {
     let breaker = SharedBreaker::new(BreakerConfig::default());
     c.bench_function("breaker_check", |b| {
         b.iter(|| {
-            if let Ok(admission) = breaker.try_acquire() {
+            if let Ok(admission) = breaker.try_acquire(Some(1)) {
                 black_box(breaker.record(admission, true));
             }
         });

@@ -212,6 +212,18 @@ pub enum RegistrationError {
     },
 }
 
+/// What a refused caller reads: whether the circuit is open for it alone or for everyone.
+fn circuit_open_message(tool: &str, retry_after: Duration, own: bool) -> String {
+    if own {
+        format!(
+            "your calls to `{tool}` kept failing, so its circuit is open for you (it serves \
+             other callers); retry after {retry_after:?}, with different arguments"
+        )
+    } else {
+        format!("`{tool}` is failing and its circuit is open; retry after {retry_after:?}")
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::ErrorKind;
@@ -235,16 +247,5 @@ mod tests {
                 Some(serde_json::Value::from(kind.as_str()))
             );
         }
-    }
-}
-
-fn circuit_open_message(tool: &str, retry_after: Duration, own: bool) -> String {
-    if own {
-        format!(
-            "your calls to `{tool}` kept failing, so its circuit is open for you (it serves \
-             other callers); retry after {retry_after:?}, with different arguments"
-        )
-    } else {
-        format!("`{tool}` is failing and its circuit is open; retry after {retry_after:?}")
     }
 }

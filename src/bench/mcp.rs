@@ -271,11 +271,13 @@ impl Peer {
         self.read().await
     }
 
+    /// A call whose text differs from the last one's: a model repeating the very same
+    /// call is what the loop guard stops, not what this measures.
     fn call(&mut self) -> Value {
         let id = self.next_id;
         self.next_id += 1;
         json!({ "jsonrpc": "2.0", "id": id, "method": "tools/call",
-                "params": { "name": "echo", "arguments": { "text": "hello" } } })
+                "params": { "name": "echo", "arguments": { "text": format!("hello {id}") } } })
     }
 
     async fn sequential(&mut self, n: usize) -> Result<Vec<Duration>, BenchError> {
@@ -283,8 +285,11 @@ impl Peer {
         for _ in 0..n {
             let call = self.call();
             let started = Instant::now();
-            self.ask(call).await?;
+            let answer = self.ask(call).await?;
             times.push(started.elapsed());
+            if answer["result"]["isError"] == true {
+                return Err(format!("the call failed: {answer}").into());
+            }
         }
         Ok(times)
     }
@@ -353,8 +358,12 @@ async fn measure_http(url: &str, config: &McpBenchConfig) -> Result<Figures, Ben
         "params": { "name": "echo", "arguments": { "text": "hello" }, "_meta": meta } })
     .to_string();
     let url: Arc<str> = Arc::from(url);
+    let calls = Arc::new(std::sync::atomic::AtomicU64::new(0));
     let one = move |client: reqwest::Client, body: String| {
         let url = Arc::clone(&url);
+        // Each call's text differs (see `Peer::call`).
+        let n = calls.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let body = body.replacen("hello", &format!("hello {n}"), 1);
         async move {
             let response = client
                 .post(&*url)
@@ -363,6 +372,7 @@ async fn measure_http(url: &str, config: &McpBenchConfig) -> Result<Figures, Ben
                 .header("mcp-protocol-version", "2026-07-28")
                 .header("mcp-method", "tools/call")
                 .header("mcp-name", "echo")
+                .header(crate::mcp::AGENT_HEADER, "bench")
                 .body(body)
                 .send()
                 .await?;

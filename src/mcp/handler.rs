@@ -283,11 +283,9 @@ impl McpServer {
 /// The answer to a call that names no agent.
 fn no_identity() -> McpError {
     McpError::invalid_request(
-        format!(
-            "this connection names no agent, and guildhall's tools act for one: over HTTP send \
-             the `{AGENT_HEADER}` header (and `{TOKEN_HEADER}` for an agent with a token); over \
-             stdio start `guildhall mcp --agent ID` or set GUILDHALL_AGENT"
-        ),
+        "this connection names no agent, and guildhall's tools act for one: over HTTP send \
+         the `Guildhall-Agent` header (and `Guildhall-Agent-Token` for an agent with a token); \
+         over stdio start `guildhall mcp --agent ID` or set GUILDHALL_AGENT",
         None,
     )
 }
