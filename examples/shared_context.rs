@@ -14,7 +14,8 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     // In memory; `.data_dir(".guildhall")` would keep the session across restarts.
     let runtime = Runtime::builder().build().await?;
     let tl = runtime.register_agent(AgentSpec::new("tl", "tl")).await?;
-    let plan = tl.context("sprint-12").await?; // created if missing
+    let sessions = runtime.sessions();
+    let plan = sessions.open_as("sprint-12", &tl).await?; // created if missing
     plan.replace("goal", json!("ship the parser")).await?;
     plan.replace("tasks", json!({"lexer": "todo", "parser": "todo"}))
         .await?;
@@ -25,8 +26,9 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         let pm = runtime
             .register_agent(AgentSpec::new(id, "pm").parent("tl"))
             .await?;
+        let sessions = runtime.sessions();
         pms.push(tokio::spawn(async move {
-            let ctx = pm.context("sprint-12").await?;
+            let ctx = sessions.open_as("sprint-12", &pm).await?;
             loop {
                 let read = ctx.get("tasks").await?.map_or(0, |e| e.version);
                 let change =

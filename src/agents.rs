@@ -20,12 +20,16 @@ mod ids;
 mod mailbox;
 mod message;
 mod office;
+mod protocol;
+mod shared;
 pub mod tools;
 
 use std::time::Duration;
 
 pub use agent::Agent;
-pub use credentials::{Credentials, IdentityError, TOKEN_ENV, TOKEN_HEADER, constant_time_eq};
+pub use credentials::{
+    Credentials, IdentityError, TOKEN_ENV, TOKEN_HEADER, checked_role, constant_time_eq,
+};
 pub use directory::{AgentRecord, AgentSpec};
 pub use error::MailError;
 pub use ids::{AgentId, MAX_NAME_LEN, parse_message_id};

@@ -1,6 +1,7 @@
 //! Argument parsing and the subcommands.
 
 mod audit;
+#[cfg(feature = "bench")]
 mod bench;
 mod bridge;
 mod context;
@@ -65,6 +66,7 @@ enum Command {
     /// tree.
     Demo(demo::DemoArgs),
     /// Measure the runtime against baselines run in the same process.
+    #[cfg(feature = "bench")]
     Bench(bench::BenchArgs),
     /// Register, list and remove agents.
     Agents(mail::AgentsArgs),
@@ -112,6 +114,7 @@ pub(crate) fn main() -> ExitCode {
             Command::Status(args) => serve::status(args, &cli.data_dir).await,
             Command::Audit(args) => audit::run(args, &cli.data_dir).await,
             Command::Demo(args) => demo::run(args, &cli.data_dir).await,
+            #[cfg(feature = "bench")]
             Command::Bench(args) => bench::run(args, &cli.data_dir).await,
             Command::Agents(args) => mail::agents(args, &cli.data_dir).await,
             Command::Send(args) => mail::send(args, &cli.data_dir).await,

@@ -13,22 +13,24 @@
 
 mod actor;
 mod error;
+mod export;
 mod handle;
 mod hub;
 pub(crate) mod log;
 mod model;
+mod protocol;
 mod query;
 mod session;
+mod shared;
 pub mod tools;
 
 use std::time::Duration;
 
 pub use error::ContextError;
-pub use handle::{
-    Context, EXPORT_FORMAT, History, HistoryQuery, SessionExport, SessionInfo, Sessions,
-};
+pub use export::{EXPORT_FORMAT, SessionExport};
+pub use handle::{Context, SessionInfo, Sessions};
 pub(crate) use hub::ContextHub;
-pub use log::LoggedBatch;
+pub use log::{History, HistoryQuery, LoggedBatch};
 pub use model::{
     Applied, Change, ContextLimits, Entry, EntryChange, EntryKind, SessionContext, Strategy,
 };

@@ -5,7 +5,7 @@
 //!
 //! | stage | module | why here |
 //! |---|---|---|
-//! | audit and events | [`audit`], [`events`] | outermost: times the call and records exactly one outcome for it, whatever stops it below (a dropped call is recorded `cancelled`) |
+//! | audit and events | [`audit`], [`events`](crate::events) | outermost: times the call and records exactly one outcome for it, whatever stops it below (a dropped call is recorded `cancelled`) |
 //! | rate limit | [`limits`] | cheapest refusal first: a flood is turned away before any hook runs or anyone is asked |
 //! | before-hooks | [`hooks`] | may rewrite the arguments the rules then judge, and allow, ask or deny |
 //! | permission | [`rules`], [`asker`] | rules by scope, combined with the hooks' decision (deny wins; a hook's allow skips a rule's ask); `ask` goes to the caller's [`Asker`] |
@@ -19,7 +19,6 @@ pub mod asker;
 pub mod audit;
 pub mod cache;
 pub mod doom;
-pub mod events;
 pub mod hooks;
 pub mod limits;
 pub mod rules;
@@ -37,9 +36,9 @@ use guildhall_actors::ToolSpec;
 use rustc_hash::FxBuildHasher;
 use serde_json::Value;
 
+pub use crate::events::{EventStream, ToolEvent};
 pub use asker::{Approval, AskRequest, Asker};
 pub use audit::{AuditLog, AuditQuery, AuditRecord, Outcome};
-pub use events::{EventStream, ToolEvent};
 pub use hooks::{CommandHook, Hook, HookInput, HookReply, Hooks, Phase, RegisteredHook};
 pub use limits::Rate;
 pub use rules::{Action, Glob, Rule, Scope, ScopedRules, Trust, Verdict};
@@ -47,9 +46,9 @@ pub use service::{Governed, Request, ToolMeta, ToolReply};
 
 use crate::agents::PostOffice;
 use crate::context::ContextHub;
+use crate::events::Events;
 use crate::store::{self, Batch, Store, StoreError, Table, codec};
 use doom::{LoopConfig, LoopGuard};
-use events::Events;
 use limits::RateLimits;
 use truncate::{Limits, Spill};
 

@@ -8,12 +8,13 @@
 //!   concurrency limit) and the order they run in.
 //! - [`registry`]: [`ToolHandle`], a typed handle to one tool.
 //! - [`options`]: [`ToolOptions`] and [`CallOptions`].
+//! - [`events`]: tool lifecycle events (a leaf every layer may emit into).
 //! - [`agents`]: agents, their directory and durable mailboxes.
 //! - [`context`]: sessions and their shared context.
 //! - [`store`]: the embedded store behind both.
 //! - [`config`](mod@config): the `guildhall.toml` file.
 //! - [`mcp`]: the MCP server (stdio, Streamable HTTP, the local socket).
-//! - [`bench`](mod@bench): the measurements behind `guildhall bench`.
+//! - `bench` (feature `bench`): the measurements behind `guildhall bench`.
 //!
 //! The tool contract lives in [`guildhall_actors`] (re-exported here), supervision in
 //! [`guildhall_supervision`].
@@ -58,10 +59,12 @@
 //! ```
 
 pub mod agents;
+#[cfg(feature = "bench")]
 pub mod bench;
 pub mod config;
 pub mod context;
 mod error;
+pub mod events;
 pub mod governance;
 mod lazy;
 pub mod mcp;

@@ -11,6 +11,7 @@
 //! - `fixtures`: the conformance suite's tools, resources and prompts.
 
 mod filter;
+#[cfg(feature = "conformance")]
 mod fixtures;
 pub mod framing;
 mod handler;

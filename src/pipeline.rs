@@ -19,6 +19,7 @@ mod deadline;
 mod dispatch;
 mod limit;
 mod retry;
+mod tool_options;
 
 use std::sync::Arc;
 
@@ -28,14 +29,15 @@ use tower::ServiceBuilder;
 use tower::retry::Retry;
 use tower::util::Either;
 
+pub use tool_options::ToolOptions;
+
 pub use breaker::{Breaker, BreakerFuture, BreakerLayer};
 pub use deadline::{Deadline, DeadlineFuture, DeadlineLayer, Sweeper};
 pub use dispatch::Dispatch;
 pub use limit::{Limit, LimitFuture, LimitLayer};
 pub use retry::{RetryLayer, RetryPolicy};
 
-use crate::governance::events::Events;
-use crate::options::ToolOptions;
+use crate::events::Events;
 
 /// One call travelling through the pipeline.
 #[derive(Debug, Clone)]

@@ -486,7 +486,6 @@ impl RuntimeBuilder {
             self.context.clone(),
             Arc::clone(&office),
         )?;
-        let _ = office.contexts.set(Arc::downgrade(&contexts));
         let governance = Governance::start(
             std::mem::take(&mut self.governance),
             Arc::clone(&office),

@@ -6,10 +6,11 @@ use uuid::Uuid;
 use super::MailError;
 use super::directory::{AgentEntry, AgentRecord};
 use super::ids::AgentId;
-use super::mailbox::{MailboxMsg, Op, Reply};
 use super::message::{Inbox, InboxQuery, Message, Outgoing, Receipt};
 use super::office::{PostOffice, unexpected};
-use crate::context::{Context, ContextError};
+#[cfg(feature = "test-util")]
+use super::protocol::MailboxMsg;
+use super::protocol::{Op, Reply};
 
 /// A process-wide id for a waiting `check_inbox`.
 fn next_waiter() -> u64 {
@@ -39,26 +40,6 @@ impl Agent {
 
     pub(crate) fn entry(&self) -> &Arc<AgentEntry> {
         &self.entry
-    }
-
-    /// The context of session `session`, changed as this agent; the session is created if
-    /// it does not exist.
-    ///
-    /// # Errors
-    /// [`ContextError::InvalidSessionId`], [`ContextError::Unavailable`] once the runtime is
-    /// gone, or a store failure creating the session.
-    pub async fn context(&self, session: &str) -> Result<Context, ContextError> {
-        let hub = self
-            .office
-            .contexts
-            .get()
-            .and_then(std::sync::Weak::upgrade)
-            .ok_or_else(|| ContextError::Unavailable {
-                session: session.to_owned(),
-                reason: "the runtime has shut down".into(),
-            })?;
-        let entry = hub.open_session(session, Some(&self.entry.id)).await?;
-        Ok(Context::new(hub, entry, Some(self.entry.id.clone())))
     }
 
     /// The agent's id.
@@ -148,7 +129,7 @@ impl Agent {
     }
 
     /// Makes the mailbox actor panic (fault injection for tests).
-    #[doc(hidden)]
+    #[cfg(feature = "test-util")]
     pub fn crash_mailbox(&self) -> bool {
         self.entry.mailbox().is_some_and(|m| {
             m.get_status() == ractor::ActorStatus::Running && m.cast(MailboxMsg::Crash).is_ok()

@@ -101,6 +101,24 @@ pub fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
     a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 
+/// The role a client asks for, against the one the config gives the agent (if any): a
+/// client may not claim another.
+///
+/// # Errors
+/// The refusal, naming both roles.
+pub fn checked_role(
+    agent: &str,
+    claimed: Option<String>,
+    given: Option<&str>,
+) -> Result<Option<String>, String> {
+    match (claimed, given) {
+        (Some(claimed), Some(given)) if claimed != given => Err(format!(
+            "the config gives agent `{agent}` role `{given}`; it cannot connect as role `{claimed}`"
+        )),
+        (claimed, given) => Ok(claimed.or_else(|| given.map(str::to_owned))),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

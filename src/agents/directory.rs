@@ -16,7 +16,7 @@ use serde_json::Value;
 
 use super::MailError;
 use super::ids::{AgentId, check_name, now_ms};
-use super::mailbox::MailboxMsg;
+use super::protocol::MailboxMsg;
 use crate::lazy::Slot;
 use crate::store::{self, Batch, Store, Table, codec};
 

@@ -133,6 +133,23 @@ pub(crate) fn first_id_at(ms: u64) -> Uuid {
     Uuid::from_u64_pair((ms << 16) | (0x7 << 12), 0b10 << 62)
 }
 
+/// The key of a message in `Inbox` and `Archive`: recipient, a 0 byte, the message id.
+pub(crate) fn message_key(recipient: &str, id: &Uuid) -> Vec<u8> {
+    let mut key = Vec::with_capacity(recipient.len() + 17);
+    key.extend_from_slice(recipient.as_bytes());
+    key.push(0);
+    key.extend_from_slice(id.as_bytes());
+    key
+}
+
+/// The key prefix of every message of `recipient`.
+pub(crate) fn mailbox_prefix(recipient: &str) -> Vec<u8> {
+    let mut key = Vec::with_capacity(recipient.len() + 1);
+    key.extend_from_slice(recipient.as_bytes());
+    key.push(0);
+    key
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -26,112 +26,15 @@ use uuid::Uuid;
 
 use super::MailError;
 use super::directory::AgentEntry;
-use super::ids::{first_id_at, now_ms};
+use super::ids::{first_id_at, mailbox_prefix, message_key, now_ms};
 use super::message::{DeliveryState, Inbox, InboxQuery, Message};
-use super::office::Shared;
+use super::protocol::{Committed, MailboxMsg, Op, Reply};
+use super::shared::Shared;
 use crate::sorted::SortedDeque;
 use crate::store::{self, Batch, Done, StoreError, Table, codec};
 
-/// The key of a message in `Inbox` and `Archive`: recipient, a 0 byte, the message id.
-pub(crate) fn message_key(recipient: &str, id: &Uuid) -> Vec<u8> {
-    let mut key = Vec::with_capacity(recipient.len() + 17);
-    key.extend_from_slice(recipient.as_bytes());
-    key.push(0);
-    key.extend_from_slice(id.as_bytes());
-    key
-}
-
 fn duration_ms(d: Duration) -> u64 {
     u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
-}
-
-/// The key prefix of every message of `recipient`.
-pub(crate) fn mailbox_prefix(recipient: &str) -> Vec<u8> {
-    let mut key = Vec::with_capacity(recipient.len() + 1);
-    key.extend_from_slice(recipient.as_bytes());
-    key.push(0);
-    key
-}
-
-/// What a mailbox does for a caller.
-#[derive(Debug, Clone)]
-pub(crate) enum Op {
-    Deliver(Arc<Message>),
-    /// Lists; with a wait, the caller names the waiter so it can end the wait itself.
-    Check(InboxQuery, u64),
-    /// Returns a message and marks it read.
-    Read(Uuid),
-    /// Returns a message, changing nothing.
-    Get(Uuid),
-    Mark {
-        ids: Vec<Uuid>,
-        ack: bool,
-    },
-}
-
-/// A mailbox's answer.
-#[derive(Debug)]
-pub(crate) enum Reply {
-    Delivered,
-    Inbox(Inbox),
-    Message(Arc<Message>),
-    Marked(usize),
-    Failed(MailError),
-    /// The request never reached a live mailbox; here it is back. (Boxed: it is rare, and
-    /// a smaller answer makes every request's answer channel smaller.)
-    Bounced(Box<Op>),
-}
-
-impl crate::lazy::Bounce for Reply {
-    type Op = Op;
-    fn bounced(op: Op) -> Self {
-        Reply::Bounced(Box::new(op))
-    }
-}
-
-/// A request to a mailbox.
-pub(crate) type Request = crate::lazy::Request<Reply>;
-
-/// A delivery's commit outcome, on its way back to the mailbox, which makes the message
-/// visible and then answers the sender. Dropped on the way (the mailbox died), it answers
-/// the sender itself: the commit happened, and the restarted mailbox loads the message.
-pub(crate) struct Committed {
-    id: Uuid,
-    result: Result<(), StoreError>,
-    reply: Option<oneshot::Sender<Reply>>,
-}
-
-impl Committed {
-    fn answer(&mut self) {
-        if let Some(reply) = self.reply.take() {
-            let _ = reply.send(match &self.result {
-                Ok(()) => Reply::Delivered,
-                Err(err) => Reply::Failed(err.clone().into()),
-            });
-        }
-    }
-}
-
-impl Drop for Committed {
-    fn drop(&mut self) {
-        self.answer();
-    }
-}
-
-/// Messages a mailbox actor handles.
-pub(crate) enum MailboxMsg {
-    Request(Request),
-    /// A delivery's commit finished.
-    Committed(Committed),
-    /// A background write finished.
-    WriteDone,
-    /// The caller of a waiting `check_inbox` ran out of time: answer it now. (The caller
-    /// keeps the timer, so a satisfied wait leaves nothing behind.)
-    WaitExpired(u64),
-    /// Stop if idle (sent by the passivation sweep).
-    Passivate,
-    /// Panic (fault injection for tests).
-    Crash,
 }
 
 /// One agent's mailbox.
@@ -222,6 +125,7 @@ impl Actor for MailboxActor {
                 }
             }
             MailboxMsg::Passivate => self.passivate_if_idle(&myself, state),
+            #[cfg(feature = "test-util")]
             MailboxMsg::Crash => panic!("mailbox of `{}` crashed on request", self.entry.id),
         }
         Ok(())

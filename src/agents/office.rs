@@ -9,8 +9,11 @@ use tokio::sync::oneshot;
 
 use super::directory::{AgentEntry, AgentSpec, Directory};
 use super::ids::{AgentId, new_message_id, now_ms};
-use super::mailbox::{MailboxActor, MailboxMsg, Op, Reply, Request, mailbox_prefix, message_key};
+use super::ids::{mailbox_prefix, message_key};
+use super::mailbox::MailboxActor;
 use super::message::{Address, DeliveryState, Message, Outgoing, Receipt, Rejected};
+use super::protocol::{MailboxMsg, Op, Reply, Request};
+use super::shared::Shared;
 use super::{MailError, MailboxConfig};
 use crate::lazy::{self, CoarseClock, Partitions, RESTART_POLL, StartError, Sweep};
 use crate::store::{self, Batch, Store, StoreError, Table, codec};
@@ -30,33 +33,10 @@ const DIRECT_FAN_OUT: usize = 64;
 /// How long a request waits for a mailbox to (re)start before giving up.
 const ACTIVATION_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// What mailbox actors share.
-pub(crate) struct Shared {
-    pub(crate) store: Arc<dyn Store>,
-    pub(crate) config: MailboxConfig,
-    /// The dynamic supervisors mailboxes live under, keyed by agent id.
-    pub(crate) partitions: Arc<Partitions>,
-    clock: CoarseClock,
-    /// Held (shared) by every mailbox while it loads, from its barrier to its publishing;
-    /// held alone by a large fan-out while it sorts recipients into active and inactive and
-    /// submits the inactive ones' writes. So a mailbox either was active then (and is sent
-    /// the message) or loads after those writes (and finds it).
-    pub(crate) fan_out_gate: tokio::sync::RwLock<()>,
-}
-
-impl Shared {
-    /// The clock of idleness (see [`CoarseClock`]).
-    pub(crate) fn clock(&self) -> u64 {
-        self.clock.now()
-    }
-}
-
 /// The agents, their mailboxes, and the sweep that passivates idle ones.
 pub(crate) struct PostOffice {
     pub(crate) shared: Arc<Shared>,
     pub(crate) directory: Directory,
-    /// Where agents' session contexts are (the hub refers to this office, hence weak).
-    pub(crate) contexts: std::sync::OnceLock<std::sync::Weak<crate::context::ContextHub>>,
     sweep: Sweep,
 }
 
@@ -76,7 +56,6 @@ impl PostOffice {
                 fan_out_gate: tokio::sync::RwLock::new(()),
             }),
             directory,
-            contexts: std::sync::OnceLock::new(),
             sweep: Sweep::default(),
         }))
     }

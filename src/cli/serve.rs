@@ -76,9 +76,11 @@ pub(crate) struct ServeArgs {
     #[arg(long)]
     in_memory: bool,
     /// Also serve the official MCP conformance suite's fixture tools, resources and prompts.
+    #[cfg(feature = "conformance")]
     #[arg(long)]
     conformance_fixtures: bool,
     /// Register the `echo` tool `bench mcp` calls.
+    #[cfg(feature = "bench")]
     #[arg(long, hide = true)]
     bench_echo: bool,
 }
@@ -96,6 +98,7 @@ pub(crate) async fn serve(args: ServeArgs, data_dir: &Path) -> CliResult {
     let mut builder = Runtime::builder()
         .governance(config.governance())
         .credentials(config.credentials()?);
+    #[cfg(feature = "bench")]
     if args.bench_echo {
         builder = builder.tool(guildhall::bench::mcp::Echo);
     }
@@ -109,7 +112,9 @@ pub(crate) async fn serve(args: ServeArgs, data_dir: &Path) -> CliResult {
             data_dir.display()
         )
     })?;
+    #[cfg_attr(not(feature = "conformance"), allow(unused_mut))]
     let mut server = McpServer::new(runtime.clone());
+    #[cfg(feature = "conformance")]
     if args.conformance_fixtures {
         server = server.with_conformance_fixtures();
     }

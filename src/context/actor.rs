@@ -23,75 +23,15 @@ use serde::Serialize;
 use tokio::sync::oneshot;
 
 use super::ContextError;
-use super::hub::Shared;
 use super::log::{self, RestoreError};
-use super::model::{Applied, Change, ContextLimits, Entry, SessionContext};
-use super::query::{self, ContextView, Select};
+use super::model::{Applied, Change, Entry, SessionContext};
+use super::protocol::{ContextMsg, Op, Reply, Stat};
+use super::query;
 use super::session::SessionEntry;
+use super::shared::Shared;
 use crate::agents::{AgentId, now_ms};
-use crate::lazy::{self, Bounce};
+use crate::lazy;
 use crate::store::{self, Batch, StoreError, Table, codec};
-
-/// What a context actor does for a caller.
-#[derive(Debug, Clone)]
-pub(crate) enum Op {
-    Update {
-        changes: Arc<[Change]>,
-        author: Option<AgentId>,
-    },
-    Read {
-        select: Select,
-        limit: usize,
-    },
-    Stat,
-    /// Every entry, for an export.
-    Export,
-    /// Applies the first half of a batch in memory, then panics (fault injection for tests).
-    CrashMidUpdate(Arc<[Change]>),
-}
-
-/// A session's size and versions.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct Stat {
-    pub(crate) version: u64,
-    /// The oldest version history can be read at.
-    pub(crate) base: u64,
-    pub(crate) entries: usize,
-    pub(crate) bytes: usize,
-}
-
-/// A context actor's answer.
-#[derive(Debug)]
-pub(crate) enum Reply {
-    Applied(Applied),
-    View(ContextView),
-    Stat(Stat),
-    Entries {
-        version: u64,
-        entries: Vec<Entry>,
-    },
-    Failed(ContextError),
-    /// The request never reached a live actor; here it is back.
-    Bounced(Op),
-}
-
-impl Bounce for Reply {
-    type Op = Op;
-    fn bounced(op: Op) -> Self {
-        Reply::Bounced(op)
-    }
-}
-
-pub(crate) type Request = lazy::Request<Reply>;
-
-/// Messages a context actor handles.
-pub(crate) enum ContextMsg {
-    Request(Request),
-    /// The commit in flight finished (its batches are already answered).
-    Committed(Result<(), StoreError>),
-    /// Stop if idle (sent by the passivation sweep).
-    Passivate,
-}
 
 /// One session's context.
 pub(crate) struct ContextActor {
@@ -122,10 +62,6 @@ pub(crate) struct ContextState {
     /// When the last batch was applied.
     last_at_ms: u64,
 }
-
-/// Limits for replaying the log: what was accepted once is replayed whatever the limits are
-/// now.
-const REPLAY: ContextLimits = ContextLimits::UNLIMITED;
 
 /// A snapshot, written from borrowed entries (same layout as [`log::Snapshot`]).
 #[derive(Serialize)]
@@ -247,9 +183,15 @@ impl ContextActor {
                 version: state.ctx.version(),
                 entries: state.ctx.entries().cloned().collect(),
             },
+            #[cfg(feature = "test-util")]
             Op::CrashMidUpdate(changes) => {
                 let half = changes.len().div_ceil(2);
-                let _ = state.ctx.apply(&changes[..half], None, now_ms(), &REPLAY);
+                let _ = state.ctx.apply(
+                    &changes[..half],
+                    None,
+                    now_ms(),
+                    &super::model::ContextLimits::UNLIMITED,
+                );
                 panic!(
                     "context of `{}` crashed mid-update on request",
                     self.entry.id
@@ -492,7 +434,13 @@ mod tests {
             }
         );
         let mut ctx = SessionContext::new();
-        ctx.apply(&changes, Some(&author), 9, &REPLAY).unwrap();
+        ctx.apply(
+            &changes,
+            Some(&author),
+            9,
+            &super::super::model::ContextLimits::UNLIMITED,
+        )
+        .unwrap();
         let out = SnapshotOut {
             version: 1,
             at_ms: 9,

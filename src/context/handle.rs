@@ -3,19 +3,17 @@
 use std::sync::Arc;
 
 use schemars::JsonSchema;
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 use serde_json::Value;
 
 use super::ContextError;
+use super::export::SessionExport;
 use super::hub::ContextHub;
-use super::log::LoggedBatch;
+use super::log::{History, HistoryQuery};
 use super::model::{Applied, Change, Entry, Strategy};
 use super::query::{ContextView, Select};
 use super::session::{SessionEntry, SessionId, SessionRecord, SessionSpec};
-use crate::agents::AgentId;
-
-/// The format tag of a [`SessionExport`].
-pub const EXPORT_FORMAT: &str = "guildhall.session/1";
+use crate::agents::{Agent, AgentId};
 
 /// The sessions of a runtime. Cheap to clone. Get it from
 /// [`Runtime::sessions`](crate::Runtime::sessions).
@@ -37,59 +35,6 @@ pub struct SessionInfo {
     pub entries: usize,
     /// Bytes of JSON held in entry values.
     pub bytes: usize,
-}
-
-/// A session as JSON: its record and entries, and optionally its history.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
-pub struct SessionExport {
-    /// [`EXPORT_FORMAT`].
-    pub format: String,
-    /// The session's record.
-    pub session: SessionRecord,
-    /// The session version exported.
-    pub version: u64,
-    /// Every entry at `version`.
-    pub entries: Vec<Entry>,
-    /// The version history starts at (`version` when exported without history).
-    pub base: u64,
-    /// Every entry at `base` (empty when `base` is 0 or without history).
-    #[serde(default)]
-    pub base_entries: Vec<Entry>,
-    /// Every batch from `base` to `version` (empty without history).
-    #[serde(default)]
-    pub history: Vec<LoggedBatch>,
-}
-
-/// Which part of a session's history to read.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct HistoryQuery {
-    /// Batches after this version, oldest first; without it, the latest ones.
-    pub after: Option<u64>,
-    /// Only batches that changed this key.
-    pub key: Option<String>,
-    /// At most this many batches.
-    pub limit: usize,
-}
-
-impl Default for HistoryQuery {
-    fn default() -> Self {
-        Self {
-            after: None,
-            key: None,
-            limit: 50,
-        }
-    }
-}
-
-/// Part of a session's history.
-#[derive(Debug, Clone, PartialEq, Serialize, JsonSchema)]
-pub struct History {
-    /// The session's version.
-    pub version: u64,
-    /// The oldest version history can be read at; batches before it were pruned.
-    pub oldest: u64,
-    /// The batches, oldest first.
-    pub batches: Vec<LoggedBatch>,
 }
 
 impl Sessions {
@@ -161,6 +106,19 @@ impl Sessions {
         let author = author.map(|a| self.hub.author(a)).transpose()?;
         let entry = self.hub.open_session(id, author.as_ref()).await?;
         Ok(Context::new(Arc::clone(&self.hub), entry, author))
+    }
+
+    /// The context of session `id` (created if missing), changed as `agent`.
+    ///
+    /// # Errors
+    /// [`ContextError::InvalidSessionId`], or a store failure creating it.
+    pub async fn open_as(&self, id: &str, agent: &Agent) -> Result<Context, ContextError> {
+        let entry = self.hub.open_session(id, Some(agent.id())).await?;
+        Ok(Context::new(
+            Arc::clone(&self.hub),
+            entry,
+            Some(agent.id().clone()),
+        ))
     }
 
     /// Exports a session to a serialisable form; with `history`, every batch still kept.
@@ -321,7 +279,7 @@ impl Context {
 
     /// Applies the first half of `changes` in the actor's memory, then crashes it: the
     /// restarted actor must hold none of them. Fault injection for tests.
-    #[doc(hidden)]
+    #[cfg(feature = "test-util")]
     pub async fn crash_mid_update(&self, changes: Vec<Change>) {
         self.hub
             .crash_mid_update(&self.entry, Arc::from(changes))

@@ -8,12 +8,14 @@ use std::time::Duration;
 use guildhall_supervision::ChildSpec;
 use tokio::sync::oneshot;
 
-use super::actor::{ContextActor, ContextMsg, Op, Reply, Request, Stat};
-use super::handle::{EXPORT_FORMAT, History, HistoryQuery, SessionExport};
-use super::log::{self, RestoreError};
+use super::actor::ContextActor;
+use super::export::{EXPORT_FORMAT, SessionExport};
+use super::log::{self, History, HistoryQuery, RestoreError};
 use super::model::{Applied, Change, ContextLimits, SessionContext};
+use super::protocol::{ContextMsg, Op, Reply, Request, Stat};
 use super::query::{self, ContextView, Select};
 use super::session::{SessionDirectory, SessionEntry, SessionId, SessionRecord, SessionSpec};
+use super::shared::Shared;
 use super::{ContextConfig, ContextError};
 use crate::agents::{AgentId, PostOffice, now_ms};
 use crate::lazy::{self, CoarseClock, Partitions, RESTART_POLL, StartError, Sweep};
@@ -24,14 +26,6 @@ pub(crate) const CONTEXTS: &str = "contexts";
 
 /// How long a request waits for a context actor to (re)start before giving up.
 const ACTIVATION_TIMEOUT: Duration = Duration::from_secs(10);
-
-/// What context actors share.
-pub(crate) struct Shared {
-    pub(crate) store: Arc<dyn Store>,
-    pub(crate) config: ContextConfig,
-    pub(crate) partitions: Arc<Partitions>,
-    pub(crate) clock: CoarseClock,
-}
 
 /// The sessions and their context actors.
 pub(crate) struct ContextHub {
@@ -452,6 +446,7 @@ impl ContextHub {
     }
 
     /// Applies half of `changes` in the session's memory and crashes its actor (tests).
+    #[cfg(feature = "test-util")]
     pub(crate) async fn crash_mid_update(&self, entry: &Arc<SessionEntry>, changes: Arc<[Change]>) {
         if let Some(actor) = entry.slot.actor() {
             let (tx, rx) = oneshot::channel();

@@ -179,3 +179,35 @@ pub(crate) fn snapshots(
     })?;
     Ok(all)
 }
+
+/// Which part of a session's history to read.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HistoryQuery {
+    /// Batches after this version, oldest first; without it, the latest ones.
+    pub after: Option<u64>,
+    /// Only batches that changed this key.
+    pub key: Option<String>,
+    /// At most this many batches.
+    pub limit: usize,
+}
+
+impl Default for HistoryQuery {
+    fn default() -> Self {
+        Self {
+            after: None,
+            key: None,
+            limit: 50,
+        }
+    }
+}
+
+/// Part of a session's history.
+#[derive(Debug, Clone, PartialEq, Serialize, JsonSchema)]
+pub struct History {
+    /// The session's version.
+    pub version: u64,
+    /// The oldest version history can be read at; batches before it were pruned.
+    pub oldest: u64,
+    /// The batches, oldest first.
+    pub batches: Vec<LoggedBatch>,
+}

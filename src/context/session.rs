@@ -9,7 +9,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use super::ContextError;
-use super::actor::ContextMsg;
+use super::protocol::ContextMsg;
 use crate::agents::AgentId;
 use crate::lazy::Slot;
 use crate::store::{self, Batch, Store, Table, codec};

@@ -220,6 +220,43 @@ impl ListChange {
     }
 }
 
+/// The tool `test_trigger_tool_change` registers: a real tool, so the tool set changes as it
+/// would when an embedder registers one.
+#[derive(Debug, Clone)]
+pub(super) struct AddedTool(pub(super) String);
+
+/// [`AddedTool`]'s input and output: nothing.
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize, schemars::JsonSchema)]
+pub(super) struct Nothing {}
+
+impl crate::Tool for AddedTool {
+    type Input = Nothing;
+    type Output = Nothing;
+    type Error = std::convert::Infallible;
+    type State = ();
+
+    fn name(&self) -> &str {
+        &self.0
+    }
+
+    fn description(&self) -> &str {
+        "Added by test_trigger_tool_change."
+    }
+
+    async fn init(&self) -> Result<(), Self::Error> {
+        Ok(())
+    }
+
+    async fn call(
+        &self,
+        _: &mut (),
+        _: Nothing,
+        _: crate::CallContext,
+    ) -> Result<Nothing, Self::Error> {
+        Ok(Nothing {})
+    }
+}
+
 /// The name of the `n`th prompt added by `test_trigger_prompt_change`.
 pub(super) fn added_prompt_name(n: u64) -> String {
     format!("test_dynamic_prompt_{n}")
@@ -395,22 +432,10 @@ fn elicitation_schema(tool: &str) -> Value {
     }
 }
 
-fn disabled<T>(what: &str) -> Result<T, McpError> {
-    Err(McpError::new(
-        rmcp::model::ErrorCode::METHOD_NOT_FOUND,
-        format!("this server has no {what}"),
-        None,
-    ))
-}
-
 pub(super) fn list_resources(
-    enabled: bool,
     _request: Option<PaginatedRequestParams>,
     _cx: RequestContext<RoleServer>,
 ) -> Result<ListResourcesResult, McpError> {
-    if !enabled {
-        return disabled("resources");
-    }
     Ok(from_json(json!({ "resultType": "complete", "resources": [
         { "uri": "test://static-text", "name": "static-text", "title": "Static Text Resource",
           "description": "A static text resource", "mimeType": "text/plain" },
@@ -422,13 +447,9 @@ pub(super) fn list_resources(
 }
 
 pub(super) fn list_resource_templates(
-    enabled: bool,
     _request: Option<PaginatedRequestParams>,
     _cx: RequestContext<RoleServer>,
 ) -> Result<ListResourceTemplatesResult, McpError> {
-    if !enabled {
-        return disabled("resources");
-    }
     Ok(from_json(
         json!({ "resultType": "complete", "resourceTemplates": [
             { "uriTemplate": "test://template/{id}/data", "name": "template-data",
@@ -439,13 +460,9 @@ pub(super) fn list_resource_templates(
 }
 
 pub(super) async fn read_resource(
-    enabled: bool,
     request: ReadResourceRequestParams,
     _cx: RequestContext<RoleServer>,
 ) -> Result<ReadResourceResponse, McpError> {
-    if !enabled {
-        return disabled("resources");
-    }
     let uri = request.uri.as_str();
     let contents = match uri {
         "test://static-text" => json!({ "uri": uri, "mimeType": "text/plain",
@@ -474,14 +491,10 @@ pub(super) async fn read_resource(
 
 /// The fixture prompts, with the `added` ones from `test_trigger_prompt_change` last.
 pub(super) fn list_prompts(
-    enabled: bool,
     added: u64,
     _request: Option<PaginatedRequestParams>,
     _cx: RequestContext<RoleServer>,
 ) -> Result<ListPromptsResult, McpError> {
-    if !enabled {
-        return disabled("prompts");
-    }
     let mut prompts = json!([
         { "name": "test_prompt_with_arguments", "description": "A prompt with arguments",
           "arguments": [
@@ -505,13 +518,9 @@ pub(super) fn list_prompts(
 }
 
 pub(super) async fn get_prompt(
-    enabled: bool,
     request: GetPromptRequestParams,
     _cx: RequestContext<RoleServer>,
 ) -> Result<GetPromptResponse, McpError> {
-    if !enabled {
-        return disabled("prompts");
-    }
     if request.name == input_required::PROMPT {
         return input_required::get_prompt(&request);
     }
@@ -558,13 +567,7 @@ pub(super) async fn get_prompt(
     Ok(GetPromptResponse::from(result))
 }
 
-pub(super) fn complete(
-    enabled: bool,
-    request: &CompleteRequestParams,
-) -> Result<CompleteResult, McpError> {
-    if !enabled {
-        return disabled("completions");
-    }
+pub(super) fn complete(request: &CompleteRequestParams) -> Result<CompleteResult, McpError> {
     let _ = request;
     Ok(from_json(
         json!({ "resultType": "complete", "completion": { "values": [], "total": 0, "hasMore": false } }),

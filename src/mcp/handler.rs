@@ -21,6 +21,7 @@ use futures::future::BoxFuture;
 use rmcp::service::ElicitationMode;
 
 use super::filter::ToolFilter;
+#[cfg(feature = "conformance")]
 use super::fixtures;
 use crate::agents::TOKEN_HEADER;
 use crate::governance::{Approval, AskRequest, Asker, ToolReply};
@@ -75,6 +76,7 @@ impl McpServer {
     }
 
     /// Adds the conformance suite's fixture tools, resources and prompts.
+    #[cfg(feature = "conformance")]
     #[must_use]
     pub fn with_conformance_fixtures(self) -> Self {
         let shared = Arc::new(Shared {
@@ -147,6 +149,7 @@ impl McpServer {
             return Arc::clone(tools);
         }
         let mut tools: Vec<Tool> = runtime.tools().iter().map(mcp_tool).collect();
+        #[cfg(feature = "conformance")]
         if self.shared.fixtures {
             tools.extend(fixtures::tools());
         }
@@ -197,7 +200,7 @@ impl McpServer {
             .map_err(|err| refused(err.to_string()))?;
         let given = runtime.governance().given_role(agent);
         let role =
-            super::local::checked_role(agent, header(ROLE_HEADER)?.map(str::to_owned), given)
+            crate::agents::checked_role(agent, header(ROLE_HEADER)?.map(str::to_owned), given)
                 .map_err(refused)?;
         match runtime.lookup_agent(agent) {
             Some(record) => {
@@ -239,6 +242,7 @@ impl McpServer {
                 None,
             ));
         }
+        #[cfg(feature = "conformance")]
         if self.shared.fixtures {
             if let Some(change) = fixtures::ListChange::triggered_by(name) {
                 return self.change_list(change).await;
@@ -278,6 +282,15 @@ impl McpServer {
             Err(err) => Ok(tool_failure(&err).into()),
         }
     }
+}
+
+/// The answer to a method for something this server does not have.
+fn none_here<T>(what: &str) -> Result<T, McpError> {
+    Err(McpError::new(
+        rmcp::model::ErrorCode::METHOD_NOT_FOUND,
+        format!("this server has no {what}"),
+        None,
+    ))
 }
 
 /// The answer to a call that names no agent.
@@ -444,6 +457,7 @@ impl CallObserver for ProgressRelay {
 
 /// Calls `notify` for each tool-set change after now, until `stop` completes or `notify`
 /// fails (the client is gone).
+#[cfg(feature = "conformance")]
 impl McpServer {
     /// A fixture trigger: a real change to the tool list (a tool is registered) or to the
     /// fixture prompts, so clients' list-changed notifications can be observed.
@@ -459,7 +473,7 @@ impl McpServer {
                 );
                 self.shared
                     .runtime
-                    .register(crate::bench::Noop::named(&name))
+                    .register(fixtures::AddedTool(name.clone()))
                     .await
                     .map_err(|err| McpError::internal_error(err.to_string(), None))?;
                 format!("tool `{name}` added")
@@ -499,14 +513,16 @@ async fn relay_changes<N, E>(
 
 impl ServerHandler for McpServer {
     fn get_info(&self) -> ServerConfig {
-        let capabilities = if self.shared.fixtures {
-            fixtures::capabilities()
-        } else {
+        #[cfg(feature = "conformance")]
+        let fixture_capabilities = self.shared.fixtures.then(fixtures::capabilities);
+        #[cfg(not(feature = "conformance"))]
+        let fixture_capabilities = None;
+        let capabilities = fixture_capabilities.unwrap_or_else(|| {
             ServerCapabilities::builder()
                 .enable_tools()
                 .enable_tool_list_changed()
                 .build()
-        };
+        });
         ServerConfig::new(capabilities)
             .with_server_info(Implementation::new("guildhall", env!("CARGO_PKG_VERSION")))
             .with_instructions(
@@ -609,7 +625,12 @@ impl ServerHandler for McpServer {
         request: Option<PaginatedRequestParams>,
         cx: RequestContext<RoleServer>,
     ) -> Result<rmcp::model::ListResourcesResult, McpError> {
-        fixtures::list_resources(self.shared.fixtures, request, cx)
+        #[cfg(feature = "conformance")]
+        if self.shared.fixtures {
+            return fixtures::list_resources(request, cx);
+        }
+        let _ = (request, cx);
+        none_here("resources")
     }
 
     async fn list_resource_templates(
@@ -617,7 +638,12 @@ impl ServerHandler for McpServer {
         request: Option<PaginatedRequestParams>,
         cx: RequestContext<RoleServer>,
     ) -> Result<rmcp::model::ListResourceTemplatesResult, McpError> {
-        fixtures::list_resource_templates(self.shared.fixtures, request, cx)
+        #[cfg(feature = "conformance")]
+        if self.shared.fixtures {
+            return fixtures::list_resource_templates(request, cx);
+        }
+        let _ = (request, cx);
+        none_here("resources")
     }
 
     async fn read_resource(
@@ -625,7 +651,12 @@ impl ServerHandler for McpServer {
         request: rmcp::model::ReadResourceRequestParams,
         cx: RequestContext<RoleServer>,
     ) -> Result<rmcp::model::ReadResourceResponse, McpError> {
-        fixtures::read_resource(self.shared.fixtures, request, cx).await
+        #[cfg(feature = "conformance")]
+        if self.shared.fixtures {
+            return fixtures::read_resource(request, cx).await;
+        }
+        let _ = (request, cx);
+        none_here("resources")
     }
 
     async fn list_prompts(
@@ -633,8 +664,13 @@ impl ServerHandler for McpServer {
         request: Option<PaginatedRequestParams>,
         cx: RequestContext<RoleServer>,
     ) -> Result<rmcp::model::ListPromptsResult, McpError> {
-        let added = *self.shared.added_prompts.borrow();
-        fixtures::list_prompts(self.shared.fixtures, added, request, cx)
+        #[cfg(feature = "conformance")]
+        if self.shared.fixtures {
+            let added = *self.shared.added_prompts.borrow();
+            return fixtures::list_prompts(added, request, cx);
+        }
+        let _ = (request, cx);
+        none_here("prompts")
     }
 
     async fn complete(
@@ -642,7 +678,12 @@ impl ServerHandler for McpServer {
         request: rmcp::model::CompleteRequestParams,
         _cx: RequestContext<RoleServer>,
     ) -> Result<rmcp::model::CompleteResult, McpError> {
-        fixtures::complete(self.shared.fixtures, &request)
+        #[cfg(feature = "conformance")]
+        if self.shared.fixtures {
+            return fixtures::complete(&request);
+        }
+        let _ = request;
+        none_here("completions")
     }
 
     #[allow(deprecated)]
@@ -677,7 +718,12 @@ impl ServerHandler for McpServer {
         request: rmcp::model::GetPromptRequestParams,
         cx: RequestContext<RoleServer>,
     ) -> Result<rmcp::model::GetPromptResponse, McpError> {
-        fixtures::get_prompt(self.shared.fixtures, request, cx).await
+        #[cfg(feature = "conformance")]
+        if self.shared.fixtures {
+            return fixtures::get_prompt(request, cx).await;
+        }
+        let _ = (request, cx);
+        none_here("prompts")
     }
 }
 

@@ -310,7 +310,7 @@ pub async fn bind(
 ) -> Result<(McpServer, Value), String> {
     let runtime = server.runtime();
     let given = runtime.governance().given_role(&agent);
-    let role = checked_role(&agent, role, given)?;
+    let role = crate::agents::checked_role(&agent, role, given)?;
     let existing = runtime.lookup_agent(&agent);
     if let (Some(record), Some(role)) = (&existing, &role)
         && record.role != *role
@@ -355,24 +355,6 @@ pub async fn bind(
         "tools": filter.to_string(),
     });
     Ok((server.connection(Some(Arc::from(agent)), filter), value))
-}
-
-/// The role a client asks for, against the one the config gives the agent (if any): a
-/// client may not claim another.
-///
-/// # Errors
-/// The refusal, naming both roles.
-pub fn checked_role(
-    agent: &str,
-    claimed: Option<String>,
-    given: Option<&str>,
-) -> Result<Option<String>, String> {
-    match (claimed, given) {
-        (Some(claimed), Some(given)) if claimed != given => Err(format!(
-            "the config gives agent `{agent}` role `{given}`; it cannot connect as role `{claimed}`"
-        )),
-        (claimed, given) => Ok(claimed.or_else(|| given.map(str::to_owned))),
-    }
 }
 
 /// Agents of one project are often launched together, a subagent's client before its

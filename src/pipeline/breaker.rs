@@ -11,8 +11,7 @@ use guildhall_actors::CallError;
 use guildhall_supervision::SharedBreaker;
 use guildhall_supervision::breaker::{Caller, Ticket, Transition};
 
-use crate::governance::ToolEvent;
-use crate::governance::events::Events;
+use crate::events::{Events, ToolEvent};
 use crate::pipeline::ToolCall;
 use pin_project_lite::pin_project;
 use tower::{Layer, Service};

@@ -100,8 +100,9 @@ async fn concurrent_agents_with_expected_versions_lose_no_update() {
             .register_agent(AgentSpec::new(format!("dev-{i}"), "dev"))
             .await
             .unwrap();
+        let sessions = rt.sessions();
         tasks.push(tokio::spawn(async move {
-            let ctx = agent.context("shared").await.unwrap();
+            let ctx = sessions.open_as("shared", &agent).await.unwrap();
             let mut conflicts = 0;
             let mut done = 0;
             while done < EACH {
@@ -462,7 +463,11 @@ async fn sessions_survive_a_restart_from_snapshot_and_log() {
             .await
             .unwrap();
         rt.register_agent(AgentSpec::new("pm", "pm")).await.unwrap();
-        let ctx = rt.agent("pm").unwrap().context("plan").await.unwrap();
+        let ctx = rt
+            .sessions()
+            .open_as("plan", &rt.agent("pm").unwrap())
+            .await
+            .unwrap();
         for i in 0..10 {
             ctx.update(vec![
                 Change::new(format!("k{}", i % 3), Strategy::Append, json!([i])),
@@ -515,7 +520,11 @@ async fn export_then_import_gives_an_identical_session() {
         )
         .await
         .unwrap();
-    let ctx = rt.agent("tl").unwrap().context("orig").await.unwrap();
+    let ctx = rt
+        .sessions()
+        .open_as("orig", &rt.agent("tl").unwrap())
+        .await
+        .unwrap();
     for i in 0..7 {
         ctx.update(vec![
             Change::new("notes", Strategy::Append, json!(format!("line {i}\n"))),

@@ -28,6 +28,8 @@ mod durability;
 mod governance;
 /// Random and hostile arguments into every tool: no crash, no circuit opened for others.
 mod hostile;
+/// The crate's modules depend on each other in one direction.
+mod layers;
 /// Agents and mailboxes: addressing, ordering, waiting, passivation, crashes, limits.
 mod mailbox;
 /// The MCP server on the wire: both eras over a duplex and over HTTP.

@@ -345,7 +345,7 @@ async fn a_damaged_store_is_refused_or_served_whole_never_served_wrong() {
             .await
             .unwrap();
         }
-        let ctx = a.context("s1").await.unwrap();
+        let ctx = rt.sessions().open_as("s1", &a).await.unwrap();
         for i in 0..150 {
             ctx.replace(&format!("k{}", i % 7), serde_json::json!(i))
                 .await

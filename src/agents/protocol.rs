@@ -1,0 +1,97 @@
+//! What mailbox actors are sent and answer: the requests callers make, the commit outcomes
+//! the store's writer hands back, and the actor's own timers. Kept apart from the actor so
+//! the directory (which holds each mailbox's address) and the post office (which sends to
+//! it) depend on the messages, not on the actor.
+
+use std::sync::Arc;
+
+use tokio::sync::oneshot;
+use uuid::Uuid;
+
+use super::MailError;
+use super::message::{Inbox, InboxQuery, Message};
+use crate::lazy;
+use crate::store::StoreError;
+
+/// What a mailbox does for a caller.
+#[derive(Debug, Clone)]
+pub(crate) enum Op {
+    Deliver(Arc<Message>),
+    /// Lists; with a wait, the caller names the waiter so it can end the wait itself.
+    Check(InboxQuery, u64),
+    /// Returns a message and marks it read.
+    Read(Uuid),
+    /// Returns a message, changing nothing.
+    Get(Uuid),
+    Mark {
+        ids: Vec<Uuid>,
+        ack: bool,
+    },
+}
+
+/// A mailbox's answer.
+#[derive(Debug)]
+pub(crate) enum Reply {
+    Delivered,
+    Inbox(Inbox),
+    Message(Arc<Message>),
+    Marked(usize),
+    Failed(MailError),
+    /// The request never reached a live mailbox; here it is back. (Boxed: it is rare, and
+    /// a smaller answer makes every request's answer channel smaller.)
+    Bounced(Box<Op>),
+}
+
+impl lazy::Bounce for Reply {
+    type Op = Op;
+    fn bounced(op: Op) -> Self {
+        Reply::Bounced(Box::new(op))
+    }
+}
+
+/// A request to a mailbox.
+pub(crate) type Request = lazy::Request<Reply>;
+
+/// A delivery's commit outcome, on its way back to the mailbox, which makes the message
+/// visible and then answers the sender. Dropped on the way (the mailbox died), it answers
+/// the sender itself: the commit happened, and the restarted mailbox loads the message.
+pub(crate) struct Committed {
+    pub(super) id: Uuid,
+    pub(super) result: Result<(), StoreError>,
+    pub(super) reply: Option<oneshot::Sender<Reply>>,
+}
+
+impl Committed {
+    /// Answers the sender with the commit's outcome (once).
+    pub(super) fn answer(&mut self) {
+        if let Some(reply) = self.reply.take() {
+            let _ = reply.send(match &self.result {
+                Ok(()) => Reply::Delivered,
+                Err(err) => Reply::Failed(err.clone().into()),
+            });
+        }
+    }
+}
+
+impl Drop for Committed {
+    fn drop(&mut self) {
+        self.answer();
+    }
+}
+
+/// Messages a mailbox actor handles.
+pub(crate) enum MailboxMsg {
+    Request(Request),
+    /// A delivery's commit finished.
+    Committed(Committed),
+    /// A background write finished.
+    WriteDone,
+    /// The caller of a waiting `check_inbox` ran out of time: answer it now. (The caller
+    /// keeps the timer, so a satisfied wait leaves nothing behind.)
+    WaitExpired(u64),
+    /// Stop if idle (sent by the passivation sweep).
+    Passivate,
+    /// Panic (fault injection for tests).
+    #[cfg(feature = "test-util")]
+    Crash,
+}

@@ -1,0 +1,29 @@
+//! What every mailbox actor of a runtime shares: the store, the limits, the supervisors they
+//! run under, the clock of idleness and the gate that orders large fan-outs with loads.
+
+use std::sync::Arc;
+
+use super::MailboxConfig;
+use crate::lazy::{CoarseClock, Partitions};
+use crate::store::Store;
+
+/// What mailbox actors share.
+pub(crate) struct Shared {
+    pub(crate) store: Arc<dyn Store>,
+    pub(crate) config: MailboxConfig,
+    /// The dynamic supervisors mailboxes live under, keyed by agent id.
+    pub(crate) partitions: Arc<Partitions>,
+    pub(super) clock: CoarseClock,
+    /// Held (shared) by every mailbox while it loads, from its barrier to its publishing;
+    /// held alone by a large fan-out while it sorts recipients into active and inactive and
+    /// submits the inactive ones' writes. So a mailbox either was active then (and is sent
+    /// the message) or loads after those writes (and finds it).
+    pub(crate) fan_out_gate: tokio::sync::RwLock<()>,
+}
+
+impl Shared {
+    /// The clock of idleness (see [`CoarseClock`]).
+    pub(crate) fn clock(&self) -> u64 {
+        self.clock.now()
+    }
+}

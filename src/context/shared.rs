@@ -1,0 +1,16 @@
+//! What every context actor of a runtime shares: the store, the limits, the supervisors they
+//! run under and the clock of idleness.
+
+use std::sync::Arc;
+
+use super::ContextConfig;
+use crate::lazy::{CoarseClock, Partitions};
+use crate::store::Store;
+
+/// What context actors share.
+pub(crate) struct Shared {
+    pub(crate) store: Arc<dyn Store>,
+    pub(crate) config: ContextConfig,
+    pub(crate) partitions: Arc<Partitions>,
+    pub(crate) clock: CoarseClock,
+}
