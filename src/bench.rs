@@ -154,6 +154,9 @@ impl Actor for RawEcho {
 }
 
 /// Calls the bare actor once.
+///
+/// # Cancel safety
+/// Cancel safe: dropping it only stops waiting for the answers.
 pub async fn raw_call(actor: &ActorRef<RawCall>, n: u64) -> u64 {
     match actor.call(|reply| RawCall(n, reply), None).await {
         Ok(ractor::rpc::CallResult::Success(v)) => v,
@@ -276,6 +279,10 @@ pub enum SpawnKind {
 ///
 /// # Panics
 /// If the runtime fails to start.
+///
+/// # Cancel safety
+/// Not cancel safe: dropped part way, the actors it started keep running until the process
+/// ends.
 pub async fn spawn(kind: SpawnKind, count: usize) -> SpawnReport {
     let count = count.max(1);
     let builder = match kind {
@@ -321,6 +328,9 @@ pub trait Stage: Send + Sync {
 ///
 /// # Panics
 /// If the runtime under test fails to start or a baseline call fails.
+///
+/// # Cancel safety
+/// As [`spawn`].
 pub async fn calls(config: CallsConfig, stage: &dyn Stage) -> CallsReport {
     let rt = Runtime::builder()
         .governance(GovernanceConfig::off())

@@ -257,6 +257,7 @@ fn duration<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Duration>, D::Erro
 }
 
 /// A config file that cannot be used.
+#[non_exhaustive]
 #[derive(Debug, thiserror::Error)]
 #[error("{}{}: {reason}", path.display(), line.map(|l| format!(":{l}")).unwrap_or_default())]
 pub struct ConfigError {

@@ -132,7 +132,7 @@ impl Default for GovernanceConfig {
 /// An agent and its session, if any.
 type AgentSession = (Arc<str>, Option<Arc<str>>);
 /// A caller (none: the embedding program) and a tool (its interned name's address).
-type CallerTool = (Option<Arc<str>>, usize);
+type CallerTool = (Option<Arc<str>>, u64);
 
 impl GovernanceConfig {
     /// No governance stage does anything: no rules, no hooks, no loop guard, no audit. Calls
@@ -368,7 +368,7 @@ impl Governance {
         agent: Option<&Arc<str>>,
         session: Option<&Arc<str>>,
         tool: &ToolSpec,
-        tool_id: usize,
+        tool_id: u64,
         args: &mut dyn FnMut() -> Option<Value>,
     ) -> Arc<Verdict> {
         let any_session = self.any_session_approval.load(Ordering::Acquire);

@@ -77,9 +77,13 @@ mod sorted;
 pub mod store;
 pub mod time;
 
-pub use agents::{Agent, AgentSpec, InboxQuery, MailError, MailboxConfig, Outgoing, Priority};
-pub use context::{Context, ContextConfig, ContextError, Sessions};
+pub use agents::{
+    Agent, AgentId, AgentSpec, Inbox, InboxQuery, MailError, MailboxConfig, Message, Outgoing,
+    Priority, Receipt,
+};
+pub use context::{Change, Context, ContextConfig, ContextError, SessionId, Sessions, Strategy};
 pub use error::BuildError;
+pub use events::{EventStream, ToolEvent};
 pub use guildhall_actors::{
     self as actors, Annotations, CallContext, CallError, CallEvent, CallObserver, Concurrency,
     ErrorKind, Progress, RegistrationError, Tool, ToolSpec,
@@ -88,3 +92,11 @@ pub use guildhall_supervision::{self as supervision, BreakerStatus, ChildSnapsho
 pub use options::{CallOptions, ToolOptions};
 pub use registry::ToolHandle;
 pub use runtime::{Runtime, RuntimeBuilder};
+
+// The versions of these the runtime's types derive with: a tool's `Input`/`Output` derives
+// match them by using these paths (`#[serde(crate = "guildhall::serde")]`,
+// `#[schemars(crate = "guildhall::schemars")]`), or the same versions in the embedder's own
+// Cargo.toml.
+pub use schemars;
+pub use serde;
+pub use serde_json;

@@ -27,6 +27,10 @@ pub use handler::{AGENT_HEADER, McpServer, ROLE_HEADER};
 ///
 /// # Errors
 /// The transport's error if the session cannot start or ends abnormally.
+///
+/// # Cancel safety
+/// Dropping the future ends the session: rmcp cancels the service when its handle drops, and
+/// calls in flight lose their caller, which cancels them.
 pub async fn serve_stdio<S: rmcp::ServerHandler>(server: S) -> std::io::Result<()> {
     serve_stream(server, rmcp::transport::stdio_pipes()).await
 }
@@ -35,6 +39,9 @@ pub async fn serve_stdio<S: rmcp::ServerHandler>(server: S) -> std::io::Result<(
 /// client hangs up.
 ///
 /// # Errors
+/// As [`serve_stdio`].
+///
+/// # Cancel safety
 /// As [`serve_stdio`].
 pub async fn serve_stream<S, R, W>(server: S, (read, write): (R, W)) -> std::io::Result<()>
 where

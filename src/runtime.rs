@@ -102,6 +102,12 @@ struct Prepared {
     children: Vec<ChildSpec>,
 }
 
+/// A tool prepared for registration, with its typed handle.
+struct PreparedTool<T: Tool> {
+    prepared: Prepared,
+    handle: ToolHandle<T>,
+}
+
 impl Runtime {
     /// Starts configuring a runtime.
     pub fn builder() -> RuntimeBuilder {
@@ -207,7 +213,8 @@ impl Runtime {
         self.inner.tools.get(name).map(|e| e.value().spec().clone())
     }
 
-    /// Registers and starts a tool with the runtime's default options.
+    /// Registers and starts a tool with the runtime's default options; returns its typed
+    /// handle.
     ///
     /// # Errors
     /// [`BuildError::Registration`] for an invalid or duplicate name; nothing is started.
@@ -215,7 +222,7 @@ impl Runtime {
     /// # Cancel safety
     /// If dropped after the tool's supervisor was asked to start it, the tool may be running
     /// but not registered; await it to completion.
-    pub async fn register<T: Tool>(&self, tool: T) -> Result<(), BuildError> {
+    pub async fn register<T: Tool>(&self, tool: T) -> Result<ToolHandle<T>, BuildError> {
         self.register_with(tool, self.inner.defaults.clone()).await
     }
 
@@ -230,8 +237,9 @@ impl Runtime {
         &self,
         tool: T,
         options: ToolOptions,
-    ) -> Result<(), BuildError> {
-        let prepared = prepare(tool, &options, &self.inner.sweeper, &self.inner.governance)?;
+    ) -> Result<ToolHandle<T>, BuildError> {
+        let PreparedTool { prepared, handle } =
+            prepare(tool, &options, &self.inner.sweeper, &self.inner.governance)?;
         let name = prepared.entry.spec().name.clone();
         match self.inner.tools.entry(name.clone()) {
             dashmap::Entry::Occupied(_) => {
@@ -251,7 +259,7 @@ impl Runtime {
             return Err(err.into());
         }
         self.inner.tool_set.send_modify(|version| *version += 1);
-        Ok(())
+        Ok(handle)
     }
 
     /// The tool set's version: it grows by one with each registration.
@@ -284,6 +292,10 @@ impl Runtime {
     /// # Errors
     /// [`MailError`] for an invalid id or role, an unknown parent, a parent cycle, or a
     /// store failure.
+    ///
+    /// # Cancel safety
+    /// Dropping the future after the record was submitted may leave the agent registered; look
+    /// it up with [`agent`](Self::agent) before registering it again.
     pub async fn register_agent(&self, spec: AgentSpec) -> Result<Agent, MailError> {
         let entry = self.inner.office.register(spec).await?;
         Ok(Agent::new(Arc::clone(&self.inner.office), entry))
@@ -312,6 +324,10 @@ impl Runtime {
     ///
     /// # Errors
     /// [`MailError::UnknownAgent`], or a store failure (the agent then stays registered).
+    ///
+    /// # Cancel safety
+    /// Dropping the future may leave the agent deregistered or not; calling again finishes the
+    /// job or reports the agent unknown.
     pub async fn deregister_agent(&self, id: &str) -> Result<(), MailError> {
         self.inner.office.deregister(id).await
     }
@@ -325,6 +341,10 @@ impl Runtime {
     ///
     /// # Errors
     /// [`MailError::Unavailable`] if one fails to start.
+    ///
+    /// # Cancel safety
+    /// Dropping the future leaves the mailboxes started so far running; they passivate when
+    /// idle.
     pub async fn activate_agents(&self, agents: &[Agent]) -> Result<(), MailError> {
         let entries: Vec<_> = agents.iter().map(Agent::entry).cloned().collect();
         self.inner.office.activate_all(&entries).await
@@ -355,6 +375,9 @@ impl Runtime {
     ///
     /// # Errors
     /// [`SupervisorError::Unavailable`] once the runtime has shut down.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: it only reads.
     pub async fn tree(&self) -> Result<ChildSnapshot, SupervisorError> {
         Ok(ChildSnapshot {
             id: "root".into(),
@@ -413,7 +436,7 @@ impl RuntimeBuilder {
     /// Adds a tool with its own options.
     pub fn tool_with<T: Tool>(mut self, tool: T, options: ToolOptions) -> Self {
         self.pending.push(Box::new(move |sweeper, governance| {
-            prepare(tool, &options, sweeper, governance)
+            prepare(tool, &options, sweeper, governance).map(|p| p.prepared)
         }));
         self
     }
@@ -470,6 +493,10 @@ impl RuntimeBuilder {
     /// # Errors
     /// [`BuildError::Registration`] for the first invalid or duplicate tool (nothing is
     /// started), or [`BuildError::Supervision`] if the tree fails to start.
+    ///
+    /// # Cancel safety
+    /// Not cancel safe: await it to completion. Dropped part way, it may leave the store open
+    /// and actors started with no [`Runtime`] to shut them down.
     pub async fn build(mut self) -> Result<Runtime, BuildError> {
         let store: Arc<dyn Store> = match self.store {
             StoreChoice::Memory => Arc::new(MemoryStore::new()),
@@ -591,7 +618,7 @@ fn prepare<T: Tool>(
     options: &ToolOptions,
     sweeper: &Arc<Sweeper>,
     governance: &Arc<Governance>,
-) -> Result<Prepared, RegistrationError> {
+) -> Result<PreparedTool<T>, RegistrationError> {
     let spec = ToolSpec::of(&tool)?;
     let idempotent = spec.annotations.idempotent_hint;
     let name: Arc<str> = Arc::from(spec.name.as_str());
@@ -625,11 +652,7 @@ fn prepare<T: Tool>(
         idempotent,
         governance.events_sender(),
     );
-    let meta = Arc::new(ToolMeta {
-        name: Arc::clone(&name),
-        spec: spec.clone(),
-        polls: T::polls,
-    });
+    let meta = Arc::new(ToolMeta::new(Arc::clone(&name), spec.clone(), T::polls));
     let typed = Governed::new(
         service.clone(),
         Arc::clone(governance),
@@ -644,14 +667,18 @@ fn prepare<T: Tool>(
                 reason: e.to_string(),
             })
     });
-    Ok(Prepared {
-        entry: Arc::new(ToolEntry {
-            name,
-            spec,
-            handle: ToolHandle::new(typed, options.timeout),
-            json,
-            pool,
-        }),
-        children,
+    let handle = ToolHandle::new(typed, options.timeout);
+    Ok(PreparedTool {
+        prepared: Prepared {
+            entry: Arc::new(ToolEntry {
+                name,
+                spec,
+                handle: handle.clone(),
+                json,
+                pool,
+            }),
+            children,
+        },
+        handle,
     })
 }

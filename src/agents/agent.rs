@@ -71,6 +71,9 @@ impl Agent {
     ///
     /// # Errors
     /// As [`send`](Self::send).
+    ///
+    /// # Cancel safety
+    /// As [`send`](Self::send): dropping the future may leave the reply delivered.
     pub async fn reply(
         &self,
         original: &Arc<Message>,
@@ -105,6 +108,10 @@ impl Agent {
     ///
     /// # Errors
     /// [`MailError::UnknownMessage`] when it is not in this agent's mailbox.
+    ///
+    /// # Cancel safety
+    /// Dropping the future may leave the message marked read without returning it;
+    /// [`check_inbox`](Self::check_inbox) with read messages included finds it again.
     pub async fn read(&self, id: Uuid) -> Result<Arc<Message>, MailError> {
         match self.request(Op::Read(id)).await? {
             Reply::Message(message) => Ok(message),
@@ -117,6 +124,9 @@ impl Agent {
     ///
     /// # Errors
     /// [`MailError::UnknownMessage`] for the first unknown id (nothing changes).
+    ///
+    /// # Cancel safety
+    /// Dropping the future may leave the messages marked.
     pub async fn mark_read(&self, ids: &[Uuid], ack: bool) -> Result<usize, MailError> {
         let op = Op::Mark {
             ids: ids.to_vec(),

@@ -47,6 +47,9 @@ impl Sessions {
     /// # Errors
     /// [`ContextError::InvalidSessionId`], [`ContextError::SessionExists`],
     /// [`ContextError::UnknownAuthor`] for an unregistered creator, or a store failure.
+    ///
+    /// # Cancel safety
+    /// Dropping the future may leave the session created.
     pub async fn create(&self, spec: SessionSpec) -> Result<SessionRecord, ContextError> {
         self.hub.create(spec).await
     }
@@ -60,6 +63,9 @@ impl Sessions {
     ///
     /// # Errors
     /// [`ContextError::UnknownSession`], or its context failing to load.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: it only reads.
     pub async fn get(&self, id: &str) -> Result<SessionInfo, ContextError> {
         let entry = self.hub.sessions.require(id)?;
         let stat = self.hub.stat(&entry).await?;
@@ -76,6 +82,9 @@ impl Sessions {
     ///
     /// # Errors
     /// [`ContextError::UnknownSession`] or a store failure.
+    ///
+    /// # Cancel safety
+    /// Dropping the future may leave the session closed.
     pub async fn close(&self, id: &str) -> Result<SessionRecord, ContextError> {
         Ok((*self.hub.close(id).await?).clone())
     }
@@ -84,6 +93,9 @@ impl Sessions {
     ///
     /// # Errors
     /// [`ContextError::UnknownSession`] or a store failure (the session then stays).
+    ///
+    /// # Cancel safety
+    /// Dropping the future may leave the session deleted.
     pub async fn delete(&self, id: &str) -> Result<(), ContextError> {
         self.hub.delete(id).await
     }
@@ -102,6 +114,9 @@ impl Sessions {
     /// # Errors
     /// [`ContextError::InvalidSessionId`], [`ContextError::UnknownAuthor`], or a store
     /// failure creating it.
+    ///
+    /// # Cancel safety
+    /// Dropping the future may leave the session created.
     pub async fn open(&self, id: &str, author: Option<&str>) -> Result<Context, ContextError> {
         let author = author.map(|a| self.hub.author(a)).transpose()?;
         let entry = self.hub.open_session(id, author.as_ref()).await?;
@@ -112,6 +127,9 @@ impl Sessions {
     ///
     /// # Errors
     /// [`ContextError::InvalidSessionId`], or a store failure creating it.
+    ///
+    /// # Cancel safety
+    /// Dropping the future may leave the session created.
     pub async fn open_as(&self, id: &str, agent: &Agent) -> Result<Context, ContextError> {
         let entry = self.hub.open_session(id, Some(agent.id())).await?;
         Ok(Context::new(
@@ -125,6 +143,9 @@ impl Sessions {
     ///
     /// # Errors
     /// [`ContextError::UnknownSession`], or a store failure.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: it only reads.
     pub async fn export(&self, id: &str, history: bool) -> Result<SessionExport, ContextError> {
         let entry = self.hub.sessions.require(id)?;
         self.hub.export(&entry, history).await
@@ -136,6 +157,9 @@ impl Sessions {
     /// # Errors
     /// [`ContextError::InvalidExport`] naming what is wrong, [`ContextError::SessionExists`],
     /// [`ContextError::TooLarge`], or a store failure. Nothing is stored on error.
+    ///
+    /// # Cancel safety
+    /// Dropping the future may leave the session imported.
     pub async fn import(
         &self,
         export: SessionExport,
@@ -206,6 +230,9 @@ impl Context {
     ///
     /// # Errors
     /// As [`update`](Self::update).
+    ///
+    /// # Cancel safety
+    /// As [`update`](Self::update): dropping the future does not withdraw the change.
     pub async fn replace(&self, key: &str, value: Value) -> Result<Applied, ContextError> {
         self.update(vec![Change::new(key, Strategy::Replace, value)])
             .await
@@ -215,6 +242,9 @@ impl Context {
     ///
     /// # Errors
     /// As [`update`](Self::update).
+    ///
+    /// # Cancel safety
+    /// As [`update`](Self::update): dropping the future does not withdraw the change.
     pub async fn merge(&self, key: &str, patch: Value) -> Result<Applied, ContextError> {
         self.update(vec![Change::new(key, Strategy::Merge, patch)])
             .await
@@ -224,6 +254,9 @@ impl Context {
     ///
     /// # Errors
     /// As [`update`](Self::update).
+    ///
+    /// # Cancel safety
+    /// As [`update`](Self::update): dropping the future does not withdraw the change.
     pub async fn append(&self, key: &str, items: Value) -> Result<Applied, ContextError> {
         self.update(vec![Change::new(key, Strategy::Append, items)])
             .await
@@ -242,6 +275,9 @@ impl Context {
     ///
     /// # Errors
     /// [`ContextError::Unavailable`] or a store failure loading the session.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: it only reads.
     pub async fn read(&self, select: Select, limit: usize) -> Result<ContextView, ContextError> {
         self.hub.read(&self.entry, select, limit).await
     }
@@ -250,6 +286,9 @@ impl Context {
     ///
     /// # Errors
     /// [`ContextError::HistoryPruned`], [`ContextError::FutureVersion`], or a store failure.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: it only reads.
     pub async fn read_as_of(
         &self,
         version: u64,
@@ -265,6 +304,9 @@ impl Context {
     ///
     /// # Errors
     /// A store failure.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: it only reads.
     pub async fn history(&self, query: &HistoryQuery) -> Result<History, ContextError> {
         self.hub.history(&self.entry, query).await
     }
@@ -273,12 +315,19 @@ impl Context {
     ///
     /// # Errors
     /// [`ContextError::Unavailable`] or a store failure loading the session.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: it only reads.
     pub async fn version(&self) -> Result<u64, ContextError> {
         Ok(self.hub.stat(&self.entry).await?.version)
     }
 
     /// Applies the first half of `changes` in the actor's memory, then crashes it: the
     /// restarted actor must hold none of them. Fault injection for tests.
+    ///
+    /// # Cancel safety
+    /// Dropping the future may leave the actor crashed or not; either way nothing of the batch
+    /// is kept.
     #[cfg(feature = "test-util")]
     pub async fn crash_mid_update(&self, changes: Vec<Change>) {
         self.hub

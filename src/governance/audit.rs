@@ -322,6 +322,9 @@ impl AuditLog {
     ///
     /// # Errors
     /// The store's error if a commit failed.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: the audit writer writes the records whether or not anyone waits.
     pub async fn flush(&self) -> Result<(), StoreError> {
         let (tx, rx) = oneshot::channel();
         self.shared

@@ -6,12 +6,11 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use dashmap::DashMap;
-use rustc_hash::FxBuildHasher;
 use serde_json::Value;
 use tokio::time::Instant;
 
-/// Entries kept at most; past it, expired entries are dropped and new ones not kept.
+/// Entries kept at most; past it, the cache evicts the entries least likely to be asked for
+/// again (quick_cache's S3-FIFO), so new results are always kept.
 const CAPACITY: usize = 16_384;
 
 #[derive(Clone, PartialEq, Eq, Hash)]
@@ -21,6 +20,7 @@ struct Key {
     digest: u64,
 }
 
+#[derive(Clone)]
 struct Entry {
     value: Arc<Value>,
     expires: Instant,
@@ -29,9 +29,16 @@ struct Entry {
 }
 
 /// Cached results.
-#[derive(Default)]
 pub struct ResultCache {
-    entries: DashMap<Key, Entry, FxBuildHasher>,
+    entries: quick_cache::sync::Cache<Key, Entry>,
+}
+
+impl Default for ResultCache {
+    fn default() -> Self {
+        Self {
+            entries: quick_cache::sync::Cache::new(CAPACITY),
+        }
+    }
 }
 
 impl ResultCache {
@@ -48,11 +55,10 @@ impl ResultCache {
             session: session.cloned(),
             digest,
         };
-        let fresh = {
-            let entry = self.entries.get(&key)?;
-            (entry.expires > Instant::now() && entry.generation == generation)
-                .then(|| Arc::clone(&entry.value))
-        };
+        let entry = self.entries.get(&key)?;
+        // Time to live is checked here, against tokio's clock (quick_cache has no expiry).
+        let fresh = (entry.expires > Instant::now() && entry.generation == generation)
+            .then_some(entry.value);
         if fresh.is_none() {
             self.entries.remove(&key);
         }
@@ -70,12 +76,6 @@ impl ResultCache {
         value: Arc<Value>,
     ) {
         let now = Instant::now();
-        if self.entries.len() >= CAPACITY {
-            self.entries.retain(|_, e| e.expires > now);
-            if self.entries.len() >= CAPACITY {
-                return;
-            }
-        }
         self.entries.insert(
             Key {
                 tool: Arc::clone(tool),
@@ -130,5 +130,21 @@ mod tests {
         );
         tokio::time::advance(Duration::from_secs(11)).await;
         assert!(cache.get(&t, Some(&s), 1, 7).is_none(), "expired");
+    }
+
+    #[tokio::test]
+    async fn a_full_cache_still_keeps_new_results() {
+        let cache = ResultCache::default();
+        let t: Arc<str> = Arc::from("t");
+        let hour = Duration::from_secs(3600);
+        for digest in 0..(CAPACITY as u64 * 2) {
+            cache.put(&t, None, digest, 0, hour, Arc::new(json!(digest)));
+        }
+        let newest = CAPACITY as u64 * 2;
+        cache.put(&t, None, newest, 0, hour, Arc::new(json!("new")));
+        assert_eq!(
+            cache.get(&t, None, newest, 0).as_deref(),
+            Some(&json!("new"))
+        );
     }
 }

@@ -43,8 +43,8 @@ impl Default for LoopConfig {
 
 #[derive(Clone, Copy)]
 struct Streak {
-    /// The address of the tool's interned name: compared, never followed.
-    tool: usize,
+    /// The tool's [`id`](super::ToolMeta::id).
+    tool: u64,
     digest: u64,
     /// The digest of the last result, for tools judged by their results.
     result: Option<u64>,
@@ -67,14 +67,13 @@ impl LoopGuard {
         }
     }
 
-    /// Counts a call by `agent` to `tool` (the runtime's interned name) with arguments of
+    /// Counts a call by `agent` to the tool `tool_id` ([`ToolMeta::id`](super::ToolMeta::id)) with arguments of
     /// `digest`; returns how many identical calls in a row that makes when it trips the
     /// guard.
-    pub fn count(&self, agent: &Arc<str>, tool: &Arc<str>, digest: u64) -> Option<u32> {
+    pub fn count(&self, agent: &Arc<str>, tool_id: u64, digest: u64) -> Option<u32> {
         if self.config.threshold == 0 {
             return None;
         }
-        let tool_id = tool.as_ptr() as usize;
         let count = match self.streaks.get_mut(&**agent) {
             Some(mut streak) => {
                 if streak.tool == tool_id && streak.digest == digest {
@@ -105,20 +104,19 @@ impl LoopGuard {
         (count >= self.config.threshold).then_some(count)
     }
 
-    /// Counts a finished call by `agent` to the read-only `tool` with arguments of `digest`
+    /// Counts a finished call by `agent` to the read-only tool `tool_id` with arguments of `digest`
     /// whose result has digest `result`: a repeat only when both the arguments and the result
     /// match the agent's last call. Returns the count when it trips the guard.
     pub fn count_read(
         &self,
         agent: &Arc<str>,
-        tool: &Arc<str>,
+        tool_id: u64,
         digest: u64,
         result: u64,
     ) -> Option<u32> {
         if self.config.threshold == 0 {
             return None;
         }
-        let tool_id = tool.as_ptr() as usize;
         let fresh = Streak {
             tool: tool_id,
             digest,
@@ -169,37 +167,37 @@ mod tests {
     fn trips_on_the_third_identical_call_only() {
         let guard = LoopGuard::new(LoopConfig::default());
         let (a, b) = (Arc::<str>::from("a"), Arc::<str>::from("b"));
-        let (t, u) = (Arc::<str>::from("t"), Arc::<str>::from("u"));
-        assert_eq!(guard.count(&a, &t, 1), None);
-        assert_eq!(guard.count(&a, &t, 1), None);
+        let (t, u) = (1, 2);
+        assert_eq!(guard.count(&a, t, 1), None);
+        assert_eq!(guard.count(&a, t, 1), None);
         // Another agent's calls are its own streak.
-        assert_eq!(guard.count(&b, &t, 1), None);
-        assert_eq!(guard.count(&a, &t, 1), Some(3));
-        assert_eq!(guard.count(&a, &t, 1), Some(4));
+        assert_eq!(guard.count(&b, t, 1), None);
+        assert_eq!(guard.count(&a, t, 1), Some(3));
+        assert_eq!(guard.count(&a, t, 1), Some(4));
         // Different arguments, or another tool, start over.
-        assert_eq!(guard.count(&a, &t, 2), None);
-        assert_eq!(guard.count(&a, &u, 2), None);
-        assert_eq!(guard.count(&a, &t, 2), None);
+        assert_eq!(guard.count(&a, t, 2), None);
+        assert_eq!(guard.count(&a, u, 2), None);
+        assert_eq!(guard.count(&a, t, 2), None);
         guard.reset("a");
-        assert_eq!(guard.count(&a, &t, 2), None);
+        assert_eq!(guard.count(&a, t, 2), None);
 
         // Reads count only while their result stays the same.
-        assert_eq!(guard.count_read(&a, &t, 9, 100), None);
-        assert_eq!(guard.count_read(&a, &t, 9, 100), None);
+        assert_eq!(guard.count_read(&a, t, 9, 100), None);
+        assert_eq!(guard.count_read(&a, t, 9, 100), None);
         assert_eq!(
-            guard.count_read(&a, &t, 9, 101),
+            guard.count_read(&a, t, 9, 101),
             None,
             "new result: a new streak"
         );
-        assert_eq!(guard.count_read(&a, &t, 9, 101), None);
-        assert_eq!(guard.count_read(&a, &t, 9, 101), Some(3));
+        assert_eq!(guard.count_read(&a, t, 9, 101), None);
+        assert_eq!(guard.count_read(&a, t, 9, 101), Some(3));
 
         let off = LoopGuard::new(LoopConfig {
             threshold: 0,
             ..LoopConfig::default()
         });
         for _ in 0..5 {
-            assert_eq!(off.count(&a, &t, 1), None);
+            assert_eq!(off.count(&a, t, 1), None);
         }
     }
 }

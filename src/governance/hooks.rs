@@ -217,6 +217,9 @@ impl Hooks {
     }
 
     /// Runs the before-hooks for a call, stopping at the first denial.
+    ///
+    /// # Cancel safety
+    /// Dropping the future kills the hook commands it started (they run with `kill_on_drop`).
     pub async fn before(&self, mut input: HookInput) -> Before {
         let mut out = Before::default();
         let tool = Arc::clone(&input.tool);
@@ -263,6 +266,9 @@ impl Hooks {
     }
 
     /// Runs the after-hooks for a call and returns their notes.
+    ///
+    /// # Cancel safety
+    /// As [`before`](Self::before).
     pub async fn after(&self, input: HookInput) -> Vec<String> {
         let input = Arc::new(input);
         let mut notes = Vec::new();

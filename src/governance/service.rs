@@ -65,12 +65,28 @@ impl Serialize for ToolReply {
 
 /// What governance knows of one tool. Shared by its typed and JSON stacks.
 pub struct ToolMeta<I> {
-    /// The tool's interned name; its address identifies the tool.
+    /// A number no other tool of this process had or will have: what the loop guard and
+    /// the decision cache compare (a name can be registered again after a failure).
+    pub id: u64,
+    /// The tool's interned name.
     pub name: Arc<str>,
     /// Its contract.
     pub spec: ToolSpec,
     /// Whether a call waits or polls by design (exempt from the loop guard).
     pub polls: fn(&I) -> bool,
+}
+
+impl<I> ToolMeta<I> {
+    /// The meta of a tool being registered, with a fresh [`id`](Self::id).
+    pub fn new(name: Arc<str>, spec: ToolSpec, polls: fn(&I) -> bool) -> Self {
+        static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+        Self {
+            id: NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
+            name,
+            spec,
+            polls,
+        }
+    }
 }
 
 /// Turns the pipeline's response into the stack's (identity for typed calls, JSON encoding
@@ -357,18 +373,12 @@ where
     trail.digest = digest(&input);
 
     // Permission: the rules, then the hooks' word (deny wins; a hook's allow skips an ask).
-    let verdict = gov.decide(
-        agent,
-        session,
-        &tool.spec,
-        name.as_ptr() as usize,
-        &mut || {
-            if json.is_none() {
-                json = serde_json::to_value(&input).ok();
-            }
-            json.clone()
-        },
-    );
+    let verdict = gov.decide(agent, session, &tool.spec, tool.id, &mut || {
+        if json.is_none() {
+            json = serde_json::to_value(&input).ok();
+        }
+        json.clone()
+    });
     let (action, why): (Action, Arc<str>) = match hook_decision {
         Some((Action::Deny, why)) => (Action::Deny, Arc::from(why)),
         _ if verdict.action == Action::Deny => (Action::Deny, Arc::clone(&verdict.label)),
@@ -418,7 +428,7 @@ where
     let judged_by_result = tool.spec.annotations.read_only_hint;
     if let Some(agent) = guarded
         && !judged_by_result
-        && let Some(count) = gov.loops.count(agent, name, trail.digest)
+        && let Some(count) = gov.loops.count(agent, tool.id, trail.digest)
     {
         let why = format!(
             "`{name}` was called {count} times in a row by `{agent}` with the same arguments; \
@@ -502,7 +512,7 @@ where
             Ok(out) => digest(out),
             Err(err) => xxhash_rust::xxh3::xxh3_64(err.to_string().as_bytes()),
         };
-        if let Some(count) = gov.loops.count_read(agent, name, trail.digest, answer) {
+        if let Some(count) = gov.loops.count_read(agent, tool.id, trail.digest, answer) {
             let why = format!(
                 "`{name}` was called {count} times in a row by `{agent}` with the same \
                  arguments and gave the same result each time. Wait for something to change \

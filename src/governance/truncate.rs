@@ -64,6 +64,10 @@ impl Spill {
     ///
     /// # Errors
     /// The file could not be written; the caller then returns the whole result.
+    ///
+    /// # Cancel safety
+    /// Dropping the future may leave a partly written spill file; the directory's clean-up
+    /// removes it with the others.
     pub async fn apply(
         &self,
         limits: Limits,

@@ -16,6 +16,7 @@ pub struct ToolFilter {
 }
 
 /// A pattern that is not a valid glob.
+#[non_exhaustive]
 #[derive(Debug, Clone, thiserror::Error)]
 #[error("invalid tool pattern `{pattern}`: {reason}")]
 pub struct FilterError {

@@ -112,6 +112,18 @@ impl McpServer {
         }
     }
 
+    /// What this server offers: tools (and list changes), plus what the fixtures add.
+    fn capabilities(&self) -> ServerCapabilities {
+        #[cfg(feature = "conformance")]
+        if self.shared.fixtures {
+            return fixtures::capabilities();
+        }
+        ServerCapabilities::builder()
+            .enable_tools()
+            .enable_tool_list_changed()
+            .build()
+    }
+
     /// The runtime behind this server.
     pub fn runtime(&self) -> &Runtime {
         &self.shared.runtime
@@ -513,16 +525,7 @@ async fn relay_changes<N, E>(
 
 impl ServerHandler for McpServer {
     fn get_info(&self) -> ServerConfig {
-        #[cfg(feature = "conformance")]
-        let fixture_capabilities = self.shared.fixtures.then(fixtures::capabilities);
-        #[cfg(not(feature = "conformance"))]
-        let fixture_capabilities = None;
-        let capabilities = fixture_capabilities.unwrap_or_else(|| {
-            ServerCapabilities::builder()
-                .enable_tools()
-                .enable_tool_list_changed()
-                .build()
-        });
+        let capabilities = self.capabilities();
         ServerConfig::new(capabilities)
             .with_server_info(Implementation::new("guildhall", env!("CARGO_PKG_VERSION")))
             .with_instructions(

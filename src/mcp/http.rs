@@ -68,6 +68,7 @@ impl Default for HttpOptions {
 }
 
 /// A configuration that would expose the server unsafely.
+#[non_exhaustive]
 #[derive(Debug, thiserror::Error)]
 pub enum HttpError {
     /// A non-loopback address without a token.
@@ -276,6 +277,10 @@ fn rpc_error(status: StatusCode, refusal: &Refusal) -> Response {
 ///
 /// # Errors
 /// The listener's I/O error.
+///
+/// # Cancel safety
+/// Dropping the future stops the listener and closes its connections at once; firing `shutdown`
+/// instead lets requests in flight finish.
 pub async fn serve(
     listener: tokio::net::TcpListener,
     router: axum::Router,

@@ -97,6 +97,7 @@ pub enum Reply {
 pub type RoleTools = BTreeMap<String, ToolFilter>;
 
 /// Why a client could not get through.
+#[non_exhaustive]
 #[derive(Debug, thiserror::Error)]
 pub enum LocalError {
     /// Nothing is listening on the socket.
@@ -135,6 +136,9 @@ pub struct Connected {
 /// # Errors
 /// [`LocalError::NotRunning`] when nothing listens, [`LocalError::Refused`] with the
 /// server's reason, [`LocalError::Io`] if the connection breaks.
+///
+/// # Cancel safety
+/// Cancel safe: dropping it closes the socket.
 pub async fn connect(data_dir: &Path, hello: &Hello) -> Result<Connected, LocalError> {
     let path = socket_path(data_dir);
     let stream = UnixStream::connect(&path)
@@ -179,6 +183,10 @@ pub async fn connect(data_dir: &Path, hello: &Hello) -> Result<Connected, LocalE
 }
 
 /// Accepts local connections for `server` until `shutdown` fires.
+///
+/// # Cancel safety
+/// Dropping the future stops accepting connections; those already accepted run on their own
+/// tasks until their clients leave.
 pub async fn serve(
     listener: UnixListener,
     server: McpServer,
@@ -300,6 +308,10 @@ async fn answer(writer: &mut OwnedWriteHalf, reply: Reply) -> std::io::Result<()
 ///
 /// # Errors
 /// Why the agent cannot be registered, or an invalid `tools` pattern.
+///
+/// # Cancel safety
+/// Dropping the future may leave the agent registered (or its role and parent updated) without
+/// a connection.
 pub async fn bind(
     server: &McpServer,
     roles: &RoleTools,
