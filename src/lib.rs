@@ -66,7 +66,6 @@ pub mod context;
 mod error;
 pub mod events;
 pub mod governance;
-mod lazy;
 pub mod mcp;
 pub mod options;
 pub mod pipeline;

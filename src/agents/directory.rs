@@ -17,8 +17,8 @@ use serde_json::Value;
 use super::MailError;
 use super::ids::{AgentId, check_name, now_ms};
 use super::protocol::MailboxMsg;
-use crate::lazy::Slot;
 use crate::store::{self, Batch, Store, Table, codec};
+use guildhall_supervision::lazy::Slot;
 
 /// A registered agent.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]

@@ -582,7 +582,7 @@ impl MailboxActor {
         {
             return;
         }
-        crate::lazy::passivate(
+        guildhall_supervision::lazy::passivate(
             &self.entry.slot,
             &self.shared.partitions,
             self.entry.id.as_str(),

@@ -12,11 +12,11 @@ use super::ids::{AgentId, new_message_id, now_ms};
 use super::ids::{mailbox_prefix, message_key};
 use super::mailbox::MailboxActor;
 use super::message::{Address, DeliveryState, Message, Outgoing, Receipt, Rejected};
-use super::protocol::{MailboxMsg, Op, Reply, Request};
+use super::protocol::{MailboxMsg, Op, Reply};
 use super::shared::Shared;
 use super::{MailError, MailboxConfig};
-use crate::lazy::{self, CoarseClock, Partitions, RESTART_POLL, StartError, Sweep};
 use crate::store::{self, Batch, Store, StoreError, Table, codec};
+use guildhall_supervision::lazy::{self, CoarseClock, Lazy, Partitions, RequestError, Sweep};
 
 /// The id of the supervisor of all mailboxes, under root.
 pub(crate) const MAILBOXES: &str = "mailboxes";
@@ -29,9 +29,6 @@ pub(crate) const MAX_EXPIRY_SECS: u64 = 10 * 365 * 86_400;
 /// Fan-outs to more recipients than this skip starting the inactive recipients' mailboxes
 /// ([`PostOffice::fan_out`]); smaller ones deliver to each mailbox, capacity checked.
 const DIRECT_FAN_OUT: usize = 64;
-
-/// How long a request waits for a mailbox to (re)start before giving up.
-const ACTIVATION_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// The agents, their mailboxes, and the sweep that passivates idle ones.
 pub(crate) struct PostOffice {
@@ -420,114 +417,66 @@ impl PostOffice {
     pub(crate) async fn request_waiting(
         &self,
         entry: &Arc<AgentEntry>,
-        mut op: Op,
+        op: Op,
         wait: Option<(Duration, u64)>,
     ) -> Result<Reply, MailError> {
-        // The clock is read only when something goes wrong: the common path needs no deadline.
-        let mut deadline = None;
-        let mut deadline = move || {
-            *deadline.get_or_insert_with(|| tokio::time::Instant::now() + ACTIVATION_TIMEOUT)
-        };
         let wait = wait.map(|(after, waiter)| (tokio::time::Instant::now() + after, waiter));
-        loop {
-            if entry.slot.is_retired() {
-                return Err(MailError::UnknownAgent {
-                    id: entry.id.to_string(),
-                });
-            }
-            let (tx, mut rx) = oneshot::channel();
-            let retry = op.clone();
-            // A failed cast drops the request, which bounces into `rx`.
-            let request = MailboxMsg::Request(Request::new(op, tx));
-            let Some(mailbox) = entry.slot.with_actor(|m| {
-                let _ = m.cast(request);
-                m.get_id()
-            }) else {
-                op = retry;
-                self.activate(entry, deadline()).await?;
-                continue;
+        let receive = |rx: oneshot::Receiver<Reply>, mailbox: ractor::ActorId| async move {
+            let Some((until, waiter)) = wait else {
+                return rx.await;
             };
-            let answer = match wait {
-                None => rx.await,
-                Some((until, waiter)) => {
-                    tokio::select! {
-                        biased;
-                        answer = &mut rx => answer,
-                        () = tokio::time::sleep_until(until) => {
-                            // Another actor in the slot means this one died, and the
-                            // request with it: `rx` then ends without this.
-                            entry.slot.with_actor(|m| {
-                                if m.get_id() == mailbox {
-                                    let _ = m.cast(MailboxMsg::WaitExpired(waiter));
-                                }
-                            });
-                            rx.await
+            tokio::pin!(rx);
+            tokio::select! {
+                biased;
+                answer = &mut rx => answer,
+                () = tokio::time::sleep_until(until) => {
+                    // Another actor in the slot means this one died, and the request with
+                    // it: `rx` then ends without this.
+                    entry.slot.with_actor(|m| {
+                        if m.get_id() == mailbox {
+                            let _ = m.cast(MailboxMsg::WaitExpired(waiter));
                         }
-                    }
+                    });
+                    rx.await
                 }
-            };
-            op = match answer {
-                Ok(Reply::Bounced(back)) => *back,
-                Ok(reply) => return Ok(reply),
-                // Dropped mid-handling by a crash, before anything was stored.
-                Err(_) => retry,
-            };
-            // Asked again, a check waits only for what is left of its wait.
-            if let (Op::Check(query, _), Some((until, _))) = (&mut op, wait) {
+            }
+        };
+        // Asked again, a check waits only for what is left of its wait.
+        let again = |op: &mut Op| {
+            if let (Op::Check(query, _), Some((until, _))) = (op, wait) {
                 let left = until.saturating_duration_since(tokio::time::Instant::now());
                 query.wait = (!left.is_zero()).then_some(left);
             }
-            let changed = entry.slot.changed.notified();
-            tokio::pin!(changed);
-            changed.as_mut().enable();
-            if entry.slot.with_actor(|m| m.get_id()) == Some(mailbox) {
-                // Dead but still published: its supervisor is restarting it, or it was
-                // stopped without a chance to clear its slot.
-                let wait = RESTART_POLL
-                    .min(deadline().saturating_duration_since(tokio::time::Instant::now()));
-                if tokio::time::timeout(wait, changed).await.is_err() {
-                    self.activate(entry, deadline()).await?;
-                }
-            }
-            if tokio::time::Instant::now() >= deadline() {
-                return Err(MailError::Unavailable {
-                    agent: entry.id.to_string(),
-                    reason: format!("it did not start within {ACTIVATION_TIMEOUT:?}"),
-                });
-            }
-        }
+        };
+        self.lazy(entry)
+            .request(op, MailboxMsg::Request, receive, again)
+            .await
+            .map_err(|err| lazy_error(entry, err))
     }
 
-    /// Asks the supervisor to start `entry`'s mailbox. One already there (starting, or
-    /// waiting for its restart) is fine: the caller looks again.
+    /// Starts `entry`'s mailbox unless `deadline` has passed; one already there is fine.
     async fn activate(
         &self,
         entry: &Arc<AgentEntry>,
         deadline: tokio::time::Instant,
     ) -> Result<(), MailError> {
-        let unavailable = |reason: String| MailError::Unavailable {
-            agent: entry.id.to_string(),
-            reason,
-        };
-        if tokio::time::Instant::now() >= deadline {
-            return Err(unavailable(format!(
-                "it did not start within {ACTIVATION_TIMEOUT:?}"
-            )));
+        self.lazy(entry)
+            .activate(deadline)
+            .await
+            .map_err(|err| lazy_error(entry, err))
+    }
+
+    /// `entry`'s mailbox as a lazily started actor.
+    fn lazy<'a>(
+        &'a self,
+        entry: &'a Arc<AgentEntry>,
+    ) -> Lazy<'a, MailboxMsg, impl Fn() -> ChildSpec + 'a> {
+        Lazy {
+            slot: &entry.slot,
+            partitions: &self.shared.partitions,
+            key: entry.id.as_str(),
+            spec: move || self.child_spec(entry),
         }
-        let spec = self.child_spec(entry);
-        lazy::start(
-            &entry.slot,
-            &self.shared.partitions,
-            entry.id.as_str(),
-            spec,
-        )
-        .await
-        .map_err(|err| match err {
-            StartError::Retired => MailError::UnknownAgent {
-                id: entry.id.to_string(),
-            },
-            StartError::Failed(reason) => unavailable(reason),
-        })
     }
 
     fn child_spec(&self, entry: &Arc<AgentEntry>) -> ChildSpec {
@@ -544,7 +493,7 @@ impl PostOffice {
         // Requests are pipelined into the supervisor's queue, a chunk at a time.
         for chunk in entries.chunks(256) {
             let starts = chunk.iter().filter(|e| e.mailbox().is_none()).map(|entry| {
-                let deadline = tokio::time::Instant::now() + ACTIVATION_TIMEOUT;
+                let deadline = tokio::time::Instant::now() + lazy::ACTIVATION_TIMEOUT;
                 self.activate(entry, deadline)
             });
             for started in futures::future::join_all(starts).await {
@@ -561,6 +510,20 @@ impl PostOffice {
             .iter()
             .filter(|e| e.mailbox().is_some())
             .count()
+    }
+}
+
+/// The mail error for a lazily started mailbox that gave no answer.
+fn lazy_error(entry: &AgentEntry, err: RequestError) -> MailError {
+    match err {
+        RequestError::Unavailable(reason) => MailError::Unavailable {
+            agent: entry.id.to_string(),
+            reason,
+        },
+        // A deleted agent, or a future kind of failure: the agent is not there to answer.
+        _ => MailError::UnknownAgent {
+            id: entry.id.to_string(),
+        },
     }
 }
 

@@ -10,8 +10,8 @@ use uuid::Uuid;
 
 use super::MailError;
 use super::message::{Inbox, InboxQuery, Message};
-use crate::lazy;
 use crate::store::StoreError;
+use guildhall_supervision::lazy;
 
 /// What a mailbox does for a caller.
 #[derive(Debug, Clone)]
@@ -46,6 +46,13 @@ impl lazy::Bounce for Reply {
     type Op = Op;
     fn bounced(op: Op) -> Self {
         Reply::Bounced(Box::new(op))
+    }
+
+    fn into_bounced(self) -> Result<Op, Self> {
+        match self {
+            Reply::Bounced(op) => Ok(*op),
+            other => Err(other),
+        }
     }
 }
 

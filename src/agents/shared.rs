@@ -4,8 +4,8 @@
 use std::sync::Arc;
 
 use super::MailboxConfig;
-use crate::lazy::{CoarseClock, Partitions};
 use crate::store::Store;
+use guildhall_supervision::lazy::{CoarseClock, Partitions};
 
 /// What mailbox actors share.
 pub(crate) struct Shared {

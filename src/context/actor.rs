@@ -30,8 +30,8 @@ use super::query;
 use super::session::SessionEntry;
 use super::shared::Shared;
 use crate::agents::{AgentId, now_ms};
-use crate::lazy;
 use crate::store::{self, Batch, StoreError, Table, codec};
+use guildhall_supervision::lazy;
 
 /// One session's context.
 pub(crate) struct ContextActor {

@@ -3,29 +3,24 @@
 //! export and import).
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use guildhall_supervision::ChildSpec;
-use tokio::sync::oneshot;
 
 use super::actor::ContextActor;
 use super::export::{EXPORT_FORMAT, SessionExport};
 use super::log::{self, History, HistoryQuery, RestoreError};
 use super::model::{Applied, Change, ContextLimits, SessionContext};
-use super::protocol::{ContextMsg, Op, Reply, Request, Stat};
+use super::protocol::{ContextMsg, Op, Reply, Stat};
 use super::query::{self, ContextView, Select};
 use super::session::{SessionDirectory, SessionEntry, SessionId, SessionRecord, SessionSpec};
 use super::shared::Shared;
 use super::{ContextConfig, ContextError};
 use crate::agents::{AgentId, PostOffice, now_ms};
-use crate::lazy::{self, CoarseClock, Partitions, RESTART_POLL, StartError, Sweep};
 use crate::store::{self, Batch, Store, Table, codec};
+use guildhall_supervision::lazy::{self, CoarseClock, Lazy, Partitions, RequestError, Sweep};
 
 /// The id of the supervisor of all context actors, under root.
 pub(crate) const CONTEXTS: &str = "contexts";
-
-/// How long a request waits for a context actor to (re)start before giving up.
-const ACTIVATION_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// The sessions and their context actors.
 pub(crate) struct ContextHub {
@@ -449,8 +444,8 @@ impl ContextHub {
     #[cfg(feature = "test-util")]
     pub(crate) async fn crash_mid_update(&self, entry: &Arc<SessionEntry>, changes: Arc<[Change]>) {
         if let Some(actor) = entry.slot.actor() {
-            let (tx, rx) = oneshot::channel();
-            let _ = actor.cast(ContextMsg::Request(Request::new(
+            let (tx, rx) = tokio::sync::oneshot::channel();
+            let _ = actor.cast(ContextMsg::Request(super::protocol::Request::new(
                 Op::CrashMidUpdate(changes),
                 tx,
             )));
@@ -460,71 +455,25 @@ impl ContextHub {
 
     /// Runs `op` in `entry`'s context actor, starting or waiting for the actor as needed,
     /// and re-sending the request if the actor died before answering.
-    async fn request(&self, entry: &Arc<SessionEntry>, mut op: Op) -> Result<Reply, ContextError> {
-        // The clock is read only once something goes wrong: the common path needs no deadline.
-        let mut deadline = None;
-        let now = tokio::time::Instant::now;
-        loop {
-            if entry.slot.is_retired() {
-                return Err(ContextError::UnknownSession {
-                    id: entry.id.to_string(),
-                });
-            }
-            if deadline.is_some_and(|d| now() >= d) {
-                return Err(ContextError::Unavailable {
+    async fn request(&self, entry: &Arc<SessionEntry>, op: Op) -> Result<Reply, ContextError> {
+        let lazy = Lazy {
+            slot: &entry.slot,
+            partitions: &self.shared.partitions,
+            key: entry.id.as_str(),
+            spec: || self.child_spec(entry),
+        };
+        lazy.request(op, ContextMsg::Request, |rx, _| rx, |_| {})
+            .await
+            .map_err(|err| match err {
+                RequestError::Unavailable(reason) => ContextError::Unavailable {
                     session: entry.id.to_string(),
-                    reason: format!("its context did not start within {ACTIVATION_TIMEOUT:?}"),
-                });
-            }
-            let Some(actor) = entry.slot.actor() else {
-                deadline.get_or_insert_with(|| now() + ACTIVATION_TIMEOUT);
-                self.activate(entry).await?;
-                continue;
-            };
-            let (tx, rx) = oneshot::channel();
-            let retry = op.clone();
-            // A failed cast drops the request, which bounces into `rx`.
-            let _ = actor.cast(ContextMsg::Request(Request::new(op, tx)));
-            op = match rx.await {
-                Ok(Reply::Bounced(back)) => back,
-                Ok(reply) => return Ok(reply),
-                // Dropped by a crash before anything of it was submitted.
-                Err(_) => retry,
-            };
-            deadline.get_or_insert_with(|| now() + ACTIVATION_TIMEOUT);
-            let changed = entry.slot.changed.notified();
-            tokio::pin!(changed);
-            changed.as_mut().enable();
-            if entry
-                .slot
-                .actor()
-                .is_some_and(|a| a.get_id() == actor.get_id())
-            {
-                // Dead but still published: its supervisor is restarting it.
-                if tokio::time::timeout(RESTART_POLL, changed).await.is_err() {
-                    self.activate(entry).await?;
-                }
-            }
-        }
-    }
-
-    async fn activate(&self, entry: &Arc<SessionEntry>) -> Result<(), ContextError> {
-        lazy::start(
-            &entry.slot,
-            &self.shared.partitions,
-            entry.id.as_str(),
-            self.child_spec(entry),
-        )
-        .await
-        .map_err(|err| match err {
-            StartError::Retired => ContextError::UnknownSession {
-                id: entry.id.to_string(),
-            },
-            StartError::Failed(reason) => ContextError::Unavailable {
-                session: entry.id.to_string(),
-                reason,
-            },
-        })
+                    reason: format!("its context: {reason}"),
+                },
+                // A deleted session, or a future kind of failure: it is not there to answer.
+                _ => ContextError::UnknownSession {
+                    id: entry.id.to_string(),
+                },
+            })
     }
 
     fn child_spec(&self, entry: &Arc<SessionEntry>) -> ChildSpec {

@@ -8,8 +8,8 @@ use super::ContextError;
 use super::model::{Applied, Change, Entry};
 use super::query::{ContextView, Select};
 use crate::agents::AgentId;
-use crate::lazy::{self, Bounce};
 use crate::store::StoreError;
+use guildhall_supervision::lazy::{self, Bounce};
 
 /// What a context actor does for a caller.
 #[derive(Debug, Clone)]
@@ -59,6 +59,13 @@ impl Bounce for Reply {
     type Op = Op;
     fn bounced(op: Op) -> Self {
         Reply::Bounced(op)
+    }
+
+    fn into_bounced(self) -> Result<Op, Self> {
+        match self {
+            Reply::Bounced(op) => Ok(op),
+            other => Err(other),
+        }
     }
 }
 

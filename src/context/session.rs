@@ -11,8 +11,8 @@ use serde_json::Value;
 use super::ContextError;
 use super::protocol::ContextMsg;
 use crate::agents::AgentId;
-use crate::lazy::Slot;
 use crate::store::{self, Batch, Store, Table, codec};
+use guildhall_supervision::lazy::Slot;
 
 /// A session's id: 1 to 64 characters from `A-Z a-z 0-9 _ - . @`. Cheap to clone.
 #[derive(

@@ -4,8 +4,8 @@
 use std::sync::Arc;
 
 use super::ContextConfig;
-use crate::lazy::{CoarseClock, Partitions};
 use crate::store::Store;
+use guildhall_supervision::lazy::{CoarseClock, Partitions};
 
 /// What context actors share.
 pub(crate) struct Shared {

@@ -12,6 +12,8 @@
 //! - [`intensity`]: the restart-intensity window (max restarts within a period).
 //! - [`backoff`]: exponential backoff with jitter between restarts.
 //! - [`breaker`]: a circuit breaker with Akka semantics.
+//! - [`lazy`]: actors started on first use and stopped when idle, under partitioned
+//!   dynamic supervisors, with requests re-sent when their actor dies.
 //! - [`snapshot`]: a point-in-time view of a supervision tree.
 //!
 //! Policy code (`intensity`, `backoff`, `breaker`) takes `now` as an argument and never reads
@@ -22,6 +24,7 @@ pub mod breaker;
 pub mod dynamic;
 mod error;
 pub mod intensity;
+pub mod lazy;
 pub mod snapshot;
 pub mod spec;
 pub mod supervisor;

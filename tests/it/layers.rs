@@ -14,7 +14,6 @@ const ORDER: &[&str] = &[
     "sorted",
     "private_fs",
     "events",
-    "lazy",
     // The domains, each on the ones before it.
     "store",
     "agents",
