@@ -10,9 +10,10 @@
 //! | [`LimitLayer`] | innermost, bounding attempts in flight per tool so a flood of calls queues here instead of in the actor's mailbox; calls that wait by design (`Tool::polls`) take no permit, so waiting callers never lock others out |
 //! | [`Dispatch`] | the service itself: sends the call to the least busy actor of the tool and awaits its one reply |
 //!
-//! Governance ([`crate::governance::Governed`]: audit, rate limits, hooks, permission, the
-//! loop guard, caching, truncation) wraps this stack from outside the breaker, so a denied
-//! call never touches a tool's health and the audit sees every outcome.
+//! Governance (the layer above: audit, rate limits, hooks, permission, the loop guard,
+//! caching, truncation) wraps this stack from outside the breaker, so a denied call never
+//! touches a tool's health and the audit sees every outcome. This module never names it:
+//! dependencies point down.
 
 mod breaker;
 mod deadline;
