@@ -7,7 +7,7 @@
 // An example talks to its reader on stdout.
 #![allow(clippy::print_stdout)]
 
-use guildhall::{Annotations, CallContext, CallError, CallOptions, Runtime, Tool};
+use guildhall::{AgentSpec, Annotations, CallContext, CallError, CallOptions, Runtime, Tool};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::json;
@@ -119,12 +119,13 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         .await?;
     println!("typed write  -> {} notes", note.notes);
 
-    // A JSON call, as a protocol front end makes it; the state is still there.
+    // A JSON call as an agent, as a protocol front end makes it; the state is still there.
+    let tl = runtime.register_agent(AgentSpec::new("tl", "tl")).await?;
     let read = runtime
         .call_json(
             "notebook",
             json!({"op": "read", "key": "plan"}),
-            CallOptions::new().agent("tl"),
+            CallOptions::new().as_agent(&tl),
         )
         .await?;
     println!("json read    -> {read}");

@@ -17,7 +17,6 @@ pub use mcp::{McpBenchConfig, McpReport};
 
 use std::future::Future;
 use std::hint::black_box;
-use std::sync::Arc;
 use std::time::Duration;
 
 use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
@@ -348,13 +347,12 @@ pub async fn calls(config: CallsConfig, stage: &dyn Stage) -> CallsReport {
         .build()
         .await
         .expect("governed bench runtime starts");
-    let agent: Arc<str> = Arc::from("bench-1");
-    governed_rt
+    let agent = governed_rt
         .register_agent(crate::AgentSpec::new("bench-1", "bench"))
         .await
         .expect("bench agent registers");
     let governed = governed_rt.handle::<Noop>("noop").expect("noop registered");
-    let as_agent = || CallOptions::new().agent(Arc::clone(&agent));
+    let as_agent = || CallOptions::new().as_agent(&agent);
     let mut n = 0u64;
     let (raw, _) = Actor::spawn(None, RawEcho, ())
         .await

@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use guildhall_actors::CallObserver;
 
+use crate::agents::Agent;
 use crate::governance::Asker;
 pub use crate::pipeline::ToolOptions;
 
@@ -24,8 +25,17 @@ impl CallOptions {
         Self::default()
     }
 
-    /// The calling agent's id.
-    pub fn agent(mut self, agent: impl Into<Arc<str>>) -> Self {
+    /// Calls as `agent`: the call's sender, permissions and mailbox are that agent's. An
+    /// agent is named by its handle, never by a free string, so a call can only be made as
+    /// an agent the runtime registered ([`Runtime::agent`](crate::Runtime::agent) looks one
+    /// up by id).
+    pub fn as_agent(mut self, agent: &Agent) -> Self {
+        self.agent = Some(agent.id().shared());
+        self
+    }
+
+    /// The calling agent by id, for the protocol front ends that authenticated it.
+    pub(crate) fn agent_id(mut self, agent: impl Into<Arc<str>>) -> Self {
         self.agent = Some(agent.into());
         self
     }

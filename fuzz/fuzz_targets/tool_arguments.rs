@@ -5,7 +5,7 @@
 use std::sync::OnceLock;
 use std::time::Duration;
 
-use guildhall::{AgentSpec, CallOptions, ErrorKind, MailboxConfig, Runtime};
+use guildhall::{Agent, AgentSpec, CallOptions, ErrorKind, MailboxConfig, Runtime};
 use libfuzzer_sys::fuzz_target;
 use serde_json::Value;
 
@@ -13,6 +13,8 @@ struct Fixture {
     tokio: tokio::runtime::Runtime,
     runtime: Runtime,
     tools: Vec<String>,
+    /// The agent every fuzzed call is made as.
+    fuzz: Agent,
 }
 
 fn fixture() -> &'static Fixture {
@@ -40,10 +42,12 @@ fn fixture() -> &'static Fixture {
             rt
         });
         let tools = runtime.tools().into_iter().map(|t| t.name).collect();
+        let fuzz = runtime.agent("fuzz").expect("registered above");
         Fixture {
             tokio,
             runtime,
             tools,
+            fuzz,
         }
     })
 }
@@ -59,7 +63,7 @@ fuzz_target!(|data: &[u8]| {
     let outcome = f.tokio.block_on(f.runtime.call_json(
         tool,
         args.clone(),
-        CallOptions::new().agent("fuzz"),
+        CallOptions::new().as_agent(&f.fuzz),
     ));
     if let Err(err) = outcome {
         assert_ne!(err.kind(), ErrorKind::Crashed, "{tool} {args}: {err}");

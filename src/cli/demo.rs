@@ -92,10 +92,7 @@ pub(crate) async fn run(
     let mut out = std::io::stdout().lock();
     let call = |args: serde_json::Value| {
         let rt = rt.clone();
-        async move {
-            rt.call_json("tally", args, CallOptions::new().agent("demo"))
-                .await
-        }
+        async move { rt.call_json("tally", args, CallOptions::new()).await }
     };
 
     writeln!(
@@ -156,9 +153,12 @@ async fn mail(
     let pm = rt
         .register_agent(AgentSpec::new("demo-pm", "pm").parent("demo-tl"))
         .await?;
-    let as_agent = |id: &str| CallOptions::new().agent(id);
+    let as_agent = |id: &str| {
+        rt.agent(id)
+            .map(|agent| CallOptions::new().as_agent(&agent))
+    };
     let earlier = rt
-        .call_json("check_inbox", json!({}), as_agent("demo-pm"))
+        .call_json("check_inbox", json!({}), as_agent("demo-pm")?)
         .await?;
     writeln!(
         out,
@@ -169,13 +169,13 @@ async fn mail(
         .call_json(
             "send_message",
             json!({"to": "role:pm", "subject": "plan the sprint", "body": "Split it into tasks.", "priority": "high"}),
-            as_agent("demo-tl"),
+            as_agent("demo-tl")?,
         )
         .await?;
     writeln!(out, "demo-tl -> role:pm  {sent}")?;
     pm.crash_mailbox();
     let inbox = rt
-        .call_json("check_inbox", json!({"full": true}), as_agent("demo-pm"))
+        .call_json("check_inbox", json!({"full": true}), as_agent("demo-pm")?)
         .await?;
     writeln!(
         out,
@@ -190,18 +190,18 @@ async fn mail(
         .call_json(
             "send_message",
             json!({"reply_to": sent["id"], "body": "Three tasks, starting now."}),
-            as_agent("demo-pm"),
+            as_agent("demo-pm")?,
         )
         .await?;
     writeln!(out, "demo-pm -> reply     {reply}")?;
     rt.call_json(
         "mark_read",
         json!({"ids": ids, "ack": true}),
-        as_agent("demo-pm"),
+        as_agent("demo-pm")?,
     )
     .await?;
     let tl_inbox = rt
-        .call_json("check_inbox", json!({"full": true}), as_agent("demo-tl"))
+        .call_json("check_inbox", json!({"full": true}), as_agent("demo-tl")?)
         .await?;
     if let Some(first) = tl_inbox["messages"].get(0) {
         writeln!(
@@ -212,7 +212,7 @@ async fn mail(
         rt.call_json(
             "read_message",
             json!({"id": first["id"]}),
-            as_agent("demo-tl"),
+            as_agent("demo-tl")?,
         )
         .await?;
     }
@@ -223,7 +223,10 @@ async fn mail(
 /// conflicting one refused whole, and the history (which grows with every run of the demo).
 async fn context(rt: &Runtime, out: &mut impl Write) -> Result<(), Box<dyn std::error::Error>> {
     writeln!(out, "\nshared context (session demo-sprint):")?;
-    let as_agent = |id: &str| CallOptions::new().agent(id);
+    let as_agent = |id: &str| {
+        rt.agent(id)
+            .map(|agent| CallOptions::new().as_agent(&agent))
+    };
     let now = rt
         .call_json(
             "context_get",
@@ -243,7 +246,7 @@ async fn context(rt: &Runtime, out: &mut impl Write) -> Result<(), Box<dyn std::
                 {"key": "plan", "strategy": "merge", "value": {"goal": "ship", "tasks": 3}, "expected_version": version},
                 {"key": "log", "strategy": "append", "value": "demo-tl planned\n"}
             ]}),
-            as_agent("demo-tl"),
+            as_agent("demo-tl")?,
         )
         .await?;
     writeln!(out, "demo-tl merges plan  {applied}")?;
@@ -254,7 +257,7 @@ async fn context(rt: &Runtime, out: &mut impl Write) -> Result<(), Box<dyn std::
                 {"key": "log", "strategy": "append", "value": "demo-pm took a task\n"},
                 {"key": "plan", "strategy": "merge", "value": {"tasks": 2}, "expected_version": version}
             ]}),
-            as_agent("demo-pm"),
+            as_agent("demo-pm")?,
         )
         .await;
     writeln!(out, "demo-pm, stale read  -> {}", show(stale))?;

@@ -263,7 +263,7 @@ impl McpServer {
                 return fixtures::call(request, cx).await;
             }
         }
-        let mut options = CallOptions::new().agent(self.caller(&cx).await?);
+        let mut options = CallOptions::new().agent_id(self.caller(&cx).await?);
         if let Some(token) = cx.meta.get_progress_token() {
             options = options.observer(ProgressRelay::start(token, cx.peer.clone()));
         }

@@ -275,7 +275,7 @@ async fn handle(stream: UnixStream, server: McpServer, roles: &RoleTools) -> std
                 if let Err(reason) = prove(&server, &agent, token.as_deref()) {
                     return answer(&mut writer, Reply::Error(reason)).await;
                 }
-                options = options.agent(agent);
+                options = options.agent_id(agent);
             }
             let reply = match server.runtime().call_json(&tool, arguments, options).await {
                 Ok(value) => Reply::Ok(value),

@@ -2,10 +2,10 @@ use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use guildhall::supervision::{Backoff, BreakerConfig};
-use guildhall::{BreakerStatus, CallError, CallOptions, ErrorKind, Runtime, ToolOptions};
+use guildhall::{AgentSpec, BreakerStatus, CallError, ErrorKind, Runtime, ToolOptions};
 use serde_json::json;
 
-use crate::support::{Act, Chaos, input, one_chaos};
+use crate::support::{Act, Chaos, as_agent, input, one_chaos};
 
 const S: Duration = Duration::from_secs(1);
 
@@ -109,7 +109,10 @@ async fn timeouts_count_as_failures() {
 #[tokio::test(start_paused = true)]
 async fn one_agents_crashes_open_only_its_own_circuit() {
     let (rt, h, _) = one_chaos("chaos", options()).await;
-    let as_agent = |a: &str| CallOptions::new().agent(a);
+    for id in ["mallory", "alice", "bob"] {
+        rt.register_agent(AgentSpec::new(id, "dev")).await.unwrap();
+    }
+    let as_agent = |a: &str| as_agent(&rt, a);
     // Each call differs (its id), so the loop guard has nothing to say.
     let panic = |id: u64| json!({"act": "panic", "id": id});
     for id in 0..3 {

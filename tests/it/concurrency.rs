@@ -7,6 +7,8 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use tokio::sync::Notify;
 
+use crate::support::as_agent;
+
 /// Holds each call until released, tracking how many run at once.
 struct Gate {
     actors: usize,
@@ -137,7 +139,7 @@ async fn two_thousand_waiting_inbox_checks_do_not_hold_up_another_agents_check()
                 rt.call_json(
                     "check_inbox",
                     serde_json::json!({"wait_secs": 30}),
-                    guildhall::CallOptions::new().agent(format!("a-{i}")),
+                    as_agent(&rt, format!("a-{i}")),
                 )
                 .await
             })
@@ -152,7 +154,7 @@ async fn two_thousand_waiting_inbox_checks_do_not_hold_up_another_agents_check()
         .call_json(
             "check_inbox",
             serde_json::json!({}),
-            guildhall::CallOptions::new().agent("a-2000"),
+            as_agent(&rt, "a-2000"),
         )
         .await
         .expect("answered");
@@ -188,7 +190,7 @@ async fn a_mailbox_admits_a_bounded_number_of_waiting_checks() {
             rt.call_json(
                 "check_inbox",
                 serde_json::json!({ "wait_secs": wait }),
-                guildhall::CallOptions::new().agent("a"),
+                as_agent(&rt, "a"),
             )
             .await
         }

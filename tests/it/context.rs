@@ -7,7 +7,7 @@ use guildhall::store::Table;
 use guildhall::{AgentSpec, CallOptions, ErrorKind, Runtime};
 use serde_json::{Value, json};
 
-use crate::support::eventually;
+use crate::support::{as_agent, eventually};
 
 async fn runtime(config: ContextConfig) -> Runtime {
     Runtime::builder()
@@ -585,7 +585,7 @@ async fn context_tools_act_for_the_calling_agent() {
     rt.register_agent(AgentSpec::new("pm-1", "pm"))
         .await
         .unwrap();
-    let as_pm = CallOptions::new().agent("pm-1");
+    let as_pm = as_agent(&rt, "pm-1");
     let out = rt
         .call_json(
             "context_update",
@@ -663,11 +663,17 @@ async fn context_tools_act_for_the_calling_agent() {
         .await
         .unwrap_err();
     assert_eq!(err.kind(), ErrorKind::InvalidArguments);
+    // A handle kept past its agent's removal names nobody any more.
+    let ghost = rt
+        .register_agent(AgentSpec::new("ghost", "dev"))
+        .await
+        .unwrap();
+    rt.deregister_agent("ghost").await.unwrap();
     let err = rt
         .call_json(
             "context_update",
             json!({"session": "sprint", "changes": [{"key": "k", "strategy": "replace", "value": 1}]}),
-            CallOptions::new().agent("ghost"),
+            CallOptions::new().as_agent(&ghost),
         )
         .await
         .unwrap_err();

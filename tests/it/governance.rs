@@ -19,7 +19,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
-use crate::support::{Act, Chaos, ChaosInput, input};
+use crate::support::{Act, Chaos, ChaosInput, as_agent, input};
 
 /// Echoes the command it is given (runs nothing): a stand-in for a shell tool.
 struct Shell(&'static str);
@@ -137,10 +137,6 @@ fn rule(tool: &str, action: Action) -> Rule {
     Rule::new(tool, action).unwrap()
 }
 
-fn as_agent(agent: &str) -> CallOptions {
-    CallOptions::new().agent(agent)
-}
-
 fn shell(command: &str) -> Value {
     json!({ "command": command })
 }
@@ -232,12 +228,15 @@ async fn rules_by_scope_decide_calls() {
     let rt = runtime(config, &[("dev-1", "dev"), ("dev-2", "dev")]).await;
 
     let ran = rt
-        .call_json("shell", shell("git status"), as_agent("dev-1"))
+        .call_json("shell", shell("git status"), as_agent(&rt, "dev-1"))
         .await
         .unwrap();
     assert_eq!(ran, json!("ran: git status"));
     // The role's argument rule does not match: the config rule asks, and nobody can be asked.
-    let why = denied_reason(rt.call_json("shell", shell("ls"), as_agent("dev-1")).await);
+    let why = denied_reason(
+        rt.call_json("shell", shell("ls"), as_agent(&rt, "dev-1"))
+            .await,
+    );
     assert!(why.contains("config rule `shell → ask`"), "{why}");
     assert!(
         why.contains("[[agents.dev-1.rules]]"),
@@ -245,7 +244,7 @@ async fn rules_by_scope_decide_calls() {
     );
     // The agent's own deny wins over its role's allow.
     let why = denied_reason(
-        rt.call_json("shell", shell("git status"), as_agent("dev-2"))
+        rt.call_json("shell", shell("git status"), as_agent(&rt, "dev-2"))
             .await,
     );
     assert!(why.contains("agent rule `shell → deny`"), "{why}");
@@ -256,7 +255,7 @@ async fn rules_by_scope_decide_calls() {
             ShellInput {
                 command: "git log".into(),
             },
-            as_agent("dev-2"),
+            as_agent(&rt, "dev-2"),
         )
         .await
         .unwrap_err();
@@ -287,14 +286,14 @@ async fn trust_levels_deny_and_hide_tools() {
     let rt = runtime(config, &[("reader-1", "reader"), ("dev-1", "dev")]).await;
 
     let why = denied_reason(
-        rt.call_json("shell", shell("ls"), as_agent("reader-1"))
+        rt.call_json("shell", shell("ls"), as_agent(&rt, "reader-1"))
             .await,
     );
     assert!(why.contains("trust rule `read_only`"), "{why}");
-    rt.call_json("lookup", json!({"key": "a"}), as_agent("reader-1"))
+    rt.call_json("lookup", json!({"key": "a"}), as_agent(&rt, "reader-1"))
         .await
         .unwrap();
-    rt.call_json("shell", shell("ls"), as_agent("dev-1"))
+    rt.call_json("shell", shell("ls"), as_agent(&rt, "dev-1"))
         .await
         .unwrap();
 
@@ -354,7 +353,7 @@ async fn approvals_once_for_the_session_and_always_which_survives_a_restart() {
         Approval::Always,
     ]);
     let call = |n: u32, session: &str, asker: Option<Arc<Scripted>>| {
-        let mut options = as_agent("dev-1").session(session.to_owned());
+        let mut options = as_agent(&rt, "dev-1").session(session.to_owned());
         if let Some(asker) = asker {
             options = options.asker(asker);
         }
@@ -390,7 +389,7 @@ async fn approvals_once_for_the_session_and_always_which_survives_a_restart() {
         .call_json(
             "shell",
             shell("after restart"),
-            as_agent("dev-1").session("s9"),
+            as_agent(&rt, "dev-1").session("s9"),
         )
         .await
         .unwrap();
@@ -531,21 +530,24 @@ async fn a_hook_failure_configured_to_allow_lets_the_call_run() {
 async fn the_loop_guard_trips_on_the_third_identical_call_but_not_on_waiting_checks() {
     let rt = runtime(GovernanceConfig::default(), &[("a", "dev"), ("b", "dev")]).await;
     for _ in 0..2 {
-        rt.call_json("shell", shell("make"), as_agent("a"))
+        rt.call_json("shell", shell("make"), as_agent(&rt, "a"))
             .await
             .unwrap();
     }
     // Another agent's identical call is its own streak.
-    rt.call_json("shell", shell("make"), as_agent("b"))
+    rt.call_json("shell", shell("make"), as_agent(&rt, "b"))
         .await
         .unwrap();
-    let why = denied_reason(rt.call_json("shell", shell("make"), as_agent("a")).await);
+    let why = denied_reason(
+        rt.call_json("shell", shell("make"), as_agent(&rt, "a"))
+            .await,
+    );
     assert!(
         why.contains("called 3 times in a row by `a` with the same arguments"),
         "{why}"
     );
     // Changing the arguments is the way out.
-    rt.call_json("shell", shell("make test"), as_agent("a"))
+    rt.call_json("shell", shell("make test"), as_agent(&rt, "a"))
         .await
         .unwrap();
     // The program's own calls (no agent) are not guarded.
@@ -556,17 +558,24 @@ async fn the_loop_guard_trips_on_the_third_identical_call_but_not_on_waiting_che
     }
     // A waiting inbox check repeats by design.
     for _ in 0..4 {
-        rt.call_json("check_inbox", json!({"wait_secs": 0.01}), as_agent("a"))
-            .await
-            .unwrap();
+        rt.call_json(
+            "check_inbox",
+            json!({"wait_secs": 0.01}),
+            as_agent(&rt, "a"),
+        )
+        .await
+        .unwrap();
     }
     // Without a wait it is an ordinary read: the same answer three times is a loop.
     for _ in 0..2 {
-        rt.call_json("check_inbox", json!({}), as_agent("a"))
+        rt.call_json("check_inbox", json!({}), as_agent(&rt, "a"))
             .await
             .unwrap();
     }
-    let why = denied_reason(rt.call_json("check_inbox", json!({}), as_agent("a")).await);
+    let why = denied_reason(
+        rt.call_json("check_inbox", json!({}), as_agent(&rt, "a"))
+            .await,
+    );
     assert!(why.contains("gave the same result each time"), "{why}");
     rt.shutdown().await;
 }
@@ -574,14 +583,14 @@ async fn the_loop_guard_trips_on_the_third_identical_call_but_not_on_waiting_che
 #[tokio::test]
 async fn polling_the_inbox_is_not_a_loop_while_new_mail_arrives() {
     let rt = runtime(GovernanceConfig::default(), &[("a", "dev"), ("b", "dev")]).await;
-    let poll = || rt.call_json("check_inbox", json!({"limit": 5}), as_agent("a"));
+    let poll = || rt.call_json("check_inbox", json!({"limit": 5}), as_agent(&rt, "a"));
     for i in 0..6 {
         let inbox = poll().await.expect("a poll after new mail is answered");
         assert_eq!(inbox["unread"], i, "{inbox}");
         rt.call_json(
             "send_message",
             json!({"to": "a", "body": format!("news {i}")}),
-            as_agent("b"),
+            as_agent(&rt, "b"),
         )
         .await
         .unwrap();
@@ -593,7 +602,7 @@ async fn polling_the_inbox_is_not_a_loop_while_new_mail_arrives() {
     // A read whose result changes is never a loop: the same listing of a read-only tool
     // whose answers differ (a counter) goes on being served.
     for _ in 0..5 {
-        rt.call_json("lookup", json!({"key": "k"}), as_agent("b"))
+        rt.call_json("lookup", json!({"key": "k"}), as_agent(&rt, "b"))
             .await
             .unwrap();
     }
@@ -754,8 +763,12 @@ async fn audit_records_exactly_one_entry_per_call_for_every_outcome() {
     let call = |tool: &'static str, act: Act, id: u64| {
         let rt = rt.clone();
         async move {
-            rt.call_json(tool, json!({"act": act, "id": id}), as_agent("auditor"))
-                .await
+            rt.call_json(
+                tool,
+                json!({"act": act, "id": id}),
+                as_agent(&rt, "auditor"),
+            )
+            .await
         }
     };
     let mut expected: HashMap<Outcome, usize> = HashMap::new();
@@ -772,7 +785,7 @@ async fn audit_records_exactly_one_entry_per_call_for_every_outcome() {
     expect(Outcome::ToolError, call("chaos", Act::Fail, 2).await);
     expect(
         Outcome::InvalidArguments,
-        rt.call_json("chaos", json!({"act": "dance"}), as_agent("auditor"))
+        rt.call_json("chaos", json!({"act": "dance"}), as_agent(&rt, "auditor"))
             .await,
     );
     expect(Outcome::Crashed, call("fragile", Act::Panic, 3).await);
@@ -797,7 +810,7 @@ async fn audit_records_exactly_one_entry_per_call_for_every_outcome() {
                 act: Act::WaitForCancel,
                 id: 9,
             },
-            as_agent("auditor"),
+            as_agent(&rt, "auditor"),
         ),
     )
     .await;
@@ -805,7 +818,7 @@ async fn audit_records_exactly_one_entry_per_call_for_every_outcome() {
     *expected.entry(Outcome::Cancelled).or_default() += 1;
     // A typed call is audited like a JSON one.
     typed
-        .call_with(input(Act::Ok), as_agent("auditor"))
+        .call_with(input(Act::Ok), as_agent(&rt, "auditor"))
         .await
         .unwrap();
     *expected.entry(Outcome::Ok).or_default() += 1;
@@ -949,10 +962,10 @@ async fn guildhall_audit_lists_and_filters_the_log() {
     rt.register_agent(AgentSpec::new("dev-1", "dev"))
         .await
         .unwrap();
-    rt.call_json("lookup", json!({"key": "a"}), as_agent("dev-1"))
+    rt.call_json("lookup", json!({"key": "a"}), as_agent(&rt, "dev-1"))
         .await
         .unwrap();
-    rt.call_json("shell", shell("ls"), as_agent("dev-1"))
+    rt.call_json("shell", shell("ls"), as_agent(&rt, "dev-1"))
         .await
         .unwrap_err();
     rt.call_json("lookup", json!({"key": "b"}), CallOptions::new())

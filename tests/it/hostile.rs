@@ -102,6 +102,7 @@ fn no_arguments_crash_a_tool_or_open_its_circuit_for_others() {
         }
         rt
     });
+    let (mallory, alice) = (rt.agent("mallory").unwrap(), rt.agent("alice").unwrap());
     let tools: Vec<(String, Vec<String>)> = rt
         .tools()
         .into_iter()
@@ -141,7 +142,7 @@ fn no_arguments_crash_a_tool_or_open_its_circuit_for_others() {
             let outcome = tokio.block_on(rt.call_json(
                 &tool,
                 args.clone(),
-                CallOptions::new().agent("mallory"),
+                CallOptions::new().as_agent(&mallory),
             ));
             if let Err(err) = &outcome {
                 prop_assert_ne!(err.kind(), ErrorKind::Crashed, "{} {}: {}", tool, args, err);
@@ -161,7 +162,7 @@ fn no_arguments_crash_a_tool_or_open_its_circuit_for_others() {
             // Another agent is served by every tool (an ordinary answer or its own error,
             // never a circuit opened by the other agent's calls).
             let answer = rt
-                .call_json(name, json!({}), CallOptions::new().agent("alice"))
+                .call_json(name, json!({}), CallOptions::new().as_agent(&alice))
                 .await;
             if let Err(err) = answer {
                 assert_ne!(err.kind(), ErrorKind::CircuitOpen, "{name}: {err}");

@@ -10,7 +10,7 @@ use guildhall::{
 };
 use serde_json::json;
 
-use crate::support::{eventually, mailbox_restarts, subjects};
+use crate::support::{as_agent, eventually, mailbox_restarts, subjects};
 
 async fn swarm(config: MailboxConfig) -> (Runtime, Agent, Vec<Agent>, Vec<Agent>) {
     let rt = Runtime::builder()
@@ -602,7 +602,7 @@ async fn deregistered_agents_are_gone_with_their_messages() {
 #[tokio::test]
 async fn the_mailbox_tools_act_for_the_calling_agent() {
     let (rt, _tl, _pms, _) = swarm(MailboxConfig::default()).await;
-    let as_agent = |id: &str| CallOptions::new().agent(id);
+    let as_agent = |id: &str| as_agent(&rt, id);
     let sent = rt
         .call_json(
             "send_message",
@@ -650,7 +650,13 @@ async fn the_mailbox_tools_act_for_the_calling_agent() {
         .unwrap();
     assert_eq!(marked["changed"], 1);
 
-    // Errors name what is wrong; none of them ran against anyone's mailbox.
+    // Errors name what is wrong; none of them ran against anyone's mailbox. A handle kept
+    // past its agent's removal names nobody.
+    let ghost = rt
+        .register_agent(AgentSpec::new("ghost", "dev"))
+        .await
+        .unwrap();
+    rt.deregister_agent("ghost").await.unwrap();
     let cases = [
         (
             "check_inbox",
@@ -661,7 +667,7 @@ async fn the_mailbox_tools_act_for_the_calling_agent() {
         (
             "check_inbox",
             json!({}),
-            as_agent("ghost"),
+            CallOptions::new().as_agent(&ghost),
             "no agent `ghost`",
         ),
         (
@@ -715,13 +721,13 @@ async fn a_waiting_check_inbox_does_not_hold_up_other_calls() {
             .call_json(
                 "check_inbox",
                 json!({"wait_secs": 60}),
-                CallOptions::new().agent("pm-0"),
+                as_agent(&waiter, "pm-0"),
             )
             .await
     });
     // Meanwhile others check and send; the waiter wakes on the message.
     for agent in ["tl", "pm-1", "dev-00"] {
-        rt.call_json("check_inbox", json!({}), CallOptions::new().agent(agent))
+        rt.call_json("check_inbox", json!({}), as_agent(&rt, agent))
             .await
             .unwrap();
     }
@@ -729,7 +735,7 @@ async fn a_waiting_check_inbox_does_not_hold_up_other_calls() {
     rt.call_json(
         "send_message",
         json!({"to": "pm-0", "body": "wake"}),
-        CallOptions::new().agent("tl"),
+        as_agent(&rt, "tl"),
     )
     .await
     .unwrap();
@@ -769,7 +775,7 @@ async fn an_expiry_past_the_year_9999_is_refused_and_one_already_stored_still_li
     let open = || Runtime::builder().data_dir(dir.path()).build();
     let rt = open().await.unwrap();
     let a = rt.register_agent(AgentSpec::new("a", "dev")).await.unwrap();
-    let as_a = || CallOptions::new().agent("a");
+    let as_a = || as_agent(&rt, "a");
     let err = rt
         .call_json(
             "send_message",
@@ -839,7 +845,7 @@ async fn an_absurd_wait_is_cut_to_the_longest_and_breaks_nothing_for_others() {
             .call_json(
                 "check_inbox",
                 json!({ "wait_secs": wait }),
-                CallOptions::new().agent("mallory"),
+                as_agent(&rt, "mallory"),
             )
             .await
             .expect("an absurd wait is answered, not a crash");
@@ -849,12 +855,12 @@ async fn an_absurd_wait_is_cut_to_the_longest_and_breaks_nothing_for_others() {
         .call_json(
             "check_inbox",
             json!({ "wait_secs": -1 }),
-            CallOptions::new().agent("mallory"),
+            as_agent(&rt, "mallory"),
         )
         .await
         .unwrap_err();
     assert!(bad.to_string().contains("wait_secs"), "{bad}");
-    rt.call_json("check_inbox", json!({}), CallOptions::new().agent("alice"))
+    rt.call_json("check_inbox", json!({}), as_agent(&rt, "alice"))
         .await
         .expect("another agent's inbox answers");
     rt.shutdown().await;

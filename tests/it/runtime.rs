@@ -2,8 +2,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use guildhall::{
-    BuildError, CallContext, CallObserver, CallOptions, ErrorKind, Progress, RegistrationError,
-    Runtime, Tool,
+    AgentSpec, BuildError, CallContext, CallObserver, CallOptions, ErrorKind, Progress,
+    RegistrationError, Runtime, Tool,
 };
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -156,9 +156,13 @@ impl CallObserver for Collect {
 #[tokio::test]
 async fn call_context_carries_ids_progress_and_events() {
     let rt = Runtime::builder().tool(Steps).build().await.unwrap();
+    let pm = rt
+        .register_agent(AgentSpec::new("pm-1", "pm"))
+        .await
+        .unwrap();
     let observer = Arc::new(Collect::default());
     let opts = CallOptions::new()
-        .agent("pm-1")
+        .as_agent(&pm)
         .session("s-9")
         .timeout(Duration::from_secs(5))
         .observer(observer.clone());

@@ -237,3 +237,12 @@ pub fn guildhall_ok(dir: &Path, args: &[&str]) -> String {
     );
     String::from_utf8(out.stdout).unwrap()
 }
+
+/// Options for a call made as the registered agent `id`.
+pub fn as_agent(rt: &guildhall::Runtime, id: impl AsRef<str>) -> guildhall::CallOptions {
+    let id = id.as_ref();
+    let agent = rt
+        .agent(id)
+        .unwrap_or_else(|err| panic!("{id} is registered: {err}"));
+    guildhall::CallOptions::new().as_agent(&agent)
+}
