@@ -1,26 +1,31 @@
 //! Call governance: what every call passes before and after it reaches a tool's pipeline.
 //!
-//! [`Governed`] is the outermost layer of every tool's stack, typed and JSON alike, so no
-//! call bypasses it. Its stages, in order:
+//! Each stage is a tower layer in [`layers`] (its order table says why each sits where it
+//! does); [`Governed`] is a tool's stack of them as the registry calls it, typed and JSON
+//! alike, so no call passes by governance unless nothing is configured for it to do (a
+//! typed call then goes straight to the pipeline). What the stages judge by lives in the
+//! modules beside it:
 //!
-//! | stage | module | why here |
+//! | concern | module | layer |
 //! |---|---|---|
-//! | audit and events | [`audit`], [`events`](crate::events) | outermost: times the call and records exactly one outcome for it, whatever stops it below (a dropped call is recorded `cancelled`) |
-//! | rate limit | [`limits`] | cheapest refusal first: a flood is turned away before any hook runs or anyone is asked |
-//! | before-hooks | [`hooks`] | may rewrite the arguments the rules then judge, and allow, ask or deny |
-//! | permission | [`rules`], [`asker`] | rules by scope, combined with the hooks' decision (deny wins; a hook's allow skips a rule's ask); `ask` goes to the caller's [`Asker`] |
-//! | loop guard | [`doom`] | after permission, so a denied call never counts toward a streak |
-//! | result cache | [`cache`] | JSON calls to deterministic tools only; after permission, so a cached result is never served to a caller who may not call the tool |
-//! | the tool's pipeline | [`crate::pipeline`] | breaker, deadline, retries, concurrency limit, dispatch |
-//! | after-hooks | [`hooks`] | see the result; their notes reach the model |
-//! | truncation | [`truncate`] | JSON calls only: cuts what the model sees and spills the whole to a file |
+//! | audit log and events | [`audit`], [`events`](crate::events) | [`layers::AuditLayer`] |
+//! | rate limits | [`limits`] | [`layers::RateLimitLayer`] |
+//! | hooks | [`hooks`] | [`layers::HooksLayer`] |
+//! | permission rules, asking | [`rules`], [`asker`] | [`layers::PermissionLayer`] |
+//! | loop guard | [`doom`] | [`layers::LoopGuardLayer`] |
+//! | result cache (JSON calls) | [`cache`] | [`layers::CacheLayer`] |
+//! | truncation (JSON calls) | [`truncate`] | [`layers::TruncateLayer`] |
+//! | the tool's pipeline | [`crate::pipeline`] | [`layers::Pipeline`] |
 
 pub mod asker;
 pub mod audit;
 pub mod cache;
+mod call;
 pub mod doom;
 pub mod hooks;
+pub mod layers;
 pub mod limits;
+mod reply;
 pub mod rules;
 mod service;
 pub mod truncate;
@@ -39,10 +44,12 @@ use serde_json::Value;
 pub use crate::events::{EventStream, ToolEvent};
 pub use asker::{Approval, AskRequest, Asker};
 pub use audit::{AuditLog, AuditQuery, AuditRecord, Outcome};
+pub use call::{Call, CallScope, Decided, ToolMeta};
 pub use hooks::{CommandHook, Hook, HookInput, HookReply, Hooks, Phase, RegisteredHook};
 pub use limits::Rate;
+pub use reply::ToolReply;
 pub use rules::{Action, Glob, Rule, Scope, ScopedRules, Trust, Verdict};
-pub use service::{Governed, Request, ToolMeta, ToolReply};
+pub use service::{Governed, GovernedFuture};
 
 use crate::agents::PostOffice;
 use crate::context::ContextHub;
@@ -286,9 +293,10 @@ impl Governance {
         Ok(governance)
     }
 
-    /// Whether typed calls may skip every stage (nothing is configured).
-    pub(crate) fn is_passive(&self) -> bool {
-        self.passive
+    /// Whether a typed call may go straight to its tool's pipeline: nothing is configured
+    /// and nobody listens to events, so no stage would do anything.
+    pub(crate) fn lets_typed_calls_pass(&self) -> bool {
+        self.passive && !self.events.has_subscribers()
     }
 
     /// The audit log, unless auditing is off.

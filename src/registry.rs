@@ -8,19 +8,26 @@ use guildhall_actors::{CallContext, CallError, Tool, ToolSpec, WorkerPool, args}
 use serde_json::Value;
 use tower::ServiceExt;
 
-use crate::governance::{Governed, Request, ToolReply};
+use crate::governance::{Governed, ToolReply, layers};
 use crate::options::CallOptions;
 use crate::pipeline::{ToolCall, ToolService};
 
 /// A tool's typed stack: governance around its pipeline.
-type TypedStack<T> = Governed<ToolService<T>, <T as Tool>::Input, <T as Tool>::Output>;
+pub(crate) type TypedStack<T> = Governed<
+    layers::TypedStack<ToolService<T>, <T as Tool>::Output>,
+    <T as Tool>::Input,
+    <T as Tool>::Output,
+>;
 /// A tool's JSON stack: the same pipeline, with results encoded for a model.
-type JsonStack<T> = Governed<ToolService<T>, <T as Tool>::Input, ToolReply>;
+pub(crate) type JsonStack<T> =
+    Governed<layers::JsonStack<ToolService<T>, <T as Tool>::Output>, <T as Tool>::Input, ToolReply>;
 
 /// A typed handle to one registered tool; calls skip JSON entirely (governance still sees
 /// every call). Cheap to clone.
 pub struct ToolHandle<T: Tool> {
     service: TypedStack<T>,
+    /// The pipeline alone, for calls governance has nothing to do for.
+    pipeline: ToolService<T>,
     timeout: std::time::Duration,
 }
 
@@ -28,14 +35,23 @@ impl<T: Tool> Clone for ToolHandle<T> {
     fn clone(&self) -> Self {
         Self {
             service: self.service.clone(),
+            pipeline: self.pipeline.clone(),
             timeout: self.timeout,
         }
     }
 }
 
 impl<T: Tool> ToolHandle<T> {
-    pub(crate) fn new(service: TypedStack<T>, timeout: std::time::Duration) -> Self {
-        Self { service, timeout }
+    pub(crate) fn new(
+        service: TypedStack<T>,
+        pipeline: ToolService<T>,
+        timeout: std::time::Duration,
+    ) -> Self {
+        Self {
+            service,
+            pipeline,
+            timeout,
+        }
     }
 
     /// Calls the tool with default options.
@@ -65,15 +81,11 @@ impl<T: Tool> ToolHandle<T> {
         let timeout = options.timeout.unwrap_or(self.timeout);
         let ctx = CallContext::new(options.agent, options.session, timeout, options.observer);
         let call = ToolCall { input, ctx };
-        if let Some(pipeline) = self.service.bypass() {
-            return pipeline.clone().oneshot(call).await;
+        if self.service.governance().lets_typed_calls_pass() {
+            // Straight to the pipeline, exactly as without governance.
+            return self.pipeline.clone().oneshot(call).await;
         }
-        self.service
-            .call_ref(Request {
-                call,
-                asker: options.asker,
-            })
-            .await
+        self.service.call(call, options.asker).await
     }
 }
 
@@ -114,14 +126,11 @@ impl<T: Tool> ErasedTool for ToolEntry<T> {
             Ok(input) => input,
             Err(err) => {
                 // Refused before governance could see typed arguments: still audited.
-                return Box::pin(self.json.refuse(&ctx, err));
+                return Box::pin(std::future::ready(self.json.refuse(&ctx, err)));
             }
         };
         let call = ToolCall { input, ctx };
-        Box::pin(self.json.call_ref(Request {
-            call,
-            asker: options.asker,
-        }))
+        Box::pin(self.json.call(call, options.asker))
     }
 
     fn as_any(&self) -> &dyn Any {

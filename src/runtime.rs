@@ -36,7 +36,9 @@ use crate::agents::{
 use crate::context::tools::{ContextGet, ContextHistory, ContextUpdate};
 use crate::context::{ContextConfig, ContextHub, Sessions};
 use crate::error::BuildError;
-use crate::governance::{Governance, GovernanceConfig, Governed, ToolEvent, ToolMeta, ToolReply};
+use crate::governance::{
+    Governance, GovernanceConfig, Governed, ToolEvent, ToolMeta, ToolReply, layers,
+};
 use crate::options::{CallOptions, ToolOptions};
 use crate::pipeline::{self, Sweeper};
 use crate::registry::{ErasedTool, ToolEntry, ToolHandle};
@@ -653,21 +655,28 @@ fn prepare<T: Tool>(
         governance.events_sender(),
     );
     let meta = Arc::new(ToolMeta::new(Arc::clone(&name), spec.clone(), T::polls));
+    // A typed result has no room for the hooks' notes; a model's reply carries them.
     let typed = Governed::new(
-        service.clone(),
+        layers::typed(service.clone()),
         Arc::clone(governance),
         Arc::clone(&meta),
-        |output, _| Ok(output),
+        |_, _| {},
     );
-    let json = Governed::new(service, Arc::clone(governance), meta, |output, tool| {
+    let encode = |output, tool: &str| {
         serde_json::to_value(output)
             .map(ToolReply::new)
             .map_err(|e| CallError::InvalidOutput {
                 tool: tool.to_owned(),
                 reason: e.to_string(),
             })
-    });
-    let handle = ToolHandle::new(typed, options.timeout);
+    };
+    let json = Governed::new(
+        layers::json(service.clone(), encode),
+        Arc::clone(governance),
+        meta,
+        |reply: &mut ToolReply, notes| reply.notes.extend(notes),
+    );
+    let handle = ToolHandle::new(typed, service, options.timeout);
     Ok(PreparedTool {
         prepared: Prepared {
             entry: Arc::new(ToolEntry {

@@ -286,6 +286,11 @@ impl AuditLog {
         Self { shared, store }
     }
 
+    /// Whether a call may start without waiting for the writer (its buffer is not full).
+    pub(crate) fn has_room(&self) -> bool {
+        !self.shared.full.load(Ordering::Acquire)
+    }
+
     /// Waits while the writer is far behind (a full buffer); calls wait here before they
     /// start, so a record is never held back once its call is done.
     pub(crate) async fn room(&self) {

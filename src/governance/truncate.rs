@@ -113,6 +113,15 @@ impl Spill {
     }
 }
 
+/// Whether a result (its `value`, and `text`, its compact text) is over `limits`: what
+/// [`Spill::apply`] would cut.
+pub(crate) fn exceeds(limits: Limits, value: &Value, text: &str) -> bool {
+    match value {
+        Value::String(s) => !fits(s, limits),
+        _ => !fits(text, limits),
+    }
+}
+
 fn fits(text: &str, limits: Limits) -> bool {
     text.len() <= limits.max_bytes && text.lines().count() <= limits.max_lines
 }

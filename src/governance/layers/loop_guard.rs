@@ -1,0 +1,276 @@
+//! [`LoopGuardLayer`]: an agent repeating itself is told to change course. Below the
+//! permission layer, so a denied call never counts toward a streak. A read-only tool is
+//! judged after it ran, by its result too: polling that sees new mail is not a loop
+//! (see [`doom`](crate::governance::doom)).
+
+use std::convert::Infallible;
+use std::future::{Future, Ready};
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use futures::future::{BoxFuture, Either};
+use serde::Serialize;
+use serde_json::Value;
+use tower::{Layer, Service, ServiceExt};
+
+use super::question::Question;
+use crate::governance::Governance;
+use crate::governance::asker::Asker;
+use crate::governance::call::{Call, Decided, denied, digest};
+use crate::governance::rules::Action;
+
+/// What the loop guard records as the rule that stopped a call.
+const LOOP_GUARD: &str = "loop guard";
+
+/// Adds a [`LoopGuarded`] check to a stack.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct LoopGuardLayer;
+
+impl<S> Layer<S> for LoopGuardLayer {
+    type Service = LoopGuarded<S>;
+
+    fn layer(&self, inner: S) -> LoopGuarded<S> {
+        LoopGuarded { inner }
+    }
+}
+
+/// Counts each agent's identical calls in a row, and acts on a streak.
+#[derive(Debug, Clone)]
+pub struct LoopGuarded<S> {
+    inner: S,
+}
+
+type Answer<O> = Result<Decided<O>, Infallible>;
+
+impl<S, I, O> Service<Call<I>> for LoopGuarded<S>
+where
+    S: Service<Call<I>, Response = Decided<O>, Error = Infallible> + Clone + Send + 'static,
+    S::Future: Send,
+    I: Serialize + Send + Sync + 'static,
+    O: Serialize + Send + 'static,
+{
+    type Response = Decided<O>;
+    type Error = Infallible;
+    #[allow(clippy::type_complexity)]
+    type Future =
+        Either<Ready<Answer<O>>, Either<JudgedFuture<S::Future, O>, BoxFuture<'static, Answer<O>>>>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, mut call: Call<I>) -> Self::Future {
+        let guarded = call.gov.loops.is_on() && !(call.tool.polls)(&call.input);
+        let Some(agent) = call.scope.ctx.agent_shared().filter(|_| guarded) else {
+            return Either::Right(Either::Left(JudgedFuture::unjudged(self.inner.call(call))));
+        };
+        if call.tool.spec.annotations.read_only_hint {
+            // Judged after it ran; asking then needs the asker and the arguments.
+            let agent = Arc::clone(agent);
+            let asking = (call.gov.loops.action() == Action::Ask).then(|| {
+                Box::new(Asking {
+                    asker: call.scope.asker.clone(),
+                    arguments: call.scope.json(&call.input).unwrap_or_default(),
+                })
+            });
+            let judge = Box::new(Judge {
+                gov: Arc::clone(&call.gov),
+                tool: Arc::clone(&call.tool.name),
+                tool_id: call.tool.id,
+                agent,
+                ctx: call.scope.ctx.clone(),
+                digest: call.scope.digest,
+                asking,
+            });
+            return Either::Right(Either::Left(JudgedFuture {
+                state: State::Running {
+                    inner: self.inner.call(call),
+                },
+                judge: Some(judge),
+            }));
+        }
+        let Some(count) = call.gov.loops.count(agent, call.tool.id, call.scope.digest) else {
+            return Either::Right(Either::Left(JudgedFuture::unjudged(self.inner.call(call))));
+        };
+        let (name, agent) = (Arc::clone(&call.tool.name), Arc::clone(agent));
+        let why = format!(
+            "`{name}` was called {count} times in a row by `{agent}` with the same arguments; \
+             the result will not change. Try different arguments or another approach."
+        );
+        match call.gov.loops.action() {
+            Action::Allow => {
+                tracing::warn!(%agent, tool = %name, count, "repeated call");
+                Either::Right(Either::Left(JudgedFuture::unjudged(self.inner.call(call))))
+            }
+            Action::Deny => {
+                let refused = call
+                    .scope
+                    .answer(Err(denied(&name, why)), Some(Arc::from(LOOP_GUARD)));
+                Either::Left(std::future::ready(Ok(refused)))
+            }
+            Action::Ask => {
+                let question = Question {
+                    gov: Arc::clone(&call.gov),
+                    tool: name,
+                    ctx: call.scope.ctx.clone(),
+                    asker: call.scope.asker.clone(),
+                    arguments: call.scope.json(&call.input).unwrap_or_default(),
+                    why,
+                    covering: None,
+                };
+                let inner = self.inner.clone();
+                Either::Right(Either::Right(Box::pin(async move {
+                    match question.ask().await {
+                        Ok(answer) => {
+                            call.gov.loops.reset(&agent);
+                            let Ok(mut decided) = inner.oneshot(call).await;
+                            decided.rule = Some(answer);
+                            Ok(decided)
+                        }
+                        Err(err) => Ok(call.scope.answer(Err(err), Some(Arc::from(LOOP_GUARD)))),
+                    }
+                })))
+            }
+        }
+    }
+}
+
+/// What judging a read by its result takes.
+struct Judge {
+    gov: Arc<Governance>,
+    tool: Arc<str>,
+    tool_id: u64,
+    agent: Arc<str>,
+    ctx: guildhall_actors::CallContext,
+    digest: u64,
+    /// What asking takes, kept only when a tripped guard asks.
+    asking: Option<Box<Asking>>,
+}
+
+/// Who to ask, and the arguments to show them.
+struct Asking {
+    asker: Option<Arc<dyn Asker>>,
+    arguments: Value,
+}
+
+pin_project_lite::pin_project! {
+    /// The future of a [`LoopGuarded`] call that runs.
+    pub struct JudgedFuture<F, O> {
+        #[pin]
+        state: State<F, O>,
+        judge: Option<Box<Judge>>,
+    }
+}
+
+pin_project_lite::pin_project! {
+    #[project = StateProj]
+    enum State<F, O> {
+        Running { #[pin] inner: F },
+        Asking { ask: BoxFuture<'static, Answer<O>> },
+    }
+}
+
+impl<F, O> JudgedFuture<F, O> {
+    fn unjudged(inner: F) -> Self {
+        Self {
+            state: State::Running { inner },
+            judge: None,
+        }
+    }
+}
+
+impl<F, O> Future for JudgedFuture<F, O>
+where
+    F: Future<Output = Answer<O>>,
+    O: Serialize + Send + 'static,
+{
+    type Output = Answer<O>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Answer<O>> {
+        let mut this = self.project();
+        loop {
+            match this.state.as_mut().project() {
+                StateProj::Asking { ask } => return ask.as_mut().poll(cx),
+                StateProj::Running { inner } => {
+                    let Ok(decided) = std::task::ready!(inner.poll(cx));
+                    let Some(judge) = this.judge.take() else {
+                        return Poll::Ready(Ok(decided));
+                    };
+                    match judge.judge(decided) {
+                        Verdict::Done(decided) => return Poll::Ready(Ok(decided)),
+                        Verdict::Ask(ask) => this.state.set(State::Asking { ask }),
+                    }
+                }
+            }
+        }
+    }
+}
+
+enum Verdict<O> {
+    Done(Decided<O>),
+    Ask(BoxFuture<'static, Answer<O>>),
+}
+
+impl Judge {
+    /// Counts a finished read: a repeat only when its arguments and its result both match
+    /// the agent's last call.
+    fn judge<O: Serialize + Send + 'static>(self, decided: Decided<O>) -> Verdict<O> {
+        let answer = match &decided.result {
+            Ok(out) => digest(out),
+            Err(err) => xxhash_rust::xxh3::xxh3_64(err.to_string().as_bytes()),
+        };
+        let Some(count) = self
+            .gov
+            .loops
+            .count_read(&self.agent, self.tool_id, self.digest, answer)
+        else {
+            return Verdict::Done(decided);
+        };
+        let (name, agent) = (&self.tool, &self.agent);
+        let why = format!(
+            "`{name}` was called {count} times in a row by `{agent}` with the same \
+             arguments and gave the same result each time. Wait for something to change \
+             (e.g. `wait_secs`), or try different arguments or another approach."
+        );
+        match (self.gov.loops.action(), self.asking) {
+            (Action::Allow, _) => {
+                tracing::warn!(%agent, tool = %name, count, "repeated call");
+                Verdict::Done(decided)
+            }
+            (Action::Ask, Some(asking)) => {
+                let Asking { asker, arguments } = *asking;
+                let question = Question {
+                    gov: Arc::clone(&self.gov),
+                    tool: Arc::clone(name),
+                    ctx: self.ctx,
+                    asker,
+                    arguments,
+                    why,
+                    covering: None,
+                };
+                let (gov, agent) = (self.gov, self.agent);
+                Verdict::Ask(Box::pin(async move {
+                    let mut decided = decided;
+                    match question.ask().await {
+                        Ok(answer) => {
+                            gov.loops.reset(&agent);
+                            decided.rule = Some(answer);
+                        }
+                        Err(err) => {
+                            decided.result = Err(err);
+                            decided.rule = Some(Arc::from(LOOP_GUARD));
+                        }
+                    }
+                    Ok(decided)
+                }))
+            }
+            _ => Verdict::Done(Decided {
+                result: Err(denied(name, why)),
+                rule: Some(Arc::from(LOOP_GUARD)),
+                digest: decided.digest,
+                notes: decided.notes,
+            }),
+        }
+    }
+}

@@ -1,0 +1,111 @@
+//! [`PermissionLayer`]: the rules by scope, combined with the before-hooks' word (deny wins;
+//! a hook's allow skips a rule's ask); `ask` goes to the caller's asker.
+
+use std::future::Ready;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use futures::future::{BoxFuture, Either};
+use serde::Serialize;
+use tower::{Layer, Service, ServiceExt};
+
+use super::question::Question;
+use crate::governance::call::{Call, Decided, Ruled, denied, json_once};
+use crate::governance::rules::{Action, Rule};
+
+/// Adds a [`Permission`] check to a stack.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct PermissionLayer;
+
+impl<S> Layer<S> for PermissionLayer {
+    type Service = Permission<S>;
+
+    fn layer(&self, inner: S) -> Permission<S> {
+        Permission { inner }
+    }
+}
+
+/// Lets a call through, refuses it, or asks about it.
+#[derive(Debug, Clone)]
+pub struct Permission<S> {
+    inner: S,
+}
+
+type Answer<O> = Result<Decided<O>, std::convert::Infallible>;
+
+impl<S, I, O> Service<Call<I>> for Permission<S>
+where
+    S: Service<Call<I>, Response = Decided<O>, Error = std::convert::Infallible>
+        + Clone
+        + Send
+        + 'static,
+    S::Future: Send,
+    I: Serialize + Send + Sync + 'static,
+    O: Send + 'static,
+{
+    type Response = Decided<O>;
+    type Error = std::convert::Infallible;
+    #[allow(clippy::type_complexity)]
+    type Future = Either<Ready<Answer<O>>, Either<Ruled<S::Future>, BoxFuture<'static, Answer<O>>>>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, mut call: Call<I>) -> Self::Future {
+        let Call {
+            input,
+            tool,
+            gov,
+            scope,
+        } = &mut call;
+        let json = &mut scope.json;
+        let verdict = gov.decide(
+            scope.ctx.agent_shared(),
+            scope.ctx.session_shared(),
+            &tool.spec,
+            tool.id,
+            &mut || json_once(json, input),
+        );
+        let (action, why): (Action, Arc<str>) = match scope.hook_decision.take() {
+            Some((Action::Deny, why)) => (Action::Deny, Arc::from(why)),
+            _ if verdict.action == Action::Deny => (Action::Deny, Arc::clone(&verdict.label)),
+            Some((Action::Allow, why)) => (Action::Allow, Arc::from(why)),
+            Some((Action::Ask, why)) => (Action::Ask, Arc::from(why)),
+            None => (verdict.action, Arc::clone(&verdict.label)),
+        };
+        match action {
+            Action::Allow => Either::Right(Either::Left(Ruled::new(self.inner.call(call), why))),
+            Action::Deny => {
+                let err = denied(&call.tool.name, why.to_string());
+                Either::Left(std::future::ready(Ok(call
+                    .scope
+                    .answer(Err(err), Some(why)))))
+            }
+            Action::Ask => {
+                // An approval covers what the asking rule covered, or else the whole tool.
+                let covering = verdict
+                    .asking_rule
+                    .clone()
+                    .or_else(|| Rule::new(&call.tool.name, Action::Allow).ok());
+                let question = Question {
+                    gov: Arc::clone(&call.gov),
+                    tool: Arc::clone(&call.tool.name),
+                    ctx: call.scope.ctx.clone(),
+                    asker: call.scope.asker.clone(),
+                    arguments: call.scope.json(&call.input).unwrap_or_default(),
+                    why: why.to_string(),
+                    covering,
+                };
+                let inner = self.inner.clone();
+                // Asking waits for a person: boxed, so other calls' futures stay small.
+                Either::Right(Either::Right(Box::pin(async move {
+                    match question.ask().await {
+                        Ok(answer) => Ruled::new(inner.oneshot(call), answer).await,
+                        Err(err) => Ok(call.scope.answer(Err(err), Some(why))),
+                    }
+                })))
+            }
+        }
+    }
+}

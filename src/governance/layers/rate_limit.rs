@@ -1,0 +1,55 @@
+//! [`RateLimitLayer`]: turns a flood away before anything else costs anything (no hook
+//! runs, nobody is asked).
+
+use std::future::Ready;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use futures::future::Either;
+use tower::{Layer, Service};
+
+use crate::governance::call::{Call, Decided};
+
+/// Adds a [`RateLimit`] to a stack.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct RateLimitLayer;
+
+impl<S> Layer<S> for RateLimitLayer {
+    type Service = RateLimit<S>;
+
+    fn layer(&self, inner: S) -> RateLimit<S> {
+        RateLimit { inner }
+    }
+}
+
+/// Refuses a call over its tool's or its agent's rate (the configured ones).
+#[derive(Debug, Clone)]
+pub struct RateLimit<S> {
+    inner: S,
+}
+
+type Refused<O> = Ready<Result<Decided<O>, std::convert::Infallible>>;
+
+impl<S, I, O> Service<Call<I>> for RateLimit<S>
+where
+    S: Service<Call<I>, Response = Decided<O>, Error = std::convert::Infallible>,
+{
+    type Response = Decided<O>;
+    type Error = std::convert::Infallible;
+    type Future = Either<Refused<O>, S::Future>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, call: Call<I>) -> Self::Future {
+        let limits = &call.gov.limits;
+        if !limits.is_empty()
+            && let Err(err) = limits.check(&call.tool.name, call.scope.ctx.agent_shared())
+        {
+            let refused = call.scope.answer(Err(err), Some(Arc::from("rate limit")));
+            return Either::Left(std::future::ready(Ok(refused)));
+        }
+        Either::Right(self.inner.call(call))
+    }
+}
