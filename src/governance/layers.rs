@@ -20,6 +20,30 @@
 //! of every layer allocates nothing: only hooks, asking and spilling a long result box
 //! their futures.
 
+/// Declares a layer that holds nothing, and its service, which holds only the layer below:
+/// every governance layer is one (a call brings what it is judged by).
+macro_rules! thin_layer {
+    ($(#[$layer_doc:meta])* $layer:ident, $(#[$service_doc:meta])* $service:ident) => {
+        $(#[$layer_doc])*
+        #[derive(Debug, Clone, Copy, Default)]
+        pub struct $layer;
+
+        impl<S> tower::Layer<S> for $layer {
+            type Service = $service<S>;
+
+            fn layer(&self, inner: S) -> $service<S> {
+                $service { inner }
+            }
+        }
+
+        $(#[$service_doc])*
+        #[derive(Debug, Clone)]
+        pub struct $service<S> {
+            inner: S,
+        }
+    };
+}
+
 mod audit;
 mod cache;
 mod hooks;

@@ -413,6 +413,11 @@ async fn command_hooks_deny_rewrite_note_and_time_out() {
         "after.sh",
         "grep -q '\"outcome\":\"ok\"' && echo '{\"note\": \"checked after\"}'\n",
     );
+    // An after-hook alone sees the arguments the tool got (and the outcome).
+    write(
+        "after-args.sh",
+        "grep -q '\"arguments\":{\"command\":\"date\"}' && echo '{\"note\": \"saw the arguments\"}'\n",
+    );
     write("hang.sh", "sleep 30\n");
     write("broken.sh", "echo oops >&2\nexit 3\n");
     let toml = r#"
@@ -430,6 +435,11 @@ command = ["sh", "rewrite.sh"]
 tools = "shell_rw"
 phase = "after"
 command = ["sh", "after.sh"]
+
+[[hooks]]
+tools = "shell_after"
+phase = "after"
+command = ["sh", "after-args.sh"]
 
 [[hooks]]
 tools = "shell_slow*"
@@ -457,6 +467,7 @@ command = ["sh", "broken.sh"]
         .governance(config.governance())
         .tool(Shell("shell"))
         .tool(Shell("shell_rw"))
+        .tool(Shell("shell_after"))
         .tool(Shell("shell_slow"))
         .tool(Shell("shell_slow_tolerated"))
         .tool(Shell("shell_broken"))
@@ -486,6 +497,12 @@ command = ["sh", "broken.sh"]
         reply.notes,
         vec!["the command was rewritten", "checked after"]
     );
+
+    let reply = rt
+        .call_reply("shell_after", shell("date"), anyone())
+        .await
+        .unwrap();
+    assert_eq!(reply.notes, vec!["saw the arguments"]);
 
     // A hung hook times out and counts as its `on_failure`: deny by default...
     let why = denied_reason(rt.call_json("shell_slow", shell("x"), anyone()).await);

@@ -1,6 +1,7 @@
 //! [`AuditLayer`]: times every call, announces it, and records exactly one outcome for it,
 //! whatever decided it below (a call dropped before its end is recorded `cancelled`).
 
+use std::convert::Infallible;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
@@ -9,43 +10,29 @@ use std::time::Duration;
 
 use futures::future::BoxFuture;
 use guildhall_actors::{CallContext, CallError};
-use tower::{Layer, Service, ServiceExt};
+use tower::{Service, ServiceExt};
 
 use crate::governance::audit::{Entry, Outcome};
 use crate::governance::call::{Call, Decided};
 use crate::governance::rules::Action;
 use crate::governance::{Governance, ToolEvent};
 
-/// Adds an [`Audit`] to a stack.
-#[derive(Debug, Clone, Copy, Default)]
-pub struct AuditLayer;
-
-impl<S> Layer<S> for AuditLayer {
-    type Service = Audit<S>;
-
-    fn layer(&self, inner: S) -> Audit<S> {
-        Audit { inner }
-    }
-}
-
-/// Records each call's outcome in the audit log and announces it as events.
-#[derive(Debug, Clone)]
-pub struct Audit<S> {
-    inner: S,
-}
+thin_layer!(
+    /// Adds [`Audit`] to a stack.
+    AuditLayer,
+    /// Records each call's outcome in the audit log and announces it as events.
+    Audit
+);
 
 impl<S, I, O> Service<Call<I>> for Audit<S>
 where
-    S: Service<Call<I>, Response = Decided<O>, Error = std::convert::Infallible>
-        + Clone
-        + Send
-        + 'static,
+    S: Service<Call<I>, Response = Decided<O>, Error = Infallible> + Clone + Send + 'static,
     S::Future: Send,
     I: Send + 'static,
     O: Send + 'static,
 {
     type Response = Decided<O>;
-    type Error = std::convert::Infallible;
+    type Error = Infallible;
     type Future = AuditFuture<S::Future, O>;
 
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
@@ -114,9 +101,9 @@ pin_project_lite::pin_project! {
 
 impl<F, O> Future for AuditFuture<F, O>
 where
-    F: Future<Output = Result<Decided<O>, std::convert::Infallible>>,
+    F: Future<Output = Result<Decided<O>, Infallible>>,
 {
-    type Output = Result<Decided<O>, std::convert::Infallible>;
+    type Output = Result<Decided<O>, Infallible>;
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let this = self.project();

@@ -12,28 +12,17 @@ use std::time::Duration;
 
 use futures::future::Either;
 use serde_json::Value;
-use tower::{Layer, Service};
+use tower::Service;
 
 use crate::governance::call::{Call, Decided};
 use crate::governance::{Governance, ToolReply};
 
-/// Adds [`Cached`] to a stack.
-#[derive(Debug, Clone, Copy, Default)]
-pub struct CacheLayer;
-
-impl<S> Layer<S> for CacheLayer {
-    type Service = Cached<S>;
-
-    fn layer(&self, inner: S) -> Cached<S> {
-        Cached { inner }
-    }
-}
-
-/// Answers a repeated call from the cache, and caches what the tool answers.
-#[derive(Debug, Clone)]
-pub struct Cached<S> {
-    inner: S,
-}
+thin_layer!(
+    /// Adds [`Cached`] to a stack.
+    CacheLayer,
+    /// Answers a repeated call from the cache, and caches what the tool answers.
+    Cached
+);
 
 type Answer = Result<Decided<ToolReply>, Infallible>;
 

@@ -3,6 +3,7 @@
 //! outcome; the notes of both reach the model. Below this layer the arguments no longer
 //! change, so it fixes their digest.
 
+use std::convert::Infallible;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
@@ -11,42 +12,28 @@ use guildhall_actors::CallError;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
-use tower::{Layer, Service, ServiceExt};
+use tower::{Service, ServiceExt};
 
 use crate::governance::audit::Outcome;
 use crate::governance::call::{Call, Decided, digest};
 use crate::governance::hooks::{HookInput, Phase};
 
-/// Adds [`WithHooks`] to a stack.
-#[derive(Debug, Clone, Copy, Default)]
-pub struct HooksLayer;
-
-impl<S> Layer<S> for HooksLayer {
-    type Service = WithHooks<S>;
-
-    fn layer(&self, inner: S) -> WithHooks<S> {
-        WithHooks { inner }
-    }
-}
-
-/// Runs a tool's configured before- and after-hooks around the layers below.
-#[derive(Debug, Clone)]
-pub struct WithHooks<S> {
-    inner: S,
-}
+thin_layer!(
+    /// Adds [`WithHooks`] to a stack.
+    HooksLayer,
+    /// Runs a tool's configured before- and after-hooks around the layers below.
+    WithHooks
+);
 
 impl<S, I, O> Service<Call<I>> for WithHooks<S>
 where
-    S: Service<Call<I>, Response = Decided<O>, Error = std::convert::Infallible>
-        + Clone
-        + Send
-        + 'static,
+    S: Service<Call<I>, Response = Decided<O>, Error = Infallible> + Clone + Send + 'static,
     S::Future: Send,
     I: Serialize + DeserializeOwned + Send + 'static,
     O: Serialize + Send + 'static,
 {
     type Response = Decided<O>;
-    type Error = std::convert::Infallible;
+    type Error = Infallible;
     type Future = Either<S::Future, BoxFuture<'static, Result<Decided<O>, Self::Error>>>;
 
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
@@ -70,7 +57,7 @@ where
 
 async fn run<S, I, O>(inner: S, mut call: Call<I>, before: bool, after: bool) -> Decided<O>
 where
-    S: Service<Call<I>, Response = Decided<O>, Error = std::convert::Infallible>,
+    S: Service<Call<I>, Response = Decided<O>, Error = Infallible>,
     I: Serialize + DeserializeOwned,
     O: Serialize,
 {

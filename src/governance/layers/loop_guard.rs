@@ -12,7 +12,7 @@ use std::task::{Context, Poll};
 use futures::future::{BoxFuture, Either};
 use serde::Serialize;
 use serde_json::Value;
-use tower::{Layer, Service, ServiceExt};
+use tower::{Service, ServiceExt};
 
 use super::question::Question;
 use crate::governance::Governance;
@@ -23,23 +23,12 @@ use crate::governance::rules::Action;
 /// What the loop guard records as the rule that stopped a call.
 const LOOP_GUARD: &str = "loop guard";
 
-/// Adds a [`LoopGuarded`] check to a stack.
-#[derive(Debug, Clone, Copy, Default)]
-pub struct LoopGuardLayer;
-
-impl<S> Layer<S> for LoopGuardLayer {
-    type Service = LoopGuarded<S>;
-
-    fn layer(&self, inner: S) -> LoopGuarded<S> {
-        LoopGuarded { inner }
-    }
-}
-
-/// Counts each agent's identical calls in a row, and acts on a streak.
-#[derive(Debug, Clone)]
-pub struct LoopGuarded<S> {
-    inner: S,
-}
+thin_layer!(
+    /// Adds [`LoopGuarded`] to a stack.
+    LoopGuardLayer,
+    /// Counts each agent's identical calls in a row, and acts on a streak.
+    LoopGuarded
+);
 
 type Answer<O> = Result<Decided<O>, Infallible>;
 

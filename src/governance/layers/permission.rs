@@ -1,50 +1,37 @@
 //! [`PermissionLayer`]: the rules by scope, combined with the before-hooks' word (deny wins;
 //! a hook's allow skips a rule's ask); `ask` goes to the caller's asker.
 
+use std::convert::Infallible;
 use std::future::Ready;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use futures::future::{BoxFuture, Either};
 use serde::Serialize;
-use tower::{Layer, Service, ServiceExt};
+use tower::{Service, ServiceExt};
 
 use super::question::Question;
 use crate::governance::call::{Call, Decided, Ruled, denied, json_once};
 use crate::governance::rules::{Action, Rule};
 
-/// Adds a [`Permission`] check to a stack.
-#[derive(Debug, Clone, Copy, Default)]
-pub struct PermissionLayer;
+thin_layer!(
+    /// Adds [`Permission`] to a stack.
+    PermissionLayer,
+    /// Lets a call through, refuses it, or asks about it.
+    Permission
+);
 
-impl<S> Layer<S> for PermissionLayer {
-    type Service = Permission<S>;
-
-    fn layer(&self, inner: S) -> Permission<S> {
-        Permission { inner }
-    }
-}
-
-/// Lets a call through, refuses it, or asks about it.
-#[derive(Debug, Clone)]
-pub struct Permission<S> {
-    inner: S,
-}
-
-type Answer<O> = Result<Decided<O>, std::convert::Infallible>;
+type Answer<O> = Result<Decided<O>, Infallible>;
 
 impl<S, I, O> Service<Call<I>> for Permission<S>
 where
-    S: Service<Call<I>, Response = Decided<O>, Error = std::convert::Infallible>
-        + Clone
-        + Send
-        + 'static,
+    S: Service<Call<I>, Response = Decided<O>, Error = Infallible> + Clone + Send + 'static,
     S::Future: Send,
     I: Serialize + Send + Sync + 'static,
     O: Send + 'static,
 {
     type Response = Decided<O>;
-    type Error = std::convert::Infallible;
+    type Error = Infallible;
     #[allow(clippy::type_complexity)]
     type Future = Either<Ready<Answer<O>>, Either<Ruled<S::Future>, BoxFuture<'static, Answer<O>>>>;
 

@@ -6,27 +6,16 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use futures::future::Either;
-use tower::{Layer, Service};
+use tower::Service;
 
 use crate::governance::call::{Call, Decided};
 
-/// Adds a [`RateLimit`] to a stack.
-#[derive(Debug, Clone, Copy, Default)]
-pub struct RateLimitLayer;
-
-impl<S> Layer<S> for RateLimitLayer {
-    type Service = RateLimit<S>;
-
-    fn layer(&self, inner: S) -> RateLimit<S> {
-        RateLimit { inner }
-    }
-}
-
-/// Refuses a call over its tool's or its agent's rate (the configured ones).
-#[derive(Debug, Clone)]
-pub struct RateLimit<S> {
-    inner: S,
-}
+thin_layer!(
+    /// Adds [`RateLimit`] to a stack.
+    RateLimitLayer,
+    /// Refuses a call over its tool's or its agent's rate (the configured ones).
+    RateLimit
+);
 
 type Refused<O> = Ready<Result<Decided<O>, std::convert::Infallible>>;
 

@@ -9,29 +9,18 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use futures::future::BoxFuture;
-use tower::{Layer, Service};
+use tower::Service;
 
 use crate::governance::call::{Call, Decided};
 use crate::governance::truncate::exceeds;
 use crate::governance::{Governance, ToolReply};
 
-/// Adds [`Truncate`] to a stack.
-#[derive(Debug, Clone, Copy, Default)]
-pub struct TruncateLayer;
-
-impl<S> Layer<S> for TruncateLayer {
-    type Service = Truncate<S>;
-
-    fn layer(&self, inner: S) -> Truncate<S> {
-        Truncate { inner }
-    }
-}
-
-/// Cuts a result over its tool's limits (or the default ones).
-#[derive(Debug, Clone)]
-pub struct Truncate<S> {
-    inner: S,
-}
+thin_layer!(
+    /// Adds [`Truncate`] to a stack.
+    TruncateLayer,
+    /// Cuts a result over its tool's limits (or the default ones).
+    Truncate
+);
 
 type Answer = Result<Decided<ToolReply>, Infallible>;
 
