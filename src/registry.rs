@@ -85,7 +85,9 @@ impl<T: Tool> ToolHandle<T> {
             // Straight to the pipeline, exactly as without governance.
             return self.pipeline.clone().oneshot(call).await;
         }
-        self.service.call(call, options.asker).await
+        // Boxed: the governed future is large, and kept inline it would make every typed
+        // call's future as large, the bypassing ones included.
+        Box::pin(self.service.call(call, options.asker)).await
     }
 }
 
