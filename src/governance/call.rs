@@ -11,15 +11,13 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
-use guildhall_actors::{CallContext, CallError};
+use guildhall_actors::{CallContext, CallError, ToolSpec};
 use serde::Serialize;
 use serde_json::Value;
 
+use super::Governance;
 use super::asker::Asker;
 use super::rules::Action;
-use guildhall_actors::ToolSpec;
-
-use super::Governance;
 
 /// A call as the governance layers pass it down: the arguments, the governance and tool
 /// it is judged by, and what is known of the call. The layers themselves hold nothing but
@@ -96,12 +94,7 @@ impl CallScope {
 
     /// An answer made here, without calling the layers below.
     pub fn answer<O>(&self, result: Result<O, CallError>, rule: Option<Arc<str>>) -> Decided<O> {
-        Decided {
-            result,
-            rule,
-            digest: self.digest,
-            notes: Vec::new(),
-        }
+        Decided::new(result, rule, self.digest)
     }
 }
 
@@ -117,6 +110,18 @@ pub struct Decided<O> {
     pub digest: u64,
     /// Notes for the model, from hooks.
     pub notes: Vec<String>,
+}
+
+impl<O> Decided<O> {
+    /// An outcome with no notes.
+    pub fn new(result: Result<O, CallError>, rule: Option<Arc<str>>, digest: u64) -> Self {
+        Self {
+            result,
+            rule,
+            digest,
+            notes: Vec::new(),
+        }
+    }
 }
 
 pin_project_lite::pin_project! {

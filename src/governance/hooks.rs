@@ -16,6 +16,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::future::BoxFuture;
+use guildhall_actors::CallContext;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -58,6 +59,24 @@ pub struct HookInput {
     /// After a failed call: its error message.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
+}
+
+impl HookInput {
+    /// What a hook of `phase` is given of a call to `tool` with `arguments`, before its
+    /// outcome is known.
+    pub fn new(phase: Phase, tool: Arc<str>, ctx: &CallContext, arguments: Value) -> Self {
+        Self {
+            phase,
+            call_id: ctx.call_id().to_string(),
+            tool,
+            agent: ctx.agent_shared().cloned(),
+            session: ctx.session_shared().cloned(),
+            arguments,
+            outcome: None,
+            result: None,
+            error: None,
+        }
+    }
 }
 
 /// What a hook answers. Every field is optional; an empty answer lets the call go on.

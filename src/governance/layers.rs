@@ -54,8 +54,8 @@ mod question;
 mod rate_limit;
 mod truncate;
 
-pub(crate) use audit::Trail;
 pub use audit::{Audit, AuditFuture, AuditLayer};
+pub(crate) use audit::{Trail, announce};
 pub use cache::{CacheFuture, CacheLayer, Cached};
 pub use hooks::{HooksLayer, WithHooks};
 pub use loop_guard::{JudgedFuture, LoopGuardLayer, LoopGuarded};

@@ -11,10 +11,10 @@ use guildhall_actors::{CallContext, CallError};
 use tower::util::Oneshot;
 use tower::{Service, ServiceExt};
 
+use super::Governance;
 use super::asker::Asker;
 use super::call::{Call, CallScope, Decided, ToolMeta};
-use super::layers::Trail;
-use super::{Governance, ToolEvent};
+use super::layers::{Trail, announce};
 use crate::pipeline::ToolCall;
 
 /// A tool's governance stack `L`, with what its calls bring down it.
@@ -82,19 +82,14 @@ where
     /// Records a call refused before this stack could run (arguments that do not decode):
     /// audited and announced like any other, then answered with `err`.
     pub(crate) fn refuse(&self, ctx: &CallContext, err: CallError) -> Result<O, CallError> {
-        let tool = Arc::clone(&self.tool.name);
-        self.gov.emit(|| ToolEvent::Invoked {
-            call_id: ctx.call_id(),
-            tool: Arc::clone(&tool),
-            agent: ctx.agent_shared().cloned(),
-        });
-        let decided = Decided {
-            result: Err(err),
-            rule: Some(Arc::from("argument check")),
-            digest: 0,
-            notes: Vec::new(),
-        };
-        Trail::new(Arc::clone(&self.gov), tool, ctx.clone()).finish(&decided);
+        announce(&self.gov, &self.tool.name, ctx);
+        let decided = Decided::new(Err(err), Some(Arc::from("argument check")), 0);
+        Trail::new(
+            Arc::clone(&self.gov),
+            Arc::clone(&self.tool.name),
+            ctx.clone(),
+        )
+        .finish(&decided);
         decided.result
     }
 }

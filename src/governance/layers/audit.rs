@@ -53,14 +53,14 @@ where
                 State::Waiting {
                     wait: Box::pin(async move {
                         audit.room().await;
-                        announce(&call);
+                        announce(&call.gov, &call.tool.name, &call.scope.ctx);
                         let Ok(decided) = inner.oneshot(call).await;
                         decided
                     }),
                 }
             }
             _ => {
-                announce(&call);
+                announce(&call.gov, &call.tool.name, &call.scope.ctx);
                 State::Running {
                     inner: self.inner.call(call),
                 }
@@ -73,11 +73,11 @@ where
     }
 }
 
-fn announce<I>(call: &Call<I>) {
-    let ctx = &call.scope.ctx;
-    call.gov.emit(|| ToolEvent::Invoked {
+/// Announces that a call to `tool` starts.
+pub(crate) fn announce(gov: &Governance, tool: &Arc<str>, ctx: &CallContext) {
+    gov.emit(|| ToolEvent::Invoked {
         call_id: ctx.call_id(),
-        tool: Arc::clone(&call.tool.name),
+        tool: Arc::clone(tool),
         agent: ctx.agent_shared().cloned(),
     });
 }

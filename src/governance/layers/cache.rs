@@ -60,14 +60,14 @@ where
             let reply = ToolReply::new(Value::clone(&hit));
             return Either::Left(std::future::ready(Ok(call.scope.answer(Ok(reply), None))));
         }
-        let put = Box::new(Put {
+        let put = Put {
             gov: Arc::clone(&call.gov),
             tool: Arc::clone(&call.tool.name),
             session,
             digest,
             generation,
             ttl,
-        });
+        };
         Either::Right(CacheFuture {
             inner: self.inner.call(call),
             put: Some(put),
@@ -90,7 +90,7 @@ pin_project_lite::pin_project! {
     pub struct CacheFuture<F> {
         #[pin]
         inner: F,
-        put: Option<Box<Put>>,
+        put: Option<Put>,
     }
 }
 

@@ -65,21 +65,13 @@ where
     let mut notes = Vec::new();
     if before {
         let arguments = serde_json::to_value(&call.input).unwrap_or(Value::Null);
-        let ctx = &call.scope.ctx;
-        let said = gov
-            .hooks
-            .before(HookInput {
-                phase: Phase::Before,
-                call_id: ctx.call_id().to_string(),
-                tool: Arc::clone(&tool),
-                agent: ctx.agent_shared().cloned(),
-                session: ctx.session_shared().cloned(),
-                arguments: arguments.clone(),
-                outcome: None,
-                result: None,
-                error: None,
-            })
-            .await;
+        let input = HookInput::new(
+            Phase::Before,
+            Arc::clone(&tool),
+            &call.scope.ctx,
+            arguments.clone(),
+        );
+        let said = gov.hooks.before(input).await;
         notes = said.notes;
         call.scope.hook_decision = said.decision;
         call.scope.json = Some(match said.arguments {
@@ -116,20 +108,13 @@ where
             Ok(out) => ("ok", serde_json::to_value(out).ok(), None),
             Err(err) => (Outcome::of(err).as_str(), None, Some(err.to_string())),
         };
-        let said = gov
-            .hooks
-            .after(HookInput {
-                phase: Phase::After,
-                call_id: ctx.call_id().to_string(),
-                tool,
-                agent: ctx.agent_shared().cloned(),
-                session: ctx.session_shared().cloned(),
-                arguments: arguments.unwrap_or(Value::Null),
-                outcome: Some(outcome),
-                result: value,
-                error,
-            })
-            .await;
+        let input = HookInput {
+            outcome: Some(outcome),
+            result: value,
+            error,
+            ..HookInput::new(Phase::After, tool, &ctx, arguments.unwrap_or(Value::Null))
+        };
+        let said = gov.hooks.after(input).await;
         notes.extend(said);
     }
     // Before-hooks' notes first, then the after-hooks', then any from below.

@@ -11,12 +11,10 @@ use std::task::{Context, Poll};
 
 use futures::future::{BoxFuture, Either};
 use serde::Serialize;
-use serde_json::Value;
 use tower::{Service, ServiceExt};
 
 use super::question::Question;
 use crate::governance::Governance;
-use crate::governance::asker::Asker;
 use crate::governance::call::{Call, Decided, denied, digest};
 use crate::governance::rules::Action;
 
@@ -55,23 +53,19 @@ where
             return Either::Right(Either::Left(JudgedFuture::unjudged(self.inner.call(call))));
         };
         if call.tool.spec.annotations.read_only_hint {
-            // Judged after it ran; asking then needs the asker and the arguments.
+            // Judged after it ran. The question is made now, while the call is at hand, and
+            // only when a tripped guard would ask; its reason is known only then.
             let agent = Arc::clone(agent);
-            let asking = (call.gov.loops.action() == Action::Ask).then(|| {
-                Box::new(Asking {
-                    asker: call.scope.asker.clone(),
-                    arguments: call.scope.json(&call.input).unwrap_or_default(),
-                })
-            });
-            let judge = Box::new(Judge {
+            let question = (call.gov.loops.action() == Action::Ask)
+                .then(|| Box::new(Question::about(&mut call, String::new(), None)));
+            let judge = Judge {
                 gov: Arc::clone(&call.gov),
                 tool: Arc::clone(&call.tool.name),
                 tool_id: call.tool.id,
                 agent,
-                ctx: call.scope.ctx.clone(),
                 digest: call.scope.digest,
-                asking,
-            });
+                question,
+            };
             return Either::Right(Either::Left(JudgedFuture {
                 state: State::Running {
                     inner: self.inner.call(call),
@@ -99,15 +93,7 @@ where
                 Either::Left(std::future::ready(Ok(refused)))
             }
             Action::Ask => {
-                let question = Question {
-                    gov: Arc::clone(&call.gov),
-                    tool: name,
-                    ctx: call.scope.ctx.clone(),
-                    asker: call.scope.asker.clone(),
-                    arguments: call.scope.json(&call.input).unwrap_or_default(),
-                    why,
-                    covering: None,
-                };
+                let question = Question::about(&mut call, why, None);
                 let inner = self.inner.clone();
                 Either::Right(Either::Right(Box::pin(async move {
                     match question.ask().await {
@@ -131,16 +117,9 @@ struct Judge {
     tool: Arc<str>,
     tool_id: u64,
     agent: Arc<str>,
-    ctx: guildhall_actors::CallContext,
     digest: u64,
-    /// What asking takes, kept only when a tripped guard asks.
-    asking: Option<Box<Asking>>,
-}
-
-/// Who to ask, and the arguments to show them.
-struct Asking {
-    asker: Option<Arc<dyn Asker>>,
-    arguments: Value,
+    /// The question to ask, made only when a tripped guard asks.
+    question: Option<Box<Question>>,
 }
 
 pin_project_lite::pin_project! {
@@ -148,7 +127,7 @@ pin_project_lite::pin_project! {
     pub struct JudgedFuture<F, O> {
         #[pin]
         state: State<F, O>,
-        judge: Option<Box<Judge>>,
+        judge: Option<Judge>,
     }
 }
 
@@ -222,22 +201,13 @@ impl Judge {
              arguments and gave the same result each time. Wait for something to change \
              (e.g. `wait_secs`), or try different arguments or another approach."
         );
-        match (self.gov.loops.action(), self.asking) {
+        match (self.gov.loops.action(), self.question) {
             (Action::Allow, _) => {
                 tracing::warn!(%agent, tool = %name, count, "repeated call");
                 Verdict::Done(decided)
             }
-            (Action::Ask, Some(asking)) => {
-                let Asking { asker, arguments } = *asking;
-                let question = Question {
-                    gov: Arc::clone(&self.gov),
-                    tool: Arc::clone(name),
-                    ctx: self.ctx,
-                    asker,
-                    arguments,
-                    why,
-                    covering: None,
-                };
+            (Action::Ask, Some(mut question)) => {
+                question.why = why;
                 let (gov, agent) = (self.gov, self.agent);
                 Verdict::Ask(Box::pin(async move {
                     let mut decided = decided;
@@ -257,8 +227,7 @@ impl Judge {
             _ => Verdict::Done(Decided {
                 result: Err(denied(name, why)),
                 rule: Some(Arc::from(LOOP_GUARD)),
-                digest: decided.digest,
-                notes: decided.notes,
+                ..decided
             }),
         }
     }

@@ -75,15 +75,7 @@ where
                     .asking_rule
                     .clone()
                     .or_else(|| Rule::new(&call.tool.name, Action::Allow).ok());
-                let question = Question {
-                    gov: Arc::clone(&call.gov),
-                    tool: Arc::clone(&call.tool.name),
-                    ctx: call.scope.ctx.clone(),
-                    asker: call.scope.asker.clone(),
-                    arguments: call.scope.json(&call.input).unwrap_or_default(),
-                    why: why.to_string(),
-                    covering,
-                };
+                let question = Question::about(&mut call, why.to_string(), covering);
                 let inner = self.inner.clone();
                 // Asking waits for a person: boxed, so other calls' futures stay small.
                 Either::Right(Either::Right(Box::pin(async move {

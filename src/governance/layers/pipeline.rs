@@ -101,11 +101,7 @@ where
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let this = self.project();
         let response = std::task::ready!(this.inner.poll(cx));
-        Poll::Ready(Ok(Decided {
-            result: response.and_then(|r| (this.convert)(r, &this.tool.name)),
-            rule: None,
-            digest: *this.digest,
-            notes: Vec::new(),
-        }))
+        let result = response.and_then(|r| (this.convert)(r, &this.tool.name));
+        Poll::Ready(Ok(Decided::new(result, None, *this.digest)))
     }
 }

@@ -6,9 +6,11 @@ use std::sync::Arc;
 use guildhall_actors::{CallContext, CallError};
 use serde_json::Value;
 
+use serde::Serialize;
+
 use crate::governance::Governance;
 use crate::governance::asker::{Approval, AskRequest, Asker};
-use crate::governance::call::denied;
+use crate::governance::call::{Call, denied};
 use crate::governance::rules::{Action, Rule};
 
 /// One call to ask about, as the permission layer and the loop guard ask.
@@ -25,6 +27,24 @@ pub(crate) struct Question {
 }
 
 impl Question {
+    /// A question about `call`, asked because `why`; an approval for longer than this call
+    /// covers `covering`.
+    pub(crate) fn about<I: Serialize>(
+        call: &mut Call<I>,
+        why: String,
+        covering: Option<Rule>,
+    ) -> Self {
+        Self {
+            gov: Arc::clone(&call.gov),
+            tool: Arc::clone(&call.tool.name),
+            ctx: call.scope.ctx.clone(),
+            asker: call.scope.asker.clone(),
+            arguments: call.scope.json(&call.input).unwrap_or_default(),
+            why,
+            covering,
+        }
+    }
+
     /// Asks and applies the answer (a lasting approval is stored): the approval's label,
     /// or the denial. The call's deadline bounds the wait for an answer.
     pub(crate) async fn ask(self) -> Result<Arc<str>, CallError> {
