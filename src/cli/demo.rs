@@ -149,17 +149,13 @@ async fn mail(
     data_dir: &std::path::Path,
 ) -> Result<(), Box<dyn std::error::Error>> {
     writeln!(out, "\nmailboxes (store: {}):", data_dir.display())?;
-    rt.register_agent(AgentSpec::new("demo-tl", "tl")).await?;
+    let tl = rt.register_agent(AgentSpec::new("demo-tl", "tl")).await?;
     let pm = rt
         .register_agent(AgentSpec::new("demo-pm", "pm").parent("demo-tl"))
         .await?;
-    let as_agent = |id: &str| {
-        rt.agent(id)
-            .map(|agent| CallOptions::new().as_agent(&agent))
-    };
-    let earlier = rt
-        .call_json("check_inbox", json!({}), as_agent("demo-pm")?)
-        .await?;
+    let as_tl = || CallOptions::new().as_agent(&tl);
+    let as_pm = || CallOptions::new().as_agent(&pm);
+    let earlier = rt.call_json("check_inbox", json!({}), as_pm()).await?;
     writeln!(
         out,
         "demo-pm unread from earlier runs: {}",
@@ -169,13 +165,13 @@ async fn mail(
         .call_json(
             "send_message",
             json!({"to": "role:pm", "subject": "plan the sprint", "body": "Split it into tasks.", "priority": "high"}),
-            as_agent("demo-tl")?,
+            as_tl(),
         )
         .await?;
     writeln!(out, "demo-tl -> role:pm  {sent}")?;
     pm.crash_mailbox();
     let inbox = rt
-        .call_json("check_inbox", json!({"full": true}), as_agent("demo-pm")?)
+        .call_json("check_inbox", json!({"full": true}), as_pm())
         .await?;
     writeln!(
         out,
@@ -190,18 +186,14 @@ async fn mail(
         .call_json(
             "send_message",
             json!({"reply_to": sent["id"], "body": "Three tasks, starting now."}),
-            as_agent("demo-pm")?,
+            as_pm(),
         )
         .await?;
     writeln!(out, "demo-pm -> reply     {reply}")?;
-    rt.call_json(
-        "mark_read",
-        json!({"ids": ids, "ack": true}),
-        as_agent("demo-pm")?,
-    )
-    .await?;
+    rt.call_json("mark_read", json!({"ids": ids, "ack": true}), as_pm())
+        .await?;
     let tl_inbox = rt
-        .call_json("check_inbox", json!({"full": true}), as_agent("demo-tl")?)
+        .call_json("check_inbox", json!({"full": true}), as_tl())
         .await?;
     if let Some(first) = tl_inbox["messages"].get(0) {
         writeln!(
@@ -209,12 +201,8 @@ async fn mail(
             "demo-tl reads       {}: {}",
             first["subject"], first["body"]
         )?;
-        rt.call_json(
-            "read_message",
-            json!({"id": first["id"]}),
-            as_agent("demo-tl")?,
-        )
-        .await?;
+        rt.call_json("read_message", json!({"id": first["id"]}), as_tl())
+            .await?;
     }
     Ok(())
 }
@@ -223,10 +211,9 @@ async fn mail(
 /// conflicting one refused whole, and the history (which grows with every run of the demo).
 async fn context(rt: &Runtime, out: &mut impl Write) -> Result<(), Box<dyn std::error::Error>> {
     writeln!(out, "\nshared context (session demo-sprint):")?;
-    let as_agent = |id: &str| {
-        rt.agent(id)
-            .map(|agent| CallOptions::new().as_agent(&agent))
-    };
+    let (tl, pm) = (rt.agent("demo-tl")?, rt.agent("demo-pm")?);
+    let as_tl = || CallOptions::new().as_agent(&tl);
+    let as_pm = || CallOptions::new().as_agent(&pm);
     let now = rt
         .call_json(
             "context_get",
@@ -246,7 +233,7 @@ async fn context(rt: &Runtime, out: &mut impl Write) -> Result<(), Box<dyn std::
                 {"key": "plan", "strategy": "merge", "value": {"goal": "ship", "tasks": 3}, "expected_version": version},
                 {"key": "log", "strategy": "append", "value": "demo-tl planned\n"}
             ]}),
-            as_agent("demo-tl")?,
+            as_tl(),
         )
         .await?;
     writeln!(out, "demo-tl merges plan  {applied}")?;
@@ -257,7 +244,7 @@ async fn context(rt: &Runtime, out: &mut impl Write) -> Result<(), Box<dyn std::
                 {"key": "log", "strategy": "append", "value": "demo-pm took a task\n"},
                 {"key": "plan", "strategy": "merge", "value": {"tasks": 2}, "expected_version": version}
             ]}),
-            as_agent("demo-pm")?,
+            as_pm(),
         )
         .await;
     writeln!(out, "demo-pm, stale read  -> {}", show(stale))?;
