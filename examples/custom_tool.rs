@@ -7,7 +7,9 @@
 // An example talks to its reader on stdout.
 #![allow(clippy::print_stdout)]
 
-use guildhall::{AgentSpec, Annotations, CallContext, CallError, CallOptions, Runtime, Tool};
+use guildhall::{
+    AgentSpec, Annotations, CallContext, CallError, CallOptions, InitState, Runtime, Tool,
+};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::json;
@@ -67,10 +69,6 @@ impl Tool for Notebook {
         Annotations::default().destructive(false).open_world(false)
     }
 
-    async fn init(&self) -> Result<Self::State, NoSuchNote> {
-        Ok(Self::State::new())
-    }
-
     async fn call(
         &self,
         notes: &mut Self::State,
@@ -95,6 +93,12 @@ impl Tool for Notebook {
                 None => Err(NoSuchNote(key)),
             },
         }
+    }
+}
+
+impl InitState for Notebook {
+    async fn init(&self) -> Result<Self::State, NoSuchNote> {
+        Ok(Self::State::new())
     }
 }
 

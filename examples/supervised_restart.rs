@@ -10,7 +10,7 @@
 use std::time::Duration;
 
 use guildhall::supervision::{Backoff, BreakerConfig};
-use guildhall::{CallContext, ChildSnapshot, Runtime, Tool, ToolOptions};
+use guildhall::{CallContext, ChildSnapshot, InitState, Runtime, Tool, ToolOptions};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
@@ -45,10 +45,6 @@ impl Tool for Fragile {
         "Counts calls, or panics on request."
     }
 
-    async fn init(&self) -> Result<u32, Self::Error> {
-        Ok(0)
-    }
-
     async fn call(
         &self,
         served: &mut u32,
@@ -58,6 +54,12 @@ impl Tool for Fragile {
         assert!(!poke.crash, "fragile was poked too hard");
         *served += 1;
         Ok(Count { served: *served })
+    }
+}
+
+impl InitState for Fragile {
+    async fn init(&self) -> Result<u32, Self::Error> {
+        Ok(0)
     }
 }
 

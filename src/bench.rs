@@ -75,10 +75,6 @@ impl Tool for Noop {
         crate::Concurrency::up_to(self.actors)
     }
 
-    async fn init(&self) -> Result<(), Self::Error> {
-        Ok(())
-    }
-
     async fn call(&self, _: &mut (), input: Number, _: CallContext) -> Result<Number, Self::Error> {
         Ok(input)
     }
@@ -107,10 +103,6 @@ impl Tool for Crashy {
 
     fn description(&self) -> &str {
         "Panics when asked to."
-    }
-
-    async fn init(&self) -> Result<(), Self::Error> {
-        Ok(())
     }
 
     async fn call(

@@ -40,7 +40,6 @@
 //!     type State = ();
 //!     fn name(&self) -> &str { "echo" }
 //!     fn description(&self) -> &str { "Echoes its input." }
-//!     async fn init(&self) -> Result<(), Self::Error> { Ok(()) }
 //!     async fn call(&self, _: &mut (), input: Say, _: CallContext) -> Result<Said, Self::Error> {
 //!         Ok(Said { text: input.text })
 //!     }
@@ -85,7 +84,7 @@ pub use error::BuildError;
 pub use events::{EventStream, ToolEvent};
 pub use guildhall_actors::{
     self as actors, Annotations, CallContext, CallError, CallEvent, CallObserver, Concurrency,
-    ErrorKind, Progress, RegistrationError, Tool, ToolSpec,
+    ErrorKind, InitState, Progress, RegistrationError, Tool, ToolSpec,
 };
 pub use guildhall_supervision::{self as supervision, BreakerStatus, ChildSnapshot, ChildStatus};
 pub use options::{CallOptions, ToolOptions};

@@ -22,7 +22,7 @@ use std::sync::{Arc, PoisonError, RwLock};
 use std::time::Duration;
 
 use dashmap::DashMap;
-use guildhall_actors::{CallError, RegistrationError, Tool, ToolSpec, WorkerPool};
+use guildhall_actors::{CallError, InitState, RegistrationError, Tool, ToolSpec, WorkerPool};
 use guildhall_supervision::{
     Backoff, ChildKind, ChildSnapshot, ChildSpec, ChildStatus, RestartIntensity, SharedBreaker,
     Strategy, Supervisor, SupervisorError, SupervisorSpec,
@@ -224,7 +224,7 @@ impl Runtime {
     /// # Cancel safety
     /// If dropped after the tool's supervisor was asked to start it, the tool may be running
     /// but not registered; await it to completion.
-    pub async fn register<T: Tool>(&self, tool: T) -> Result<ToolHandle<T>, BuildError> {
+    pub async fn register<T: InitState>(&self, tool: T) -> Result<ToolHandle<T>, BuildError> {
         self.register_with(tool, self.inner.defaults.clone()).await
     }
 
@@ -235,7 +235,7 @@ impl Runtime {
     ///
     /// # Cancel safety
     /// As [`register`](Self::register).
-    pub async fn register_with<T: Tool>(
+    pub async fn register_with<T: InitState>(
         &self,
         tool: T,
         options: ToolOptions,
@@ -430,13 +430,13 @@ impl Drop for Inner {
 
 impl RuntimeBuilder {
     /// Adds a tool with the default options.
-    pub fn tool<T: Tool>(self, tool: T) -> Self {
+    pub fn tool<T: InitState>(self, tool: T) -> Self {
         let options = self.defaults.clone();
         self.tool_with(tool, options)
     }
 
     /// Adds a tool with its own options.
-    pub fn tool_with<T: Tool>(mut self, tool: T, options: ToolOptions) -> Self {
+    pub fn tool_with<T: InitState>(mut self, tool: T, options: ToolOptions) -> Self {
         self.pending.push(Box::new(move |sweeper, governance| {
             prepare(tool, &options, sweeper, governance).map(|p| p.prepared)
         }));
@@ -615,7 +615,7 @@ fn flatten_exact(lists: Vec<Vec<ChildSpec>>) -> Vec<ChildSpec> {
     all
 }
 
-fn prepare<T: Tool>(
+fn prepare<T: InitState>(
     tool: T,
     options: &ToolOptions,
     sweeper: &Arc<Sweeper>,

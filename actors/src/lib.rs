@@ -22,5 +22,5 @@ pub mod worker;
 pub use context::{CallContext, CallEvent, CallObserver, Progress};
 pub use error::{CallError, ErrorKind, RegistrationError};
 pub use spec::ToolSpec;
-pub use tool::{Annotations, Concurrency, Tool};
+pub use tool::{Annotations, Concurrency, InitState, Tool};
 pub use worker::{Dispatched, ToolActor, ToolMsg, WorkerPool, panic_message};

@@ -12,14 +12,14 @@ use crate::context::CallContext;
 /// A tool: a named, typed operation with its own state, run by a supervised actor.
 ///
 /// The runtime wraps each tool in one or more [`ToolActor`](crate::ToolActor)s. Each actor
-/// builds its own [`State`](Tool::State) with [`init`](Tool::init) when it starts, keeps it
+/// builds its own [`State`](Tool::State) with [`init`](InitState::init) when it starts, keeps it
 /// across calls, and builds it afresh when its supervisor restarts it after a panic. A tool's
 /// own `Err` is an ordinary answer to the caller; a panic is a crash, which kills only this
 /// tool's actor.
 ///
 /// # Examples
 /// ```
-/// use guildhall_actors::{CallContext, Tool};
+/// use guildhall_actors::{CallContext, InitState, Tool};
 /// use schemars::JsonSchema;
 /// use serde::{Deserialize, Serialize};
 ///
@@ -47,14 +47,17 @@ use crate::context::CallContext;
 ///     fn name(&self) -> &str { "counter_add" }
 ///     fn description(&self) -> &str { "Adds to a running total and returns it." }
 ///
-///     async fn init(&self) -> Result<u64, Self::Error> { Ok(0) }
-///
 ///     async fn call(&self, total: &mut u64, input: AddInput, _ctx: CallContext)
 ///         -> Result<Total, Self::Error>
 ///     {
 ///         *total += input.amount;
 ///         Ok(Total { total: *total })
 ///     }
+/// }
+///
+/// // The total starts at zero. A tool whose `State` is `()` writes no `InitState`.
+/// impl InitState for Counter {
+///     async fn init(&self) -> Result<u64, Self::Error> { Ok(0) }
 /// }
 /// ```
 pub trait Tool: Send + Sync + Sized + 'static {
@@ -68,8 +71,8 @@ pub trait Tool: Send + Sync + Sized + 'static {
     type Output: Serialize + JsonSchema + Send + 'static;
     /// The tool's own failure, returned to the caller as [`CallError::Tool`](crate::CallError).
     type Error: std::error::Error + Send + Sync + 'static;
-    /// Per-actor state: built by [`init`](Tool::init), kept across calls, rebuilt on restart.
-    /// Use `()` for a stateless tool.
+    /// Per-actor state: built by [`InitState::init`], kept across calls, rebuilt on restart.
+    /// A stateless tool says `()` and writes no `init`: [`InitState`] is implemented for it.
     type State: Send + 'static;
 
     /// The stable name: 1–128 characters of `[A-Za-z0-9_.-]`, `snake_case` by convention.
@@ -87,10 +90,6 @@ pub trait Tool: Send + Sync + Sized + 'static {
     fn concurrency(&self) -> Concurrency {
         Concurrency::Sequential
     }
-
-    /// Builds a fresh state. Runs when an actor starts and again after every restart; an
-    /// error here makes the start fail, which the supervisor counts as a restart.
-    fn init(&self) -> impl Future<Output = Result<Self::State, Self::Error>> + Send;
 
     /// Handles one call. `ctx` carries the deadline and a cancellation token that fires when
     /// the deadline passes or the caller goes away; a call that ignores it beyond the grace
@@ -124,6 +123,25 @@ pub trait Tool: Send + Sync + Sized + 'static {
     /// retried by the runtime.
     fn is_transient(_error: &Self::Error) -> bool {
         false
+    }
+}
+
+/// How a tool builds its per-actor [`State`](Tool::State).
+///
+/// A tool whose state is `()` has this already and writes nothing. A tool with state
+/// implements it beside [`Tool`], as `Counter` does in [`Tool`]'s example.
+///
+/// A separate trait rather than a provided `init` on [`Tool`] because stable Rust cannot give a
+/// default body only when `State = ()`; this blanket implementation is that default.
+pub trait InitState: Tool {
+    /// Builds a fresh state. Runs when an actor starts and again after every restart; an
+    /// error here makes the start fail, which the supervisor counts as a restart.
+    fn init(&self) -> impl Future<Output = Result<Self::State, Self::Error>> + Send;
+}
+
+impl<T: Tool<State = ()>> InitState for T {
+    async fn init(&self) -> Result<(), T::Error> {
+        Ok(())
     }
 }
 

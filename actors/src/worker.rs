@@ -27,7 +27,7 @@ use tokio::sync::{Notify, oneshot};
 
 use crate::context::CallContext;
 use crate::error::CallError;
-use crate::tool::Tool;
+use crate::tool::{InitState, Tool};
 
 /// The message a [`ToolActor`] handles: one call.
 pub struct ToolMsg<T: Tool>(Invocation<T>);
@@ -64,7 +64,7 @@ pub struct ToolActor<T: Tool> {
     grace: Duration,
 }
 
-impl<T: Tool> Actor for ToolActor<T> {
+impl<T: InitState> Actor for ToolActor<T> {
     type Msg = ToolMsg<T>;
     type State = T::State;
     type Arguments = Arc<Slot<T>>;
@@ -237,30 +237,7 @@ impl<T: Tool> Clone for WorkerPool<T> {
     }
 }
 
-impl<T: Tool> WorkerPool<T> {
-    /// A pool of `tool.concurrency().actors()` workers, none started yet. `grace` is how long
-    /// a call may run past its deadline before its actor is restarted.
-    pub fn new(tool: Arc<T>, grace: Duration) -> Self {
-        let slots = (0..tool.concurrency().actors())
-            .map(|_| Arc::new(Slot::new()))
-            .collect();
-        Self {
-            inner: Arc::new(PoolInner {
-                name: tool.name().to_owned(),
-                tool,
-                grace,
-                slots,
-                next: AtomicUsize::new(0),
-                closed: AtomicBool::new(false),
-            }),
-        }
-    }
-
-    /// The tool's name.
-    pub fn name(&self) -> &str {
-        &self.inner.name
-    }
-
+impl<T: InitState> WorkerPool<T> {
     /// One child spec per actor of the tool: id `<name>` for a sequential tool, `<name>/<i>`
     /// for a concurrent one. Actors are permanent and get `grace` to finish their current call
     /// when shut down.
@@ -291,6 +268,31 @@ impl<T: Tool> WorkerPool<T> {
                 .shutdown(Shutdown::Timeout(grace))
             })
             .collect()
+    }
+}
+
+impl<T: Tool> WorkerPool<T> {
+    /// A pool of `tool.concurrency().actors()` workers, none started yet. `grace` is how long
+    /// a call may run past its deadline before its actor is restarted.
+    pub fn new(tool: Arc<T>, grace: Duration) -> Self {
+        let slots = (0..tool.concurrency().actors())
+            .map(|_| Arc::new(Slot::new()))
+            .collect();
+        Self {
+            inner: Arc::new(PoolInner {
+                name: tool.name().to_owned(),
+                tool,
+                grace,
+                slots,
+                next: AtomicUsize::new(0),
+                closed: AtomicBool::new(false),
+            }),
+        }
+    }
+
+    /// The tool's name.
+    pub fn name(&self) -> &str {
+        &self.inner.name
     }
 
     /// Refuses further calls and wakes callers waiting for a restart.

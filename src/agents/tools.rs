@@ -151,10 +151,6 @@ impl Tool for SendMessage {
             .open_world(false)
     }
 
-    async fn init(&self) -> Result<(), MailError> {
-        Ok(())
-    }
-
     fn detach(&self, _: &(), _: &SendInput) -> Option<()> {
         Some(())
     }
@@ -254,10 +250,6 @@ impl Tool for CheckInbox {
         Annotations::read_only().title("Check the inbox")
     }
 
-    async fn init(&self) -> Result<(), MailError> {
-        Ok(())
-    }
-
     fn detach(&self, _: &(), _: &CheckInput) -> Option<()> {
         Some(())
     }
@@ -339,10 +331,6 @@ impl Tool for ReadMessage {
             .open_world(false)
     }
 
-    async fn init(&self) -> Result<(), MailError> {
-        Ok(())
-    }
-
     fn detach(&self, _: &(), _: &ReadInput) -> Option<()> {
         Some(())
     }
@@ -400,10 +388,6 @@ impl Tool for MarkRead {
             .destructive(false)
             .idempotent(true)
             .open_world(false)
-    }
-
-    async fn init(&self) -> Result<(), MailError> {
-        Ok(())
     }
 
     fn detach(&self, _: &(), _: &MarkInput) -> Option<()> {

@@ -55,9 +55,6 @@ impl Tool for Echo {
     fn description(&self) -> &str {
         "Returns its input (benchmarks)."
     }
-    async fn init(&self) -> Result<(), Self::Error> {
-        Ok(())
-    }
     async fn call(
         &self,
         _: &mut (),

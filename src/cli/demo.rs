@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use clap::Args;
 use guildhall::supervision::Backoff;
-use guildhall::{AgentSpec, CallContext, CallOptions, Runtime, Tool, ToolOptions};
+use guildhall::{AgentSpec, CallContext, CallOptions, InitState, Runtime, Tool, ToolOptions};
 
 use super::tree::print_tree;
 use schemars::JsonSchema;
@@ -56,10 +56,6 @@ impl Tool for Tally {
         "Adds to a running tally kept by the tool's actor."
     }
 
-    async fn init(&self) -> Result<i64, Self::Error> {
-        Ok(0)
-    }
-
     async fn call(
         &self,
         total: &mut i64,
@@ -72,6 +68,12 @@ impl Tool for Tally {
         }
         *total += input.add;
         Ok(TallyOutput { total: *total })
+    }
+}
+
+impl InitState for Tally {
+    async fn init(&self) -> Result<i64, Self::Error> {
+        Ok(0)
     }
 }
 

@@ -137,10 +137,6 @@ impl Tool for ContextGet {
         Annotations::read_only().title("Read session context")
     }
 
-    async fn init(&self) -> Result<(), ContextError> {
-        Ok(())
-    }
-
     fn detach(&self, _: &(), _: &GetInput) -> Option<()> {
         Some(())
     }
@@ -230,10 +226,6 @@ impl Tool for ContextUpdate {
             .title("Update session context")
             .destructive(false)
             .open_world(false)
-    }
-
-    async fn init(&self) -> Result<(), ContextError> {
-        Ok(())
     }
 
     fn detach(&self, _: &(), _: &UpdateInput) -> Option<()> {
@@ -343,10 +335,6 @@ impl Tool for ContextHistory {
 
     fn annotations(&self) -> Annotations {
         Annotations::read_only().title("Session context history")
-    }
-
-    async fn init(&self) -> Result<(), ContextError> {
-        Ok(())
     }
 
     fn detach(&self, _: &(), _: &HistoryInput) -> Option<()> {

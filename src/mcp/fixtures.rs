@@ -243,10 +243,6 @@ impl crate::Tool for AddedTool {
         "Added by test_trigger_tool_change."
     }
 
-    async fn init(&self) -> Result<(), Self::Error> {
-        Ok(())
-    }
-
     async fn call(
         &self,
         _: &mut (),

@@ -41,10 +41,6 @@ impl Tool for Gate {
         Concurrency::up_to(self.actors)
     }
 
-    async fn init(&self) -> Result<(), Self::Error> {
-        Ok(())
-    }
-
     async fn call(&self, _: &mut (), _: Nothing, _: CallContext) -> Result<Done, Self::Error> {
         let now = self.running.fetch_add(1, Ordering::SeqCst) + 1;
         self.peak.fetch_max(now, Ordering::SeqCst);

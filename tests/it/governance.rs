@@ -41,9 +41,6 @@ impl Tool for Shell {
     fn description(&self) -> &str {
         "Pretends to run a command."
     }
-    async fn init(&self) -> Result<(), Self::Error> {
-        Ok(())
-    }
     async fn call(
         &self,
         _: &mut (),
@@ -83,9 +80,6 @@ impl Tool for Lookup {
     fn annotations(&self) -> Annotations {
         Annotations::read_only()
     }
-    async fn init(&self) -> Result<(), Self::Error> {
-        Ok(())
-    }
     async fn call(
         &self,
         _: &mut (),
@@ -119,9 +113,6 @@ impl Tool for Lines {
     }
     fn description(&self) -> &str {
         "Prints numbered lines."
-    }
-    async fn init(&self) -> Result<(), Self::Error> {
-        Ok(())
     }
     async fn call(
         &self,

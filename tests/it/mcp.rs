@@ -47,9 +47,6 @@ impl Tool for Gate {
     fn description(&self) -> &str {
         "Reports progress, or waits for cancellation."
     }
-    async fn init(&self) -> Result<(), Cancelled> {
-        Ok(())
-    }
     async fn call(
         &self,
         _: &mut (),
@@ -79,9 +76,6 @@ impl Tool for Tool2 {
     }
     fn description(&self) -> &str {
         "Registered after the client connected."
-    }
-    async fn init(&self) -> Result<(), Cancelled> {
-        Ok(())
     }
     async fn call(
         &self,

@@ -115,10 +115,6 @@ impl Tool for Steps {
         "Reports progress for each step."
     }
 
-    async fn init(&self) -> Result<(), Self::Error> {
-        Ok(())
-    }
-
     async fn call(
         &self,
         _: &mut (),

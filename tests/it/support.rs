@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use guildhall::{Annotations, CallContext, Tool};
+use guildhall::{Annotations, CallContext, InitState, Tool};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
@@ -129,11 +129,6 @@ impl Tool for Chaos {
         guildhall::Concurrency::up_to(self.actors)
     }
 
-    async fn init(&self) -> Result<u64, AskedToFail> {
-        self.record.inits.fetch_add(1, Ordering::SeqCst);
-        Ok(0)
-    }
-
     async fn call(
         &self,
         calls: &mut u64,
@@ -167,6 +162,13 @@ impl Tool for Chaos {
                 })
             }
         }
+    }
+}
+
+impl InitState for Chaos {
+    async fn init(&self) -> Result<u64, AskedToFail> {
+        self.record.inits.fetch_add(1, Ordering::SeqCst);
+        Ok(0)
     }
 }
 
