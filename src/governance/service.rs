@@ -7,6 +7,7 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
+use futures::future::Either;
 use guildhall_actors::{CallContext, CallError};
 use tower::util::Oneshot;
 use tower::{Service, ServiceExt};
@@ -68,13 +69,22 @@ where
         asker: Option<Arc<dyn Asker>>,
     ) -> GovernedFuture<L, I, O> {
         let ToolCall { input, ctx } = call;
+        let call = Call {
+            input,
+            tool: Arc::clone(&self.tool),
+            gov: Arc::clone(&self.gov),
+            scope: CallScope::new(ctx, asker),
+        };
+        let mut stack = self.stack.clone();
+        // Every governance layer is ready whenever its pipeline is, and a tool's pipeline
+        // always is: call at once rather than carry the stack and the call in a `Oneshot`
+        // to the first poll. A stack that is not ready yet waits in one.
+        let inner = match stack.poll_ready(&mut Context::from_waker(std::task::Waker::noop())) {
+            Poll::Ready(Ok(())) => Either::Left(stack.call(call)),
+            Poll::Pending => Either::Right(stack.oneshot(call)),
+        };
         GovernedFuture {
-            inner: self.stack.clone().oneshot(Call {
-                input,
-                tool: Arc::clone(&self.tool),
-                gov: Arc::clone(&self.gov),
-                scope: CallScope::new(ctx, asker),
-            }),
+            inner,
             attach: self.attach,
         }
     }
@@ -101,7 +111,7 @@ pin_project_lite::pin_project! {
         L: Service<Call<I>>,
     {
         #[pin]
-        inner: Oneshot<L, Call<I>>,
+        inner: Either<L::Future, Oneshot<L, Call<I>>>,
         attach: fn(&mut O, Vec<String>),
     }
 }
