@@ -32,9 +32,76 @@ pub fn decode<I: DeserializeOwned>(tool: &str, args: Value) -> Result<I, CallErr
         CallError::InvalidArguments {
             tool: tool.to_owned(),
             path,
-            reason: err.into_inner().to_string(),
+            reason: in_json_terms(&err.into_inner().to_string()),
         }
     })
+}
+
+/// serde's words for what it expected or found, in the JSON terms a model or a client
+/// reading the schema knows: `u32` is "an integer from 0 to 4294967295", a map an object.
+fn in_json_terms(reason: &str) -> String {
+    const WORDS: &[(&str, &str)] = &[
+        ("expected u8", "expected an integer from 0 to 255"),
+        ("expected u16", "expected an integer from 0 to 65535"),
+        ("expected u32", "expected an integer from 0 to 4294967295"),
+        (
+            "expected u64",
+            "expected an integer from 0 to 18446744073709551615",
+        ),
+        ("expected u128", "expected an integer of at least 0"),
+        (
+            "expected usize",
+            "expected an integer from 0 to 18446744073709551615",
+        ),
+        ("expected i8", "expected an integer from -128 to 127"),
+        ("expected i16", "expected an integer from -32768 to 32767"),
+        (
+            "expected i32",
+            "expected an integer from -2147483648 to 2147483647",
+        ),
+        (
+            "expected i64",
+            "expected an integer from -9223372036854775808 to 9223372036854775807",
+        ),
+        (
+            "expected isize",
+            "expected an integer from -9223372036854775808 to 9223372036854775807",
+        ),
+        ("expected i128", "expected an integer"),
+        ("expected f32", "expected a number"),
+        ("expected f64", "expected a number"),
+        ("expected a sequence", "expected an array"),
+        ("expected a map", "expected an object"),
+        ("expected unit", "expected null"),
+        ("expected a character", "expected a one-character string"),
+        ("expected a borrowed string", "expected a string"),
+        ("invalid type: map", "invalid type: object"),
+        ("invalid type: sequence", "invalid type: array"),
+        ("invalid type: unit value", "invalid type: null"),
+        ("invalid type: floating point", "invalid type: number"),
+        ("invalid value: floating point", "invalid value: number"),
+    ];
+    let mut out = reason.to_owned();
+    for (rust, json) in WORDS {
+        let mut from = 0;
+        while let Some(at) = out[from..].find(rust).map(|i| i + from) {
+            let end = at + rust.len();
+            // Whole words only: `expected u8` is not the start of `expected u80`.
+            if out[end..].starts_with(|c: char| c.is_ascii_alphanumeric() || c == '_') {
+                from = end;
+                continue;
+            }
+            out.replace_range(at..end, json);
+            from = at + json.len();
+        }
+    }
+    if let Some(rest) = out.strip_prefix("invalid type: ")
+        && let Some(at) = rest.find(", expected struct ")
+    {
+        // `expected struct Limits` names a Rust type; the client knows an object.
+        out = format!("invalid type: {}, expected an object", &rest[..at]);
+    }
+    out
 }
 
 fn kind_of(v: &Value) -> &'static str {
@@ -80,7 +147,28 @@ mod tests {
     fn wrong_type_names_nested_field_and_expectation() {
         let (path, reason) = err(json!({"name": "a", "limits": {"max": "ten"}}));
         assert_eq!(path, "limits.max");
-        assert!(reason.contains("expected u32"), "{reason}");
+        assert!(
+            reason.contains("expected an integer from 0 to 4294967295"),
+            "{reason}"
+        );
+    }
+
+    #[test]
+    fn reasons_speak_json_not_rust() {
+        let (_, reason) = err(json!({"name": "a", "limits": {"max": -1}}));
+        assert!(
+            reason.contains("integer `-1`, expected an integer from 0 to 4294967295"),
+            "{reason}"
+        );
+        let (_, reason) = err(json!({"name": "a", "limits": {"max": 1.5}}));
+        assert!(reason.contains("invalid type: number `1.5`"), "{reason}");
+        let (_, reason) = err(json!({"name": ["a"], "limits": {"max": 1}}));
+        assert!(
+            reason.contains("invalid type: array, expected a string"),
+            "{reason}"
+        );
+        let (_, reason) = err(json!({"name": "a", "limits": 3}));
+        assert_eq!(reason, "invalid type: integer `3`, expected an object");
     }
 
     #[test]

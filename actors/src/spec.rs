@@ -81,7 +81,8 @@ fn cached_schema<T: JsonSchema + 'static>(for_output: bool) -> Arc<Value> {
     {
         return Arc::clone(schema);
     }
-    let settings = schemars::generate::SchemaSettings::draft2020_12();
+    let settings = schemars::generate::SchemaSettings::draft2020_12()
+        .with_transform(schemars::transform::RecursiveTransform(portable_numbers));
     let settings = if for_output {
         settings.for_serialize()
     } else {
@@ -99,6 +100,58 @@ fn cached_schema<T: JsonSchema + 'static>(for_output: bool) -> Arc<Value> {
         .entry(key)
         .or_insert(schema)
         .clone()
+}
+
+/// Says the range of a Rust number type in standard JSON Schema. schemars marks integers
+/// with formats of its own (`uint32`, `int64`, …) and floats with `float`/`double`; no
+/// JSON Schema validator knows them, and the TypeScript SDK (so Claude Code and the MCP
+/// Inspector) warns about every one. The format goes; an integer's range becomes `minimum`
+/// and `maximum`, keeping a narrower bound the type already declares.
+fn portable_numbers(schema: &mut schemars::Schema) {
+    let Some(format) = schema.get("format").and_then(Value::as_str) else {
+        return;
+    };
+    let range: Option<(Option<i128>, Option<i128>)> = match format {
+        "uint8" => Some((Some(0), Some(u8::MAX.into()))),
+        "uint16" => Some((Some(0), Some(u16::MAX.into()))),
+        "uint32" => Some((Some(0), Some(u32::MAX.into()))),
+        "uint64" | "uint" => Some((Some(0), Some(u64::MAX.into()))),
+        "uint128" => Some((Some(0), None)),
+        "int8" => Some((Some(i8::MIN.into()), Some(i8::MAX.into()))),
+        "int16" => Some((Some(i16::MIN.into()), Some(i16::MAX.into()))),
+        "int32" => Some((Some(i32::MIN.into()), Some(i32::MAX.into()))),
+        "int64" | "int" => Some((Some(i64::MIN.into()), Some(i64::MAX.into()))),
+        "int128" => Some((None, None)),
+        "float" | "double" => Some((None, None)),
+        _ => None,
+    };
+    let Some((low, high)) = range else { return };
+    schema.remove("format");
+    let bound = |schema: &mut schemars::Schema,
+                 key: &str,
+                 value: Option<i128>,
+                 wider: fn(f64, f64) -> bool| {
+        let Some(value) = value else { return };
+        let keep = schema
+            .get(key)
+            .and_then(Value::as_f64)
+            .is_some_and(|declared| !wider(declared, value as f64));
+        if !keep {
+            let number = i64::try_from(value)
+                .map(Value::from)
+                .or_else(|_| u64::try_from(value).map(Value::from))
+                .unwrap_or(Value::Null);
+            if !number.is_null() {
+                schema.insert(key.to_owned(), number);
+            }
+        }
+    };
+    bound(schema, "minimum", low, |declared, type_min| {
+        declared < type_min
+    });
+    bound(schema, "maximum", high, |declared, type_max| {
+        declared > type_max
+    });
 }
 
 /// Makes sure an input schema describes a JSON object, as MCP requires. A schema whose

@@ -202,8 +202,9 @@ impl Directory {
         let parent = match spec.parent.as_deref() {
             None => None,
             Some(p) => {
+                // The parent need not be registered yet: agents start in any order, and a
+                // child is linked to its parent by id the moment the parent registers.
                 let parent = AgentId::parse(p)?;
-                self.require(p)?;
                 self.check_no_cycle(&id, &parent)?;
                 Some(parent)
             }

@@ -374,6 +374,13 @@ impl PostOffice {
         let ids: Vec<AgentId> = match address {
             Address::Agent(id) => vec![id.clone()],
             Address::Parent => match &sender.record().parent {
+                Some(parent) if self.directory.get(parent.as_str()).is_none() => {
+                    return Err(empty(format!(
+                        "`{}`'s parent `{parent}` has not registered yet; nothing was sent. \
+                         Send again once `{parent}` has connected",
+                        sender.id
+                    )));
+                }
                 Some(parent) => vec![parent.clone()],
                 None => return Err(empty(format!("`{}` has no parent", sender.id))),
             },

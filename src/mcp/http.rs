@@ -9,8 +9,9 @@
 //! [`MAX_MESSAGE_BYTES`] is read to its end (within a bound) and answered 413, so the client
 //! gets an answer rather than a reset connection; one that is not a valid message is
 //! answered 400 with the JSON-RPC error; an `initialize` past the session cap is answered
-//! 503 with `Retry-After`. Sessions idle longer than [`HttpOptions::session_idle`] are
-//! closed.
+//! 503 with `Retry-After`. A `DELETE` closing a session is answered 204, or 404 for a
+//! session the server does not have. Sessions idle longer than [`HttpOptions::session_idle`]
+//! are closed.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -187,6 +188,9 @@ struct Screen {
 
 /// Screens a POST body before rmcp takes it; see the module docs.
 async fn screen(state: &Screen, request: Request, next: Next) -> Response {
+    if request.method() == Method::DELETE {
+        return close_session(state, request, next).await;
+    }
     if request.method() != Method::POST {
         return next.run(request).await;
     }
@@ -235,6 +239,35 @@ async fn screen(state: &Screen, request: Request, next: Next) -> Response {
     }
     next.run(Request::from_parts(parts, Body::from(bytes)))
         .await
+}
+
+/// A client closing its session: 204 once closed, 404 for a session this server does not
+/// have (never had, or already closed), as the spec and the Python SDK expect.
+async fn close_session(state: &Screen, request: Request, next: Next) -> Response {
+    let known = match request
+        .headers()
+        .get("mcp-session-id")
+        .map(HeaderValue::to_str)
+    {
+        Some(Ok(id)) => state.sessions.sessions.read().await.contains_key(id),
+        Some(Err(_)) => false,
+        None => {
+            return (
+                StatusCode::BAD_REQUEST,
+                "closing a session needs its `Mcp-Session-Id` header",
+            )
+                .into_response();
+        }
+    };
+    if !known {
+        return (StatusCode::NOT_FOUND, "no such session").into_response();
+    }
+    let response = next.run(request).await;
+    if response.status().is_success() {
+        StatusCode::NO_CONTENT.into_response()
+    } else {
+        response
+    }
 }
 
 enum BodyError {

@@ -36,6 +36,8 @@ mod mailbox;
 mod mcp;
 /// Registration, lookup, snapshots and shutdown of the runtime.
 mod runtime;
+/// Tool schemas are standard JSON Schema that clients' validators accept, results included.
+mod schemas;
 /// The durable store: restarts, group commit, and stores that must not be opened.
 mod store;
 /// Supervision strategies, restart types, intensity and escalation (supervision crate).

@@ -942,6 +942,26 @@ async fn http_answers_bad_bodies_with_a_status_and_a_json_rpc_error() {
 }
 
 #[tokio::test]
+async fn http_session_delete_answers_204_and_404_for_an_unknown_session() {
+    let (rt, url, stop) = http_server(HttpOptions::default()).await;
+    let client = reqwest::Client::new();
+    let response = legacy_post(&client, &url, initialize_body(0).to_string())
+        .send()
+        .await
+        .unwrap();
+    let session = response.headers()["mcp-session-id"]
+        .to_str()
+        .unwrap()
+        .to_owned();
+    let delete = |id: String| client.delete(&url).header("mcp-session-id", id).send();
+    assert_eq!(delete(session.clone()).await.unwrap().status(), 204);
+    assert_eq!(delete(session).await.unwrap().status(), 404);
+    assert_eq!(delete("no-such-session".into()).await.unwrap().status(), 404);
+    stop.cancel();
+    rt.shutdown().await;
+}
+
+#[tokio::test]
 async fn http_sessions_are_capped_with_a_retry_after() {
     let options = HttpOptions {
         max_sessions: 3,
