@@ -10,7 +10,11 @@ async fn invalid_arguments_name_the_field_and_the_tool_does_not_run() {
     let (tool, record) = Chaos::new("chaos");
     let rt = Runtime::builder().tool(tool).build().await.unwrap();
     let cases = [
-        (json!({"act": "ok", "id": "seven"}), "id", "expected u64"),
+        (
+            json!({"act": "ok", "id": "seven"}),
+            "id",
+            "invalid type: string \"seven\", expected an integer from 0 to 18446744073709551615",
+        ),
         (
             json!({"act": "explode"}),
             "act",

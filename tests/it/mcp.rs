@@ -956,7 +956,10 @@ async fn http_session_delete_answers_204_and_404_for_an_unknown_session() {
     let delete = |id: String| client.delete(&url).header("mcp-session-id", id).send();
     assert_eq!(delete(session.clone()).await.unwrap().status(), 204);
     assert_eq!(delete(session).await.unwrap().status(), 404);
-    assert_eq!(delete("no-such-session".into()).await.unwrap().status(), 404);
+    assert_eq!(
+        delete("no-such-session".into()).await.unwrap().status(),
+        404
+    );
     stop.cancel();
     rt.shutdown().await;
 }
