@@ -5,7 +5,8 @@
 //! and passivated when idle, whose unread messages are in memory and whose every change is
 //! committed to the [`Store`](crate::store::Store) first. Agents talk through an [`Agent`]
 //! handle, or through the mailbox tools (`send_message`, `check_inbox`, `read_message`,
-//! `mark_read`) that every runtime registers.
+//! `mark_read`) and the directory tools (`whoami`, `list_agents`) that every runtime
+//! registers.
 //!
 //! Addresses: an agent id, `role:<name>` (every agent in the role but the sender),
 //! `parent`, `children` and `*` (everyone else). Inbox listings order by priority, then age;
@@ -21,6 +22,7 @@ mod mailbox;
 mod message;
 mod office;
 mod protocol;
+pub mod roster;
 mod shared;
 pub mod tools;
 
@@ -30,6 +32,7 @@ pub use agent::Agent;
 pub use credentials::{
     Credentials, IdentityError, TOKEN_ENV, TOKEN_HEADER, checked_role, constant_time_eq,
 };
+pub(crate) use directory::Connection;
 pub use directory::{AgentRecord, AgentSpec};
 pub use error::MailError;
 pub use ids::{AgentId, MAX_NAME_LEN, parse_message_id};

@@ -19,7 +19,7 @@ pub mod http;
 pub mod local;
 
 pub use filter::{FilterError, ToolFilter};
-pub use handler::{AGENT_HEADER, McpServer, ROLE_HEADER};
+pub use handler::{AGENT_HEADER, McpServer, PARENT_HEADER, ROLE_HEADER};
 
 /// Serves `server` to one client over this process's stdin and stdout until stdin closes.
 /// When both are pipes (as an MCP client launches a server) they are driven by the I/O

@@ -29,6 +29,7 @@ use guildhall_supervision::{
 };
 use serde_json::Value;
 
+use crate::agents::roster::{ListAgents, WhoAmI};
 use crate::agents::tools::{CheckInbox, MarkRead, ReadMessage, SendMessage};
 use crate::agents::{
     Agent, AgentRecord, AgentSpec, Credentials, MailError, MailboxConfig, PostOffice,
@@ -317,6 +318,29 @@ impl Runtime {
         self.inner.office.directory.get(id).map(|e| e.record())
     }
 
+    /// Notes that agent `id` made a call now (`list_agents` shows it as last seen).
+    pub(crate) fn agent_seen(&self, id: &str) {
+        if let Some(entry) = self.inner.office.directory.get(id) {
+            entry.seen();
+        }
+    }
+
+    /// Counts a live connection acting as agent `id` while the guard is held, and warns when
+    /// it is not the only one. `None` for an agent that is not registered.
+    pub(crate) fn connect_agent(&self, id: &str) -> Option<crate::agents::Connection> {
+        let entry = self.inner.office.directory.get(id)?;
+        let (connection, live) = entry.connect();
+        if live > 1 {
+            tracing::warn!(
+                agent = id,
+                live,
+                "{}",
+                crate::agents::roster::shared_identity_warning(id, live)
+            );
+        }
+        Some(connection)
+    }
+
     /// Every registered agent, sorted by id.
     pub fn agents(&self) -> Vec<Arc<AgentRecord>> {
         self.inner.office.directory.list()
@@ -532,6 +556,8 @@ impl RuntimeBuilder {
             .tool_with(CheckInbox(Arc::clone(&office)), mail_options.clone())
             .tool_with(ReadMessage(Arc::clone(&office)), mail_options.clone())
             .tool_with(MarkRead(Arc::clone(&office)), mail_options)
+            .tool(WhoAmI(Arc::clone(&office)))
+            .tool(ListAgents(Arc::clone(&office)))
             .tool(ContextGet(Arc::clone(&contexts)))
             .tool(ContextUpdate(Arc::clone(&contexts)))
             .tool(ContextHistory(Arc::clone(&contexts)));

@@ -5,7 +5,7 @@
 //! are lock-free reads of concurrent maps.
 
 use std::collections::BTreeSet;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, PoisonError, RwLock};
 
 use dashmap::DashMap;
@@ -44,7 +44,8 @@ pub struct AgentSpec {
     pub id: String,
     /// Its role.
     pub role: String,
-    /// The agent it reports to, which must be registered.
+    /// The agent it reports to. It need not be registered yet: agents start in any order,
+    /// and the child is linked to it by id when it registers.
     pub parent: Option<String>,
     /// Free-form metadata (a JSON object, or null).
     pub metadata: Value,
@@ -80,6 +81,11 @@ pub(crate) struct AgentEntry {
     record: RwLock<Arc<AgentRecord>>,
     /// The mailbox actor; retired when the agent is deregistered.
     pub(crate) slot: Slot<MailboxMsg>,
+    /// When it last made a call through a protocol front end, in milliseconds since the
+    /// Unix epoch; 0 when it has not since this server started.
+    last_seen_ms: AtomicU64,
+    /// How many live connections act as it.
+    connections: AtomicU32,
 }
 
 impl AgentEntry {
@@ -88,7 +94,32 @@ impl AgentEntry {
             id: record.id.clone(),
             record: RwLock::new(Arc::new(record)),
             slot: Slot::default(),
+            last_seen_ms: AtomicU64::new(0),
+            connections: AtomicU32::new(0),
         }
+    }
+
+    /// Notes that the agent made a call now.
+    pub(crate) fn seen(&self) {
+        self.last_seen_ms.store(now_ms(), Ordering::Relaxed);
+    }
+
+    /// When the agent last made a call, if it has since this server started.
+    pub(crate) fn last_seen_ms(&self) -> Option<u64> {
+        Some(self.last_seen_ms.load(Ordering::Relaxed)).filter(|&ms| ms > 0)
+    }
+
+    /// How many live connections act as this agent.
+    pub(crate) fn connections(&self) -> u32 {
+        self.connections.load(Ordering::Relaxed)
+    }
+
+    /// Counts one more live connection acting as this agent until the guard is dropped;
+    /// also returns how many there are now.
+    pub(crate) fn connect(self: &Arc<Self>) -> (Connection, u32) {
+        let now = self.connections.fetch_add(1, Ordering::Relaxed) + 1;
+        self.seen();
+        (Connection(Arc::clone(self)), now)
     }
 
     pub(crate) fn record(&self) -> Arc<AgentRecord> {
@@ -97,6 +128,15 @@ impl AgentEntry {
 
     pub(crate) fn mailbox(&self) -> Option<ActorRef<MailboxMsg>> {
         self.slot.actor()
+    }
+}
+
+/// A live connection acting as an agent; counted while held.
+pub(crate) struct Connection(Arc<AgentEntry>);
+
+impl Drop for Connection {
+    fn drop(&mut self) {
+        self.0.connections.fetch_sub(1, Ordering::Relaxed);
     }
 }
 

@@ -21,9 +21,10 @@ const SERVER_LOG: &str = "server.log";
 
 #[derive(Debug, Args)]
 pub(crate) struct McpArgs {
-    /// The agent this client acts as (registered on first use).
+    /// The agent this client acts as (registered on first use). Required: give it here or
+    /// in GUILDHALL_AGENT.
     #[arg(long, env = "GUILDHALL_AGENT")]
-    agent: String,
+    agent: Option<String>,
     /// Its role (`tl`, `pm`, `dev`, ...); a new agent without one gets `agent`.
     #[arg(long, env = "GUILDHALL_ROLE")]
     role: Option<String>,
@@ -39,8 +40,14 @@ pub(crate) struct McpArgs {
 }
 
 pub(crate) async fn run(args: McpArgs, data_dir: &Path) -> CliResult {
+    // An MCP client shows only "failed to connect"; this line is what its MCP log holds.
+    let agent = args.agent.clone().ok_or(
+        "guildhall mcp needs to know which agent this client is: pass `--agent ID` (e.g. \
+         `guildhall mcp --agent tl --role tl`) or set GUILDHALL_AGENT in the client's MCP \
+         server config (\"env\": {\"GUILDHALL_AGENT\": \"tl\"}); `guildhall init` writes one",
+    )?;
     let hello = Hello::Mcp {
-        agent: args.agent.clone(),
+        agent,
         role: args.role.clone(),
         parent: args.parent.clone(),
         tools: args.tools.clone(),
@@ -70,6 +77,8 @@ async fn start_server(
         .create(true)
         .append(true)
         .open(&log_path)?;
+    // What our server writes from here on is its own: shown if it fails to start.
+    let log_start = log.metadata().map(|m| m.len()).unwrap_or(0);
     let exe = std::env::current_exe()?;
     let mut command = std::process::Command::new(exe);
     command
@@ -85,6 +94,7 @@ async fn start_server(
     let mut child = command.spawn()?;
     tracing::info!(pid = child.id(), log = %log_path.display(), "started a server");
     let started = Instant::now();
+    let mut exited: Option<(Instant, std::process::ExitStatus)> = None;
     let mut pause = Duration::from_millis(5);
     loop {
         match local::connect(data_dir, hello).await {
@@ -92,23 +102,54 @@ async fn start_server(
             Err(LocalError::NotRunning { .. }) => {}
             Err(err) => return Err(err.into()),
         }
-        // Our server may have lost the race to another; that one will answer soon. Only
-        // when nobody answers in time is our server's exit an error to report.
-        if started.elapsed() > START_TIMEOUT {
-            let exited = child.try_wait()?.map(|status| status.to_string());
+        if exited.is_none() {
+            exited = child.try_wait()?.map(|status| (Instant::now(), status));
+        }
+        // Our server may have lost the race to another (the store lets one run), which then
+        // answers soon: its exit is an error only when nobody answers shortly after it.
+        let failed = exited.filter(|(at, _)| at.elapsed() > RACE_GRACE);
+        if let Some((_, status)) = failed {
             return Err(format!(
-                "no server answered on {} within {START_TIMEOUT:?} ({}); see {}",
+                "the server started for {} exited ({status}) before it answered:\n{}\n(the \
+                 whole log: {})",
+                data_dir.display(),
+                log_since(&log_path, log_start),
+                log_path.display()
+            )
+            .into());
+        }
+        if started.elapsed() > START_TIMEOUT {
+            return Err(format!(
+                "no server answered on {} within {START_TIMEOUT:?} (the started server is \
+                 still starting); see {}",
                 local::socket_path(data_dir).display(),
-                exited.map_or_else(
-                    || "the started server is still starting".to_owned(),
-                    |s| format!("the started server exited: {s}")
-                ),
                 log_path.display()
             )
             .into());
         }
         tokio::time::sleep(pause).await;
         pause = (pause * 2).min(Duration::from_millis(100));
+    }
+}
+
+/// How long after our started server exits another server may still come to answer.
+const RACE_GRACE: Duration = Duration::from_secs(2);
+
+/// The last lines written to the log at `path` from byte `start` on.
+fn log_since(path: &Path, start: u64) -> String {
+    const LINES: usize = 20;
+    let text = std::fs::read(path)
+        .map(|bytes| {
+            let start = usize::try_from(start).unwrap_or(0).min(bytes.len());
+            String::from_utf8_lossy(&bytes[start..]).into_owned()
+        })
+        .unwrap_or_default();
+    let lines: Vec<&str> = text.lines().collect();
+    let shown = lines[lines.len().saturating_sub(LINES)..].join("\n");
+    if shown.trim().is_empty() {
+        "(it wrote nothing to its log)".to_owned()
+    } else {
+        shown
     }
 }
 

@@ -35,6 +35,9 @@ pub const AGENT_HEADER: &str = "guildhall-agent";
 /// The HTTP header that gives the role an unknown agent named by [`AGENT_HEADER`] is
 /// registered with (default `agent`).
 pub const ROLE_HEADER: &str = "guildhall-role";
+/// The HTTP header that names the agent an unknown agent named by [`AGENT_HEADER`] reports
+/// to (registered or not yet).
+pub const PARENT_HEADER: &str = "guildhall-parent";
 
 /// The runtime's tools served over MCP. Cheap to clone; a clone per connection carries that
 /// connection's identity and tool filter.
@@ -43,6 +46,8 @@ pub struct McpServer {
     shared: Arc<Shared>,
     agent: Option<Arc<str>>,
     filter: ToolFilter,
+    /// Counts this connection as one acting as its bound agent, while any clone lives.
+    _presence: Option<Arc<crate::agents::Connection>>,
     /// Ends this connection's list-changed watcher when the last clone goes.
     _alive: Arc<DropGuard>,
     alive: CancellationToken,
@@ -70,6 +75,7 @@ impl McpServer {
             }),
             agent: None,
             filter: ToolFilter::all(),
+            _presence: None,
             _alive: Arc::new(alive.clone().drop_guard()),
             alive,
         }
@@ -93,10 +99,15 @@ impl McpServer {
     #[must_use]
     pub fn connection(&self, agent: Option<Arc<str>>, filter: ToolFilter) -> Self {
         let alive = CancellationToken::new();
+        let presence = agent
+            .as_deref()
+            .and_then(|id| self.shared.runtime.connect_agent(id))
+            .map(Arc::new);
         Self {
             shared: Arc::clone(&self.shared),
             agent,
             filter: self.filter.clone().and(filter),
+            _presence: presence,
             _alive: Arc::new(alive.clone().drop_guard()),
             alive,
         }
@@ -225,18 +236,48 @@ impl McpServer {
                 }
             }
             None => {
-                let role = role.unwrap_or_else(|| "agent".to_owned());
-                runtime
-                    .register_agent(AgentSpec::new(agent, role))
-                    .await
-                    .map_err(|err| {
-                        refused(format!(
-                            "cannot register agent `{agent}` named by `{AGENT_HEADER}`: {err}"
-                        ))
-                    })?;
+                let mut spec = AgentSpec::new(agent, role.unwrap_or_else(|| "agent".to_owned()));
+                if let Some(parent) = header(PARENT_HEADER)? {
+                    spec = spec.parent(parent);
+                }
+                runtime.register_agent(spec).await.map_err(|err| {
+                    refused(format!(
+                        "cannot register agent `{agent}` named by `{AGENT_HEADER}`: {err}"
+                    ))
+                })?;
             }
         }
         Ok(Some(Arc::from(agent)))
+    }
+
+    /// What a model is told at the handshake: what guildhall offers and, when the connection
+    /// names one, which agent it acts as, in which role, under which parent.
+    fn instructions(&self, agent: Option<&str>) -> String {
+        let mut text = String::from(
+            "guildhall: mailboxes (send_message, check_inbox, read_message, mark_read), the \
+             agent directory (whoami, list_agents) and shared session context (context_get, \
+             context_update, context_history) for a swarm of agents.",
+        );
+        match agent.and_then(|id| self.shared.runtime.lookup_agent(id)) {
+            Some(record) => {
+                text.push_str(&format!(
+                    " You are agent `{}` in role `{}`",
+                    record.id, record.role
+                ));
+                match &record.parent {
+                    Some(parent) => text.push_str(&format!(
+                        ", reporting to `{parent}` (send_message to `parent` reaches it)."
+                    )),
+                    None => text.push('.'),
+                }
+                text.push_str(" Your calls act as you: mail you send is from you.");
+            }
+            None => text.push_str(
+                " This connection names no agent yet: over HTTP send the `Guildhall-Agent` \
+                 header (with `Guildhall-Role` and `Guildhall-Parent` for a new agent).",
+            ),
+        }
+        text
     }
 
     async fn call(
@@ -263,7 +304,9 @@ impl McpServer {
                 return fixtures::call(request, cx).await;
             }
         }
-        let mut options = CallOptions::new().agent_id(self.caller(&cx).await?);
+        let agent = self.caller(&cx).await?;
+        self.shared.runtime.agent_seen(&agent);
+        let mut options = CallOptions::new().agent_id(agent);
         if let Some(token) = cx.meta.get_progress_token() {
             options = options.observer(ProgressRelay::start(token, cx.peer.clone()));
         }
@@ -528,11 +571,21 @@ impl ServerHandler for McpServer {
         let capabilities = self.capabilities();
         ServerConfig::new(capabilities)
             .with_server_info(Implementation::new("guildhall", env!("CARGO_PKG_VERSION")))
-            .with_instructions(
-                "guildhall: mailboxes (send_message, check_inbox, read_message, mark_read) and \
-                 shared session context (context_get, context_update, context_history) for a \
-                 swarm of agents. Calls act as this connection's agent.",
-            )
+            .with_instructions(self.instructions(self.agent.as_deref()))
+    }
+
+    /// A connection that names its agent over HTTP (`Guildhall-Agent`) has it registered
+    /// now, not at its first call, and hears who it is in the instructions.
+    async fn initialize(
+        &self,
+        request: rmcp::model::InitializeRequestParams,
+        cx: RequestContext<RoleServer>,
+    ) -> Result<rmcp::model::InitializeResult, McpError> {
+        cx.peer.set_peer_info(request.clone());
+        let agent = self.named_caller(&cx).await?;
+        let mut info = self.negotiate_initialize(&request)?;
+        info.instructions = Some(self.instructions(agent.as_deref()));
+        Ok(info)
     }
 
     async fn list_tools(

@@ -353,7 +353,11 @@ pub async fn bind(
             if let Some(record) = &existing {
                 spec = spec.metadata(record.metadata.clone());
             }
-            register_when_parent_exists(runtime, spec).await?.record()
+            runtime
+                .register_agent(spec)
+                .await
+                .map_err(|err| format!("cannot register agent `{agent}`: {err}"))?
+                .record()
         }
     };
     let mut filter = roles.get(&record.role).cloned().unwrap_or_default();
@@ -367,32 +371,6 @@ pub async fn bind(
         "tools": filter.to_string(),
     });
     Ok((server.connection(Some(Arc::from(agent)), filter), value))
-}
-
-/// Agents of one project are often launched together, a subagent's client before its
-/// parent's; a parent not registered yet gets [`PARENT_WAIT`] to appear.
-const PARENT_WAIT: Duration = Duration::from_secs(10);
-
-async fn register_when_parent_exists(
-    runtime: &crate::Runtime,
-    spec: AgentSpec,
-) -> Result<crate::Agent, String> {
-    let deadline = tokio::time::Instant::now() + PARENT_WAIT;
-    let mut pause = Duration::from_millis(5);
-    loop {
-        let parent_missing = spec
-            .parent
-            .as_deref()
-            .is_some_and(|parent| runtime.lookup_agent(parent).is_none());
-        if !parent_missing || tokio::time::Instant::now() >= deadline {
-            return runtime
-                .register_agent(spec.clone())
-                .await
-                .map_err(|err| format!("cannot register agent `{}`: {err}", spec.id));
-        }
-        tokio::time::sleep(pause).await;
-        pause = (pause * 2).min(Duration::from_millis(100));
-    }
 }
 
 async fn status(server: &McpServer) -> Result<Value, String> {

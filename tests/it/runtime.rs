@@ -17,7 +17,7 @@ async fn tools_are_listed_sorted_and_looked_up_by_name() {
     let (a, _) = Chaos::new("alpha");
     let rt = Runtime::builder().tool(b).tool(a).build().await.unwrap();
     let names: Vec<_> = rt.tools().into_iter().map(|t| t.name).collect();
-    // The mailbox and context tools are built in.
+    // The mailbox, directory and context tools are built in.
     assert_eq!(
         names,
         [
@@ -27,9 +27,11 @@ async fn tools_are_listed_sorted_and_looked_up_by_name() {
             "context_get",
             "context_history",
             "context_update",
+            "list_agents",
             "mark_read",
             "read_message",
-            "send_message"
+            "send_message",
+            "whoami"
         ]
     );
     assert_eq!(

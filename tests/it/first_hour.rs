@@ -1,0 +1,232 @@
+//! What a new user meets in the first hour: `guildhall mcp` clients started in any order,
+//! told who they are, and errors that say what to do.
+
+use std::path::Path;
+use std::process::Stdio;
+use std::time::Duration;
+
+use serde_json::{Value, json};
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader, Lines};
+use tokio::process::{Child, ChildStdin, ChildStdout};
+
+const LIMIT: Duration = Duration::from_secs(20);
+
+/// One `guildhall mcp` process, spoken to over its stdio as an MCP client would.
+struct Client {
+    child: Child,
+    stdin: ChildStdin,
+    lines: Lines<BufReader<ChildStdout>>,
+    next_id: u64,
+}
+
+impl Client {
+    async fn start(data: &Path, args: &[&str]) -> Self {
+        let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_guildhall"))
+            .arg("--data-dir")
+            .arg(data)
+            .arg("mcp")
+            .args(args)
+            .env("RUST_LOG", "off")
+            .env_remove("GUILDHALL_AGENT")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .kill_on_drop(true)
+            .spawn()
+            .unwrap();
+        let stdin = child.stdin.take().unwrap();
+        let lines = BufReader::new(child.stdout.take().unwrap()).lines();
+        let mut client = Self {
+            child,
+            stdin,
+            lines,
+            next_id: 1,
+        };
+        let init = client
+            .request(
+                "initialize",
+                json!({ "protocolVersion": "2025-11-25", "capabilities": {},
+                        "clientInfo": { "name": "first-hour", "version": "1" } }),
+            )
+            .await;
+        client
+            .send(json!({ "jsonrpc": "2.0", "method": "notifications/initialized" }))
+            .await;
+        client.child.id().expect("the client runs");
+        assert!(init["result"]["instructions"].is_string(), "{init}");
+        client
+    }
+
+    async fn send(&mut self, message: Value) {
+        let mut line = serde_json::to_vec(&message).unwrap();
+        line.push(b'\n');
+        self.stdin.write_all(&line).await.unwrap();
+    }
+
+    async fn request(&mut self, method: &str, params: Value) -> Value {
+        let id = self.next_id;
+        self.next_id += 1;
+        self.send(json!({ "jsonrpc": "2.0", "id": id, "method": method, "params": params }))
+            .await;
+        loop {
+            let line = tokio::time::timeout(LIMIT, self.lines.next_line())
+                .await
+                .expect("the server answers in time")
+                .unwrap()
+                .expect("the bridge keeps stdout open");
+            let message: Value = serde_json::from_str(&line).unwrap();
+            if message["id"] == id {
+                return message;
+            }
+        }
+    }
+
+    async fn call(&mut self, tool: &str, arguments: Value) -> Value {
+        let response = self
+            .request(
+                "tools/call",
+                json!({ "name": tool, "arguments": arguments }),
+            )
+            .await;
+        assert_eq!(response["result"]["isError"], false, "{response}");
+        response["result"]["structuredContent"].clone()
+    }
+}
+
+/// Stops the server `guildhall mcp` started in the background for `data`.
+fn stop_server(data: &Path) {
+    let status: Value =
+        serde_json::from_str(&crate::support::guildhall_ok(data, &["status", "--json"])).unwrap();
+    let pid = status["pid"]
+        .as_u64()
+        .expect("status names the server's pid");
+    let killed = std::process::Command::new("kill")
+        .arg(pid.to_string())
+        .status()
+        .unwrap();
+    assert!(killed.success());
+}
+
+#[tokio::test]
+async fn clients_start_in_any_order_and_each_hears_who_it_is() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    // The subagent's client first: its parent is not registered yet.
+    let mut pm = Client::start(
+        &data,
+        &["--agent", "pm-7", "--role", "pm", "--parent", "tl"],
+    )
+    .await;
+    let me = pm.call("whoami", json!({})).await;
+    assert_eq!(me["agent"], "pm-7");
+    assert_eq!(me["role"], "pm");
+    assert_eq!(me["parent"], "tl");
+    assert_eq!(me["parent_registered"], false);
+    assert_eq!(me["connections"], 1);
+    assert!(me.get("warning").is_none(), "{me}");
+
+    let mut tl = Client::start(&data, &["--agent", "tl", "--role", "tl"]).await;
+    let me = tl.call("whoami", json!({})).await;
+    assert_eq!(me["children"], json!(["pm-7"]));
+    pm.call("send_message", json!({"to": "parent", "body": "ready"}))
+        .await;
+    let agents = tl.call("list_agents", json!({})).await;
+    assert_eq!(agents["total"], 2, "{agents}");
+    let rows = agents["agents"].as_array().unwrap();
+    let tl_row = rows.iter().find(|a| a["id"] == "tl").unwrap();
+    assert_eq!(tl_row["unread"], 1, "{agents}");
+    assert_eq!(tl_row["connections"], 1, "{agents}");
+    let pm_row = rows.iter().find(|a| a["id"] == "pm-7").unwrap();
+    assert_eq!(pm_row["parent"], "tl");
+    assert!(pm_row["last_seen"].is_string(), "{agents}");
+    let pms = tl.call("list_agents", json!({"role": "pm"})).await;
+    assert_eq!(pms["total"], 1, "{pms}");
+
+    // A second client bound to the same agent is warned about.
+    let mut twin = Client::start(&data, &["--agent", "pm-7"]).await;
+    let me = twin.call("whoami", json!({})).await;
+    assert_eq!(me["connections"], 2, "{me}");
+    assert!(
+        me["warning"].as_str().unwrap().contains("share one inbox"),
+        "{me}"
+    );
+    drop((pm, tl, twin));
+    stop_server(&data);
+}
+
+#[tokio::test]
+async fn the_handshake_tells_the_model_its_agent_role_and_parent() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_guildhall"))
+        .arg("--data-dir")
+        .arg(&data)
+        .args([
+            "mcp", "--agent", "dev-1", "--role", "dev", "--parent", "pm-2",
+        ])
+        .env("RUST_LOG", "off")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let init = json!({ "jsonrpc": "2.0", "id": 1, "method": "initialize",
+        "params": { "protocolVersion": "2025-11-25", "capabilities": {},
+                    "clientInfo": { "name": "first-hour", "version": "1" } } });
+    stdin
+        .write_all(format!("{init}\n").as_bytes())
+        .await
+        .unwrap();
+    let line = tokio::time::timeout(LIMIT, lines.next_line())
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    let answer: Value = serde_json::from_str(&line).unwrap();
+    let instructions = answer["result"]["instructions"].as_str().unwrap();
+    assert!(
+        instructions.contains("You are agent `dev-1` in role `dev`, reporting to `pm-2`"),
+        "{instructions}"
+    );
+    drop((stdin, lines, child));
+    stop_server(&data);
+}
+
+#[test]
+fn a_client_that_names_no_agent_is_told_how_to_name_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = crate::support::guildhall(dir.path())
+        .arg("mcp")
+        .env_remove("GUILDHALL_AGENT")
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("--agent ID") && err.contains("GUILDHALL_AGENT"),
+        "{err}"
+    );
+}
+
+#[test]
+fn a_server_that_cannot_start_is_reported_at_once_with_its_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    std::fs::create_dir_all(&data).unwrap();
+    std::fs::write(data.join("guildhall.toml"), "[governance\nbroken = \n").unwrap();
+    let out = crate::support::guildhall(&data)
+        .args(["mcp", "--agent", "tl"])
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    // The started server's own error, not "no server answered within 20 s".
+    assert!(err.contains("exited"), "{err}");
+    assert!(err.contains("guildhall.toml"), "{err}");
+    assert!(!err.contains("within"), "{err}");
+}
