@@ -58,6 +58,8 @@ enum Command {
     Tools(serve::ToolsArgs),
     /// Show a running server's supervision tree, restarts and breaker states.
     Status(serve::StatusArgs),
+    /// Stop the server running for the data directory (it finishes the calls in flight).
+    Stop(serve::StopArgs),
     /// List audited calls: who called what, the permission decision and the rule behind
     /// it, how long it took and how it ended (--json for JSON lines).
     Audit(audit::AuditArgs),
@@ -112,6 +114,7 @@ pub(crate) fn main() -> ExitCode {
             Command::Mcp(args) => bridge::run(args, &cli.data_dir).await,
             Command::Tools(args) => serve::tools(args).await,
             Command::Status(args) => serve::status(args, &cli.data_dir).await,
+            Command::Stop(args) => serve::stop(args, &cli.data_dir).await,
             Command::Audit(args) => audit::run(args, &cli.data_dir).await,
             Command::Demo(args) => demo::run(args, &cli.data_dir).await,
             #[cfg(feature = "bench")]

@@ -37,6 +37,10 @@ pub(crate) struct McpArgs {
     /// Fail instead of starting a server when none is running.
     #[arg(long)]
     no_start: bool,
+    /// A server this command starts exits after this long with no client connected
+    /// (`0s`: never; stop it with `guildhall stop`).
+    #[arg(long, env = "GUILDHALL_IDLE_EXIT", default_value = "5m", value_parser = humantime::parse_duration, value_name = "DURATION")]
+    idle_exit: Duration,
 }
 
 pub(crate) async fn run(args: McpArgs, data_dir: &Path) -> CliResult {
@@ -56,7 +60,7 @@ pub(crate) async fn run(args: McpArgs, data_dir: &Path) -> CliResult {
     let connected = match local::connect(data_dir, &hello).await {
         Ok(connected) => connected,
         Err(LocalError::NotRunning { .. }) if !args.no_start => {
-            start_server(data_dir, &hello).await?
+            start_server(data_dir, &hello, args.idle_exit).await?
         }
         Err(err) => return Err(err.into()),
     };
@@ -70,8 +74,11 @@ pub(crate) async fn run(args: McpArgs, data_dir: &Path) -> CliResult {
 async fn start_server(
     data_dir: &Path,
     hello: &Hello,
+    idle_exit: Duration,
 ) -> Result<Connected, Box<dyn std::error::Error>> {
     guildhall::private_fs::create_dir_all(data_dir)?;
+    // Absolute, so `ps` says which project a background server belongs to.
+    let data_dir = &std::path::absolute(data_dir)?;
     let log_path = data_dir.join(SERVER_LOG);
     let log = std::fs::OpenOptions::new()
         .create(true)
@@ -84,7 +91,8 @@ async fn start_server(
     command
         .arg("--data-dir")
         .arg(data_dir)
-        .args(["serve", "--no-http"])
+        .args(["serve", "--no-http", "--idle-exit"])
+        .arg(humantime::format_duration(idle_exit).to_string())
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(log);

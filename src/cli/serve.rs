@@ -57,6 +57,11 @@ pub(crate) struct ServeArgs {
     /// Close an HTTP session after this long without a request (`90s`, `10m`).
     #[arg(long, default_value = "10m", value_parser = humantime::parse_duration, value_name = "DURATION", conflicts_with = "stdio")]
     session_idle: std::time::Duration,
+    /// Exit after this long with no `guildhall mcp` client connected (`5m`; `0s`: never).
+    /// What servers started by `guildhall mcp` run with; needs --no-http, since HTTP clients
+    /// come and go without a lasting connection.
+    #[arg(long, value_parser = humantime::parse_duration, value_name = "DURATION", requires = "no_http")]
+    idle_exit: Option<std::time::Duration>,
     /// With --stdio: the agent this client acts as.
     #[arg(long, default_value = "solo", requires = "stdio")]
     agent: String,
@@ -155,6 +160,16 @@ async fn serve_network(
 ) -> CliResult {
     let shutdown = CancellationToken::new();
     let server = server.connection(None, filter);
+    // The port first: when it is taken, nothing else has been set up (no socket left behind).
+    let http_listener = if args.no_http {
+        None
+    } else {
+        Some(
+            tokio::net::TcpListener::bind(args.listen)
+                .await
+                .map_err(|err| listen_error(args.listen, &err))?,
+        )
+    };
     guildhall::private_fs::create_dir_all(data_dir)?;
     // The store is ours (its lock is held), so a socket file left here is stale.
     let socket = local::socket_path(data_dir);
@@ -167,48 +182,83 @@ async fn serve_network(
         .map_err(|err| format!("cannot listen on {}: {err}", socket.display()))?;
     // Reaching the socket is acting as any agent without a token: owner only.
     guildhall::private_fs::restrict(&socket)?;
+    // From here on every way out removes the socket.
+    let socket_guard = RemoveOnDrop(socket.clone());
+    let control = local::Control::default();
     let local_task = tokio::spawn(local::serve(
         listener,
         server.clone(),
         Arc::new(roles),
         shutdown.clone(),
+        control.clone(),
     ));
     let mut out = std::io::stdout().lock();
     writeln!(out, "local socket: {}", socket.display())?;
-    let http_task = if args.no_http {
-        None
-    } else {
-        let options = HttpOptions {
-            token: args.token.clone(),
-            allowed_hosts: args.allow_host.clone(),
-            allowed_origins: args.allow_origin.clone(),
-            max_sessions: args.max_sessions,
-            session_idle: args.session_idle,
-        };
-        let router = http::router(server.clone(), args.listen, options, shutdown.clone())?;
-        let listener = tokio::net::TcpListener::bind(args.listen)
-            .await
-            .map_err(|err| format!("cannot listen on {}: {err}", args.listen))?;
-        let addr = listener.local_addr()?;
-        writeln!(out, "mcp endpoint: http://{addr}{}", http::PATH)?;
-        Some(tokio::spawn(http::serve(
-            listener,
-            router,
-            shutdown.clone(),
-        )))
+    let http_task = match http_listener {
+        None => None,
+        Some(listener) => {
+            let options = HttpOptions {
+                token: args.token.clone(),
+                allowed_hosts: args.allow_host.clone(),
+                allowed_origins: args.allow_origin.clone(),
+                max_sessions: args.max_sessions,
+                session_idle: args.session_idle,
+            };
+            let addr = listener.local_addr()?;
+            let router = http::router(server.clone(), addr, options, shutdown.clone())?;
+            writeln!(out, "mcp endpoint: http://{addr}{}", http::PATH)?;
+            Some(tokio::spawn(http::serve(
+                listener,
+                router,
+                shutdown.clone(),
+            )))
+        }
     };
     out.flush()?;
     drop(out);
     tracing::info!(data_dir = %data_dir.display(), "serving");
-    wait_for_stop_signal().await;
-    tracing::info!("stopping");
+    let idle_exit = args.idle_exit.filter(|d| !d.is_zero());
+    let stop_requested = control.stop_requested();
+    tokio::select! {
+        () = wait_for_stop_signal() => tracing::info!("stopping on a signal"),
+        () = stop_requested.cancelled() => tracing::info!("stopping: `guildhall stop`"),
+        () = async {
+            match idle_exit {
+                Some(idle) => control.idle_for(idle).await,
+                None => std::future::pending().await,
+            }
+        } => tracing::info!(?idle_exit, "stopping: no client connected for the idle time"),
+    }
     shutdown.cancel();
     let _ = local_task.await;
     if let Some(task) = http_task {
         task.await??;
     }
-    let _ = std::fs::remove_file(&socket);
+    drop(socket_guard);
     Ok(())
+}
+
+/// Removes a socket file when dropped.
+struct RemoveOnDrop(PathBuf);
+
+impl Drop for RemoveOnDrop {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
+}
+
+/// Why the HTTP address cannot be had, with what to do about it.
+fn listen_error(addr: SocketAddr, err: &std::io::Error) -> String {
+    if err.kind() == std::io::ErrorKind::AddrInUse {
+        format!(
+            "port {} is in use on {} (another guildhall server, or another program): pick a \
+             free one with `--listen 127.0.0.1:0`, or serve without HTTP with `--no-http`",
+            addr.port(),
+            addr.ip()
+        )
+    } else {
+        format!("cannot listen on {addr}: {err}")
+    }
 }
 
 async fn wait_for_stop_signal() {
@@ -279,6 +329,45 @@ pub(crate) async fn tools(args: ToolsArgs) -> CliResult {
             writeln!(out, "{:<16} ({hints})", "")?;
         }
     }
+    Ok(())
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct StopArgs {}
+
+/// Asks the server for the data directory to stop, and waits until its socket is gone.
+pub(crate) async fn stop(_: StopArgs, data_dir: &Path) -> CliResult {
+    let answer = match local::connect(data_dir, &Hello::Stop).await {
+        Ok(connected) => connected.value,
+        Err(local::LocalError::NotRunning { .. }) => {
+            writeln!(
+                std::io::stdout(),
+                "no guildhall server is running for {}",
+                data_dir.display()
+            )?;
+            return Ok(());
+        }
+        Err(err) => return Err(err.into()),
+    };
+    let socket = local::socket_path(data_dir);
+    // It finishes the calls in flight first; bounded, as every wait here.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while socket.exists() {
+        if std::time::Instant::now() > deadline {
+            return Err(format!(
+                "the server (pid {}) was asked to stop but still runs after 30 s",
+                answer["pid"]
+            )
+            .into());
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    writeln!(
+        std::io::stdout(),
+        "stopped the server (pid {}) for {}",
+        answer["pid"],
+        data_dir.display()
+    )?;
     Ok(())
 }
 

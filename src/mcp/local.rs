@@ -61,6 +61,8 @@ pub enum Hello {
     },
     /// Answer with the server's status: its supervision tree, agents and tools.
     Status,
+    /// Stop the server: it answers with its pid, then shuts down as on SIGTERM.
+    Stop,
     /// Answer with the audit records the query selects (every call finished so far).
     Audit {
         /// Which records.
@@ -182,6 +184,54 @@ pub async fn connect(data_dir: &Path, hello: &Hello) -> Result<Connected, LocalE
     }
 }
 
+/// What the socket tells the process serving it: how many MCP connections are live (for an
+/// idle exit) and whether a client asked the server to stop.
+#[derive(Clone, Default)]
+pub struct Control {
+    stop: CancellationToken,
+    live: Arc<tokio::sync::watch::Sender<usize>>,
+}
+
+impl Control {
+    /// Fires when a client sent [`Hello::Stop`].
+    pub fn stop_requested(&self) -> CancellationToken {
+        self.stop.clone()
+    }
+
+    /// Resolves once no MCP connection has been live for `idle`.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: it only watches.
+    pub async fn idle_for(&self, idle: Duration) {
+        let mut live = self.live.subscribe();
+        loop {
+            if live.wait_for(|n| *n == 0).await.is_err() {
+                return std::future::pending().await;
+            }
+            tokio::select! {
+                () = tokio::time::sleep(idle) => return,
+                changed = live.changed() => if changed.is_err() {
+                    return std::future::pending().await;
+                },
+            }
+        }
+    }
+
+    /// Counts one live MCP connection until the guard is dropped.
+    fn enter(&self) -> LiveConnection {
+        self.live.send_modify(|n| *n += 1);
+        LiveConnection(Arc::clone(&self.live))
+    }
+}
+
+struct LiveConnection(Arc<tokio::sync::watch::Sender<usize>>);
+
+impl Drop for LiveConnection {
+    fn drop(&mut self) {
+        self.0.send_modify(|n| *n = n.saturating_sub(1));
+    }
+}
+
 /// Accepts local connections for `server` until `shutdown` fires.
 ///
 /// # Cancel safety
@@ -192,6 +242,7 @@ pub async fn serve(
     server: McpServer,
     roles: Arc<RoleTools>,
     shutdown: CancellationToken,
+    control: Control,
 ) {
     loop {
         let stream = tokio::select! {
@@ -206,15 +257,21 @@ pub async fn serve(
         };
         let server = server.clone();
         let roles = Arc::clone(&roles);
+        let control = control.clone();
         tokio::spawn(async move {
-            if let Err(err) = handle(stream, server, &roles).await {
+            if let Err(err) = handle(stream, server, &roles, &control).await {
                 tracing::debug!(%err, "local connection ended with an error");
             }
         });
     }
 }
 
-async fn handle(stream: UnixStream, server: McpServer, roles: &RoleTools) -> std::io::Result<()> {
+async fn handle(
+    stream: UnixStream,
+    server: McpServer,
+    roles: &RoleTools,
+    control: &Control,
+) -> std::io::Result<()> {
     let (read, mut writer) = stream.into_split();
     let mut reader = BufReader::new(read);
     let mut line = String::new();
@@ -242,6 +299,7 @@ async fn handle(stream: UnixStream, server: McpServer, roles: &RoleTools) -> std
             .and(bind(&server, roles, agent, role, parent, tools.as_deref()).await)
         {
             Ok((connection, record)) => {
+                let _live = control.enter();
                 answer(&mut writer, Reply::Ok(record)).await?;
                 super::serve_stream(connection, (reader, writer)).await
             }
@@ -253,6 +311,13 @@ async fn handle(stream: UnixStream, server: McpServer, roles: &RoleTools) -> std
                 Err(reason) => Reply::Error(reason),
             };
             answer(&mut writer, reply).await
+        }
+        Hello::Stop => {
+            tracing::info!("asked to stop through the local socket");
+            let reply = Reply::Ok(serde_json::json!({ "pid": std::process::id() }));
+            let answered = answer(&mut writer, reply).await;
+            control.stop.cancel();
+            answered
         }
         Hello::Audit { query } => {
             let reply = match server.runtime().governance().audit() {

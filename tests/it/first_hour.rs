@@ -27,6 +27,8 @@ impl Client {
             .arg("mcp")
             .args(args)
             .env("RUST_LOG", "off")
+            // A server left behind by a failing test goes away by itself.
+            .env("GUILDHALL_IDLE_EXIT", "60s")
             .env_remove("GUILDHALL_AGENT")
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
@@ -93,18 +95,16 @@ impl Client {
     }
 }
 
-/// Stops the server `guildhall mcp` started in the background for `data`.
+/// Stops the server `guildhall mcp` started in the background for `data`, as a user would.
 fn stop_server(data: &Path) {
-    let status: Value =
-        serde_json::from_str(&crate::support::guildhall_ok(data, &["status", "--json"])).unwrap();
-    let pid = status["pid"]
-        .as_u64()
-        .expect("status names the server's pid");
-    let killed = std::process::Command::new("kill")
-        .arg(pid.to_string())
-        .status()
-        .unwrap();
-    assert!(killed.success());
+    let said = crate::support::guildhall_ok(data, &["stop"]);
+    assert!(said.starts_with("stopped the server (pid "), "{said}");
+    assert!(!data.join("guildhall.sock").exists(), "the socket is gone");
+    let again = crate::support::guildhall_ok(data, &["stop"]);
+    assert!(
+        again.starts_with("no guildhall server is running"),
+        "{again}"
+    );
 }
 
 #[tokio::test]
@@ -229,4 +229,73 @@ fn a_server_that_cannot_start_is_reported_at_once_with_its_error() {
     assert!(err.contains("exited"), "{err}");
     assert!(err.contains("guildhall.toml"), "{err}");
     assert!(!err.contains("within"), "{err}");
+}
+
+#[tokio::test]
+async fn a_started_server_exits_once_its_last_client_has_been_gone_for_the_idle_time() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_guildhall"))
+        .arg("--data-dir")
+        .arg(&data)
+        .args(["mcp", "--agent", "tl", "--idle-exit", "1s"])
+        .env("RUST_LOG", "off")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    // Connected once the bridge's server answers status.
+    crate::support::eventually(LIMIT, || async {
+        crate::support::guildhall(&data)
+            .args(["status", "--json"])
+            .output()
+            .is_ok_and(|o| o.status.success())
+    })
+    .await;
+    let status: Value =
+        serde_json::from_str(&crate::support::guildhall_ok(&data, &["status", "--json"])).unwrap();
+    let pid = status["pid"].as_u64().unwrap();
+    let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap();
+    let cmdline = String::from_utf8_lossy(&cmdline).replace('\0', " ");
+    assert!(
+        cmdline.contains(&format!("--data-dir {}", data.display())) && data.is_absolute(),
+        "the server names its data directory in full: {cmdline}"
+    );
+    // The client leaves; the server follows after the idle time.
+    drop(child.stdin.take());
+    let _ = child.wait().await;
+    crate::support::eventually(LIMIT, || async {
+        !std::path::Path::new(&format!("/proc/{pid}")).exists()
+            || std::fs::read_to_string(format!("/proc/{pid}/stat"))
+                .is_ok_and(|stat| stat.contains(") Z "))
+    })
+    .await;
+    assert!(!data.join("guildhall.sock").exists(), "no stale socket");
+}
+
+#[test]
+fn a_port_in_use_is_named_with_the_way_out_and_leaves_no_socket() {
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = taken.local_addr().unwrap().port();
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let out = crate::support::guildhall(&data)
+        .args(["serve", "--listen", &format!("127.0.0.1:{port}")])
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains(&format!("port {port} is in use"))
+            && err.contains("--listen 127.0.0.1:0")
+            && err.contains("--no-http"),
+        "{err}"
+    );
+    assert!(
+        !data.join("guildhall.sock").exists(),
+        "no socket left behind"
+    );
 }
