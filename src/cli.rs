@@ -135,6 +135,55 @@ pub(crate) fn main() -> ExitCode {
     }
 }
 
+/// Read-only commands never create a store: a mistyped `--data-dir` gets an error instead
+/// of a new, empty store.
+pub(crate) fn require_store(data_dir: &std::path::Path, reads_only: bool) -> Result<(), String> {
+    if reads_only && !data_dir.join(guildhall::store::FILE_NAME).exists() {
+        return Err(format!(
+            "no guildhall store in {} (is --data-dir right? `guildhall serve`, `guildhall mcp` \
+             and commands that write create one)",
+            data_dir.display()
+        ));
+    }
+    Ok(())
+}
+
+/// Runs `agents` and `context` command lines inside a server ([`local::Hello::Admin`]), for
+/// the CLI while the server holds the store.
+pub(crate) struct ServerAdmin;
+
+impl guildhall::mcp::local::Admin for ServerAdmin {
+    fn run(
+        &self,
+        runtime: guildhall::Runtime,
+        cwd: std::path::PathBuf,
+        args: Vec<String>,
+    ) -> futures::future::BoxFuture<'static, Result<String, String>> {
+        Box::pin(async move {
+            let cli = Cli::try_parse_from(std::iter::once("guildhall".to_owned()).chain(args))
+                .map_err(|err| err.to_string())?;
+            let mut out = Vec::new();
+            let result = match cli.command {
+                Command::Agents(args) => mail::agents_with(&runtime, args, &mut out)
+                    .await
+                    .map_err(|err| err.to_string()),
+                Command::Context(args) => match args.needs_own_stdin() {
+                    Some(command) => Err(format!(
+                        "`{command}` reads its own stdin, which cannot reach a running server: \
+                         stop it first (`guildhall stop`), or give a file"
+                    )),
+                    None => context::run_with(&runtime, args, &mut out, &cwd)
+                        .await
+                        .map_err(|err| err.to_string()),
+                },
+                _ => Err("only `agents` and `context` commands run through a server".into()),
+            };
+            result?;
+            String::from_utf8(out).map_err(|err| err.to_string())
+        })
+    }
+}
+
 /// Tool panics are supervision events, not program failures: log them as one line through
 /// tracing instead of the default hook's raw stderr output.
 fn log_panics_through_tracing() {

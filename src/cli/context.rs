@@ -125,18 +125,57 @@ fn parse_strategy(s: &str) -> Result<Strategy, String> {
 }
 
 pub(crate) async fn run(args: ContextArgs, data_dir: &Path) -> CliResult {
+    if let Some(done) = super::mail::through_server(data_dir).await {
+        return done;
+    }
+    super::require_store(data_dir, args.reads_only())?;
     let rt = Runtime::builder().data_dir(data_dir).build().await?;
-    let result = run_with(&rt, args).await;
+    let cwd = std::env::current_dir()?;
+    let result = run_with(&rt, args, &mut std::io::stdout(), &cwd).await;
     rt.shutdown().await;
     result
 }
 
-async fn run_with(rt: &Runtime, args: ContextArgs) -> CliResult {
+impl ContextArgs {
+    /// Whether the command only reads (so it must not create a store).
+    fn reads_only(&self) -> bool {
+        matches!(
+            self.which,
+            ContextCommand::List { .. }
+                | ContextCommand::Show { .. }
+                | ContextCommand::History { .. }
+                | ContextCommand::Export { .. }
+        )
+    }
+
+    /// Why the command cannot run inside a server, if it cannot: it reads this process's
+    /// stdin.
+    pub(crate) fn needs_own_stdin(&self) -> Option<&'static str> {
+        match &self.which {
+            ContextCommand::Update { jsonl: true, .. } => Some("context update --jsonl"),
+            ContextCommand::Import { file, .. } if file.as_os_str() == "-" => {
+                Some("context import -")
+            }
+            _ => None,
+        }
+    }
+}
+
+/// Runs a `context` command on `rt`, printing to `out`; relative paths are taken from `cwd`.
+pub(crate) async fn run_with(
+    rt: &Runtime,
+    args: ContextArgs,
+    out: &mut (dyn Write + Send),
+    cwd: &Path,
+) -> CliResult {
     let sessions = rt.sessions();
-    let mut out = std::io::stdout().lock();
     match args.which {
         ContextCommand::List { json } => {
-            for record in sessions.list() {
+            let list = sessions.list();
+            if list.is_empty() && !json {
+                writeln!(out, "no sessions")?;
+            }
+            for record in list {
                 if json {
                     writeln!(out, "{}", serde_json::to_string(&*record)?)?;
                 } else {
@@ -182,7 +221,6 @@ async fn run_with(rt: &Runtime, args: ContextArgs) -> CliResult {
         } => {
             let ctx = sessions.open(&session, author.as_deref()).await?;
             if jsonl {
-                drop(out);
                 return update_lines(&ctx, concurrency.max(1)).await;
             }
             let (Some(key), Some(value)) = (key, value) else {
@@ -217,6 +255,7 @@ async fn run_with(rt: &Runtime, args: ContextArgs) -> CliResult {
             let export = sessions.export(&session, history).await?;
             match file {
                 Some(path) => {
+                    let path = cwd.join(path);
                     let mut file = std::io::BufWriter::new(std::fs::File::create(&path)?);
                     serde_json::to_writer_pretty(&mut file, &export)?;
                     file.flush()?;
@@ -228,7 +267,7 @@ async fn run_with(rt: &Runtime, args: ContextArgs) -> CliResult {
             let text = if file.as_os_str() == "-" {
                 std::io::read_to_string(std::io::stdin())?
             } else {
-                std::fs::read_to_string(&file)
+                std::fs::read_to_string(cwd.join(&file))
                     .map_err(|e| format!("cannot read {}: {e}", file.display()))?
             };
             let export: SessionExport = serde_json::from_str(&text)

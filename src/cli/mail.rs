@@ -62,10 +62,55 @@ pub(super) fn parse_json(s: &str) -> Result<serde_json::Value, String> {
     serde_json::from_str(s).map_err(|e| format!("not JSON: {e}"))
 }
 
+/// Runs this process's command line inside the server for `data_dir`, which holds the store
+/// while it runs, and prints what it printed; `None` when no server runs.
+pub(super) async fn through_server(data_dir: &Path) -> Option<CliResult> {
+    let hello = Hello::Admin {
+        args: std::env::args_os()
+            .skip(1)
+            .map(|a| a.to_string_lossy().into_owned())
+            .collect(),
+        cwd: std::env::current_dir().unwrap_or_default(),
+    };
+    match local::connect(data_dir, &hello).await {
+        Ok(connected) => Some((|| {
+            write!(
+                std::io::stdout(),
+                "{}",
+                connected.value.as_str().unwrap_or_default()
+            )?;
+            Ok(())
+        })()),
+        Err(LocalError::NotRunning { .. }) => None,
+        Err(err) => Some(Err(err.into())),
+    }
+}
+
 pub(crate) async fn agents(args: AgentsArgs, data_dir: &Path) -> CliResult {
+    if let Some(done) = through_server(data_dir).await {
+        return done;
+    }
+    super::require_store(data_dir, args.reads_only())?;
     let rt = open(data_dir).await?;
-    let mut out = std::io::stdout().lock();
-    let result: CliResult = async {
+    let result = agents_with(&rt, args, &mut std::io::stdout()).await;
+    rt.shutdown().await;
+    result
+}
+
+impl AgentsArgs {
+    /// Whether the command only reads (so it must not create a store).
+    fn reads_only(&self) -> bool {
+        matches!(self.which, AgentsCommand::List { .. })
+    }
+}
+
+/// Runs an `agents` command on `rt`, printing to `out`.
+pub(crate) async fn agents_with(
+    rt: &Runtime,
+    args: AgentsArgs,
+    out: &mut (dyn Write + Send),
+) -> CliResult {
+    {
         match args.which {
             AgentsCommand::Register {
                 id,
@@ -80,7 +125,11 @@ pub(crate) async fn agents(args: AgentsArgs, data_dir: &Path) -> CliResult {
                 writeln!(out, "registered {}", agent.id())?;
             }
             AgentsCommand::List { json } => {
-                for record in rt.agents() {
+                let agents = rt.agents();
+                if agents.is_empty() && !json {
+                    writeln!(out, "no agents registered")?;
+                }
+                for record in agents {
                     if json {
                         writeln!(out, "{}", serde_json::to_string(&*record)?)?;
                     } else {
@@ -95,9 +144,6 @@ pub(crate) async fn agents(args: AgentsArgs, data_dir: &Path) -> CliResult {
         }
         Ok(())
     }
-    .await;
-    rt.shutdown().await;
-    result
 }
 
 fn agent_line(record: &AgentRecord) -> String {
@@ -193,10 +239,40 @@ pub(crate) async fn send(mut args: SendArgs, data_dir: &Path) -> CliResult {
             return Ok(());
         }
     }
+    if args.jsonl && local::connect(data_dir, &Hello::Status).await.is_ok() {
+        return send_lines_through_server(data_dir, &args).await;
+    }
     let rt = open(data_dir).await?;
     let result = send_with(&rt, args).await;
     rt.shutdown().await;
     result
+}
+
+/// `send --jsonl` while a server holds the store: each line is a `send_message` call
+/// through its socket, up to `concurrency` at once, each receipt printed as it comes.
+async fn send_lines_through_server(data_dir: &Path, args: &SendArgs) -> CliResult {
+    let (lines, reader) = stdin_lines(args.concurrency.max(1));
+    let sends = lines
+        .map(|(n, line)| async move {
+            let parsed: Line =
+                serde_json::from_str(&line).map_err(|e| format!("line {n}: not a message: {e}"))?;
+            let arguments = serde_json::json!({
+                "to": parsed.to,
+                "subject": parsed.subject,
+                "body": parsed.body,
+                "priority": parsed.priority,
+            });
+            match on_server(data_dir, &args.from, "send_message", arguments).await {
+                Some(Ok(mut receipt)) => {
+                    receipt["line"] = n.into();
+                    Ok(receipt)
+                }
+                Some(Err(err)) => Err(format!("line {n}: {err}")),
+                None => Err(format!("line {n}: the server stopped")),
+            }
+        })
+        .buffer_unordered(args.concurrency.max(1));
+    print_outcomes(sends, reader, "messages were not sent").await
 }
 
 /// Sends with the store opened here: `args.body` is the text itself (`send` has read `-`).
@@ -256,7 +332,8 @@ pub(super) async fn print_outcomes(
     failed: &str,
 ) -> CliResult {
     let mut outcomes = std::pin::pin!(outcomes);
-    let mut stdout = std::io::stdout().lock();
+    // Not held locked across the awaits: the future stays `Send`.
+    let mut stdout = std::io::stdout();
     let mut failures = 0usize;
     while let Some(outcome) = outcomes.next().await {
         match outcome {
@@ -336,6 +413,7 @@ pub(crate) async fn inbox(args: InboxArgs, data_dir: &Path) -> CliResult {
     if let Some(listed) = on_server(data_dir, &args.agent, "check_inbox", arguments).await {
         return print_served_inbox(data_dir, &args, listed?).await;
     }
+    super::require_store(data_dir, true)?;
     let rt = open(data_dir).await?;
     let result = async {
         let agent = rt.agent(&args.agent)?;

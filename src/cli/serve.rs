@@ -184,7 +184,7 @@ async fn serve_network(
     guildhall::private_fs::restrict(&socket)?;
     // From here on every way out removes the socket.
     let socket_guard = RemoveOnDrop(socket.clone());
-    let control = local::Control::default();
+    let control = local::Control::default().with_admin(Arc::new(super::ServerAdmin));
     let local_task = tokio::spawn(local::serve(
         listener,
         server.clone(),

@@ -63,6 +63,14 @@ pub enum Hello {
     Status,
     /// Stop the server: it answers with its pid, then shuts down as on SIGTERM.
     Stop,
+    /// Run an administrative command line (`agents …`, `context …`) inside the server,
+    /// which holds the store; answers with what it printed.
+    Admin {
+        /// The command line without the program name.
+        args: Vec<String>,
+        /// The client's working directory, which relative paths in `args` are taken from.
+        cwd: PathBuf,
+    },
     /// Answer with the audit records the query selects (every call finished so far).
     Audit {
         /// Which records.
@@ -184,15 +192,38 @@ pub async fn connect(data_dir: &Path, hello: &Hello) -> Result<Connected, LocalE
     }
 }
 
+/// Runs administrative command lines inside the server ([`Hello::Admin`]): the store is the
+/// server's while it runs, so commands that would open it come here instead. The binary,
+/// which knows its commands, provides it.
+pub trait Admin: Send + Sync + 'static {
+    /// Runs `args` against `runtime`, with relative paths taken from `cwd`; answers what the
+    /// command printed, or why it failed.
+    fn run(
+        &self,
+        runtime: crate::Runtime,
+        cwd: PathBuf,
+        args: Vec<String>,
+    ) -> futures::future::BoxFuture<'static, Result<String, String>>;
+}
+
 /// What the socket tells the process serving it: how many MCP connections are live (for an
-/// idle exit) and whether a client asked the server to stop.
+/// idle exit) and whether a client asked the server to stop; and how it runs administrative
+/// commands, if it does.
 #[derive(Clone, Default)]
 pub struct Control {
     stop: CancellationToken,
     live: Arc<tokio::sync::watch::Sender<usize>>,
+    admin: Option<Arc<dyn Admin>>,
 }
 
 impl Control {
+    /// Runs [`Hello::Admin`] command lines with `admin`.
+    #[must_use]
+    pub fn with_admin(mut self, admin: Arc<dyn Admin>) -> Self {
+        self.admin = Some(admin);
+        self
+    }
+
     /// Fires when a client sent [`Hello::Stop`].
     pub fn stop_requested(&self) -> CancellationToken {
         self.stop.clone()
@@ -318,6 +349,16 @@ async fn handle(
             let answered = answer(&mut writer, reply).await;
             control.stop.cancel();
             answered
+        }
+        Hello::Admin { args, cwd } => {
+            let reply = match &control.admin {
+                None => Reply::Error("this server runs no administrative commands".into()),
+                Some(admin) => match admin.run(server.runtime().clone(), cwd, args).await {
+                    Ok(printed) => Reply::Ok(Value::String(printed)),
+                    Err(reason) => Reply::Error(reason),
+                },
+            };
+            answer(&mut writer, reply).await
         }
         Hello::Audit { query } => {
             let reply = match server.runtime().governance().audit() {

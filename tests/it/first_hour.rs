@@ -299,3 +299,119 @@ fn a_port_in_use_is_named_with_the_way_out_and_leaves_no_socket() {
         "no socket left behind"
     );
 }
+
+#[test]
+fn admin_commands_run_through_a_running_server() {
+    use std::io::Write;
+    use std::process::Command;
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let cwd = dir.path().join("work");
+    std::fs::create_dir_all(&cwd).unwrap();
+    let cli = |args: &[&str]| {
+        let out = crate::support::guildhall(&data)
+            .args(args)
+            .current_dir(&cwd)
+            .output()
+            .unwrap();
+        (
+            out.status.success(),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    let mut server = Command::new(env!("CARGO_BIN_EXE_guildhall"))
+        .arg("--data-dir")
+        .arg(&data)
+        .args(["serve", "--no-http"])
+        .env("RUST_LOG", "off")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let deadline = std::time::Instant::now() + LIMIT;
+    while !cli(&["status", "--json"]).0 {
+        assert!(std::time::Instant::now() < deadline, "the server answers");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    for args in [
+        &["agents", "register", "pm", "--role", "pm"][..],
+        &[
+            "agents", "register", "dev", "--role", "dev", "--parent", "pm",
+        ],
+    ] {
+        let (ok, _, err) = cli(args);
+        assert!(ok, "{args:?}: {err}");
+    }
+    let (ok, listed, err) = cli(&["agents", "list"]);
+    assert!(ok, "{err}");
+    assert!(
+        listed.contains("dev") && listed.contains("parent: pm"),
+        "{listed}"
+    );
+    let (ok, _, err) = cli(&[
+        "context", "update", "sprint", "--key", "goal", "--value", "\"ship\"",
+    ]);
+    assert!(ok, "{err}");
+    // A relative path is the caller's, not the server's.
+    let (ok, _, err) = cli(&["context", "export", "sprint", "--out", "sprint.json"]);
+    assert!(ok, "{err}");
+    let export = std::fs::read_to_string(cwd.join("sprint.json")).unwrap();
+    assert!(export.contains("ship"), "{export}");
+    // `send --jsonl` goes through the server line by line.
+    let mut send = crate::support::guildhall(&data)
+        .args(["send", "--from", "pm", "--jsonl"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    send.stdin
+        .take()
+        .unwrap()
+        .write_all(
+            b"{\"to\": \"dev\", \"subject\": \"a\"}\n{\"to\": \"dev\", \"subject\": \"b\"}\n",
+        )
+        .unwrap();
+    let sent = send.wait_with_output().unwrap();
+    assert!(
+        sent.status.success(),
+        "{}",
+        String::from_utf8_lossy(&sent.stderr)
+    );
+    assert_eq!(String::from_utf8_lossy(&sent.stdout).lines().count(), 2);
+    let (ok, inbox, err) = cli(&["inbox", "--agent", "dev", "--json"]);
+    assert!(ok, "{err}");
+    let subjects: Vec<String> = inbox
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .filter_map(|m| m["subject"].as_str().map(str::to_owned))
+        .collect();
+    assert_eq!(subjects, ["a", "b"], "{inbox}");
+    // What needs this process's stdin says so.
+    let (ok, _, err) = cli(&["context", "update", "sprint", "--jsonl"]);
+    assert!(!ok && err.contains("guildhall stop"), "{err}");
+    let stopped = crate::support::guildhall_ok(&data, &["stop"]);
+    assert!(stopped.starts_with("stopped"), "{stopped}");
+    let _ = server.wait();
+}
+
+#[test]
+fn read_only_commands_never_create_a_store() {
+    let dir = tempfile::tempdir().unwrap();
+    let typo = dir.path().join("data-typo");
+    for args in [
+        &["agents", "list"][..],
+        &["inbox", "--agent", "tl"],
+        &["context", "list"],
+    ] {
+        let out = crate::support::guildhall(&typo)
+            .args(args)
+            .output()
+            .unwrap();
+        assert!(!out.status.success(), "{args:?}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains("no guildhall store in"), "{args:?}: {err}");
+        assert!(!typo.exists(), "{args:?} created {}", typo.display());
+    }
+}
