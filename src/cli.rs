@@ -15,6 +15,7 @@ use std::io::IsTerminal;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
+
 use tracing_subscriber::EnvFilter;
 
 /// guildhall: an actor-based runtime for swarms of AI agents.
@@ -81,10 +82,24 @@ enum Command {
     /// Check the store: redb's page checksums, every value's encoding, every inbox and
     /// session; `--repair` copies what is intact into a new store, keeping the original.
     Doctor(doctor::DoctorArgs),
+    /// Print a shell completion script: `guildhall completions bash > ~/.local/share/bash-completion/completions/guildhall`.
+    Completions {
+        /// The shell.
+        shell: clap_complete::Shell,
+    },
 }
 
 pub(crate) fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let matches = <Cli as clap::CommandFactory>::command().get_matches();
+    // Whether the user chose the data directory (flag or environment), or it is the default.
+    let data_dir_chosen = !matches!(
+        matches.value_source("data_dir"),
+        None | Some(clap::parser::ValueSource::DefaultValue)
+    );
+    let cli = match <Cli as clap::FromArgMatches>::from_arg_matches(&matches) {
+        Ok(cli) => cli,
+        Err(err) => err.exit(),
+    };
     let filter = cli.log.as_deref().map(EnvFilter::new).unwrap_or_else(|| {
         EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("warn"))
     });
@@ -116,7 +131,12 @@ pub(crate) fn main() -> ExitCode {
             Command::Status(args) => serve::status(args, &cli.data_dir).await,
             Command::Stop(args) => serve::stop(args, &cli.data_dir).await,
             Command::Audit(args) => audit::run(args, &cli.data_dir).await,
-            Command::Demo(args) => demo::run(args, &cli.data_dir).await,
+            Command::Demo(args) => demo::run(args, data_dir_chosen.then_some(&*cli.data_dir)).await,
+            Command::Completions { shell } => {
+                let mut command = <Cli as clap::CommandFactory>::command();
+                clap_complete::generate(shell, &mut command, "guildhall", &mut std::io::stdout());
+                Ok(())
+            }
             #[cfg(feature = "bench")]
             Command::Bench(args) => bench::run(args, &cli.data_dir).await,
             Command::Agents(args) => mail::agents(args, &cli.data_dir).await,
@@ -128,6 +148,14 @@ pub(crate) fn main() -> ExitCode {
     });
     match result {
         Ok(()) => ExitCode::SUCCESS,
+        // The reader went away (`guildhall status | head`): nothing more to say to it.
+        Err(err)
+            if err
+                .downcast_ref::<std::io::Error>()
+                .is_some_and(|e| e.kind() == std::io::ErrorKind::BrokenPipe) =>
+        {
+            ExitCode::SUCCESS
+        }
         Err(err) => {
             eprintln!("error: {err}");
             ExitCode::FAILURE

@@ -77,10 +77,18 @@ impl InitState for Tally {
     }
 }
 
+/// Runs the demonstration in `data_dir` when the user chose one, else in a temporary store
+/// removed afterwards (its agents do not join the project's).
 pub(crate) async fn run(
     args: DemoArgs,
-    data_dir: &std::path::Path,
+    data_dir: Option<&std::path::Path>,
 ) -> Result<(), Box<dyn std::error::Error>> {
+    let temporary = match data_dir {
+        Some(_) => None,
+        None => Some(tempfile::tempdir()?),
+    };
+    let data_dir =
+        data_dir.unwrap_or_else(|| temporary.as_ref().map_or(".".as_ref(), |t| t.path()));
     let timeout = Duration::from_millis(args.timeout_ms);
     let options = ToolOptions::default()
         .timeout(timeout)

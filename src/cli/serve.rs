@@ -184,7 +184,16 @@ async fn serve_network(
     guildhall::private_fs::restrict(&socket)?;
     // From here on every way out removes the socket.
     let socket_guard = RemoveOnDrop(socket.clone());
-    let control = local::Control::default().with_admin(Arc::new(super::ServerAdmin));
+    let http_url = match &http_listener {
+        Some(listener) => Some(format!("http://{}{}", listener.local_addr()?, http::PATH)),
+        None => None,
+    };
+    let control = local::Control::default()
+        .with_admin(Arc::new(super::ServerAdmin))
+        .with_about(serde_json::json!({
+            "data_dir": std::path::absolute(data_dir)?,
+            "http": http_url,
+        }));
     let local_task = tokio::spawn(local::serve(
         listener,
         server.clone(),
@@ -386,12 +395,29 @@ pub(crate) async fn status(args: StatusArgs, data_dir: &Path) -> CliResult {
         writeln!(out, "{}", serde_json::to_string_pretty(&value)?)?;
         return Ok(());
     }
+    let text = |key: &str| value[key].as_str().unwrap_or("-").to_owned();
     writeln!(
         out,
-        "server pid {}, {} agents ({} mailboxes active), tools: {}",
+        "server       pid {}, up {}",
         value["pid"],
-        value["agents"],
-        value["active_mailboxes"],
+        humantime::format_duration(std::time::Duration::from_secs(
+            value["uptime_secs"].as_u64().unwrap_or(0)
+        ))
+    )?;
+    writeln!(out, "data dir     {}", text("data_dir"))?;
+    writeln!(
+        out,
+        "http         {}",
+        value["http"].as_str().unwrap_or("off (--no-http)")
+    )?;
+    writeln!(
+        out,
+        "mcp clients  {} connected through the socket",
+        value["mcp_connections"]
+    )?;
+    writeln!(
+        out,
+        "tools        {}",
         value["tools"]
             .as_array()
             .map(|t| t
@@ -401,6 +427,28 @@ pub(crate) async fn status(args: StatusArgs, data_dir: &Path) -> CliResult {
                 .join(", "))
             .unwrap_or_default()
     )?;
+    writeln!(
+        out,
+        "agents       {} registered, {} mailboxes active",
+        value["agents"], value["active_mailboxes"]
+    )?;
+    for agent in value["agent_list"].as_array().into_iter().flatten() {
+        let unread = agent["unread"]
+            .as_u64()
+            .map_or_else(|| "?".to_owned(), |n| n.to_string());
+        writeln!(
+            out,
+            "  {:<24} {:<12} parent {:<16} unread {unread}",
+            agent["id"].as_str().unwrap_or_default(),
+            agent["role"].as_str().unwrap_or_default(),
+            agent["parent"].as_str().unwrap_or("-"),
+        )?;
+    }
+    let listed = value["agent_list"].as_array().map_or(0, Vec::len);
+    if value["agents"].as_u64().unwrap_or(0) > listed as u64 {
+        writeln!(out, "  … `guildhall agents list` shows them all")?;
+    }
+    writeln!(out, "supervision tree")?;
     let tree: ChildSnapshot = serde_json::from_value(value["tree"].clone())?;
     print_tree(&mut out, &tree, 0)?;
     Ok(())

@@ -209,14 +209,36 @@ pub trait Admin: Send + Sync + 'static {
 /// What the socket tells the process serving it: how many MCP connections are live (for an
 /// idle exit) and whether a client asked the server to stop; and how it runs administrative
 /// commands, if it does.
-#[derive(Clone, Default)]
+#[derive(Clone)]
 pub struct Control {
     stop: CancellationToken,
     live: Arc<tokio::sync::watch::Sender<usize>>,
     admin: Option<Arc<dyn Admin>>,
+    started: std::time::Instant,
+    /// What `status` tells about how the server was started (data directory, HTTP URL).
+    about: Value,
+}
+
+impl Default for Control {
+    fn default() -> Self {
+        Self {
+            stop: CancellationToken::new(),
+            live: Arc::default(),
+            admin: None,
+            started: std::time::Instant::now(),
+            about: Value::Object(serde_json::Map::new()),
+        }
+    }
 }
 
 impl Control {
+    /// Adds `about` (an object: data directory, HTTP URL, …) to what `status` answers.
+    #[must_use]
+    pub fn with_about(mut self, about: Value) -> Self {
+        self.about = about;
+        self
+    }
+
     /// Runs [`Hello::Admin`] command lines with `admin`.
     #[must_use]
     pub fn with_admin(mut self, admin: Arc<dyn Admin>) -> Self {
@@ -337,7 +359,7 @@ async fn handle(
             Err(reason) => answer(&mut writer, Reply::Error(reason)).await,
         },
         Hello::Status => {
-            let reply = match status(&server).await {
+            let reply = match status(&server, control).await {
                 Ok(value) => Reply::Ok(value),
                 Err(reason) => Reply::Error(reason),
             };
@@ -479,14 +501,45 @@ pub async fn bind(
     Ok((server.connection(Some(Arc::from(agent)), filter), value))
 }
 
-async fn status(server: &McpServer) -> Result<Value, String> {
+/// Agents `status` lists with their unread counts (the count of all is always given).
+const STATUS_AGENTS: usize = 50;
+
+async fn status(server: &McpServer, control: &Control) -> Result<Value, String> {
     let runtime = server.runtime();
     let tree = runtime.tree().await.map_err(|err| err.to_string())?;
-    Ok(serde_json::json!({
+    let records = runtime.agents();
+    let mut agents = Vec::new();
+    for record in records.iter().take(STATUS_AGENTS) {
+        let unread = match runtime.agent(record.id.as_str()) {
+            Ok(agent) => agent
+                .check_inbox(crate::InboxQuery {
+                    limit: 1,
+                    ..crate::InboxQuery::default()
+                })
+                .await
+                .map(|inbox| inbox.unread)
+                .ok(),
+            Err(_) => None,
+        };
+        agents.push(serde_json::json!({
+            "id": record.id.as_str(),
+            "role": record.role,
+            "parent": record.parent.as_ref().map(ToString::to_string),
+            "unread": unread,
+        }));
+    }
+    let mut value = serde_json::json!({
         "pid": std::process::id(),
+        "uptime_secs": control.started.elapsed().as_secs(),
+        "mcp_connections": *control.live.borrow(),
         "tree": tree,
-        "agents": runtime.agents().len(),
+        "agents": records.len(),
+        "agent_list": agents,
         "active_mailboxes": runtime.active_mailboxes(),
         "tools": runtime.tools().iter().map(|t| t.name.clone()).collect::<Vec<_>>(),
-    }))
+    });
+    if let (Some(value), Some(about)) = (value.as_object_mut(), control.about.as_object()) {
+        value.extend(about.clone());
+    }
+    Ok(value)
 }

@@ -382,12 +382,48 @@ fn admin_commands_run_through_a_running_server() {
     assert_eq!(String::from_utf8_lossy(&sent.stdout).lines().count(), 2);
     let (ok, inbox, err) = cli(&["inbox", "--agent", "dev", "--json"]);
     assert!(ok, "{err}");
-    let subjects: Vec<String> = inbox
+    // Lines are sent concurrently: no order between them.
+    let mut subjects: Vec<String> = inbox
         .lines()
         .filter_map(|l| serde_json::from_str::<Value>(l).ok())
         .filter_map(|m| m["subject"].as_str().map(str::to_owned))
         .collect();
+    subjects.sort();
     assert_eq!(subjects, ["a", "b"], "{inbox}");
+    // Status for people: where, how long, who, and a tree without raw states.
+    let (ok, status, err) = cli(&["status"]);
+    assert!(ok, "{err}");
+    assert!(
+        status.contains(&format!("data dir     {}", data.display())),
+        "{status}"
+    );
+    assert!(status.contains("http         off"), "{status}");
+    let dev_line = status
+        .lines()
+        .find(|l| l.trim_start().starts_with("dev "))
+        .unwrap();
+    assert!(
+        dev_line.contains("parent pm") && dev_line.contains("unread 2"),
+        "{status}"
+    );
+    assert!(
+        !status.contains("Running") && !status.contains("\"state\""),
+        "{status}"
+    );
+    // A reader that goes away early is no error.
+    let mut piped = crate::support::guildhall(&data)
+        .arg("status")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    drop(piped.stdout.take());
+    let ended = piped.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&ended.stderr);
+    assert!(
+        ended.status.success() && !err.contains("Broken pipe"),
+        "{err}"
+    );
     // What needs this process's stdin says so.
     let (ok, _, err) = cli(&["context", "update", "sprint", "--jsonl"]);
     assert!(!ok && err.contains("guildhall stop"), "{err}");
@@ -414,4 +450,29 @@ fn read_only_commands_never_create_a_store() {
         assert!(err.contains("no guildhall store in"), "{args:?}: {err}");
         assert!(!typo.exists(), "{args:?} created {}", typo.display());
     }
+}
+
+#[test]
+fn the_demo_runs_in_a_temporary_store_and_shows_a_readable_tree() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_guildhall"))
+        .arg("demo")
+        .current_dir(dir.path())
+        .env("RUST_LOG", "off")
+        .env_remove("GUILDHALL_DATA_DIR")
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        !dir.path().join(".guildhall").exists(),
+        "the demo's agents do not join the project"
+    );
+    let shown = String::from_utf8_lossy(&out.stdout);
+    let tree = &shown[shown.find("supervision tree:").unwrap()..];
+    assert!(tree.contains("tally  (restarts 2)"), "{tree}");
+    assert!(!tree.contains("Running") && !tree.contains('{'), "{tree}");
 }
