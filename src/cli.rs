@@ -7,6 +7,7 @@ mod bridge;
 mod context;
 mod demo;
 mod doctor;
+mod init;
 mod mail;
 mod serve;
 mod tree;
@@ -48,6 +49,9 @@ struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
+    /// Set this project up for Claude Code and other MCP clients: `.mcp.json`, a commented
+    /// `guildhall.toml` in the data directory, the data directory in `.gitignore`.
+    Init(init::InitArgs),
     /// Run the runtime and its store as a long-lived MCP server: Streamable HTTP on
     /// 127.0.0.1:7077/mcp and the local socket `guildhall mcp` uses (or one client over
     /// stdio with --stdio).
@@ -125,6 +129,7 @@ pub(crate) fn main() -> ExitCode {
     };
     let result = runtime.block_on(async {
         match cli.command {
+            Command::Init(args) => init::run(args, &cli.data_dir),
             Command::Serve(args) => serve::serve(args, &cli.data_dir).await,
             Command::Mcp(args) => bridge::run(args, &cli.data_dir).await,
             Command::Tools(args) => serve::tools(args).await,

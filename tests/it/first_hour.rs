@@ -476,3 +476,62 @@ fn the_demo_runs_in_a_temporary_store_and_shows_a_readable_tree() {
     assert!(tree.contains("tally  (restarts 2)"), "{tree}");
     assert!(!tree.contains("Running") && !tree.contains('{'), "{tree}");
 }
+
+#[test]
+fn init_sets_a_project_up_once_and_never_overwrites_without_force() {
+    let project = tempfile::tempdir().unwrap();
+    let init = |args: &[&str]| {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_guildhall"))
+            .arg("init")
+            .args(args)
+            .current_dir(project.path())
+            .env("RUST_LOG", "off")
+            .env_remove("GUILDHALL_DATA_DIR")
+            .output()
+            .unwrap();
+        (
+            out.status.success(),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    std::fs::write(project.path().join(".gitignore"), "target/").unwrap();
+    let (ok, said, err) = init(&[]);
+    assert!(ok, "{err}");
+    assert!(said.contains("wrote .mcp.json"), "{said}");
+    let mcp: Value =
+        serde_json::from_str(&std::fs::read_to_string(project.path().join(".mcp.json")).unwrap())
+            .unwrap();
+    assert_eq!(mcp["mcpServers"]["guildhall"]["args"], json!(["mcp"]));
+    let config = project.path().join(".guildhall/guildhall.toml");
+    guildhall::config::Config::load(&config, true).expect("the written config loads");
+    let ignored = std::fs::read_to_string(project.path().join(".gitignore")).unwrap();
+    assert_eq!(ignored, "target/\n.guildhall/\n");
+
+    // Again: nothing changes.
+    let (ok, said, err) = init(&[]);
+    assert!(ok, "{err}");
+    assert!(said.contains(".mcp.json is up to date"), "{said}");
+    assert_eq!(
+        std::fs::read_to_string(project.path().join(".gitignore")).unwrap(),
+        ignored
+    );
+
+    // A file the user changed is kept unless forced.
+    std::fs::write(project.path().join(".mcp.json"), "{}").unwrap();
+    let (ok, _, err) = init(&["--agent", "tl", "--role", "tl"]);
+    assert!(!ok && err.contains("--force"), "{err}");
+    assert_eq!(
+        std::fs::read_to_string(project.path().join(".mcp.json")).unwrap(),
+        "{}"
+    );
+    let (ok, _, err) = init(&["--agent", "tl", "--role", "tl", "--force"]);
+    assert!(ok, "{err}");
+    let mcp: Value =
+        serde_json::from_str(&std::fs::read_to_string(project.path().join(".mcp.json")).unwrap())
+            .unwrap();
+    assert_eq!(
+        mcp["mcpServers"]["guildhall"]["args"],
+        json!(["mcp", "--agent", "tl", "--role", "tl"])
+    );
+}

@@ -1,0 +1,163 @@
+//! `guildhall init`: sets a project up for a swarm of MCP clients: `.mcp.json`, a commented
+//! `guildhall.toml` in the data directory, and the data directory in `.gitignore`.
+//! Idempotent; it never overwrites a file that differs without `--force`.
+
+use std::io::Write;
+use std::path::Path;
+
+use clap::Args;
+
+type CliResult = Result<(), Box<dyn std::error::Error>>;
+
+#[derive(Debug, Args)]
+pub(crate) struct InitArgs {
+    /// Write `.mcp.json` for this one agent (`guildhall mcp --agent ID …`). Without it, the
+    /// entry takes each client's identity from GUILDHALL_AGENT (and GUILDHALL_ROLE,
+    /// GUILDHALL_PARENT) in its environment, so one committed file serves every agent.
+    #[arg(long, value_name = "ID")]
+    agent: Option<String>,
+    /// With --agent: its role.
+    #[arg(long, requires = "agent")]
+    role: Option<String>,
+    /// With --agent: the agent it reports to.
+    #[arg(long, requires = "agent")]
+    parent: Option<String>,
+    /// Replace files that exist and differ from what init writes.
+    #[arg(long)]
+    force: bool,
+}
+
+/// The config written by init: every setting commented out, so it changes nothing until
+/// edited.
+const CONFIG_TEMPLATE: &str = r#"# guildhall server settings, read when the server starts (`guildhall stop` to restart it).
+# Everything is commented out: the defaults apply. docs/runtime-semantics.md says what each does.
+
+# trust = "bounded"                 # agents' default trust: suggest, bounded or autonomous
+
+# Default tool set of each role's MCP connections.
+# [roles.dev]
+# tools = ["send_message", "check_inbox", "read_message", "mark_read", "whoami", "context_*"]
+
+# The role an agent has (it cannot claim another), and a token it must show.
+# [agents.tl]
+# role = "tl"
+# token_env = "GUILDHALL_TL_TOKEN"  # or token_file = "tl.token"
+
+# Permission rules, in order: allow, ask or deny, by tool and optionally by argument.
+# [[rules]]
+# tool = "context_update"
+# action = "allow"
+
+# Calls that repeat with the same arguments and result.
+# [doom_loop]
+# threshold = 3
+# action = "deny"
+
+# [audit]
+# enabled = true
+# retention = "90d"
+"#;
+
+pub(crate) fn run(args: InitArgs, data_dir: &Path) -> CliResult {
+    let mut out = std::io::stdout();
+    let mut mcp_args = vec!["mcp".to_owned()];
+    if let Some(agent) = &args.agent {
+        mcp_args.extend(["--agent".to_owned(), agent.clone()]);
+        if let Some(role) = &args.role {
+            mcp_args.extend(["--role".to_owned(), role.clone()]);
+        }
+        if let Some(parent) = &args.parent {
+            mcp_args.extend(["--parent".to_owned(), parent.clone()]);
+        }
+    }
+    let mcp_json = serde_json::json!({
+        "mcpServers": { "guildhall": { "command": "guildhall", "args": mcp_args } }
+    });
+    let mcp_json = format!("{}\n", serde_json::to_string_pretty(&mcp_json)?);
+    write_file(Path::new(".mcp.json"), &mcp_json, args.force, &mut out)?;
+    guildhall::private_fs::create_dir_all(data_dir)?;
+    write_file(
+        &data_dir.join(guildhall::config::CONFIG_FILE),
+        CONFIG_TEMPLATE,
+        args.force,
+        &mut out,
+    )?;
+    ignore(data_dir, &mut out)?;
+    if args.agent.is_none() {
+        writeln!(
+            out,
+            "start each Claude Code instance with its identity: \
+             GUILDHALL_AGENT=tl GUILDHALL_ROLE=tl claude"
+        )?;
+    }
+    if which_guildhall().is_none() {
+        writeln!(
+            out,
+            "note: `guildhall` is not on PATH; `cargo install --path .` puts it in ~/.cargo/bin"
+        )?;
+    }
+    Ok(())
+}
+
+/// Writes `text` to `path` unless it is there already; a file that differs (or cannot be
+/// read) is kept unless `force`.
+fn write_file(path: &Path, text: &str, force: bool, out: &mut impl Write) -> CliResult {
+    match std::fs::read(path) {
+        Ok(existing) if existing == text.as_bytes() => {
+            writeln!(out, "{} is up to date", path.display())?;
+            return Ok(());
+        }
+        Ok(_) if !force => {
+            return Err(format!(
+                "{} exists and differs from what init writes; kept (--force replaces it)",
+                path.display()
+            )
+            .into());
+        }
+        Err(err) if err.kind() != std::io::ErrorKind::NotFound && !force => {
+            return Err(format!("cannot read {}: {err}; kept", path.display()).into());
+        }
+        _ => {}
+    }
+    std::fs::write(path, text).map_err(|err| format!("cannot write {}: {err}", path.display()))?;
+    writeln!(out, "wrote {}", path.display())?;
+    Ok(())
+}
+
+/// Adds the data directory to `.gitignore` when it is inside this directory and not listed.
+fn ignore(data_dir: &Path, out: &mut impl Write) -> CliResult {
+    let Ok(relative) = std::path::absolute(data_dir)?
+        .strip_prefix(std::env::current_dir()?)
+        .map(Path::to_path_buf)
+    else {
+        return Ok(());
+    };
+    let line = format!("{}/", relative.display());
+    let gitignore = Path::new(".gitignore");
+    let existing = std::fs::read_to_string(gitignore).unwrap_or_default();
+    if existing
+        .lines()
+        .any(|l| l.trim() == line || l.trim() == line.trim_end_matches('/'))
+    {
+        writeln!(out, ".gitignore already ignores {line}")?;
+        return Ok(());
+    }
+    let mut text = existing;
+    if !text.is_empty() && !text.ends_with('\n') {
+        text.push('\n');
+    }
+    text.push_str(&line);
+    text.push('\n');
+    std::fs::write(gitignore, text)?;
+    writeln!(out, "added {line} to .gitignore")?;
+    Ok(())
+}
+
+/// Where `guildhall` is found on PATH, if it is.
+fn which_guildhall() -> Option<std::path::PathBuf> {
+    std::env::var_os("PATH").and_then(|paths| {
+        std::env::split_paths(&paths)
+            .map(|dir| dir.join("guildhall"))
+            .find(|candidate| candidate.is_file())
+    })
+}
