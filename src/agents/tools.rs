@@ -64,7 +64,8 @@ pub struct MessageView {
 }
 
 impl MessageView {
-    fn of(message: &Message, full: bool) -> Self {
+    /// `message` as the tools show it: its body in full, or a preview.
+    pub fn of(message: &Message, full: bool) -> Self {
         let (body, preview) = if full {
             (Some(message.body.to_string()), None)
         } else {

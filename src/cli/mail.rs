@@ -8,7 +8,8 @@ use std::time::Duration;
 
 use clap::{Args, Subcommand};
 use futures::StreamExt;
-use guildhall::agents::{AgentRecord, Message, parse_message_id};
+use guildhall::agents::tools::MessageView;
+use guildhall::agents::{AgentRecord, parse_message_id};
 use guildhall::mcp::local::{self, Hello, LocalError};
 use guildhall::{AgentSpec, InboxQuery, MailboxConfig, Outgoing, Priority, Runtime};
 use serde::Deserialize;
@@ -59,7 +60,12 @@ enum AgentsCommand {
 }
 
 pub(super) fn parse_json(s: &str) -> Result<serde_json::Value, String> {
-    serde_json::from_str(s).map_err(|e| format!("not JSON: {e}"))
+    serde_json::from_str(s).map_err(|e| {
+        format!(
+            "not JSON ({e}); text is a JSON string in quotes: --value '{}'",
+            serde_json::Value::String(s.to_owned())
+        )
+    })
 }
 
 /// Runs this process's command line inside the server for `data_dir`, which holds the store
@@ -431,17 +437,17 @@ pub(crate) async fn inbox(args: InboxArgs, data_dir: &Path) -> CliResult {
                 ..InboxQuery::default()
             })
             .await?;
-        let mut out = std::io::stdout().lock();
-        for message in &inbox.messages {
-            if args.json {
-                writeln!(out, "{}", serde_json::to_string(&**message)?)?;
-            } else {
-                writeln!(out, "{}", message_text(message, args.full))?;
-            }
-        }
-        if !args.json {
-            writeln!(out, "{} unread", inbox.unread)?;
-        }
+        // The same view a running server's `check_inbox` gives, so the output is the same
+        // with a server or without.
+        let listed = serde_json::json!({
+            "messages": inbox
+                .messages
+                .iter()
+                .map(|m| MessageView::of(m, args.full))
+                .collect::<Vec<_>>(),
+            "unread": inbox.unread,
+        });
+        print_listing(&args, &listed, inbox.unread)?;
         Ok::<_, Box<dyn std::error::Error>>(())
     }
     .await;
@@ -458,27 +464,7 @@ async fn print_served_inbox(
 ) -> CliResult {
     let empty = Vec::new();
     let messages = listed["messages"].as_array().unwrap_or(&empty);
-    {
-        let mut out = std::io::stdout().lock();
-        for m in messages {
-            if args.json {
-                writeln!(out, "{m}")?;
-            } else {
-                let field = |key: &str| m[key].as_str().unwrap_or("");
-                let text = m["body"].as_str().unwrap_or(field("preview"));
-                let line = inbox_line(
-                    [field("id"), field("priority"), field("from"), field("to")],
-                    field("subject"),
-                    text,
-                    args.full,
-                );
-                writeln!(out, "{line}")?;
-            }
-        }
-        if !args.json {
-            writeln!(out, "{} unread", listed["unread"])?;
-        }
-    }
+    let mut unread = listed["unread"].as_u64().unwrap_or(0);
     if args.take && !messages.is_empty() {
         let ids: Vec<&serde_json::Value> = messages.iter().map(|m| &m["id"]).collect();
         if let Some(marked) = on_server(
@@ -489,20 +475,41 @@ async fn print_served_inbox(
         )
         .await
         {
-            marked?;
+            // Taken: what is left unread is what the listing said, less what changed.
+            unread = unread.saturating_sub(marked?["changed"].as_u64().unwrap_or(0));
         }
+    }
+    print_listing(args, &listed, usize::try_from(unread).unwrap_or(usize::MAX))?;
+    Ok(())
+}
+
+/// Prints a `check_inbox` listing: its messages as JSON lines, or one line each for people
+/// with the unread count after it.
+fn print_listing(args: &InboxArgs, listed: &serde_json::Value, unread: usize) -> CliResult {
+    let mut out = std::io::stdout().lock();
+    for m in listed["messages"].as_array().into_iter().flatten() {
+        if args.json {
+            writeln!(out, "{m}")?;
+        } else {
+            let field = |key: &str| m[key].as_str().unwrap_or("");
+            let text = m["body"].as_str().unwrap_or(field("preview"));
+            let line = inbox_line(
+                [field("id"), field("priority"), field("from"), field("to")],
+                field("subject"),
+                text,
+                args.full,
+            );
+            writeln!(out, "{line}")?;
+        }
+    }
+    if !args.json {
+        writeln!(out, "{unread} unread")?;
     }
     Ok(())
 }
 
-fn message_text(m: &Message, full: bool) -> String {
-    let (id, priority) = (m.id.to_string(), format!("{:?}", m.priority));
-    let (from, to) = (m.from.to_string(), m.to.to_string());
-    inbox_line([&id, &priority, &from, &to], &m.subject, &m.body, full)
-}
-
-/// One inbox listing line: `id [priority] from → to: subject` and the body in full, or its
-/// first line cut to 80 characters.
+/// One inbox listing line: `id [priority] from → to: subject — ` and the body in full, or
+/// its first line cut to 80 characters.
 fn inbox_line(
     [id, priority, from, to]: [&str; 4],
     subject: &str,
@@ -519,5 +526,10 @@ fn inbox_line(
             .take(80)
             .collect()
     };
-    format!("{id} [{priority}] {from} → {to}: {subject} {body}")
+    let subject = if subject.is_empty() {
+        "(no subject)"
+    } else {
+        subject
+    };
+    format!("{id} [{priority}] {from} → {to}: {subject} — {body}")
 }

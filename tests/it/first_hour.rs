@@ -535,3 +535,81 @@ fn init_sets_a_project_up_once_and_never_overwrites_without_force() {
         json!(["mcp", "--agent", "tl", "--role", "tl"])
     );
 }
+
+#[test]
+fn commands_print_the_same_with_a_server_or_without() {
+    use std::process::Command;
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let ok = |args: &[&str]| crate::support::guildhall_ok(&data, args);
+    ok(&["agents", "register", "pm", "--role", "pm"]);
+    ok(&[
+        "agents", "register", "dev", "--role", "dev", "--parent", "pm",
+    ]);
+    for subject in ["first", "second"] {
+        ok(&[
+            "send",
+            "--from",
+            "pm",
+            "--to",
+            "dev",
+            "--subject",
+            subject,
+            "--body",
+            "details",
+        ]);
+    }
+    let alone = (
+        ok(&["inbox", "--agent", "dev"]),
+        ok(&["inbox", "--agent", "dev", "--json"]),
+        ok(&["agents", "list"]),
+    );
+    assert!(
+        alone.0.contains("[normal] pm → dev: first — details"),
+        "{}",
+        alone.0
+    );
+    let mut server = Command::new(env!("CARGO_BIN_EXE_guildhall"))
+        .arg("--data-dir")
+        .arg(&data)
+        .args(["serve", "--no-http"])
+        .env("RUST_LOG", "off")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let deadline = std::time::Instant::now() + LIMIT;
+    while !crate::support::guildhall(&data)
+        .args(["status", "--json"])
+        .output()
+        .unwrap()
+        .status
+        .success()
+    {
+        assert!(std::time::Instant::now() < deadline, "the server answers");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let served = (
+        ok(&["inbox", "--agent", "dev"]),
+        ok(&["inbox", "--agent", "dev", "--json"]),
+        ok(&["agents", "list"]),
+    );
+    assert_eq!(alone, served);
+    // Taking ends with what is left unread.
+    let taken = ok(&["inbox", "--agent", "dev", "--take", "--limit", "1"]);
+    assert_eq!(taken.lines().last(), Some("1 unread"), "{taken}");
+    // Text where JSON is expected says how to quote it.
+    let out = crate::support::guildhall(&data)
+        .args([
+            "context", "update", "s", "--key", "goal", "--value", "ship it",
+        ])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success() && err.contains(r#"--value '"ship it"'"#),
+        "{err}"
+    );
+    ok(&["stop"]);
+    let _ = server.wait();
+}
