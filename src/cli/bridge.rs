@@ -45,15 +45,16 @@ pub(crate) struct McpArgs {
 
 pub(crate) async fn run(args: McpArgs, data_dir: &Path) -> CliResult {
     // An MCP client shows only "failed to connect"; this line is what its MCP log holds.
-    let agent = args.agent.clone().ok_or(
+    let agent = args.agent.clone().filter(|a| !a.is_empty()).ok_or(
         "guildhall mcp needs to know which agent this client is: pass `--agent ID` (e.g. \
          `guildhall mcp --agent tl --role tl`) or set GUILDHALL_AGENT in the client's MCP \
          server config (\"env\": {\"GUILDHALL_AGENT\": \"tl\"}); `guildhall init` writes one",
     )?;
     let hello = Hello::Mcp {
         agent,
-        role: args.role.clone(),
-        parent: args.parent.clone(),
+        // An empty variable (`GUILDHALL_PARENT=`) means none, as a shell user expects.
+        role: args.role.clone().filter(|r| !r.is_empty()),
+        parent: args.parent.clone().filter(|p| !p.is_empty()),
         tools: args.tools.clone(),
         token: std::env::var(guildhall::agents::TOKEN_ENV).ok(),
     };

@@ -198,18 +198,21 @@ async fn the_handshake_tells_the_model_its_agent_role_and_parent() {
 #[test]
 fn a_client_that_names_no_agent_is_told_how_to_name_one() {
     let dir = tempfile::tempdir().unwrap();
-    let out = crate::support::guildhall(dir.path())
-        .arg("mcp")
-        .env_remove("GUILDHALL_AGENT")
-        .stdin(Stdio::null())
-        .output()
-        .unwrap();
-    assert!(!out.status.success());
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        err.contains("--agent ID") && err.contains("GUILDHALL_AGENT"),
-        "{err}"
-    );
+    // Unset, or set empty as a shell leaves it.
+    for agent in [None, Some("")] {
+        let mut command = crate::support::guildhall(dir.path());
+        command.arg("mcp").env_remove("GUILDHALL_AGENT");
+        if let Some(agent) = agent {
+            command.env("GUILDHALL_AGENT", agent);
+        }
+        let out = command.stdin(Stdio::null()).output().unwrap();
+        assert!(!out.status.success());
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            err.contains("--agent ID") && err.contains("GUILDHALL_AGENT"),
+            "{agent:?}: {err}"
+        );
+    }
 }
 
 #[test]
