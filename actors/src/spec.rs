@@ -82,7 +82,7 @@ fn cached_schema<T: JsonSchema + 'static>(for_output: bool) -> Arc<Value> {
         return Arc::clone(schema);
     }
     let settings = schemars::generate::SchemaSettings::draft2020_12()
-        .with_transform(schemars::transform::RecursiveTransform(portable_numbers));
+        .with_transform(schemars::transform::RecursiveTransform(portable));
     let settings = if for_output {
         settings.for_serialize()
     } else {
@@ -100,6 +100,83 @@ fn cached_schema<T: JsonSchema + 'static>(for_output: bool) -> Arc<Value> {
         .entry(key)
         .or_insert(schema)
         .clone()
+}
+
+/// Rewrites what schemars generates into the JSON Schema every client handles: standard
+/// number ranges, nullable values as `anyOf` branches, and any-JSON values spelled out.
+fn portable(schema: &mut schemars::Schema) {
+    portable_numbers(schema);
+    nullable_as_branches(schema);
+    any_json_spelled_out(schema);
+}
+
+/// Keywords that describe a schema without constraining it.
+const ANNOTATIONS: &[&str] = &[
+    "description",
+    "title",
+    "default",
+    "examples",
+    "deprecated",
+    "readOnly",
+    "writeOnly",
+    "$comment",
+];
+
+/// `"type": ["string", "null"]` (how schemars writes an `Option`) becomes
+/// `"anyOf": [{"type": "string", …}, {"type": "null"}]`: legal either way, but clients that
+/// map tool schemas onto a single-`type` dialect (Gemini's function declarations, for one)
+/// reject or drop the array form. The type's own constraints move into its branch; the
+/// annotations stay outside.
+fn nullable_as_branches(schema: &mut schemars::Schema) {
+    let Some(Value::Array(types)) = schema.get("type") else {
+        return;
+    };
+    let (nulls, others): (Vec<&Value>, Vec<&Value>) =
+        types.iter().partition(|t| t.as_str() == Some("null"));
+    if nulls.is_empty() || others.len() != 1 || schema.get("anyOf").is_some() {
+        return;
+    }
+    let kind = others[0].clone();
+    let Some(object) = schema.as_object_mut() else {
+        return;
+    };
+    let mut branch = serde_json::Map::new();
+    branch.insert("type".into(), kind);
+    let moved: Vec<String> = object
+        .keys()
+        .filter(|k| *k != "type" && !ANNOTATIONS.contains(&k.as_str()))
+        .cloned()
+        .collect();
+    for key in moved {
+        if let Some(value) = object.remove(&key) {
+            branch.insert(key, value);
+        }
+    }
+    object.remove("type");
+    object.insert(
+        "anyOf".into(),
+        Value::Array(vec![
+            Value::Object(branch),
+            serde_json::json!({ "type": "null" }),
+        ]),
+    );
+}
+
+/// A schema with no constraining keyword (schemars' spelling of "any JSON value", e.g. for a
+/// `serde_json::Value` payload) says so with one branch per JSON type, which a client can
+/// tell from a schema that forgot to say what it accepts.
+fn any_json_spelled_out(schema: &mut schemars::Schema) {
+    let Some(object) = schema.as_object_mut() else {
+        return;
+    };
+    if object.keys().any(|k| !ANNOTATIONS.contains(&k.as_str())) {
+        return;
+    }
+    let any: Vec<Value> = ["object", "array", "string", "number", "boolean", "null"]
+        .iter()
+        .map(|t| serde_json::json!({ "type": t }))
+        .collect();
+    object.insert("anyOf".into(), Value::Array(any));
 }
 
 /// Says the range of a Rust number type in standard JSON Schema. schemars marks integers

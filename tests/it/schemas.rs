@@ -42,6 +42,40 @@ fn formats(schema: &Value, found: &mut Vec<String>) {
     }
 }
 
+/// Keywords that describe a schema without constraining it.
+const ANNOTATIONS: &[&str] = &["description", "title", "default", "examples", "deprecated"];
+
+/// Where a schema is less portable than it could be, as MCP Inspector's schema-portability
+/// check reports it: a `type` array (single-`type` dialects reject it) or a subschema that
+/// constrains nothing.
+fn unportable(schema: &Value, at: &str, found: &mut Vec<String>) {
+    let Value::Object(map) = schema else { return };
+    if map.get("type").is_some_and(Value::is_array) {
+        found.push(format!("{at}: type array {}", map["type"]));
+    }
+    if !map.keys().any(|k| !ANNOTATIONS.contains(&k.as_str())) {
+        found.push(format!("{at}: no validation keyword"));
+    }
+    for (key, value) in map {
+        match key.as_str() {
+            "properties" | "$defs" => {
+                for (name, sub) in value.as_object().into_iter().flatten() {
+                    unportable(sub, &format!("{at}.{key}.{name}"), found);
+                }
+            }
+            "items" | "additionalProperties" | "not" => {
+                unportable(value, &format!("{at}.{key}"), found);
+            }
+            "anyOf" | "oneOf" | "allOf" => {
+                for (i, sub) in value.as_array().into_iter().flatten().enumerate() {
+                    unportable(sub, &format!("{at}.{key}[{i}]"), found);
+                }
+            }
+            _ => {}
+        }
+    }
+}
+
 /// Compiles `schema` with a JSON Schema 2020-12 validator (which checks it against the
 /// meta-schema) and validates `instance` against it when given.
 fn check(tool: &str, which: &str, schema: &Value, instance: Option<&Value>) {
@@ -81,6 +115,9 @@ async fn every_tool_schema_is_standard_json_schema_and_real_results_match_it() {
                 "{}'s {which} schema has non-standard formats {found:?}",
                 spec.name
             );
+            let mut issues = Vec::new();
+            unportable(schema, which, &mut issues);
+            assert!(issues.is_empty(), "{}: {issues:#?}", spec.name);
             check(&spec.name, which, schema, None);
         }
     }
@@ -111,13 +148,20 @@ async fn every_tool_schema_is_standard_json_schema_and_real_results_match_it() {
 }
 
 #[tokio::test]
-async fn integer_ranges_are_stated_with_minimum_and_maximum() {
+async fn integer_ranges_are_minimum_and_maximum_and_nullable_is_an_any_of() {
     let rt = Runtime::builder().build().await.unwrap();
     let spec = rt.tool("send_message").unwrap();
     let expires = &spec.input_schema["properties"]["expires_in_secs"];
-    // The declared range is narrower than u64's and is kept; no `format: uint64`.
-    assert_eq!(expires["minimum"], 1, "{expires}");
-    assert_eq!(expires["maximum"], 315_360_000, "{expires}");
-    assert!(expires.get("format").is_none(), "{expires}");
+    // Optional, so nullable: the integer's branch carries the declared range (narrower than
+    // u64's, so kept) and no `format: uint64`.
+    assert_eq!(
+        expires["anyOf"],
+        json!([
+            {"type": "integer", "minimum": 1, "maximum": 315_360_000},
+            {"type": "null"}
+        ]),
+        "{expires}"
+    );
+    assert!(expires["description"].is_string(), "{expires}");
     rt.shutdown().await;
 }
