@@ -20,22 +20,25 @@ pub(crate) struct BenchArgs {
 #[derive(Debug, Subcommand)]
 enum Which {
     /// Per-call overhead against a direct call and a bare ractor actor, breaker cost, crash
-    /// recovery time, and the cost of spawning many supervised actors and tools.
+    /// recovery time, and the cost of spawning many supervised actors and tools. About 1 s at
+    /// the defaults (release build, 2 cores).
     Calls(CallsArgs),
     /// Mailbox throughput: one-way sends in memory (against bare ractor actors), request/reply
-    /// round trips, and durable sends with group commit.
+    /// round trips, and durable sends with group commit. About 10 s at the defaults.
     Mailbox(MailboxArgs),
-    /// Register and activate many agents; report time and memory per agent.
+    /// Register and activate many agents; report time and memory per agent. About 2 s at the
+    /// defaults.
     Swarm(SwarmArgs),
     /// One message to every agent of a large durable swarm (`*`): time and memory added,
-    /// against writing the same inbox records directly. About 30 s at the default size.
+    /// against writing the same inbox records directly. About 40 s at the default size.
     Fanout(FanOutArgs),
     /// Session context: updates of 1 KB entries in memory (against bare ractor actors),
     /// durable updates with group commit, and recovery of a session of 1,000,000 operations.
+    /// About 10 s at the defaults.
     Context(ContextArgs),
     /// The MCP server from outside: cold start, sequential latency and pipelined throughput
     /// over `serve --stdio`, through the `guildhall mcp` bridge and over HTTP, against a bare
-    /// rmcp server (the floor) measured the same way.
+    /// rmcp server (the floor) measured the same way. About 12 s at the defaults.
     Mcp(McpArgs),
     /// Serve the bare rmcp floor server over stdio (run by `bench mcp`).
     #[command(hide = true)]
@@ -551,11 +554,38 @@ fn print_report(
         writeln!(out, "{}", serde_json::to_string(report)?)?;
         return Ok(());
     }
+    write_rows(&mut out, rows)?;
+    Ok(())
+}
+
+/// Writes `rows` (measurement, value, target) as a table, each figure that has a target
+/// marked ✓ when it meets it and ✗ when it does not.
+fn write_rows(out: &mut impl Write, rows: &[(&str, f64, &str)]) -> std::io::Result<()> {
     writeln!(out, "{:<44} {:>14}  target", "measurement", "value")?;
     for (name, value, target) in rows {
-        writeln!(out, "{name:<44} {value:>14.2}  {target}")?;
+        let mark = match meets(*value, target) {
+            Some(true) => " ✓",
+            Some(false) => " ✗",
+            None => "",
+        };
+        writeln!(out, "{name:<44} {value:>14.2}  {target}{mark}")?;
     }
     Ok(())
+}
+
+/// Whether `value` meets `target` (`<= 2`, `< 100`, `>= 1e6`, `> 0`); `None` for a target
+/// that is not a bound (`baseline`, none).
+fn meets(value: f64, target: &str) -> Option<bool> {
+    let (op, bound) = ["<=", ">=", "<", ">"]
+        .iter()
+        .find_map(|op| target.strip_prefix(op).map(|rest| (*op, rest)))?;
+    let bound: f64 = bound.trim().parse().ok()?;
+    Some(match op {
+        "<=" => value <= bound,
+        ">=" => value >= bound,
+        "<" => value < bound,
+        _ => value > bound,
+    })
 }
 
 fn spawn_in_child(kind: &str, count: usize) -> Result<SpawnReport, Box<dyn std::error::Error>> {
@@ -576,7 +606,6 @@ fn spawn_in_child(kind: &str, count: usize) -> Result<SpawnReport, Box<dyn std::
 
 fn table(out: &mut impl Write, r: &Report) -> std::io::Result<()> {
     let c = &r.calls;
-    writeln!(out, "{:<40} {:>12}  target", "measurement", "value")?;
     let rows = [
         ("direct call (ns)", c.direct_ns, ""),
         ("bare ractor call (ns)", c.raw_ractor_ns, "baseline"),
@@ -614,13 +643,27 @@ fn table(out: &mut impl Write, r: &Report) -> std::io::Result<()> {
             "baseline",
         ),
     ];
-    for (name, value, target) in rows {
-        writeln!(out, "{name:<40} {value:>12.2}  {target}")?;
-    }
+    write_rows(out, &rows)?;
     writeln!(
         out,
-        "{:<40} {:>12}",
+        "{:<44} {:>14}",
         "actors / tools spawned",
         format!("{} / {}", r.actors_spawned, r.tools_spawned)
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::meets;
+
+    #[test]
+    fn targets_are_judged_by_their_bound() {
+        assert_eq!(meets(1.9, "<= 2"), Some(true));
+        assert_eq!(meets(2.1, "<= 2"), Some(false));
+        assert_eq!(meets(99.0, "< 100"), Some(true));
+        assert_eq!(meets(100.0, "< 100"), Some(false));
+        assert_eq!(meets(1.2e6, ">= 1e6"), Some(true));
+        assert_eq!(meets(5.0, "baseline"), None);
+        assert_eq!(meets(5.0, ""), None);
+    }
 }
