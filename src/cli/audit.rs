@@ -91,7 +91,10 @@ pub(crate) async fn run(args: AuditArgs, data_dir: &Path) -> CliResult {
     let mut out = std::io::stdout().lock();
     if args.json {
         for record in &records {
-            writeln!(out, "{}", serde_json::to_string(record)?)?;
+            // JSON says times in RFC 3339 (UTC) everywhere; `at_ms` stays for programs.
+            let mut line = serde_json::to_value(record)?;
+            line["at"] = guildhall::time::rfc3339(record.at_ms).into();
+            writeln!(out, "{line}")?;
         }
         return Ok(());
     }
@@ -101,14 +104,14 @@ pub(crate) async fn run(args: AuditArgs, data_dir: &Path) -> CliResult {
     }
     writeln!(
         out,
-        "{:<24} {:<14} {:<18} {:<17} {:>10}  rule",
-        "time (UTC)", "agent", "tool", "outcome", "duration"
+        "{:<26} {:<14} {:<18} {:<17} {:>10}  rule",
+        "time", "agent", "tool", "outcome", "duration"
     )?;
     for r in &records {
         writeln!(
             out,
-            "{:<24} {:<14} {:<18} {:<17} {:>10}  {}",
-            guildhall::time::rfc3339(r.at_ms),
+            "{:<26} {:<14} {:<18} {:<17} {:>10}  {}",
+            super::local_time(r.at_ms),
             r.agent.as_deref().unwrap_or("-"),
             r.tool,
             r.outcome.as_str(),

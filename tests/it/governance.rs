@@ -1007,6 +1007,21 @@ async fn guildhall_audit_lists_and_filters_the_log() {
         "{table}"
     );
     assert!(!table.contains("lookup"), "{table}");
+    // People read local time (a POSIX TZ needs no zone database); JSON keeps RFC 3339 UTC.
+    let local = crate::support::guildhall(dir.path())
+        .args(["audit", "--since", "1h"])
+        .env("TZ", "XYZ-3")
+        .output()
+        .unwrap();
+    let local = String::from_utf8_lossy(&local.stdout);
+    assert!(
+        local.lines().nth(1).is_some_and(|l| l.contains(" +03:00 ")),
+        "{local}"
+    );
+    assert!(
+        lines[0]["at"].as_str().is_some_and(|at| at.ends_with('Z')),
+        "{lines:?}"
+    );
     assert_eq!(audit(&["--tool", "look*", "--json"]).lines().count(), 2);
     assert!(audit(&["--until", "1h"]).contains("no calls match"));
     // A bad filter is refused with a message naming it.
