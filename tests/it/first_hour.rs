@@ -616,3 +616,17 @@ fn commands_print_the_same_with_a_server_or_without() {
     ok(&["stop"]);
     let _ = server.wait();
 }
+
+#[test]
+fn completions_are_printed_for_a_shell() {
+    let dir = tempfile::tempdir().unwrap();
+    let script = crate::support::guildhall_ok(dir.path(), &["completions", "bash"]);
+    assert!(
+        script.contains("_guildhall"),
+        "a bash completion script for guildhall"
+    );
+    assert!(
+        script.contains("init") && script.contains("stop"),
+        "{script}"
+    );
+}

@@ -942,6 +942,49 @@ async fn http_answers_bad_bodies_with_a_status_and_a_json_rpc_error() {
 }
 
 #[tokio::test]
+async fn an_http_agent_is_registered_at_initialize_with_its_role_and_parent() {
+    let (rt, url, stop) = http_server(HttpOptions::default()).await;
+    let client = reqwest::Client::new();
+    let response = legacy_post(&client, &url, initialize_body(0).to_string())
+        .header("guildhall-agent", "web-dev")
+        .header("guildhall-role", "dev")
+        .header("guildhall-parent", "lead")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    let init = rpc_body(response).await;
+    // Registered before any call, its parent not registered yet.
+    let record = rt
+        .lookup_agent("web-dev")
+        .expect("registered at initialize");
+    assert_eq!(record.role, "dev");
+    assert_eq!(record.parent.as_ref().unwrap().as_str(), "lead");
+    let instructions = init["result"]["instructions"].as_str().unwrap();
+    assert!(
+        instructions.contains("You are agent `web-dev` in role `dev`, reporting to `lead`"),
+        "{instructions}"
+    );
+    // Without the header the instructions say how to name one.
+    let anonymous = rpc_body(
+        legacy_post(&client, &url, initialize_body(1).to_string())
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
+    assert!(
+        anonymous["result"]["instructions"]
+            .as_str()
+            .unwrap()
+            .contains("`Guildhall-Agent` header"),
+        "{anonymous}"
+    );
+    stop.cancel();
+    rt.shutdown().await;
+}
+
+#[tokio::test]
 async fn http_session_delete_answers_204_and_404_for_an_unknown_session() {
     let (rt, url, stop) = http_server(HttpOptions::default()).await;
     let client = reqwest::Client::new();
