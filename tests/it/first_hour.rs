@@ -13,38 +13,48 @@ const LIMIT: Duration = Duration::from_secs(20);
 
 /// One `guildhall mcp` process, spoken to over its stdio as an MCP client would.
 struct Client {
-    child: Child,
+    /// Held so the process is killed when the client is dropped.
+    _child: Child,
     stdin: ChildStdin,
     lines: Lines<BufReader<ChildStdout>>,
     next_id: u64,
+    /// The answer to `initialize`.
+    init: Value,
+}
+
+/// `guildhall mcp <args>` on `data`, its stdio piped, logs off, killed when dropped.
+fn mcp_process(data: &Path, args: &[&str]) -> Child {
+    tokio::process::Command::new(env!("CARGO_BIN_EXE_guildhall"))
+        .arg("--data-dir")
+        .arg(data)
+        .arg("mcp")
+        .args(args)
+        .env("RUST_LOG", "off")
+        // A server left behind by a failing test goes away by itself.
+        .env("GUILDHALL_IDLE_EXIT", "60s")
+        .env_remove("GUILDHALL_AGENT")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap()
 }
 
 impl Client {
+    /// Starts a client and makes the handshake; its answer is kept in `init`.
     async fn start(data: &Path, args: &[&str]) -> Self {
-        let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_guildhall"))
-            .arg("--data-dir")
-            .arg(data)
-            .arg("mcp")
-            .args(args)
-            .env("RUST_LOG", "off")
-            // A server left behind by a failing test goes away by itself.
-            .env("GUILDHALL_IDLE_EXIT", "60s")
-            .env_remove("GUILDHALL_AGENT")
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .kill_on_drop(true)
-            .spawn()
-            .unwrap();
+        let mut child = mcp_process(data, args);
         let stdin = child.stdin.take().unwrap();
         let lines = BufReader::new(child.stdout.take().unwrap()).lines();
         let mut client = Self {
-            child,
+            _child: child,
             stdin,
             lines,
             next_id: 1,
+            init: Value::Null,
         };
-        let init = client
+        client.init = client
             .request(
                 "initialize",
                 json!({ "protocolVersion": "2025-11-25", "capabilities": {},
@@ -54,8 +64,6 @@ impl Client {
         client
             .send(json!({ "jsonrpc": "2.0", "method": "notifications/initialized" }))
             .await;
-        client.child.id().expect("the client runs");
-        assert!(init["result"]["instructions"].is_string(), "{init}");
         client
     }
 
@@ -158,40 +166,17 @@ async fn clients_start_in_any_order_and_each_hears_who_it_is() {
 async fn the_handshake_tells_the_model_its_agent_role_and_parent() {
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("data");
-    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_guildhall"))
-        .arg("--data-dir")
-        .arg(&data)
-        .args([
-            "mcp", "--agent", "dev-1", "--role", "dev", "--parent", "pm-2",
-        ])
-        .env("RUST_LOG", "off")
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .kill_on_drop(true)
-        .spawn()
-        .unwrap();
-    let mut stdin = child.stdin.take().unwrap();
-    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
-    let init = json!({ "jsonrpc": "2.0", "id": 1, "method": "initialize",
-        "params": { "protocolVersion": "2025-11-25", "capabilities": {},
-                    "clientInfo": { "name": "first-hour", "version": "1" } } });
-    stdin
-        .write_all(format!("{init}\n").as_bytes())
-        .await
-        .unwrap();
-    let line = tokio::time::timeout(LIMIT, lines.next_line())
-        .await
-        .unwrap()
-        .unwrap()
-        .unwrap();
-    let answer: Value = serde_json::from_str(&line).unwrap();
-    let instructions = answer["result"]["instructions"].as_str().unwrap();
+    let client = Client::start(
+        &data,
+        &["--agent", "dev-1", "--role", "dev", "--parent", "pm-2"],
+    )
+    .await;
+    let instructions = client.init["result"]["instructions"].as_str().unwrap();
     assert!(
         instructions.contains("You are agent `dev-1` in role `dev`, reporting to `pm-2`"),
         "{instructions}"
     );
-    drop((stdin, lines, child));
+    drop(client);
     stop_server(&data);
 }
 
@@ -238,17 +223,7 @@ fn a_server_that_cannot_start_is_reported_at_once_with_its_error() {
 async fn a_started_server_exits_once_its_last_client_has_been_gone_for_the_idle_time() {
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("data");
-    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_guildhall"))
-        .arg("--data-dir")
-        .arg(&data)
-        .args(["mcp", "--agent", "tl", "--idle-exit", "1s"])
-        .env("RUST_LOG", "off")
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .kill_on_drop(true)
-        .spawn()
-        .unwrap();
+    let mut child = mcp_process(&data, &["--agent", "tl", "--idle-exit", "1s"]);
     // Connected once the bridge's server answers status.
     crate::support::eventually(LIMIT, || async {
         crate::support::guildhall(&data)
@@ -306,7 +281,6 @@ fn a_port_in_use_is_named_with_the_way_out_and_leaves_no_socket() {
 #[test]
 fn admin_commands_run_through_a_running_server() {
     use std::io::Write;
-    use std::process::Command;
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("data");
     let cwd = dir.path().join("work");
@@ -323,20 +297,7 @@ fn admin_commands_run_through_a_running_server() {
             String::from_utf8_lossy(&out.stderr).into_owned(),
         )
     };
-    let mut server = Command::new(env!("CARGO_BIN_EXE_guildhall"))
-        .arg("--data-dir")
-        .arg(&data)
-        .args(["serve", "--no-http"])
-        .env("RUST_LOG", "off")
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let deadline = std::time::Instant::now() + LIMIT;
-    while !cli(&["status", "--json"]).0 {
-        assert!(std::time::Instant::now() < deadline, "the server answers");
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    let mut server = crate::support::serve_in_background(&data);
     for args in [
         &["agents", "register", "pm", "--role", "pm"][..],
         &[
@@ -541,7 +502,6 @@ fn init_sets_a_project_up_once_and_never_overwrites_without_force() {
 
 #[test]
 fn commands_print_the_same_with_a_server_or_without() {
-    use std::process::Command;
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("data");
     let ok = |args: &[&str]| crate::support::guildhall_ok(&data, args);
@@ -572,26 +532,7 @@ fn commands_print_the_same_with_a_server_or_without() {
         "{}",
         alone.0
     );
-    let mut server = Command::new(env!("CARGO_BIN_EXE_guildhall"))
-        .arg("--data-dir")
-        .arg(&data)
-        .args(["serve", "--no-http"])
-        .env("RUST_LOG", "off")
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let deadline = std::time::Instant::now() + LIMIT;
-    while !crate::support::guildhall(&data)
-        .args(["status", "--json"])
-        .output()
-        .unwrap()
-        .status
-        .success()
-    {
-        assert!(std::time::Instant::now() < deadline, "the server answers");
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    let mut server = crate::support::serve_in_background(&data);
     let served = (
         ok(&["inbox", "--agent", "dev"]),
         ok(&["inbox", "--agent", "dev", "--json"]),

@@ -248,3 +248,26 @@ pub fn as_agent(rt: &guildhall::Runtime, id: impl AsRef<str>) -> guildhall::Call
         .unwrap_or_else(|err| panic!("{id} is registered: {err}"));
     guildhall::CallOptions::new().as_agent(&agent)
 }
+
+/// Starts `guildhall serve --no-http` on `dir` and returns once it answers `status`.
+pub fn serve_in_background(dir: &Path) -> std::process::Child {
+    let server = Command::new(env!("CARGO_BIN_EXE_guildhall"))
+        .arg("--data-dir")
+        .arg(dir)
+        .args(["serve", "--no-http"])
+        .env("RUST_LOG", "off")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    while !guildhall(dir)
+        .args(["status", "--json"])
+        .output()
+        .is_ok_and(|o| o.status.success())
+    {
+        assert!(std::time::Instant::now() < deadline, "the server answers");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    server
+}
