@@ -579,7 +579,7 @@ fn meets(value: f64, target: &str) -> Option<bool> {
     let (op, bound) = ["<=", ">=", "<", ">"]
         .iter()
         .find_map(|op| target.strip_prefix(op).map(|rest| (*op, rest)))?;
-    let bound: f64 = bound.trim().parse().ok()?;
+    let bound: f64 = bound.trim().replace([',', '_'], "").parse().ok()?;
     Some(match op {
         "<=" => value <= bound,
         ">=" => value >= bound,
@@ -663,6 +663,7 @@ mod tests {
         assert_eq!(meets(99.0, "< 100"), Some(true));
         assert_eq!(meets(100.0, "< 100"), Some(false));
         assert_eq!(meets(1.2e6, ">= 1e6"), Some(true));
+        assert_eq!(meets(990_000.0, ">= 1,000,000"), Some(false));
         assert_eq!(meets(5.0, "baseline"), None);
         assert_eq!(meets(5.0, ""), None);
     }

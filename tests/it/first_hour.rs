@@ -393,7 +393,7 @@ fn admin_commands_run_through_a_running_server() {
     assert!(!ok && err.contains("guildhall stop"), "{err}");
     let stopped = crate::support::guildhall_ok(&data, &["stop"]);
     assert!(stopped.starts_with("stopped"), "{stopped}");
-    let _ = server.wait();
+    server.wait();
 }
 
 #[test]
@@ -555,7 +555,7 @@ fn commands_print_the_same_with_a_server_or_without() {
         "{err}"
     );
     ok(&["stop"]);
-    let _ = server.wait();
+    server.wait();
 }
 
 #[test]

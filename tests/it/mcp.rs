@@ -683,7 +683,7 @@ async fn http_dropped_response_stream_cancels_the_call() {
 /// the same data directory is refused.
 #[tokio::test]
 async fn the_cli_talks_to_a_running_server() {
-    use std::process::{Command, Stdio};
+    use std::process::Command;
     let dir = tempfile::tempdir().unwrap();
     let cli = |args: &[&str]| {
         let out = crate::support::guildhall(dir.path())
@@ -703,15 +703,7 @@ async fn the_cli_talks_to_a_running_server() {
         ])
         .0
     );
-    let mut server = Command::new(env!("CARGO_BIN_EXE_guildhall"))
-        .arg("--data-dir")
-        .arg(dir.path())
-        .args(["serve", "--no-http"])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    crate::support::eventually(LIMIT, || async { cli(&["status", "--json"]).0 }).await;
+    let mut server = crate::support::serve_in_background(dir.path());
 
     let (ok, receipt, err) = cli(&[
         "send",
@@ -750,10 +742,7 @@ async fn the_cli_talks_to_a_running_server() {
         .status()
         .unwrap();
     assert!(term.success());
-    assert!(
-        server.wait().unwrap().success(),
-        "SIGTERM stops the server cleanly"
-    );
+    assert!(server.wait().success(), "SIGTERM stops the server cleanly");
     assert!(
         !dir.path().join("guildhall.sock").exists(),
         "the socket is removed"
@@ -1245,7 +1234,7 @@ async fn an_agent_with_a_token_is_usable_only_with_it() {
 #[tokio::test]
 async fn the_socket_admits_a_protected_agent_only_with_its_token() {
     use std::os::unix::fs::PermissionsExt;
-    use std::process::{Command, Stdio};
+    use std::process::Command;
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("data");
     let cli = |args: &[&str], token: Option<&str>| {
@@ -1268,15 +1257,7 @@ async fn the_socket_admits_a_protected_agent_only_with_its_token() {
         "[agents.tl]\nrole = \"tl\"\ntoken_file = \"tl.token\"\n",
     )
     .unwrap();
-    let mut server = Command::new(env!("CARGO_BIN_EXE_guildhall"))
-        .arg("--data-dir")
-        .arg(&data)
-        .args(["serve", "--no-http"])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    crate::support::eventually(LIMIT, || async { cli(&["status", "--json"], None).0 }).await;
+    let mut server = crate::support::serve_in_background(&data);
     let send = ["send", "--from", "tl", "--to", "tl", "--body", "note"];
     let (ok, err) = cli(&send, None);
     assert!(!ok && err.contains("protected by a token"), "{err}");
@@ -1301,5 +1282,5 @@ async fn the_socket_admits_a_protected_agent_only_with_its_token() {
         .status()
         .unwrap();
     assert!(term.success());
-    assert!(server.wait().unwrap().success());
+    assert!(server.wait().success());
 }

@@ -249,17 +249,42 @@ pub fn as_agent(rt: &guildhall::Runtime, id: impl AsRef<str>) -> guildhall::Call
     guildhall::CallOptions::new().as_agent(&agent)
 }
 
+/// A `guildhall serve` started by a test; killed when dropped, so a failing test leaves no
+/// server behind.
+pub struct Background(std::process::Child);
+
+impl Background {
+    /// The server's pid.
+    pub fn id(&self) -> u32 {
+        self.0.id()
+    }
+
+    /// Waits for the server to exit (after `guildhall stop` or a signal).
+    pub fn wait(&mut self) -> std::process::ExitStatus {
+        self.0.wait().unwrap()
+    }
+}
+
+impl Drop for Background {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
 /// Starts `guildhall serve --no-http` on `dir` and returns once it answers `status`.
-pub fn serve_in_background(dir: &Path) -> std::process::Child {
-    let server = Command::new(env!("CARGO_BIN_EXE_guildhall"))
-        .arg("--data-dir")
-        .arg(dir)
-        .args(["serve", "--no-http"])
-        .env("RUST_LOG", "off")
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
+pub fn serve_in_background(dir: &Path) -> Background {
+    let server = Background(
+        Command::new(env!("CARGO_BIN_EXE_guildhall"))
+            .arg("--data-dir")
+            .arg(dir)
+            .args(["serve", "--no-http"])
+            .env("RUST_LOG", "off")
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
     let deadline = std::time::Instant::now() + Duration::from_secs(20);
     while !guildhall(dir)
         .args(["status", "--json"])
