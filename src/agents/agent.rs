@@ -104,6 +104,27 @@ impl Agent {
         }
     }
 
+    /// How many unread messages wait in this agent's inbox. An active mailbox is asked; a
+    /// passive one is counted in the store without starting it, so a directory listing
+    /// never wakes every inbox. A passive count includes messages whose time to live ran
+    /// out since the mailbox last ran (they are dropped when it next starts).
+    ///
+    /// # Errors
+    /// [`MailError::Store`] when the store cannot be read.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: it only reads.
+    pub async fn unread(&self) -> Result<usize, MailError> {
+        if self.entry.mailbox().is_none() {
+            return self.office.stored_unread(&self.entry);
+        }
+        let query = InboxQuery {
+            limit: 1,
+            ..InboxQuery::default()
+        };
+        Ok(self.check_inbox(query).await?.unread)
+    }
+
     /// Reads a message and marks it read.
     ///
     /// # Errors

@@ -409,6 +409,26 @@ impl PostOffice {
         Ok(entries)
     }
 
+    /// Unread messages of `entry` as the store holds them, counted without starting its
+    /// mailbox (keys only: nothing is decoded). Exact for a passive mailbox, except that
+    /// it includes messages whose time to live ran out since the mailbox last ran (they
+    /// are dropped when it next starts).
+    ///
+    /// # Errors
+    /// [`MailError::Store`] when the store cannot be read.
+    pub(crate) fn stored_unread(&self, entry: &AgentEntry) -> Result<usize, MailError> {
+        let mut count = 0;
+        self.shared.store.scan(
+            Table::Inbox,
+            &mailbox_prefix(entry.id.as_str()),
+            &mut |_, _| {
+                count += 1;
+                true
+            },
+        )?;
+        Ok(count)
+    }
+
     /// Runs `op` in `entry`'s mailbox, starting or waiting for the actor as needed, and
     /// re-sending the request if the actor died before answering.
     pub(crate) async fn request(

@@ -9,7 +9,6 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use super::directory::AgentEntry;
-use super::message::InboxQuery;
 use super::{Agent, MailError, PostOffice};
 use crate::time::rfc3339;
 
@@ -17,16 +16,10 @@ use crate::time::rfc3339;
 const DEFAULT_LIST: u32 = 100;
 const MAX_LIST: u32 = 500;
 
-/// Unread messages in `entry`'s mailbox (starting it if it is passive).
+/// Unread messages waiting for `entry` (see [`Agent::unread`]: a passive mailbox stays
+/// passive).
 async fn unread(office: &Arc<PostOffice>, entry: Arc<AgentEntry>) -> Result<usize, MailError> {
-    let query = InboxQuery {
-        limit: 1,
-        ..InboxQuery::default()
-    };
-    Ok(Agent::new(Arc::clone(office), entry)
-        .check_inbox(query)
-        .await?
-        .unread)
+    Agent::new(Arc::clone(office), entry).unread().await
 }
 
 /// Why two connections acting as one agent is worth a word.

@@ -511,14 +511,7 @@ async fn status(server: &McpServer, control: &Control) -> Result<Value, String> 
     let mut agents = Vec::new();
     for record in records.iter().take(STATUS_AGENTS) {
         let unread = match runtime.agent(record.id.as_str()) {
-            Ok(agent) => agent
-                .check_inbox(crate::InboxQuery {
-                    limit: 1,
-                    ..crate::InboxQuery::default()
-                })
-                .await
-                .map(|inbox| inbox.unread)
-                .ok(),
+            Ok(agent) => agent.unread().await.ok(),
             Err(_) => None,
         };
         agents.push(serde_json::json!({

@@ -489,6 +489,53 @@ async fn idle_mailboxes_passivate_and_reload_from_the_store() {
 }
 
 #[tokio::test]
+async fn counting_unread_mail_leaves_passive_mailboxes_asleep() {
+    let config = MailboxConfig {
+        idle: Duration::from_millis(30),
+        ..MailboxConfig::default()
+    };
+    let (rt, tl, pms, _) = swarm(config).await;
+    let a = tl.send(Outgoing::to("pm-0").subject("a")).await.unwrap();
+    tl.send(Outgoing::to("pm-0").subject("b")).await.unwrap();
+    tl.send(Outgoing::to("pm-1").subject("c")).await.unwrap();
+    pms[0].read(a.id).await.unwrap();
+    eventually(Duration::from_secs(10), || async {
+        rt.active_mailboxes() == 0
+    })
+    .await;
+
+    // Counted in the store: the same figures the mailboxes give when they run.
+    assert_eq!(pms[0].unread().await.unwrap(), 1);
+    assert_eq!(pms[1].unread().await.unwrap(), 1);
+    assert_eq!(tl.unread().await.unwrap(), 0);
+    let listed = rt
+        .call_json("list_agents", json!({}), as_agent(&rt, "tl"))
+        .await
+        .unwrap();
+    let unread = |id: &str| {
+        listed["agents"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|a| a["id"] == id)
+            .unwrap_or_else(|| panic!("{id} listed: {listed}"))["unread"]
+            .clone()
+    };
+    assert_eq!(
+        (unread("pm-0"), unread("pm-1"), unread("dev-00")),
+        (json!(1), json!(1), json!(0))
+    );
+    // Nobody was woken to answer.
+    assert_eq!(rt.active_mailboxes(), 0);
+    assert!(!pms[0].is_active() && !pms[1].is_active());
+
+    // A mailbox woken by its owner agrees with the count.
+    assert_eq!(subjects(&pms[0]).await, ["b"]);
+    assert_eq!(pms[0].unread().await.unwrap(), 1);
+    rt.shutdown().await;
+}
+
+#[tokio::test]
 async fn a_mailbox_crashing_mid_stream_loses_and_duplicates_nothing() {
     let (rt, tl, pms, _) = swarm(MailboxConfig {
         capacity: 10_000,
