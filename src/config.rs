@@ -106,6 +106,9 @@ pub struct Config {
     /// The audit log.
     #[serde(default)]
     pub audit: AuditConfig,
+    /// The file tools: served only when this section is present.
+    #[serde(default)]
+    pub files: Option<crate::files::FilesConfig>,
     /// The directory of the file, where command hooks run.
     #[serde(skip)]
     pub dir: PathBuf,
@@ -452,6 +455,33 @@ impl Config {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_file_tools_are_on_only_with_a_files_section() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join(CONFIG_FILE);
+        std::fs::write(&path, "trust = \"bounded\"\n").expect("write");
+        assert_eq!(Config::load(&path, true).expect("valid").files, None);
+        std::fs::write(&path, "[files]\n").expect("write");
+        assert_eq!(
+            Config::load(&path, true).expect("valid").files,
+            Some(crate::files::FilesConfig::default())
+        );
+        std::fs::write(
+            &path,
+            "[files]\nroots = [\"src\", \"/srv/data\"]\ndeny = [\".env\"]\n",
+        )
+        .expect("write");
+        let files = Config::load(&path, true).expect("valid").files.expect("on");
+        assert_eq!(
+            files.roots,
+            [PathBuf::from("src"), PathBuf::from("/srv/data")]
+        );
+        assert_eq!(files.deny, [".env"]);
+        std::fs::write(&path, "[files]\nroot = \".\"\n").expect("write");
+        let err = Config::load(&path, true).expect_err("unknown field");
+        assert_eq!(err.line, Some(2), "{err}");
+    }
 
     #[test]
     fn errors_name_the_file_and_line() {

@@ -64,6 +64,7 @@ pub mod config;
 pub mod context;
 mod error;
 pub mod events;
+pub mod files;
 pub mod governance;
 pub mod mcp;
 pub mod options;

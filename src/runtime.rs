@@ -501,6 +501,12 @@ impl RuntimeBuilder {
         self
     }
 
+    /// Adds the file tools (`read_file`, `write_file`, `edit_file`) over `files`' roots.
+    pub fn files(self, files: &Arc<crate::files::Files>) -> Self {
+        let (read, write, edit) = files.tools();
+        self.tool(read).tool(write).tool(edit)
+    }
+
     /// Sets mailbox limits and timings.
     pub fn mailbox_config(mut self, config: MailboxConfig) -> Self {
         self.mailbox = config;

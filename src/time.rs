@@ -3,10 +3,17 @@
 //! Stored times are Unix milliseconds (`u64`). Formatting one must never fail: a value can be
 //! anything a store holds, including one written by a careless caller or an older build.
 
-use std::time::{Duration, UNIX_EPOCH};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 /// The last instant RFC 3339 can write: 9999-12-31T23:59:59.999Z.
 pub const MAX_RFC3339_MS: u64 = 253_402_300_799_999;
+
+/// Milliseconds since the Unix epoch, now.
+pub fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+}
 
 /// `ms` (Unix milliseconds) as RFC 3339 in UTC, with milliseconds. Times past the year 9999
 /// are shown as its last millisecond rather than failing.

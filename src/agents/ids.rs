@@ -4,7 +4,6 @@ use std::borrow::Borrow;
 use std::fmt;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::{SystemTime, UNIX_EPOCH};
 
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
@@ -95,12 +94,7 @@ pub fn parse_message_id(id: &str) -> Result<Uuid, MailError> {
     Uuid::try_parse(id.trim()).map_err(|_| MailError::InvalidMessageId { id: id.to_owned() })
 }
 
-/// Milliseconds since the Unix epoch.
-pub(crate) fn now_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
-}
+pub(crate) use crate::time::now_ms;
 
 /// The last id handed out: milliseconds in the high 48 bits, a counter in the low 16.
 static LAST_ID: AtomicU64 = AtomicU64::new(0);

@@ -110,6 +110,11 @@ pub(crate) async fn serve(args: ServeArgs, data_dir: &Path) -> CliResult {
     if !args.in_memory {
         builder = builder.data_dir(data_dir);
     }
+    if let Some(files) = &config.files {
+        let files = guildhall::files::Files::open(files)?;
+        tracing::info!(roots = ?files.roots(), "file tools on");
+        builder = builder.files(&files);
+    }
     let runtime = builder.build().await.map_err(|err| {
         format!(
             "{err}\n(is a server already running for {}? `guildhall status` tells; \

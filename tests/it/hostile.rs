@@ -87,8 +87,17 @@ fn no_arguments_crash_a_tool_or_open_its_circuit_for_others() {
         .enable_all()
         .build()
         .unwrap();
+    // The file tools too, over a scratch root: random paths and contents land there or are
+    // refused.
+    let scratch = tempfile::tempdir().unwrap();
+    let files = guildhall::files::Files::open(&guildhall::files::FilesConfig {
+        roots: vec![scratch.path().to_owned()],
+        ..guildhall::files::FilesConfig::default()
+    })
+    .unwrap();
     let rt = tokio.block_on(async {
         let rt = Runtime::builder()
+            .files(&files)
             .mailbox_config(MailboxConfig {
                 // Waits end at once: the test is about inputs, not time.
                 max_wait: std::time::Duration::from_millis(5),
@@ -115,7 +124,7 @@ fn no_arguments_crash_a_tool_or_open_its_circuit_for_others() {
         })
         .collect();
     assert!(
-        tools.len() >= 7,
+        tools.len() >= 12,
         "every built-in tool is registered: {tools:?}"
     );
     let calls = tools.iter().map(|(name, properties)| {

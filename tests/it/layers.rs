@@ -16,6 +16,7 @@ const ORDER: &[&str] = &[
     "events",
     // The domains, each on the ones before it.
     "store",
+    "files",
     "agents",
     "context",
     "pipeline",

@@ -24,6 +24,8 @@ mod contract;
 mod crash;
 /// Durable sends killed with SIGKILL at random points lose no acknowledged message.
 mod durability;
+/// The file tools: confinement, read-before-write, concurrent editors, edits, paging.
+mod files;
 /// The first hour: `guildhall mcp` clients in any order, told who they are, clear errors.
 mod first_hour;
 /// Call governance: rules, trust, approvals, hooks, loop guard, truncation, cache, audit, events.

@@ -95,13 +95,19 @@ fn check(tool: &str, which: &str, schema: &Value, instance: Option<&Value>) {
 
 #[tokio::test]
 async fn every_tool_schema_is_standard_json_schema_and_real_results_match_it() {
-    let rt = Runtime::builder().build().await.unwrap();
+    let scratch = tempfile::tempdir().unwrap();
+    let files = guildhall::files::Files::open(&guildhall::files::FilesConfig {
+        roots: vec![scratch.path().to_owned()],
+        ..guildhall::files::FilesConfig::default()
+    })
+    .unwrap();
+    let rt = Runtime::builder().files(&files).build().await.unwrap();
     rt.register_agent(AgentSpec::new("tl", "tl")).await.unwrap();
     rt.register_agent(AgentSpec::new("pm", "pm").parent("tl"))
         .await
         .unwrap();
     let tools = rt.tools();
-    assert!(tools.len() >= 7, "{} tools", tools.len());
+    assert!(tools.len() >= 12, "{} tools", tools.len());
     for spec in &tools {
         for (which, schema) in [
             ("input", &*spec.input_schema),
@@ -134,6 +140,15 @@ async fn every_tool_schema_is_standard_json_schema_and_real_results_match_it() {
         ),
         ("context_get", json!({"session": "s"})),
         ("context_history", json!({"session": "s"})),
+        (
+            "write_file",
+            json!({"path": "notes.md", "content": "a\nb\n"}),
+        ),
+        ("read_file", json!({"path": "notes.md"})),
+        (
+            "edit_file",
+            json!({"path": "notes.md", "old_string": "b", "new_string": "c"}),
+        ),
     ];
     for (tool, args) in calls {
         let caller = if tool == "check_inbox" { "tl" } else { "pm" };

@@ -1,0 +1,103 @@
+//! The built-in file tools: `read_file`, `write_file`, `edit_file`, confined to configured
+//! roots and guarded against lost updates.
+//!
+//! - **Confinement** ([`confine`]): every path is walked from an open root one directory
+//!   at a time, by the kernel, never through a symlink or `..`, never into a denied name
+//!   (`.git`, `.guildhall` by default). Files with more than one hard link are refused (the
+//!   other link may be outside the roots).
+//! - **Read before write** ([`ledger`]): a read records the hash of what this agent saw; a
+//!   write or an edit of an existing file goes ahead only if the file still has that hash,
+//!   so a change made since by another agent or a person is never silently overwritten.
+//! - **Atomic writes**: the new content goes to a temporary file beside the old one, is
+//!   synced, and replaces it in one rename (permissions kept); checking and replacing one
+//!   file is serialized in this process, so of two agents editing the same file from the
+//!   same read, exactly one wins and the other is told the file changed.
+//!
+//! Off unless configured: `[files] roots = ["."]` in `guildhall.toml`, or
+//! [`RuntimeBuilder::files`](crate::RuntimeBuilder::files).
+
+mod confine;
+mod error;
+mod ledger;
+mod tools;
+
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+
+use serde::{Deserialize, Serialize};
+
+pub use error::FileError;
+pub use tools::{EditFile, EditInput, Edited, ReadFile, ReadInput, WriteFile, WriteInput, Written};
+
+use confine::Roots;
+use ledger::Ledger;
+
+/// Locks that serialize the check and the replace of one file (by hash of its path).
+const STRIPES: usize = 64;
+
+/// Where the file tools may go.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct FilesConfig {
+    /// The directories the tools may reach; a relative path is the first root's. Relative
+    /// roots are taken from the working directory.
+    pub roots: Vec<PathBuf>,
+    /// Names no path may contain, compared without regard to case.
+    pub deny: Vec<String>,
+}
+
+impl Default for FilesConfig {
+    fn default() -> Self {
+        Self {
+            roots: vec![PathBuf::from(".")],
+            deny: vec![".git".into(), ".guildhall".into()],
+        }
+    }
+}
+
+/// The file tools' shared state: the open roots, what each agent has read, and the write
+/// locks.
+pub struct Files {
+    roots: Roots,
+    ledger: Ledger,
+    stripes: Vec<Mutex<()>>,
+}
+
+impl Files {
+    /// Opens the roots of `config`.
+    ///
+    /// # Errors
+    /// [`FileError::Config`] when there is no root or one cannot be opened.
+    pub fn open(config: &FilesConfig) -> Result<Arc<Self>, FileError> {
+        Ok(Arc::new(Self {
+            roots: Roots::open(&config.roots, &config.deny)?,
+            ledger: Ledger::new(),
+            stripes: (0..STRIPES).map(|_| Mutex::new(())).collect(),
+        }))
+    }
+
+    /// The roots, as absolute paths.
+    pub fn roots(&self) -> Vec<PathBuf> {
+        self.roots.paths().map(Path::to_path_buf).collect()
+    }
+
+    /// Holds the write lock of `path` (a path shares its lock with about 1/64 of others).
+    fn lock(&self, path: &Path) -> MutexGuard<'_, ()> {
+        let stripe = xxhash_rust::xxh3::xxh3_64(path.as_os_str().as_encoded_bytes());
+        // The modulo keeps it below STRIPES, which fits any usize.
+        #[allow(clippy::cast_possible_truncation)]
+        let index = (stripe % STRIPES as u64) as usize;
+        self.stripes[index]
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The three tools, sharing this state.
+    pub fn tools(self: &Arc<Self>) -> (ReadFile, WriteFile, EditFile) {
+        (
+            ReadFile(Arc::clone(self)),
+            WriteFile(Arc::clone(self)),
+            EditFile(Arc::clone(self)),
+        )
+    }
+}

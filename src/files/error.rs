@@ -1,0 +1,69 @@
+//! [`FileError`]: why a file tool refused or failed. Every variant names the path and what
+//! to do about it.
+
+/// Why a file tool call was refused or failed. Nothing was written when one is returned.
+#[derive(Debug, Clone, thiserror::Error)]
+#[non_exhaustive]
+pub enum FileError {
+    /// The path may not be used: outside the roots, through a symlink, denied, malformed.
+    #[error("{path}: refused: {why}")]
+    Refused {
+        /// The path given.
+        path: String,
+        /// Why, and what to give instead.
+        why: String,
+    },
+    /// Nothing exists at the path.
+    #[error("{path}: no such file")]
+    NotFound {
+        /// The path given.
+        path: String,
+    },
+    /// The file is not text the tools can show or edit.
+    #[error("{path}: {why}")]
+    NotText {
+        /// The path given.
+        path: String,
+        /// What it is instead.
+        why: String,
+    },
+    /// A write to a file this agent has not read at its current content.
+    #[error("{path}: not written: {why}")]
+    Stale {
+        /// The path given.
+        path: String,
+        /// Since when, and what to do.
+        why: String,
+    },
+    /// An edit whose text does not occur as the edit needs.
+    #[error("{path}: not edited: {why}")]
+    NoMatch {
+        /// The path given.
+        path: String,
+        /// How the text was (not) found, with the nearest lines.
+        why: String,
+    },
+    /// Bad arguments that are not about the path.
+    #[error("{0}")]
+    Invalid(String),
+    /// The configuration of the file tools is unusable.
+    #[error("file tools: {0}")]
+    Config(String),
+    /// The operating system refused or failed.
+    #[error("{path}: {reason}")]
+    Io {
+        /// The path given.
+        path: String,
+        /// The system's error.
+        reason: String,
+    },
+}
+
+impl FileError {
+    pub(crate) fn io(path: &str, err: &std::io::Error) -> Self {
+        Self::Io {
+            path: path.to_owned(),
+            reason: err.to_string(),
+        }
+    }
+}

@@ -1,0 +1,577 @@
+//! The file tools: `read_file`, `write_file` and `edit_file`. Each call runs its file work
+//! on tokio's blocking pool; paths go through [`Roots::locate`](super::confine::Roots),
+//! writes through the read-before-write check and an atomic replace.
+
+use std::io::{Read as _, Write as _};
+use std::sync::Arc;
+
+use cap_fs_ext::{FollowSymlinks, OpenOptionsFollowExt};
+use cap_std::fs::{Dir, OpenOptions};
+use guildhall_actors::{Annotations, CallContext, Tool};
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use super::confine::Located;
+use super::ledger::hash;
+use super::{FileError, Files};
+use crate::time::rfc3339;
+
+/// Lines `read_file` returns when no `limit` is given, and at most.
+const DEFAULT_LINES: usize = 2_000;
+const MAX_LINES: usize = 10_000;
+/// The largest file the tools read or rewrite whole.
+const MAX_FILE: u64 = 16 * 1024 * 1024;
+/// How far into a file a NUL byte marks it binary.
+const BINARY_PROBE: usize = 8_192;
+/// Nearest lines a failed edit shows.
+const CANDIDATES: usize = 3;
+
+/// The agent a read or write is recorded for: calls without one share the empty name.
+fn caller(ctx: &CallContext) -> Arc<str> {
+    ctx.agent_shared().cloned().unwrap_or_else(|| Arc::from(""))
+}
+
+/// Runs `work` on the blocking pool: file systems block.
+async fn blocking<T: Send + 'static>(
+    work: impl FnOnce() -> Result<T, FileError> + Send + 'static,
+) -> Result<T, FileError> {
+    tokio::task::spawn_blocking(work)
+        .await
+        .unwrap_or_else(|err| Err(FileError::Invalid(format!("the file work failed: {err}"))))
+}
+
+/// A regular file's whole content, opened without following a symlink at its name.
+/// `None` when nothing is there.
+fn read_existing(path: &str, at: &Located) -> Result<Option<Vec<u8>>, FileError> {
+    let mut options = OpenOptions::new();
+    options.read(true).follow(FollowSymlinks::No);
+    let mut file = match at.parent.open_with(&at.name, &options) {
+        Ok(file) => file,
+        Err(err) if err.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(err) => return Err(open_error(path, at, &err)),
+    };
+    let meta = file.metadata().map_err(|err| FileError::io(path, &err))?;
+    if meta.is_dir() {
+        return Err(FileError::NotText {
+            path: path.to_owned(),
+            why: "is a directory".into(),
+        });
+    }
+    if !meta.is_file() {
+        return Err(FileError::NotText {
+            path: path.to_owned(),
+            why: "is not a regular file".into(),
+        });
+    }
+    if cap_fs_ext::MetadataExt::nlink(&meta) > 1 {
+        return Err(FileError::Refused {
+            path: path.to_owned(),
+            why: "it has more than one hard link, so it may be a file outside the roots".into(),
+        });
+    }
+    if meta.len() > MAX_FILE {
+        return Err(FileError::NotText {
+            path: path.to_owned(),
+            why: format!(
+                "is {} bytes; the file tools handle files up to {MAX_FILE} bytes",
+                meta.len()
+            ),
+        });
+    }
+    let mut content = Vec::with_capacity(usize::try_from(meta.len()).unwrap_or(0));
+    file.read_to_end(&mut content)
+        .map_err(|err| FileError::io(path, &err))?;
+    Ok(Some(content))
+}
+
+/// Why a file could not be opened, with a symlink at its name called one.
+fn open_error(path: &str, at: &Located, err: &std::io::Error) -> FileError {
+    let is_link = at
+        .parent
+        .symlink_metadata(&at.name)
+        .is_ok_and(|m| m.file_type().is_symlink());
+    if is_link {
+        return FileError::Refused {
+            path: path.to_owned(),
+            why: format!(
+                "{} is a symlink; the file tools do not follow symlinks",
+                at.shown.display()
+            ),
+        };
+    }
+    FileError::io(path, err)
+}
+
+/// `content` as text, or why it is not.
+fn as_text(path: &str, content: &[u8]) -> Result<String, FileError> {
+    let probe = &content[..content.len().min(BINARY_PROBE)];
+    if probe.contains(&0) {
+        return Err(FileError::NotText {
+            path: path.to_owned(),
+            why: "is a binary file (it contains NUL bytes); the file tools show text only".into(),
+        });
+    }
+    String::from_utf8(content.to_vec()).map_err(|err| FileError::NotText {
+        path: path.to_owned(),
+        why: format!(
+            "is not UTF-8 text (invalid byte at offset {}); the file tools show text only",
+            err.utf8_error().valid_up_to()
+        ),
+    })
+}
+
+/// Writes `content` to a new file beside `at` and moves it into place in one step, so a
+/// reader sees the old content or the new, never part of either. The file's permissions
+/// are kept. With `replace` false the move fails if a file appeared there meanwhile.
+fn replace_atomically(
+    path: &str,
+    at: &Located,
+    content: &[u8],
+    permissions: Option<cap_std::fs::Permissions>,
+    replace: bool,
+) -> Result<(), FileError> {
+    let temp = format!(
+        ".{}.{}.guildhall-tmp",
+        at.name.to_string_lossy(),
+        uuid::Uuid::new_v4().simple()
+    );
+    let written = (|| {
+        let mut options = OpenOptions::new();
+        options
+            .write(true)
+            .create_new(true)
+            .follow(FollowSymlinks::No);
+        let mut file = at.parent.open_with(&temp, &options)?;
+        file.write_all(content)?;
+        if let Some(permissions) = permissions {
+            file.set_permissions(permissions)?;
+        }
+        file.sync_all()?;
+        if replace {
+            at.parent.rename(&temp, &at.parent, &at.name)
+        } else {
+            // A hard link is refused when the name exists: a file created meanwhile by
+            // someone else is never overwritten unread.
+            at.parent.hard_link(&temp, &at.parent, &at.name)?;
+            at.parent.remove_file(&temp)
+        }
+    })();
+    if let Err(err) = written {
+        let _ = at.parent.remove_file(&temp);
+        if err.kind() == std::io::ErrorKind::AlreadyExists {
+            return Err(FileError::Stale {
+                path: path.to_owned(),
+                why: "a file was created there meanwhile; read it with read_file first".into(),
+            });
+        }
+        return Err(FileError::io(path, &err));
+    }
+    sync_dir(&at.parent);
+    Ok(())
+}
+
+/// Makes a rename durable (best effort: not every file system syncs directories).
+fn sync_dir(dir: &Dir) {
+    if let Ok(file) = dir.open(".") {
+        let _ = file.sync_all();
+    }
+}
+
+/// Checks that `agent` read `at` at its current `content` before it writes.
+fn check_read(
+    files: &Files,
+    agent: &Arc<str>,
+    path: &str,
+    at: &Located,
+    content: &[u8],
+) -> Result<(), FileError> {
+    match files.ledger.get(agent, &at.shown) {
+        None => Err(FileError::Stale {
+            path: path.to_owned(),
+            why: "it exists and you have not read it; read it with read_file first, so \
+                  nothing in it is lost"
+                .into(),
+        }),
+        Some(seen) if seen.hash != hash(content) => Err(FileError::Stale {
+            path: path.to_owned(),
+            why: format!(
+                "it changed since you read it at {} (another agent or a person wrote it); \
+                 read it again with read_file and redo your change",
+                rfc3339(seen.at_ms)
+            ),
+        }),
+        Some(_) => Ok(()),
+    }
+}
+
+/// `read_file`.
+pub struct ReadFile(pub(crate) Arc<Files>);
+
+/// Input of `read_file`.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ReadInput {
+    /// The file: relative to the first root, or absolute inside a root.
+    pub path: String,
+    /// The first line to show, counting from 1 (default 1).
+    #[serde(default)]
+    pub offset: Option<usize>,
+    /// How many lines to show (default 2000, at most 10000).
+    #[serde(default)]
+    pub limit: Option<usize>,
+}
+
+impl Tool for ReadFile {
+    type Input = ReadInput;
+    type Output = String;
+    type Error = FileError;
+    type State = ();
+
+    fn name(&self) -> &str {
+        "read_file"
+    }
+
+    fn description(&self) -> &str {
+        "Reads a text file, with line numbers (`   12\\tline`). Long files come in pages: \
+         give `offset` (first line) and `limit`. Reading a file is what allows you to \
+         write_file or edit_file it afterwards."
+    }
+
+    fn annotations(&self) -> Annotations {
+        Annotations::read_only().title("Read a file")
+    }
+
+    fn detach(&self, _: &(), _: &ReadInput) -> Option<()> {
+        Some(())
+    }
+
+    async fn call(
+        &self,
+        _: &mut (),
+        input: ReadInput,
+        ctx: CallContext,
+    ) -> Result<String, FileError> {
+        let offset = input.offset.unwrap_or(1);
+        let limit = input.limit.unwrap_or(DEFAULT_LINES);
+        if offset == 0 {
+            return Err(FileError::Invalid(
+                "offset counts lines from 1; give 1 for the start".into(),
+            ));
+        }
+        if !(1..=MAX_LINES).contains(&limit) {
+            return Err(FileError::Invalid(format!(
+                "limit is {limit}; give 1 to {MAX_LINES}"
+            )));
+        }
+        let (files, agent) = (Arc::clone(&self.0), caller(&ctx));
+        blocking(move || {
+            let path = input.path.as_str();
+            let at = files.roots.locate(path, false)?;
+            let content = read_existing(path, &at)?.ok_or_else(|| FileError::NotFound {
+                path: path.to_owned(),
+            })?;
+            let text = as_text(path, &content)?;
+            files.ledger.record(&agent, at.shown.clone(), &content);
+            Ok(numbered(&text, offset, limit))
+        })
+        .await
+    }
+}
+
+/// Lines `offset..offset + limit` of `text`, numbered, with a note when more follow.
+fn numbered(text: &str, offset: usize, limit: usize) -> String {
+    let total = text.lines().count();
+    if total == 0 {
+        return "(the file is empty)".into();
+    }
+    if offset > total {
+        return format!("(the file has {total} lines; offset {offset} is past its end)");
+    }
+    let mut out = String::with_capacity(text.len().min(limit * 80));
+    for (i, line) in text.lines().enumerate().skip(offset - 1).take(limit) {
+        use std::fmt::Write as _;
+        let _ = writeln!(out, "{:>6}\t{line}", i + 1);
+    }
+    let last = (offset - 1 + limit).min(total);
+    if last < total {
+        use std::fmt::Write as _;
+        let _ = write!(
+            out,
+            "(lines {offset}–{last} of {total}; read on with offset {})",
+            last + 1
+        );
+    }
+    out
+}
+
+/// `write_file`.
+pub struct WriteFile(pub(crate) Arc<Files>);
+
+/// Input of `write_file`.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct WriteInput {
+    /// The file: relative to the first root, or absolute inside a root. Missing
+    /// directories are created.
+    pub path: String,
+    /// The whole new content.
+    pub content: String,
+}
+
+/// What a write did.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+pub struct Written {
+    /// The file, as an absolute path.
+    pub path: String,
+    /// Bytes written.
+    pub bytes: usize,
+    /// Whether the file is new.
+    pub created: bool,
+}
+
+impl Tool for WriteFile {
+    type Input = WriteInput;
+    type Output = Written;
+    type Error = FileError;
+    type State = ();
+
+    fn name(&self) -> &str {
+        "write_file"
+    }
+
+    fn description(&self) -> &str {
+        "Writes a whole file, creating it (and its directories) if needed. An existing file \
+         must have been read with read_file first and be unchanged since; the file is \
+         replaced in one step, never left half written. For a small change prefer edit_file."
+    }
+
+    fn annotations(&self) -> Annotations {
+        Annotations::default()
+            .title("Write a file")
+            .destructive(true)
+            .idempotent(true)
+    }
+
+    fn detach(&self, _: &(), _: &WriteInput) -> Option<()> {
+        Some(())
+    }
+
+    async fn call(
+        &self,
+        _: &mut (),
+        input: WriteInput,
+        ctx: CallContext,
+    ) -> Result<Written, FileError> {
+        let (files, agent) = (Arc::clone(&self.0), caller(&ctx));
+        blocking(move || {
+            let path = input.path.as_str();
+            let at = files.roots.locate(path, true)?;
+            let _guard = files.lock(&at.shown);
+            let existing = read_existing(path, &at)?;
+            let created = existing.is_none();
+            let permissions = match &existing {
+                Some(content) => {
+                    check_read(&files, &agent, path, &at, content)?;
+                    Some(permissions_of(path, &at)?)
+                }
+                None => None,
+            };
+            replace_atomically(path, &at, input.content.as_bytes(), permissions, !created)?;
+            files
+                .ledger
+                .record(&agent, at.shown.clone(), input.content.as_bytes());
+            Ok(Written {
+                path: at.shown.display().to_string(),
+                bytes: input.content.len(),
+                created,
+            })
+        })
+        .await
+    }
+}
+
+fn permissions_of(path: &str, at: &Located) -> Result<cap_std::fs::Permissions, FileError> {
+    at.parent
+        .symlink_metadata(&at.name)
+        .map(|m| m.permissions())
+        .map_err(|err| FileError::io(path, &err))
+}
+
+/// `edit_file`.
+pub struct EditFile(pub(crate) Arc<Files>);
+
+/// Input of `edit_file`.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct EditInput {
+    /// The file: relative to the first root, or absolute inside a root.
+    pub path: String,
+    /// The exact text to replace, whitespace included. It must occur once, unless
+    /// `replace_all`.
+    pub old_string: String,
+    /// The text to put in its place.
+    pub new_string: String,
+    /// Replace every occurrence instead of exactly one.
+    #[serde(default)]
+    pub replace_all: bool,
+}
+
+/// What an edit did.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+pub struct Edited {
+    /// The file, as an absolute path.
+    pub path: String,
+    /// How many occurrences were replaced.
+    pub replacements: usize,
+    /// The file's size afterwards, in bytes.
+    pub bytes: usize,
+}
+
+impl Tool for EditFile {
+    type Input = EditInput;
+    type Output = Edited;
+    type Error = FileError;
+    type State = ();
+
+    fn name(&self) -> &str {
+        "edit_file"
+    }
+
+    fn description(&self) -> &str {
+        "Replaces exact text in a file you have read with read_file (and that is unchanged \
+         since). `old_string` must occur exactly once unless `replace_all`; include enough \
+         surrounding lines to make it unique. When it is not found, the nearest lines are \
+         shown."
+    }
+
+    fn annotations(&self) -> Annotations {
+        Annotations::default()
+            .title("Edit a file")
+            .destructive(true)
+    }
+
+    fn detach(&self, _: &(), _: &EditInput) -> Option<()> {
+        Some(())
+    }
+
+    async fn call(
+        &self,
+        _: &mut (),
+        input: EditInput,
+        ctx: CallContext,
+    ) -> Result<Edited, FileError> {
+        if input.old_string.is_empty() {
+            return Err(FileError::Invalid(
+                "old_string is empty; give the text to replace (to write a whole file, use \
+                 write_file)"
+                    .into(),
+            ));
+        }
+        if input.old_string == input.new_string {
+            return Err(FileError::Invalid(
+                "old_string and new_string are the same; nothing would change".into(),
+            ));
+        }
+        let (files, agent) = (Arc::clone(&self.0), caller(&ctx));
+        blocking(move || {
+            let path = input.path.as_str();
+            let at = files.roots.locate(path, false)?;
+            let _guard = files.lock(&at.shown);
+            let content = read_existing(path, &at)?.ok_or_else(|| FileError::NotFound {
+                path: path.to_owned(),
+            })?;
+            check_read(&files, &agent, path, &at, &content)?;
+            let text = as_text(path, &content)?;
+            let found = text.matches(input.old_string.as_str()).count();
+            if found == 0 {
+                return Err(FileError::NoMatch {
+                    path: path.to_owned(),
+                    why: not_found(&text, &input.old_string),
+                });
+            }
+            if found > 1 && !input.replace_all {
+                return Err(FileError::NoMatch {
+                    path: path.to_owned(),
+                    why: format!(
+                        "old_string occurs {found} times (at lines {}); add surrounding lines \
+                         to make it unique, or set replace_all",
+                        lines_of(&text, &input.old_string)
+                    ),
+                });
+            }
+            let edited = if input.replace_all {
+                text.replace(&input.old_string, &input.new_string)
+            } else {
+                text.replacen(&input.old_string, &input.new_string, 1)
+            };
+            let permissions = permissions_of(path, &at)?;
+            replace_atomically(path, &at, edited.as_bytes(), Some(permissions), true)?;
+            files
+                .ledger
+                .record(&agent, at.shown.clone(), edited.as_bytes());
+            Ok(Edited {
+                path: at.shown.display().to_string(),
+                replacements: found,
+                bytes: edited.len(),
+            })
+        })
+        .await
+    }
+}
+
+/// The line numbers where `needle` starts in `text`, the first few.
+fn lines_of(text: &str, needle: &str) -> String {
+    let mut lines = Vec::new();
+    for (offset, _) in text.match_indices(needle).take(10) {
+        lines.push((text[..offset].matches('\n').count() + 1).to_string());
+    }
+    lines.join(", ")
+}
+
+/// Why `old` was not found, with the lines of `text` nearest to its first line.
+fn not_found(text: &str, old: &str) -> String {
+    let squeeze = |s: &str| s.split_whitespace().collect::<Vec<_>>().join(" ");
+    if text.contains(old.trim()) {
+        return "old_string is not in the file as given, but it is without its leading or \
+                trailing whitespace; copy it exactly as read_file shows it (without the \
+                line numbers)"
+            .into();
+    }
+    if !old.trim().is_empty() && squeeze(text).contains(&squeeze(old)) {
+        return "old_string differs from the file only in whitespace (indentation or line \
+                breaks); copy it exactly as read_file shows it (without the line numbers)"
+            .into();
+    }
+    let first = old
+        .lines()
+        .map(str::trim)
+        .find(|l| !l.is_empty())
+        .unwrap_or("");
+    let mut near: Vec<(f64, usize, &str)> = text
+        .lines()
+        .enumerate()
+        .map(|(i, line)| {
+            (
+                strsim::normalized_levenshtein(line.trim(), first),
+                i + 1,
+                line,
+            )
+        })
+        .filter(|(score, _, _)| *score >= 0.5)
+        .collect();
+    near.sort_by(|a, b| b.0.total_cmp(&a.0).then(a.1.cmp(&b.1)));
+    if near.is_empty() {
+        return "old_string does not occur in the file, and no line resembles its first \
+                line; read the file again with read_file"
+            .into();
+    }
+    let shown: Vec<String> = near
+        .iter()
+        .take(CANDIDATES)
+        .map(|(_, n, line)| format!("line {n}: {line}"))
+        .collect();
+    format!(
+        "old_string does not occur in the file; the nearest lines to its first line are:\n{}",
+        shown.join("\n")
+    )
+}

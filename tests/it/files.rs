@@ -1,0 +1,496 @@
+//! The file tools through the runtime, as agents call them: confinement (a table of escape
+//! attempts, a symlink swapped in during writes), read-before-write, concurrent editors,
+//! edits that do not match, paging and refusals.
+
+use std::os::unix::fs::symlink;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use guildhall::files::{Files, FilesConfig};
+use guildhall::{AgentSpec, CallError, Runtime};
+use serde_json::{Value, json};
+
+use crate::support::as_agent;
+
+/// A project root and a directory beside it that must stay out of reach.
+struct Tree {
+    _dir: tempfile::TempDir,
+    root: PathBuf,
+    outside: PathBuf,
+}
+
+fn tree() -> Tree {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("project");
+    let outside = dir.path().join("outside");
+    for d in [&root, &outside, &root.join("src"), &root.join(".git")] {
+        std::fs::create_dir_all(d).unwrap();
+    }
+    std::fs::write(outside.join("secret"), "outside secret\n").unwrap();
+    std::fs::write(
+        root.join("src/main.rs"),
+        "fn main() {\n    println!(\"hi\");\n}\n",
+    )
+    .unwrap();
+    std::fs::write(root.join(".git/config"), "[core]\n").unwrap();
+    symlink(&outside, root.join("out_dir")).unwrap();
+    symlink(outside.join("secret"), root.join("out_file")).unwrap();
+    symlink("../outside/secret", root.join("src/relative_out")).unwrap();
+    symlink("/etc", root.join("etc_link")).unwrap();
+    symlink("src/main.rs", root.join("inner_link")).unwrap();
+    symlink(".git", root.join("git_link")).unwrap();
+    std::fs::hard_link(outside.join("secret"), root.join("hard_secret")).unwrap();
+    Tree {
+        root: root.canonicalize().unwrap(),
+        outside: outside.canonicalize().unwrap(),
+        _dir: dir,
+    }
+}
+
+async fn runtime(tree: &Tree) -> Runtime {
+    let files = Files::open(&FilesConfig {
+        roots: vec![tree.root.clone()],
+        ..FilesConfig::default()
+    })
+    .unwrap();
+    let rt = Runtime::builder().files(&files).build().await.unwrap();
+    for id in ["alice", "bob"] {
+        rt.register_agent(AgentSpec::new(id, "dev")).await.unwrap();
+    }
+    rt
+}
+
+async fn call(rt: &Runtime, agent: &str, tool: &str, args: Value) -> Result<Value, CallError> {
+    rt.call_json(tool, args, as_agent(rt, agent)).await
+}
+
+/// Every regular file under `dir`, with its content (symlinks are not followed).
+fn snapshot(dir: &Path) -> Vec<(PathBuf, Vec<u8>)> {
+    let mut out = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for entry in std::fs::read_dir(&d).unwrap() {
+            let entry = entry.unwrap();
+            let kind = entry.file_type().unwrap();
+            if kind.is_dir() {
+                stack.push(entry.path());
+            } else if kind.is_file() {
+                out.push((entry.path(), std::fs::read(entry.path()).unwrap()));
+            }
+        }
+    }
+    out.sort();
+    out
+}
+
+#[tokio::test]
+async fn no_path_leads_out_of_the_roots() {
+    let tree = tree();
+    let rt = runtime(&tree).await;
+    let outside = tree.outside.display().to_string();
+    let root = tree.root.display().to_string();
+    let long_name = "n".repeat(300);
+    let long_path = "d/".repeat(2100);
+    let attempts: Vec<(String, &str)> = vec![
+        ("../outside/secret".into(), ".."),
+        ("src/../../outside/secret".into(), ".."),
+        ("./../outside/secret".into(), ".."),
+        ("src/../..".into(), ".."),
+        ("..".into(), ".."),
+        (format!("{outside}/secret"), "outside the roots"),
+        (format!("{root}/../outside/secret"), ".."),
+        (format!("{root}/src/../../outside/secret"), ".."),
+        ("/etc/passwd".into(), "outside the roots"),
+        ("//etc/passwd".into(), "outside the roots"),
+        ("/".into(), "outside the roots"),
+        (root.clone(), "names a root"),
+        (".".into(), "names a root"),
+        (String::new(), "empty"),
+        ("out_dir/secret".into(), "symlink"),
+        ("out_file".into(), "symlink"),
+        ("src/relative_out".into(), "symlink"),
+        ("etc_link/passwd".into(), "symlink"),
+        ("etc_link".into(), "symlink"),
+        ("inner_link".into(), "symlink"),
+        ("git_link/config".into(), "symlink"),
+        (format!("{root}/out_dir/secret"), "symlink"),
+        ("hard_secret".into(), "hard link"),
+        (".git/config".into(), "denied"),
+        (".GIT/config".into(), "denied"),
+        (".Git/config".into(), "denied"),
+        (".guildhall/guildhall.toml".into(), "denied"),
+        ("src/.git/x".into(), "denied"),
+        ("src/main.rs\0.txt".into(), "NUL"),
+        ("\0".into(), "NUL"),
+        (format!("src/{long_name}"), "bytes long"),
+        (long_path, "bytes long"),
+        ("src".into(), "directory"),
+    ];
+    assert!(attempts.len() >= 30);
+    let before_out = snapshot(&tree.outside);
+    let before_git = snapshot(&tree.root.join(".git"));
+    for (path, why) in &attempts {
+        let read = call(&rt, "alice", "read_file", json!({ "path": path })).await;
+        let err = read.expect_err(&format!("read of {path:?} refused"));
+        assert!(
+            err.to_string().contains(why),
+            "read {path:?}: expected `{why}` in: {err}"
+        );
+        let write = call(
+            &rt,
+            "alice",
+            "write_file",
+            json!({ "path": path, "content": "overwritten" }),
+        )
+        .await;
+        assert!(write.is_err(), "write of {path:?} refused");
+        let edit = call(
+            &rt,
+            "alice",
+            "edit_file",
+            json!({ "path": path, "old_string": "secret", "new_string": "x" }),
+        )
+        .await;
+        assert!(edit.is_err(), "edit of {path:?} refused");
+    }
+    assert_eq!(
+        snapshot(&tree.outside),
+        before_out,
+        "nothing outside changed"
+    );
+    assert_eq!(
+        snapshot(&tree.root.join(".git")),
+        before_git,
+        ".git untouched"
+    );
+    // The symlinks themselves are still symlinks, not replaced by files.
+    assert!(tree.root.join("out_file").is_symlink());
+    rt.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_symlink_swapped_in_during_writes_never_leads_out() {
+    let tree = tree();
+    let rt = runtime(&tree).await;
+    let sub = tree.root.join("sub");
+    std::fs::create_dir(&sub).unwrap();
+    let stop = Arc::new(AtomicBool::new(false));
+    // Swaps `sub` between a directory and a symlink to the outside, as fast as it can.
+    let swapper = {
+        let (stop, sub, outside) = (Arc::clone(&stop), sub.clone(), tree.outside.clone());
+        std::thread::spawn(move || {
+            let mut swaps = 0u32;
+            while !stop.load(Ordering::Relaxed) && swaps < 1_000_000 {
+                let parked = sub.with_extension("parked");
+                if std::fs::rename(&sub, &parked).is_ok() {
+                    let _ = symlink(&outside, &sub);
+                    let _ = std::fs::remove_file(&sub);
+                    let _ = std::fs::rename(&parked, &sub);
+                }
+                swaps += 1;
+            }
+        })
+    };
+    let mut written = 0;
+    for i in 0..300 {
+        let result = call(
+            &rt,
+            "alice",
+            "write_file",
+            json!({ "path": format!("sub/new-{i}.txt"), "content": "in the root" }),
+        )
+        .await;
+        if result.is_ok() {
+            written += 1;
+        }
+    }
+    stop.store(true, Ordering::Relaxed);
+    swapper.join().unwrap();
+    let outside: Vec<_> = snapshot(&tree.outside)
+        .into_iter()
+        .map(|(p, _)| p)
+        .collect();
+    assert_eq!(
+        outside,
+        [tree.outside.join("secret")],
+        "nothing written outside"
+    );
+    // The writes that went ahead are in the root (some may have been refused mid-swap).
+    let inside = snapshot(&tree.root)
+        .into_iter()
+        .filter(|(p, _)| p.file_name().unwrap().to_string_lossy().starts_with("new-"))
+        .count();
+    assert_eq!(inside, written);
+    rt.shutdown().await;
+}
+
+#[tokio::test]
+async fn writes_need_a_read_of_the_current_content() {
+    let tree = tree();
+    let rt = runtime(&tree).await;
+    let file = tree.root.join("src/main.rs");
+    let write = |content: &'static str| {
+        call(
+            &rt,
+            "alice",
+            "write_file",
+            json!({ "path": "src/main.rs", "content": content }),
+        )
+    };
+    // Never read: refused, nothing written.
+    let err = write("lost").await.unwrap_err().to_string();
+    assert!(err.contains("you have not read it"), "{err}");
+    assert!(std::fs::read_to_string(&file).unwrap().contains("println"));
+
+    // Read, then changed by someone else: refused, with when it was read.
+    call(&rt, "alice", "read_file", json!({ "path": "src/main.rs" }))
+        .await
+        .unwrap();
+    std::fs::write(&file, "fn main() {} // a person's edit\n").unwrap();
+    let err = write("stale").await.unwrap_err().to_string();
+    assert!(err.contains("changed since you read it at"), "{err}");
+    assert_eq!(
+        std::fs::read_to_string(&file).unwrap(),
+        "fn main() {} // a person's edit\n"
+    );
+
+    // Read again: the write goes ahead, and a second write needs no new read.
+    call(&rt, "alice", "read_file", json!({ "path": "src/main.rs" }))
+        .await
+        .unwrap();
+    let done = write("fn main() {}\n").await.unwrap();
+    assert_eq!(done["created"], json!(false));
+    assert_eq!(done["bytes"], json!(13));
+    write("fn main() { }\n").await.unwrap();
+    assert_eq!(std::fs::read_to_string(&file).unwrap(), "fn main() { }\n");
+
+    // Another agent's read does not count for this one.
+    let err = call(
+        &rt,
+        "bob",
+        "write_file",
+        json!({ "path": "src/main.rs", "content": "bob" }),
+    )
+    .await
+    .unwrap_err()
+    .to_string();
+    assert!(err.contains("you have not read it"), "{err}");
+
+    // A new file needs no read; its directories are made; the mode of an existing file stays.
+    let made = call(
+        &rt,
+        "bob",
+        "write_file",
+        json!({ "path": "docs/new/notes.md", "content": "# notes\n" }),
+    )
+    .await
+    .unwrap();
+    assert_eq!(made["created"], json!(true));
+    assert_eq!(
+        std::fs::read_to_string(tree.root.join("docs/new/notes.md")).unwrap(),
+        "# notes\n"
+    );
+    use std::os::unix::fs::PermissionsExt as _;
+    std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o750)).unwrap();
+    write("fn main() {}\n").await.unwrap();
+    assert_eq!(
+        std::fs::metadata(&file).unwrap().permissions().mode() & 0o777,
+        0o750
+    );
+    // No temporary file is left behind.
+    assert!(
+        snapshot(&tree.root)
+            .iter()
+            .all(|(p, _)| !p.to_string_lossy().contains("guildhall-tmp"))
+    );
+    rt.shutdown().await;
+}
+
+#[tokio::test]
+async fn of_two_editors_from_the_same_read_exactly_one_wins() {
+    let tree = tree();
+    let rt = runtime(&tree).await;
+    let file = tree.root.join("src/main.rs");
+    for round in 0..20 {
+        let original = format!("round {round}\nshared line\n");
+        std::fs::write(&file, &original).unwrap();
+        for agent in ["alice", "bob"] {
+            call(&rt, agent, "read_file", json!({ "path": "src/main.rs" }))
+                .await
+                .unwrap();
+        }
+        let edit = |agent: &'static str| {
+            call(
+                &rt,
+                agent,
+                "edit_file",
+                json!({
+                    "path": "src/main.rs",
+                    "old_string": "shared line",
+                    "new_string": format!("{agent}'s line"),
+                }),
+            )
+        };
+        let (a, b) = tokio::join!(edit("alice"), edit("bob"));
+        assert!(a.is_ok() != b.is_ok(), "round {round}: {a:?} / {b:?}");
+        let loser = a.err().or(b.err()).unwrap().to_string();
+        assert!(loser.contains("changed since you read it"), "{loser}");
+        let now = std::fs::read_to_string(&file).unwrap();
+        assert!(
+            now == format!("round {round}\nalice's line\n")
+                || now == format!("round {round}\nbob's line\n"),
+            "a whole version, not a torn one: {now:?}"
+        );
+    }
+    rt.shutdown().await;
+}
+
+#[tokio::test]
+async fn an_edit_that_does_not_match_says_why() {
+    let tree = tree();
+    let rt = runtime(&tree).await;
+    std::fs::write(
+        tree.root.join("src/lib.rs"),
+        "fn alpha() {\n    let total = 1;\n}\nfn beta() {\n    let total = 1;\n}\n",
+    )
+    .unwrap();
+    call(&rt, "alice", "read_file", json!({ "path": "src/lib.rs" }))
+        .await
+        .unwrap();
+    let edit = |old: &str, new: &str, all: bool| {
+        call(
+            &rt,
+            "alice",
+            "edit_file",
+            json!({ "path": "src/lib.rs", "old_string": old, "new_string": new, "replace_all": all }),
+        )
+    };
+    let err = edit("let totl = 1;", "x", false)
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("nearest lines"), "{err}");
+    assert!(err.contains("line 2:     let total = 1;"), "{err}");
+    let err = edit("let total = 1;", "x", false)
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("occurs 2 times (at lines 2, 5)"), "{err}");
+    let err = edit("fn  alpha()  {", "x", false)
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("only in whitespace"), "{err}");
+    let err = edit("zzz qqq", "x", false).await.unwrap_err().to_string();
+    assert!(err.contains("no line resembles"), "{err}");
+    let err = edit("", "x", false).await.unwrap_err().to_string();
+    assert!(err.contains("old_string is empty"), "{err}");
+    let err = edit("fn", "fn", false).await.unwrap_err().to_string();
+    assert!(err.contains("the same"), "{err}");
+
+    let done = edit("let total = 1;", "let total = 2;", true)
+        .await
+        .unwrap();
+    assert_eq!(done["replacements"], json!(2));
+    let done = edit("fn beta() {", "fn gamma() {", false).await.unwrap();
+    assert_eq!(done["replacements"], json!(1));
+    assert_eq!(
+        std::fs::read_to_string(tree.root.join("src/lib.rs")).unwrap(),
+        "fn alpha() {\n    let total = 2;\n}\nfn gamma() {\n    let total = 2;\n}\n"
+    );
+    rt.shutdown().await;
+}
+
+#[tokio::test]
+async fn reads_come_numbered_in_pages_and_only_as_text() {
+    let tree = tree();
+    let rt = runtime(&tree).await;
+    let text: String = (1..=25).map(|i| format!("line {i}\n")).collect();
+    std::fs::write(tree.root.join("long.txt"), text).unwrap();
+    let page = call(
+        &rt,
+        "alice",
+        "read_file",
+        json!({ "path": "long.txt", "offset": 11, "limit": 10 }),
+    )
+    .await
+    .unwrap();
+    let page = page.as_str().unwrap();
+    assert!(page.starts_with("    11\tline 11\n"), "{page}");
+    assert!(page.contains("    20\tline 20\n"), "{page}");
+    assert!(!page.contains("line 21"), "{page}");
+    assert!(
+        page.ends_with("(lines 11–20 of 25; read on with offset 21)"),
+        "{page}"
+    );
+    let last = call(
+        &rt,
+        "alice",
+        "read_file",
+        json!({ "path": format!("{}/long.txt", tree.root.display()), "offset": 21 }),
+    )
+    .await
+    .unwrap();
+    assert!(
+        last.as_str().unwrap().ends_with("    25\tline 25\n"),
+        "{last}"
+    );
+
+    std::fs::write(
+        tree.root.join("image.png"),
+        b"\x89PNG\r\n\x1a\n\0\0\0\rIHDR",
+    )
+    .unwrap();
+    std::fs::write(tree.root.join("latin1.txt"), b"caf\xe9\n").unwrap();
+    std::fs::write(tree.root.join("empty.txt"), b"").unwrap();
+    for (path, why) in [
+        ("image.png", "binary"),
+        ("latin1.txt", "not UTF-8"),
+        ("missing.txt", "no such file"),
+    ] {
+        let err = call(&rt, "alice", "read_file", json!({ "path": path }))
+            .await
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains(why), "{path}: {err}");
+    }
+    let empty = call(&rt, "alice", "read_file", json!({ "path": "empty.txt" }))
+        .await
+        .unwrap();
+    assert_eq!(empty, json!("(the file is empty)"));
+    for (args, why) in [
+        (
+            json!({ "path": "long.txt", "offset": 0 }),
+            "counts lines from 1",
+        ),
+        (json!({ "path": "long.txt", "limit": 0 }), "give 1 to 10000"),
+    ] {
+        let err = call(&rt, "alice", "read_file", args)
+            .await
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains(why), "{err}");
+    }
+    rt.shutdown().await;
+}
+
+#[tokio::test]
+async fn unusable_roots_are_refused_at_start() {
+    let missing = Files::open(&FilesConfig {
+        roots: vec![PathBuf::from("/nonexistent/guildhall-root")],
+        ..FilesConfig::default()
+    })
+    .err()
+    .unwrap()
+    .to_string();
+    assert!(missing.contains("/nonexistent/guildhall-root"), "{missing}");
+    let none = Files::open(&FilesConfig {
+        roots: vec![],
+        ..FilesConfig::default()
+    })
+    .err()
+    .unwrap()
+    .to_string();
+    assert!(none.contains("no root given"), "{none}");
+}
