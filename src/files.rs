@@ -1,5 +1,5 @@
-//! The built-in file tools: `read_file`, `write_file`, `edit_file`, confined to configured
-//! roots and guarded against lost updates.
+//! The built-in file tools: `read_file`, `write_file`, `edit_file`, `multi_edit`,
+//! `list_dir` and `glob`, confined to configured roots and guarded against lost updates.
 //!
 //! - **Confinement** ([`confine`]): every path is walked from an open root one directory
 //!   at a time, by the kernel, never through a symlink or `..`, never into a denied name
@@ -19,6 +19,7 @@
 mod confine;
 mod error;
 mod ledger;
+mod listing;
 mod tools;
 
 use std::path::{Path, PathBuf};
@@ -27,7 +28,11 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use serde::{Deserialize, Serialize};
 
 pub use error::FileError;
-pub use tools::{EditFile, EditInput, Edited, ReadFile, ReadInput, WriteFile, WriteInput, Written};
+pub use listing::{DirEntry, GlobFiles, GlobInput, ListDir, ListDirInput, Listing, Matches};
+pub use tools::{
+    Edit, EditFile, EditInput, Edited, MultiEdit, MultiEditInput, ReadFile, ReadInput, WriteFile,
+    WriteInput, Written,
+};
 
 use confine::Roots;
 use ledger::Ledger;
@@ -92,12 +97,31 @@ impl Files {
             .unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// The three tools, sharing this state.
-    pub fn tools(self: &Arc<Self>) -> (ReadFile, WriteFile, EditFile) {
-        (
-            ReadFile(Arc::clone(self)),
-            WriteFile(Arc::clone(self)),
-            EditFile(Arc::clone(self)),
-        )
+    /// The file tools, sharing this state.
+    pub fn tools(self: &Arc<Self>) -> FileTools {
+        FileTools {
+            read: ReadFile(Arc::clone(self)),
+            write: WriteFile(Arc::clone(self)),
+            edit: EditFile(Arc::clone(self)),
+            multi_edit: MultiEdit(Arc::clone(self)),
+            list_dir: ListDir(Arc::clone(self)),
+            glob: GlobFiles(Arc::clone(self)),
+        }
     }
+}
+
+/// Every file tool, over one [`Files`].
+pub struct FileTools {
+    /// `read_file`.
+    pub read: ReadFile,
+    /// `write_file`.
+    pub write: WriteFile,
+    /// `edit_file`.
+    pub edit: EditFile,
+    /// `multi_edit`.
+    pub multi_edit: MultiEdit,
+    /// `list_dir`.
+    pub list_dir: ListDir,
+    /// `glob`.
+    pub glob: GlobFiles,
 }

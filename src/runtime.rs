@@ -501,10 +501,16 @@ impl RuntimeBuilder {
         self
     }
 
-    /// Adds the file tools (`read_file`, `write_file`, `edit_file`) over `files`' roots.
+    /// Adds the file tools (`read_file`, `write_file`, `edit_file`, `multi_edit`,
+    /// `list_dir`, `glob`) over `files`' roots.
     pub fn files(self, files: &Arc<crate::files::Files>) -> Self {
-        let (read, write, edit) = files.tools();
-        self.tool(read).tool(write).tool(edit)
+        let tools = files.tools();
+        self.tool(tools.read)
+            .tool(tools.write)
+            .tool(tools.edit)
+            .tool(tools.multi_edit)
+            .tool(tools.list_dir)
+            .tool(tools.glob)
     }
 
     /// Sets mailbox limits and timings.

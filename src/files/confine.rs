@@ -154,6 +154,33 @@ impl Roots {
         })
     }
 
+    /// Opens the directory `path` (the first root when `None`), never through a symlink.
+    /// Answers it with its absolute path.
+    pub(crate) fn locate_dir(&self, path: Option<&str>) -> Result<(Dir, PathBuf), FileError> {
+        let root = |r: &Root| {
+            r.dir
+                .try_clone()
+                .map(|dir| (dir, r.path.clone()))
+                .map_err(|err| FileError::io(path.unwrap_or("."), &err))
+        };
+        let Some(path) = path.filter(|p| !p.is_empty() && *p != "." && *p != "./") else {
+            return root(&self.roots[0]);
+        };
+        if let Some(r) = self.roots.iter().find(|r| Path::new(path) == r.path) {
+            return root(r);
+        }
+        let at = self.locate(path, false)?;
+        match at.parent.open_dir_nofollow(&at.name) {
+            Ok(dir) => Ok((dir, at.shown)),
+            Err(err) => Err(step_error(path, &at.shown, &at.parent, &at.name, &err)),
+        }
+    }
+
+    /// Whether `name` is one the configuration denies.
+    pub(crate) fn denies(&self, name: &OsStr) -> bool {
+        self.deny.contains(&name.to_string_lossy().to_lowercase())
+    }
+
     fn check_name(&self, path: &str, name: &OsStr) -> Result<(), FileError> {
         let refuse = |why: String| FileError::Refused {
             path: path.to_owned(),
@@ -165,8 +192,7 @@ impl Roots {
                 name.len()
             )));
         }
-        let lower = name.to_string_lossy().to_lowercase();
-        if self.deny.contains(&lower) {
+        if self.denies(name) {
             return Err(refuse(format!(
                 "`{}` is denied to the file tools (`[files] deny`)",
                 name.to_string_lossy()
@@ -183,6 +209,25 @@ impl Roots {
     }
 }
 
+/// The refusal for `name` in `parent` when it is a symlink (shown as `shown`).
+pub(crate) fn symlink_refusal(
+    path: &str,
+    parent: &Dir,
+    name: &OsStr,
+    shown: &Path,
+) -> Option<FileError> {
+    let is_link = parent
+        .symlink_metadata(name)
+        .is_ok_and(|m| m.file_type().is_symlink());
+    is_link.then(|| FileError::Refused {
+        path: path.to_owned(),
+        why: format!(
+            "{} is a symlink; the file tools do not follow symlinks",
+            shown.display()
+        ),
+    })
+}
+
 /// Why a directory on the way could not be entered, in words: a symlink is named as one.
 fn step_error(
     path: &str,
@@ -191,17 +236,8 @@ fn step_error(
     name: &OsStr,
     err: &std::io::Error,
 ) -> FileError {
-    let is_link = parent
-        .symlink_metadata(name)
-        .is_ok_and(|m| m.file_type().is_symlink());
-    if is_link {
-        return FileError::Refused {
-            path: path.to_owned(),
-            why: format!(
-                "{} is a symlink; the file tools do not follow symlinks",
-                shown.display()
-            ),
-        };
+    if let Some(refusal) = symlink_refusal(path, parent, name, shown) {
+        return refusal;
     }
     if err.kind() == std::io::ErrorKind::NotFound {
         return FileError::NotFound {

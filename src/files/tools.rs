@@ -11,7 +11,7 @@ use guildhall_actors::{Annotations, CallContext, Tool};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use super::confine::Located;
+use super::confine::{Located, symlink_refusal};
 use super::ledger::hash;
 use super::{FileError, Files};
 use crate::time::rfc3339;
@@ -32,7 +32,7 @@ fn caller(ctx: &CallContext) -> Arc<str> {
 }
 
 /// Runs `work` on the blocking pool: file systems block.
-async fn blocking<T: Send + 'static>(
+pub(super) async fn blocking<T: Send + 'static>(
     work: impl FnOnce() -> Result<T, FileError> + Send + 'static,
 ) -> Result<T, FileError> {
     tokio::task::spawn_blocking(work)
@@ -86,20 +86,8 @@ fn read_existing(path: &str, at: &Located) -> Result<Option<Vec<u8>>, FileError>
 
 /// Why a file could not be opened, with a symlink at its name called one.
 fn open_error(path: &str, at: &Located, err: &std::io::Error) -> FileError {
-    let is_link = at
-        .parent
-        .symlink_metadata(&at.name)
-        .is_ok_and(|m| m.file_type().is_symlink());
-    if is_link {
-        return FileError::Refused {
-            path: path.to_owned(),
-            why: format!(
-                "{} is a symlink; the file tools do not follow symlinks",
-                at.shown.display()
-            ),
-        };
-    }
-    FileError::io(path, err)
+    symlink_refusal(path, &at.parent, &at.name, &at.shown)
+        .unwrap_or_else(|| FileError::io(path, err))
 }
 
 /// `content` as text, or why it is not.
@@ -416,15 +404,113 @@ pub struct EditInput {
     pub replace_all: bool,
 }
 
+/// One replacement of `multi_edit`.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Edit {
+    /// The exact text to replace, whitespace included, as the file is after the edits
+    /// before this one. It must occur once, unless `replace_all`.
+    pub old_string: String,
+    /// The text to put in its place.
+    pub new_string: String,
+    /// Replace every occurrence instead of exactly one.
+    #[serde(default)]
+    pub replace_all: bool,
+}
+
 /// What an edit did.
 #[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
 pub struct Edited {
     /// The file, as an absolute path.
     pub path: String,
-    /// How many occurrences were replaced.
+    /// How many occurrences were replaced, over all the edits.
     pub replacements: usize,
     /// The file's size afterwards, in bytes.
     pub bytes: usize,
+}
+
+/// The most edits one `multi_edit` applies.
+const MAX_EDITS: usize = 100;
+
+/// Checks the edits' arguments before any file is touched. `which` names an edit in a
+/// message (empty for a single one).
+fn check_edit(edit: &Edit, which: &str) -> Result<(), FileError> {
+    if edit.old_string.is_empty() {
+        return Err(FileError::Invalid(format!(
+            "{which}old_string is empty; give the text to replace (to write a whole file, use \
+             write_file)"
+        )));
+    }
+    if edit.old_string == edit.new_string {
+        return Err(FileError::Invalid(format!(
+            "{which}old_string and new_string are the same; nothing would change"
+        )));
+    }
+    Ok(())
+}
+
+/// `text` with `edit` applied, and how many occurrences it replaced.
+fn apply(path: &str, text: &str, edit: &Edit, which: &str) -> Result<(String, usize), FileError> {
+    let found = text.matches(edit.old_string.as_str()).count();
+    if found == 0 {
+        return Err(FileError::NoMatch {
+            path: path.to_owned(),
+            why: format!("{which}{}", not_found(text, &edit.old_string)),
+        });
+    }
+    if found > 1 && !edit.replace_all {
+        return Err(FileError::NoMatch {
+            path: path.to_owned(),
+            why: format!(
+                "{which}old_string occurs {found} times (at lines {}); add surrounding lines \
+                 to make it unique, or set replace_all",
+                lines_of(text, &edit.old_string)
+            ),
+        });
+    }
+    let edited = if edit.replace_all {
+        text.replace(&edit.old_string, &edit.new_string)
+    } else {
+        text.replacen(&edit.old_string, &edit.new_string, 1)
+    };
+    Ok((edited, found))
+}
+
+/// Applies `edits` in order to the file at `path`, all or none, after the read check.
+fn edit_file(
+    files: &Files,
+    agent: &Arc<str>,
+    path: &str,
+    edits: &[Edit],
+) -> Result<Edited, FileError> {
+    let at = files.roots.locate(path, false)?;
+    let _guard = files.lock(&at.shown);
+    let content = read_existing(path, &at)?.ok_or_else(|| FileError::NotFound {
+        path: path.to_owned(),
+    })?;
+    check_read(files, agent, path, &at, &content)?;
+    let mut text = as_text(path, &content)?;
+    let mut replacements = 0;
+    for (i, edit) in edits.iter().enumerate() {
+        let which = if edits.len() > 1 {
+            format!("edit {} of {}: ", i + 1, edits.len())
+        } else {
+            String::new()
+        };
+        let (edited, found) = apply(path, &text, edit, &which)?;
+        text = edited;
+        replacements += found;
+    }
+    let permissions = permissions_of(path, &at)?;
+    replace_atomically(path, &at, text.as_bytes(), Some(permissions), true)?;
+    files
+        .ledger
+        .record(agent, at.shown.clone(), text.as_bytes());
+    Ok(Edited {
+        path: at.shown.display().to_string(),
+        replacements,
+        bytes: text.len(),
+    })
 }
 
 impl Tool for EditFile {
@@ -460,62 +546,74 @@ impl Tool for EditFile {
         input: EditInput,
         ctx: CallContext,
     ) -> Result<Edited, FileError> {
-        if input.old_string.is_empty() {
-            return Err(FileError::Invalid(
-                "old_string is empty; give the text to replace (to write a whole file, use \
-                 write_file)"
-                    .into(),
-            ));
+        let edit = Edit {
+            old_string: input.old_string,
+            new_string: input.new_string,
+            replace_all: input.replace_all,
+        };
+        check_edit(&edit, "")?;
+        let (files, agent) = (Arc::clone(&self.0), caller(&ctx));
+        blocking(move || edit_file(&files, &agent, &input.path, &[edit])).await
+    }
+}
+
+/// `multi_edit`.
+pub struct MultiEdit(pub(crate) Arc<Files>);
+
+/// Input of `multi_edit`.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct MultiEditInput {
+    /// The file: relative to the first root, or absolute inside a root.
+    pub path: String,
+    /// The replacements, applied in order, each to the result of the ones before (1 to
+    /// 100).
+    pub edits: Vec<Edit>,
+}
+
+impl Tool for MultiEdit {
+    type Input = MultiEditInput;
+    type Output = Edited;
+    type Error = FileError;
+    type State = ();
+
+    fn name(&self) -> &str {
+        "multi_edit"
+    }
+
+    fn description(&self) -> &str {
+        "Several edit_file replacements in one file, applied in order and all or none: if \
+         any does not match, the file is left as it was. The file must have been read with \
+         read_file and be unchanged since."
+    }
+
+    fn annotations(&self) -> Annotations {
+        Annotations::default()
+            .title("Edit a file in several places")
+            .destructive(true)
+    }
+
+    fn detach(&self, _: &(), _: &MultiEditInput) -> Option<()> {
+        Some(())
+    }
+
+    async fn call(
+        &self,
+        _: &mut (),
+        input: MultiEditInput,
+        ctx: CallContext,
+    ) -> Result<Edited, FileError> {
+        if input.edits.is_empty() || input.edits.len() > MAX_EDITS {
+            return Err(FileError::Invalid(format!(
+                "{} edits given; give 1 to {MAX_EDITS}",
+                input.edits.len()
+            )));
         }
-        if input.old_string == input.new_string {
-            return Err(FileError::Invalid(
-                "old_string and new_string are the same; nothing would change".into(),
-            ));
+        for (i, edit) in input.edits.iter().enumerate() {
+            check_edit(edit, &format!("edit {} of {}: ", i + 1, input.edits.len()))?;
         }
         let (files, agent) = (Arc::clone(&self.0), caller(&ctx));
-        blocking(move || {
-            let path = input.path.as_str();
-            let at = files.roots.locate(path, false)?;
-            let _guard = files.lock(&at.shown);
-            let content = read_existing(path, &at)?.ok_or_else(|| FileError::NotFound {
-                path: path.to_owned(),
-            })?;
-            check_read(&files, &agent, path, &at, &content)?;
-            let text = as_text(path, &content)?;
-            let found = text.matches(input.old_string.as_str()).count();
-            if found == 0 {
-                return Err(FileError::NoMatch {
-                    path: path.to_owned(),
-                    why: not_found(&text, &input.old_string),
-                });
-            }
-            if found > 1 && !input.replace_all {
-                return Err(FileError::NoMatch {
-                    path: path.to_owned(),
-                    why: format!(
-                        "old_string occurs {found} times (at lines {}); add surrounding lines \
-                         to make it unique, or set replace_all",
-                        lines_of(&text, &input.old_string)
-                    ),
-                });
-            }
-            let edited = if input.replace_all {
-                text.replace(&input.old_string, &input.new_string)
-            } else {
-                text.replacen(&input.old_string, &input.new_string, 1)
-            };
-            let permissions = permissions_of(path, &at)?;
-            replace_atomically(path, &at, edited.as_bytes(), Some(permissions), true)?;
-            files
-                .ledger
-                .record(&agent, at.shown.clone(), edited.as_bytes());
-            Ok(Edited {
-                path: at.shown.display().to_string(),
-                replacements: found,
-                bytes: edited.len(),
-            })
-        })
-        .await
+        blocking(move || edit_file(&files, &agent, &input.path, &input.edits)).await
     }
 }
 

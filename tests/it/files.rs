@@ -494,3 +494,189 @@ async fn unusable_roots_are_refused_at_start() {
     .to_string();
     assert!(none.contains("no root given"), "{none}");
 }
+
+#[tokio::test]
+async fn several_edits_apply_in_order_or_not_at_all() {
+    let tree = tree();
+    let rt = runtime(&tree).await;
+    let file = tree.root.join("src/main.rs");
+    let before = std::fs::read_to_string(&file).unwrap();
+    let edits = |edits: Value| {
+        call(
+            &rt,
+            "alice",
+            "multi_edit",
+            json!({ "path": "src/main.rs", "edits": edits }),
+        )
+    };
+    let err = edits(json!([{ "old_string": "main", "new_string": "start" }]))
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("you have not read it"), "{err}");
+    call(&rt, "alice", "read_file", json!({ "path": "src/main.rs" }))
+        .await
+        .unwrap();
+    // The second edit does not match: the first is not applied either.
+    let err = edits(json!([
+        { "old_string": "fn main", "new_string": "fn start" },
+        { "old_string": "no such text", "new_string": "x" },
+    ]))
+    .await
+    .unwrap_err()
+    .to_string();
+    assert!(err.contains("edit 2 of 2: "), "{err}");
+    assert_eq!(std::fs::read_to_string(&file).unwrap(), before);
+    let err = edits(json!([])).await.unwrap_err().to_string();
+    assert!(err.contains("0 edits given; give 1 to 100"), "{err}");
+    let err = edits(json!([{ "old_string": "", "new_string": "x" }]))
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("edit 1 of 1: old_string is empty"), "{err}");
+
+    // Each edit sees the result of the ones before.
+    let done = edits(json!([
+        { "old_string": "fn main", "new_string": "fn start" },
+        { "old_string": "fn start() {", "new_string": "fn start() -> () {" },
+        { "old_string": "\"", "new_string": "'", "replace_all": true },
+    ]))
+    .await
+    .unwrap();
+    assert_eq!(done["replacements"], json!(4));
+    assert_eq!(
+        std::fs::read_to_string(&file).unwrap(),
+        "fn start() -> () {\n    println!('hi');\n}\n"
+    );
+    rt.shutdown().await;
+}
+
+#[tokio::test]
+async fn listings_show_the_roots_and_nothing_past_them() {
+    let tree = tree();
+    let rt = runtime(&tree).await;
+    let listed = call(&rt, "alice", "list_dir", json!({})).await.unwrap();
+    let entries = listed["entries"].as_array().unwrap();
+    let kind = |name: &str| {
+        entries
+            .iter()
+            .find(|e| e["name"] == name)
+            .map(|e| e["kind"].as_str().unwrap().to_owned())
+    };
+    assert_eq!(listed["path"], json!(tree.root.display().to_string()));
+    assert_eq!(kind("src").as_deref(), Some("dir"));
+    assert_eq!(kind("hard_secret").as_deref(), Some("file"));
+    assert_eq!(kind("out_dir").as_deref(), Some("symlink"));
+    assert_eq!(kind(".git"), None, "denied names are left out");
+    let names: Vec<&str> = entries
+        .iter()
+        .map(|e| e["name"].as_str().unwrap())
+        .collect();
+    let mut sorted = names.clone();
+    sorted.sort_unstable();
+    assert_eq!(names, sorted);
+    let src = call(&rt, "alice", "list_dir", json!({ "path": "src" }))
+        .await
+        .unwrap();
+    assert_eq!(
+        src["entries"][0],
+        json!({ "name": "main.rs", "kind": "file", "bytes": 34 })
+    );
+    for (path, why) in [
+        ("out_dir", "symlink"),
+        ("../outside", ".."),
+        (".git", "denied"),
+        ("missing", "no such file"),
+    ] {
+        let err = call(&rt, "alice", "list_dir", json!({ "path": path }))
+            .await
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains(why), "{path}: {err}");
+    }
+    rt.shutdown().await;
+}
+
+#[tokio::test]
+async fn glob_finds_newest_first_as_ripgrep_walks() {
+    let tree = tree();
+    let rt = runtime(&tree).await;
+    let write = |path: &str, age_secs: u64| {
+        let full = tree.root.join(path);
+        std::fs::create_dir_all(full.parent().unwrap()).unwrap();
+        std::fs::write(&full, path).unwrap();
+        let when = std::time::SystemTime::now() - std::time::Duration::from_secs(age_secs);
+        std::fs::File::options()
+            .write(true)
+            .open(&full)
+            .unwrap()
+            .set_modified(when)
+            .unwrap();
+    };
+    write("src/old.rs", 300);
+    write("src/deep/new.rs", 10);
+    write("src/deep/mid.rs", 100);
+    write("target/build.rs", 1);
+    write("notes.md", 50);
+    std::fs::write(tree.root.join(".gitignore"), "target/\n").unwrap();
+    std::fs::write(tree.outside.join("outside.rs"), "x").unwrap();
+    let glob = |args: Value| call(&rt, "alice", "glob", args);
+    let found = glob(json!({ "pattern": "**/*.rs" })).await.unwrap();
+    let names: Vec<String> = found["files"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| {
+            f.as_str()
+                .unwrap()
+                .strip_prefix(&format!("{}/", tree.root.display()))
+                .unwrap()
+                .to_owned()
+        })
+        .collect();
+    // Newest first (main.rs was written as the test began); target/ is ignored; the
+    // symlinks are not followed.
+    assert_eq!(
+        names,
+        [
+            "src/main.rs",
+            "src/deep/new.rs",
+            "src/deep/mid.rs",
+            "src/old.rs"
+        ]
+    );
+    assert!(names.iter().all(|n| n != "target/build.rs"), "{names:?}");
+    assert!(names.iter().all(|n| !n.contains("outside")), "{names:?}");
+    assert_eq!(found["total"], json!(names.len()));
+
+    let one_level = glob(json!({ "pattern": "*.rs", "path": "src" }))
+        .await
+        .unwrap();
+    assert_eq!(
+        one_level["files"],
+        json!([
+            format!("{}/src/main.rs", tree.root.display()),
+            format!("{}/src/old.rs", tree.root.display())
+        ])
+    );
+    let limited = glob(json!({ "pattern": "**/*", "limit": 1 }))
+        .await
+        .unwrap();
+    assert_eq!(limited["files"].as_array().unwrap().len(), 1);
+    assert!(limited["total"].as_u64().unwrap() > 1);
+    assert!(
+        !limited["files"][0].as_str().unwrap().contains(".git/"),
+        "denied names are not walked"
+    );
+    let err = glob(json!({ "pattern": "a[" }))
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("pattern \"a[\""), "{err}");
+    let err = glob(json!({ "pattern": "*", "path": "out_dir" }))
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("symlink"), "{err}");
+    rt.shutdown().await;
+}

@@ -149,6 +149,12 @@ async fn every_tool_schema_is_standard_json_schema_and_real_results_match_it() {
             "edit_file",
             json!({"path": "notes.md", "old_string": "b", "new_string": "c"}),
         ),
+        (
+            "multi_edit",
+            json!({"path": "notes.md", "edits": [{"old_string": "c", "new_string": "d"}]}),
+        ),
+        ("list_dir", json!({})),
+        ("glob", json!({"pattern": "*.md"})),
     ];
     for (tool, args) in calls {
         let caller = if tool == "check_inbox" { "tl" } else { "pm" };
