@@ -1,5 +1,5 @@
 //! The built-in file tools: `read_file`, `write_file`, `edit_file`, `multi_edit`,
-//! `list_dir` and `glob`, confined to configured roots and guarded against lost updates.
+//! `list_dir`, `glob` and `grep`, confined to configured roots and guarded against lost updates.
 //!
 //! - **Confinement** ([`confine`]): every path is walked from an open root one directory
 //!   at a time, by the kernel, never through a symlink or `..`, never into a denied name
@@ -20,6 +20,7 @@ mod confine;
 mod error;
 mod ledger;
 mod listing;
+mod search;
 mod tools;
 
 use std::path::{Path, PathBuf};
@@ -29,6 +30,7 @@ use serde::{Deserialize, Serialize};
 
 pub use error::FileError;
 pub use listing::{DirEntry, GlobFiles, GlobInput, ListDir, ListDirInput, Listing, Matches};
+pub use search::{Grep, GrepInput, GrepMode, GrepResult};
 pub use tools::{
     Edit, EditFile, EditInput, Edited, MultiEdit, MultiEditInput, ReadFile, ReadInput, WriteFile,
     WriteInput, Written,
@@ -106,6 +108,7 @@ impl Files {
             multi_edit: MultiEdit(Arc::clone(self)),
             list_dir: ListDir(Arc::clone(self)),
             glob: GlobFiles(Arc::clone(self)),
+            grep: Grep(Arc::clone(self)),
         }
     }
 }
@@ -124,4 +127,6 @@ pub struct FileTools {
     pub list_dir: ListDir,
     /// `glob`.
     pub glob: GlobFiles,
+    /// `grep`.
+    pub grep: Grep,
 }

@@ -502,7 +502,7 @@ impl RuntimeBuilder {
     }
 
     /// Adds the file tools (`read_file`, `write_file`, `edit_file`, `multi_edit`,
-    /// `list_dir`, `glob`) over `files`' roots.
+    /// `list_dir`, `glob`, `grep`) over `files`' roots.
     pub fn files(self, files: &Arc<crate::files::Files>) -> Self {
         let tools = files.tools();
         self.tool(tools.read)
@@ -511,6 +511,7 @@ impl RuntimeBuilder {
             .tool(tools.multi_edit)
             .tool(tools.list_dir)
             .tool(tools.glob)
+            .tool(tools.grep)
     }
 
     /// Sets mailbox limits and timings.

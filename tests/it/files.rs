@@ -680,3 +680,93 @@ async fn glob_finds_newest_first_as_ripgrep_walks() {
     assert!(err.contains("symlink"), "{err}");
     rt.shutdown().await;
 }
+
+#[tokio::test]
+async fn grep_searches_contents_as_ripgrep_does_and_stays_inside() {
+    let tree = tree();
+    let rt = runtime(&tree).await;
+    let put = |path: &str, content: &[u8]| {
+        let full = tree.root.join(path);
+        std::fs::create_dir_all(full.parent().unwrap()).unwrap();
+        std::fs::write(full, content).unwrap();
+    };
+    put(
+        "src/lib.rs",
+        b"// a secret here\nfn one() {}\nfn two() {}\n// SECRET again\n",
+    );
+    put("docs/notes.md", b"no match\nsecret in docs\n");
+    put("build/out.rs", b"secret in an ignored file\n");
+    put("data.bin", b"secret\0binary");
+    put(".gitignore", b"build/\n");
+    let grep = |args: Value| call(&rt, "alice", "grep", args);
+    let relative = |found: &Value| -> Vec<String> {
+        found["results"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|r| {
+                r.as_str()
+                    .unwrap()
+                    .replace(&format!("{}/", tree.root.display()), "")
+            })
+            .collect()
+    };
+
+    // Files with matches: not outside (symlinks), not the hard link, not .git, not
+    // ignored, not binary.
+    let found = grep(json!({ "pattern": "secret" })).await.unwrap();
+    let mut files = relative(&found);
+    files.sort();
+    assert_eq!(files, ["docs/notes.md", "src/lib.rs"]);
+    assert_eq!(found["truncated"], json!(false));
+
+    let found = grep(json!({ "pattern": "secret", "case_insensitive": true, "mode": "count" }))
+        .await
+        .unwrap();
+    let mut counts = relative(&found);
+    counts.sort();
+    assert_eq!(counts, ["docs/notes.md:1", "src/lib.rs:2"]);
+
+    let found = grep(json!({
+        "pattern": "fn two", "mode": "content", "context": 1, "type": "rust"
+    }))
+    .await
+    .unwrap();
+    assert_eq!(
+        relative(&found),
+        [
+            "src/lib.rs-2-fn one() {}",
+            "src/lib.rs:3:fn two() {}",
+            "src/lib.rs-4-// SECRET again"
+        ]
+    );
+    let found = grep(json!({ "pattern": "secret", "glob": "*.md" }))
+        .await
+        .unwrap();
+    assert_eq!(relative(&found), ["docs/notes.md"]);
+    let found = grep(json!({ "pattern": "secret", "path": "src/lib.rs", "mode": "content" }))
+        .await
+        .unwrap();
+    assert_eq!(relative(&found), ["src/lib.rs:1:// a secret here"]);
+    let found = grep(json!({ "pattern": "fn", "mode": "content", "limit": 1 }))
+        .await
+        .unwrap();
+    assert_eq!(found["results"].as_array().unwrap().len(), 1);
+    assert_eq!(found["truncated"], json!(true));
+
+    for (args, why) in [
+        (json!({ "pattern": "(" }), "pattern \"(\""),
+        (
+            json!({ "pattern": "x", "type": "klingon" }),
+            "unknown file type",
+        ),
+        (json!({ "pattern": "x", "context": 99 }), "give 0 to 20"),
+        (json!({ "pattern": "x", "path": "out_dir" }), "symlink"),
+        (json!({ "pattern": "x", "path": "../outside" }), ".."),
+        (json!({ "pattern": "x", "glob": "a[" }), "glob"),
+    ] {
+        let err = grep(args.clone()).await.unwrap_err().to_string();
+        assert!(err.contains(why), "{args}: {err}");
+    }
+    rt.shutdown().await;
+}

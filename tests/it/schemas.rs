@@ -155,6 +155,7 @@ async fn every_tool_schema_is_standard_json_schema_and_real_results_match_it() {
         ),
         ("list_dir", json!({})),
         ("glob", json!({"pattern": "*.md"})),
+        ("grep", json!({"pattern": "d", "mode": "content"})),
     ];
     for (tool, args) in calls {
         let caller = if tool == "check_inbox" { "tl" } else { "pm" };

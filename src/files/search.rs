@@ -1,0 +1,365 @@
+//! `grep`: searches file contents as ripgrep does, with its walker (`ignore`), regex
+//! engine (`grep-regex`) and searcher (`grep-searcher`). The walk goes by path names; each
+//! file is opened through the confined walk (see [`confine`](super::confine)), one
+//! directory handle kept while the walk stays in that directory, so a directory swapped for
+//! a symlink mid-walk leads nowhere outside the roots.
+
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use cap_fs_ext::{FollowSymlinks, OpenOptionsFollowExt};
+use cap_std::fs::{Dir, OpenOptions};
+use grep_regex::RegexMatcherBuilder;
+use grep_searcher::{BinaryDetection, Searcher, SearcherBuilder, Sink, SinkContext, SinkMatch};
+use guildhall_actors::{Annotations, CallContext, Tool};
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use super::tools::blocking;
+use super::{FileError, Files};
+
+/// Results `grep` returns when no `limit` is given, and at most.
+const DEFAULT_LIMIT: usize = 200;
+const MAX_LIMIT: usize = 5_000;
+/// Context lines at most, before and after.
+const MAX_CONTEXT: usize = 20;
+/// A matching line is cut to this many bytes in `content` mode.
+const MAX_LINE: usize = 500;
+
+/// What `grep` answers with.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum GrepMode {
+    /// The paths of files with a match (the default).
+    #[default]
+    FilesWithMatches,
+    /// `path:count` per file with a match.
+    Count,
+    /// The matching lines, `path:line:text`, with context lines as `path-line-text`.
+    Content,
+}
+
+/// `grep`.
+pub struct Grep(pub(crate) Arc<Files>);
+
+/// Input of `grep`.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct GrepInput {
+    /// A regular expression (Rust `regex` syntax, as ripgrep's).
+    pub pattern: String,
+    /// The directory or file to search: relative to the first root, or absolute inside a
+    /// root (default: the first root).
+    #[serde(default)]
+    pub path: Option<String>,
+    /// Only files whose path matches this glob (`*.rs`; without a `/` it matches the name
+    /// at any depth).
+    #[serde(default)]
+    pub glob: Option<String>,
+    /// Only files of this type, as ripgrep names them (`rust`, `py`, `js`, `md`, ...).
+    #[serde(default, rename = "type")]
+    pub file_type: Option<String>,
+    /// Match without regard to case.
+    #[serde(default)]
+    pub case_insensitive: bool,
+    /// Lines of context before and after each match (`content` mode; 0 to 20).
+    #[serde(default)]
+    pub context: Option<usize>,
+    /// What to answer with (default `files_with_matches`).
+    #[serde(default)]
+    pub mode: GrepMode,
+    /// At most this many results: files, counts or lines (default 200, at most 5000).
+    #[serde(default)]
+    pub limit: Option<usize>,
+}
+
+/// What `grep` found.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+pub struct GrepResult {
+    /// Paths, `path:count`, or `path:line:text` lines, by path.
+    pub results: Vec<String>,
+    /// Whether there were more results than `limit`.
+    pub truncated: bool,
+    /// Files searched.
+    pub files_searched: usize,
+}
+
+impl Tool for Grep {
+    type Input = GrepInput;
+    type Output = GrepResult;
+    type Error = FileError;
+    type State = ();
+
+    fn name(&self) -> &str {
+        "grep"
+    }
+
+    fn description(&self) -> &str {
+        "Searches file contents for a regular expression, as ripgrep does (.gitignore \
+         respected, binary files skipped). `mode`: files_with_matches (default), count, or \
+         content (`path:line:text`, with `context` lines). Filter with `glob` or `type`."
+    }
+
+    fn annotations(&self) -> Annotations {
+        Annotations::read_only().title("Search file contents")
+    }
+
+    fn detach(&self, _: &(), _: &GrepInput) -> Option<()> {
+        Some(())
+    }
+
+    async fn call(
+        &self,
+        _: &mut (),
+        input: GrepInput,
+        _ctx: CallContext,
+    ) -> Result<GrepResult, FileError> {
+        let limit = input.limit.unwrap_or(DEFAULT_LIMIT);
+        if !(1..=MAX_LIMIT).contains(&limit) {
+            return Err(FileError::Invalid(format!(
+                "limit is {limit}; give 1 to {MAX_LIMIT}"
+            )));
+        }
+        let context = input.context.unwrap_or(0);
+        if context > MAX_CONTEXT {
+            return Err(FileError::Invalid(format!(
+                "context is {context}; give 0 to {MAX_CONTEXT}"
+            )));
+        }
+        let matcher = RegexMatcherBuilder::new()
+            .case_insensitive(input.case_insensitive)
+            .build(&input.pattern)
+            .map_err(|err| FileError::Invalid(format!("pattern {:?}: {err}", input.pattern)))?;
+        let only = input
+            .glob
+            .as_deref()
+            .map(|glob| {
+                let glob = if glob.contains('/') {
+                    glob.to_owned()
+                } else {
+                    format!("**/{glob}")
+                };
+                globset::GlobBuilder::new(&glob)
+                    .literal_separator(true)
+                    .build()
+                    .map(|g| g.compile_matcher())
+                    .map_err(|err| FileError::Invalid(format!("glob {glob:?}: {err}")))
+            })
+            .transpose()?;
+        let types = match &input.file_type {
+            None => None,
+            Some(name) => {
+                let mut types = ignore::types::TypesBuilder::new();
+                types.add_defaults();
+                if !types.definitions().iter().any(|d| d.name() == name) {
+                    return Err(FileError::Invalid(format!(
+                        "unknown file type {name:?}; ripgrep's names, such as rust, py, js, \
+                         ts, go, java, c, cpp, md, json, toml, yaml"
+                    )));
+                }
+                types.select(name);
+                Some(
+                    types
+                        .build()
+                        .map_err(|err| FileError::Invalid(format!("file type {name:?}: {err}")))?,
+                )
+            }
+        };
+        let files = Arc::clone(&self.0);
+        blocking(move || {
+            let (start, base) = start(&files, input.path.as_deref())?;
+            let mut walker = ignore::WalkBuilder::new(&base);
+            let walk_files = Arc::clone(&files);
+            walker
+                .hidden(false)
+                .follow_links(false)
+                .require_git(false)
+                .filter_entry(move |e| !walk_files.roots.denies(e.file_name()));
+            if let Some(types) = types {
+                walker.types(types);
+            }
+            // Context lines only mean something beside the lines shown.
+            let context = if input.mode == GrepMode::Content {
+                context
+            } else {
+                0
+            };
+            let mut searcher = SearcherBuilder::new()
+                .line_number(true)
+                .before_context(context)
+                .after_context(context)
+                .binary_detection(BinaryDetection::quit(0))
+                .build();
+            let mut found = Found {
+                mode: input.mode,
+                limit,
+                results: Vec::new(),
+                truncated: false,
+                files_searched: 0,
+            };
+            let mut opener = Opener::default();
+            for entry in walker.build().flatten() {
+                if !entry.file_type().is_some_and(|t| t.is_file()) {
+                    continue;
+                }
+                let relative = entry.path().strip_prefix(&base).unwrap_or(entry.path());
+                if only.as_ref().is_some_and(|g| !g.is_match(relative)) {
+                    continue;
+                }
+                let Some(file) = opener.open(&files, &start, entry.path()) else {
+                    continue;
+                };
+                found.files_searched += 1;
+                let shown = entry.path().display().to_string();
+                let mut sink = FileSink {
+                    found: &mut found,
+                    path: &shown,
+                    count: 0,
+                };
+                // A file that cannot be read as the search goes is skipped, as ripgrep does.
+                let _ = searcher.search_file(&matcher, &file, &mut sink);
+                let count = sink.count;
+                found.file_done(&shown, count);
+                if found.truncated {
+                    break;
+                }
+            }
+            Ok(GrepResult {
+                results: found.results,
+                truncated: found.truncated,
+                files_searched: found.files_searched,
+            })
+        })
+        .await
+    }
+}
+
+/// Where a search starts: a directory (its handle and path) or one file in one.
+enum Start {
+    Dir,
+    File,
+}
+
+fn start(files: &Files, path: Option<&str>) -> Result<(Start, PathBuf), FileError> {
+    match files.roots.locate_dir(path) {
+        Ok((_, base)) => Ok((Start::Dir, base)),
+        Err(dir_err) => {
+            // Not a directory: perhaps one file.
+            let Some(path) = path else {
+                return Err(dir_err);
+            };
+            let at = files.roots.locate(path, false)?;
+            match at.parent.symlink_metadata(&at.name) {
+                Ok(meta) if meta.is_file() => Ok((Start::File, at.shown)),
+                _ => Err(dir_err),
+            }
+        }
+    }
+}
+
+/// Opens the files of a walk through the confined walk, keeping the last directory's
+/// handle (a walk lists a directory's files together).
+#[derive(Default)]
+struct Opener {
+    last: Option<(PathBuf, Dir)>,
+}
+
+impl Opener {
+    fn open(&mut self, files: &Files, start: &Start, path: &Path) -> Option<std::fs::File> {
+        let (parent_path, name) = (path.parent()?, path.file_name()?);
+        let reuse = matches!(start, Start::Dir)
+            && self.last.as_ref().is_some_and(|(p, _)| p == parent_path);
+        if !reuse {
+            let at = files.roots.locate(path.to_str()?, false).ok()?;
+            self.last = Some((parent_path.to_owned(), at.parent));
+        }
+        let (_, dir) = self.last.as_ref()?;
+        let mut options = OpenOptions::new();
+        options.read(true).follow(FollowSymlinks::No);
+        let file = dir.open_with(OsString::from(name), &options).ok()?;
+        let meta = file.metadata().ok()?;
+        if !meta.is_file() || cap_fs_ext::MetadataExt::nlink(&meta) > 1 {
+            return None;
+        }
+        Some(file.into_std())
+    }
+}
+
+/// The results so far.
+struct Found {
+    mode: GrepMode,
+    limit: usize,
+    results: Vec<String>,
+    truncated: bool,
+    files_searched: usize,
+}
+
+impl Found {
+    fn push(&mut self, line: String) -> bool {
+        if self.results.len() >= self.limit {
+            self.truncated = true;
+            return false;
+        }
+        self.results.push(line);
+        true
+    }
+
+    fn file_done(&mut self, path: &str, count: u64) {
+        if count == 0 {
+            return;
+        }
+        match self.mode {
+            GrepMode::FilesWithMatches => {
+                self.push(path.to_owned());
+            }
+            GrepMode::Count => {
+                self.push(format!("{path}:{count}"));
+            }
+            GrepMode::Content => {}
+        }
+    }
+}
+
+/// Collects one file's matches.
+struct FileSink<'a> {
+    found: &'a mut Found,
+    path: &'a str,
+    count: u64,
+}
+
+impl FileSink<'_> {
+    fn line(&mut self, separator: char, number: Option<u64>, bytes: &[u8]) -> bool {
+        let text = String::from_utf8_lossy(bytes);
+        let text = text.trim_end_matches(['\n', '\r']);
+        let text = match text.char_indices().nth(MAX_LINE) {
+            Some((cut, _)) => format!("{}…", &text[..cut]),
+            None => text.to_owned(),
+        };
+        let number = number.unwrap_or(0);
+        self.found
+            .push(format!("{}{separator}{number}{separator}{text}", self.path))
+    }
+}
+
+impl Sink for &mut FileSink<'_> {
+    type Error = std::io::Error;
+
+    fn matched(&mut self, _: &Searcher, mat: &SinkMatch<'_>) -> Result<bool, Self::Error> {
+        self.count += 1;
+        match self.found.mode {
+            // One match is enough to list the file.
+            GrepMode::FilesWithMatches => Ok(false),
+            GrepMode::Count => Ok(true),
+            GrepMode::Content => Ok(self.line(':', mat.line_number(), mat.bytes())),
+        }
+    }
+
+    fn context(&mut self, _: &Searcher, context: &SinkContext<'_>) -> Result<bool, Self::Error> {
+        Ok(self.line('-', context.line_number(), context.bytes()))
+    }
+
+    fn context_break(&mut self, _: &Searcher) -> Result<bool, Self::Error> {
+        Ok(self.found.push("--".into()))
+    }
+}
