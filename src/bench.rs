@@ -7,6 +7,7 @@
 mod context;
 mod mail;
 pub mod mcp;
+mod tools;
 
 pub use context::{ContextBenchConfig, ContextReport, context};
 pub use mail::{
@@ -14,6 +15,7 @@ pub use mail::{
     swarm_bench,
 };
 pub use mcp::{McpBenchConfig, McpReport};
+pub use tools::{ToolsBenchConfig, ToolsReport, tools};
 
 use std::future::Future;
 use std::hint::black_box;

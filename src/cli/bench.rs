@@ -1,12 +1,13 @@
 //! `guildhall bench`.
 
 use std::io::Write;
+use std::path::PathBuf;
 use std::process::Command;
 
 use clap::{Args, Subcommand, ValueEnum};
 use guildhall::bench::{
     CallsConfig, CallsReport, ContextBenchConfig, MailboxBenchConfig, McpBenchConfig, SpawnKind,
-    SpawnReport, Stage,
+    SpawnReport, Stage, ToolsBenchConfig,
 };
 use indicatif::{ProgressBar, ProgressStyle};
 use serde::Serialize;
@@ -40,6 +41,10 @@ enum Which {
     /// over `serve --stdio`, through the `guildhall mcp` bridge and over HTTP, against a bare
     /// rmcp server (the floor) measured the same way. About 12 s at the defaults.
     Mcp(McpArgs),
+    /// The file tools: `grep` over a generated tree of 10,000 files (200 MiB) against
+    /// ripgrep (`rg`) on the same tree, and `read_file` / `edit_file` through the runtime
+    /// against the same read and write done directly. About 30 s at the defaults.
+    Tools(ToolsArgs),
     /// Serve the bare rmcp floor server over stdio (run by `bench mcp`).
     #[command(hide = true)]
     McpFloor,
@@ -234,6 +239,7 @@ pub(crate) async fn run(
         Which::Fanout(a) => fan_out(a, data_dir).await,
         Which::Context(a) => context(a, data_dir).await,
         Which::Mcp(a) => mcp(a).await,
+        Which::Tools(a) => tools(a).await,
         Which::McpFloor => {
             guildhall::mcp::serve_stdio(guildhall::bench::mcp::FloorServer).await?;
             Ok(())
@@ -414,6 +420,78 @@ async fn mailbox(
             ),
             ("  group commits = fsyncs (/s)", report.fsyncs_per_sec, ""),
             ("  messages per fsync", report.msgs_per_fsync, ""),
+        ],
+    )
+}
+
+#[derive(Debug, Args)]
+struct ToolsArgs {
+    /// Print one JSON object on stdout instead of a table.
+    #[arg(long)]
+    json: bool,
+    /// Files in the generated tree.
+    #[arg(long, default_value_t = ToolsBenchConfig::default().files)]
+    files: usize,
+    /// Their total size, in MiB.
+    #[arg(long, default_value_t = ToolsBenchConfig::default().mebibytes)]
+    mib: usize,
+    /// Rounds of grep and rg each, alternating.
+    #[arg(long, default_value_t = ToolsBenchConfig::default().rounds)]
+    rounds: usize,
+    /// Calls of read_file and edit_file each.
+    #[arg(long, default_value_t = ToolsBenchConfig::default().io_calls)]
+    io_calls: usize,
+    /// The ripgrep binary.
+    #[arg(long, default_value = "rg")]
+    rg: PathBuf,
+    /// Where the tree is generated (and removed afterwards); default the system's
+    /// temporary directory.
+    #[arg(long)]
+    dir: Option<PathBuf>,
+}
+
+async fn tools(a: ToolsArgs) -> Result<(), Box<dyn std::error::Error>> {
+    let config = ToolsBenchConfig {
+        files: a.files.max(1),
+        mebibytes: a.mib.max(1),
+        rounds: a.rounds.max(1),
+        io_calls: a.io_calls.max(1),
+        rg: a.rg,
+    };
+    let dir = a.dir.unwrap_or_else(std::env::temp_dir);
+    let bar = progress_bar()?;
+    let stage = Bar(bar.clone());
+    let report =
+        tokio::spawn(async move { guildhall::bench::tools(&config, &dir, &stage).await }).await??;
+    bar.finish_and_clear();
+    print_report(
+        a.json,
+        &report,
+        &[
+            ("files searched", report.files as f64, ""),
+            ("rg -l over the tree (ms)", report.rg_ms, "baseline"),
+            ("grep, files with matches (ms)", report.grep_ms, ""),
+            ("  grep / rg", report.grep_ratio, "<= 1.5"),
+            ("  files found by grep", report.grep_files_found as f64, ""),
+            ("  files found by rg", report.rg_files_found as f64, ""),
+            (
+                "std::fs read of 20 KB, p50 (µs)",
+                report.read_direct_p50_us,
+                "baseline",
+            ),
+            ("read_file, p50 (µs)", report.read_p50_us, ""),
+            ("  read_file / direct", report.read_ratio, ""),
+            (
+                "std::fs edit in place, p50 (µs)",
+                report.edit_direct_p50_us,
+                "baseline",
+            ),
+            (
+                "edit_file, read check + atomic replace, p50 (µs)",
+                report.edit_p50_us,
+                "",
+            ),
+            ("  edit_file / direct", report.edit_ratio, ""),
         ],
     )
 }

@@ -6,13 +6,15 @@
 
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
 
 use cap_fs_ext::{FollowSymlinks, OpenOptionsFollowExt};
 use cap_std::fs::{Dir, OpenOptions};
 use grep_regex::RegexMatcherBuilder;
 use grep_searcher::{BinaryDetection, Searcher, SearcherBuilder, Sink, SinkContext, SinkMatch};
 use guildhall_actors::{Annotations, CallContext, Tool};
+use ignore::WalkState;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
@@ -185,51 +187,57 @@ impl Tool for Grep {
             } else {
                 0
             };
-            let mut searcher = SearcherBuilder::new()
+            let searcher = SearcherBuilder::new()
                 .line_number(true)
                 .before_context(context)
                 .after_context(context)
                 .binary_detection(BinaryDetection::quit(0))
                 .build();
-            let mut found = Found {
+            let shared = Shared {
                 mode: input.mode,
                 limit,
-                results: Vec::new(),
-                truncated: false,
-                files_searched: 0,
+                hits: Mutex::new(Vec::new()),
+                results: AtomicUsize::new(0),
+                searched: AtomicUsize::new(0),
             };
-            let mut opener = Opener::default();
-            for entry in walker.build().flatten() {
-                if !entry.file_type().is_some_and(|t| t.is_file()) {
-                    continue;
-                }
-                let relative = entry.path().strip_prefix(&base).unwrap_or(entry.path());
-                if only.as_ref().is_some_and(|g| !g.is_match(relative)) {
-                    continue;
-                }
-                let Some(file) = opener.open(&files, &start, entry.path()) else {
-                    continue;
-                };
-                found.files_searched += 1;
-                let shown = entry.path().display().to_string();
-                let mut sink = FileSink {
-                    found: &mut found,
-                    path: &shown,
-                    count: 0,
-                };
-                // A file that cannot be read as the search goes is skipped, as ripgrep does.
-                let _ = searcher.search_file(&matcher, &file, &mut sink);
-                let count = sink.count;
-                found.file_done(&shown, count);
-                if found.truncated {
-                    break;
-                }
-            }
-            Ok(GrepResult {
-                results: found.results,
-                truncated: found.truncated,
-                files_searched: found.files_searched,
-            })
+            // In parallel, as ripgrep walks: one searcher and one directory handle per thread.
+            walker.build_parallel().run(|| {
+                let (mut searcher, mut opener) = (searcher.clone(), Opener::default());
+                let (shared, files, start, base) = (&shared, &files, &start, &base);
+                let (matcher, only) = (&matcher, &only);
+                Box::new(move |entry| {
+                    let Ok(entry) = entry else {
+                        return WalkState::Continue;
+                    };
+                    if !entry.file_type().is_some_and(|t| t.is_file()) {
+                        return WalkState::Continue;
+                    }
+                    let relative = entry.path().strip_prefix(base).unwrap_or(entry.path());
+                    if only.as_ref().is_some_and(|g| !g.is_match(relative)) {
+                        return WalkState::Continue;
+                    }
+                    let Some(file) = opener.open(files, start, entry.path()) else {
+                        return WalkState::Continue;
+                    };
+                    shared.searched.fetch_add(1, Ordering::Relaxed);
+                    let mut sink = FileSink {
+                        mode: shared.mode,
+                        cap: shared.limit + 1,
+                        path: entry.path().display().to_string(),
+                        lines: Vec::new(),
+                        count: 0,
+                    };
+                    // A file that cannot be read as the search goes is skipped, as ripgrep
+                    // does.
+                    let _ = searcher.search_file(matcher, &file, &mut sink);
+                    if shared.add(sink) {
+                        WalkState::Continue
+                    } else {
+                        WalkState::Quit
+                    }
+                })
+            });
+            Ok(shared.finish())
         })
         .await
     }
@@ -286,50 +294,72 @@ impl Opener {
     }
 }
 
-/// The results so far.
-struct Found {
+/// What the walking threads share: the files with matches, and how many results they make.
+struct Shared {
     mode: GrepMode,
     limit: usize,
-    results: Vec<String>,
-    truncated: bool,
-    files_searched: usize,
+    hits: Mutex<Vec<FileSink>>,
+    results: AtomicUsize,
+    searched: AtomicUsize,
 }
 
-impl Found {
-    fn push(&mut self, line: String) -> bool {
-        if self.results.len() >= self.limit {
-            self.truncated = true;
-            return false;
+impl Shared {
+    /// Keeps one file's matches; `false` once there are more results than the limit.
+    fn add(&self, file: FileSink) -> bool {
+        if file.count == 0 {
+            return true;
         }
-        self.results.push(line);
-        true
+        let results = match self.mode {
+            GrepMode::Content => file.lines.len(),
+            GrepMode::FilesWithMatches | GrepMode::Count => 1,
+        };
+        self.hits
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .push(file);
+        self.results.fetch_add(results, Ordering::Relaxed) + results <= self.limit
     }
 
-    fn file_done(&mut self, path: &str, count: u64) {
-        if count == 0 {
-            return;
+    /// The results by path, cut at the limit.
+    fn finish(self) -> GrepResult {
+        let mut hits = self
+            .hits
+            .into_inner()
+            .unwrap_or_else(PoisonError::into_inner);
+        hits.sort_by(|a, b| a.path.cmp(&b.path));
+        let mut results = Vec::new();
+        for hit in hits {
+            match self.mode {
+                GrepMode::FilesWithMatches => results.push(hit.path),
+                GrepMode::Count => results.push(format!("{}:{}", hit.path, hit.count)),
+                GrepMode::Content => results.extend(hit.lines),
+            }
         }
-        match self.mode {
-            GrepMode::FilesWithMatches => {
-                self.push(path.to_owned());
-            }
-            GrepMode::Count => {
-                self.push(format!("{path}:{count}"));
-            }
-            GrepMode::Content => {}
+        let truncated = results.len() > self.limit;
+        results.truncate(self.limit);
+        GrepResult {
+            results,
+            truncated,
+            files_searched: self.searched.into_inner(),
         }
     }
 }
 
-/// Collects one file's matches.
-struct FileSink<'a> {
-    found: &'a mut Found,
-    path: &'a str,
+/// One file's matches.
+struct FileSink {
+    mode: GrepMode,
+    /// Lines kept at most (one more than the limit, to know it was passed).
+    cap: usize,
+    path: String,
+    lines: Vec<String>,
     count: u64,
 }
 
-impl FileSink<'_> {
+impl FileSink {
     fn line(&mut self, separator: char, number: Option<u64>, bytes: &[u8]) -> bool {
+        if self.lines.len() >= self.cap {
+            return false;
+        }
         let text = String::from_utf8_lossy(bytes);
         let text = text.trim_end_matches(['\n', '\r']);
         let text = match text.char_indices().nth(MAX_LINE) {
@@ -337,17 +367,18 @@ impl FileSink<'_> {
             None => text.to_owned(),
         };
         let number = number.unwrap_or(0);
-        self.found
-            .push(format!("{}{separator}{number}{separator}{text}", self.path))
+        self.lines
+            .push(format!("{}{separator}{number}{separator}{text}", self.path));
+        true
     }
 }
 
-impl Sink for &mut FileSink<'_> {
+impl Sink for &mut FileSink {
     type Error = std::io::Error;
 
     fn matched(&mut self, _: &Searcher, mat: &SinkMatch<'_>) -> Result<bool, Self::Error> {
         self.count += 1;
-        match self.found.mode {
+        match self.mode {
             // One match is enough to list the file.
             GrepMode::FilesWithMatches => Ok(false),
             GrepMode::Count => Ok(true),
@@ -360,6 +391,10 @@ impl Sink for &mut FileSink<'_> {
     }
 
     fn context_break(&mut self, _: &Searcher) -> Result<bool, Self::Error> {
-        Ok(self.found.push("--".into()))
+        if self.lines.len() >= self.cap {
+            return Ok(false);
+        }
+        self.lines.push("--".into());
+        Ok(true)
     }
 }

@@ -1,7 +1,7 @@
 //! `guildhall bench` from the outside, at sizes small enough for a test: the figures are
 //! present and consistent. Speed itself is measured by the benchmarks, never here.
 
-use crate::support::guildhall_ok;
+use crate::support::{guildhall_ok, ripgrep};
 
 fn bench(args: &[&str]) -> serde_json::Value {
     let dir = tempfile::tempdir().unwrap();
@@ -61,4 +61,44 @@ fn mailbox_reports_every_round_and_their_medians() {
     ] {
         assert!(report[figure].as_f64().unwrap() > 0.0, "{figure}: {report}");
     }
+}
+
+#[test]
+fn tools_compares_grep_with_ripgrep_on_the_same_tree() {
+    let rg = ripgrep();
+    let report = bench(&[
+        "tools",
+        "--json",
+        "--files",
+        "300",
+        "--mib",
+        "2",
+        "--rounds",
+        "2",
+        "--io-calls",
+        "20",
+        "--rg",
+        rg.to_str().unwrap(),
+    ]);
+    assert_eq!(report["files"], 300, "{report}");
+    // One needle in every hundredth file: both find the same three.
+    assert_eq!(report["grep_files_found"], 3, "{report}");
+    assert_eq!(report["rg_files_found"], 3, "{report}");
+    for figure in ["grep_ratio", "read_ratio", "edit_ratio"] {
+        let value = report[figure].as_f64().unwrap();
+        assert!(value.is_finite() && value > 0.0, "{figure}: {report}");
+    }
+    let err = guildhall(&["bench", "tools", "--rg", "/nonexistent/rg"]);
+    assert!(err.contains("cannot be run"), "{err}");
+}
+
+/// The standard error of a `guildhall` command that must fail.
+fn guildhall(args: &[&str]) -> String {
+    let dir = tempfile::tempdir().unwrap();
+    let out = crate::support::guildhall(dir.path())
+        .args(args)
+        .output()
+        .unwrap();
+    assert!(!out.status.success(), "guildhall {args:?} should fail");
+    String::from_utf8_lossy(&out.stderr).into_owned()
 }

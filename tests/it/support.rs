@@ -240,6 +240,34 @@ pub fn guildhall_ok(dir: &Path, args: &[&str]) -> String {
     String::from_utf8(out.stdout).unwrap()
 }
 
+/// The ripgrep binary the `grep` baseline runs: the one on `PATH`, else Debian's package,
+/// installed here (the test machine is a fresh Debian one; installing needs root).
+pub fn ripgrep() -> std::path::PathBuf {
+    let found = |name: &str| {
+        std::process::Command::new(name)
+            .arg("--version")
+            .output()
+            .is_ok_and(|o| o.status.success())
+    };
+    if !found("rg") {
+        let install = |args: &[&str]| {
+            std::process::Command::new("apt-get")
+                .args(args)
+                .env("DEBIAN_FRONTEND", "noninteractive")
+                .output()
+                .is_ok_and(|o| o.status.success())
+        };
+        let _ = install(&["install", "-y", "-q", "ripgrep"])
+            || (install(&["update", "-q"]) && install(&["install", "-y", "-q", "ripgrep"]));
+    }
+    assert!(
+        found("rg"),
+        "ripgrep (`rg`) is needed as the grep baseline and could not be installed: \
+         apt-get install ripgrep"
+    );
+    "rg".into()
+}
+
 /// Options for a call made as the registered agent `id`.
 pub fn as_agent(rt: &guildhall::Runtime, id: impl AsRef<str>) -> guildhall::CallOptions {
     let id = id.as_ref();
