@@ -109,6 +109,11 @@ pub struct Config {
     /// The file tools: served only when this section is present.
     #[serde(default)]
     pub files: Option<crate::files::FilesConfig>,
+    /// The `bash` tool: served only when this section is present (in the file tools'
+    /// roots, `[files]` or its defaults).
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    #[serde(default)]
+    pub shell: Option<crate::shell::ShellConfig>,
     /// The directory of the file, where command hooks run.
     #[serde(skip)]
     pub dir: PathBuf,
@@ -457,7 +462,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_file_tools_are_on_only_with_a_files_section() {
+    fn the_file_and_shell_tools_are_on_only_with_their_sections() {
         let dir = tempfile::tempdir().expect("tempdir");
         let path = dir.path().join(CONFIG_FILE);
         std::fs::write(&path, "trust = \"bounded\"\n").expect("write");
@@ -481,6 +486,16 @@ mod tests {
         std::fs::write(&path, "[files]\nroot = \".\"\n").expect("write");
         let err = Config::load(&path, true).expect_err("unknown field");
         assert_eq!(err.line, Some(2), "{err}");
+
+        std::fs::write(
+            &path,
+            "[shell]\ntimeout_secs = 30\ndeny = [\"make deploy*\"]\n",
+        )
+        .expect("write");
+        let shell = Config::load(&path, true).expect("valid").shell.expect("on");
+        assert_eq!(shell.timeout_secs, 30);
+        assert_eq!(shell.deny, ["make deploy*"]);
+        assert_eq!(shell.max_timeout_secs, 600, "the rest keeps its defaults");
     }
 
     #[test]

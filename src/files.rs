@@ -88,6 +88,18 @@ impl Files {
         self.roots.paths().map(Path::to_path_buf).collect()
     }
 
+    /// Opens the directory `path` inside the roots (the first root when `None`), never
+    /// through a symlink; with its absolute path.
+    ///
+    /// # Errors
+    /// As the file tools refuse a path.
+    pub(crate) fn open_dir(
+        &self,
+        path: Option<&str>,
+    ) -> Result<(cap_std::fs::Dir, PathBuf), FileError> {
+        self.roots.locate_dir(path)
+    }
+
     /// Holds the write lock of `path` (a path shares its lock with about 1/64 of others).
     fn lock(&self, path: &Path) -> MutexGuard<'_, ()> {
         let stripe = xxhash_rust::xxh3::xxh3_64(path.as_os_str().as_encoded_bytes());

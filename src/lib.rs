@@ -72,6 +72,8 @@ pub mod pipeline;
 pub mod private_fs;
 pub mod registry;
 pub mod runtime;
+#[cfg(all(target_os = "linux", target_env = "gnu"))]
+pub mod shell;
 mod sorted;
 pub mod store;
 pub mod time;

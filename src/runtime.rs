@@ -514,6 +514,18 @@ impl RuntimeBuilder {
             .tool(tools.grep)
     }
 
+    /// Adds the `bash` tool. Its deadline allows for the longest command the shell's
+    /// settings permit, and it is never retried (a command may have side effects).
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    pub fn shell(self, shell: &Arc<crate::shell::Shell>) -> Self {
+        let options = self
+            .defaults
+            .clone()
+            .timeout(shell.max_call())
+            .max_retries(0);
+        self.tool_with(shell.tool(), options)
+    }
+
     /// Sets mailbox limits and timings.
     pub fn mailbox_config(mut self, config: MailboxConfig) -> Self {
         self.mailbox = config;

@@ -115,6 +115,13 @@ pub(crate) async fn serve(args: ServeArgs, data_dir: &Path) -> CliResult {
         tracing::info!(roots = ?files.roots(), "file tools on");
         builder = builder.files(&files);
     }
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    if let Some(shell) = &config.shell {
+        let files = guildhall::files::Files::open(&config.files.clone().unwrap_or_default())?;
+        let shell = guildhall::shell::Shell::new(shell.clone(), files)?;
+        tracing::info!("bash tool on");
+        builder = builder.shell(&shell);
+    }
     let runtime = builder.build().await.map_err(|err| {
         format!(
             "{err}\n(is a server already running for {}? `guildhall status` tells; \

@@ -17,6 +17,7 @@ const ORDER: &[&str] = &[
     // The domains, each on the ones before it.
     "store",
     "files",
+    "shell",
     "agents",
     "context",
     "pipeline",

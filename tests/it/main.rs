@@ -42,6 +42,8 @@ mod mcp;
 mod runtime;
 /// Tool schemas are standard JSON Schema that clients' validators accept, results included.
 mod schemas;
+/// The bash tool: process groups, limits, environment, deny patterns.
+mod shell;
 /// The durable store: restarts, group commit, and stores that must not be opened.
 mod store;
 /// Supervision strategies, restart types, intensity and escalation (supervision crate).

@@ -101,13 +101,19 @@ async fn every_tool_schema_is_standard_json_schema_and_real_results_match_it() {
         ..guildhall::files::FilesConfig::default()
     })
     .unwrap();
-    let rt = Runtime::builder().files(&files).build().await.unwrap();
+    let shell = guildhall::shell::Shell::new(Default::default(), files.clone()).unwrap();
+    let rt = Runtime::builder()
+        .files(&files)
+        .shell(&shell)
+        .build()
+        .await
+        .unwrap();
     rt.register_agent(AgentSpec::new("tl", "tl")).await.unwrap();
     rt.register_agent(AgentSpec::new("pm", "pm").parent("tl"))
         .await
         .unwrap();
     let tools = rt.tools();
-    assert!(tools.len() >= 12, "{} tools", tools.len());
+    assert!(tools.len() >= 17, "{} tools", tools.len());
     for spec in &tools {
         for (which, schema) in [
             ("input", &*spec.input_schema),
@@ -156,6 +162,7 @@ async fn every_tool_schema_is_standard_json_schema_and_real_results_match_it() {
         ("list_dir", json!({})),
         ("glob", json!({"pattern": "*.md"})),
         ("grep", json!({"pattern": "d", "mode": "content"})),
+        ("bash", json!({"command": "echo hi"})),
     ];
     for (tool, args) in calls {
         let caller = if tool == "check_inbox" { "tl" } else { "pm" };
