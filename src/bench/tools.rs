@@ -1,7 +1,8 @@
 //! The measurements behind `guildhall bench tools`: the file tools against what they
 //! replace. `grep` over a generated tree against ripgrep (`rg`, run on the same tree in
 //! the same rounds); `read_file` and `edit_file` through the whole runtime (governance,
-//! pipeline, actor, blocking pool) against the same read and write done directly.
+//! pipeline, actor, blocking pool) against the same read and write done directly; `bash`
+//! running `true` against a bare `tokio::process::Command`.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -70,6 +71,12 @@ pub struct ToolsReport {
     pub edit_direct_p50_us: f64,
     /// `edit_p50_us / edit_direct_p50_us`.
     pub edit_ratio: f64,
+    /// `bash {command: "true"}` through the runtime, p50 µs (Linux).
+    pub bash_p50_us: f64,
+    /// `bash -c true` with a bare `tokio::process::Command`, p50 µs.
+    pub bash_direct_p50_us: f64,
+    /// `bash_p50_us / bash_direct_p50_us`.
+    pub bash_ratio: f64,
 }
 
 /// Runs every measurement of `guildhall bench tools` in a tree generated under `dir`
@@ -112,8 +119,11 @@ async fn measure(
         ..FilesConfig::default()
     })
     .map_err(|e| e.to_string())?;
+    let shell = crate::shell::Shell::new(crate::shell::ShellConfig::default(), files.clone())
+        .map_err(|e| e.to_string())?;
     let rt = Runtime::builder()
         .files(&files)
+        .shell(&shell)
         .build()
         .await
         .map_err(|e| e.to_string())?;
@@ -150,7 +160,7 @@ async fn measure(
         stage.step();
     }
 
-    stage.phase("read and edit", 4);
+    stage.phase("read, edit and bash", 6);
     let file = root.join("d000/f00000.txt");
     let path = file.display().to_string();
     let mut read = Vec::with_capacity(config.io_calls);
@@ -191,6 +201,29 @@ async fn measure(
         edit_direct.push(started.elapsed().as_secs_f64() * 1e6);
     }
     stage.step();
+    let shell_calls = (config.io_calls / 4).max(1);
+    let mut bash = Vec::with_capacity(shell_calls);
+    let mut bash_direct = Vec::with_capacity(shell_calls);
+    for i in 0..shell_calls {
+        // Alternating, so both see the same machine; the timeout varies only so that the
+        // loop guard sees different calls.
+        let started = Instant::now();
+        call(
+            "bash",
+            json!({ "command": "true", "timeout_secs": 60 + i % 60 }),
+        )
+        .await?;
+        bash.push(started.elapsed().as_secs_f64() * 1e6);
+        let started = Instant::now();
+        tokio::process::Command::new("bash")
+            .args(["-c", "true"])
+            .output()
+            .await
+            .map_err(|e| e.to_string())?;
+        bash_direct.push(started.elapsed().as_secs_f64() * 1e6);
+    }
+    stage.step();
+    stage.step();
     rt.shutdown().await;
 
     let p50 = |v: &mut Vec<f64>| {
@@ -200,6 +233,7 @@ async fn measure(
     let (grep_ms, rg_ms) = (median(&mut grep_ms), median(&mut rg_ms));
     let (read_p50_us, read_direct_p50_us) = (p50(&mut read), p50(&mut read_direct));
     let (edit_p50_us, edit_direct_p50_us) = (p50(&mut edit), p50(&mut edit_direct));
+    let (bash_p50_us, bash_direct_p50_us) = (p50(&mut bash), p50(&mut bash_direct));
     Ok(ToolsReport {
         files: config.files,
         bytes,
@@ -214,6 +248,9 @@ async fn measure(
         edit_p50_us,
         edit_direct_p50_us,
         edit_ratio: edit_p50_us / edit_direct_p50_us,
+        bash_p50_us,
+        bash_direct_p50_us,
+        bash_ratio: bash_p50_us / bash_direct_p50_us,
     })
 }
 

@@ -43,7 +43,8 @@ enum Which {
     Mcp(McpArgs),
     /// The file tools: `grep` over a generated tree of 10,000 files (200 MiB) against
     /// ripgrep (`rg`) on the same tree, and `read_file` / `edit_file` through the runtime
-    /// against the same read and write done directly. About 30 s at the defaults.
+    /// against the same read and write done directly, and `bash` running `true` against a
+    /// bare tokio `Command`. About 30 s at the defaults.
     Tools(ToolsArgs),
     /// Serve the bare rmcp floor server over stdio (run by `bench mcp`).
     #[command(hide = true)]
@@ -492,6 +493,13 @@ async fn tools(a: ToolsArgs) -> Result<(), Box<dyn std::error::Error>> {
                 "",
             ),
             ("  edit_file / direct", report.edit_ratio, ""),
+            (
+                "bash -c true, bare tokio Command, p50 (µs)",
+                report.bash_direct_p50_us,
+                "baseline",
+            ),
+            ("bash tool running true, p50 (µs)", report.bash_p50_us, ""),
+            ("  bash / bare", report.bash_ratio, "<= 1.5"),
         ],
     )
 }
