@@ -9,8 +9,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 
-use cap_fs_ext::{FollowSymlinks, OpenOptionsFollowExt};
-use cap_std::fs::{Dir, OpenOptions};
+use cap_std::fs::Dir;
 use grep_regex::RegexMatcherBuilder;
 use grep_searcher::{BinaryDetection, Searcher, SearcherBuilder, Sink, SinkContext, SinkMatch};
 use guildhall_actors::{Annotations, CallContext, Tool};
@@ -18,7 +17,7 @@ use ignore::WalkState;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use super::tools::blocking;
+use super::tools::{blocking, read_options};
 use super::{FileError, Files};
 
 /// Results `grep` returns when no `limit` is given, and at most.
@@ -283,9 +282,7 @@ impl Opener {
             self.last = Some((parent_path.to_owned(), at.parent));
         }
         let (_, dir) = self.last.as_ref()?;
-        let mut options = OpenOptions::new();
-        options.read(true).follow(FollowSymlinks::No);
-        let file = dir.open_with(OsString::from(name), &options).ok()?;
+        let file = dir.open_with(OsString::from(name), &read_options()).ok()?;
         let meta = file.metadata().ok()?;
         if !meta.is_file() || cap_fs_ext::MetadataExt::nlink(&meta) > 1 {
             return None;

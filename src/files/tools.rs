@@ -43,9 +43,7 @@ pub(super) async fn blocking<T: Send + 'static>(
 /// A regular file's whole content, opened without following a symlink at its name.
 /// `None` when nothing is there.
 fn read_existing(path: &str, at: &Located) -> Result<Option<Vec<u8>>, FileError> {
-    let mut options = OpenOptions::new();
-    options.read(true).follow(FollowSymlinks::No);
-    let mut file = match at.parent.open_with(&at.name, &options) {
+    let mut file = match at.parent.open_with(&at.name, &read_options()) {
         Ok(file) => file,
         Err(err) if err.kind() == std::io::ErrorKind::NotFound => return Ok(None),
         Err(err) => return Err(open_error(path, at, &err)),
@@ -82,6 +80,16 @@ fn read_existing(path: &str, at: &Located) -> Result<Option<Vec<u8>>, FileError>
     file.read_to_end(&mut content)
         .map_err(|err| FileError::io(path, &err))?;
     Ok(Some(content))
+}
+
+/// How the tools open a file to read it: never through a symlink at its name, and without
+/// waiting (a named pipe would otherwise hold the opening thread until a writer came).
+pub(super) fn read_options() -> OpenOptions {
+    let mut options = OpenOptions::new();
+    options.read(true).follow(FollowSymlinks::No);
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    cap_std::fs::OpenOptionsExt::custom_flags(&mut options, libc::O_NONBLOCK);
+    options
 }
 
 /// Why a file could not be opened, with a symlink at its name called one.

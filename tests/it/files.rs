@@ -770,3 +770,34 @@ async fn grep_searches_contents_as_ripgrep_does_and_stays_inside() {
     }
     rt.shutdown().await;
 }
+
+#[tokio::test]
+async fn a_named_pipe_is_refused_without_waiting_for_a_writer() {
+    let tree = tree();
+    let rt = runtime(&tree).await;
+    let made = std::process::Command::new("mkfifo")
+        .arg(tree.root.join("pipe"))
+        .status()
+        .unwrap();
+    assert!(made.success());
+    // Opening it to read would wait for a writer that never comes: each answer is at once.
+    for (tool, args) in [
+        ("read_file", json!({ "path": "pipe" })),
+        ("write_file", json!({ "path": "pipe", "content": "x" })),
+        (
+            "edit_file",
+            json!({ "path": "pipe", "old_string": "a", "new_string": "b" }),
+        ),
+    ] {
+        let err = call(&rt, "alice", tool, args)
+            .await
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("not a regular file"), "{tool}: {err}");
+    }
+    let found = call(&rt, "alice", "grep", json!({ "pattern": "x" }))
+        .await
+        .unwrap();
+    assert_eq!(found["truncated"], json!(false));
+    rt.shutdown().await;
+}
