@@ -169,7 +169,7 @@ impl Tool for Grep {
         };
         let files = Arc::clone(&self.0);
         blocking(move || {
-            let (start, base) = start(&files, input.path.as_deref())?;
+            let base = start(&files, input.path.as_deref())?;
             let mut walker = ignore::WalkBuilder::new(&base);
             let walk_files = Arc::clone(&files);
             walker
@@ -202,7 +202,7 @@ impl Tool for Grep {
             // In parallel, as ripgrep walks: one searcher and one directory handle per thread.
             walker.build_parallel().run(|| {
                 let (mut searcher, mut opener) = (searcher.clone(), Opener::default());
-                let (shared, files, start, base) = (&shared, &files, &start, &base);
+                let (shared, files, base) = (&shared, &files, &base);
                 let (matcher, only) = (&matcher, &only);
                 Box::new(move |entry| {
                     let Ok(entry) = entry else {
@@ -215,7 +215,7 @@ impl Tool for Grep {
                     if only.as_ref().is_some_and(|g| !g.is_match(relative)) {
                         return WalkState::Continue;
                     }
-                    let Some(file) = opener.open(files, start, entry.path()) else {
+                    let Some(file) = opener.open(files, entry.path()) else {
                         return WalkState::Continue;
                     };
                     shared.searched.fetch_add(1, Ordering::Relaxed);
@@ -242,26 +242,19 @@ impl Tool for Grep {
     }
 }
 
-/// Where a search starts: a directory (its handle and path) or one file in one.
-enum Start {
-    Dir,
-    File,
-}
-
-fn start(files: &Files, path: Option<&str>) -> Result<(Start, PathBuf), FileError> {
-    match files.roots.locate_dir(path) {
-        Ok((_, base)) => Ok((Start::Dir, base)),
-        Err(dir_err) => {
-            // Not a directory: perhaps one file.
-            let Some(path) = path else {
-                return Err(dir_err);
-            };
-            let at = files.roots.locate(path, false)?;
-            match at.parent.symlink_metadata(&at.name) {
-                Ok(meta) if meta.is_file() => Ok((Start::File, at.shown)),
-                _ => Err(dir_err),
-            }
-        }
+/// Where a search starts: a directory, or one file (the walk then yields just it).
+fn start(files: &Files, path: Option<&str>) -> Result<PathBuf, FileError> {
+    let dir_err = match files.roots.locate_dir(path) {
+        Ok((_, base)) => return Ok(base),
+        Err(err) => err,
+    };
+    let Some(path) = path else {
+        return Err(dir_err);
+    };
+    let at = files.roots.locate(path, false)?;
+    match at.parent.symlink_metadata(&at.name) {
+        Ok(meta) if meta.is_file() => Ok(at.shown),
+        _ => Err(dir_err),
     }
 }
 
@@ -273,11 +266,9 @@ struct Opener {
 }
 
 impl Opener {
-    fn open(&mut self, files: &Files, start: &Start, path: &Path) -> Option<std::fs::File> {
+    fn open(&mut self, files: &Files, path: &Path) -> Option<std::fs::File> {
         let (parent_path, name) = (path.parent()?, path.file_name()?);
-        let reuse = matches!(start, Start::Dir)
-            && self.last.as_ref().is_some_and(|(p, _)| p == parent_path);
-        if !reuse {
+        if self.last.as_ref().is_none_or(|(p, _)| p != parent_path) {
             let at = files.roots.locate(path.to_str()?, false).ok()?;
             self.last = Some((parent_path.to_owned(), at.parent));
         }
