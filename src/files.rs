@@ -49,7 +49,8 @@ pub struct FilesConfig {
     /// The directories the tools may reach; a relative path is the first root's. Relative
     /// roots are taken from the working directory.
     pub roots: Vec<PathBuf>,
-    /// Names no path may contain, compared without regard to case.
+    /// Names no path may contain: globs over one name (`.git`, `.env*`, `*.pem`), compared
+    /// without regard to case.
     pub deny: Vec<String>,
 }
 

@@ -23,9 +23,10 @@ const MAX_NAME: usize = 255;
 /// The directories the file tools may reach, opened once.
 pub(crate) struct Roots {
     roots: Vec<Root>,
-    /// Names no path may pass through or end at (compared without regard to case, so a
-    /// case-insensitive file system cannot be used to slip past them).
-    deny: Vec<String>,
+    /// Names no path may pass through or end at: globs over one name (`.env*`, `*.pem`),
+    /// matched without regard to case, so a case-insensitive file system cannot be used to
+    /// slip past them.
+    deny: globset::GlobSet,
 }
 
 struct Root {
@@ -63,9 +64,21 @@ impl Roots {
                 .map_err(|err| FileError::Config(format!("root {}: {err}", path.display())))?;
             opened.push(Root { path, dir });
         }
+        let mut set = globset::GlobSetBuilder::new();
+        for name in deny {
+            let glob = globset::GlobBuilder::new(name)
+                .case_insensitive(true)
+                .literal_separator(true)
+                .build()
+                .map_err(|err| FileError::Config(format!("deny `{name}`: {err}")))?;
+            set.add(glob);
+        }
+        let deny = set
+            .build()
+            .map_err(|err| FileError::Config(format!("deny: {err}")))?;
         Ok(Self {
             roots: opened,
-            deny: deny.iter().map(|d| d.to_lowercase()).collect(),
+            deny,
         })
     }
 
@@ -178,7 +191,7 @@ impl Roots {
 
     /// Whether `name` is one the configuration denies.
     pub(crate) fn denies(&self, name: &OsStr) -> bool {
-        self.deny.contains(&name.to_string_lossy().to_lowercase())
+        self.deny.is_match(Path::new(name))
     }
 
     fn check_name(&self, path: &str, name: &OsStr) -> Result<(), FileError> {

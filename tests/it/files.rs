@@ -801,3 +801,60 @@ async fn a_named_pipe_is_refused_without_waiting_for_a_writer() {
     assert_eq!(found["truncated"], json!(false));
     rt.shutdown().await;
 }
+
+#[tokio::test]
+async fn denied_names_are_globs_that_hide_secrets_everywhere() {
+    let tree = tree();
+    std::fs::write(tree.root.join(".env.local"), "TOKEN=1\n").unwrap();
+    std::fs::create_dir(tree.root.join("keys")).unwrap();
+    std::fs::write(tree.root.join("keys/server.PEM"), "-----BEGIN\n").unwrap();
+    let files = Files::open(&FilesConfig {
+        roots: vec![tree.root.clone()],
+        deny: vec![".git".into(), ".env*".into(), "*.pem".into()],
+    })
+    .unwrap();
+    let rt = Runtime::builder().files(&files).build().await.unwrap();
+    rt.register_agent(AgentSpec::new("alice", "dev"))
+        .await
+        .unwrap();
+    for path in [".env.local", "keys/server.PEM", ".ENV", "keys/new.pem"] {
+        let err = call(&rt, "alice", "read_file", json!({ "path": path }))
+            .await
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("is denied to the file tools"), "{path}: {err}");
+        let err = call(
+            &rt,
+            "alice",
+            "write_file",
+            json!({ "path": path, "content": "x" }),
+        )
+        .await
+        .unwrap_err()
+        .to_string();
+        assert!(err.contains("is denied to the file tools"), "{path}: {err}");
+    }
+    let listed = call(&rt, "alice", "list_dir", json!({ "path": "keys" }))
+        .await
+        .unwrap();
+    assert_eq!(listed["entries"], json!([]));
+    let found = call(&rt, "alice", "glob", json!({ "pattern": "**/*" }))
+        .await
+        .unwrap();
+    let found = found["files"].to_string();
+    assert!(!found.contains(".env") && !found.contains("PEM"), "{found}");
+    let grep = call(&rt, "alice", "grep", json!({ "pattern": "TOKEN|BEGIN" }))
+        .await
+        .unwrap();
+    assert_eq!(grep["results"], json!([]));
+    rt.shutdown().await;
+
+    let err = Files::open(&FilesConfig {
+        roots: vec![tree.root.clone()],
+        deny: vec!["[".into()],
+    })
+    .err()
+    .unwrap()
+    .to_string();
+    assert!(err.contains("deny `[`"), "{err}");
+}
