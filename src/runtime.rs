@@ -8,7 +8,9 @@
 //! │   ├── <tool>    (a sequential tool's actor, with the tool's breaker)
 //! │   └── <tool>/i  (actor i of a concurrent tool)
 //! ├── mailboxes     (one dynamic supervisor per core: an active agent's mailbox actor)
-//! └── contexts      (the same: an active session's context actor)
+//! ├── contexts      (the same: an active session's context actor)
+//! └── shells        (with `[shell]`: a dynamic supervisor, one temporary actor per
+//!                    background shell)
 //! ```
 //!
 //! Tool actors are direct children of `tools`, one actor per tool and no per-tool supervisor,
@@ -70,7 +72,15 @@ struct Inner {
     /// Bumped whenever the tool set changes, for `tools/list_changed` notifications.
     tool_set: tokio::sync::watch::Sender<u64>,
     credentials: Credentials,
+    /// Told when an agent's last connection ends.
+    departures: Vec<Departure>,
+    /// The background shells, listed in `status`.
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    shell: Option<Arc<crate::shell::Shell>>,
 }
+
+/// What is told that an agent's last live connection ended (its background shells end).
+type Departure = Arc<dyn Fn(&str) + Send + Sync>;
 
 /// How late a timeout may fire: the deadline sweeper's tick.
 const DEADLINE_RESOLUTION: Duration = Duration::from_millis(1);
@@ -86,6 +96,11 @@ pub struct RuntimeBuilder {
     credentials: Credentials,
     sweeper: Arc<Sweeper>,
     pending: Vec<Pending>,
+    /// Subsystems started under the root after the built-in ones.
+    subsystems: Vec<ChildSpec>,
+    departures: Vec<Departure>,
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    shell: Option<Arc<crate::shell::Shell>>,
 }
 
 /// A tool waiting for the runtime's governance to exist before its stack is built.
@@ -123,6 +138,10 @@ impl Runtime {
             credentials: Credentials::default(),
             sweeper: Sweeper::new(DEADLINE_RESOLUTION),
             pending: Vec::new(),
+            subsystems: Vec::new(),
+            departures: Vec::new(),
+            #[cfg(all(target_os = "linux", target_env = "gnu"))]
+            shell: None,
         }
     }
 
@@ -327,7 +346,7 @@ impl Runtime {
 
     /// Counts a live connection acting as agent `id` while the guard is held, and warns when
     /// it is not the only one. `None` for an agent that is not registered.
-    pub(crate) fn connect_agent(&self, id: &str) -> Option<crate::agents::Connection> {
+    pub(crate) fn connect_agent(&self, id: &str) -> Option<Presence> {
         let entry = self.inner.office.directory.get(id)?;
         let (connection, live) = entry.connect();
         if live > 1 {
@@ -338,7 +357,21 @@ impl Runtime {
                 crate::agents::roster::shared_identity_warning(id, live)
             );
         }
-        Some(connection)
+        Some(Presence {
+            connection: Some(connection),
+            agent: Arc::from(id),
+            runtime: Arc::downgrade(&self.inner),
+        })
+    }
+
+    /// The background shells (with `[shell]`), running and finished, oldest first.
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    pub fn background_shells(&self) -> Vec<crate::shell::ShellInfo> {
+        self.inner
+            .shell
+            .as_ref()
+            .map(|shell| shell.background())
+            .unwrap_or_default()
     }
 
     /// Every registered agent, sorted by id.
@@ -439,6 +472,30 @@ impl Runtime {
     }
 }
 
+/// A live connection acting as an agent. When the agent's last one ends, what outlives a
+/// connection only for its agent's sake (background shells) is ended.
+pub(crate) struct Presence {
+    connection: Option<crate::agents::Connection>,
+    agent: Arc<str>,
+    runtime: std::sync::Weak<Inner>,
+}
+
+impl Drop for Presence {
+    fn drop(&mut self) {
+        let Some(connection) = self.connection.take() else {
+            return;
+        };
+        if connection.release() > 0 {
+            return;
+        }
+        if let Some(inner) = self.runtime.upgrade() {
+            for departure in &inner.departures {
+                departure(&self.agent);
+            }
+        }
+    }
+}
+
 impl Drop for Inner {
     /// The last handle went away without `shutdown`: stop the tree anyway (children stop in
     /// reverse start order) rather than leave actors running with nothing to call them.
@@ -514,16 +571,24 @@ impl RuntimeBuilder {
             .tool(tools.grep)
     }
 
-    /// Adds the `bash` tool. Its deadline allows for the longest command the shell's
-    /// settings permit, and it is never retried (a command may have side effects).
+    /// Adds the shell tools: `bash`, and the background shells `shell_start`,
+    /// `shell_output` and `shell_kill` with their supervisor. `bash`'s deadline allows for
+    /// the longest command the shell's settings permit; none is retried (a command may
+    /// have side effects). An agent's background shells end when its last connection does.
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
-    pub fn shell(self, shell: &Arc<crate::shell::Shell>) -> Self {
-        let options = self
-            .defaults
-            .clone()
-            .timeout(shell.max_call())
-            .max_retries(0);
-        self.tool_with(shell.tool(), options)
+    pub fn shell(mut self, shell: &Arc<crate::shell::Shell>) -> Self {
+        let once = self.defaults.clone().max_retries(0);
+        let (start, output, kill) = shell.background_tools();
+        self.subsystems.push(shell.supervisor_spec());
+        self.departures.push({
+            let shell = Arc::clone(shell);
+            Arc::new(move |agent: &str| shell.agent_left(agent))
+        });
+        self.shell = Some(Arc::clone(shell));
+        self.tool_with(shell.tool(), once.clone().timeout(shell.max_call()))
+            .tool_with(start, once.clone())
+            .tool_with(output, once.clone().timeout(shell.max_output_wait()))
+            .tool_with(kill, once)
     }
 
     /// Sets mailbox limits and timings.
@@ -615,6 +680,10 @@ impl RuntimeBuilder {
             }))
             .child(office.supervisor_spec())
             .child(contexts.supervisor_spec());
+        let root_spec = self
+            .subsystems
+            .into_iter()
+            .fold(root_spec, SupervisorSpec::child);
         let (root, _) = Supervisor::spawn(root_spec, None).await?;
         self.sweeper.start();
         office.start_sweep();
@@ -632,6 +701,9 @@ impl RuntimeBuilder {
                 stopping: AtomicBool::new(false),
                 tool_set: tokio::sync::watch::Sender::new(0),
                 credentials: self.credentials,
+                departures: self.departures,
+                #[cfg(all(target_os = "linux", target_env = "gnu"))]
+                shell: self.shell,
             }),
         })
     }

@@ -119,7 +119,7 @@ impl AgentEntry {
     pub(crate) fn connect(self: &Arc<Self>) -> (Connection, u32) {
         let now = self.connections.fetch_add(1, Ordering::Relaxed) + 1;
         self.seen();
-        (Connection(Arc::clone(self)), now)
+        (Connection(Some(Arc::clone(self))), now)
     }
 
     pub(crate) fn record(&self) -> Arc<AgentRecord> {
@@ -132,11 +132,22 @@ impl AgentEntry {
 }
 
 /// A live connection acting as an agent; counted while held.
-pub(crate) struct Connection(Arc<AgentEntry>);
+pub(crate) struct Connection(Option<Arc<AgentEntry>>);
+
+impl Connection {
+    /// Stops counting this connection; returns how many are left.
+    pub(crate) fn release(mut self) -> u32 {
+        self.0.take().map_or(0, |entry| {
+            entry.connections.fetch_sub(1, Ordering::AcqRel) - 1
+        })
+    }
+}
 
 impl Drop for Connection {
     fn drop(&mut self) {
-        self.0.connections.fetch_sub(1, Ordering::Relaxed);
+        if let Some(entry) = self.0.take() {
+            entry.connections.fetch_sub(1, Ordering::AcqRel);
+        }
     }
 }
 

@@ -460,6 +460,24 @@ pub(crate) async fn status(args: StatusArgs, data_dir: &Path) -> CliResult {
     if value["agents"].as_u64().unwrap_or(0) > listed as u64 {
         writeln!(out, "  … `guildhall agents list` shows them all")?;
     }
+    if let Some(shells) = value["shells"].as_array().filter(|s| !s.is_empty()) {
+        writeln!(out, "background shells")?;
+        for shell in shells {
+            let state = if shell["running"].as_bool().unwrap_or(false) {
+                format!("running, pid {}", shell["pid"])
+            } else {
+                shell["ended"].as_str().unwrap_or("ended").replace('_', " ")
+            };
+            writeln!(
+                out,
+                "  {:<8} {:<24} {:<22} {}",
+                shell["id"].as_str().unwrap_or_default(),
+                shell["agent"].as_str().unwrap_or("-"),
+                state,
+                shell["command"].as_str().unwrap_or_default(),
+            )?;
+        }
+    }
     writeln!(out, "supervision tree")?;
     let tree: ChildSnapshot = serde_json::from_value(value["tree"].clone())?;
     print_tree(&mut out, &tree, 0)?;

@@ -47,7 +47,7 @@ pub struct McpServer {
     agent: Option<Arc<str>>,
     filter: ToolFilter,
     /// Counts this connection as one acting as its bound agent, while any clone lives.
-    _presence: Option<Arc<crate::agents::Connection>>,
+    _presence: Option<Arc<crate::runtime::Presence>>,
     /// Ends this connection's list-changed watcher when the last clone goes.
     _alive: Arc<DropGuard>,
     alive: CancellationToken,

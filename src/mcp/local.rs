@@ -531,6 +531,13 @@ async fn status(server: &McpServer, control: &Control) -> Result<Value, String> 
         "active_mailboxes": runtime.active_mailboxes(),
         "tools": runtime.tools().iter().map(|t| t.name.clone()).collect::<Vec<_>>(),
     });
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    if let Some(value) = value.as_object_mut() {
+        value.insert(
+            "shells".into(),
+            serde_json::to_value(runtime.background_shells()).unwrap_or_default(),
+        );
+    }
     if let (Some(value), Some(about)) = (value.as_object_mut(), control.about.as_object()) {
         value.extend(about.clone());
     }

@@ -1,17 +1,22 @@
-//! The `bash` tool: output and progress, the whole process group killed on timeout, on
-//! cancellation and when the command ends, resource limits, the environment, deny patterns
-//! and the working directory.
+//! The shell tools. `bash`: output and progress, the whole process group killed on
+//! timeout, on cancellation and when the command ends, resource limits, the environment,
+//! deny patterns and the working directory. Background shells: output read in parts and
+//! waited for, spilled and bounded, the group killed by `shell_kill`, a timeout, the
+//! agent's last connection ending and the runtime stopping; one agent's shells invisible
+//! to another; permission rules on commands.
 
 use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use guildhall::files::{Files, FilesConfig};
+use guildhall::governance::{Action, GovernanceConfig, Rule};
+use guildhall::mcp::{McpServer, ToolFilter};
 use guildhall::shell::{Shell, ShellConfig};
-use guildhall::{CallContext, CallError, CallObserver, CallOptions, Progress, Runtime};
+use guildhall::{AgentSpec, CallContext, CallError, CallObserver, CallOptions, Progress, Runtime};
 use serde_json::{Value, json};
 
-use crate::support::eventually;
+use crate::support::{as_agent, eventually};
 
 struct Project {
     dir: tempfile::TempDir,
@@ -24,6 +29,10 @@ impl Project {
 }
 
 async fn runtime(config: ShellConfig) -> (Runtime, Project) {
+    runtime_governed(config, GovernanceConfig::default()).await
+}
+
+async fn runtime_governed(config: ShellConfig, governance: GovernanceConfig) -> (Runtime, Project) {
     let project = Project {
         dir: tempfile::tempdir().unwrap(),
     };
@@ -34,7 +43,15 @@ async fn runtime(config: ShellConfig) -> (Runtime, Project) {
     })
     .unwrap();
     let shell = Shell::new(config, files).unwrap();
-    let rt = Runtime::builder().shell(&shell).build().await.unwrap();
+    let rt = Runtime::builder()
+        .governance(governance)
+        .shell(&shell)
+        .build()
+        .await
+        .unwrap();
+    for id in ["alice", "bob"] {
+        rt.register_agent(AgentSpec::new(id, "dev")).await.unwrap();
+    }
     (rt, project)
 }
 
@@ -291,4 +308,335 @@ fn unusable_settings_are_refused() {
         let err = Shell::new(config, files.clone()).err().unwrap().to_string();
         assert!(err.contains(why), "{err}");
     }
+}
+
+async fn as_(rt: &Runtime, agent: &str, tool: &str, args: Value) -> Result<Value, CallError> {
+    rt.call_json(tool, args, as_agent(rt, agent)).await
+}
+
+/// Reads `id`'s output as `agent` until it has ended, with at most `parts` reads.
+async fn read_to_end(rt: &Runtime, agent: &str, id: &str, parts: usize) -> (String, Value) {
+    let mut text = String::new();
+    for _ in 0..parts {
+        let out = as_(
+            rt,
+            agent,
+            "shell_output",
+            json!({ "id": id, "wait_secs": 10 }),
+        )
+        .await
+        .unwrap();
+        text.push_str(out["output"].as_str().unwrap());
+        if !out["running"].as_bool().unwrap() && !out["more"].as_bool().unwrap() {
+            return (text, out);
+        }
+    }
+    panic!("{id} did not end within {parts} reads; read so far: {text}");
+}
+
+#[tokio::test]
+async fn a_background_shell_is_read_in_parts_as_it_writes() {
+    let (rt, project) = runtime(ShellConfig::default()).await;
+    let gate = project.root().join("gate");
+    // It writes one line, then waits until the test lets it go on.
+    let command = format!(
+        "echo first; echo oops >&2; while [ ! -e {g} ]; do sleep 0.01; done; echo second; exit 3",
+        g = gate.display()
+    );
+    let started = as_(
+        &rt,
+        "alice",
+        "shell_start",
+        json!({ "command": command, "cwd": "src" }),
+    )
+    .await
+    .unwrap();
+    let id = started["id"].as_str().unwrap().to_owned();
+    let pid = i32::try_from(started["pid"].as_i64().unwrap()).unwrap();
+
+    // Listed while it runs, under its supervisor.
+    let listed = rt.background_shells();
+    assert_eq!(listed.len(), 1);
+    assert!(listed[0].running && listed[0].agent.as_deref() == Some("alice"));
+    let tree = serde_json::to_string(&rt.tree().await.unwrap()).unwrap();
+    assert!(tree.contains(&format!("shell/{id}")), "{tree}");
+
+    let mut early = String::new();
+    for _ in 0..20 {
+        let out = as_(
+            &rt,
+            "alice",
+            "shell_output",
+            json!({ "id": id, "wait_secs": 10 }),
+        )
+        .await
+        .unwrap();
+        assert_eq!(out["running"], json!(true), "{out}");
+        early.push_str(out["output"].as_str().unwrap());
+        if early.contains("oops") {
+            break;
+        }
+    }
+    assert_eq!(early, "first\noops\n");
+    std::fs::write(&gate, "").unwrap();
+    let (rest, last) = read_to_end(&rt, "alice", &id, 20).await;
+    assert_eq!(rest, "second\n");
+    assert_eq!(last["ended"], json!("exited"), "{last}");
+    assert_eq!(last["exit_code"], json!(3), "{last}");
+    eventually(Duration::from_secs(10), || async move { gone(pid) }).await;
+
+    // Read again: nothing new, and no wait for what cannot come.
+    let again = as_(
+        &rt,
+        "alice",
+        "shell_output",
+        json!({ "id": id, "wait_secs": 60 }),
+    )
+    .await
+    .unwrap();
+    assert_eq!(again["output"], json!(""), "{again}");
+    // Killing a finished shell forgets it.
+    let killed = as_(&rt, "alice", "shell_kill", json!({ "id": id }))
+        .await
+        .unwrap();
+    assert_eq!(killed["ended"], json!("exited"), "{killed}");
+    assert!(rt.background_shells().is_empty());
+    rt.shutdown().await;
+}
+
+#[tokio::test]
+async fn shell_kill_and_timeouts_end_the_whole_group() {
+    let (rt, project) = runtime(ShellConfig::default()).await;
+    let (killed_pids, timed_pids) = (project.root().join("a"), project.root().join("b"));
+    let a = as_(
+        &rt,
+        "alice",
+        "shell_start",
+        json!({ "command": stubborn(&killed_pids) }),
+    )
+    .await
+    .unwrap();
+    let b = as_(
+        &rt,
+        "alice",
+        "shell_start",
+        json!({ "command": stubborn(&timed_pids), "timeout_secs": 1 }),
+    )
+    .await
+    .unwrap();
+    let running = pids(&killed_pids, 2).await;
+    let killed = as_(&rt, "alice", "shell_kill", json!({ "id": a["id"] }))
+        .await
+        .unwrap();
+    assert_eq!(killed["ended"], json!("killed"), "{killed}");
+    for pid in running {
+        assert!(gone(pid), "{pid} outlived shell_kill");
+    }
+    let timed = pids(&timed_pids, 2).await;
+    let (_, last) = read_to_end(&rt, "alice", b["id"].as_str().unwrap(), 20).await;
+    assert_eq!(last["ended"], json!("timed_out"), "{last}");
+    for pid in timed {
+        eventually(Duration::from_secs(10), || async move { gone(pid) }).await;
+    }
+    rt.shutdown().await;
+}
+
+#[tokio::test]
+async fn background_shells_end_with_their_agent_and_with_the_runtime() {
+    let (rt, project) = runtime(ShellConfig::default()).await;
+    let server = McpServer::new(rt.clone());
+    let (first, second) = (
+        server.connection(Some(Arc::from("alice")), ToolFilter::all()),
+        server.connection(Some(Arc::from("alice")), ToolFilter::all()),
+    );
+    let (alices, bobs) = (project.root().join("a"), project.root().join("b"));
+    as_(
+        &rt,
+        "alice",
+        "shell_start",
+        json!({ "command": stubborn(&alices) }),
+    )
+    .await
+    .unwrap();
+    as_(
+        &rt,
+        "bob",
+        "shell_start",
+        json!({ "command": stubborn(&bobs) }),
+    )
+    .await
+    .unwrap();
+    let (alice_pids, bob_pids) = (pids(&alices, 2).await, pids(&bobs, 2).await);
+    drop(first);
+    // Alice is still connected once: her shell runs on.
+    let still = as_(&rt, "alice", "shell_output", json!({ "id": "sh1" }))
+        .await
+        .unwrap();
+    assert_eq!(still["running"], json!(true), "{still}");
+    drop(second);
+    for pid in alice_pids {
+        eventually(Duration::from_secs(10), || async move { gone(pid) }).await;
+    }
+    assert!(
+        rt.background_shells()
+            .iter()
+            .all(|s| s.agent.as_deref() == Some("bob")),
+        "alice's shell is forgotten"
+    );
+    // Bob never connected: his shell lives until the runtime stops.
+    assert!(bob_pids.iter().all(|&pid| !gone(pid)));
+    rt.shutdown().await;
+    // Killed by then; the kernel ends them a moment later.
+    for pid in bob_pids {
+        eventually(Duration::from_secs(5), || async move { gone(pid) }).await;
+    }
+}
+
+#[tokio::test]
+async fn one_agents_background_shells_are_not_anothers() {
+    let (rt, _project) = runtime(ShellConfig {
+        background_per_agent: 2,
+        ..ShellConfig::default()
+    })
+    .await;
+    // Different commands: the loop guard stops the same call repeated three times.
+    let sleeper = |n: u32| json!({ "command": format!("sleep {n}") });
+    let id = as_(&rt, "alice", "shell_start", sleeper(1000))
+        .await
+        .unwrap()["id"]
+        .clone();
+    for tool in ["shell_output", "shell_kill"] {
+        let err = as_(&rt, "bob", tool, json!({ "id": id }))
+            .await
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("no background shell"), "{tool}: {err}");
+    }
+    as_(&rt, "alice", "shell_start", sleeper(1001))
+        .await
+        .unwrap();
+    let err = as_(&rt, "alice", "shell_start", sleeper(1002))
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("background_per_agent"), "{err}");
+    // Bob has his own allowance.
+    as_(&rt, "bob", "shell_start", sleeper(1003)).await.unwrap();
+    for (args, why) in [
+        (json!({ "id": id, "wait_secs": 61 }), "give 0 to 60"),
+        (json!({ "id": id, "max_bytes": 0 }), "give 1 to"),
+        (json!({ "id": "sh99" }), "no background shell `sh99`"),
+    ] {
+        let err = as_(&rt, "alice", "shell_output", args.clone())
+            .await
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains(why), "{args}: {err}");
+    }
+    for (args, why) in [
+        (json!({ "command": "rm -rf /" }), "deny pattern"),
+        (json!({ "command": "true", "cwd": "../" }), ".."),
+        (
+            json!({ "command": "true", "timeout_secs": 0 }),
+            "timeout_secs is 0",
+        ),
+    ] {
+        let err = as_(&rt, "bob", "shell_start", args.clone())
+            .await
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains(why), "{args}: {err}");
+    }
+    rt.shutdown().await;
+}
+
+#[tokio::test]
+async fn background_output_spills_to_disk_and_stops_at_its_bound() {
+    let (rt, _project) = runtime(ShellConfig {
+        background_output_mib: 1,
+        ..ShellConfig::default()
+    })
+    .await;
+    let started = as_(
+        &rt,
+        "alice",
+        "shell_start",
+        json!({ "command": "head -c 3145728 /dev/zero | tr '\\0' x; echo; echo tail" }),
+    )
+    .await
+    .unwrap();
+    let id = started["id"].as_str().unwrap();
+    let mut total = 0;
+    let mut last = Value::Null;
+    for _ in 0..100 {
+        last = as_(
+            &rt,
+            "alice",
+            "shell_output",
+            json!({ "id": id, "wait_secs": 10, "max_bytes": 300_000 }),
+        )
+        .await
+        .unwrap();
+        let text = last["output"].as_str().unwrap();
+        assert!(
+            text.bytes().all(|b| b == b'x'),
+            "only what was kept comes back"
+        );
+        total += text.len();
+        if !last["running"].as_bool().unwrap() && !last["more"].as_bool().unwrap() {
+            break;
+        }
+    }
+    assert_eq!(total, 1024 * 1024, "{last}");
+    assert_eq!(
+        last["dropped_bytes"],
+        json!(3 * 1024 * 1024 + 6 - 1024 * 1024),
+        "{last}"
+    );
+    rt.shutdown().await;
+}
+
+#[tokio::test]
+async fn permission_rules_judge_commands_by_their_text() {
+    let governance = GovernanceConfig {
+        rules: vec![
+            Rule::new("bash", Action::Deny)
+                .unwrap()
+                .with_arg("command", "npm publish*")
+                .unwrap(),
+            Rule::new("shell_start", Action::Ask)
+                .unwrap()
+                .with_arg("command", "*--prod*")
+                .unwrap(),
+        ],
+        ..GovernanceConfig::default()
+    };
+    let (rt, _project) = runtime_governed(ShellConfig::default(), governance).await;
+    let err = as_(
+        &rt,
+        "alice",
+        "bash",
+        json!({ "command": "npm publish --tag next" }),
+    )
+    .await
+    .unwrap_err()
+    .to_string();
+    assert!(err.contains("npm publish*"), "{err}");
+    // Asking with no one to ask denies.
+    let err = as_(
+        &rt,
+        "alice",
+        "shell_start",
+        json!({ "command": "deploy --prod" }),
+    )
+    .await
+    .unwrap_err()
+    .to_string();
+    assert!(err.contains("*--prod*"), "{err}");
+    let ok = as_(&rt, "alice", "bash", json!({ "command": "echo npm" }))
+        .await
+        .unwrap();
+    assert_eq!(ok["stdout"], json!("npm\n"));
+    assert!(rt.background_shells().is_empty());
+    rt.shutdown().await;
 }

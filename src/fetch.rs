@@ -1,0 +1,571 @@
+//! The built-in `web_fetch` tool: an HTTP(S) GET of one page, its HTML turned into
+//! Markdown, within size, time and redirect limits, cached for a while.
+//!
+//! **No way into the private network** (SSRF): every address a request would connect to
+//! is checked where the connection is made, not where the URL is read. Host names go
+//! through a resolver that drops loopback, private, link-local (cloud metadata),
+//! shared-address-space and other non-public addresses; addresses written into the URL,
+//! and every redirect's target, are checked before they are followed. A name that
+//! resolves only to such addresses, or a redirect that leads to one, is refused with the
+//! address and the reason. Connections are made directly, never through a proxy from the
+//! environment (a proxy would hide the address from the check). `[fetch] allow_private =
+//! true` lifts the check; `allow_hosts` lifts it for named hosts only.
+//!
+//! Off unless configured: `[fetch]` in `guildhall.toml`, or
+//! [`RuntimeBuilder::fetch`](crate::RuntimeBuilder::fetch).
+
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use guildhall_actors::{Annotations, CallContext, Tool};
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+/// Settings of `web_fetch`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct FetchConfig {
+    /// The whole request's time, connection to last byte, in seconds.
+    pub timeout_secs: u64,
+    /// Bytes of a response body read at most; the rest is not downloaded.
+    pub max_bytes: u64,
+    /// Redirects followed at most.
+    pub max_redirects: usize,
+    /// How long a fetched page is served from the cache, in seconds (0: never cached).
+    pub cache_ttl_secs: u64,
+    /// Pages kept in the cache at most.
+    pub cache_entries: usize,
+    /// Allow loopback, private and link-local addresses (off: refused).
+    pub allow_private: bool,
+    /// Host names (or addresses, as written in URLs) reachable whatever their addresses,
+    /// for a known internal server.
+    pub allow_hosts: Vec<String>,
+}
+
+impl Default for FetchConfig {
+    fn default() -> Self {
+        Self {
+            timeout_secs: 30,
+            max_bytes: 5 * 1024 * 1024,
+            max_redirects: 5,
+            cache_ttl_secs: 900,
+            cache_entries: 256,
+            allow_private: false,
+            allow_hosts: Vec::new(),
+        }
+    }
+}
+
+/// Why a fetch failed.
+#[derive(Debug, Clone, thiserror::Error)]
+#[non_exhaustive]
+pub enum FetchError {
+    /// Bad arguments or settings.
+    #[error("{0}")]
+    Invalid(String),
+    /// The address is not a public one (or a redirect led to such an address).
+    #[error(
+        "refused: {host} is {address}, {why}; web_fetch reaches only public addresses (`[fetch] allow_private` or `allow_hosts` lift this)"
+    )]
+    Refused {
+        /// The host as written.
+        host: String,
+        /// The address it is or resolved to.
+        address: String,
+        /// What kind of address it is.
+        why: &'static str,
+    },
+    /// Redirects went past the limit or in a circle.
+    #[error("{0}")]
+    Redirects(String),
+    /// The server answered with an error status.
+    #[error("{url} answered {status}{excerpt}")]
+    Status {
+        /// The URL.
+        url: String,
+        /// The status line.
+        status: String,
+        /// The first part of the body, if any.
+        excerpt: String,
+    },
+    /// The response is not text.
+    #[error(
+        "{url} is {content_type} ({bytes} bytes), not text; web_fetch returns text and HTML pages"
+    )]
+    NotText {
+        /// The URL.
+        url: String,
+        /// Its content type.
+        content_type: String,
+        /// Bytes read.
+        bytes: u64,
+    },
+    /// The request failed (connection, timeout, TLS, a broken body).
+    #[error("fetching {url} failed: {reason}")]
+    Request {
+        /// The URL.
+        url: String,
+        /// Why, from the innermost cause out.
+        reason: String,
+    },
+}
+
+/// What kind of address `ip` is, if not a public one.
+fn private_kind(ip: IpAddr) -> Option<&'static str> {
+    match ip {
+        IpAddr::V4(v4) => private_v4(v4),
+        IpAddr::V6(v6) => {
+            if let Some(v4) = v6.to_ipv4_mapped() {
+                return private_v4(v4);
+            }
+            let first = v6.segments()[0];
+            if v6.is_loopback() {
+                Some("a loopback address")
+            } else if v6.is_unspecified() {
+                Some("the unspecified address")
+            } else if first & 0xfe00 == 0xfc00 {
+                Some("a unique local (private) address")
+            } else if first & 0xffc0 == 0xfe80 {
+                Some("a link-local address")
+            } else if v6.is_multicast() {
+                Some("a multicast address")
+            } else if v6.segments()[..6] == [0, 0, 0, 0, 0, 0] {
+                // ::a.b.c.d, the deprecated IPv4-compatible form.
+                private_v4(Ipv4Addr::from_bits(
+                    u32::from(v6.segments()[6]) << 16 | u32::from(v6.segments()[7]),
+                ))
+                .or(Some("an IPv4-compatible address"))
+            } else if v6.segments()[..6] == [0x64, 0xff9b, 0, 0, 0, 0] {
+                // NAT64: the IPv4 address it stands for decides.
+                private_v4(Ipv4Addr::from_bits(
+                    u32::from(v6.segments()[6]) << 16 | u32::from(v6.segments()[7]),
+                ))
+            } else {
+                None
+            }
+        }
+    }
+}
+
+fn private_v4(v4: Ipv4Addr) -> Option<&'static str> {
+    let [a, b, ..] = v4.octets();
+    if v4.is_loopback() {
+        Some("a loopback address")
+    } else if v4.is_private() {
+        Some("a private address")
+    } else if v4.is_link_local() {
+        Some("a link-local address (cloud metadata lives there)")
+    } else if v4.is_unspecified() || a == 0 {
+        Some("a \"this network\" address")
+    } else if a == 100 && (64..128).contains(&b) {
+        Some("a shared (carrier-grade NAT) address")
+    } else if v4.is_broadcast() || v4.is_multicast() || a >= 240 {
+        Some("a broadcast, multicast or reserved address")
+    } else if a == 192 && b == 0 && v4.octets()[2] == 0 {
+        Some("an IETF protocol assignment address")
+    } else if a == 198 && (18..20).contains(&b) {
+        Some("a benchmarking address")
+    } else {
+        None
+    }
+}
+
+/// Where a request may connect.
+#[derive(Debug)]
+struct Policy {
+    allow_private: bool,
+    allow_hosts: Vec<String>,
+}
+
+impl Policy {
+    fn host_allowed(&self, host: &str) -> bool {
+        self.allow_private || self.allow_hosts.iter().any(|h| h.eq_ignore_ascii_case(host))
+    }
+
+    /// Checks a URL before it is requested or followed: its scheme, and its host when the
+    /// host is an address (names are checked as they resolve).
+    fn check_url(&self, url: &reqwest::Url) -> Result<(), FetchError> {
+        if !matches!(url.scheme(), "http" | "https") {
+            return Err(FetchError::Invalid(format!(
+                "`{url}` is not an http or https URL"
+            )));
+        }
+        let Some(host) = url.host() else {
+            return Err(FetchError::Invalid(format!("`{url}` has no host")));
+        };
+        let ip = match host {
+            url::Host::Domain(_) => return Ok(()),
+            url::Host::Ipv4(v4) => IpAddr::V4(v4),
+            url::Host::Ipv6(v6) => IpAddr::V6(v6),
+        };
+        let written = url.host_str().unwrap_or_default();
+        match private_kind(ip) {
+            Some(why) if !self.host_allowed(written) => Err(FetchError::Refused {
+                host: written.to_owned(),
+                address: ip.to_string(),
+                why,
+            }),
+            _ => Ok(()),
+        }
+    }
+}
+
+/// The resolver requests use: the system's, minus the addresses the policy refuses.
+struct Guard(Arc<Policy>);
+
+impl reqwest::dns::Resolve for Guard {
+    fn resolve(&self, name: reqwest::dns::Name) -> reqwest::dns::Resolving {
+        let policy = Arc::clone(&self.0);
+        Box::pin(async move {
+            let host = name.as_str().to_owned();
+            let found: Vec<SocketAddr> = tokio::net::lookup_host((host.as_str(), 0))
+                .await?
+                .collect();
+            if policy.host_allowed(&host) {
+                return Ok(Box::new(found.into_iter()) as reqwest::dns::Addrs);
+            }
+            let mut refused = None;
+            let public: Vec<SocketAddr> = found
+                .into_iter()
+                .filter(|addr| match private_kind(addr.ip()) {
+                    Some(why) => {
+                        refused.get_or_insert((addr.ip(), why));
+                        false
+                    }
+                    None => true,
+                })
+                .collect();
+            match (public.is_empty(), refused) {
+                (true, Some((ip, why))) => Err(Box::new(FetchError::Refused {
+                    host,
+                    address: ip.to_string(),
+                    why,
+                }) as Box<dyn std::error::Error + Send + Sync>),
+                _ => Ok(Box::new(public.into_iter()) as reqwest::dns::Addrs),
+            }
+        })
+    }
+}
+
+/// A fetched page, as the tool returns it.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+pub struct Fetched {
+    /// The URL the content came from (after redirects).
+    pub url: String,
+    /// The HTTP status code.
+    pub status: u16,
+    /// The content type the server gave.
+    pub content_type: String,
+    /// The page's title, for HTML.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub title: Option<String>,
+    /// The content: Markdown for HTML, else the text as sent.
+    pub content: String,
+    /// Whether the body was longer than `[fetch] max_bytes` and cut there.
+    pub truncated: bool,
+    /// Body bytes read.
+    pub bytes: u64,
+    /// Whether this came from the cache (fetched within the cache's time to live).
+    pub cached: bool,
+}
+
+/// Input of `web_fetch`.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct FetchInput {
+    /// An http or https URL.
+    pub url: String,
+}
+
+/// `web_fetch`'s shared state: the HTTP client, the address policy and the cache.
+pub struct Fetch {
+    client: reqwest::Client,
+    policy: Arc<Policy>,
+    config: FetchConfig,
+    cache: quick_cache::sync::Cache<String, (Instant, Arc<Fetched>)>,
+}
+
+impl Fetch {
+    /// A fetcher with `config`.
+    ///
+    /// # Errors
+    /// [`FetchError::Invalid`] for an unusable setting (a zero time or size) or an HTTP
+    /// client that cannot be built (no TLS roots).
+    pub fn new(config: FetchConfig) -> Result<Arc<Self>, FetchError> {
+        for (name, value) in [
+            ("timeout_secs", config.timeout_secs),
+            ("max_bytes", config.max_bytes),
+        ] {
+            if value == 0 {
+                return Err(FetchError::Invalid(format!(
+                    "[fetch] {name} is 0; give a positive number"
+                )));
+            }
+        }
+        let policy = Arc::new(Policy {
+            allow_private: config.allow_private,
+            allow_hosts: config.allow_hosts.clone(),
+        });
+        let redirects = {
+            let (policy, max) = (Arc::clone(&policy), config.max_redirects);
+            reqwest::redirect::Policy::custom(move |attempt| {
+                if attempt.previous().contains(attempt.url()) {
+                    let url = attempt.url().to_string();
+                    return attempt.error(FetchError::Redirects(format!(
+                        "redirect loop: {url} redirects back to itself"
+                    )));
+                }
+                if attempt.previous().len() > max {
+                    return attempt.error(FetchError::Redirects(format!(
+                        "more than {max} redirects (`[fetch] max_redirects`)"
+                    )));
+                }
+                match policy.check_url(attempt.url()) {
+                    Ok(()) => attempt.follow(),
+                    Err(err) => attempt.error(err),
+                }
+            })
+        };
+        let client = reqwest::Client::builder()
+            .dns_resolver(Arc::new(Guard(Arc::clone(&policy))))
+            .redirect(redirects)
+            .no_proxy()
+            .timeout(Duration::from_secs(config.timeout_secs))
+            .connect_timeout(Duration::from_secs(config.timeout_secs.min(10)))
+            .user_agent(concat!("guildhall/", env!("CARGO_PKG_VERSION")))
+            .build()
+            .map_err(|err| FetchError::Invalid(format!("no HTTP client: {}", chain(&err))))?;
+        Ok(Arc::new(Self {
+            client,
+            policy,
+            cache: quick_cache::sync::Cache::new(config.cache_entries.max(1)),
+            config,
+        }))
+    }
+
+    /// The tool.
+    pub fn tool(self: &Arc<Self>) -> WebFetch {
+        WebFetch(Arc::clone(self))
+    }
+
+    /// The longest a call may take: the request's time and room to convert the page.
+    pub fn max_call(&self) -> Duration {
+        Duration::from_secs(self.config.timeout_secs + 10)
+    }
+
+    async fn fetch(&self, raw: &str) -> Result<Fetched, FetchError> {
+        let url = reqwest::Url::parse(raw.trim())
+            .map_err(|err| FetchError::Invalid(format!("`{raw}` is not a URL: {err}")))?;
+        self.policy.check_url(&url)?;
+        let ttl = Duration::from_secs(self.config.cache_ttl_secs);
+        if let Some((at, page)) = self.cache.get(url.as_str())
+            && at.elapsed() < ttl
+        {
+            return Ok(Fetched {
+                cached: true,
+                ..Fetched::clone(&page)
+            });
+        }
+        let failed = |err: reqwest::Error| lift(&err).unwrap_or_else(|| FetchError::Request {
+            url: url.to_string(),
+            reason: chain(&err),
+        });
+        let mut response = self.client.get(url.clone()).send().await.map_err(failed)?;
+        let status = response.status();
+        let final_url = response.url().to_string();
+        let content_type = response
+            .headers()
+            .get(reqwest::header::CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or("application/octet-stream")
+            .to_owned();
+        let mut body = Vec::new();
+        let mut truncated = false;
+        while let Some(chunk) = response.chunk().await.map_err(failed)? {
+            let room = usize::try_from(self.config.max_bytes)
+                .unwrap_or(usize::MAX)
+                .saturating_sub(body.len());
+            if chunk.len() > room {
+                body.extend_from_slice(&chunk[..room]);
+                truncated = true;
+                break;
+            }
+            body.extend_from_slice(&chunk);
+        }
+        let bytes = body.len() as u64;
+        if !status.is_success() {
+            let text = String::from_utf8_lossy(&body);
+            let excerpt: String = text.trim().chars().take(300).collect();
+            return Err(FetchError::Status {
+                url: final_url,
+                status: status.to_string(),
+                excerpt: if excerpt.is_empty() {
+                    String::new()
+                } else {
+                    format!(": {excerpt}")
+                },
+            });
+        }
+        let kind = content_type.split(';').next().unwrap_or("").trim().to_ascii_lowercase();
+        let html = kind == "text/html" || kind == "application/xhtml+xml";
+        let textual = html
+            || kind.starts_with("text/")
+            || kind.ends_with("json")
+            || kind.ends_with("xml")
+            || kind.ends_with("javascript");
+        if !textual || (body.contains(&0) && !html) {
+            return Err(FetchError::NotText {
+                url: final_url,
+                content_type,
+                bytes,
+            });
+        }
+        let text = String::from_utf8_lossy(&body);
+        let (title, content) = if html {
+            (title_of(&text), markdown(&text))
+        } else {
+            (None, text.into_owned())
+        };
+        let page = Fetched {
+            url: final_url,
+            status: status.as_u16(),
+            content_type,
+            title,
+            content,
+            truncated,
+            bytes,
+            cached: false,
+        };
+        if !ttl.is_zero() {
+            self.cache
+                .insert(url.to_string(), (Instant::now(), Arc::new(page.clone())));
+        }
+        Ok(page)
+    }
+}
+
+/// HTML as Markdown, without scripts, styles and other parts no reader sees.
+fn markdown(html: &str) -> String {
+    let converter = htmd::HtmlToMarkdown::builder()
+        .skip_tags(vec!["script", "style", "noscript", "template", "head", "svg", "iframe"])
+        .build();
+    match converter.convert(html) {
+        Ok(md) => md,
+        // The parser recovers from any input; should conversion still fail, the text is
+        // better than nothing.
+        Err(_) => html.to_owned(),
+    }
+}
+
+/// The text of the first `<title>`, if any.
+fn title_of(html: &str) -> Option<String> {
+    let lower = html.to_ascii_lowercase();
+    let open = lower.find("<title")?;
+    let start = open + lower[open..].find('>')? + 1;
+    let end = start + lower[start..].find("</title")?;
+    let title = html.get(start..end)?.split_whitespace().collect::<Vec<_>>().join(" ");
+    (!title.is_empty()).then_some(title)
+}
+
+/// Our own error, if one of ours (a refused address, a redirect limit) caused `err`.
+fn lift(err: &reqwest::Error) -> Option<FetchError> {
+    let mut source: Option<&(dyn std::error::Error + 'static)> = Some(err);
+    while let Some(e) = source {
+        if let Some(ours) = e.downcast_ref::<FetchError>() {
+            return Some(ours.clone());
+        }
+        source = e.source();
+    }
+    None
+}
+
+/// An error and its causes, outermost first.
+fn chain(err: &dyn std::error::Error) -> String {
+    let mut text = err.to_string();
+    let mut source = err.source();
+    while let Some(e) = source {
+        let next = e.to_string();
+        if !text.contains(&next) {
+            text.push_str(": ");
+            text.push_str(&next);
+        }
+        source = e.source();
+    }
+    text
+}
+
+/// `web_fetch`.
+pub struct WebFetch(Arc<Fetch>);
+
+impl Tool for WebFetch {
+    type Input = FetchInput;
+    type Output = Fetched;
+    type Error = FetchError;
+    type State = ();
+
+    fn name(&self) -> &str {
+        "web_fetch"
+    }
+
+    fn description(&self) -> &str {
+        "Fetches a public web page (HTTP GET) and returns its content, HTML as Markdown. \
+         Size, time and redirects are limited; private and loopback addresses are refused; \
+         pages are cached for a while."
+    }
+
+    fn annotations(&self) -> Annotations {
+        Annotations::read_only()
+            .title("Fetch a web page")
+            .open_world(true)
+    }
+
+    fn detach(&self, _: &(), _: &FetchInput) -> Option<()> {
+        Some(())
+    }
+
+    async fn call(&self, _: &mut (), input: FetchInput, _: CallContext) -> Result<Fetched, FetchError> {
+        self.0.fetch(&input.url).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn non_public_addresses_are_named() {
+        for (ip, kind) in [
+            ("127.0.0.1", "loopback"),
+            ("10.1.2.3", "private"),
+            ("172.16.0.1", "private"),
+            ("192.168.1.1", "private"),
+            ("169.254.169.254", "link-local"),
+            ("100.64.0.1", "carrier-grade"),
+            ("0.0.0.0", "this network"),
+            ("255.255.255.255", "broadcast"),
+            ("::1", "loopback"),
+            ("::", "unspecified"),
+            ("fd00::1", "unique local"),
+            ("fe80::1", "link-local"),
+            ("::ffff:127.0.0.1", "loopback"),
+            ("::ffff:10.0.0.1", "private"),
+            ("64:ff9b::a9fe:a9fe", "link-local"),
+        ] {
+            let found = private_kind(ip.parse().unwrap());
+            assert!(found.is_some_and(|k| k.contains(kind)), "{ip}: {found:?}");
+        }
+        for ip in ["1.1.1.1", "93.184.216.34", "2606:4700::1111", "64:ff9b::101:101"] {
+            assert_eq!(private_kind(ip.parse().unwrap()), None, "{ip}");
+        }
+    }
+
+    #[test]
+    fn titles_are_read_from_html() {
+        assert_eq!(
+            title_of("<html><head><TITLE>\n A  page </title></head>").as_deref(),
+            Some("A page")
+        );
+        assert_eq!(title_of("<p>no title</p>"), None);
+    }
+}
