@@ -114,6 +114,10 @@ pub struct Config {
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
     #[serde(default)]
     pub shell: Option<crate::shell::ShellConfig>,
+    /// The `web_fetch` tool: served only when this section is present.
+    #[cfg(feature = "fetch")]
+    #[serde(default)]
+    pub fetch: Option<crate::fetch::FetchConfig>,
     /// The directory of the file, where command hooks run.
     #[serde(skip)]
     pub dir: PathBuf,
@@ -496,6 +500,36 @@ mod tests {
         assert_eq!(shell.timeout_secs, 30);
         assert_eq!(shell.deny, ["make deploy*"]);
         assert_eq!(shell.max_timeout_secs, 600, "the rest keeps its defaults");
+
+        std::fs::write(
+            &path,
+            "[files]\nroots = [\".\"]\n[files.roles]\nwriter = [\"docs\"]\n[files.agents]\nfe = [\"web\", \"assets\"]\n",
+        )
+        .expect("write");
+        let files = Config::load(&path, true).expect("valid").files.expect("on");
+        assert_eq!(files.roles["writer"], [PathBuf::from("docs")]);
+        assert_eq!(files.agents["fe"].len(), 2);
+    }
+
+    #[cfg(feature = "fetch")]
+    #[test]
+    fn web_fetch_is_on_only_with_its_section() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join(CONFIG_FILE);
+        std::fs::write(&path, "trust = \"bounded\"\n").expect("write");
+        assert_eq!(Config::load(&path, true).expect("valid").fetch, None);
+        std::fs::write(
+            &path,
+            "[fetch]\nmax_bytes = 1000\nallow_hosts = [\"docs.internal\"]\n",
+        )
+        .expect("write");
+        let fetch = Config::load(&path, true).expect("valid").fetch.expect("on");
+        assert_eq!(fetch.max_bytes, 1000);
+        assert_eq!(fetch.allow_hosts, ["docs.internal"]);
+        assert!(!fetch.allow_private, "private addresses stay refused");
+        std::fs::write(&path, "[fetch]\nmax_byte = 1000\n").expect("write");
+        let err = Config::load(&path, true).expect_err("unknown field");
+        assert_eq!(err.line, Some(2), "{err}");
     }
 
     #[test]

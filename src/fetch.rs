@@ -14,7 +14,7 @@
 //! Off unless configured: `[fetch]` in `guildhall.toml`, or
 //! [`RuntimeBuilder::fetch`](crate::RuntimeBuilder::fetch).
 
-use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -66,7 +66,8 @@ pub enum FetchError {
     Invalid(String),
     /// The address is not a public one (or a redirect led to such an address).
     #[error(
-        "refused: {host} is {address}, {why}; web_fetch reaches only public addresses (`[fetch] allow_private` or `allow_hosts` lift this)"
+        "refused: {}; web_fetch reaches only public addresses (`[fetch] allow_private` or `allow_hosts` lift this)",
+        refusal(host, address, why)
     )]
     Refused {
         /// The host as written.
@@ -109,6 +110,15 @@ pub enum FetchError {
         /// Why, from the innermost cause out.
         reason: String,
     },
+}
+
+/// `host` and what its address is, as a refusal says it.
+fn refusal(host: &str, address: &str, why: &str) -> String {
+    if host.trim_matches(['[', ']']) == address {
+        format!("{address} is {why}")
+    } else {
+        format!("{host} is {address}, {why}")
+    }
 }
 
 /// What kind of address `ip` is, if not a public one.
@@ -180,7 +190,11 @@ struct Policy {
 
 impl Policy {
     fn host_allowed(&self, host: &str) -> bool {
-        self.allow_private || self.allow_hosts.iter().any(|h| h.eq_ignore_ascii_case(host))
+        self.allow_private
+            || self
+                .allow_hosts
+                .iter()
+                .any(|h| h.eq_ignore_ascii_case(host))
     }
 
     /// Checks a URL before it is requested or followed: its scheme, and its host when the
@@ -219,9 +233,8 @@ impl reqwest::dns::Resolve for Guard {
         let policy = Arc::clone(&self.0);
         Box::pin(async move {
             let host = name.as_str().to_owned();
-            let found: Vec<SocketAddr> = tokio::net::lookup_host((host.as_str(), 0))
-                .await?
-                .collect();
+            let found: Vec<SocketAddr> =
+                tokio::net::lookup_host((host.as_str(), 0)).await?.collect();
             if policy.host_allowed(&host) {
                 return Ok(Box::new(found.into_iter()) as reqwest::dns::Addrs);
             }
@@ -241,7 +254,8 @@ impl reqwest::dns::Resolve for Guard {
                     host,
                     address: ip.to_string(),
                     why,
-                }) as Box<dyn std::error::Error + Send + Sync>),
+                })
+                    as Box<dyn std::error::Error + Send + Sync>),
                 _ => Ok(Box::new(public.into_iter()) as reqwest::dns::Addrs),
             }
         })
@@ -367,10 +381,12 @@ impl Fetch {
                 ..Fetched::clone(&page)
             });
         }
-        let failed = |err: reqwest::Error| lift(&err).unwrap_or_else(|| FetchError::Request {
-            url: url.to_string(),
-            reason: chain(&err),
-        });
+        let failed = |err: reqwest::Error| {
+            lift(&err).unwrap_or_else(|| FetchError::Request {
+                url: url.to_string(),
+                reason: chain(&err),
+            })
+        };
         let mut response = self.client.get(url.clone()).send().await.map_err(failed)?;
         let status = response.status();
         let final_url = response.url().to_string();
@@ -407,7 +423,12 @@ impl Fetch {
                 },
             });
         }
-        let kind = content_type.split(';').next().unwrap_or("").trim().to_ascii_lowercase();
+        let kind = content_type
+            .split(';')
+            .next()
+            .unwrap_or("")
+            .trim()
+            .to_ascii_lowercase();
         let html = kind == "text/html" || kind == "application/xhtml+xml";
         let textual = html
             || kind.starts_with("text/")
@@ -448,7 +469,9 @@ impl Fetch {
 /// HTML as Markdown, without scripts, styles and other parts no reader sees.
 fn markdown(html: &str) -> String {
     let converter = htmd::HtmlToMarkdown::builder()
-        .skip_tags(vec!["script", "style", "noscript", "template", "head", "svg", "iframe"])
+        .skip_tags(vec![
+            "script", "style", "noscript", "template", "head", "svg", "iframe",
+        ])
         .build();
     match converter.convert(html) {
         Ok(md) => md,
@@ -464,7 +487,11 @@ fn title_of(html: &str) -> Option<String> {
     let open = lower.find("<title")?;
     let start = open + lower[open..].find('>')? + 1;
     let end = start + lower[start..].find("</title")?;
-    let title = html.get(start..end)?.split_whitespace().collect::<Vec<_>>().join(" ");
+    let title = html
+        .get(start..end)?
+        .split_whitespace()
+        .collect::<Vec<_>>()
+        .join(" ");
     (!title.is_empty()).then_some(title)
 }
 
@@ -524,7 +551,12 @@ impl Tool for WebFetch {
         Some(())
     }
 
-    async fn call(&self, _: &mut (), input: FetchInput, _: CallContext) -> Result<Fetched, FetchError> {
+    async fn call(
+        &self,
+        _: &mut (),
+        input: FetchInput,
+        _: CallContext,
+    ) -> Result<Fetched, FetchError> {
         self.0.fetch(&input.url).await
     }
 }
@@ -555,7 +587,12 @@ mod tests {
             let found = private_kind(ip.parse().unwrap());
             assert!(found.is_some_and(|k| k.contains(kind)), "{ip}: {found:?}");
         }
-        for ip in ["1.1.1.1", "93.184.216.34", "2606:4700::1111", "64:ff9b::101:101"] {
+        for ip in [
+            "1.1.1.1",
+            "93.184.216.34",
+            "2606:4700::1111",
+            "64:ff9b::101:101",
+        ] {
             assert_eq!(private_kind(ip.parse().unwrap()), None, "{ip}");
         }
     }

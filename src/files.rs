@@ -13,6 +13,9 @@
 //!   file is serialized in this process, so of two agents editing the same file from the
 //!   same read, exactly one wins and the other is told the file changed.
 //!
+//! Roots may differ per agent or role (`[files.agents]`, `[files.roles]`): an agent gets
+//! its own roots if it has some, else its role's, else the default ones.
+//!
 //! Off unless configured: `[files] roots = ["."]` in `guildhall.toml`, or
 //! [`RuntimeBuilder::files`](crate::RuntimeBuilder::files).
 
@@ -23,8 +26,9 @@ mod listing;
 mod search;
 mod tools;
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError};
 
 use serde::{Deserialize, Serialize};
 
@@ -32,8 +36,8 @@ pub use error::FileError;
 pub use listing::{DirEntry, GlobFiles, GlobInput, ListDir, ListDirInput, Listing, Matches};
 pub use search::{Grep, GrepInput, GrepMode, GrepResult};
 pub use tools::{
-    Edit, EditFile, EditInput, Edited, MultiEdit, MultiEditInput, ReadFile, ReadInput, WriteFile,
-    WriteInput, Written,
+    Edit, EditFile, EditInput, Edited, FileContent, Image, MultiEdit, MultiEditInput, ReadFile,
+    ReadInput, WriteFile, WriteInput, Written,
 };
 
 use confine::Roots;
@@ -52,6 +56,10 @@ pub struct FilesConfig {
     /// Names no path may contain: globs over one name (`.git`, `.env*`, `*.pem`), compared
     /// without regard to case.
     pub deny: Vec<String>,
+    /// Roots of the agents of a role, instead of `roots` (`[files.roles] dev = ["src"]`).
+    pub roles: BTreeMap<String, Vec<PathBuf>>,
+    /// Roots of one agent, instead of its role's or `roots`.
+    pub agents: BTreeMap<String, Vec<PathBuf>>,
 }
 
 impl Default for FilesConfig {
@@ -59,16 +67,30 @@ impl Default for FilesConfig {
         Self {
             roots: vec![PathBuf::from(".")],
             deny: vec![".git".into(), ".guildhall".into()],
+            roles: BTreeMap::new(),
+            agents: BTreeMap::new(),
         }
     }
 }
 
+/// Tells an agent's role, for roots chosen by role.
+pub type RoleOf = Box<dyn Fn(&str) -> Option<String> + Send + Sync>;
+
+/// Roots other than the default ones, by agent and by role.
+#[derive(Default)]
+struct Scopes {
+    agents: BTreeMap<String, Arc<Roots>>,
+    roles: BTreeMap<String, Arc<Roots>>,
+    role_of: OnceLock<RoleOf>,
+}
+
 /// The file tools' shared state: the open roots, what each agent has read, and the write
-/// locks.
+/// locks. A clone scoped to one agent ([`Files::scoped`]) shares all but the roots.
 pub struct Files {
-    roots: Roots,
-    ledger: Ledger,
-    stripes: Vec<Mutex<()>>,
+    roots: Arc<Roots>,
+    ledger: Arc<Ledger>,
+    stripes: Arc<[Mutex<()>]>,
+    scopes: Arc<Scopes>,
 }
 
 impl Files {
@@ -77,16 +99,70 @@ impl Files {
     /// # Errors
     /// [`FileError::Config`] when there is no root or one cannot be opened.
     pub fn open(config: &FilesConfig) -> Result<Arc<Self>, FileError> {
+        let open = |which: &str, roots: &[PathBuf]| {
+            Roots::open(roots, &config.deny)
+                .map(Arc::new)
+                .map_err(|err| match err {
+                    FileError::Config(why) if !which.is_empty() => {
+                        FileError::Config(format!("{which}: {why}"))
+                    }
+                    other => other,
+                })
+        };
+        let scoped = |kind: &str, map: &BTreeMap<String, Vec<PathBuf>>| {
+            map.iter()
+                .map(|(name, roots)| {
+                    Ok((
+                        name.clone(),
+                        open(&format!("[files.{kind}] {name}"), roots)?,
+                    ))
+                })
+                .collect::<Result<BTreeMap<_, _>, FileError>>()
+        };
         Ok(Arc::new(Self {
-            roots: Roots::open(&config.roots, &config.deny)?,
-            ledger: Ledger::new(),
+            roots: open("", &config.roots)?,
+            ledger: Arc::new(Ledger::new()),
             stripes: (0..STRIPES).map(|_| Mutex::new(())).collect(),
+            scopes: Arc::new(Scopes {
+                agents: scoped("agents", &config.agents)?,
+                roles: scoped("roles", &config.roles)?,
+                role_of: OnceLock::new(),
+            }),
         }))
     }
 
     /// The roots, as absolute paths.
     pub fn roots(&self) -> Vec<PathBuf> {
         self.roots.paths().map(Path::to_path_buf).collect()
+    }
+
+    /// Tells these files how to find an agent's role (for `[files.roles]`); the runtime
+    /// does, from its agent directory. Set once; later calls change nothing.
+    pub fn resolve_roles_with(&self, role_of: RoleOf) {
+        let _ = self.scopes.role_of.set(role_of);
+    }
+
+    /// These files as `agent` sees them: its own roots, else its role's, else the
+    /// default ones.
+    pub fn scoped(self: &Arc<Self>, agent: Option<&str>) -> Arc<Self> {
+        let scopes = &self.scopes;
+        let Some(agent) = agent.filter(|_| !(scopes.agents.is_empty() && scopes.roles.is_empty()))
+        else {
+            return Arc::clone(self);
+        };
+        let chosen = scopes.agents.get(agent).or_else(|| {
+            let role = scopes.role_of.get().and_then(|role_of| role_of(agent))?;
+            scopes.roles.get(&role)
+        });
+        match chosen {
+            None => Arc::clone(self),
+            Some(roots) => Arc::new(Self {
+                roots: Arc::clone(roots),
+                ledger: Arc::clone(&self.ledger),
+                stripes: Arc::clone(&self.stripes),
+                scopes: Arc::clone(&self.scopes),
+            }),
+        }
     }
 
     /// Opens the directory `path` inside the roots (the first root when `None`), never

@@ -64,6 +64,8 @@ pub mod config;
 pub mod context;
 mod error;
 pub mod events;
+#[cfg(feature = "fetch")]
+pub mod fetch;
 pub mod files;
 pub mod governance;
 pub mod mcp;

@@ -96,6 +96,8 @@ pub struct RuntimeBuilder {
     credentials: Credentials,
     sweeper: Arc<Sweeper>,
     pending: Vec<Pending>,
+    /// File roots that may depend on the calling agent's role, told how to find it.
+    by_role: Vec<Arc<crate::files::Files>>,
     /// Subsystems started under the root after the built-in ones.
     subsystems: Vec<ChildSpec>,
     departures: Vec<Departure>,
@@ -138,6 +140,7 @@ impl Runtime {
             credentials: Credentials::default(),
             sweeper: Sweeper::new(DEADLINE_RESOLUTION),
             pending: Vec::new(),
+            by_role: Vec::new(),
             subsystems: Vec::new(),
             departures: Vec::new(),
             #[cfg(all(target_os = "linux", target_env = "gnu"))]
@@ -560,8 +563,9 @@ impl RuntimeBuilder {
 
     /// Adds the file tools (`read_file`, `write_file`, `edit_file`, `multi_edit`,
     /// `list_dir`, `glob`, `grep`) over `files`' roots.
-    pub fn files(self, files: &Arc<crate::files::Files>) -> Self {
+    pub fn files(mut self, files: &Arc<crate::files::Files>) -> Self {
         let tools = files.tools();
+        self.by_role.push(Arc::clone(files));
         self.tool(tools.read)
             .tool(tools.write)
             .tool(tools.edit)
@@ -580,6 +584,7 @@ impl RuntimeBuilder {
         let once = self.defaults.clone().max_retries(0);
         let (start, output, kill) = shell.background_tools();
         self.subsystems.push(shell.supervisor_spec());
+        self.by_role.push(Arc::clone(shell.files()));
         self.departures.push({
             let shell = Arc::clone(shell);
             Arc::new(move |agent: &str| shell.agent_left(agent))
@@ -589,6 +594,13 @@ impl RuntimeBuilder {
             .tool_with(start, once.clone())
             .tool_with(output, once.clone().timeout(shell.max_output_wait()))
             .tool_with(kill, once)
+    }
+
+    /// Adds the `web_fetch` tool. Its deadline allows for the fetch's own timeout.
+    #[cfg(feature = "fetch")]
+    pub fn fetch(self, fetch: &Arc<crate::fetch::Fetch>) -> Self {
+        let options = self.defaults.clone().timeout(fetch.max_call());
+        self.tool_with(fetch.tool(), options)
     }
 
     /// Sets mailbox limits and timings.
@@ -629,6 +641,13 @@ impl RuntimeBuilder {
             self.context.clone(),
             Arc::clone(&office),
         )?;
+        for files in std::mem::take(&mut self.by_role) {
+            let office = Arc::downgrade(&office);
+            files.resolve_roles_with(Box::new(move |agent| {
+                let entry = office.upgrade()?.directory.get(agent)?;
+                Some(entry.record().role.clone())
+            }));
+        }
         let governance = Governance::start(
             std::mem::take(&mut self.governance),
             Arc::clone(&office),

@@ -210,6 +210,11 @@ impl Shell {
         )
     }
 
+    /// The roots commands run in.
+    pub fn files(&self) -> &Arc<Files> {
+        &self.files
+    }
+
     /// The background shells, running and finished, oldest first.
     pub fn background(&self) -> Vec<ShellInfo> {
         self.jobs.list()

@@ -56,6 +56,18 @@ const CONFIG_TEMPLATE: &str = r#"# guildhall server settings, read when the serv
 # [audit]
 # enabled = true
 # retention = "90d"
+
+# Built-in work tools, each off until its section is present.
+# [files]                           # read_file, write_file, edit_file, multi_edit, list_dir, glob, grep
+# roots = ["."]
+# deny = [".git", ".guildhall", ".env*", "*.pem"]
+# [files.roles]
+# writer = ["docs"]
+# [shell]                           # bash, shell_start, shell_output, shell_kill (Linux)
+# timeout_secs = 120
+# background_per_agent = 8
+# [fetch]                           # web_fetch: public addresses only
+# max_bytes = 5242880
 "#;
 
 pub(crate) fn run(args: InitArgs, data_dir: &Path) -> CliResult {

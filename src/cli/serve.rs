@@ -122,6 +122,12 @@ pub(crate) async fn serve(args: ServeArgs, data_dir: &Path) -> CliResult {
         tracing::info!("bash tool on");
         builder = builder.shell(&shell);
     }
+    #[cfg(feature = "fetch")]
+    if let Some(fetch) = &config.fetch {
+        let fetch = guildhall::fetch::Fetch::new(fetch.clone())?;
+        tracing::info!("web_fetch on");
+        builder = builder.fetch(&fetch);
+    }
     let runtime = builder.build().await.map_err(|err| {
         format!(
             "{err}\n(is a server already running for {}? `guildhall status` tells; \

@@ -96,10 +96,10 @@ impl Tool for ListDir {
         &self,
         _: &mut (),
         input: ListDirInput,
-        _ctx: CallContext,
+        ctx: CallContext,
     ) -> Result<Listing, FileError> {
         let limit = limit(input.limit)?;
-        let files = Arc::clone(&self.0);
+        let files = self.0.scoped(ctx.agent());
         blocking(move || {
             let shown_path = input.path.as_deref().unwrap_or(".");
             let (dir, path) = files.roots.locate_dir(input.path.as_deref())?;
@@ -195,7 +195,7 @@ impl Tool for GlobFiles {
         &self,
         _: &mut (),
         input: GlobInput,
-        _ctx: CallContext,
+        ctx: CallContext,
     ) -> Result<Matches, FileError> {
         let limit = limit(input.limit)?;
         let matcher = globset::GlobBuilder::new(&input.pattern)
@@ -203,7 +203,7 @@ impl Tool for GlobFiles {
             .build()
             .map_err(|err| FileError::Invalid(format!("pattern {:?}: {err}", input.pattern)))?
             .compile_matcher();
-        let files = Arc::clone(&self.0);
+        let files = self.0.scoped(ctx.agent());
         blocking(move || {
             let (_, base) = files.roots.locate_dir(input.path.as_deref())?;
             let walk_files = Arc::clone(&files);

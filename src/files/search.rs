@@ -114,7 +114,7 @@ impl Tool for Grep {
         &self,
         _: &mut (),
         input: GrepInput,
-        _ctx: CallContext,
+        ctx: CallContext,
     ) -> Result<GrepResult, FileError> {
         let limit = input.limit.unwrap_or(DEFAULT_LIMIT);
         if !(1..=MAX_LIMIT).contains(&limit) {
@@ -167,7 +167,7 @@ impl Tool for Grep {
                 )
             }
         };
-        let files = Arc::clone(&self.0);
+        let files = self.0.scoped(ctx.agent());
         blocking(move || {
             let base = start(&files, input.path.as_deref())?;
             let mut walker = ignore::WalkBuilder::new(&base);

@@ -219,7 +219,7 @@ pub struct ReadInput {
 
 impl Tool for ReadFile {
     type Input = ReadInput;
-    type Output = String;
+    type Output = FileContent;
     type Error = FileError;
     type State = ();
 
@@ -246,7 +246,7 @@ impl Tool for ReadFile {
         _: &mut (),
         input: ReadInput,
         ctx: CallContext,
-    ) -> Result<String, FileError> {
+    ) -> Result<FileContent, FileError> {
         let offset = input.offset.unwrap_or(1);
         let limit = input.limit.unwrap_or(DEFAULT_LINES);
         if offset == 0 {
@@ -259,18 +259,95 @@ impl Tool for ReadFile {
                 "limit is {limit}; give 1 to {MAX_LINES}"
             )));
         }
-        let (files, agent) = (Arc::clone(&self.0), caller(&ctx));
+        let (files, agent) = (self.0.scoped(ctx.agent()), caller(&ctx));
         blocking(move || {
             let path = input.path.as_str();
             let at = files.roots.locate(path, false)?;
             let content = read_existing(path, &at)?.ok_or_else(|| FileError::NotFound {
                 path: path.to_owned(),
             })?;
+            if let Some(mime_type) = image_type(&content) {
+                let image = Image::of(path, mime_type, &content)?;
+                files.ledger.record(&agent, at.shown.clone(), &content);
+                return Ok(FileContent::Image(image));
+            }
             let text = as_text(path, &content)?;
             files.ledger.record(&agent, at.shown.clone(), &content);
-            Ok(numbered(&text, offset, limit))
+            Ok(FileContent::Text(numbered(&text, offset, limit)))
         })
         .await
+    }
+}
+
+/// What `read_file` returns: numbered lines of text, or an image.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+#[serde(untagged)]
+pub enum FileContent {
+    /// The lines asked for, numbered.
+    Text(String),
+    /// A PNG, JPEG, GIF or WebP image.
+    Image(Image),
+}
+
+/// An image, shaped as an MCP image content block, so that it reaches the model as an
+/// image rather than as text.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+pub struct Image {
+    /// Always `image`.
+    #[serde(rename = "type")]
+    pub kind: String,
+    /// The bytes, base64.
+    pub data: String,
+    /// `image/png`, `image/jpeg`, `image/gif` or `image/webp`.
+    #[serde(rename = "mimeType")]
+    pub mime_type: String,
+}
+
+/// The largest image `read_file` returns.
+const MAX_IMAGE: usize = 5 * 1024 * 1024;
+
+impl Image {
+    fn of(path: &str, mime_type: &str, content: &[u8]) -> Result<Self, FileError> {
+        if content.len() > MAX_IMAGE {
+            return Err(FileError::NotText {
+                path: path.to_owned(),
+                why: format!(
+                    "is a {mime_type} image of {} bytes, larger than the {MAX_IMAGE} bytes \
+                     read_file returns",
+                    content.len()
+                ),
+            });
+        }
+        Ok(Self {
+            kind: "image".into(),
+            data: base64::Engine::encode(&base64::engine::general_purpose::STANDARD, content),
+            mime_type: mime_type.into(),
+        })
+    }
+}
+
+/// The image type of `content`, by its signature (the formats models take).
+fn image_type(content: &[u8]) -> Option<&'static str> {
+    match content {
+        [0x89, b'P', b'N', b'G', 0x0d, 0x0a, 0x1a, 0x0a, ..] => Some("image/png"),
+        [0xff, 0xd8, 0xff, ..] => Some("image/jpeg"),
+        [b'G', b'I', b'F', b'8', b'7' | b'9', b'a', ..] => Some("image/gif"),
+        [
+            b'R',
+            b'I',
+            b'F',
+            b'F',
+            _,
+            _,
+            _,
+            _,
+            b'W',
+            b'E',
+            b'B',
+            b'P',
+            ..,
+        ] => Some("image/webp"),
+        _ => None,
     }
 }
 
@@ -358,7 +435,7 @@ impl Tool for WriteFile {
         input: WriteInput,
         ctx: CallContext,
     ) -> Result<Written, FileError> {
-        let (files, agent) = (Arc::clone(&self.0), caller(&ctx));
+        let (files, agent) = (self.0.scoped(ctx.agent()), caller(&ctx));
         blocking(move || {
             let path = input.path.as_str();
             let at = files.roots.locate(path, true)?;
@@ -560,7 +637,7 @@ impl Tool for EditFile {
             replace_all: input.replace_all,
         };
         check_edit(&edit, "")?;
-        let (files, agent) = (Arc::clone(&self.0), caller(&ctx));
+        let (files, agent) = (self.0.scoped(ctx.agent()), caller(&ctx));
         blocking(move || edit_file(&files, &agent, &input.path, &[edit])).await
     }
 }
@@ -620,7 +697,7 @@ impl Tool for MultiEdit {
         for (i, edit) in input.edits.iter().enumerate() {
             check_edit(edit, &format!("edit {} of {}: ", i + 1, input.edits.len()))?;
         }
-        let (files, agent) = (Arc::clone(&self.0), caller(&ctx));
+        let (files, agent) = (self.0.scoped(ctx.agent()), caller(&ctx));
         blocking(move || edit_file(&files, &agent, &input.path, &input.edits)).await
     }
 }

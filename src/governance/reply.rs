@@ -34,6 +34,22 @@ impl ToolReply {
     }
 }
 
+impl ToolReply {
+    /// The image this reply is, when its value is an MCP image content block
+    /// (`{"type": "image", "data": base64, "mimeType": ...}`, as `read_file` returns one):
+    /// its data and type. An image is sent as one, and never cut as text is.
+    pub fn image(&self) -> Option<(&str, &str)> {
+        let object = self.value.as_object()?;
+        if object.len() != 3 || object.get("type")?.as_str()? != "image" {
+            return None;
+        }
+        Some((
+            object.get("data")?.as_str()?,
+            object.get("mimeType")?.as_str()?,
+        ))
+    }
+}
+
 impl Serialize for ToolReply {
     fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         self.value.serialize(s)

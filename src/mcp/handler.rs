@@ -3,7 +3,7 @@
 //! The handler is protocol-era agnostic: rmcp negotiates 2025-11-25 (`initialize`) or
 //! 2026-07-28 (`server/discover`, per-request `_meta`) and hands both to the same methods.
 
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 
 use guildhall_actors::{CallContext, CallError, CallObserver, Progress, ToolSpec};
 use rmcp::model::{
@@ -46,8 +46,10 @@ pub struct McpServer {
     shared: Arc<Shared>,
     agent: Option<Arc<str>>,
     filter: ToolFilter,
-    /// Counts this connection as one acting as its bound agent, while any clone lives.
-    _presence: Option<Arc<crate::runtime::Presence>>,
+    /// Counts this connection as one acting as its agent (bound, or named at an HTTP
+    /// session's `initialize`) while any clone lives; its end may end the agent's
+    /// background shells.
+    presence: Arc<OnceLock<crate::runtime::Presence>>,
     /// Ends this connection's list-changed watcher when the last clone goes.
     _alive: Arc<DropGuard>,
     alive: CancellationToken,
@@ -75,7 +77,7 @@ impl McpServer {
             }),
             agent: None,
             filter: ToolFilter::all(),
-            _presence: None,
+            presence: Arc::default(),
             _alive: Arc::new(alive.clone().drop_guard()),
             alive,
         }
@@ -99,15 +101,18 @@ impl McpServer {
     #[must_use]
     pub fn connection(&self, agent: Option<Arc<str>>, filter: ToolFilter) -> Self {
         let alive = CancellationToken::new();
-        let presence = agent
+        let presence = Arc::new(OnceLock::new());
+        if let Some(bound) = agent
             .as_deref()
             .and_then(|id| self.shared.runtime.connect_agent(id))
-            .map(Arc::new);
+        {
+            let _ = presence.set(bound);
+        }
         Self {
             shared: Arc::clone(&self.shared),
             agent,
             filter: self.filter.clone().and(filter),
-            _presence: presence,
+            presence,
             _alive: Arc::new(alive.clone().drop_guard()),
             alive,
         }
@@ -362,7 +367,11 @@ fn no_identity() -> McpError {
 /// too long, the cut text pointing at the spill file (with no structured copy, since a cut
 /// value would not match the output schema); hook notes follow as text.
 fn model_result(reply: ToolReply) -> CallToolResult {
+    let image = reply
+        .image()
+        .map(|(data, mime_type)| ContentBlock::image(data, mime_type));
     let mut result = match reply.truncated {
+        _ if image.is_some() => CallToolResult::success(image.into_iter().collect()),
         Some(cut) => CallToolResult::success(vec![ContentBlock::text(cut.text)]),
         None if reply.value.is_object() => {
             let mut result = CallToolResult::success(vec![ContentBlock::text(reply.text)]);
@@ -583,6 +592,13 @@ impl ServerHandler for McpServer {
     ) -> Result<rmcp::model::InitializeResult, McpError> {
         cx.peer.set_peer_info(request.clone());
         let agent = self.named_caller(&cx).await?;
+        // An HTTP session acts as the agent its headers name from now until it ends.
+        if let Some(named) = agent.as_deref().filter(|_| self.agent.is_none())
+            && self.presence.get().is_none()
+            && let Some(presence) = self.shared.runtime.connect_agent(named)
+        {
+            let _ = self.presence.set(presence);
+        }
         let mut info = self.negotiate_initialize(&request)?;
         info.instructions = Some(self.instructions(agent.as_deref()));
         Ok(info)

@@ -522,7 +522,8 @@ impl Tool for ShellStart {
                 jobs.jobs.remove(&oldest);
             }
         }
-        let (mut command, dir) = process::command(shell, &input.command, input.cwd.as_deref())?;
+        let (mut command, dir) =
+            process::command(shell, ctx.agent(), &input.command, input.cwd.as_deref())?;
         let (reader, writer) = std::io::pipe().map_err(|err| ShellError::Spawn(err.to_string()))?;
         let stderr = writer
             .try_clone()

@@ -97,7 +97,8 @@ impl Tool for Bash {
                 config.max_timeout_secs
             )));
         }
-        let (mut command, dir) = process::command(shell, &input.command, input.cwd.as_deref())?;
+        let (mut command, dir) =
+            process::command(shell, ctx.agent(), &input.command, input.cwd.as_deref())?;
         let mut child = command
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())

@@ -10,11 +10,12 @@ use super::{Shell, ShellConfig, ShellError};
 /// How long a group has between SIGTERM and SIGKILL.
 pub(super) const TERM_GRACE: Duration = Duration::from_millis(500);
 
-/// A `bash -c command` ready to spawn in directory `cwd` inside the roots, after the shell's
-/// checks (not empty, no NUL, no deny pattern). Standard input is closed; the caller sets
-/// the outputs.
+/// A `bash -c command` ready to spawn in directory `cwd` inside `agent`'s roots, after the
+/// shell's checks (not empty, no NUL, no deny pattern). Standard input is closed; the
+/// caller sets the outputs.
 pub(super) fn command(
     shell: &Shell,
+    agent: Option<&str>,
     line: &str,
     cwd: Option<&str>,
 ) -> Result<(tokio::process::Command, cap_std::fs::Dir), ShellError> {
@@ -29,7 +30,7 @@ pub(super) fn command(
             pattern: pattern.clone(),
         });
     }
-    let (dir, _) = shell.files.open_dir(cwd)?;
+    let (dir, _) = shell.files.scoped(agent).open_dir(cwd)?;
     let mut command = tokio::process::Command::new("bash");
     command
         .arg("-c")

@@ -437,15 +437,11 @@ async fn reads_come_numbered_in_pages_and_only_as_text() {
         "{last}"
     );
 
-    std::fs::write(
-        tree.root.join("image.png"),
-        b"\x89PNG\r\n\x1a\n\0\0\0\rIHDR",
-    )
-    .unwrap();
+    std::fs::write(tree.root.join("program.bin"), b"\x7fELF\x02\x01\x01\0\0\0").unwrap();
     std::fs::write(tree.root.join("latin1.txt"), b"caf\xe9\n").unwrap();
     std::fs::write(tree.root.join("empty.txt"), b"").unwrap();
     for (path, why) in [
-        ("image.png", "binary"),
+        ("program.bin", "binary"),
         ("latin1.txt", "not UTF-8"),
         ("missing.txt", "no such file"),
     ] {
@@ -811,6 +807,7 @@ async fn denied_names_are_globs_that_hide_secrets_everywhere() {
     let files = Files::open(&FilesConfig {
         roots: vec![tree.root.clone()],
         deny: vec![".git".into(), ".env*".into(), "*.pem".into()],
+        ..FilesConfig::default()
     })
     .unwrap();
     let rt = Runtime::builder().files(&files).build().await.unwrap();
@@ -852,9 +849,81 @@ async fn denied_names_are_globs_that_hide_secrets_everywhere() {
     let err = Files::open(&FilesConfig {
         roots: vec![tree.root.clone()],
         deny: vec!["[".into()],
+        ..FilesConfig::default()
     })
     .err()
     .unwrap()
     .to_string();
     assert!(err.contains("deny `[`"), "{err}");
+}
+
+#[tokio::test]
+async fn roots_can_differ_per_role_and_per_agent() {
+    let tree = tree();
+    for dir in ["docs", "web"] {
+        std::fs::create_dir(tree.root.join(dir)).unwrap();
+        std::fs::write(tree.root.join(dir).join("notes.md"), format!("{dir}\n")).unwrap();
+    }
+    let files = Files::open(&FilesConfig {
+        roots: vec![tree.root.clone()],
+        roles: [("writer".to_owned(), vec![tree.root.join("docs")])].into(),
+        agents: [("frontend".to_owned(), vec![tree.root.join("web")])].into(),
+        ..FilesConfig::default()
+    })
+    .unwrap();
+    let rt = Runtime::builder().files(&files).build().await.unwrap();
+    for (id, role) in [
+        ("lead", "dev"),
+        ("scribe", "writer"),
+        ("frontend", "writer"),
+    ] {
+        rt.register_agent(AgentSpec::new(id, role)).await.unwrap();
+    }
+    let read = |agent: &'static str, path: &'static str| {
+        let rt = rt.clone();
+        async move {
+            call(&rt, agent, "read_file", json!({ "path": path }))
+                .await
+                .map(|v| v.as_str().unwrap().to_owned())
+                .map_err(|e| e.to_string())
+        }
+    };
+    // The default roots: the whole tree.
+    assert!(
+        read("lead", "docs/notes.md")
+            .await
+            .unwrap()
+            .contains("docs")
+    );
+    // The role's roots: only docs/, relative paths start there.
+    assert!(read("scribe", "notes.md").await.unwrap().contains("docs"));
+    let err = read("scribe", "src/main.rs").await.unwrap_err();
+    assert!(err.contains("no such file"), "{err}");
+    let outside = tree.root.join("web/notes.md").display().to_string();
+    let err = call(&rt, "scribe", "read_file", json!({ "path": outside }))
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("outside the roots"), "{err}");
+    // The agent's own roots win over its role's.
+    assert!(read("frontend", "notes.md").await.unwrap().contains("web"));
+    let listed = call(&rt, "scribe", "glob", json!({ "pattern": "**/*" }))
+        .await
+        .unwrap()
+        .to_string();
+    assert!(
+        listed.contains("docs/notes.md") && !listed.contains("main.rs"),
+        "{listed}"
+    );
+    rt.shutdown().await;
+
+    let err = Files::open(&FilesConfig {
+        roots: vec![tree.root.clone()],
+        roles: [("writer".to_owned(), vec![tree.root.join("missing")])].into(),
+        ..FilesConfig::default()
+    })
+    .err()
+    .unwrap()
+    .to_string();
+    assert!(err.contains("[files.roles] writer"), "{err}");
 }

@@ -18,6 +18,7 @@ const ORDER: &[&str] = &[
     "store",
     "files",
     "shell",
+    "fetch",
     "agents",
     "context",
     "pipeline",

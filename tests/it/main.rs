@@ -24,6 +24,8 @@ mod contract;
 mod crash;
 /// Durable sends killed with SIGKILL at random points lose no acknowledged message.
 mod durability;
+/// `web_fetch` against a local server: Markdown, limits, redirects, no private addresses.
+mod fetch;
 /// The file tools: confinement, read-before-write, concurrent editors, edits, paging.
 mod files;
 /// The first hour: `guildhall mcp` clients in any order, told who they are, clear errors.

@@ -1284,3 +1284,48 @@ async fn the_socket_admits_a_protected_agent_only_with_its_token() {
     assert!(term.success());
     assert!(server.wait().success());
 }
+
+#[tokio::test]
+async fn an_image_read_reaches_the_client_as_an_image_whole() {
+    let dir = tempfile::tempdir().unwrap();
+    // A PNG signature and 100 KiB after it: over the 50 KiB a text result is cut at.
+    let mut png = vec![0x89, b'P', b'N', b'G', 0x0d, 0x0a, 0x1a, 0x0a];
+    png.extend((0..100 * 1024).map(|i| (i % 251) as u8));
+    std::fs::write(dir.path().join("shot.png"), &png).unwrap();
+    std::fs::write(dir.path().join("notes.txt"), "hello\n").unwrap();
+    let files = guildhall::files::Files::open(&guildhall::files::FilesConfig {
+        roots: vec![dir.path().to_owned()],
+        ..Default::default()
+    })
+    .unwrap();
+    let rt = Runtime::builder().files(&files).build().await.unwrap();
+    rt.register_agent(AgentSpec::new("alice", "dev"))
+        .await
+        .unwrap();
+    let server = McpServer::new(rt.clone()).connection(Some(Arc::from("alice")), ToolFilter::all());
+    let mut wire = Wire::legacy(server).await;
+    let image = wire
+        .call(1, "read_file", json!({ "path": "shot.png" }))
+        .await;
+    let block = &image["result"]["content"][0];
+    assert_eq!(block["type"], "image", "{image}");
+    assert_eq!(block["mimeType"], "image/png");
+    let data = base64::Engine::decode(
+        &base64::engine::general_purpose::STANDARD,
+        block["data"].as_str().unwrap(),
+    )
+    .unwrap();
+    assert_eq!(data, png, "the whole image, not cut");
+    assert!(
+        image["result"].get("structuredContent").is_none(),
+        "{image}"
+    );
+    let text = wire
+        .call(2, "read_file", json!({ "path": "notes.txt" }))
+        .await;
+    assert_eq!(
+        text["result"]["content"][0]["text"], "     1\thello\n",
+        "{text}"
+    );
+    rt.shutdown().await;
+}

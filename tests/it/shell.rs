@@ -640,3 +640,77 @@ async fn permission_rules_judge_commands_by_their_text() {
     assert!(rt.background_shells().is_empty());
     rt.shutdown().await;
 }
+
+#[tokio::test]
+async fn an_http_sessions_end_ends_its_agents_background_shells() {
+    use guildhall::mcp::http::{self, HttpOptions};
+    let (rt, project) = runtime(ShellConfig::default()).await;
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let stop = tokio_util::sync::CancellationToken::new();
+    let router = http::router(
+        McpServer::new(rt.clone()),
+        addr,
+        HttpOptions::default(),
+        stop.clone(),
+    )
+    .unwrap();
+    tokio::spawn(http::serve(listener, router, stop.clone()));
+    let url = format!("http://{addr}{}", http::PATH);
+    let client = reqwest::Client::new();
+    let post = |session: Option<&str>, body: Value| {
+        let mut request = client
+            .post(&url)
+            .header("content-type", "application/json")
+            .header("accept", "application/json, text/event-stream")
+            .header("mcp-protocol-version", "2025-11-25")
+            .header(guildhall::mcp::AGENT_HEADER, "carol")
+            .body(body.to_string());
+        if let Some(session) = session {
+            request = request.header("mcp-session-id", session);
+        }
+        request.send()
+    };
+    let init = post(
+        None,
+        json!({ "jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+            "protocolVersion": "2025-11-25", "capabilities": {},
+            "clientInfo": { "name": "t", "version": "1" } } }),
+    )
+    .await
+    .unwrap();
+    let session = init.headers()["mcp-session-id"]
+        .to_str()
+        .unwrap()
+        .to_owned();
+    let _ = init.text().await;
+    let file = project.root().join("pids");
+    let call = json!({ "jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {
+        "name": "shell_start", "arguments": { "command": stubborn(&file) } } });
+    let started = post(Some(&session), call)
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(started.contains("\\\"id\\\":\\\"sh1\\\""), "{started}");
+    let running = pids(&file, 2).await;
+    assert_eq!(rt.background_shells().len(), 1);
+    let ended = client
+        .delete(&url)
+        .header("mcp-session-id", &session)
+        .header("mcp-protocol-version", "2025-11-25")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(ended.status(), 204);
+    for pid in running {
+        eventually(Duration::from_secs(10), || async move { gone(pid) }).await;
+    }
+    assert!(
+        rt.background_shells().is_empty(),
+        "carol's shell is forgotten"
+    );
+    stop.cancel();
+    rt.shutdown().await;
+}

@@ -91,7 +91,7 @@ where
                     let Ok(reply) = &decided.result else {
                         return Poll::Ready(Ok(decided));
                     };
-                    if !exceeds(limits, &reply.value, &reply.text) {
+                    if reply.image().is_some() || !exceeds(limits, &reply.value, &reply.text) {
                         return Poll::Ready(Ok(decided));
                     }
                     // Writing the spill file: boxed, as only long results come here.
