@@ -460,12 +460,8 @@ async fn a_filtered_tool_is_hidden_and_refused() {
 /// A server on 127.0.0.1:0 and its base URL.
 async fn http_server(options: HttpOptions) -> (Runtime, String, CancellationToken) {
     let (rt, _) = runtime().await;
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    let stop = CancellationToken::new();
-    let router = http::router(McpServer::new(rt.clone()), addr, options, stop.clone()).unwrap();
-    tokio::spawn(http::serve(listener, router, stop.clone()));
-    (rt, format!("http://{addr}{}", http::PATH), stop)
+    let (url, stop) = crate::support::http_endpoint(&rt, options).await;
+    (rt, url, stop)
 }
 
 fn post(
@@ -650,18 +646,7 @@ async fn http_requires_the_token_when_one_is_set_and_off_loopback() {
 #[tokio::test]
 async fn http_dropped_response_stream_cancels_the_call() {
     let (rt, cancelled) = runtime().await;
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    let stop = CancellationToken::new();
-    let router = http::router(
-        McpServer::new(rt.clone()),
-        addr,
-        HttpOptions::default(),
-        stop.clone(),
-    )
-    .unwrap();
-    tokio::spawn(http::serve(listener, router, stop.clone()));
-    let url = format!("http://{addr}{}", http::PATH);
+    let (url, stop) = crate::support::http_endpoint(&rt, HttpOptions::default()).await;
     let client = reqwest::Client::new();
     let fired = cancelled.notified();
     let call = tools_call(1, "gate", json!({ "mode": "wait" }));
@@ -1134,18 +1119,7 @@ async fn a_claimed_role_never_raises_trust_and_a_given_role_cannot_be_changed() 
         },
     );
     let rt = Runtime::builder().governance(config).build().await.unwrap();
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    let stop = CancellationToken::new();
-    let router = http::router(
-        McpServer::new(rt.clone()),
-        addr,
-        HttpOptions::default(),
-        stop.clone(),
-    )
-    .unwrap();
-    tokio::spawn(http::serve(listener, router, stop.clone()));
-    let url = format!("http://{addr}{}", http::PATH);
+    let (url, stop) = crate::support::http_endpoint(&rt, HttpOptions::default()).await;
     let client = reqwest::Client::new();
     let send = |agent: &'static str, role: &'static str| {
         let call = tools_call(1, "send_message", json!({"to": "tl", "body": "hi"}));
@@ -1184,18 +1158,7 @@ async fn an_agent_with_a_token_is_usable_only_with_it() {
         .build()
         .await
         .unwrap();
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    let stop = CancellationToken::new();
-    let router = http::router(
-        McpServer::new(rt.clone()),
-        addr,
-        HttpOptions::default(),
-        stop.clone(),
-    )
-    .unwrap();
-    tokio::spawn(http::serve(listener, router, stop.clone()));
-    let url = format!("http://{addr}{}", http::PATH);
+    let (url, stop) = crate::support::http_endpoint(&rt, HttpOptions::default()).await;
     let client = reqwest::Client::new();
     let inbox = |token: Option<&'static str>| {
         let call = tools_call(1, "check_inbox", json!({}));

@@ -643,20 +643,9 @@ async fn permission_rules_judge_commands_by_their_text() {
 
 #[tokio::test]
 async fn an_http_sessions_end_ends_its_agents_background_shells() {
-    use guildhall::mcp::http::{self, HttpOptions};
+    use guildhall::mcp::http::HttpOptions;
     let (rt, project) = runtime(ShellConfig::default()).await;
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    let stop = tokio_util::sync::CancellationToken::new();
-    let router = http::router(
-        McpServer::new(rt.clone()),
-        addr,
-        HttpOptions::default(),
-        stop.clone(),
-    )
-    .unwrap();
-    tokio::spawn(http::serve(listener, router, stop.clone()));
-    let url = format!("http://{addr}{}", http::PATH);
+    let (url, stop) = crate::support::http_endpoint(&rt, HttpOptions::default()).await;
     let client = reqwest::Client::new();
     let post = |session: Option<&str>, body: Value| {
         let mut request = client

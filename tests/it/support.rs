@@ -268,6 +268,27 @@ pub fn ripgrep() -> std::path::PathBuf {
     "rg".into()
 }
 
+/// Serves `rt` over Streamable HTTP on a free loopback port: the endpoint's URL, and the
+/// token that stops the server.
+pub async fn http_endpoint(
+    rt: &guildhall::Runtime,
+    options: guildhall::mcp::http::HttpOptions,
+) -> (String, tokio_util::sync::CancellationToken) {
+    use guildhall::mcp::http;
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let stop = tokio_util::sync::CancellationToken::new();
+    let router = http::router(
+        guildhall::mcp::McpServer::new(rt.clone()),
+        addr,
+        options,
+        stop.clone(),
+    )
+    .unwrap();
+    tokio::spawn(http::serve(listener, router, stop.clone()));
+    (format!("http://{addr}{}", http::PATH), stop)
+}
+
 /// Options for a call made as the registered agent `id`.
 pub fn as_agent(rt: &guildhall::Runtime, id: impl AsRef<str>) -> guildhall::CallOptions {
     let id = id.as_ref();
