@@ -117,13 +117,14 @@ fn as_text(path: &str, content: &[u8]) -> Result<String, FileError> {
 }
 
 /// Writes `content` to a new file beside `at` and moves it into place in one step, so a
-/// reader sees the old content or the new, never part of either. The file's permissions
-/// are kept. With `replace` false the move fails if a file appeared there meanwhile.
+/// reader sees the old content or the new, never part of either. The file's permissions,
+/// owner and group are kept (as far as the server's user may set them). With `replace`
+/// false the move fails if a file appeared there meanwhile.
 fn replace_atomically(
     path: &str,
     at: &Located,
     content: &[u8],
-    permissions: Option<cap_std::fs::Permissions>,
+    kept: Option<Kept>,
     replace: bool,
 ) -> Result<(), FileError> {
     let temp = format!(
@@ -139,8 +140,13 @@ fn replace_atomically(
             .follow(FollowSymlinks::No);
         let mut file = at.parent.open_with(&temp, &options)?;
         file.write_all(content)?;
-        if let Some(permissions) = permissions {
-            file.set_permissions(permissions)?;
+        if let Some(kept) = kept {
+            // The owner first: changing it clears set-id bits the permissions then restore.
+            // Only root may give a file away; anyone may set a group they belong to.
+            if std::os::unix::fs::fchown(&file, Some(kept.uid), Some(kept.gid)).is_err() {
+                let _ = std::os::unix::fs::fchown(&file, None, Some(kept.gid));
+            }
+            file.set_permissions(kept.permissions)?;
         }
         file.sync_all()?;
         if replace {
@@ -442,14 +448,14 @@ impl Tool for WriteFile {
             let _guard = files.lock(&at.shown);
             let existing = read_existing(path, &at)?;
             let created = existing.is_none();
-            let permissions = match &existing {
+            let kept = match &existing {
                 Some(content) => {
                     check_read(&files, &agent, path, &at, content)?;
-                    Some(permissions_of(path, &at)?)
+                    Some(kept_of(path, &at)?)
                 }
                 None => None,
             };
-            replace_atomically(path, &at, input.content.as_bytes(), permissions, !created)?;
+            replace_atomically(path, &at, input.content.as_bytes(), kept, !created)?;
             files
                 .ledger
                 .record(&agent, at.shown.clone(), input.content.as_bytes());
@@ -463,10 +469,22 @@ impl Tool for WriteFile {
     }
 }
 
-fn permissions_of(path: &str, at: &Located) -> Result<cap_std::fs::Permissions, FileError> {
+/// What a replaced file keeps of the old one.
+struct Kept {
+    permissions: cap_std::fs::Permissions,
+    uid: u32,
+    gid: u32,
+}
+
+fn kept_of(path: &str, at: &Located) -> Result<Kept, FileError> {
+    use cap_std::fs::MetadataExt;
     at.parent
         .symlink_metadata(&at.name)
-        .map(|m| m.permissions())
+        .map(|m| Kept {
+            permissions: m.permissions(),
+            uid: m.uid(),
+            gid: m.gid(),
+        })
         .map_err(|err| FileError::io(path, &err))
 }
 
@@ -586,8 +604,8 @@ fn edit_file(
         text = edited;
         replacements += found;
     }
-    let permissions = permissions_of(path, &at)?;
-    replace_atomically(path, &at, text.as_bytes(), Some(permissions), true)?;
+    let kept = kept_of(path, &at)?;
+    replace_atomically(path, &at, text.as_bytes(), Some(kept), true)?;
     files
         .ledger
         .record(agent, at.shown.clone(), text.as_bytes());

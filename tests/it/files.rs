@@ -927,3 +927,46 @@ async fn roots_can_differ_per_role_and_per_agent() {
     .to_string();
     assert!(err.contains("[files.roles] writer"), "{err}");
 }
+
+#[tokio::test]
+async fn a_rewritten_file_keeps_its_mode_owner_and_group() {
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    let tree = tree();
+    let rt = runtime(&tree).await;
+    let file = tree.root.join("run.sh");
+    std::fs::write(&file, "echo one\n").unwrap();
+    std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o754)).unwrap();
+    // Given away to `nobody` where the tests may (as root, as in CI); else the owner is
+    // the test's own user and keeping it is still checked.
+    let _ = std::os::unix::fs::chown(&file, Some(65534), Some(65534));
+    let before = std::fs::metadata(&file).unwrap();
+    call(&rt, "alice", "read_file", json!({ "path": "run.sh" }))
+        .await
+        .unwrap();
+    call(
+        &rt,
+        "alice",
+        "edit_file",
+        json!({ "path": "run.sh", "old_string": "one", "new_string": "two" }),
+    )
+    .await
+    .unwrap();
+    call(
+        &rt,
+        "alice",
+        "write_file",
+        json!({ "path": "run.sh", "content": "echo three\n" }),
+    )
+    .await
+    .unwrap();
+    let after = std::fs::metadata(&file).unwrap();
+    assert_eq!(std::fs::read_to_string(&file).unwrap(), "echo three\n");
+    assert_ne!(
+        after.ino(),
+        before.ino(),
+        "replaced by rename, not written in place"
+    );
+    assert_eq!(after.mode() & 0o7777, 0o754);
+    assert_eq!((after.uid(), after.gid()), (before.uid(), before.gid()));
+    rt.shutdown().await;
+}
