@@ -28,6 +28,7 @@ const WAV: &str = "UklGRiQAAABXQVZFZm10IBAAAAABAAEARKwAAIhYAQACABAAZGF0YQAAAAA="
 const NAMES: &[&str] = &[
     "json_schema_2020_12_tool",
     "test_audio_content",
+    "test_custom_headers",
     "test_elicitation",
     "test_elicitation_sep1034_defaults",
     "test_elicitation_sep1330_enums",
@@ -84,6 +85,7 @@ pub(super) fn tools() -> Vec<Tool> {
                 "type": "object",
                 "$defs": {
                     "address": {
+                        "$anchor": "addressDef",
                         "type": "object",
                         "properties": {
                             "street": { "type": "string" },
@@ -93,8 +95,20 @@ pub(super) fn tools() -> Vec<Tool> {
                 },
                 "properties": {
                     "name": { "type": "string" },
-                    "address": { "$ref": "#/$defs/address" }
+                    "address": { "$ref": "#/$defs/address" },
+                    "contactMethod": { "type": "string", "enum": ["phone", "email"] },
+                    "phone": { "type": "string" },
+                    "email": { "type": "string" }
                 },
+                // Composition, conditional and anchor keywords pass through untouched
+                // (SEP-2106).
+                "allOf": [{ "anyOf": [{ "required": ["phone"] }, { "required": ["email"] }] }],
+                "if": {
+                    "properties": { "contactMethod": { "const": "phone" } },
+                    "required": ["contactMethod"]
+                },
+                "then": { "required": ["phone"] },
+                "else": { "required": ["email"] },
                 "additionalProperties": false
             }),
         ),
@@ -105,6 +119,18 @@ pub(super) fn tools() -> Vec<Tool> {
         "test_elicitation" => (
             "Asks the user for input",
             json!({ "type": "object", "properties": { "message": { "type": "string" } }, "required": ["message"] }),
+        ),
+        "test_custom_headers" => (
+            "Echoes a region mirrored in the Mcp-Param-Region header (SEP-2243)",
+            json!({
+                "type": "object",
+                "properties": {
+                    "region": { "type": "string", "x-mcp-header": "Region" },
+                    "priority": { "type": "integer", "x-mcp-header": "Priority" },
+                    "query": { "type": "string" }
+                },
+                "required": ["region", "priority", "query"]
+            }),
         ),
         other => (fixture_description(other), empty_input()),
     };
@@ -326,6 +352,12 @@ async fn one_round(
             "content": [{ "type": "text", "text": "This tool intentionally returns an error for testing" }],
             "isError": true
         })),
+        "test_custom_headers" => {
+            // The transport compared each Mcp-Param-* header with its argument before the
+            // call reached here.
+            let region = arg("region").unwrap_or_default();
+            content(json!([{ "type": "text", "text": format!("region {region}") }]))
+        }
         "json_schema_2020_12_tool" => {
             let name = arg("name").unwrap_or_else(|| "world".to_owned());
             content(json!([{ "type": "text", "text": format!("Hello, {name}!") }]))
