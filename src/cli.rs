@@ -132,7 +132,7 @@ pub(crate) fn main() -> ExitCode {
             Command::Init(args) => init::run(args, &cli.data_dir),
             Command::Serve(args) => serve::serve(args, &cli.data_dir).await,
             Command::Mcp(args) => bridge::run(args, &cli.data_dir).await,
-            Command::Tools(args) => serve::tools(args).await,
+            Command::Tools(args) => serve::tools(args, &cli.data_dir).await,
             Command::Status(args) => serve::status(args, &cli.data_dir).await,
             Command::Stop(args) => serve::stop(args, &cli.data_dir).await,
             Command::Audit(args) => audit::run(args, &cli.data_dir).await,

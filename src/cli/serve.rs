@@ -10,7 +10,7 @@ use guildhall::config::{CONFIG_FILE, Config};
 use guildhall::mcp::http::{self, HttpOptions};
 use guildhall::mcp::local::{self, Hello};
 use guildhall::mcp::{McpServer, ToolFilter};
-use guildhall::{ChildSnapshot, Runtime};
+use guildhall::{ChildSnapshot, Runtime, RuntimeBuilder};
 use tokio_util::sync::CancellationToken;
 
 use super::tree::print_tree;
@@ -110,24 +110,7 @@ pub(crate) async fn serve(args: ServeArgs, data_dir: &Path) -> CliResult {
     if !args.in_memory {
         builder = builder.data_dir(data_dir);
     }
-    if let Some(files) = &config.files {
-        let files = guildhall::files::Files::open(files)?;
-        tracing::info!(roots = ?files.roots(), "file tools on");
-        builder = builder.files(&files);
-    }
-    #[cfg(all(target_os = "linux", target_env = "gnu"))]
-    if let Some(shell) = &config.shell {
-        let files = guildhall::files::Files::open(&config.files.clone().unwrap_or_default())?;
-        let shell = guildhall::shell::Shell::new(shell.clone(), files)?;
-        tracing::info!("bash tool on");
-        builder = builder.shell(&shell);
-    }
-    #[cfg(feature = "fetch")]
-    if let Some(fetch) = &config.fetch {
-        let fetch = guildhall::fetch::Fetch::new(fetch.clone())?;
-        tracing::info!("web_fetch on");
-        builder = builder.fetch(&fetch);
-    }
+    builder = with_work_tools(builder, &config)?;
     let runtime = builder.build().await.map_err(|err| {
         format!(
             "{err}\n(is a server already running for {}? `guildhall status` tells; \
@@ -311,10 +294,47 @@ pub(crate) struct ToolsArgs {
     /// Only these tools (names and globs, comma-separated).
     #[arg(long, value_name = "LIST")]
     tools: Option<String>,
+    /// The config file whose `[files]`, `[shell]` and `[fetch]` add tools (default:
+    /// `guildhall.toml` in the data directory, if present).
+    #[arg(long, value_name = "FILE")]
+    config: Option<PathBuf>,
 }
 
-pub(crate) async fn tools(args: ToolsArgs) -> CliResult {
-    let runtime = Runtime::builder().build().await?;
+/// Adds the built-in work tools whose sections `config` has: `[files]`, `[shell]`,
+/// `[fetch]`.
+fn with_work_tools(
+    mut builder: RuntimeBuilder,
+    config: &Config,
+) -> Result<RuntimeBuilder, Box<dyn std::error::Error>> {
+    if let Some(files) = &config.files {
+        let files = guildhall::files::Files::open(files)?;
+        tracing::info!(roots = ?files.roots(), "file tools on");
+        builder = builder.files(&files);
+    }
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    if let Some(shell) = &config.shell {
+        let files = guildhall::files::Files::open(&config.files.clone().unwrap_or_default())?;
+        let shell = guildhall::shell::Shell::new(shell.clone(), files)?;
+        tracing::info!("shell tools on");
+        builder = builder.shell(&shell);
+    }
+    #[cfg(feature = "fetch")]
+    if let Some(fetch) = &config.fetch {
+        let fetch = guildhall::fetch::Fetch::new(fetch.clone())?;
+        tracing::info!("web_fetch on");
+        builder = builder.fetch(&fetch);
+    }
+    Ok(builder)
+}
+
+pub(crate) async fn tools(args: ToolsArgs, data_dir: &Path) -> CliResult {
+    let config = match &args.config {
+        Some(path) => Config::load(path, true)?,
+        None => Config::load(&data_dir.join(CONFIG_FILE), false)?,
+    };
+    let runtime = with_work_tools(Runtime::builder(), &config)?
+        .build()
+        .await?;
     let filter = match &args.tools {
         Some(list) => ToolFilter::parse(list)?,
         None => ToolFilter::all(),

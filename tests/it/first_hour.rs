@@ -571,3 +571,43 @@ fn completions_are_printed_for_a_shell() {
         "{script}"
     );
 }
+
+#[test]
+fn tools_lists_the_work_tools_the_config_turns_on() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    std::fs::create_dir(&data).unwrap();
+    let names = |data: &Path| -> Vec<String> {
+        let listed: Value =
+            serde_json::from_str(&crate::support::guildhall_ok(data, &["tools", "--json"]))
+                .unwrap();
+        listed
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|t| t["name"].as_str().unwrap().to_owned())
+            .collect()
+    };
+    let plain = names(&data);
+    assert!(plain.contains(&"send_message".to_owned()), "{plain:?}");
+    assert!(!plain.contains(&"read_file".to_owned()), "{plain:?}");
+    std::fs::write(
+        data.join("guildhall.toml"),
+        format!(
+            "[files]\nroots = [{:?}]\n[shell]\n[fetch]\n",
+            dir.path().display().to_string()
+        ),
+    )
+    .unwrap();
+    let all = names(&data);
+    for tool in [
+        "read_file",
+        "grep",
+        "bash",
+        "shell_start",
+        "shell_output",
+        "web_fetch",
+    ] {
+        assert!(all.contains(&tool.to_owned()), "{tool} missing: {all:?}");
+    }
+}

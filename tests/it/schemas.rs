@@ -102,9 +102,11 @@ async fn every_tool_schema_is_standard_json_schema_and_real_results_match_it() {
     })
     .unwrap();
     let shell = guildhall::shell::Shell::new(Default::default(), files.clone()).unwrap();
+    let fetch = guildhall::fetch::Fetch::new(Default::default()).unwrap();
     let rt = Runtime::builder()
         .files(&files)
         .shell(&shell)
+        .fetch(&fetch)
         .build()
         .await
         .unwrap();
@@ -163,6 +165,9 @@ async fn every_tool_schema_is_standard_json_schema_and_real_results_match_it() {
         ("glob", json!({"pattern": "*.md"})),
         ("grep", json!({"pattern": "d", "mode": "content"})),
         ("bash", json!({"command": "echo hi"})),
+        ("shell_start", json!({"command": "echo hi"})),
+        ("shell_output", json!({"id": "sh1", "wait_secs": 10})),
+        ("shell_kill", json!({"id": "sh1"})),
     ];
     for (tool, args) in calls {
         let caller = if tool == "check_inbox" { "tl" } else { "pm" };
