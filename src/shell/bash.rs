@@ -105,7 +105,7 @@ impl Tool for Bash {
             .spawn()
             .map_err(|err| ShellError::Spawn(err.to_string()))?;
         drop(dir);
-        let group = Group::of(&child);
+        let mut group = Group::of(&child);
         let (Some(stdout), Some(stderr)) = (child.stdout.take(), child.stderr.take()) else {
             return Err(ShellError::Spawn("its output could not be captured".into()));
         };

@@ -141,18 +141,22 @@ impl Group {
         self.0
     }
 
-    /// SIGTERM to the group, then SIGKILL to what is left after a grace period.
-    pub(super) async fn terminate(&self) {
+    /// SIGTERM to the group, then SIGKILL to what is left after a grace period. Once the
+    /// group is seen empty its id is forgotten: the kernel may give it to a new group,
+    /// which must never get this one's signals (the drop's kill included).
+    pub(super) async fn terminate(&mut self) {
         let Some(pgid) = self.0 else { return };
-        if !signal_group(pgid, libc::SIGTERM) {
-            return; // The group is gone already.
+        if signal_group(pgid, libc::SIGTERM) {
+            let deadline = tokio::time::Instant::now() + TERM_GRACE;
+            // Signal 0 only asks whether the group still has members.
+            while signal_group(pgid, 0) && tokio::time::Instant::now() < deadline {
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+            self.kill();
         }
-        let deadline = tokio::time::Instant::now() + TERM_GRACE;
-        // Signal 0 only asks whether the group still has members.
-        while signal_group(pgid, 0) && tokio::time::Instant::now() < deadline {
-            tokio::time::sleep(Duration::from_millis(10)).await;
+        if !signal_group(pgid, 0) {
+            self.0 = None;
         }
-        self.kill();
     }
 
     pub(super) fn kill(&self) {
