@@ -571,6 +571,12 @@ impl Tool for ShellStart {
             jobs.jobs.remove(&id);
             return Err(ShellError::Spawn(err.to_string()));
         }
+        // The agent left while this call was starting it: it goes the way of its others.
+        if !jobs.jobs.contains_key(&id)
+            && let Some(actor) = job.actor.get()
+        {
+            let _ = actor.cast(JobMsg::Kill(Ended::AgentLeft, None));
+        }
         Ok(Started {
             id: id.to_string(),
             pid: job.pid,
