@@ -298,6 +298,8 @@ pub struct Fetch {
     policy: Arc<Policy>,
     config: FetchConfig,
     cache: quick_cache::sync::Cache<String, (Instant, Arc<Fetched>)>,
+    /// HTML to Markdown, without scripts, styles and other parts no reader sees.
+    html: htmd::HtmlToMarkdown,
 }
 
 impl Fetch {
@@ -354,6 +356,11 @@ impl Fetch {
             client,
             policy,
             cache: quick_cache::sync::Cache::new(config.cache_entries.max(1)),
+            html: htmd::HtmlToMarkdown::builder()
+                .skip_tags(vec![
+                    "script", "style", "noscript", "template", "head", "svg", "iframe",
+                ])
+                .build(),
             config,
         }))
     }
@@ -444,7 +451,13 @@ impl Fetch {
         }
         let text = String::from_utf8_lossy(&body);
         let (title, content) = if html {
-            (title_of(&text), markdown(&text))
+            // The parser recovers from any input; should conversion still fail, the text
+            // is better than nothing.
+            let md = self
+                .html
+                .convert(&text)
+                .unwrap_or_else(|_| text.to_string());
+            (title_of(&text), md)
         } else {
             (None, text.into_owned())
         };
@@ -463,21 +476,6 @@ impl Fetch {
                 .insert(url.to_string(), (Instant::now(), Arc::new(page.clone())));
         }
         Ok(page)
-    }
-}
-
-/// HTML as Markdown, without scripts, styles and other parts no reader sees.
-fn markdown(html: &str) -> String {
-    let converter = htmd::HtmlToMarkdown::builder()
-        .skip_tags(vec![
-            "script", "style", "noscript", "template", "head", "svg", "iframe",
-        ])
-        .build();
-    match converter.convert(html) {
-        Ok(md) => md,
-        // The parser recovers from any input; should conversion still fail, the text is
-        // better than nothing.
-        Err(_) => html.to_owned(),
     }
 }
 

@@ -72,15 +72,11 @@ struct Inner {
     /// Bumped whenever the tool set changes, for `tools/list_changed` notifications.
     tool_set: tokio::sync::watch::Sender<u64>,
     credentials: Credentials,
-    /// Told when an agent's last connection ends.
-    departures: Vec<Departure>,
-    /// The background shells, listed in `status`.
+    /// The background shells: listed in `status`, ended with their agent's last
+    /// connection.
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
     shell: Option<Arc<crate::shell::Shell>>,
 }
-
-/// What is told that an agent's last live connection ended (its background shells end).
-type Departure = Arc<dyn Fn(&str) + Send + Sync>;
 
 /// How late a timeout may fire: the deadline sweeper's tick.
 const DEADLINE_RESOLUTION: Duration = Duration::from_millis(1);
@@ -100,7 +96,6 @@ pub struct RuntimeBuilder {
     by_role: Vec<Arc<crate::files::Files>>,
     /// Subsystems started under the root after the built-in ones.
     subsystems: Vec<ChildSpec>,
-    departures: Vec<Departure>,
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
     shell: Option<Arc<crate::shell::Shell>>,
 }
@@ -142,7 +137,6 @@ impl Runtime {
             pending: Vec::new(),
             by_role: Vec::new(),
             subsystems: Vec::new(),
-            departures: Vec::new(),
             #[cfg(all(target_os = "linux", target_env = "gnu"))]
             shell: None,
         }
@@ -491,10 +485,9 @@ impl Drop for Presence {
         if connection.release() > 0 {
             return;
         }
-        if let Some(inner) = self.runtime.upgrade() {
-            for departure in &inner.departures {
-                departure(&self.agent);
-            }
+        #[cfg(all(target_os = "linux", target_env = "gnu"))]
+        if let Some(shell) = self.runtime.upgrade().and_then(|inner| inner.shell.clone()) {
+            shell.agent_left(&self.agent);
         }
     }
 }
@@ -585,10 +578,6 @@ impl RuntimeBuilder {
         let (start, output, kill) = shell.background_tools();
         self.subsystems.push(shell.supervisor_spec());
         self.by_role.push(Arc::clone(shell.files()));
-        self.departures.push({
-            let shell = Arc::clone(shell);
-            Arc::new(move |agent: &str| shell.agent_left(agent))
-        });
         self.shell = Some(Arc::clone(shell));
         self.tool_with(shell.tool(), once.clone().timeout(shell.max_call()))
             .tool_with(start, once.clone())
@@ -720,7 +709,6 @@ impl RuntimeBuilder {
                 stopping: AtomicBool::new(false),
                 tool_set: tokio::sync::watch::Sender::new(0),
                 credentials: self.credentials,
-                departures: self.departures,
                 #[cfg(all(target_os = "linux", target_env = "gnu"))]
                 shell: self.shell,
             }),

@@ -306,14 +306,22 @@ fn with_work_tools(
     mut builder: RuntimeBuilder,
     config: &Config,
 ) -> Result<RuntimeBuilder, Box<dyn std::error::Error>> {
-    if let Some(files) = &config.files {
-        let files = guildhall::files::Files::open(files)?;
+    // Opened once: the shell runs in the file tools' roots when they are on.
+    let files = config
+        .files
+        .as_ref()
+        .map(guildhall::files::Files::open)
+        .transpose()?;
+    if let Some(files) = &files {
         tracing::info!(roots = ?files.roots(), "file tools on");
-        builder = builder.files(&files);
+        builder = builder.files(files);
     }
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
     if let Some(shell) = &config.shell {
-        let files = guildhall::files::Files::open(&config.files.clone().unwrap_or_default())?;
+        let files = match files {
+            Some(files) => files,
+            None => guildhall::files::Files::open(&Default::default())?,
+        };
         let shell = guildhall::shell::Shell::new(shell.clone(), files)?;
         tracing::info!("shell tools on");
         builder = builder.shell(&shell);
