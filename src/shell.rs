@@ -15,6 +15,7 @@
 mod background;
 mod bash;
 mod process;
+mod spawn;
 mod spool;
 
 use std::sync::Arc;
@@ -121,6 +122,8 @@ pub enum ShellError {
 pub struct Shell {
     config: ShellConfig,
     deny: Vec<(String, glob::Pattern)>,
+    /// Where `bash` is (commands are started by path).
+    bash: std::ffi::CString,
     files: Arc<Files>,
     jobs: background::Jobs,
 }
@@ -130,7 +133,7 @@ impl Shell {
     ///
     /// # Errors
     /// [`ShellError::Invalid`] for an unusable setting (a deny glob that does not parse, a
-    /// zero timeout or limit).
+    /// zero timeout or limit), or when `PATH` has no `bash`.
     pub fn new(config: ShellConfig, files: Arc<Files>) -> Result<Arc<Self>, ShellError> {
         let zero = [
             ("timeout_secs", config.timeout_secs),
@@ -166,6 +169,7 @@ impl Shell {
         Ok(Arc::new(Self {
             config,
             deny,
+            bash: process::find_bash()?,
             files,
             jobs: background::Jobs::default(),
         }))

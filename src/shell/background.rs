@@ -12,7 +12,7 @@
 //! Output (standard output and error, interleaved as written) goes to a [`Spool`]: memory
 //! first, then an unnamed temporary file, bounded by `[shell] background_output_mib`.
 
-use std::os::fd::OwnedFd;
+use std::os::fd::{AsFd, OwnedFd};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, PoisonError, RwLock};
 use std::time::Duration;
@@ -27,6 +27,7 @@ use tokio::io::AsyncReadExt;
 use tokio::sync::watch;
 
 use super::process::{self, Group, TERM_GRACE};
+use super::spawn::Child;
 use super::spool::Spool;
 use super::{Shell, ShellError};
 use crate::time::now_ms;
@@ -212,7 +213,7 @@ impl Jobs {
 
 /// A spawned command handed to its actor.
 struct Launched {
-    child: tokio::process::Child,
+    child: Child,
     group: Group,
     output: tokio::net::unix::pipe::Receiver,
 }
@@ -522,21 +523,11 @@ impl Tool for ShellStart {
                 jobs.jobs.remove(&oldest);
             }
         }
-        let (mut command, dir) =
-            process::command(shell, ctx.agent(), &input.command, input.cwd.as_deref())?;
+        let command = process::command(shell, ctx.agent(), &input.command, input.cwd.as_deref())?;
         let (reader, writer) = std::io::pipe().map_err(|err| ShellError::Spawn(err.to_string()))?;
-        let stderr = writer
-            .try_clone()
-            .map_err(|err| ShellError::Spawn(err.to_string()))?;
-        let child = command
-            .stdout(writer)
-            .stderr(stderr)
-            .spawn()
-            .map_err(|err| ShellError::Spawn(err.to_string()))?;
-        // Our copies of the pipe's writing end go, so its end of file is the group's.
-        drop(command);
-        drop(dir);
-        let group = Group::of(&child);
+        let (child, group) = command.spawn(&shell.bash, writer.as_fd(), writer.as_fd())?;
+        // Our copy of the pipe's writing end goes, so its end of file is the group's.
+        drop((command, writer));
         let output = tokio::net::unix::pipe::Receiver::from_owned_fd(OwnedFd::from(reader))
             .map_err(|err| ShellError::Spawn(format!("its output could not be read: {err}")))?;
         let n = jobs.next.fetch_add(1, Ordering::Relaxed) + 1;

@@ -1,6 +1,6 @@
 //! `bash`: one command, waited for, its output streamed as progress and returned whole.
 
-use std::process::Stdio;
+use std::os::fd::{AsFd, OwnedFd};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -8,8 +8,9 @@ use guildhall_actors::{Annotations, CallContext, Tool};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use tokio::io::{AsyncBufReadExt, AsyncRead, BufReader};
+use tokio::net::unix::pipe::Receiver;
 
-use super::process::{self, Group, TERM_GRACE};
+use super::process::{self, TERM_GRACE};
 use super::{Shell, ShellError};
 
 /// Output kept per stream; past it, bytes are counted, not kept (governance's truncation
@@ -97,18 +98,20 @@ impl Tool for Bash {
                 config.max_timeout_secs
             )));
         }
-        let (mut command, dir) =
-            process::command(shell, ctx.agent(), &input.command, input.cwd.as_deref())?;
-        let mut child = command
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .map_err(|err| ShellError::Spawn(err.to_string()))?;
-        drop(dir);
-        let mut group = Group::of(&child);
-        let (Some(stdout), Some(stderr)) = (child.stdout.take(), child.stderr.take()) else {
-            return Err(ShellError::Spawn("its output could not be captured".into()));
+        let command = process::command(shell, ctx.agent(), &input.command, input.cwd.as_deref())?;
+        let spawn_error = |err: std::io::Error| ShellError::Spawn(err.to_string());
+        let (stdout, stdout_writer) = std::io::pipe().map_err(spawn_error)?;
+        let (stderr, stderr_writer) = std::io::pipe().map_err(spawn_error)?;
+        let (mut child, group) =
+            command.spawn(&shell.bash, stdout_writer.as_fd(), stderr_writer.as_fd())?;
+        // Our copies of the writing ends go, so each pipe's end of file is the group's.
+        drop((command, stdout_writer, stderr_writer));
+        let mut group = group;
+        let reader = |pipe: std::io::PipeReader| {
+            Receiver::from_owned_fd(OwnedFd::from(pipe))
+                .map_err(|err| ShellError::Spawn(format!("its output could not be read: {err}")))
         };
+        let (stdout, stderr) = (reader(stdout)?, reader(stderr)?);
         let progress = Progress::new(&ctx);
         let (out, err) = (Collected::default(), Collected::default());
         let (status, timed_out) = {
@@ -140,7 +143,7 @@ impl Tool for Bash {
             }
             let timed_out = matches!(stopped, Err(true));
             let status = match stopped {
-                Ok(status) => Some(status.map_err(|err| ShellError::Spawn(err.to_string()))?),
+                Ok(status) => Some(status.map_err(spawn_error)?),
                 Err(_) => tokio::time::timeout(TERM_GRACE, child.wait())
                     .await
                     .ok()

@@ -1,24 +1,34 @@
 //! Starting a command as the shell tools do, and killing what it started: its own session
 //! and process group, a directory opened through the confined walk, a filtered
-//! environment, resource limits.
+//! environment, resource limits set by the shell before the command runs.
 
-use std::os::fd::AsRawFd;
+use std::ffi::{CStr, CString};
+use std::os::fd::{AsFd, BorrowedFd};
 use std::time::Duration;
 
+use super::spawn::{Child, Spawn};
 use super::{Shell, ShellConfig, ShellError};
 
 /// How long a group has between SIGTERM and SIGKILL.
 pub(super) const TERM_GRACE: Duration = Duration::from_millis(500);
 
-/// A `bash -c command` ready to spawn in directory `cwd` inside `agent`'s roots, after the
-/// shell's checks (not empty, no NUL, no deny pattern). Standard input is closed; the
-/// caller sets the outputs.
+/// A `bash -c command` ready to start in a directory inside an agent's roots.
+pub(super) struct Command {
+    args: Vec<CString>,
+    env: Vec<CString>,
+    /// Opened through the confined walk: the child enters it by descriptor, so no path is
+    /// resolved again.
+    dir: cap_std::fs::Dir,
+}
+
+/// `line` as a command in directory `cwd` inside `agent`'s roots, after the shell's checks
+/// (not empty, no NUL, no deny pattern).
 pub(super) fn command(
     shell: &Shell,
     agent: Option<&str>,
     line: &str,
     cwd: Option<&str>,
-) -> Result<(tokio::process::Command, cap_std::fs::Dir), ShellError> {
+) -> Result<Command, ShellError> {
     if line.trim().is_empty() {
         return Err(ShellError::Invalid("command is empty".into()));
     }
@@ -31,36 +41,61 @@ pub(super) fn command(
         });
     }
     let (dir, _) = shell.files.scoped(agent).open_dir(cwd)?;
-    let mut command = tokio::process::Command::new("bash");
-    command
-        .arg("-c")
-        .arg(line)
-        .stdin(std::process::Stdio::null())
-        .env_clear()
-        .envs(environment(&shell.config.env))
-        .kill_on_drop(true);
-    before_exec(&mut command, dir.as_raw_fd(), Limits::of(&shell.config));
-    // The directory must stay open until the spawn (the child enters it by descriptor).
-    Ok((command, dir))
+    // The limits are set by the shell itself before it reads the command: posix_spawn
+    // cannot set them, and setting them from here after the start would leave a window.
+    // On the same line, so a syntax error in the command stops it before anything runs and
+    // its line numbers stay the command's own.
+    let script = format!("{} || exit 126; {line}", Limits::of(&shell.config).ulimit());
+    let args = ["bash", "-c", &script]
+        .into_iter()
+        .map(CString::new)
+        .collect::<Result<_, _>>()
+        .map_err(|_| ShellError::Invalid("command contains a NUL byte".into()))?;
+    let env = environment(&shell.config.env)
+        .into_iter()
+        .filter_map(|(name, value)| CString::new(format!("{name}={value}")).ok())
+        .collect();
+    Ok(Command { args, env, dir })
 }
 
-/// Makes the child its own session and process group, moves it into the directory `dir`
-/// (opened through the confined walk, so no path is resolved again), and sets its limits.
-#[allow(unsafe_code)]
-fn before_exec(command: &mut tokio::process::Command, dir: i32, limits: Limits) {
-    // SAFETY: between fork and exec the closure makes only async-signal-safe calls
-    // (setsid, fchdir, setrlimit) on values prepared before the fork, and allocates nothing.
-    unsafe {
-        command.pre_exec(move || {
-            if libc::setsid() < 0 {
-                return Err(std::io::Error::last_os_error());
-            }
-            if libc::fchdir(dir) < 0 {
-                return Err(std::io::Error::last_os_error());
-            }
-            limits.apply()
-        });
+impl Command {
+    /// Starts it with `bash` (an absolute path) in its own session and process group,
+    /// standard input closed, its output and errors to `stdout` and `stderr`.
+    pub(super) fn spawn(
+        &self,
+        bash: &CStr,
+        stdout: BorrowedFd<'_>,
+        stderr: BorrowedFd<'_>,
+    ) -> Result<(Child, Group), ShellError> {
+        let child = Spawn {
+            program: bash,
+            args: &self.args,
+            env: &self.env,
+            dir: self.dir.as_fd(),
+            stdout,
+            stderr,
+        }
+        .spawn()
+        .map_err(|err| ShellError::Spawn(err.to_string()))?;
+        // The child leads its own session and group: its pid is the group's id.
+        let group = Group(Some(child.id()));
+        Ok((child, group))
     }
+}
+
+/// The absolute path of `bash` in `PATH`, which commands are started with (posix_spawn
+/// takes a path; looking it up once also spares every command the search).
+pub(super) fn find_bash() -> Result<CString, ShellError> {
+    let path = std::env::var_os("PATH").unwrap_or_else(|| "/usr/bin:/bin".into());
+    std::env::split_paths(&path)
+        .map(|dir| dir.join("bash"))
+        .find(|candidate| {
+            use std::os::unix::fs::PermissionsExt;
+            std::fs::metadata(candidate)
+                .is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+        })
+        .and_then(|found| CString::new(found.into_os_string().into_encoded_bytes()).ok())
+        .ok_or_else(|| ShellError::Invalid("the shell tools need bash, and PATH has none".into()))
 }
 
 /// Sends `signal` to every process of group `pgid`; `false` when the group has none left.
@@ -85,44 +120,34 @@ fn environment(extra: &[String]) -> Vec<(String, String)> {
         .collect()
 }
 
-/// Resource limits set in the child before it runs the command.
+/// Resource limits set in the shell before it runs the command.
 #[derive(Clone, Copy)]
 struct Limits {
-    cpu: libc::rlim_t,
-    memory: libc::rlim_t,
-    files: libc::rlim_t,
-    processes: libc::rlim_t,
+    cpu: u64,
+    memory_kib: u64,
+    files: u64,
+    processes: u64,
 }
 
 impl Limits {
     fn of(config: &ShellConfig) -> Self {
         Self {
             cpu: config.cpu_secs,
-            memory: config.memory_mib.saturating_mul(1024 * 1024),
+            memory_kib: config.memory_mib.saturating_mul(1024),
             files: config.open_files,
             processes: config.processes,
         }
     }
 
-    /// Sets the limits in this process (called in the child, after fork).
-    #[allow(unsafe_code)]
-    fn apply(self) -> std::io::Result<()> {
-        for (resource, value) in [
-            (libc::RLIMIT_CPU, self.cpu),
-            (libc::RLIMIT_AS, self.memory),
-            (libc::RLIMIT_NOFILE, self.files),
-            (libc::RLIMIT_NPROC, self.processes),
-        ] {
-            let limit = libc::rlimit {
-                rlim_cur: value,
-                rlim_max: value,
-            };
-            // SAFETY: setrlimit with a valid pointer to a stack value.
-            if unsafe { libc::setrlimit(resource, &raw const limit) } < 0 {
-                return Err(std::io::Error::last_os_error());
-            }
-        }
-        Ok(())
+    /// The `ulimit` command that sets them, hard and soft (`-v` is in KiB).
+    fn ulimit(self) -> String {
+        let Self {
+            cpu,
+            memory_kib,
+            files,
+            processes,
+        } = self;
+        format!("ulimit -t {cpu} -v {memory_kib} -n {files} -u {processes}")
     }
 }
 
@@ -130,12 +155,6 @@ impl Limits {
 pub(super) struct Group(Option<i32>);
 
 impl Group {
-    /// The group led by `child` (spawned by [`command`], so it leads its own group).
-    pub(super) fn of(child: &tokio::process::Child) -> Self {
-        // The child leads its own session and group: its pid is the group's id.
-        Self(child.id().and_then(|id| i32::try_from(id).ok()))
-    }
-
     /// The group's id, while it has one.
     pub(super) fn id(&self) -> Option<i32> {
         self.0

@@ -220,6 +220,48 @@ async fn resource_limits_stop_a_memory_hog() {
 }
 
 #[tokio::test]
+async fn a_command_leads_its_own_session_with_default_signals_and_no_input() {
+    let (rt, _project) = runtime(ShellConfig::default()).await;
+    let run = |command: &str| bash(&rt, json!({ "command": command }));
+    // Fields 1, 5 and 6 of /proc/PID/stat: its pid, process group and session.
+    let ids = run("read -r pid _ _ _ group session _ < /proc/$$/stat; echo $pid $group $session")
+        .await
+        .unwrap();
+    let ids: Vec<&str> = ids["stdout"].as_str().unwrap().split_whitespace().collect();
+    assert_eq!(ids.len(), 3, "{ids:?}");
+    assert!(
+        ids.iter().all(|id| *id == ids[0]),
+        "not its own leader: {ids:?}"
+    );
+    // SIGPIPE is back to its default (the server ignores it): `yes` dies of it (128 + 13).
+    let pipe = run("yes | head -n 1 >/dev/null; echo ${PIPESTATUS[0]}")
+        .await
+        .unwrap();
+    assert_eq!(pipe["stdout"], json!("141\n"), "{pipe}");
+    let input = run("read -r line; echo $?").await.unwrap();
+    assert_eq!(
+        input["stdout"],
+        json!("1\n"),
+        "standard input is not empty: {input}"
+    );
+    let exit = run("exit 3").await.unwrap();
+    assert_eq!(exit["exit_code"], json!(3));
+    // A syntax error stops the whole command line before any of it runs, and names its
+    // line as the command's own first.
+    let syntax = run("echo ran; fi").await.unwrap();
+    assert_eq!(syntax["stdout"], json!(""), "{syntax}");
+    assert_eq!(syntax["exit_code"], json!(2), "{syntax}");
+    assert!(
+        syntax["stderr"]
+            .as_str()
+            .unwrap()
+            .contains("line 1: syntax error"),
+        "{syntax}"
+    );
+    rt.shutdown().await;
+}
+
+#[tokio::test]
 async fn commands_see_a_filtered_environment_and_start_inside_the_roots() {
     let (rt, project) = runtime(ShellConfig::default()).await;
     let env = bash(&rt, json!({ "command": "env" })).await.unwrap();
