@@ -60,6 +60,7 @@
 pub mod agents;
 #[cfg(feature = "bench")]
 pub mod bench;
+pub mod changes;
 pub mod config;
 pub mod context;
 mod error;

@@ -17,9 +17,12 @@ pub mod framing;
 mod handler;
 pub mod http;
 pub mod local;
+mod prompts;
+mod resources;
 
 pub use filter::{FilterError, ToolFilter};
 pub use handler::{AGENT_HEADER, McpServer, PARENT_HEADER, ROLE_HEADER};
+pub use resources::{AGENTS as AGENTS_RESOURCE, INBOX as INBOX_RESOURCE};
 
 /// Serves `server` to one client over this process's stdin and stdout until stdin closes.
 /// When both are pipes (as an MCP client launches a server) they are driven by the I/O

@@ -36,6 +36,7 @@ use crate::agents::tools::{CheckInbox, MarkRead, ReadMessage, SendMessage};
 use crate::agents::{
     Agent, AgentRecord, AgentSpec, Credentials, MailError, MailboxConfig, PostOffice,
 };
+use crate::changes::Changes;
 use crate::context::tools::{ContextGet, ContextHistory, ContextUpdate};
 use crate::context::{ContextConfig, ContextHub, Sessions};
 use crate::error::BuildError;
@@ -421,6 +422,12 @@ impl Runtime {
         Sessions::new(Arc::clone(&self.inner.contexts))
     }
 
+    /// Where committed changes of inboxes, context sessions and the agent directory are
+    /// reported, for listeners such as the MCP server's resource subscriptions.
+    pub fn changes(&self) -> Arc<Changes> {
+        Arc::clone(&self.inner.office.shared.changes)
+    }
+
     /// The runtime's store.
     pub fn store(&self) -> Arc<dyn Store> {
         Arc::clone(&self.inner.office.shared.store)
@@ -624,7 +631,11 @@ impl RuntimeBuilder {
             StoreChoice::Dir(dir) => Some(dir.clone()),
             _ => None,
         };
-        let office = PostOffice::open(Arc::clone(&store), self.mailbox.clone())?;
+        let office = PostOffice::open(
+            Arc::clone(&store),
+            self.mailbox.clone(),
+            Arc::new(Changes::default()),
+        )?;
         let contexts = ContextHub::open(
             Arc::clone(&store),
             self.context.clone(),

@@ -15,6 +15,7 @@ use super::message::{Address, DeliveryState, Message, Outgoing, Receipt, Rejecte
 use super::protocol::{MailboxMsg, Op, Reply};
 use super::shared::Shared;
 use super::{MailError, MailboxConfig};
+use crate::changes::{Changes, Subject};
 use crate::store::{self, Batch, Store, StoreError, Table, codec};
 use guildhall_supervision::lazy::{self, CoarseClock, Lazy, Partitions, RequestError, Sweep};
 
@@ -42,6 +43,7 @@ impl PostOffice {
     pub(crate) fn open(
         store: Arc<dyn Store>,
         config: MailboxConfig,
+        changes: Arc<Changes>,
     ) -> Result<Arc<Self>, MailError> {
         let directory = Directory::load(&*store)?;
         Ok(Arc::new(Self {
@@ -51,6 +53,7 @@ impl PostOffice {
                 partitions: Partitions::new(),
                 clock: CoarseClock::default(),
                 fan_out_gate: tokio::sync::RwLock::new(()),
+                changes,
             }),
             directory,
             sweep: Sweep::default(),
@@ -82,7 +85,9 @@ impl PostOffice {
     }
 
     pub(crate) async fn register(&self, spec: AgentSpec) -> Result<Arc<AgentEntry>, MailError> {
-        self.directory.register(&*self.shared.store, spec).await
+        let entry = self.directory.register(&*self.shared.store, spec).await?;
+        self.shared.changes.changed(&Subject::Agents);
+        Ok(entry)
     }
 
     /// Deregisters an agent: stops its mailbox and deletes it and its messages.
@@ -97,8 +102,9 @@ impl PostOffice {
         }
         self.directory
             .deregister(&*self.shared.store, id, batch)
-            .await
-            .map(drop)
+            .await?;
+        self.shared.changes.changed(&Subject::Agents);
+        Ok(())
     }
 
     /// Sends `out` from `sender` to everyone its address names.
@@ -326,9 +332,16 @@ impl PostOffice {
         };
         let mut first_error = None;
         match stored.unwrap_or(Err(StoreError::Closed)) {
-            Ok(()) => receipt
-                .delivered_to
-                .extend(inactive.iter().map(|e| e.id.clone())),
+            Ok(()) => {
+                for entry in &inactive {
+                    self.shared
+                        .changes
+                        .changed(&Subject::Inbox(Arc::from(entry.id.as_str())));
+                }
+                receipt
+                    .delivered_to
+                    .extend(inactive.iter().map(|e| e.id.clone()));
+            }
             Err(err) => {
                 let err = MailError::from(err);
                 receipt.rejected.extend(inactive.iter().map(|e| Rejected {

@@ -4,6 +4,7 @@
 use std::sync::Arc;
 
 use super::MailboxConfig;
+use crate::changes::Changes;
 use crate::store::Store;
 use guildhall_supervision::lazy::{CoarseClock, Partitions};
 
@@ -19,6 +20,8 @@ pub(crate) struct Shared {
     /// submits the inactive ones' writes. So a mailbox either was active then (and is sent
     /// the message) or loads after those writes (and finds it).
     pub(crate) fan_out_gate: tokio::sync::RwLock<()>,
+    /// Told of new mail and of directory changes, for whoever listens.
+    pub(crate) changes: Arc<Changes>,
 }
 
 impl Shared {

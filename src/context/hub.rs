@@ -53,6 +53,7 @@ impl ContextHub {
                 config,
                 partitions: Partitions::new(),
                 clock: CoarseClock::default(),
+                changes: Arc::clone(&office.shared.changes),
             }),
             sessions,
             office,
@@ -164,11 +165,21 @@ impl ContextHub {
         changes: Arc<[Change]>,
         author: Option<AgentId>,
     ) -> Result<Applied, ContextError> {
+        let keys: Vec<String> = if self.shared.changes.is_watched() {
+            changes.iter().map(|c| c.key.clone()).collect()
+        } else {
+            Vec::new()
+        };
         let reply = self.request(entry, Op::Update { changes, author }).await;
         // Counted even on failure: a crash mid-update may have applied it.
         self.changed(entry.id.as_str());
         match reply? {
-            Reply::Applied(applied) => Ok(applied),
+            Reply::Applied(applied) => {
+                self.shared
+                    .changes
+                    .session_changed(entry.id.as_str(), keys.iter().map(String::as_str));
+                Ok(applied)
+            }
             other => Err(failed(entry, other)),
         }
     }

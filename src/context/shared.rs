@@ -4,6 +4,7 @@
 use std::sync::Arc;
 
 use super::ContextConfig;
+use crate::changes::Changes;
 use crate::store::Store;
 use guildhall_supervision::lazy::{CoarseClock, Partitions};
 
@@ -13,4 +14,6 @@ pub(crate) struct Shared {
     pub(crate) config: ContextConfig,
     pub(crate) partitions: Arc<Partitions>,
     pub(crate) clock: CoarseClock,
+    /// Told of committed changes, for whoever listens.
+    pub(crate) changes: Arc<Changes>,
 }

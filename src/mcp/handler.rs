@@ -23,6 +23,7 @@ use rmcp::service::ElicitationMode;
 use super::filter::ToolFilter;
 #[cfg(feature = "conformance")]
 use super::fixtures;
+use super::{prompts, resources};
 use crate::agents::TOKEN_HEADER;
 use crate::governance::{Approval, AskRequest, Asker, ToolReply};
 use crate::{AgentSpec, CallOptions, Runtime};
@@ -50,6 +51,9 @@ pub struct McpServer {
     /// session's `initialize`) while any clone lives; its end may end the agent's
     /// background shells.
     presence: Arc<OnceLock<crate::runtime::Presence>>,
+    /// This connection's resource subscriptions (`resources/subscribe`), by URI; each
+    /// ends its relay when dropped.
+    subscriptions: Arc<Mutex<std::collections::HashMap<String, DropGuard>>>,
     /// Ends this connection's list-changed watcher when the last clone goes.
     _alive: Arc<DropGuard>,
     alive: CancellationToken,
@@ -78,6 +82,7 @@ impl McpServer {
             agent: None,
             filter: ToolFilter::all(),
             presence: Arc::default(),
+            subscriptions: Arc::default(),
             _alive: Arc::new(alive.clone().drop_guard()),
             alive,
         }
@@ -113,6 +118,7 @@ impl McpServer {
             agent,
             filter: self.filter.clone().and(filter),
             presence,
+            subscriptions: Arc::default(),
             _alive: Arc::new(alive.clone().drop_guard()),
             alive,
         }
@@ -128,6 +134,40 @@ impl McpServer {
         }
     }
 
+    /// Resource `uri`, if `agent` may use the tool that reads it on this connection (the
+    /// tool call then applies governance's rules).
+    fn readable(&self, agent: &str, uri: &str) -> Result<resources::Resource, McpError> {
+        let resource = resources::Resource::parse(uri)?;
+        let (tool, _) = resource.tool();
+        if self
+            .visible_tools_for(Some(agent))
+            .iter()
+            .any(|t| t.name == tool)
+        {
+            Ok(resource)
+        } else {
+            Err(McpError::invalid_params(
+                format!("`{agent}` may not read `{uri}` here (it may not use `{tool}`)"),
+                Some(serde_json::json!({ "uri": uri })),
+            ))
+        }
+    }
+
+    /// A watch on resource `uri` for the caller of `cx`.
+    async fn watch(
+        &self,
+        uri: &str,
+        cx: &RequestContext<RoleServer>,
+    ) -> Result<crate::changes::Watch, McpError> {
+        let agent = self.caller(cx).await?;
+        let resource = self.readable(&agent, uri)?;
+        Ok(self
+            .shared
+            .runtime
+            .changes()
+            .watch(resource.subject(&agent)))
+    }
+
     /// What this server offers: tools (and list changes), plus what the fixtures add.
     fn capabilities(&self) -> ServerCapabilities {
         #[cfg(feature = "conformance")]
@@ -137,6 +177,10 @@ impl McpServer {
         ServerCapabilities::builder()
             .enable_tools()
             .enable_tool_list_changed()
+            .enable_resources()
+            .enable_resources_subscribe()
+            .enable_prompts()
+            .enable_completions()
             .build()
     }
 
@@ -342,15 +386,6 @@ impl McpServer {
             Err(err) => Ok(tool_failure(&err).into()),
         }
     }
-}
-
-/// The answer to a method for something this server does not have.
-fn none_here<T>(what: &str) -> Result<T, McpError> {
-    Err(McpError::new(
-        rmcp::model::ErrorCode::METHOD_NOT_FOUND,
-        format!("this server has no {what}"),
-        None,
-    ))
 }
 
 /// The answer to a call that names no agent.
@@ -663,12 +698,23 @@ impl ServerHandler for McpServer {
         &self,
         requested: &SubscriptionFilter,
     ) -> Option<SubscriptionFilter> {
-        let _ = requested;
         let accepted = SubscriptionFilter::builder().tools_list_changed();
-        Some(if self.shared.fixtures {
-            accepted.prompts_list_changed().build()
-        } else {
+        if self.shared.fixtures {
+            return Some(accepted.prompts_list_changed().build());
+        }
+        // The URIs guildhall serves; whether the caller may read them is checked in `listen`.
+        let uris: Vec<String> = requested
+            .resource_subscriptions
+            .iter()
+            .flatten()
+            .filter(|uri| resources::Resource::parse(uri).is_ok())
+            .take(resources::MAX_SUBSCRIPTIONS)
+            .cloned()
+            .collect();
+        Some(if uris.is_empty() {
             accepted.build()
+        } else {
+            accepted.resource_subscriptions(uris).build()
         })
     }
 
@@ -686,9 +732,26 @@ impl ServerHandler for McpServer {
                 || subscription.sink().notify_prompt_list_changed(),
             );
             tokio::join!(tools, prompts);
-        } else {
-            tools.await;
+            return Ok(());
         }
+        let mut watches = Vec::new();
+        for uri in subscription
+            .accepted()
+            .resource_subscriptions
+            .iter()
+            .flatten()
+        {
+            watches.push((uri, self.watch(uri, subscription.request_context()).await?));
+        }
+        // The acknowledgment went out before these watches began: a change in between would
+        // be missed, so each resource is reported changed once at the start.
+        let subscription = &subscription;
+        let resources = futures::future::join_all(watches.into_iter().map(|(uri, watch)| {
+            resources::relay(watch, true, subscription.cancelled(), move || {
+                subscription.sink().notify_resource_updated(uri.clone())
+            })
+        }));
+        tokio::join!(tools, resources);
         Ok(())
     }
 
@@ -701,8 +764,8 @@ impl ServerHandler for McpServer {
         if self.shared.fixtures {
             return fixtures::list_resources(request, cx);
         }
-        let _ = (request, cx);
-        none_here("resources")
+        let agent = self.named_caller(&cx).await?;
+        resources::list(&self.shared.runtime, agent.as_deref(), request)
     }
 
     async fn list_resource_templates(
@@ -715,7 +778,7 @@ impl ServerHandler for McpServer {
             return fixtures::list_resource_templates(request, cx);
         }
         let _ = (request, cx);
-        none_here("resources")
+        resources::templates()
     }
 
     async fn read_resource(
@@ -727,8 +790,11 @@ impl ServerHandler for McpServer {
         if self.shared.fixtures {
             return fixtures::read_resource(request, cx).await;
         }
-        let _ = (request, cx);
-        none_here("resources")
+        let agent = self.caller(&cx).await?;
+        self.readable(&agent, &request.uri)?;
+        self.shared.runtime.agent_seen(&agent);
+        let result = resources::read(&self.shared.runtime, agent, &request.uri).await?;
+        Ok(rmcp::model::ReadResourceResponse::from(result))
     }
 
     async fn list_prompts(
@@ -742,7 +808,7 @@ impl ServerHandler for McpServer {
             return fixtures::list_prompts(added, request, cx);
         }
         let _ = (request, cx);
-        none_here("prompts")
+        prompts::list()
     }
 
     async fn complete(
@@ -754,8 +820,7 @@ impl ServerHandler for McpServer {
         if self.shared.fixtures {
             return fixtures::complete(&request);
         }
-        let _ = request;
-        none_here("completions")
+        prompts::complete(&self.shared.runtime, &request).await
     }
 
     #[allow(deprecated)]
@@ -770,19 +835,65 @@ impl ServerHandler for McpServer {
     #[allow(deprecated)]
     async fn subscribe(
         &self,
-        _request: rmcp::model::SubscribeRequestParams,
-        _cx: RequestContext<RoleServer>,
+        request: rmcp::model::SubscribeRequestParams,
+        cx: RequestContext<RoleServer>,
     ) -> Result<(), McpError> {
-        self.fixtures_only::<rmcp::model::SubscribeRequestMethod>()
+        if self.shared.fixtures {
+            return Ok(());
+        }
+        let watch = self.watch(&request.uri, &cx).await?;
+        let mut subscriptions = self
+            .subscriptions
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        if !subscriptions.contains_key(&request.uri)
+            && subscriptions.len() >= resources::MAX_SUBSCRIPTIONS
+        {
+            return Err(McpError::invalid_request(
+                format!(
+                    "this connection holds {} resource subscriptions, the most it may; \
+                     unsubscribe from one first",
+                    resources::MAX_SUBSCRIPTIONS
+                ),
+                None,
+            ));
+        }
+        let stop = self.alive.child_token();
+        let (peer, uri) = (cx.peer.clone(), request.uri.clone());
+        // Watched before the answer: every change after it is reported.
+        tokio::spawn(resources::relay(
+            watch,
+            false,
+            stop.clone().cancelled_owned(),
+            move || {
+                let (peer, uri) = (peer.clone(), uri.clone());
+                async move {
+                    peer.notify_resource_updated(
+                        rmcp::model::ResourceUpdatedNotificationParam::new(uri),
+                    )
+                    .await
+                }
+            },
+        ));
+        // A second subscription to the same URI replaces the first (one notification each).
+        subscriptions.insert(request.uri, stop.drop_guard());
+        Ok(())
     }
 
     #[allow(deprecated)]
     async fn unsubscribe(
         &self,
-        _request: rmcp::model::UnsubscribeRequestParams,
+        request: rmcp::model::UnsubscribeRequestParams,
         _cx: RequestContext<RoleServer>,
     ) -> Result<(), McpError> {
-        self.fixtures_only::<rmcp::model::UnsubscribeRequestMethod>()
+        if self.shared.fixtures {
+            return Ok(());
+        }
+        self.subscriptions
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .remove(&request.uri);
+        Ok(())
     }
 
     async fn get_prompt(
@@ -794,8 +905,9 @@ impl ServerHandler for McpServer {
         if self.shared.fixtures {
             return fixtures::get_prompt(request, cx).await;
         }
-        let _ = (request, cx);
-        none_here("prompts")
+        let agent = self.named_caller(&cx).await?;
+        let result = prompts::get(&self.shared.runtime, agent.as_deref(), &request)?;
+        Ok(rmcp::model::GetPromptResponse::from(result))
     }
 }
 

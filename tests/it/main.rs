@@ -40,6 +40,8 @@ mod layers;
 mod mailbox;
 /// The MCP server on the wire: both eras over a duplex and over HTTP.
 mod mcp;
+/// MCP resources (inbox, agents, context) and their subscriptions, prompts, completions.
+mod resources;
 /// Registration, lookup, snapshots and shutdown of the runtime.
 mod runtime;
 /// Tool schemas are standard JSON Schema that clients' validators accept, results included.

@@ -87,7 +87,7 @@ impl Tool for Tool2 {
     }
 }
 
-async fn runtime() -> (Runtime, Arc<Notify>) {
+pub(crate) async fn runtime() -> (Runtime, Arc<Notify>) {
     let cancelled = Arc::new(Notify::new());
     let rt = Runtime::builder()
         .tool(Gate {
@@ -106,7 +106,7 @@ async fn runtime() -> (Runtime, Arc<Notify>) {
 }
 
 /// A raw JSON-RPC client over one end of a duplex, the server on the other.
-struct Wire {
+pub(crate) struct Wire {
     write: tokio::io::WriteHalf<DuplexStream>,
     lines: Lines<BufReader<tokio::io::ReadHalf<DuplexStream>>>,
     /// Messages read while looking for another one.
@@ -140,7 +140,7 @@ impl Wire {
     }
 
     /// Connects in the handshake era (`initialize`).
-    async fn legacy(server: McpServer) -> Self {
+    pub(crate) async fn legacy(server: McpServer) -> Self {
         let mut wire = Self::start(server);
         let init = wire
             .request(
@@ -157,7 +157,7 @@ impl Wire {
     }
 
     /// Speaks the stateless era: no handshake, `_meta` on every request.
-    async fn stateless(server: McpServer) -> Self {
+    pub(crate) async fn stateless(server: McpServer) -> Self {
         let mut wire = Self::start(server);
         wire.meta = Some(meta_2026());
         let discover = wire.request(0, "server/discover", json!({})).await;
@@ -190,20 +190,20 @@ impl Wire {
         params
     }
 
-    async fn send_request(&mut self, id: u64, method: &str, params: Value) {
+    pub(crate) async fn send_request(&mut self, id: u64, method: &str, params: Value) {
         let params = self.stamp(params);
         self.send(json!({ "jsonrpc": "2.0", "id": id, "method": method, "params": params }))
             .await;
     }
 
-    async fn request(&mut self, id: u64, method: &str, params: Value) -> Value {
+    pub(crate) async fn request(&mut self, id: u64, method: &str, params: Value) -> Value {
         self.send_request(id, method, params).await;
         self.next_where(|m| m["id"] == id && m.get("method").is_none())
             .await
     }
 
     /// The next message matching `want`, keeping the others for later.
-    async fn next_where(&mut self, want: impl Fn(&Value) -> bool) -> Value {
+    pub(crate) async fn next_where(&mut self, want: impl Fn(&Value) -> bool) -> Value {
         if let Some(at) = self.seen.iter().position(&want) {
             return self.seen.remove(at);
         }
@@ -221,7 +221,12 @@ impl Wire {
         }
     }
 
-    async fn call(&mut self, id: u64, tool: &str, arguments: Value) -> Value {
+    /// Whether a message matching `want` was read while looking for others.
+    pub(crate) fn seen_any(&self, want: impl Fn(&Value) -> bool) -> bool {
+        self.seen.iter().any(want)
+    }
+
+    pub(crate) async fn call(&mut self, id: u64, tool: &str, arguments: Value) -> Value {
         self.request(
             id,
             "tools/call",
@@ -231,7 +236,7 @@ impl Wire {
     }
 }
 
-fn structured(response: &Value) -> &Value {
+pub(crate) fn structured(response: &Value) -> &Value {
     let result = &response["result"];
     assert_eq!(result["isError"], false, "{response}");
     let text: Value = serde_json::from_str(result["content"][0]["text"].as_str().unwrap()).unwrap();

@@ -4,7 +4,10 @@ Run by scripts/python-client (and so by .ci/run) with GUILDHALL_BIN pointing at 
 - `guildhall serve --stdio` directly: list tools, call tools, the error cases;
 - two agents launched as two `guildhall mcp` processes sharing one data directory (the first
   starts the background server): a mailbox round trip, a reply in the same thread, shared
-  context, and a filtered tool.
+  context, and a filtered tool;
+- resources: the inbox read as a resource, and a subscription to it told of every new
+  message (`resources/subscribe` before 2026-07-28, `subscriptions/listen` since); the
+  briefing prompts and a completion.
 """
 
 import asyncio
@@ -14,6 +17,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import warnings
 
 from mcp import Client, StdioServerParameters
 from mcp.shared.exceptions import MCPError
@@ -107,6 +111,54 @@ async def two_agents(mode, data_dir):
                 raise AssertionError("a filtered tool must be refused")
 
 
+SENDS = 20
+INBOX = "guildhall://inbox"
+
+
+async def resources(mode, data_dir):
+    updates = asyncio.Queue()
+
+    async def on_message(message):
+        note = getattr(message, "root", message)
+        if getattr(note, "method", "") == "notifications/resources/updated":
+            await updates.put(str(note.params.uri))
+
+    server = params(data_dir, "serve", "--stdio", "--agent", "solo")
+    async with Client(server, mode=mode, message_handler=on_message) as c:
+        uris = [str(r.uri) for r in (await c.list_resources()).resources]
+        assert uris[:2] == [INBOX, "guildhall://agents"], uris
+        prompts = [p.name for p in (await c.list_prompts()).prompts]
+        assert prompts == ["tech-lead", "project-manager", "worker"], prompts
+        brief = await c.get_prompt("worker", {"task": "ship it"})
+        assert "ship it" in brief.messages[0].content.text, brief
+
+        async def send_and_hear(n, next_update):
+            # Each message sent is announced: the subscriber never needs to poll.
+            for i in range(n):
+                structured(await c.call_tool("send_message", {"to": "solo", "body": f"m{i}"}))
+                assert await asyncio.wait_for(next_update(), 5) == INBOX
+
+        if mode == "legacy":
+            with warnings.catch_warnings():
+                # The SDK warns that the method is gone since 2026-07-28; this is the older era.
+                warnings.simplefilter("ignore")
+                await c.subscribe_resource(INBOX)
+            await send_and_hear(SENDS, updates.get)
+        else:
+            async with c.listen(resource_subscriptions=[INBOX]) as sub:
+                events = aiter(sub)
+
+                async def next_update():
+                    return str((await anext(events)).uri)
+
+                # A listen stream starts with one announcement per resource.
+                assert await asyncio.wait_for(next_update(), 5) == INBOX
+                await send_and_hear(SENDS, next_update)
+        read = await c.read_resource(INBOX)
+        inbox = json.loads(read.contents[0].text)
+        assert inbox["unread"] == SENDS, inbox
+
+
 def stop_server(data_dir):
     out = subprocess.run([BIN, "--data-dir", data_dir, "status", "--json"],
                          capture_output=True, text=True)
@@ -125,6 +177,9 @@ async def main():
             finally:
                 stop_server(shared_dir)
         print(f"ok: two guildhall mcp agents, mode={mode}")
+        with tempfile.TemporaryDirectory() as resources_dir:
+            await resources(mode, resources_dir)
+        print(f"ok: resources, subscriptions and prompts, mode={mode}")
 
 
 if __name__ == "__main__":

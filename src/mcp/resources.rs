@@ -1,0 +1,254 @@
+//! The runtime's state as MCP resources: the caller's inbox, the agent directory, context
+//! sessions and their entries; and subscriptions to them, so a client is told of new mail
+//! or a changed entry instead of polling.
+//!
+//! A read goes through the tool that reads the same thing (`check_inbox`, `list_agents`,
+//! `context_get`) as the calling agent, so every rule that holds for the tool holds for the
+//! resource: permissions, role tool sets, rate limits, audit. A subscription watches the
+//! subject in [`Changes`](crate::changes::Changes) and sends `notifications/resources/updated`
+//! for it after each committed change (coalesced while a notification is on its way).
+
+use std::sync::Arc;
+
+use rmcp::model::{ListResourceTemplatesResult, ListResourcesResult, ReadResourceResult};
+use rmcp::{ErrorData as McpError, model::PaginatedRequestParams};
+use serde::de::DeserializeOwned;
+use serde_json::{Value, json};
+
+use crate::changes::{Subject, Watch};
+use crate::{CallOptions, Runtime};
+
+/// The calling agent's inbox (unread mail, not marked read by reading it).
+pub const INBOX: &str = "guildhall://inbox";
+/// The agent directory.
+pub const AGENTS: &str = "guildhall://agents";
+/// Context sessions: `guildhall://context/{session}` and `…/{session}/{key}`.
+const CONTEXT: &str = "guildhall://context/";
+/// Subscriptions one connection may hold at once.
+pub(super) const MAX_SUBSCRIPTIONS: usize = 256;
+/// Resources per `resources/list` page.
+const PAGE: usize = 100;
+/// Messages and entries one read returns at most.
+const READ_LIMIT: u32 = 100;
+
+/// A guildhall resource, from its URI.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) enum Resource {
+    Inbox,
+    Agents,
+    Session(String),
+    Entry(String, String),
+}
+
+impl Resource {
+    /// Parses `uri`; anything else is "no such resource", naming the ones there are.
+    pub(super) fn parse(uri: &str) -> Result<Self, McpError> {
+        let parsed = match uri {
+            INBOX => Some(Self::Inbox),
+            AGENTS => Some(Self::Agents),
+            _ => uri.strip_prefix(CONTEXT).and_then(|rest| {
+                match rest.split_once('/') {
+                    None => Some(Self::Session(rest.to_owned())),
+                    Some((session, key)) => {
+                        (!key.is_empty()).then(|| Self::Entry(session.to_owned(), key.to_owned()))
+                    }
+                }
+                .filter(|r| !matches!(r, Self::Session(s) | Self::Entry(s, _) if s.is_empty()))
+            }),
+        };
+        parsed.ok_or_else(|| {
+            McpError::resource_not_found(
+                format!(
+                    "no resource `{uri}`: guildhall serves `{INBOX}`, `{AGENTS}`, \
+                     `{CONTEXT}{{session}}` and `{CONTEXT}{{session}}/{{key}}`"
+                ),
+                Some(json!({ "uri": uri })),
+            )
+        })
+    }
+
+    /// What changes it: `agent` is the reader (whose inbox `guildhall://inbox` is).
+    pub(super) fn subject(&self, agent: &str) -> Subject {
+        match self {
+            Self::Inbox => Subject::Inbox(Arc::from(agent)),
+            Self::Agents => Subject::Agents,
+            Self::Session(s) => Subject::Session(Arc::from(s.as_str())),
+            Self::Entry(s, k) => Subject::Entry(Arc::from(s.as_str()), Arc::from(k.as_str())),
+        }
+    }
+
+    /// The tool a read goes through, and its arguments.
+    pub(super) fn tool(&self) -> (&'static str, Value) {
+        match self {
+            Self::Inbox => ("check_inbox", json!({ "limit": READ_LIMIT, "full": true })),
+            Self::Agents => ("list_agents", json!({})),
+            Self::Session(s) => ("context_get", json!({ "session": s, "limit": READ_LIMIT })),
+            Self::Entry(s, k) => ("context_get", json!({ "session": s, "keys": [k] })),
+        }
+    }
+}
+
+/// Reads `uri` as `agent`.
+pub(super) async fn read(
+    runtime: &Runtime,
+    agent: Arc<str>,
+    uri: &str,
+) -> Result<ReadResourceResult, McpError> {
+    let resource = Resource::parse(uri)?;
+    let (tool, args) = resource.tool();
+    let value = runtime
+        .call_json(tool, args, CallOptions::new().agent_id(agent))
+        .await
+        .map_err(|err| {
+            McpError::invalid_params(
+                format!("cannot read `{uri}`: {err}"),
+                Some(json!({ "uri": uri })),
+            )
+        })?;
+    let value = match resource {
+        Resource::Entry(_, key) => {
+            let entry = value["entries"]
+                .as_array()
+                .and_then(|entries| entries.iter().find(|e| e["key"] == key.as_str()));
+            match entry {
+                Some(entry) => entry.clone(),
+                None => {
+                    return Err(McpError::resource_not_found(
+                        format!("no entry `{key}` in `{uri}`"),
+                        Some(json!({ "uri": uri })),
+                    ));
+                }
+            }
+        }
+        _ => value,
+    };
+    model(json!({ "contents": [{
+        "uri": uri,
+        "mimeType": "application/json",
+        "text": serde_json::to_string_pretty(&value).unwrap_or_default(),
+    }] }))
+}
+
+/// The fixed resources and every context session, paged.
+pub(super) fn list(
+    runtime: &Runtime,
+    agent: Option<&str>,
+    request: Option<PaginatedRequestParams>,
+) -> Result<ListResourcesResult, McpError> {
+    let mut all = Vec::new();
+    if let Some(agent) = agent {
+        all.push(
+            json!({ "uri": INBOX, "name": "inbox", "title": format!("Inbox of {agent}"),
+            "description": "Your unread mail (reading it marks nothing read). Subscribe to \
+                            hear of new mail instead of waiting in check_inbox.",
+            "mimeType": "application/json" }),
+        );
+    }
+    all.push(
+        json!({ "uri": AGENTS, "name": "agents", "title": "Agent directory",
+        "description": "Every registered agent: id, role, parent.",
+        "mimeType": "application/json" }),
+    );
+    let mut sessions = runtime.sessions().list();
+    sessions.sort_by(|a, b| a.id.as_str().cmp(b.id.as_str()));
+    all.extend(sessions.iter().map(|s| {
+        json!({ "uri": format!("{CONTEXT}{}", s.id.as_str()),
+            "name": format!("context/{}", s.id.as_str()),
+            "title": if s.title.is_empty() { s.id.as_str() } else { &s.title },
+            "description": "A context session's entries. Subscribe to hear of changes; \
+                            one entry is …/{session}/{key}.",
+            "mimeType": "application/json" })
+    }));
+    let total = all.len();
+    let start = match request.and_then(|r| r.cursor) {
+        None => 0,
+        Some(cursor) => cursor
+            .parse::<usize>()
+            .ok()
+            .filter(|&at| at > 0 && at < total)
+            .ok_or_else(|| McpError::invalid_params(format!("invalid cursor `{cursor}`"), None))?,
+    };
+    let end = (start + PAGE).min(total);
+    let page: Vec<Value> = all.drain(start..end).collect();
+    let mut result = json!({ "resources": page });
+    if end < total {
+        result["nextCursor"] = json!(end.to_string());
+    }
+    model(result)
+}
+
+/// The templates: a session and one entry.
+pub(super) fn templates() -> Result<ListResourceTemplatesResult, McpError> {
+    model(json!({ "resourceTemplates": [
+        { "uriTemplate": format!("{CONTEXT}{{session}}"), "name": "context-session",
+          "title": "Context session", "description": "A context session's entries.",
+          "mimeType": "application/json" },
+        { "uriTemplate": format!("{CONTEXT}{{session}}/{{key}}"), "name": "context-entry",
+          "title": "Context entry", "description": "One entry of a context session.",
+          "mimeType": "application/json" }
+    ]}))
+}
+
+/// Sends `notify` after every change `watch` sees (and once at once, when `at_once`),
+/// until `stop` or a failed send.
+pub(super) async fn relay<N, E>(
+    mut watch: Watch,
+    at_once: bool,
+    stop: impl Future<Output = ()>,
+    mut notify: impl FnMut() -> N,
+) where
+    N: Future<Output = Result<(), E>>,
+{
+    tokio::pin!(stop);
+    if at_once && notify().await.is_err() {
+        return;
+    }
+    loop {
+        tokio::select! {
+            // Stopped first: nothing is announced once a subscription has ended.
+            biased;
+            () = &mut stop => return,
+            () = watch.changed() => {
+                if notify().await.is_err() {
+                    return;
+                }
+            }
+        }
+    }
+}
+
+/// An rmcp model value from its JSON form (the handler clears `resultType` for older eras).
+pub(super) fn model<T: DeserializeOwned>(mut value: Value) -> Result<T, McpError> {
+    value["resultType"] = json!("complete");
+    serde_json::from_value(value)
+        .map_err(|err| McpError::internal_error(format!("building the answer: {err}"), None))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn uris_parse_to_resources_and_nothing_else() {
+        assert_eq!(Resource::parse(INBOX).unwrap(), Resource::Inbox);
+        assert_eq!(
+            Resource::parse("guildhall://context/s1/plan/step").unwrap(),
+            Resource::Entry("s1".into(), "plan/step".into())
+        );
+        assert_eq!(
+            Resource::parse("guildhall://context/s1").unwrap(),
+            Resource::Session("s1".into())
+        );
+        for bad in [
+            "guildhall://context/",
+            "guildhall://context//k",
+            "guildhall://context/s1/",
+            "guildhall://inbox/bob",
+            "file:///etc/passwd",
+            "",
+        ] {
+            let err = Resource::parse(bad).unwrap_err();
+            assert!(err.message.contains("guildhall serves"), "{bad}: {err:?}");
+        }
+    }
+}

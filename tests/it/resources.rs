@@ -1,0 +1,346 @@
+//! The runtime's state as MCP resources, read as the calling agent through the tools that
+//! read it; subscriptions that announce new mail and changed entries in both eras; the
+//! briefing prompts and completions.
+
+use std::sync::Arc;
+
+use guildhall::context::SessionSpec;
+use guildhall::mcp::{INBOX_RESOURCE, McpServer, ToolFilter};
+use guildhall::{Outgoing, Runtime};
+use serde_json::{Value, json};
+
+use crate::mcp::{Wire, runtime};
+
+const ERAS: [&str; 2] = ["2025-11-25", "2026-07-28"];
+
+async fn connect(rt: &Runtime, era: &str, agent: &str, filter: ToolFilter) -> Wire {
+    let server = McpServer::new(rt.clone()).connection(Some(Arc::from(agent)), filter);
+    if era == "2026-07-28" {
+        Wire::stateless(server).await
+    } else {
+        Wire::legacy(server).await
+    }
+}
+
+/// The JSON a `resources/read` answer carries.
+fn contents(response: &Value) -> Value {
+    let text = response["result"]["contents"][0]["text"]
+        .as_str()
+        .unwrap_or_else(|| panic!("no text contents: {response}"));
+    serde_json::from_str(text).unwrap()
+}
+
+async fn mail_alice(rt: &Runtime, subject: &str) {
+    rt.agent("bob")
+        .unwrap()
+        .send(Outgoing::to("alice").subject(subject).body("details"))
+        .await
+        .unwrap();
+}
+
+#[tokio::test]
+async fn inbox_agents_and_context_are_resources_read_as_the_caller() {
+    for era in ERAS {
+        let (rt, _) = runtime().await;
+        rt.sessions()
+            .create(SessionSpec::new("sprint").title("Sprint"))
+            .await
+            .unwrap();
+        let mut alice = connect(&rt, era, "alice", ToolFilter::all()).await;
+        mail_alice(&rt, "status").await;
+
+        let listed = alice.request(1, "resources/list", json!({})).await;
+        let uris: Vec<&str> = listed["result"]["resources"]
+            .as_array()
+            .unwrap_or_else(|| panic!("{era}: {listed}"))
+            .iter()
+            .map(|r| r["uri"].as_str().unwrap())
+            .collect();
+        assert_eq!(
+            uris,
+            [
+                "guildhall://inbox",
+                "guildhall://agents",
+                "guildhall://context/sprint"
+            ],
+            "{era}"
+        );
+        let templates = alice
+            .request(2, "resources/templates/list", json!({}))
+            .await;
+        assert_eq!(
+            templates["result"]["resourceTemplates"][1]["uriTemplate"],
+            "guildhall://context/{session}/{key}",
+            "{era}: {templates}"
+        );
+
+        // Reading the inbox shows the mail and marks nothing read.
+        for id in [3, 4] {
+            let inbox = alice
+                .request(id, "resources/read", json!({ "uri": INBOX_RESOURCE }))
+                .await;
+            assert_eq!(
+                inbox["result"]["contents"][0]["mimeType"],
+                "application/json"
+            );
+            let inbox = contents(&inbox);
+            assert_eq!(inbox["unread"], 1, "{era}: {inbox}");
+            assert_eq!(inbox["messages"][0]["from"], "bob");
+            assert_eq!(inbox["messages"][0]["subject"], "status");
+        }
+        let agents = contents(
+            &alice
+                .request(5, "resources/read", json!({ "uri": "guildhall://agents" }))
+                .await,
+        );
+        assert!(agents.to_string().contains("\"bob\""), "{agents}");
+
+        alice
+            .call(
+                6,
+                "context_update",
+                json!({ "session": "sprint", "changes": [
+                    { "key": "goal", "strategy": "replace", "value": "ship v2" }] }),
+            )
+            .await;
+        let entry = contents(
+            &alice
+                .request(
+                    7,
+                    "resources/read",
+                    json!({ "uri": "guildhall://context/sprint/goal" }),
+                )
+                .await,
+        );
+        assert_eq!(entry["value"], "ship v2", "{era}: {entry}");
+        let session = contents(
+            &alice
+                .request(
+                    8,
+                    "resources/read",
+                    json!({ "uri": "guildhall://context/sprint" }),
+                )
+                .await,
+        );
+        assert_eq!(session["entries"][0]["key"], "goal", "{session}");
+
+        for (id, uri, says) in [
+            (9, "guildhall://context/sprint/absent", "no entry `absent`"),
+            (10, "guildhall://inbox/bob", "guildhall serves"),
+            (11, "file:///etc/passwd", "guildhall serves"),
+        ] {
+            let refused = alice
+                .request(id, "resources/read", json!({ "uri": uri }))
+                .await;
+            // "Resource not found": its own code before 2026-07-28, invalid params since.
+            let code = if era == "2026-07-28" { -32602 } else { -32002 };
+            assert_eq!(refused["error"]["code"], code, "{era} {uri}: {refused}");
+            assert!(
+                refused["error"]["message"].as_str().unwrap().contains(says),
+                "{era} {uri}: {refused}"
+            );
+        }
+
+        // Bob's inbox resource is his own: empty.
+        let mut bob = connect(&rt, era, "bob", ToolFilter::all()).await;
+        let inbox = contents(
+            &bob.request(1, "resources/read", json!({ "uri": INBOX_RESOURCE }))
+                .await,
+        );
+        assert_eq!(inbox["unread"], 0, "{era}: {inbox}");
+
+        // A connection that may not use check_inbox may not read the inbox either.
+        let mut limited = connect(&rt, era, "alice", ToolFilter::parse("context_*").unwrap()).await;
+        for (id, method) in [(1, "resources/read"), (2, "resources/subscribe")] {
+            if method == "resources/subscribe" && era == "2026-07-28" {
+                continue;
+            }
+            let refused = limited
+                .request(id, method, json!({ "uri": INBOX_RESOURCE }))
+                .await;
+            assert!(
+                refused["error"]["message"]
+                    .as_str()
+                    .is_some_and(|m| m.contains("check_inbox")),
+                "{era} {method}: {refused}"
+            );
+        }
+        rt.shutdown().await;
+    }
+}
+
+#[tokio::test]
+async fn a_subscribed_inbox_and_entry_hear_of_each_change() {
+    let updated = |uri: &'static str| {
+        move |m: &Value| {
+            m["method"] == "notifications/resources/updated" && m["params"]["uri"] == uri
+        }
+    };
+    // 2025-11-25: resources/subscribe, answered once the watch is on.
+    let (rt, _) = runtime().await;
+    let mut alice = connect(&rt, ERAS[0], "alice", ToolFilter::all()).await;
+    let init = alice.request(1, "ping", json!({})).await;
+    assert!(init.get("result").is_some());
+    for (id, uri) in [(2, INBOX_RESOURCE), (3, "guildhall://context/sprint/goal")] {
+        let ok = alice
+            .request(id, "resources/subscribe", json!({ "uri": uri }))
+            .await;
+        assert!(ok.get("result").is_some(), "{ok}");
+    }
+    mail_alice(&rt, "one").await;
+    alice.next_where(updated(INBOX_RESOURCE)).await;
+    rt.sessions()
+        .create(SessionSpec::new("sprint"))
+        .await
+        .unwrap();
+    rt.sessions()
+        .context("sprint")
+        .unwrap()
+        .replace("goal", json!("ship"))
+        .await
+        .unwrap();
+    alice
+        .next_where(updated("guildhall://context/sprint/goal"))
+        .await;
+    // Unsubscribed, the inbox is quiet: nothing arrives before the answer to a later ping.
+    let ok = alice
+        .request(4, "resources/unsubscribe", json!({ "uri": INBOX_RESOURCE }))
+        .await;
+    assert!(ok.get("result").is_some(), "{ok}");
+    mail_alice(&rt, "two").await;
+    rt.sessions()
+        .context("sprint")
+        .unwrap()
+        .replace("goal", json!("ship v2"))
+        .await
+        .unwrap();
+    alice
+        .next_where(updated("guildhall://context/sprint/goal"))
+        .await;
+    alice.request(5, "ping", json!({})).await;
+    assert!(
+        !alice.seen_any(updated(INBOX_RESOURCE)),
+        "an unsubscribed inbox was announced"
+    );
+    rt.shutdown().await;
+
+    // 2026-07-28: the subscription is part of a subscriptions/listen stream, which starts
+    // with one announcement (its acknowledgment went out before the watch began).
+    let (rt, _) = runtime().await;
+    let mut alice = connect(&rt, ERAS[1], "alice", ToolFilter::all()).await;
+    alice
+        .send_request(
+            1,
+            "subscriptions/listen",
+            json!({ "notifications": { "resourceSubscriptions": [INBOX_RESOURCE, "nope://x"] } }),
+        )
+        .await;
+    let ack = alice
+        .next_where(|m| m["method"] == "notifications/subscriptions/acknowledged")
+        .await;
+    assert_eq!(
+        ack["params"]["notifications"]["resourceSubscriptions"],
+        json!([INBOX_RESOURCE]),
+        "{ack}"
+    );
+    alice.next_where(updated(INBOX_RESOURCE)).await;
+    mail_alice(&rt, "three").await;
+    let note = alice.next_where(updated(INBOX_RESOURCE)).await;
+    assert!(note.to_string().contains("subscription"), "{note}");
+    rt.shutdown().await;
+}
+
+#[tokio::test]
+async fn prompts_brief_an_agent_for_its_role_and_arguments_complete() {
+    for era in ERAS {
+        let (rt, _) = runtime().await;
+        rt.sessions()
+            .create(SessionSpec::new("sprint"))
+            .await
+            .unwrap();
+        rt.sessions()
+            .context("sprint")
+            .unwrap()
+            .replace("goal", json!(1))
+            .await
+            .unwrap();
+        let mut bob = connect(&rt, era, "bob", ToolFilter::all()).await;
+        let listed = bob.request(1, "prompts/list", json!({})).await;
+        let names: Vec<&str> = listed["result"]["prompts"]
+            .as_array()
+            .unwrap_or_else(|| panic!("{era}: {listed}"))
+            .iter()
+            .map(|p| p["name"].as_str().unwrap())
+            .collect();
+        assert_eq!(names, ["tech-lead", "project-manager", "worker"]);
+        let brief = bob
+            .request(
+                2,
+                "prompts/get",
+                json!({ "name": "worker", "arguments": { "task": "write the tests", "session": "sprint" } }),
+            )
+            .await;
+        let text = brief["result"]["messages"][0]["content"]["text"]
+            .as_str()
+            .unwrap_or_else(|| panic!("{era}: {brief}"));
+        for says in [
+            "You are agent `bob`, role `dev`",
+            "You report to `alice`",
+            "write the tests",
+            "guildhall://context/sprint",
+            "guildhall://inbox",
+        ] {
+            assert!(text.contains(says), "{era}: `{says}` missing from {text}");
+        }
+        let unknown = bob
+            .request(3, "prompts/get", json!({ "name": "ceo" }))
+            .await;
+        assert!(
+            unknown["error"]["message"]
+                .as_str()
+                .is_some_and(|m| m.contains("the prompts are tech-lead")),
+            "{unknown}"
+        );
+        let agents = bob
+            .request(
+                4,
+                "completion/complete",
+                json!({ "ref": { "type": "ref/prompt", "name": "worker" },
+                        "argument": { "name": "agent", "value": "b" } }),
+            )
+            .await;
+        assert_eq!(
+            agents["result"]["completion"]["values"],
+            json!(["bob"]),
+            "{era}: {agents}"
+        );
+        let keys = bob
+            .request(
+                5,
+                "completion/complete",
+                json!({ "ref": { "type": "ref/resource", "uri": "guildhall://context/{session}/{key}" },
+                        "argument": { "name": "key", "value": "g" },
+                        "context": { "arguments": { "session": "sprint" } } }),
+            )
+            .await;
+        assert_eq!(
+            keys["result"]["completion"]["values"],
+            json!(["goal"]),
+            "{era}: {keys}"
+        );
+        let sessions = bob
+            .request(
+                6,
+                "completion/complete",
+                json!({ "ref": { "type": "ref/resource", "uri": "guildhall://context/{session}" },
+                        "argument": { "name": "session", "value": "sp" } }),
+            )
+            .await;
+        assert_eq!(
+            sessions["result"]["completion"]["values"],
+            json!(["sprint"]),
+            "{era}: {sessions}"
+        );
+        rt.shutdown().await;
+    }
+}
