@@ -23,13 +23,10 @@ use rmcp::service::ElicitationMode;
 use super::filter::ToolFilter;
 #[cfg(feature = "conformance")]
 use super::fixtures;
-use super::{prompts, resources};
+use super::{page, prompts, resources};
 use crate::agents::TOKEN_HEADER;
 use crate::governance::{Approval, AskRequest, Asker, ToolReply};
 use crate::{AgentSpec, CallOptions, Runtime};
-
-/// Tools per `tools/list` page.
-const PAGE: usize = 100;
 
 /// The HTTP header that names the calling agent (an HTTP connection has no bound identity).
 pub const AGENT_HEADER: &str = "guildhall-agent";
@@ -645,24 +642,9 @@ impl ServerHandler for McpServer {
         cx: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, McpError> {
         let agent = self.named_caller(&cx).await?;
-        let tools = self.visible_tools_for(agent.as_deref());
-        let total = tools.len();
-        let start = match request.and_then(|r| r.cursor) {
-            None => 0,
-            Some(cursor) => cursor
-                .parse::<usize>()
-                .ok()
-                .filter(|&at| at > 0 && at < total)
-                .ok_or_else(|| {
-                    McpError::invalid_params(format!("invalid cursor `{cursor}`"), None)
-                })?,
-        };
-        let end = (start + PAGE).min(total);
-        let mut result =
-            ListToolsResult::with_all_items(tools.into_iter().skip(start).take(PAGE).collect());
-        if end < total {
-            result.next_cursor = Some(end.to_string());
-        }
+        let (tools, next) = page::page(self.visible_tools_for(agent.as_deref()), request)?;
+        let mut result = ListToolsResult::with_all_items(tools);
+        result.next_cursor = next;
         Ok(result)
     }
 

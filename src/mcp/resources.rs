@@ -15,6 +15,7 @@ use rmcp::{ErrorData as McpError, model::PaginatedRequestParams};
 use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
 
+use super::page;
 use crate::changes::{Subject, Watch};
 use crate::{CallOptions, Runtime};
 
@@ -26,8 +27,6 @@ pub const AGENTS: &str = "guildhall://agents";
 const CONTEXT: &str = "guildhall://context/";
 /// Subscriptions one connection may hold at once.
 pub(super) const MAX_SUBSCRIPTIONS: usize = 256;
-/// Resources per `resources/list` page.
-const PAGE: usize = 100;
 /// Messages and entries one read returns at most.
 const READ_LIMIT: u32 = 100;
 
@@ -159,20 +158,10 @@ pub(super) fn list(
                             one entry is …/{session}/{key}.",
             "mimeType": "application/json" })
     }));
-    let total = all.len();
-    let start = match request.and_then(|r| r.cursor) {
-        None => 0,
-        Some(cursor) => cursor
-            .parse::<usize>()
-            .ok()
-            .filter(|&at| at > 0 && at < total)
-            .ok_or_else(|| McpError::invalid_params(format!("invalid cursor `{cursor}`"), None))?,
-    };
-    let end = (start + PAGE).min(total);
-    let page: Vec<Value> = all.drain(start..end).collect();
-    let mut result = json!({ "resources": page });
-    if end < total {
-        result["nextCursor"] = json!(end.to_string());
+    let (resources, next) = page::page(all, request)?;
+    let mut result = json!({ "resources": resources });
+    if let Some(next) = next {
+        result["nextCursor"] = json!(next);
     }
     model(result)
 }

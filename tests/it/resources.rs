@@ -38,6 +38,11 @@ async fn mail_alice(rt: &Runtime, subject: &str) {
         .unwrap();
 }
 
+async fn set_goal(rt: &Runtime, goal: &str) {
+    let sprint = rt.sessions().context("sprint").unwrap();
+    sprint.replace("goal", json!(goal)).await.unwrap();
+}
+
 #[tokio::test]
 async fn inbox_agents_and_context_are_resources_read_as_the_caller() {
     for era in ERAS {
@@ -193,12 +198,7 @@ async fn a_subscribed_inbox_and_entry_hear_of_each_change() {
         .create(SessionSpec::new("sprint"))
         .await
         .unwrap();
-    rt.sessions()
-        .context("sprint")
-        .unwrap()
-        .replace("goal", json!("ship"))
-        .await
-        .unwrap();
+    set_goal(&rt, "ship").await;
     alice
         .next_where(updated("guildhall://context/sprint/goal"))
         .await;
@@ -208,12 +208,7 @@ async fn a_subscribed_inbox_and_entry_hear_of_each_change() {
         .await;
     assert!(ok.get("result").is_some(), "{ok}");
     mail_alice(&rt, "two").await;
-    rt.sessions()
-        .context("sprint")
-        .unwrap()
-        .replace("goal", json!("ship v2"))
-        .await
-        .unwrap();
+    set_goal(&rt, "ship v2").await;
     alice
         .next_where(updated("guildhall://context/sprint/goal"))
         .await;
@@ -301,46 +296,34 @@ async fn prompts_brief_an_agent_for_its_role_and_arguments_complete() {
                 .is_some_and(|m| m.contains("the prompts are tech-lead")),
             "{unknown}"
         );
-        let agents = bob
-            .request(
-                4,
-                "completion/complete",
-                json!({ "ref": { "type": "ref/prompt", "name": "worker" },
-                        "argument": { "name": "agent", "value": "b" } }),
-            )
-            .await;
-        assert_eq!(
-            agents["result"]["completion"]["values"],
-            json!(["bob"]),
-            "{era}: {agents}"
-        );
-        let keys = bob
-            .request(
+        let prompt = json!({ "type": "ref/prompt", "name": "worker" });
+        let entry = json!({ "type": "ref/resource", "uri": "guildhall://context/{session}/{key}" });
+        let session = json!({ "type": "ref/resource", "uri": "guildhall://context/{session}" });
+        for (id, reference, argument, value, context, want) in [
+            (4, prompt, "agent", "b", json!({}), json!(["bob"])),
+            (
                 5,
-                "completion/complete",
-                json!({ "ref": { "type": "ref/resource", "uri": "guildhall://context/{session}/{key}" },
-                        "argument": { "name": "key", "value": "g" },
-                        "context": { "arguments": { "session": "sprint" } } }),
-            )
-            .await;
-        assert_eq!(
-            keys["result"]["completion"]["values"],
-            json!(["goal"]),
-            "{era}: {keys}"
-        );
-        let sessions = bob
-            .request(
-                6,
-                "completion/complete",
-                json!({ "ref": { "type": "ref/resource", "uri": "guildhall://context/{session}" },
-                        "argument": { "name": "session", "value": "sp" } }),
-            )
-            .await;
-        assert_eq!(
-            sessions["result"]["completion"]["values"],
-            json!(["sprint"]),
-            "{era}: {sessions}"
-        );
+                entry,
+                "key",
+                "g",
+                json!({ "session": "sprint" }),
+                json!(["goal"]),
+            ),
+            (6, session, "session", "sp", json!({}), json!(["sprint"])),
+        ] {
+            let answer = bob
+                .request(
+                    id,
+                    "completion/complete",
+                    json!({ "ref": reference, "argument": { "name": argument, "value": value },
+                            "context": { "arguments": context } }),
+                )
+                .await;
+            assert_eq!(
+                answer["result"]["completion"]["values"], want,
+                "{era}: {answer}"
+            );
+        }
         rt.shutdown().await;
     }
 }
