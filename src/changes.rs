@@ -51,6 +51,14 @@ impl Changes {
         }
     }
 
+    /// Reports new mail for `agent`; builds the subject only when something is watched, so
+    /// a delivery nobody listens for allocates nothing.
+    pub fn inbox_changed(&self, agent: &str) {
+        if self.is_watched() {
+            self.changed(&Subject::Inbox(Arc::from(agent)));
+        }
+    }
+
     /// Reports changes of `session`'s entries `keys`: the session and each entry.
     pub fn session_changed<'a>(&self, session: &str, keys: impl IntoIterator<Item = &'a str>) {
         if self.count.load(Ordering::Acquire) == 0 {

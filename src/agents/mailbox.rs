@@ -30,7 +30,6 @@ use super::ids::{first_id_at, mailbox_prefix, message_key, now_ms};
 use super::message::{DeliveryState, Inbox, InboxQuery, Message};
 use super::protocol::{Committed, MailboxMsg, Op, Reply};
 use super::shared::Shared;
-use crate::changes::Subject;
 use crate::sorted::SortedDeque;
 use crate::store::{self, Batch, Done, StoreError, Table, codec};
 
@@ -334,9 +333,7 @@ impl MailboxActor {
     ) {
         let id = message.id;
         state.insert(message);
-        self.shared
-            .changes
-            .changed(&Subject::Inbox(Arc::from(self.entry.id.as_str())));
+        self.shared.changes.inbox_changed(self.entry.id.as_str());
         // Oldest waiter first. Once a waiter has taken the message, it no longer wakes
         // anyone: the others go on waiting rather than get an empty answer.
         let mut i = 0;

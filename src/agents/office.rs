@@ -334,9 +334,7 @@ impl PostOffice {
         match stored.unwrap_or(Err(StoreError::Closed)) {
             Ok(()) => {
                 for entry in &inactive {
-                    self.shared
-                        .changes
-                        .changed(&Subject::Inbox(Arc::from(entry.id.as_str())));
+                    self.shared.changes.inbox_changed(entry.id.as_str());
                 }
                 receipt
                     .delivered_to

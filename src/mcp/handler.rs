@@ -136,11 +136,17 @@ impl McpServer {
     fn readable(&self, agent: &str, uri: &str) -> Result<resources::Resource, McpError> {
         let resource = resources::Resource::parse(uri)?;
         let (tool, _) = resource.tool();
-        if self
-            .visible_tools_for(Some(agent))
-            .iter()
-            .any(|t| t.name == tool)
-        {
+        // The test `visible_tools_for` makes, for this one tool.
+        let visible = self.filter.allows(tool)
+            && self.shared.runtime.tool(tool).is_some_and(|spec| {
+                let spec = std::slice::from_ref(&spec);
+                self.shared
+                    .runtime
+                    .governance()
+                    .hidden(Some(agent), spec)
+                    .is_empty()
+            });
+        if visible {
             Ok(resource)
         } else {
             Err(McpError::invalid_params(

@@ -102,11 +102,10 @@ impl Tool for Bash {
         let spawn_error = |err: std::io::Error| ShellError::Spawn(err.to_string());
         let (stdout, stdout_writer) = std::io::pipe().map_err(spawn_error)?;
         let (stderr, stderr_writer) = std::io::pipe().map_err(spawn_error)?;
-        let (mut child, group) =
+        let (mut child, mut group) =
             command.spawn(&shell.bash, stdout_writer.as_fd(), stderr_writer.as_fd())?;
         // Our copies of the writing ends go, so each pipe's end of file is the group's.
         drop((command, stdout_writer, stderr_writer));
-        let mut group = group;
         let reader = |pipe: std::io::PipeReader| {
             Receiver::from_owned_fd(OwnedFd::from(pipe))
                 .map_err(|err| ShellError::Spawn(format!("its output could not be read: {err}")))
