@@ -7,6 +7,8 @@
 mod context;
 mod mail;
 pub mod mcp;
+#[cfg(all(target_os = "linux", target_env = "gnu"))]
+mod proxy;
 mod tools;
 
 pub use context::{ContextBenchConfig, ContextReport, context};
@@ -15,6 +17,8 @@ pub use mail::{
     swarm_bench,
 };
 pub use mcp::{McpBenchConfig, McpReport};
+#[cfg(all(target_os = "linux", target_env = "gnu"))]
+pub use proxy::{ProxyBenchConfig, ProxyReport, proxy};
 pub use tools::{ToolsBenchConfig, ToolsReport, tools};
 
 use std::future::Future;

@@ -10,6 +10,7 @@ mod doctor;
 mod init;
 mod mail;
 mod serve;
+mod servers;
 mod tree;
 
 use std::io::IsTerminal;
@@ -83,6 +84,8 @@ enum Command {
     Inbox(mail::InboxArgs),
     /// Sessions and their shared context: list, show, update, history, export, import.
     Context(context::ContextArgs),
+    /// The MCP servers a running server proxies: list, add, remove, restart.
+    Servers(servers::ServersArgs),
     /// Check the store: redb's page checksums, every value's encoding, every inbox and
     /// session; `--repair` copies what is intact into a new store, keeping the original.
     Doctor(doctor::DoctorArgs),
@@ -149,6 +152,7 @@ pub(crate) fn main() -> ExitCode {
             Command::Inbox(args) => mail::inbox(args, &cli.data_dir).await,
             Command::Context(args) => context::run(args, &cli.data_dir).await,
             Command::Doctor(args) => doctor::run(args, &cli.data_dir).await,
+            Command::Servers(args) => servers::run(args, &cli.data_dir).await,
         }
     });
     match result {
@@ -198,7 +202,10 @@ pub(crate) fn require_store(data_dir: &std::path::Path, reads_only: bool) -> Res
 
 /// Runs `agents` and `context` command lines inside a server ([`local::Hello::Admin`]), for
 /// the CLI while the server holds the store.
-pub(crate) struct ServerAdmin;
+pub(crate) struct ServerAdmin {
+    /// The server's proxied MCP servers, for `guildhall servers`.
+    pub(crate) servers: Option<std::sync::Arc<guildhall::servers::Servers>>,
+}
 
 impl guildhall::mcp::local::Admin for ServerAdmin {
     fn run(
@@ -207,6 +214,7 @@ impl guildhall::mcp::local::Admin for ServerAdmin {
         cwd: std::path::PathBuf,
         args: Vec<String>,
     ) -> futures::future::BoxFuture<'static, Result<String, String>> {
+        let servers = self.servers.clone();
         Box::pin(async move {
             let cli = Cli::try_parse_from(std::iter::once("guildhall".to_owned()).chain(args))
                 .map_err(|err| err.to_string())?;
@@ -224,7 +232,15 @@ impl guildhall::mcp::local::Admin for ServerAdmin {
                         .await
                         .map_err(|err| err.to_string()),
                 },
-                _ => Err("only `agents` and `context` commands run through a server".into()),
+                Command::Servers(args) => match &servers {
+                    Some(servers) => servers::run_with(servers, args, &mut out)
+                        .await
+                        .map_err(|err| err.to_string()),
+                    None => Err("this server proxies no MCP servers".into()),
+                },
+                _ => Err(
+                    "only `agents`, `context` and `servers` commands run through a server".into(),
+                ),
             };
             result?;
             String::from_utf8(out).map_err(|err| err.to_string())

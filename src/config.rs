@@ -118,6 +118,10 @@ pub struct Config {
     #[cfg(feature = "fetch")]
     #[serde(default)]
     pub fetch: Option<crate::fetch::FetchConfig>,
+    /// Other MCP servers proxied as tools (`mcp__NAME__tool`), by name.
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    #[serde(default)]
+    pub servers: BTreeMap<String, crate::servers::ServerConfig>,
     /// The directory of the file, where command hooks run.
     #[serde(skip)]
     pub dir: PathBuf,
@@ -313,6 +317,16 @@ impl Config {
             line: None,
             reason,
         })?;
+        #[cfg(all(target_os = "linux", target_env = "gnu"))]
+        for name in config.servers.keys() {
+            crate::servers::validate_server_name(name).map_err(|reason| ConfigError {
+                path: path.to_owned(),
+                line: text
+                    .find(&format!("[servers.{name}]"))
+                    .map(|at| text[..at].matches('\n').count() + 1),
+                reason: format!("[servers.{name}]: {reason}"),
+            })?;
+        }
         let mut config = config;
         config.dir = path
             .parent()

@@ -13,6 +13,7 @@
 //! - [`context`]: sessions and their shared context.
 //! - [`store`]: the embedded store behind both.
 //! - [`config`](mod@config): the `guildhall.toml` file.
+//! - `servers` (Linux): other MCP servers proxied as supervised, governed tools.
 //! - [`mcp`]: the MCP server (stdio, Streamable HTTP, the local socket).
 //! - `bench` (feature `bench`): the measurements behind `guildhall bench`.
 //!
@@ -73,8 +74,12 @@ pub mod mcp;
 pub mod options;
 pub mod pipeline;
 pub mod private_fs;
+#[cfg(all(target_os = "linux", target_env = "gnu"))]
+mod process_group;
 pub mod registry;
 pub mod runtime;
+#[cfg(all(target_os = "linux", target_env = "gnu"))]
+pub mod servers;
 #[cfg(all(target_os = "linux", target_env = "gnu"))]
 pub mod shell;
 mod sorted;
@@ -95,7 +100,7 @@ pub use guildhall_actors::{
 pub use guildhall_supervision::{self as supervision, BreakerStatus, ChildSnapshot, ChildStatus};
 pub use options::{CallOptions, ToolOptions};
 pub use registry::ToolHandle;
-pub use runtime::{Runtime, RuntimeBuilder};
+pub use runtime::{Runtime, RuntimeBuilder, WeakRuntime};
 
 // The versions of these the runtime's types derive with: a tool's `Input`/`Output` derives
 // match them by using these paths (`#[serde(crate = "guildhall::serde")]`,

@@ -101,6 +101,8 @@ pub(crate) trait ErasedTool: Send + Sync + 'static {
     ) -> BoxFuture<'static, Result<ToolReply, CallError>>;
     fn as_any(&self) -> &dyn Any;
     fn close(&self);
+    /// The ids of the tool's actors under the `tools` supervisor.
+    fn actor_ids(&self) -> &[Box<str>];
 }
 
 pub(crate) struct ToolEntry<T: Tool> {
@@ -110,6 +112,7 @@ pub(crate) struct ToolEntry<T: Tool> {
     pub(crate) handle: ToolHandle<T>,
     pub(crate) json: JsonStack<T>,
     pub(crate) pool: WorkerPool<T>,
+    pub(crate) actor_ids: Vec<Box<str>>,
 }
 
 impl<T: Tool> ErasedTool for ToolEntry<T> {
@@ -141,5 +144,9 @@ impl<T: Tool> ErasedTool for ToolEntry<T> {
 
     fn close(&self) {
         self.pool.close();
+    }
+
+    fn actor_ids(&self) -> &[Box<str>] {
+        &self.actor_ids
     }
 }

@@ -282,7 +282,58 @@ impl Runtime {
         Ok(handle)
     }
 
-    /// The tool set's version: it grows by one with each registration.
+    /// Removes tool `name` and stops its actors; calls in flight end `Unavailable`. `false`
+    /// when no tool has that name.
+    ///
+    /// # Cancel safety
+    /// If dropped midway the tool is already unlisted; its actors may still be stopping.
+    pub async fn deregister(&self, name: &str) -> bool {
+        let Some((_, entry)) = self.inner.tools.remove(name) else {
+            return false;
+        };
+        entry.close();
+        self.inner.tool_set.send_modify(|version| *version += 1);
+        if let Ok(tools_sup) = self.tools_supervisor() {
+            for id in entry.actor_ids() {
+                if let Err(err) = tools_sup.terminate_child(&**id).await {
+                    tracing::debug!(%err, tool = name, "tool actor already gone");
+                }
+            }
+        }
+        true
+    }
+
+    /// Starts `child` under the root supervisor of the running runtime: how a subsystem
+    /// built on the runtime (the proxied MCP servers, say) joins its tree, its restarts and
+    /// its ordered shutdown (children started later stop first).
+    ///
+    /// # Errors
+    /// [`SupervisorError`] when the child fails to start or the runtime has stopped.
+    ///
+    /// # Cancel safety
+    /// If dropped after the start was asked for, the child may be running; await it.
+    pub async fn supervise(&self, child: ChildSpec) -> Result<(), SupervisorError> {
+        self.inner.root.start_child(child).await
+    }
+
+    /// Stops the root's child `id`, started by [`supervise`](Self::supervise).
+    ///
+    /// # Errors
+    /// [`SupervisorError`] when there is no such child.
+    ///
+    /// # Cancel safety
+    /// If dropped midway, the child may still be stopping.
+    pub async fn unsupervise(&self, id: &str) -> Result<(), SupervisorError> {
+        self.inner.root.terminate_child(id).await
+    }
+
+    /// A handle that does not keep the runtime alive: what a subsystem's actors hold, so
+    /// that dropping the last [`Runtime`] still stops the tree.
+    pub fn downgrade(&self) -> WeakRuntime {
+        WeakRuntime(Arc::downgrade(&self.inner))
+    }
+
+    /// The tool set's version: it grows by one with each registration or removal.
     pub fn tool_set_version(&self) -> u64 {
         *self.inner.tool_set.borrow()
     }
@@ -473,6 +524,18 @@ impl Runtime {
         self.inner.governance.flush().await;
         // Every actor that wrote is stopped: commit what is pending and release the store.
         self.inner.office.shared.store.close();
+    }
+}
+
+/// A [`Runtime`] that may have stopped: see [`Runtime::downgrade`].
+#[derive(Clone)]
+pub struct WeakRuntime(std::sync::Weak<Inner>);
+
+impl WeakRuntime {
+    /// The runtime, while any [`Runtime`] handle to it is left and it is not shutting down.
+    pub fn upgrade(&self) -> Option<Runtime> {
+        let inner = self.0.upgrade()?;
+        (!inner.stopping.load(Ordering::Acquire)).then_some(Runtime { inner })
     }
 }
 
@@ -767,7 +830,7 @@ fn prepare<T: InitState>(
     let name: Arc<str> = Arc::from(spec.name.as_str());
     let breaker = Arc::new(SharedBreaker::new(options.breaker));
     let pool = WorkerPool::new(Arc::new(tool), options.grace);
-    let children = pool
+    let children: Vec<ChildSpec> = pool
         .child_specs()
         .into_iter()
         .map(|c| {
@@ -826,6 +889,7 @@ fn prepare<T: InitState>(
                 handle: handle.clone(),
                 json,
                 pool,
+                actor_ids: children.iter().map(|c| c.id().into()).collect(),
             }),
             children,
         },

@@ -38,17 +38,19 @@ impl ToolSpec {
     pub fn of<T: Tool>(tool: &T) -> Result<Self, RegistrationError> {
         let name = tool.name().to_owned();
         validate_name(&name)?;
-        let input_schema = object_schema(schema_of::<T::Input>()).map_err(|reason| {
-            RegistrationError::InvalidSchema {
+        let declared = tool.input_schema().unwrap_or_else(schema_of::<T::Input>);
+        let input_schema =
+            object_schema(declared).map_err(|reason| RegistrationError::InvalidSchema {
                 name: name.clone(),
                 reason,
-            }
-        })?;
+            })?;
         Ok(Self {
             name,
             description: tool.description().to_owned(),
             input_schema,
-            output_schema: output_schema_of::<T::Output>(),
+            output_schema: tool
+                .output_schema()
+                .unwrap_or_else(output_schema_of::<T::Output>),
             annotations: tool.annotations(),
             concurrency: tool.concurrency(),
         })

@@ -124,6 +124,26 @@ pub trait Tool: Send + Sync + Sized + 'static {
     fn is_transient(_error: &Self::Error) -> bool {
         false
     }
+
+    /// Whether an error means what the call ran on died under it (a proxied server's
+    /// process exiting mid-call, say): reported as [`CallError::Crashed`](crate::CallError),
+    /// as a panic is, rather than as the tool's own answer.
+    fn is_crash(_error: &Self::Error) -> bool {
+        false
+    }
+
+    /// The arguments' JSON Schema when it is known only at run time (a tool proxied from
+    /// another MCP server, a command tool from a manifest); `None`, the default, derives it
+    /// from [`Input`](Tool::Input). It must describe a JSON object.
+    fn input_schema(&self) -> Option<std::sync::Arc<serde_json::Value>> {
+        None
+    }
+
+    /// The result's JSON Schema when it is known only at run time; `None`, the default,
+    /// derives it from [`Output`](Tool::Output).
+    fn output_schema(&self) -> Option<std::sync::Arc<serde_json::Value>> {
+        None
+    }
 }
 
 /// How a tool builds its per-actor [`State`](Tool::State).

@@ -397,6 +397,7 @@ impl<T: Tool> WorkerPool<T> {
     ) -> Result<T::Output, CallError> {
         match outcome {
             Ok(Outcome::Done(Ok(output))) => Ok(output),
+            Ok(Outcome::Done(Err(err))) if T::is_crash(&err) => Err(self.crashed(err.to_string())),
             Ok(Outcome::Done(Err(err))) => Err(CallError::Tool {
                 tool: self.inner.name.clone(),
                 message: err.to_string(),

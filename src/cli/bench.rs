@@ -46,6 +46,10 @@ enum Which {
     /// against the same read and write done directly, and `bash` running `true` against a
     /// bare tokio `Command`. About 30 s at the defaults.
     Tools(ToolsArgs),
+    /// A tool call to a bare rmcp stdio server directly against the same call through
+    /// guildhall's proxy (`mcp__floor__echo`), throughput with concurrent callers, and the
+    /// time from killing the proxied server to it serving again. About 5 s at the defaults.
+    Proxy(ProxyArgs),
     /// Serve the bare rmcp floor server over stdio (run by `bench mcp`).
     #[command(hide = true)]
     McpFloor,
@@ -241,6 +245,7 @@ pub(crate) async fn run(
         Which::Context(a) => context(a, data_dir).await,
         Which::Mcp(a) => mcp(a).await,
         Which::Tools(a) => tools(a).await,
+        Which::Proxy(a) => proxy(a).await,
         Which::McpFloor => {
             guildhall::mcp::serve_stdio(guildhall::bench::mcp::FloorServer).await?;
             Ok(())
@@ -423,6 +428,56 @@ async fn mailbox(
             ("  messages per fsync", report.msgs_per_fsync, ""),
         ],
     )
+}
+
+#[derive(Debug, Args)]
+struct ProxyArgs {
+    /// Print one JSON object on stdout instead of a table.
+    #[arg(long)]
+    json: bool,
+    /// Sequential calls each way.
+    #[arg(long, default_value_t = 2000)]
+    calls: usize,
+    /// Concurrent callers for the throughput figure.
+    #[arg(long, default_value_t = 32)]
+    concurrency: usize,
+    /// Kills of the proxied server, each timed until it serves again.
+    #[arg(long, default_value_t = 20)]
+    restarts: usize,
+}
+
+async fn proxy(a: ProxyArgs) -> Result<(), Box<dyn std::error::Error>> {
+    let exe = std::env::current_exe()?.display().to_string();
+    let report = guildhall::bench::proxy(guildhall::bench::ProxyBenchConfig {
+        floor: vec![exe, "bench".into(), "mcp-floor".into()],
+        calls: a.calls.max(1),
+        concurrency: a.concurrency.max(1),
+        restarts: a.restarts,
+    })
+    .await?;
+    let mut out = std::io::stdout().lock();
+    if a.json {
+        writeln!(out, "{}", serde_json::to_string(&report)?)?;
+        return Ok(());
+    }
+    writeln!(out, "direct call p50     {:>10.1} µs", report.direct_p50_us)?;
+    writeln!(
+        out,
+        "proxied call p50    {:>10.1} µs",
+        report.proxied_p50_us
+    )?;
+    writeln!(out, "proxy ratio         {:>10.2}", report.proxy_ratio)?;
+    writeln!(
+        out,
+        "calls/s, {} callers {:>10.0} proxied, {:.0} direct",
+        report.concurrency, report.proxied_calls_per_sec, report.direct_calls_per_sec
+    )?;
+    writeln!(
+        out,
+        "restart after kill  {:>10.1} ms p50, {:.1} ms p99 (start + handshake alone {:.1} ms)",
+        report.restart_p50_ms, report.restart_p99_ms, report.spawn_handshake_p50_ms
+    )?;
+    Ok(())
 }
 
 #[derive(Debug, Args)]

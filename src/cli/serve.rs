@@ -10,6 +10,7 @@ use guildhall::config::{CONFIG_FILE, Config};
 use guildhall::mcp::http::{self, HttpOptions};
 use guildhall::mcp::local::{self, Hello};
 use guildhall::mcp::{McpServer, ToolFilter};
+use guildhall::servers::Servers;
 use guildhall::{ChildSnapshot, Runtime, RuntimeBuilder};
 use tokio_util::sync::CancellationToken;
 
@@ -118,6 +119,13 @@ pub(crate) async fn serve(args: ServeArgs, data_dir: &Path) -> CliResult {
             data_dir.display()
         )
     })?;
+    let servers = match start_servers(&runtime, &config, &args, data_dir).await {
+        Ok(servers) => servers,
+        Err(err) => {
+            runtime.shutdown().await;
+            return Err(err);
+        }
+    };
     #[cfg_attr(not(feature = "conformance"), allow(unused_mut))]
     let mut server = McpServer::new(runtime.clone());
     #[cfg(feature = "conformance")]
@@ -127,7 +135,7 @@ pub(crate) async fn serve(args: ServeArgs, data_dir: &Path) -> CliResult {
     let result = if args.stdio {
         serve_stdio(&args, &server, &roles, filter).await
     } else {
-        serve_network(&args, &server, roles, filter, data_dir).await
+        serve_network(&args, &server, roles, filter, data_dir, servers).await
     };
     runtime.shutdown().await;
     result
@@ -158,6 +166,7 @@ async fn serve_network(
     roles: local::RoleTools,
     filter: ToolFilter,
     data_dir: &Path,
+    servers: Arc<Servers>,
 ) -> CliResult {
     let shutdown = CancellationToken::new();
     let server = server.connection(None, filter);
@@ -190,7 +199,10 @@ async fn serve_network(
         None => None,
     };
     let control = local::Control::default()
-        .with_admin(Arc::new(super::ServerAdmin))
+        .with_servers(Arc::clone(&servers))
+        .with_admin(Arc::new(super::ServerAdmin {
+            servers: Some(servers),
+        }))
         .with_about(serde_json::json!({
             "data_dir": std::path::absolute(data_dir)?,
             "http": http_url,
@@ -298,6 +310,29 @@ pub(crate) struct ToolsArgs {
     /// `guildhall.toml` in the data directory, if present).
     #[arg(long, value_name = "FILE")]
     config: Option<PathBuf>,
+}
+
+/// Starts the `[servers.*]` of `config` (their tools appear as each finishes its
+/// handshake), and the supervisor `guildhall servers add` adds to at run time.
+async fn start_servers(
+    runtime: &Runtime,
+    config: &Config,
+    args: &ServeArgs,
+    data_dir: &Path,
+) -> Result<Arc<Servers>, Box<dyn std::error::Error>> {
+    let logs = (!args.in_memory).then(|| data_dir.join("servers"));
+    // Relative paths in `[servers.*]` are the config file's; with no file, the working
+    // directory's.
+    let base = match config.dir.as_os_str().is_empty() {
+        true => Path::new("."),
+        false => config.dir.as_path(),
+    };
+    let servers = Servers::start(runtime, std::path::absolute(base)?, logs).await?;
+    for (name, server) in &config.servers {
+        servers.add(name, server.clone()).await?;
+        tracing::info!(server = %name, "MCP server proxied");
+    }
+    Ok(servers)
 }
 
 /// Adds the built-in work tools whose sections `config` has: `[files]`, `[shell]`,
@@ -510,6 +545,29 @@ pub(crate) async fn status(args: StatusArgs, data_dir: &Path) -> CliResult {
                 state,
                 shell["command"].as_str().unwrap_or_default(),
             )?;
+        }
+    }
+    if let Some(servers) = value["servers"].as_array().filter(|s| !s.is_empty()) {
+        writeln!(out, "mcp servers")?;
+        for server in servers {
+            let breaker = serde_json::from_value(server["breaker"].clone())
+                .map(|b| super::servers::breaker_text(&b))
+                .unwrap_or_default();
+            writeln!(
+                out,
+                "  {:<16} {:<9} {:<10} starts {:<3} breaker {:<24} {} tools",
+                server["name"].as_str().unwrap_or_default(),
+                server["state"].as_str().unwrap_or_default(),
+                server["pid"]
+                    .as_u64()
+                    .map_or_else(|| "-".to_owned(), |pid| format!("pid {pid}")),
+                server["starts"],
+                breaker,
+                server["tools"].as_array().map_or(0, Vec::len),
+            )?;
+            if let Some(reason) = server["reason"].as_str() {
+                writeln!(out, "  {:<16} {reason}", "")?;
+            }
         }
     }
     writeln!(out, "supervision tree")?;

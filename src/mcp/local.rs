@@ -217,6 +217,9 @@ pub struct Control {
     started: std::time::Instant,
     /// What `status` tells about how the server was started (data directory, HTTP URL).
     about: Value,
+    /// The proxied MCP servers, listed by `status`.
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    servers: Option<Arc<crate::servers::Servers>>,
 }
 
 impl Default for Control {
@@ -227,6 +230,8 @@ impl Default for Control {
             admin: None,
             started: std::time::Instant::now(),
             about: Value::Object(serde_json::Map::new()),
+            #[cfg(all(target_os = "linux", target_env = "gnu"))]
+            servers: None,
         }
     }
 }
@@ -236,6 +241,14 @@ impl Control {
     #[must_use]
     pub fn with_about(mut self, about: Value) -> Self {
         self.about = about;
+        self
+    }
+
+    /// Lists `servers` in what `status` answers.
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    #[must_use]
+    pub fn with_servers(mut self, servers: Arc<crate::servers::Servers>) -> Self {
+        self.servers = Some(servers);
         self
     }
 
@@ -537,6 +550,12 @@ async fn status(server: &McpServer, control: &Control) -> Result<Value, String> 
             "shells".into(),
             serde_json::to_value(runtime.background_shells()).unwrap_or_default(),
         );
+        if let Some(servers) = &control.servers {
+            value.insert(
+                "servers".into(),
+                serde_json::to_value(servers.list().await).unwrap_or_default(),
+            );
+        }
     }
     if let (Some(value), Some(about)) = (value.as_object_mut(), control.about.as_object()) {
         value.extend(about.clone());

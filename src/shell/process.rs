@@ -4,13 +4,11 @@
 
 use std::ffi::{CStr, CString};
 use std::os::fd::{AsFd, BorrowedFd};
-use std::time::Duration;
 
 use super::spawn::{Child, Spawn};
 use super::{Shell, ShellConfig, ShellError};
 
-/// How long a group has between SIGTERM and SIGKILL.
-pub(super) const TERM_GRACE: Duration = Duration::from_millis(500);
+pub(super) use crate::process_group::{ProcessGroup as Group, TERM_GRACE};
 
 /// A `bash -c command` ready to start in a directory inside an agent's roots.
 pub(super) struct Command {
@@ -78,7 +76,7 @@ impl Command {
         .spawn()
         .map_err(|err| ShellError::Spawn(err.to_string()))?;
         // The child leads its own session and group: its pid is the group's id.
-        let group = Group(Some(child.id()));
+        let group = Group::new(child.id());
         Ok((child, group))
     }
 }
@@ -96,13 +94,6 @@ pub(super) fn find_bash() -> Result<CString, ShellError> {
         })
         .and_then(|found| CString::new(found.into_os_string().into_encoded_bytes()).ok())
         .ok_or_else(|| ShellError::Invalid("the shell tools need bash, and PATH has none".into()))
-}
-
-/// Sends `signal` to every process of group `pgid`; `false` when the group has none left.
-#[allow(unsafe_code)]
-fn signal_group(pgid: i32, signal: i32) -> bool {
-    // SAFETY: kill with a negative pid signals a process group; no memory is involved.
-    unsafe { libc::kill(-pgid, signal) == 0 }
 }
 
 /// The environment a command gets: the basic variables and the configured ones, never a
@@ -148,47 +139,5 @@ impl Limits {
             processes,
         } = self;
         format!("ulimit -t {cpu} -v {memory_kib} -n {files} -u {processes}")
-    }
-}
-
-/// A command's process group, killed whole.
-pub(super) struct Group(Option<i32>);
-
-impl Group {
-    /// The group's id, while it has one.
-    pub(super) fn id(&self) -> Option<i32> {
-        self.0
-    }
-
-    /// SIGTERM to the group, then SIGKILL to what is left after a grace period. Once the
-    /// group is seen empty its id is forgotten: the kernel may give it to a new group,
-    /// which must never get this one's signals (the drop's kill included).
-    pub(super) async fn terminate(&mut self) {
-        let Some(pgid) = self.0 else { return };
-        if signal_group(pgid, libc::SIGTERM) {
-            let deadline = tokio::time::Instant::now() + TERM_GRACE;
-            // Signal 0 only asks whether the group still has members.
-            while signal_group(pgid, 0) && tokio::time::Instant::now() < deadline {
-                tokio::time::sleep(Duration::from_millis(10)).await;
-            }
-            self.kill();
-        }
-        if !signal_group(pgid, 0) {
-            self.0 = None;
-        }
-    }
-
-    pub(super) fn kill(&self) {
-        if let Some(pgid) = self.0 {
-            signal_group(pgid, libc::SIGKILL);
-        }
-    }
-}
-
-impl Drop for Group {
-    fn drop(&mut self) {
-        // The call's future dropped midway (cancelled by the pipeline, the runtime
-        // stopping): no grace, nothing survives.
-        self.kill();
     }
 }

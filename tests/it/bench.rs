@@ -102,3 +102,38 @@ fn guildhall(args: &[&str]) -> String {
     assert!(!out.status.success(), "guildhall {args:?} should fail");
     String::from_utf8_lossy(&out.stderr).into_owned()
 }
+
+#[test]
+fn proxy_compares_a_proxied_call_with_the_same_call_made_directly() {
+    let report = bench(&[
+        "proxy",
+        "--json",
+        "--calls",
+        "200",
+        "--concurrency",
+        "4",
+        "--restarts",
+        "2",
+    ]);
+    let figure = |name: &str| {
+        report[name]
+            .as_f64()
+            .unwrap_or_else(|| panic!("{name}: {report}"))
+    };
+    let (direct, proxied) = (figure("direct_p50_us"), figure("proxied_p50_us"));
+    assert!(direct > 0.0 && proxied > 0.0, "{report}");
+    assert!(
+        (figure("proxy_ratio") - proxied / direct).abs() < 1e-9,
+        "{report}"
+    );
+    assert!(figure("proxied_calls_per_sec") > 0.0 && figure("direct_calls_per_sec") > 0.0);
+    // A restart includes a process start and a handshake, which is measured alone too.
+    assert!(
+        figure("restart_p50_ms") >= figure("spawn_handshake_p50_ms") * 0.5,
+        "{report}"
+    );
+    assert!(
+        figure("restart_p99_ms") >= figure("restart_p50_ms"),
+        "{report}"
+    );
+}

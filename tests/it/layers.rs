@@ -13,6 +13,7 @@ const ORDER: &[&str] = &[
     "time",
     "sorted",
     "private_fs",
+    "process_group",
     "events",
     "changes",
     // The domains, each on the ones before it.
@@ -28,6 +29,8 @@ const ORDER: &[&str] = &[
     "registry",
     "error",
     "runtime",
+    // External tools, registered through the runtime like any other.
+    "servers",
     "mcp",
     // Reads guildhall.toml into the settings of every layer above, mcp's included.
     "config",

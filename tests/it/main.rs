@@ -46,6 +46,8 @@ mod resources;
 mod runtime;
 /// Tool schemas are standard JSON Schema that clients' validators accept, results included.
 mod schemas;
+/// Other MCP servers proxied as supervised tools: crashes, hangs, failed starts, the CLI.
+mod servers;
 /// The bash tool: process groups, limits, environment, deny patterns.
 mod shell;
 /// The durable store: restarts, group commit, and stores that must not be opened.

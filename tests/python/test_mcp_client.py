@@ -7,7 +7,11 @@ Run by scripts/python-client (and so by .ci/run) with GUILDHALL_BIN pointing at 
   context, and a filtered tool;
 - resources: the inbox read as a resource, and a subscription to it told of every new
   message (`resources/subscribe` before 2026-07-28, `subscriptions/listen` since); the
-  briefing prompts and a completion.
+  briefing prompts and a completion;
+- proxied servers: `@modelcontextprotocol/server-everything` and `server-filesystem` (npm)
+  and a server written with the Python SDK, configured in guildhall.toml, their tools
+  called as `mcp__{server}__{tool}` over stdio and over guildhall's HTTP endpoint (when
+  PROXIED_SERVERS names the npm servers' directory).
 """
 
 import asyncio
@@ -159,6 +163,94 @@ async def resources(mode, data_dir):
         assert inbox["unread"] == SENDS, inbox
 
 
+PY_SERVER = """
+from mcp.server import MCPServer
+app = MCPServer("py")
+
+@app.tool()
+def add(a: int, b: int) -> int:
+    \"\"\"Adds two numbers.\"\"\"
+    return a + b
+
+app.run()
+"""
+
+
+def proxied_config(data_dir, root):
+    servers = os.environ["PROXIED_SERVERS"]
+    node = os.environ["NODE"]
+    py_server = os.path.join(data_dir, "py_server.py")
+    with open(py_server, "w") as f:
+        f.write(PY_SERVER)
+    everything = os.path.join(servers, "node_modules/@modelcontextprotocol/server-everything/dist/index.js")
+    filesystem = os.path.join(servers, "node_modules/@modelcontextprotocol/server-filesystem/dist/index.js")
+    with open(os.path.join(data_dir, "guildhall.toml"), "w") as f:
+        f.write(f"""
+[servers.everything]
+command = {json.dumps(node)}
+args = [{json.dumps(everything)}, "stdio"]
+
+[servers.fs]
+command = {json.dumps(node)}
+args = [{json.dumps(filesystem)}, {json.dumps(root)}]
+tools = ["read_*", "list_*"]
+
+[servers.py]
+command = {json.dumps(sys.executable)}
+args = [{json.dumps(py_server)}]
+""")
+
+
+PROXIED = {"mcp__everything__echo", "mcp__fs__read_text_file", "mcp__py__add"}
+
+
+async def use_proxied(c, root):
+    # The servers start beside guildhall; their tools appear as each is ready.
+    for _ in range(600):
+        names = {t.name for t in (await c.list_tools()).tools}
+        if PROXIED <= names:
+            break
+        await asyncio.sleep(0.1)
+    assert PROXIED <= names, names
+    assert not any(n.startswith("mcp__fs__write") for n in names), "only the tools asked for"
+    echo = await c.call_tool("mcp__everything__echo", {"message": "through guildhall"})
+    assert not echo.is_error and "through guildhall" in echo.content[0].text, echo
+    text = await c.call_tool("mcp__fs__read_text_file", {"path": os.path.join(root, "note.txt")})
+    assert not text.is_error and "proxied" in text.content[0].text, text
+    outside = await c.call_tool("mcp__fs__read_text_file", {"path": "/etc/passwd"})
+    assert outside.is_error, "the filesystem server's own confinement still holds"
+    added = await c.call_tool("mcp__py__add", {"a": 2, "b": 3})
+    assert not added.is_error and "5" in added.content[0].text, added
+
+
+async def proxied(mode, data_dir):
+    root = os.path.join(data_dir, "root")
+    os.makedirs(root)
+    with open(os.path.join(root, "note.txt"), "w") as f:
+        f.write("proxied file")
+    proxied_config(data_dir, root)
+    async with Client(params(data_dir, "serve", "--stdio", "--in-memory", "--agent", "solo"), mode=mode) as c:
+        await use_proxied(c, root)
+
+    import httpx2
+    from mcp.client.streamable_http import streamable_http_client
+    server = subprocess.Popen([BIN, "--data-dir", data_dir, "serve", "--in-memory", "--listen", "127.0.0.1:0"],
+                              stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    try:
+        url = None
+        for line in server.stdout:
+            if "http://" in line:
+                url = line[line.index("http://"):].split()[0]
+                break
+        assert url, "serve prints its URL"
+        http = httpx2.AsyncClient(headers={"Guildhall-Agent": "web"})
+        async with Client(streamable_http_client(url, http_client=http), mode=mode) as c:
+            await use_proxied(c, root)
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+
+
 def stop_server(data_dir):
     out = subprocess.run([BIN, "--data-dir", data_dir, "status", "--json"],
                          capture_output=True, text=True)
@@ -180,6 +272,10 @@ async def main():
         with tempfile.TemporaryDirectory() as resources_dir:
             await resources(mode, resources_dir)
         print(f"ok: resources, subscriptions and prompts, mode={mode}")
+        if os.environ.get("PROXIED_SERVERS"):
+            with tempfile.TemporaryDirectory() as proxied_dir:
+                await proxied(mode, proxied_dir)
+            print(f"ok: proxied servers over stdio and HTTP, mode={mode}")
 
 
 if __name__ == "__main__":

@@ -1,0 +1,286 @@
+//! Other MCP servers as supervised, governed guildhall tools.
+//!
+//! Each configured server runs under the `servers` supervisor as one actor
+//! ([`connection`]) that owns the server's process (in a process group of its own, its
+//! stderr in a rotating log) and its MCP client connection. Its tools are registered with
+//! the runtime as `mcp__{server}__{tool}` ([`proxy`]), so they pass through the same
+//! pipeline (deadline, breaker, in-flight bound) and governance (permissions, hooks, loop
+//! guard, truncation, audit, rate limits) as every tool.
+//!
+//! ```text
+//! root
+//! └── servers          (one-for-one; never escalates)
+//!     └── <server>     (the connection actor: restarted per the server's restart type)
+//! ```
+//!
+//! The contract every tool has holds here too: a process dying mid-call ends that call
+//! `crashed` and is restarted (with backoff); calls made while it restarts wait for it up
+//! to their deadline, or fail at once while failed starts hold its breaker open; a call past
+//! its deadline is cancelled on the server (`notifications/cancelled`), and a server that
+//! then does not answer a probe is killed and restarted.
+
+pub mod config;
+mod connection;
+mod link;
+mod log;
+pub mod proxy;
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::{Arc, PoisonError, RwLock};
+use std::time::Duration;
+
+use guildhall_supervision::{
+    Backoff, BreakerStatus, ChildSpec, RestartIntensity, Strategy, Supervisor, SupervisorSpec,
+};
+use serde::Serialize;
+
+pub use config::{RestartType, ServerConfig, validate_server_name};
+use connection::{ServerActor, ServerSpec};
+use link::{Link, Phase};
+use log::StderrLog;
+
+use crate::runtime::{Runtime, WeakRuntime};
+
+/// The supervisor's id under the root.
+const SERVERS: &str = "servers";
+/// A server's stderr log is rotated at this size.
+const LOG_BYTES: u64 = 1 << 20;
+
+/// Why a server could not be added, removed or restarted.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ServerError {
+    /// The name breaks the naming rule.
+    #[error("{0}")]
+    InvalidName(String),
+    /// A server of that name is already running.
+    #[error("a server named `{0}` is already configured; remove it first")]
+    Duplicate(String),
+    /// No server has that name.
+    #[error("no server named `{0}`; `guildhall servers list` shows them")]
+    Unknown(String),
+    /// The runtime has stopped, or its supervisor refused.
+    #[error("{0}")]
+    Unavailable(String),
+}
+
+/// The proxied servers of one runtime: add, remove, restart and list them.
+pub struct Servers {
+    runtime: WeakRuntime,
+    /// Where a server's relative `cwd` is taken from.
+    base_dir: PathBuf,
+    /// Where stderr logs go (`None`: kept in memory only).
+    log_dir: Option<PathBuf>,
+    servers: tokio::sync::Mutex<BTreeMap<String, Arc<ServerSpec>>>,
+    /// The `servers` supervisor as it is now (republished by its restarts).
+    supervisor: Arc<RwLock<Option<Supervisor>>>,
+}
+
+/// A server as `status` shows it.
+#[derive(Debug, Clone, Serialize)]
+pub struct ServerInfo {
+    /// Its name.
+    pub name: String,
+    /// Its command line.
+    pub command: String,
+    /// `starting`, `running`, `down` (restarting) or `stopped`.
+    pub state: &'static str,
+    /// Why it is down or stopped.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    /// Its process, while it runs.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pid: Option<u32>,
+    /// Times its process was started.
+    pub starts: u64,
+    /// Calls sent to it and not answered yet.
+    pub in_flight: usize,
+    /// The start breaker: open after repeated failed starts.
+    pub breaker: BreakerStatus,
+    /// Its tools, as guildhall names them.
+    pub tools: Vec<String>,
+    /// Its stderr log.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub log: Option<PathBuf>,
+    /// The last lines it wrote to stderr.
+    pub stderr_tail: Vec<String>,
+}
+
+impl Servers {
+    /// Starts the `servers` supervisor under `runtime`'s root. Relative `cwd`s are taken from
+    /// `base_dir`; stderr logs go to `log_dir` when given.
+    ///
+    /// # Errors
+    /// [`ServerError::Unavailable`] when the runtime has stopped.
+    pub async fn start(
+        runtime: &Runtime,
+        base_dir: PathBuf,
+        log_dir: Option<PathBuf>,
+    ) -> Result<Arc<Self>, ServerError> {
+        let supervisor: Arc<RwLock<Option<Supervisor>>> = Arc::default();
+        // A server's crash loop must never escalate to the root; its breaker and its
+        // backoff bound it instead.
+        let spec = SupervisorSpec {
+            strategy: Strategy::OneForOne,
+            intensity: RestartIntensity::new(u32::MAX, Duration::from_secs(10)),
+            backoff: Backoff::exponential(Duration::from_millis(100), Duration::from_secs(10)),
+            children: Vec::new(),
+        };
+        let child = ChildSpec::supervisor(SERVERS, spec).on_start({
+            let slot = Arc::clone(&supervisor);
+            move |cell| {
+                *slot.write().unwrap_or_else(PoisonError::into_inner) =
+                    Some(Supervisor::from_ref(cell.clone().into()));
+            }
+        });
+        runtime
+            .supervise(child)
+            .await
+            .map_err(|err| ServerError::Unavailable(err.to_string()))?;
+        if let Some(dir) = &log_dir
+            && let Err(err) = std::fs::create_dir_all(dir)
+        {
+            tracing::warn!(%err, dir = %dir.display(), "no directory for server logs; keeping their stderr in memory");
+        }
+        Ok(Arc::new(Self {
+            runtime: runtime.downgrade(),
+            base_dir,
+            log_dir,
+            servers: tokio::sync::Mutex::default(),
+            supervisor,
+        }))
+    }
+
+    /// Starts server `name`. It returns once the server's actor runs; its process starts and
+    /// its tools appear (with `tools/list_changed`) as soon as its handshake is done.
+    ///
+    /// # Errors
+    /// [`ServerError::InvalidName`], [`ServerError::Duplicate`], or
+    /// [`ServerError::Unavailable`].
+    pub async fn add(&self, name: &str, config: ServerConfig) -> Result<(), ServerError> {
+        validate_server_name(name).map_err(ServerError::InvalidName)?;
+        let mut servers = self.servers.lock().await;
+        if servers.contains_key(name) {
+            return Err(ServerError::Duplicate(name.to_owned()));
+        }
+        let name: Arc<str> = Arc::from(name);
+        let log_path = self
+            .log_dir
+            .as_ref()
+            .map(|dir| dir.join(format!("{name}.log")));
+        let spec = Arc::new(ServerSpec {
+            link: Arc::new(Link::new(Arc::clone(&name), config.concurrency)),
+            name,
+            config,
+            base_dir: self.base_dir.clone(),
+            runtime: self.runtime.clone(),
+            stderr: Arc::new(StderrLog::new(log_path, LOG_BYTES)),
+            registered: tokio::sync::Mutex::default(),
+        });
+        self.supervisor()?
+            .start_child(child_spec(&spec))
+            .await
+            .map_err(|err| ServerError::Unavailable(err.to_string()))?;
+        servers.insert(spec.name.to_string(), spec);
+        Ok(())
+    }
+
+    /// Stops server `name`, kills its process group and removes its tools.
+    ///
+    /// # Errors
+    /// [`ServerError::Unknown`].
+    pub async fn remove(&self, name: &str) -> Result<(), ServerError> {
+        let spec = self
+            .servers
+            .lock()
+            .await
+            .remove(name)
+            .ok_or_else(|| ServerError::Unknown(name.to_owned()))?;
+        if let Ok(supervisor) = self.supervisor()
+            && let Err(err) = supervisor.terminate_child(name).await
+        {
+            tracing::debug!(%err, server = name, "server actor already gone");
+        }
+        spec.link.stopped("the server was removed");
+        spec.deregister_all().await;
+        Ok(())
+    }
+
+    /// Restarts server `name` now: a new process and connection (calls in flight on the old
+    /// one end `crashed`), whatever its restart type.
+    ///
+    /// # Errors
+    /// [`ServerError::Unknown`] or [`ServerError::Unavailable`].
+    pub async fn restart(&self, name: &str) -> Result<(), ServerError> {
+        let servers = self.servers.lock().await;
+        let spec = servers
+            .get(name)
+            .ok_or_else(|| ServerError::Unknown(name.to_owned()))?;
+        let supervisor = self.supervisor()?;
+        let _ = supervisor.terminate_child(name).await;
+        spec.link.down("restarted by request");
+        supervisor
+            .start_child(child_spec(spec))
+            .await
+            .map_err(|err| ServerError::Unavailable(err.to_string()))
+    }
+
+    /// Every server, by name.
+    pub async fn list(&self) -> Vec<ServerInfo> {
+        let servers = self.servers.lock().await;
+        let mut infos = Vec::with_capacity(servers.len());
+        for spec in servers.values() {
+            let (state, reason, pid) = match spec.link.phase() {
+                Phase::Starting { after } => ("starting", after.map(|r| r.to_string()), None),
+                Phase::Up { pid, .. } => ("running", None, pid),
+                Phase::Down { reason } => ("down", Some(reason.to_string()), None),
+                Phase::Stopped { reason } => ("stopped", Some(reason.to_string()), None),
+            };
+            let tools = spec
+                .registered
+                .lock()
+                .await
+                .values()
+                .map(|(name, _)| name.clone())
+                .collect();
+            infos.push(ServerInfo {
+                name: spec.name.to_string(),
+                command: std::iter::once(spec.config.command.as_str())
+                    .chain(spec.config.args.iter().map(String::as_str))
+                    .collect::<Vec<_>>()
+                    .join(" "),
+                state,
+                reason,
+                pid,
+                starts: spec.link.starts.load(std::sync::atomic::Ordering::Relaxed),
+                in_flight: spec.link.in_flight(),
+                breaker: spec.link.start_breaker(),
+                tools,
+                log: spec.stderr.path().cloned(),
+                stderr_tail: spec.stderr.tail(5),
+            });
+        }
+        infos
+    }
+
+    fn supervisor(&self) -> Result<Supervisor, ServerError> {
+        self.supervisor
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+            .ok_or_else(|| {
+                ServerError::Unavailable("the `servers` supervisor is not running".into())
+            })
+    }
+}
+
+/// How the `servers` supervisor starts (and restarts) one server's actor.
+fn child_spec(spec: &Arc<ServerSpec>) -> ChildSpec {
+    let actor_spec = Arc::clone(spec);
+    ChildSpec::actor(spec.name.to_string(), move || {
+        (ServerActor(Arc::clone(&actor_spec)), ())
+    })
+    .restart(spec.restart())
+    .breaker(Arc::clone(&spec.link.breaker))
+}

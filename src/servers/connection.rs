@@ -1,0 +1,580 @@
+//! The actor that runs one proxied server: it starts the process in its own group, does the
+//! MCP handshake as a client, registers the server's tools, and fails (so its supervisor
+//! restarts it, with backoff) when the process exits, hangs or outgrows its memory limit.
+//!
+//! Starting happens in a message after `pre_start`, not in it: a slow handshake then holds
+//! only this actor, never the supervisor that starts and restarts every server.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::process::Stdio;
+use std::sync::Arc;
+use std::time::Duration;
+
+use guildhall_actors::Annotations;
+use guildhall_supervision::Restart;
+use ractor::{Actor, ActorProcessingErr, ActorRef};
+use rmcp::model::{ClientConfig, ProgressNotificationParam};
+use rmcp::service::{NotificationContext, RoleClient, RunningService};
+use rmcp::{ClientHandler, Peer, ServiceExt};
+use serde_json::Value;
+
+use super::config::{RestartType, ServerConfig};
+use super::link::Link;
+use super::log::StderrLog;
+use super::proxy::ProxyTool;
+use crate::options::ToolOptions;
+use crate::process_group::ProcessGroup;
+use crate::runtime::WeakRuntime;
+
+/// Everything about one server that outlives its actor's restarts.
+pub(crate) struct ServerSpec {
+    pub(crate) name: Arc<str>,
+    pub(crate) config: ServerConfig,
+    /// Where a relative `cwd` is taken from.
+    pub(crate) base_dir: PathBuf,
+    pub(crate) link: Arc<Link>,
+    pub(crate) runtime: WeakRuntime,
+    pub(crate) stderr: Arc<StderrLog>,
+    /// The server's tools registered now: its own name → (guildhall's name, what it was
+    /// registered from, to tell a changed tool).
+    pub(crate) registered: tokio::sync::Mutex<BTreeMap<String, (String, String)>>,
+}
+
+impl ServerSpec {
+    pub(crate) fn restart(&self) -> Restart {
+        match self.config.restart {
+            RestartType::Permanent => Restart::Permanent,
+            RestartType::Transient => Restart::Transient,
+            RestartType::Temporary => Restart::Temporary,
+        }
+    }
+
+    /// Removes every tool of the server from the runtime.
+    pub(crate) async fn deregister_all(&self) {
+        let registered = std::mem::take(&mut *self.registered.lock().await);
+        if let Some(runtime) = self.runtime.upgrade() {
+            for (name, _) in registered.values() {
+                runtime.deregister(name).await;
+            }
+        }
+    }
+}
+
+pub(crate) struct ServerActor(pub(crate) Arc<ServerSpec>);
+
+pub(crate) enum ServerMsg {
+    /// Start the process and connect.
+    Connect,
+    /// The connection of `generation` ended: the process exited (`clean`: with status 0)
+    /// or the transport closed.
+    Lost {
+        generation: u64,
+        reason: String,
+        clean: bool,
+    },
+    /// The connection of `generation` did not answer a probe after a cancelled call.
+    Hung { generation: u64 },
+    /// The server said its tool list changed.
+    Relist,
+}
+
+/// A live connection. Dropping it (the actor stopping, failing or being killed) kills the
+/// process group and tells waiting calls.
+pub(crate) struct Running {
+    generation: u64,
+    peer: Peer<RoleClient>,
+    monitor: tokio::task::JoinHandle<()>,
+    group: Option<ProcessGroup>,
+    link: Arc<Link>,
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        self.monitor.abort();
+        if let Some(group) = &self.group {
+            group.kill();
+        }
+        self.link.dropped(self.generation);
+    }
+}
+
+impl Actor for ServerActor {
+    type Msg = ServerMsg;
+    type State = Option<Running>;
+    type Arguments = ();
+
+    async fn pre_start(
+        &self,
+        myself: ActorRef<ServerMsg>,
+        (): (),
+    ) -> Result<Option<Running>, ActorProcessingErr> {
+        self.0.link.starting();
+        myself.send_message(ServerMsg::Connect)?;
+        Ok(None)
+    }
+
+    async fn handle(
+        &self,
+        myself: ActorRef<ServerMsg>,
+        msg: ServerMsg,
+        state: &mut Option<Running>,
+    ) -> Result<(), ActorProcessingErr> {
+        let spec = &self.0;
+        let current = state.as_ref().map(|r| r.generation);
+        match msg {
+            ServerMsg::Connect => {
+                let running = Box::pin(self.connect(&myself)).await?;
+                let peer = running.peer.clone();
+                *state = Some(running);
+                if let Err(err) = reconcile(spec, &myself, &peer).await {
+                    tracing::warn!(server = %spec.name, %err, "could not list the server's tools");
+                }
+            }
+            ServerMsg::Lost {
+                generation,
+                reason,
+                clean,
+            } if current == Some(generation) => {
+                let reason = with_stderr(&reason, &spec.stderr);
+                tracing::warn!(server = %spec.name, %reason, "server connection lost");
+                spec.link.down(reason.clone());
+                *state = None;
+                match spec.config.restart {
+                    RestartType::Permanent => return Err(reason.into()),
+                    RestartType::Transient if !clean => return Err(reason.into()),
+                    RestartType::Transient | RestartType::Temporary => {
+                        spec.link.stopped(
+                            format!(
+                                "{reason}; it is not restarted (restart = {:?})",
+                                spec.config.restart
+                            )
+                            .to_lowercase(),
+                        );
+                        myself.stop(Some(reason));
+                    }
+                }
+            }
+            ServerMsg::Hung { generation } if current == Some(generation) => {
+                let reason = format!(
+                    "did not answer within {:?} after a call was cancelled: taken for hung and killed",
+                    spec.config.hang_grace
+                );
+                spec.link.down(reason.clone());
+                *state = None;
+                return Err(reason.into());
+            }
+            ServerMsg::Relist => {
+                if let Some(running) = state.as_ref() {
+                    let peer = running.peer.clone();
+                    if let Err(err) = reconcile(spec, &myself, &peer).await {
+                        tracing::warn!(server = %spec.name, %err, "could not list the server's tools");
+                    }
+                }
+            }
+            // About a connection already replaced.
+            ServerMsg::Lost { .. } | ServerMsg::Hung { .. } => {}
+        }
+        Ok(())
+    }
+}
+
+impl ServerActor {
+    /// Starts the process and does the handshake, when the start breaker lets a start
+    /// through (waiting for it otherwise). A failure is returned, failing the actor.
+    async fn connect(&self, myself: &ActorRef<ServerMsg>) -> Result<Running, ActorProcessingErr> {
+        let spec = &self.0;
+        let ticket = loop {
+            match spec.link.breaker.try_acquire(None) {
+                Ok(ticket) => break ticket,
+                Err(open) => tokio::time::sleep(open.retry_after).await,
+            }
+        };
+        match tokio::time::timeout(spec.config.startup_timeout, self.start(myself)).await {
+            Ok(Ok(running)) => {
+                spec.link.breaker.record(ticket, true);
+                Ok(running)
+            }
+            outcome => {
+                spec.link.breaker.record(ticket, false);
+                let reason = match outcome {
+                    Ok(Err(reason)) => reason,
+                    _ => format!(
+                        "did not finish the MCP handshake within {:?} (startup_timeout)",
+                        spec.config.startup_timeout
+                    ),
+                };
+                let reason = with_stderr(&format!("failed to start: {reason}"), &spec.stderr);
+                tracing::warn!(server = %spec.name, %reason, "server failed to start");
+                spec.link.down(reason.clone());
+                Err(reason.into())
+            }
+        }
+    }
+
+    async fn start(&self, myself: &ActorRef<ServerMsg>) -> Result<Running, String> {
+        let spec = &self.0;
+        let config = &spec.config;
+        let mut command = tokio::process::Command::new(&config.command);
+        command
+            .args(&config.args)
+            .env_clear()
+            .envs(std::env::vars().filter(|(name, _)| !name.starts_with("GUILDHALL_")))
+            .envs(&config.env)
+            .current_dir(match &config.cwd {
+                Some(dir) => spec.base_dir.join(dir),
+                None => spec.base_dir.clone(),
+            })
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            // Its own group, so whatever it starts (npx → node, uv → python) dies with it.
+            .process_group(0)
+            .kill_on_drop(true);
+        let mut child = command
+            .spawn()
+            .map_err(|err| format!("could not run `{}`: {err}", config.command))?;
+        let pid = child.id();
+        let group = pid
+            .and_then(|p| i32::try_from(p).ok())
+            .map(ProcessGroup::new);
+        if let Some(stderr) = child.stderr.take() {
+            spec.stderr.clear_tail();
+            spec.stderr.follow(stderr);
+        }
+        let (Some(stdout), Some(stdin)) = (child.stdout.take(), child.stdin.take()) else {
+            return Err("its standard input and output could not be opened".into());
+        };
+        let client = Client {
+            link: Arc::clone(&spec.link),
+            actor: myself.clone(),
+        };
+        let service: RunningService<RoleClient, Client> = match client.serve((stdout, stdin)).await
+        {
+            Ok(service) => service,
+            Err(err) => {
+                // Most often it exited before answering: say how.
+                let status = tokio::time::timeout(Duration::from_millis(500), child.wait()).await;
+                return Err(match status {
+                    Ok(Ok(status)) => {
+                        format!("it {} before the handshake ({err})", exit_text(status))
+                    }
+                    _ => format!("the MCP handshake failed: {err}"),
+                });
+            }
+        };
+        let peer = service.peer().clone();
+        let generation = spec.link.up(peer.clone(), pid);
+        let monitor = tokio::spawn(monitor(
+            child,
+            service,
+            myself.clone(),
+            generation,
+            config.max_rss_mib,
+            pid,
+        ));
+        tracing::info!(server = %spec.name, pid, "server started");
+        Ok(Running {
+            generation,
+            peer,
+            monitor,
+            group,
+            link: Arc::clone(&spec.link),
+        })
+    }
+}
+
+/// Waits for the process to exit or the connection to close (or the process to pass its
+/// memory limit), and tells the actor.
+async fn monitor(
+    mut child: tokio::process::Child,
+    service: RunningService<RoleClient, Client>,
+    actor: ActorRef<ServerMsg>,
+    generation: u64,
+    max_rss_mib: Option<u64>,
+    pid: Option<u32>,
+) {
+    let over_limit = async {
+        let (Some(limit), Some(pid)) = (max_rss_mib, pid) else {
+            return std::future::pending::<String>().await;
+        };
+        let mut every = tokio::time::interval(Duration::from_secs(1));
+        loop {
+            every.tick().await;
+            let rss = group_rss_kib(pid) / 1024;
+            if rss > limit {
+                return format!(
+                    "its processes use {rss} MiB of memory, over max_rss_mib = {limit}: restarted"
+                );
+            }
+        }
+    };
+    let (reason, clean) = tokio::select! {
+        status = child.wait() => match status {
+            Ok(status) => (format!("its process {}", exit_text(status)), status.success()),
+            Err(err) => (format!("its process could not be waited for: {err}"), false),
+        },
+        quit = service.waiting() => {
+            // The process usually ends with its connection: report how, when it does.
+            match tokio::time::timeout(Duration::from_secs(1), child.wait()).await {
+                Ok(Ok(status)) => (format!("its process {}", exit_text(status)), status.success()),
+                _ => (format!("its connection closed ({quit:?})"), false),
+            }
+        }
+        reason = over_limit => (reason, false),
+    };
+    let _ = actor.send_message(ServerMsg::Lost {
+        generation,
+        reason,
+        clean,
+    });
+}
+
+fn exit_text(status: std::process::ExitStatus) -> String {
+    use std::os::unix::process::ExitStatusExt;
+    match (status.code(), status.signal()) {
+        (Some(code), _) => format!("exited with status {code}"),
+        (None, Some(signal)) => format!("was killed by signal {signal}"),
+        _ => "ended".into(),
+    }
+}
+
+/// The resident memory of every process in group `pgid`, in KiB.
+fn group_rss_kib(pgid: u32) -> u64 {
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return 0;
+    };
+    entries
+        .filter_map(Result::ok)
+        .filter(|e| {
+            e.file_name()
+                .to_string_lossy()
+                .bytes()
+                .all(|b| b.is_ascii_digit())
+        })
+        .filter_map(|e| {
+            let stat = std::fs::read_to_string(e.path().join("stat")).ok()?;
+            // Fields after the command (which may hold spaces) start after its `)`.
+            let rest = &stat[stat.rfind(')')? + 2..];
+            let group: u32 = rest.split(' ').nth(2)?.parse().ok()?;
+            (group == pgid).then_some(())?;
+            let status = std::fs::read_to_string(e.path().join("status")).ok()?;
+            status
+                .lines()
+                .find_map(|l| l.strip_prefix("VmRSS:"))
+                .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+        })
+        .sum()
+}
+
+/// `reason`, with the last lines the server wrote to stderr when it wrote any.
+fn with_stderr(reason: &str, stderr: &StderrLog) -> String {
+    let tail = stderr.tail(5);
+    if tail.is_empty() {
+        reason.to_owned()
+    } else {
+        format!("{reason}; its last stderr lines: {}", tail.join(" | "))
+    }
+}
+
+/// guildhall's side of the connection: relays progress to the calling client and relists
+/// the tools when the server says they changed.
+struct Client {
+    link: Arc<Link>,
+    actor: ActorRef<ServerMsg>,
+}
+
+impl ClientHandler for Client {
+    fn get_info(&self) -> ClientConfig {
+        let mut info = ClientConfig::default();
+        info.client_info.name = "guildhall".into();
+        info.client_info.version = env!("CARGO_PKG_VERSION").into();
+        info
+    }
+
+    async fn on_progress(
+        &self,
+        params: ProgressNotificationParam,
+        _: NotificationContext<RoleClient>,
+    ) {
+        self.link.progress(
+            &params.progress_token,
+            params.progress,
+            params.total,
+            params.message.as_deref(),
+        );
+    }
+
+    async fn on_tool_list_changed(&self, _: NotificationContext<RoleClient>) {
+        let _ = self.actor.send_message(ServerMsg::Relist);
+    }
+}
+
+/// Registers the server's (exposed) tools that are not registered yet and removes those it
+/// no longer has, or has changed; `tools/list_changed` reaches connected clients through
+/// the runtime's tool-set version.
+async fn reconcile(
+    spec: &ServerSpec,
+    actor: &ActorRef<ServerMsg>,
+    peer: &Peer<RoleClient>,
+) -> Result<(), String> {
+    let tools = peer.list_all_tools().await.map_err(|err| err.to_string())?;
+    let Some(runtime) = spec.runtime.upgrade() else {
+        return Ok(());
+    };
+    let mut registered = spec.registered.lock().await;
+    let mut wanted: BTreeMap<String, (rmcp::model::Tool, String)> = BTreeMap::new();
+    for tool in tools {
+        if spec.config.exposes(&tool.name) {
+            let fingerprint = serde_json::to_string(&tool).unwrap_or_default();
+            wanted.insert(tool.name.to_string(), (tool, fingerprint));
+        }
+    }
+    let stale: Vec<String> = registered
+        .iter()
+        .filter(|(remote, (_, fingerprint))| {
+            wanted.get(*remote).is_none_or(|(_, f)| f != fingerprint)
+        })
+        .map(|(remote, _)| remote.clone())
+        .collect();
+    for remote in stale {
+        if let Some((name, _)) = registered.remove(&remote) {
+            runtime.deregister(&name).await;
+        }
+    }
+    let mut taken: std::collections::BTreeSet<String> =
+        registered.values().map(|(name, _)| name.clone()).collect();
+    for (remote, (tool, fingerprint)) in wanted {
+        if registered.contains_key(&remote) {
+            continue;
+        }
+        let name = unique_name(&spec.name, &remote, &taken);
+        let generation_actor = actor.clone();
+        let proxy = ProxyTool {
+            name: name.clone(),
+            remote: Arc::from(remote.as_str()),
+            description: tool.description.as_deref().unwrap_or_default().to_owned(),
+            input: Arc::new(object_schema(Value::Object((*tool.input_schema).clone()))),
+            output: tool
+                .output_schema
+                .as_ref()
+                .map(|schema| Arc::new(Value::Object((**schema).clone()))),
+            annotations: annotations(&tool),
+            link: Arc::clone(&spec.link),
+            hung: Arc::new(move |generation| {
+                let _ = generation_actor.send_message(ServerMsg::Hung { generation });
+            }),
+            hang_grace: spec.config.hang_grace,
+        };
+        // Never retried: a server's idempotent hint is its own claim, and a call repeated on
+        // a false one repeats its side effect; the caller sees `crashed` and decides.
+        let options = ToolOptions::default()
+            .timeout(spec.config.timeout)
+            .max_retries(0);
+        match runtime.register_with(proxy, options).await {
+            Ok(_) => {
+                taken.insert(name.clone());
+                registered.insert(remote, (name, fingerprint));
+            }
+            Err(err) => {
+                tracing::warn!(server = %spec.name, tool = %remote, %err, "server tool not registered");
+            }
+        }
+    }
+    Ok(())
+}
+
+/// `mcp__{server}__{tool}`, with characters MCP does not allow in a name replaced by `_`,
+/// shortened to 128 characters (with a hash of the whole to keep it unique), and numbered
+/// when it collides with another of the server's tools.
+pub(crate) fn unique_name(
+    server: &str,
+    tool: &str,
+    taken: &std::collections::BTreeSet<String>,
+) -> String {
+    let clean: String = tool
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.') {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect();
+    let mut name = format!("mcp__{server}__{clean}");
+    if name.len() > 128 {
+        let hash = xxhash_rust::xxh3::xxh3_64(tool.as_bytes());
+        name.truncate(111);
+        name = format!("{name}_{hash:016x}");
+    }
+    let base = name.clone();
+    let mut n = 2;
+    while taken.contains(&name) {
+        let suffix = format!("_{n}");
+        let keep = base.len().min(128 - suffix.len());
+        name = format!("{}{suffix}", &base[..keep]);
+        n += 1;
+    }
+    name
+}
+
+/// A server's input schema as MCP requires it: an object schema. A schema that says
+/// nothing of its type (`{}`, or properties alone) gets `"type": "object"`.
+fn object_schema(mut schema: Value) -> Value {
+    if let Value::Object(map) = &mut schema
+        && !map.contains_key("type")
+        && !map.contains_key("oneOf")
+        && !map.contains_key("anyOf")
+    {
+        map.insert("type".into(), Value::from("object"));
+    }
+    schema
+}
+
+/// The server's hints, with MCP's defaults where it gives none.
+fn annotations(tool: &rmcp::model::Tool) -> Annotations {
+    let given = tool.annotations.as_ref();
+    let defaults = Annotations::default();
+    Annotations {
+        title: tool
+            .title
+            .clone()
+            .or_else(|| given.and_then(|a| a.title.clone())),
+        read_only_hint: given
+            .and_then(|a| a.read_only_hint)
+            .unwrap_or(defaults.read_only_hint),
+        destructive_hint: given
+            .and_then(|a| a.destructive_hint)
+            .unwrap_or(defaults.destructive_hint),
+        idempotent_hint: given
+            .and_then(|a| a.idempotent_hint)
+            .unwrap_or(defaults.idempotent_hint),
+        open_world_hint: given
+            .and_then(|a| a.open_world_hint)
+            .unwrap_or(defaults.open_world_hint),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_are_valid_and_unique() {
+        let mut taken = std::collections::BTreeSet::new();
+        let a = unique_name("fs", "read file", &taken);
+        assert_eq!(a, "mcp__fs__read_file");
+        taken.insert(a);
+        assert_eq!(
+            unique_name("fs", "read_file", &taken),
+            "mcp__fs__read_file_2"
+        );
+        let long = unique_name("fs", &"x".repeat(300), &taken);
+        assert_eq!(long.len(), 128);
+        assert!(guildhall_actors::spec::validate_name(&long).is_ok());
+        assert!(
+            guildhall_actors::spec::validate_name(&unique_name("fs", "naïve/tool", &taken)).is_ok()
+        );
+    }
+}

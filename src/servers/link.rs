@@ -1,0 +1,209 @@
+//! What a server's proxied tools share with the actor that runs the server: the live
+//! connection (or why there is none), the start breaker, the in-flight bound, and where
+//! progress reports go.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::time::Duration;
+
+use dashmap::DashMap;
+use guildhall_actors::CallContext;
+use guildhall_supervision::{BreakerConfig, BreakerStatus, SharedBreaker};
+use rmcp::model::ProgressToken;
+use rmcp::service::{Peer, RoleClient};
+use tokio::sync::{Semaphore, watch};
+
+/// A server's connection as its tools see it.
+#[derive(Clone)]
+pub(crate) enum Phase {
+    /// Its process is being started and the handshake done; why the last one ended, when
+    /// one did.
+    Starting { after: Option<Arc<str>> },
+    /// Serving: calls go to `peer`. `generation` grows with every start, so a call can tell
+    /// that the connection it used is gone.
+    Up {
+        peer: Peer<RoleClient>,
+        generation: u64,
+        pid: Option<u32>,
+    },
+    /// Not serving, and why (the process exited, it failed to start, it hung).
+    Down { reason: Arc<str> },
+    /// Removed, or stopped for good (a temporary server that ended).
+    Stopped { reason: Arc<str> },
+}
+
+/// Shared by a server's actor and its proxied tools.
+pub(crate) struct Link {
+    pub(crate) server: Arc<str>,
+    phase: watch::Sender<Phase>,
+    generation: AtomicU64,
+    /// Failed starts open it; while it is open calls fail at once instead of waiting.
+    pub(crate) breaker: Arc<SharedBreaker>,
+    /// The `concurrency` bound, when there is one.
+    permits: Option<Arc<Semaphore>>,
+    /// Calls waiting for progress, by the progress token their request carries.
+    progress: DashMap<String, CallContext>,
+    /// Starts of the process, the first included.
+    pub(crate) starts: AtomicU64,
+    /// Calls sent to the server and not answered yet.
+    in_flight: AtomicUsize,
+}
+
+/// Failed starts in a row that open a server's breaker; it then lets one start through
+/// after a second, doubling up to a minute while they keep failing.
+const START_BREAKER: BreakerConfig = BreakerConfig {
+    max_failures: 3,
+    reset_timeout: Duration::from_secs(1),
+    backoff_factor: 2.0,
+    max_reset_timeout: Duration::from_secs(60),
+    min_callers: 1,
+};
+
+impl Link {
+    pub(crate) fn new(server: Arc<str>, concurrency: Option<usize>) -> Self {
+        Self {
+            server,
+            phase: watch::Sender::new(Phase::Starting { after: None }),
+            generation: AtomicU64::new(0),
+            breaker: Arc::new(SharedBreaker::new(START_BREAKER)),
+            permits: concurrency.map(|n| Arc::new(Semaphore::new(n.max(1)))),
+            progress: DashMap::new(),
+            starts: AtomicU64::new(0),
+            in_flight: AtomicUsize::new(0),
+        }
+    }
+
+    pub(crate) fn phase(&self) -> Phase {
+        self.phase.borrow().clone()
+    }
+
+    pub(crate) fn watch(&self) -> watch::Receiver<Phase> {
+        self.phase.subscribe()
+    }
+
+    pub(crate) fn starting(&self) {
+        self.starts.fetch_add(1, Ordering::Relaxed);
+        self.phase.send_modify(|phase| {
+            let after = match phase {
+                Phase::Down { reason } | Phase::Stopped { reason } => Some(Arc::clone(reason)),
+                Phase::Starting { after } => after.take(),
+                Phase::Up { .. } => None,
+            };
+            *phase = Phase::Starting { after };
+        });
+    }
+
+    /// The server answers on `peer`; returns the connection's generation.
+    pub(crate) fn up(&self, peer: Peer<RoleClient>, pid: Option<u32>) -> u64 {
+        let generation = self.generation.fetch_add(1, Ordering::Relaxed) + 1;
+        self.phase.send_replace(Phase::Up {
+            peer,
+            generation,
+            pid,
+        });
+        generation
+    }
+
+    /// The connection is gone. Calls on it end `crashed`; calls after it wait for the next.
+    pub(crate) fn down(&self, reason: impl Into<Arc<str>>) {
+        let reason = reason.into();
+        self.phase.send_if_modified(|phase| {
+            if matches!(phase, Phase::Stopped { .. }) {
+                return false;
+            }
+            *phase = Phase::Down { reason };
+            true
+        });
+    }
+
+    /// The connection of `generation` was dropped by its actor (stopped, restarted): unless
+    /// something already said why it went, it went because it was stopped.
+    pub(crate) fn dropped(&self, generation: u64) {
+        self.phase.send_if_modified(|phase| {
+            if !matches!(phase, Phase::Up { generation: g, .. } if *g == generation) {
+                return false;
+            }
+            *phase = Phase::Down {
+                reason: "the server was stopped".into(),
+            };
+            true
+        });
+    }
+
+    /// Stopped for good: waiting calls end at once.
+    pub(crate) fn stopped(&self, reason: impl Into<Arc<str>>) {
+        self.phase.send_replace(Phase::Stopped {
+            reason: reason.into(),
+        });
+    }
+
+    /// Whether failed starts have opened the breaker (calls fail fast), and until when.
+    pub(crate) fn start_breaker(&self) -> BreakerStatus {
+        self.breaker.status()
+    }
+
+    /// A turn under the `concurrency` bound (none when unbounded), waited for.
+    pub(crate) async fn permit(&self) -> Option<tokio::sync::OwnedSemaphorePermit> {
+        match &self.permits {
+            // The semaphore is never closed.
+            Some(permits) => Arc::clone(permits).acquire_owned().await.ok(),
+            None => None,
+        }
+    }
+
+    /// Counts a call as sent until the returned guard is dropped.
+    pub(crate) fn sent(&self) -> InFlight<'_> {
+        self.in_flight.fetch_add(1, Ordering::Relaxed);
+        InFlight(self)
+    }
+
+    /// Calls sent to the server and not answered yet.
+    pub(crate) fn in_flight(&self) -> usize {
+        self.in_flight.load(Ordering::Relaxed)
+    }
+
+    /// Sends progress reports carrying `token` to `call` until the route is dropped.
+    pub(crate) fn route_progress(&self, token: &ProgressToken, call: CallContext) -> Route<'_> {
+        let key = token_key(token);
+        self.progress.insert(key.clone(), call);
+        Route { link: self, key }
+    }
+
+    /// A progress report from the server.
+    pub(crate) fn progress(
+        &self,
+        token: &ProgressToken,
+        progress: f64,
+        total: Option<f64>,
+        message: Option<&str>,
+    ) {
+        if let Some(call) = self.progress.get(&token_key(token)) {
+            call.progress(progress, total, message);
+        }
+    }
+}
+
+/// A call counted in flight until dropped.
+pub(crate) struct InFlight<'a>(&'a Link);
+
+impl Drop for InFlight<'_> {
+    fn drop(&mut self) {
+        self.0.in_flight.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+/// A call's progress route, removed when dropped.
+pub(crate) struct Route<'a> {
+    link: &'a Link,
+    key: String,
+}
+
+impl Drop for Route<'_> {
+    fn drop(&mut self) {
+        self.link.progress.remove(&self.key);
+    }
+}
+
+fn token_key(token: &ProgressToken) -> String {
+    serde_json::to_string(&token.0).unwrap_or_default()
+}

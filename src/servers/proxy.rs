@@ -1,0 +1,365 @@
+//! One tool of a proxied server, registered as a guildhall tool (`mcp__{server}__{tool}`): it
+//! goes through the same pipeline and governance as every tool, and forwards the call to
+//! the server's live connection.
+
+use std::sync::Arc;
+
+use guildhall_actors::{Annotations, CallContext, Tool};
+use rmcp::model::{
+    CallToolRequest, CallToolRequestParams, CancelledNotificationParam, ClientRequest,
+    PaginatedRequestParams, ServerResult,
+};
+use rmcp::service::{PeerRequestOptions, ServiceError};
+use serde_json::Value;
+
+use super::link::{Link, Phase};
+
+/// A proxied tool's arguments: any JSON object, passed on as is. The server checks them
+/// against the schema it declared, which is what clients are shown.
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize, schemars::JsonSchema)]
+#[serde(transparent)]
+pub struct Arguments(pub serde_json::Map<String, Value>);
+
+/// Why a proxied call failed.
+#[derive(Debug, thiserror::Error)]
+pub enum ProxyError {
+    /// The server answered with an error (an `isError` result or a JSON-RPC error).
+    #[error("{0}")]
+    Remote(String),
+    /// The server is not serving and will not soon: its breaker is open after failed starts,
+    /// or it was stopped.
+    #[error("server `{server}` is unavailable: {reason}")]
+    Unavailable {
+        /// The server.
+        server: String,
+        /// Why, and when it is tried again.
+        reason: String,
+    },
+    /// The connection the call was on went away mid-call (the process exited or was
+    /// killed): reported as `crashed`.
+    #[error("server `{server}` went away mid-call: {reason}; it is being restarted")]
+    Lost {
+        /// The server.
+        server: String,
+        /// What happened, when known.
+        reason: String,
+    },
+    /// The server answered with something a tool call cannot be (a task, a request for
+    /// input).
+    #[error("server `{server}` answered `{tool}` with {what}, which guildhall does not proxy")]
+    Unsupported {
+        /// The server.
+        server: String,
+        /// The server's tool.
+        tool: String,
+        /// What it answered.
+        what: &'static str,
+    },
+    /// The call was cancelled (its deadline passed or its caller went away).
+    #[error("cancelled")]
+    Cancelled,
+}
+
+/// A server's tool as a guildhall tool.
+pub(crate) struct ProxyTool {
+    pub(crate) name: String,
+    /// The tool's name on its server.
+    pub(crate) remote: Arc<str>,
+    pub(crate) description: String,
+    pub(crate) input: Arc<Value>,
+    pub(crate) output: Option<Arc<Value>>,
+    pub(crate) annotations: Annotations,
+    pub(crate) link: Arc<Link>,
+    /// Told when a cancelled call's server does not answer the liveness probe.
+    pub(crate) hung: Arc<dyn Fn(u64) + Send + Sync>,
+    pub(crate) hang_grace: std::time::Duration,
+}
+
+impl Tool for ProxyTool {
+    type Input = Arguments;
+    type Output = Value;
+    type Error = ProxyError;
+    type State = ();
+
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn description(&self) -> &str {
+        &self.description
+    }
+
+    fn annotations(&self) -> Annotations {
+        self.annotations.clone()
+    }
+
+    fn input_schema(&self) -> Option<Arc<Value>> {
+        Some(Arc::clone(&self.input))
+    }
+
+    fn output_schema(&self) -> Option<Arc<Value>> {
+        self.output.clone()
+    }
+
+    /// Every call runs in its own task: the server multiplexes calls on one connection, and
+    /// the tool's actor must not wait on one while others queue.
+    fn detach(&self, _: &(), _: &Arguments) -> Option<()> {
+        Some(())
+    }
+
+    fn is_crash(error: &ProxyError) -> bool {
+        matches!(error, ProxyError::Lost { .. })
+    }
+
+    async fn call(
+        &self,
+        _: &mut (),
+        input: Arguments,
+        ctx: CallContext,
+    ) -> Result<Value, ProxyError> {
+        let cancelled = ctx.cancellation().clone();
+        let _permit = tokio::select! {
+            biased;
+            () = cancelled.cancelled() => return Err(ProxyError::Cancelled),
+            permit = self.link.permit() => permit,
+        };
+        let (peer, generation) = tokio::select! {
+            biased;
+            () = cancelled.cancelled() => return Err(ProxyError::Cancelled),
+            up = self.connection() => up?,
+        };
+        let params = CallToolRequestParams::new(self.remote.to_string()).with_arguments(input.0);
+        let request = ClientRequest::CallToolRequest(CallToolRequest::new(params));
+        let handle = peer
+            .send_cancellable_request(request, PeerRequestOptions::no_options())
+            .await
+            .map_err(|err| self.failed(err))?;
+        let _progress = self
+            .link
+            .route_progress(&handle.progress_token, ctx.clone());
+        let _counted = self.link.sent();
+        let mut abandoned = Abandoned {
+            peer: Some(peer.clone()),
+            id: handle.id.clone(),
+        };
+        let mut phase = self.link.watch();
+        let answer = tokio::select! {
+            biased;
+            answer = handle.await_response() => answer,
+            () = cancelled.cancelled() => {
+                // The server is told (the guard's drop); if it does not even answer a probe
+                // afterwards, it is hung, and is killed and restarted.
+                drop(abandoned);
+                self.probe(peer, generation);
+                return Err(ProxyError::Cancelled);
+            }
+            reason = gone(&mut phase, generation) => {
+                abandoned.peer = None;
+                return Err(ProxyError::Lost { server: self.link.server.to_string(), reason });
+            }
+        };
+        abandoned.peer = None;
+        match answer {
+            Ok(ServerResult::CallToolResult(result)) => {
+                let result = serde_json::to_value(result).unwrap_or_default();
+                outcome(result)
+            }
+            Ok(ServerResult::CreateTaskResult(_)) => Err(self.unsupported("a task")),
+            Ok(ServerResult::InputRequiredResult(_)) => {
+                Err(self.unsupported("a request for input"))
+            }
+            Ok(_) => Err(self.unsupported("a result of another request")),
+            Err(err) => Err(self.failed(err)),
+        }
+    }
+}
+
+impl ProxyTool {
+    /// The live connection, waited for while the server (re)starts.
+    async fn connection(&self) -> Result<(rmcp::Peer<rmcp::RoleClient>, u64), ProxyError> {
+        let mut phase = self.link.watch();
+        loop {
+            match &*phase.borrow_and_update() {
+                Phase::Up {
+                    peer, generation, ..
+                } => return Ok((peer.clone(), *generation)),
+                Phase::Stopped { reason } => {
+                    return Err(ProxyError::Unavailable {
+                        server: self.link.server.to_string(),
+                        reason: reason.to_string(),
+                    });
+                }
+                Phase::Starting { .. } | Phase::Down { .. } => {}
+            }
+            if let guildhall_supervision::BreakerStatus::Open { retry_after, .. } =
+                self.link.start_breaker()
+            {
+                let reason = match &*phase.borrow() {
+                    Phase::Down { reason }
+                    | Phase::Starting {
+                        after: Some(reason),
+                    } => format!("{reason}; "),
+                    _ => String::new(),
+                };
+                return Err(ProxyError::Unavailable {
+                    server: self.link.server.to_string(),
+                    reason: format!(
+                        "{reason}its starts keep failing, so its breaker is open; the next start is tried in {} ms",
+                        retry_after.as_millis()
+                    ),
+                });
+            }
+            if phase.changed().await.is_err() {
+                return Err(ProxyError::Unavailable {
+                    server: self.link.server.to_string(),
+                    reason: "it was removed".into(),
+                });
+            }
+        }
+    }
+
+    /// Asks the server for its tool list (a request every tool server answers) after a
+    /// cancelled call: no answer within the grace period means it is hung.
+    fn probe(&self, peer: rmcp::Peer<rmcp::RoleClient>, generation: u64) {
+        let (hung, grace, server) = (
+            Arc::clone(&self.hung),
+            self.hang_grace,
+            Arc::clone(&self.link.server),
+        );
+        tokio::spawn(async move {
+            let request = ClientRequest::ListToolsRequest(rmcp::model::ListToolsRequest {
+                method: Default::default(),
+                params: None::<PaginatedRequestParams>,
+                extensions: Default::default(),
+            });
+            match tokio::time::timeout(grace, peer.send_request(request)).await {
+                Err(_) => {
+                    tracing::warn!(%server, ?grace, "server did not answer a probe after a cancelled call; restarting it");
+                    hung(generation);
+                }
+                Ok(answer) => {
+                    tracing::debug!(%server, ok = answer.is_ok(), "probe after a cancelled call answered")
+                }
+            }
+        });
+    }
+
+    fn failed(&self, err: ServiceError) -> ProxyError {
+        match err {
+            ServiceError::McpError(err) => ProxyError::Remote(err.message.to_string()),
+            ServiceError::TransportClosed | ServiceError::TransportSend(_) => ProxyError::Lost {
+                server: self.link.server.to_string(),
+                reason: "the connection closed (its process exited or was killed)".into(),
+            },
+            other => ProxyError::Remote(other.to_string()),
+        }
+    }
+
+    fn unsupported(&self, what: &'static str) -> ProxyError {
+        ProxyError::Unsupported {
+            server: self.link.server.to_string(),
+            tool: self.remote.to_string(),
+            what,
+        }
+    }
+}
+
+/// Resolves when the connection of `generation` is gone: why.
+async fn gone(phase: &mut tokio::sync::watch::Receiver<Phase>, generation: u64) -> String {
+    loop {
+        match &*phase.borrow_and_update() {
+            Phase::Up { generation: g, .. } if *g == generation => {}
+            Phase::Down { reason } | Phase::Stopped { reason } => return reason.to_string(),
+            _ => return "the server restarted".into(),
+        }
+        if phase.changed().await.is_err() {
+            return "the server was removed".into();
+        }
+    }
+}
+
+/// Tells the server a request was abandoned, unless disarmed (`peer` taken) first.
+struct Abandoned {
+    peer: Option<rmcp::Peer<rmcp::RoleClient>>,
+    id: rmcp::model::RequestId,
+}
+
+impl Drop for Abandoned {
+    fn drop(&mut self) {
+        let Some(peer) = self.peer.take() else { return };
+        let id = self.id.clone();
+        tokio::spawn(async move {
+            let _ = peer
+                .notify_cancelled(CancelledNotificationParam::new(
+                    Some(id),
+                    Some("the caller's deadline passed or it went away".into()),
+                ))
+                .await;
+        });
+    }
+}
+
+/// A server's tool result as the tool's output: its structured content when it has one,
+/// a lone image as that image, otherwise its text (the blocks' texts, one per line; other
+/// blocks as their JSON). An `isError` result is the tool's error, with its text.
+fn outcome(mut result: Value) -> Result<Value, ProxyError> {
+    let is_error = result.get("isError").and_then(Value::as_bool) == Some(true);
+    let blocks = match result.get_mut("content").map(Value::take) {
+        Some(Value::Array(blocks)) => blocks,
+        _ => Vec::new(),
+    };
+    let text = || {
+        blocks
+            .iter()
+            .map(|block| match block.get("text").and_then(Value::as_str) {
+                Some(text) if block.get("type").and_then(Value::as_str) == Some("text") => {
+                    text.to_owned()
+                }
+                _ => block.to_string(),
+            })
+            .collect::<Vec<_>>()
+            .join("\n")
+    };
+    if is_error {
+        return Err(ProxyError::Remote(text()));
+    }
+    if let Some(structured) = result.get_mut("structuredContent").map(Value::take)
+        && !structured.is_null()
+    {
+        return Ok(structured);
+    }
+    if let [image] = blocks.as_slice()
+        && image.get("type").and_then(Value::as_str) == Some("image")
+    {
+        let mut image = image.clone();
+        if let Some(object) = image.as_object_mut() {
+            object.retain(|key, _| matches!(key.as_str(), "type" | "data" | "mimeType"));
+        }
+        return Ok(image);
+    }
+    Ok(Value::String(text()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn results_become_outputs() {
+        let text =
+            json!({"content": [{"type": "text", "text": "a"}, {"type": "text", "text": "b"}]});
+        assert_eq!(outcome(text).unwrap(), json!("a\nb"));
+        let structured =
+            json!({"content": [{"type": "text", "text": "{}"}], "structuredContent": {"n": 1}});
+        assert_eq!(outcome(structured).unwrap(), json!({"n": 1}));
+        let image = json!({"content": [{"type": "image", "data": "AAAA", "mimeType": "image/png", "annotations": {}}]});
+        assert_eq!(
+            outcome(image).unwrap(),
+            json!({"type": "image", "data": "AAAA", "mimeType": "image/png"})
+        );
+        let failed =
+            json!({"content": [{"type": "text", "text": "no such file"}], "isError": true});
+        assert!(matches!(outcome(failed), Err(ProxyError::Remote(m)) if m == "no such file"));
+    }
+}

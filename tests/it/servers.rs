@@ -1,0 +1,364 @@
+//! Other MCP servers proxied as supervised tools. The server proxied is a real one over
+//! stdio: guildhall's own `serve --stdio`, whose process the tests kill, stop and break.
+
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use guildhall::governance::{Action, GovernanceConfig, Rule};
+use guildhall::servers::{ServerConfig, ServerInfo, Servers};
+use guildhall::{BreakerStatus, CallError, CallOptions, Runtime};
+use serde_json::{Value, json};
+
+use crate::support::{eventually, guildhall_ok, serve_in_background};
+
+/// `guildhall serve --stdio` as an MCP server with the bench `echo` tool, its own data
+/// directory under `dir`.
+fn inner_server(dir: &Path) -> ServerConfig {
+    let mut config = ServerConfig::command(
+        env!("CARGO_BIN_EXE_guildhall"),
+        [
+            "--data-dir".to_owned(),
+            dir.join("inner").display().to_string(),
+            "serve".into(),
+            "--stdio".into(),
+            "--in-memory".into(),
+            "--bench-echo".into(),
+        ],
+    );
+    config.env.insert("RUST_LOG".into(), "off".into());
+    config
+}
+
+async fn with_servers(governance: GovernanceConfig) -> (Runtime, Arc<Servers>) {
+    let rt = Runtime::builder()
+        .governance(governance)
+        .build()
+        .await
+        .unwrap();
+    let servers = Servers::start(&rt, std::env::temp_dir(), None)
+        .await
+        .unwrap();
+    (rt, servers)
+}
+
+async fn info(servers: &Servers, name: &str) -> ServerInfo {
+    servers
+        .list()
+        .await
+        .into_iter()
+        .find(|s| s.name == name)
+        .unwrap()
+}
+
+/// Waits until `name` serves, with `starts` starts so far, and returns its pid.
+async fn running(servers: &Servers, name: &str, starts: u64) -> u32 {
+    eventually(Duration::from_secs(30), || async {
+        let info = info(servers, name).await;
+        info.state == "running" && info.starts == starts && !info.tools.is_empty()
+    })
+    .await;
+    info(servers, name).await.pid.unwrap()
+}
+
+fn echo(text: &str) -> Value {
+    json!({ "text": text })
+}
+
+fn signal(pid: u32, signal: &str) {
+    let status = std::process::Command::new("kill")
+        .args([signal, &pid.to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success());
+}
+
+#[tokio::test]
+async fn a_server_s_tools_are_guildhall_tools_under_its_governance() {
+    let dir = tempfile::tempdir().unwrap();
+    let governance = GovernanceConfig {
+        rules: vec![Rule::new("mcp__inner__send_*", Action::Deny).unwrap()],
+        ..GovernanceConfig::default()
+    };
+    let (rt, servers) = with_servers(governance).await;
+    let tools_changed = rt.tool_set_changes();
+    servers
+        .add("inner", inner_server(dir.path()))
+        .await
+        .unwrap();
+    running(&servers, "inner", 1).await;
+    assert!(
+        tools_changed.has_changed().unwrap(),
+        "clients are told the tool list changed"
+    );
+
+    // The server's own schema and hints, under guildhall's name for the tool.
+    let spec = rt.tool("mcp__inner__echo").unwrap();
+    assert_eq!(spec.input_schema["properties"]["text"]["type"], "string");
+    assert!(rt.tool("mcp__inner__check_inbox").is_some());
+    assert!(
+        info(&servers, "inner")
+            .await
+            .tools
+            .iter()
+            .all(|t| t.starts_with("mcp__inner__")),
+        "every tool is named after its server"
+    );
+
+    let out = rt
+        .call_json("mcp__inner__echo", echo("through"), CallOptions::new())
+        .await
+        .unwrap();
+    assert_eq!(
+        out["text"], "through",
+        "structured content passes through: {out}"
+    );
+
+    // A rule on the proxied name holds: the call never reaches the server.
+    let denied = rt
+        .call_json(
+            "mcp__inner__send_message",
+            json!({"to": "x", "subject": "s", "body": "b"}),
+            CallOptions::new(),
+        )
+        .await;
+    assert!(
+        matches!(denied, Err(CallError::Denied { .. })),
+        "{denied:?}"
+    );
+
+    // The server's own error is the tool's error, with its text.
+    let bad = rt
+        .call_json("mcp__inner__echo", json!({"text": 5}), CallOptions::new())
+        .await;
+    assert!(matches!(bad, Err(CallError::Tool { .. })), "{bad:?}");
+
+    servers.remove("inner").await.unwrap();
+    assert!(
+        rt.tool("mcp__inner__echo").is_none(),
+        "removing a server removes its tools"
+    );
+    rt.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_server_killed_mid_call_answers_crashed_once_per_call_and_serves_again() {
+    let dir = tempfile::tempdir().unwrap();
+    let (rt, servers) = with_servers(GovernanceConfig::default()).await;
+    servers
+        .add("inner", inner_server(dir.path()))
+        .await
+        .unwrap();
+    let pid = running(&servers, "inner", 1).await;
+
+    // Five calls waiting on the server (an inbox check that waits for mail).
+    let calls: Vec<_> = (0..5)
+        .map(|_| {
+            let rt = rt.clone();
+            tokio::spawn(async move {
+                rt.call_json(
+                    "mcp__inner__check_inbox",
+                    json!({"wait_secs": 30}),
+                    CallOptions::new(),
+                )
+                .await
+            })
+        })
+        .collect();
+    eventually(Duration::from_secs(10), || async {
+        info(&servers, "inner").await.in_flight == 5
+    })
+    .await;
+    signal(pid, "-KILL");
+    for call in calls {
+        let outcome = tokio::time::timeout(Duration::from_secs(10), call)
+            .await
+            .expect("every call gets its reply, none hangs")
+            .unwrap();
+        assert!(
+            matches!(&outcome, Err(CallError::Crashed { reason, .. }) if reason.contains("inner")),
+            "{outcome:?}"
+        );
+    }
+
+    let new_pid = running(&servers, "inner", 2).await;
+    assert_ne!(new_pid, pid);
+    let out = rt
+        .call_json("mcp__inner__echo", echo("again"), CallOptions::new())
+        .await
+        .unwrap();
+    assert_eq!(out["text"], "again");
+    rt.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_hung_server_is_cancelled_killed_and_restarted() {
+    let dir = tempfile::tempdir().unwrap();
+    let (rt, servers) = with_servers(GovernanceConfig::default()).await;
+    let mut config = inner_server(dir.path());
+    config.timeout = Duration::from_millis(500);
+    config.hang_grace = Duration::from_millis(500);
+    servers.add("inner", config).await.unwrap();
+    let pid = running(&servers, "inner", 1).await;
+
+    // Stopped, it reads nothing and answers nothing: hung, as a deadlocked server is.
+    signal(pid, "-STOP");
+    let outcome = rt
+        .call_json("mcp__inner__echo", echo("anyone?"), CallOptions::new())
+        .await;
+    assert!(
+        matches!(outcome, Err(CallError::Timeout { .. })),
+        "{outcome:?}"
+    );
+
+    // The probe after the cancelled call goes unanswered: killed, and started again.
+    let new_pid = running(&servers, "inner", 2).await;
+    assert_ne!(new_pid, pid);
+    assert!(
+        !Path::new(&format!("/proc/{pid}")).exists()
+            || std::fs::read_to_string(format!("/proc/{pid}/stat"))
+                .is_ok_and(|s| s.contains(") Z")),
+        "the hung process is gone"
+    );
+    let out = rt
+        .call_json("mcp__inner__echo", echo("back"), CallOptions::new())
+        .await
+        .unwrap();
+    assert_eq!(out["text"], "back");
+    rt.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_server_that_cannot_start_opens_its_breaker_and_recovers_once_fixed() {
+    let dir = tempfile::tempdir().unwrap();
+    let ready = dir.path().join("ready");
+    let (rt, servers) = with_servers(GovernanceConfig::default()).await;
+    let inner = inner_server(dir.path());
+    // Exits at once until `ready` exists, saying why on stderr.
+    let script = format!(
+        "test -f '{}' || {{ echo 'not ready yet' >&2; exit 3; }}; exec \"$0\" \"$@\"",
+        ready.display()
+    );
+    let mut config = ServerConfig::command(
+        "sh",
+        ["-c".to_owned(), script, inner.command.clone()]
+            .into_iter()
+            .chain(inner.args.clone()),
+    );
+    config.env = inner.env.clone();
+    servers.add("flaky", config).await.unwrap();
+
+    eventually(Duration::from_secs(20), || async {
+        matches!(
+            info(&servers, "flaky").await.breaker,
+            BreakerStatus::Open { .. }
+        )
+    })
+    .await;
+    let down = info(&servers, "flaky").await;
+    let reason = down.reason.unwrap_or_default();
+    assert!(
+        reason.contains("exited with status 3") && reason.contains("not ready yet"),
+        "the reason names the exit and the server's own words: {reason}"
+    );
+    assert!(down.tools.is_empty());
+
+    std::fs::write(&ready, "").unwrap();
+    eventually(Duration::from_secs(90), || async {
+        let info = info(&servers, "flaky").await;
+        info.state == "running" && !info.tools.is_empty()
+    })
+    .await;
+    assert!(matches!(
+        info(&servers, "flaky").await.breaker,
+        BreakerStatus::Closed { .. }
+    ));
+    let out = rt
+        .call_json("mcp__flaky__echo", echo("fixed"), CallOptions::new())
+        .await
+        .unwrap();
+    assert_eq!(out["text"], "fixed");
+    rt.shutdown().await;
+}
+
+#[tokio::test]
+async fn servers_in_the_config_are_listed_added_and_removed_from_the_command_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let inner = inner_server(dir.path());
+    let config = format!(
+        "[servers.inner]\ncommand = {:?}\nargs = {:?}\nenv = {{ RUST_LOG = \"off\" }}\n",
+        inner.command, inner.args
+    );
+    std::fs::write(dir.path().join("guildhall.toml"), config).unwrap();
+    let _server = serve_in_background(dir.path());
+
+    let listed = || -> Vec<Value> {
+        guildhall_ok(dir.path(), &["servers", "list", "--json"])
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect()
+    };
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while !listed()
+        .iter()
+        .any(|s| s["name"] == "inner" && s["state"] == "running")
+    {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the configured server starts"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let status = guildhall_ok(dir.path(), &["status"]);
+    assert!(
+        status.contains("mcp servers") && status.contains("inner"),
+        "{status}"
+    );
+
+    // Another, added at run time under another name.
+    let mut args = vec![
+        "servers",
+        "add",
+        "second",
+        "--tool",
+        "echo",
+        "--env",
+        "RUST_LOG=off",
+        "--",
+    ];
+    let second_dir = dir.path().join("second").display().to_string();
+    let second = inner_server(Path::new(&second_dir));
+    args.push(&second.command);
+    args.extend(second.args.iter().map(String::as_str));
+    guildhall_ok(dir.path(), &args);
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let servers = listed();
+        if let Some(s) = servers
+            .iter()
+            .find(|s| s["name"] == "second" && s["state"] == "running")
+        {
+            assert_eq!(
+                s["tools"],
+                json!(["mcp__second__echo"]),
+                "only the tools asked for"
+            );
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the added server starts"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+
+    let out = guildhall_ok(dir.path(), &["servers", "remove", "second"]);
+    assert!(out.contains("removed"), "{out}");
+    assert!(listed().iter().all(|s| s["name"] != "second"));
+    let failed = crate::support::guildhall(dir.path())
+        .args(["servers", "remove", "nope"])
+        .output()
+        .unwrap();
+    assert!(!failed.status.success());
+    assert!(String::from_utf8_lossy(&failed.stderr).contains("no server named `nope`"));
+}
