@@ -94,6 +94,9 @@ pub struct ServerInfo {
     pub pid: Option<u32>,
     /// Times its process was started.
     pub starts: u64,
+    /// Why its last process or connection ended (or failed to start), if one did.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub last_end: Option<String>,
     /// Calls sent to it and not answered yet.
     pub in_flight: usize,
     /// The start breaker: open after repeated failed starts.
@@ -138,11 +141,6 @@ impl Servers {
             .supervise(child)
             .await
             .map_err(|err| ServerError::Unavailable(err.to_string()))?;
-        if let Some(dir) = &log_dir
-            && let Err(err) = std::fs::create_dir_all(dir)
-        {
-            tracing::warn!(%err, dir = %dir.display(), "no directory for server logs; keeping their stderr in memory");
-        }
         Ok(Arc::new(Self {
             runtime: runtime.downgrade(),
             base_dir,
@@ -165,10 +163,14 @@ impl Servers {
             return Err(ServerError::Duplicate(name.to_owned()));
         }
         let name: Arc<str> = Arc::from(name);
-        let log_path = self
-            .log_dir
-            .as_ref()
-            .map(|dir| dir.join(format!("{name}.log")));
+        // Made with the first server, so a runtime that proxies none leaves no trace.
+        let log_path = self.log_dir.as_ref().and_then(|dir| match std::fs::create_dir_all(dir) {
+            Ok(()) => Some(dir.join(format!("{name}.log"))),
+            Err(err) => {
+                tracing::warn!(%err, dir = %dir.display(), "no directory for server logs; keeping the stderr of `{name}` in memory");
+                None
+            }
+        });
         let spec = Arc::new(ServerSpec {
             link: Arc::new(Link::new(Arc::clone(&name), config.concurrency)),
             name,
@@ -226,6 +228,27 @@ impl Servers {
             .map_err(|err| ServerError::Unavailable(err.to_string()))
     }
 
+    /// Waits until no server is still starting (each serves, or has failed and says why),
+    /// or `limit` passes.
+    pub async fn settled(&self, limit: Duration) {
+        let links: Vec<Arc<Link>> = self
+            .servers
+            .lock()
+            .await
+            .values()
+            .map(|spec| Arc::clone(&spec.link))
+            .collect();
+        let all = async {
+            for link in links {
+                let mut phase = link.watch();
+                let _ = phase
+                    .wait_for(|p| !matches!(p, Phase::Starting { after: None }))
+                    .await;
+            }
+        };
+        let _ = tokio::time::timeout(limit, all).await;
+    }
+
     /// Every server, by name.
     pub async fn list(&self) -> Vec<ServerInfo> {
         let servers = self.servers.lock().await;
@@ -255,6 +278,7 @@ impl Servers {
                 pid,
                 starts: spec.link.starts.load(std::sync::atomic::Ordering::Relaxed),
                 in_flight: spec.link.in_flight(),
+                last_end: spec.link.last_end().map(|r| r.to_string()),
                 breaker: spec.link.start_breaker(),
                 tools,
                 log: spec.stderr.path().cloned(),

@@ -306,8 +306,9 @@ pub(crate) struct ToolsArgs {
     /// Only these tools (names and globs, comma-separated).
     #[arg(long, value_name = "LIST")]
     tools: Option<String>,
-    /// The config file whose `[files]`, `[shell]` and `[fetch]` add tools (default:
-    /// `guildhall.toml` in the data directory, if present).
+    /// The config file whose `[files]`, `[shell]`, `[fetch]` and `[servers.*]` add tools
+    /// (default: `guildhall.toml` in the data directory, if present). The servers are
+    /// started to list their tools, and stopped again.
     #[arg(long, value_name = "FILE")]
     config: Option<PathBuf>,
 }
@@ -321,18 +322,22 @@ async fn start_servers(
     data_dir: &Path,
 ) -> Result<Arc<Servers>, Box<dyn std::error::Error>> {
     let logs = (!args.in_memory).then(|| data_dir.join("servers"));
-    // Relative paths in `[servers.*]` are the config file's; with no file, the working
-    // directory's.
-    let base = match config.dir.as_os_str().is_empty() {
-        true => Path::new("."),
-        false => config.dir.as_path(),
-    };
-    let servers = Servers::start(runtime, std::path::absolute(base)?, logs).await?;
+    let servers = Servers::start(runtime, config_dir(config)?, logs).await?;
     for (name, server) in &config.servers {
         servers.add(name, server.clone()).await?;
         tracing::info!(server = %name, "MCP server proxied");
     }
     Ok(servers)
+}
+
+/// Where relative paths in `[servers.*]` are taken from: the config file's directory, or the
+/// working directory when there is no file.
+fn config_dir(config: &Config) -> std::io::Result<PathBuf> {
+    if config.dir.as_os_str().is_empty() {
+        std::env::current_dir()
+    } else {
+        std::path::absolute(&config.dir)
+    }
 }
 
 /// Adds the built-in work tools whose sections `config` has: `[files]`, `[shell]`,
@@ -378,6 +383,27 @@ pub(crate) async fn tools(args: ToolsArgs, data_dir: &Path) -> CliResult {
     let runtime = with_work_tools(Runtime::builder(), &config)?
         .build()
         .await?;
+    let servers = Servers::start(&runtime, config_dir(&config)?, None).await?;
+    let mut origin = std::collections::BTreeMap::new();
+    if !config.servers.is_empty() {
+        for (name, server) in &config.servers {
+            servers.add(name, server.clone()).await?;
+        }
+        let longest = config.servers.values().map(|s| s.startup_timeout).max();
+        servers.settled(longest.unwrap_or_default()).await;
+        for server in servers.list().await {
+            if server.state != "running" {
+                let reason = server
+                    .reason
+                    .as_deref()
+                    .unwrap_or("it did not start in time");
+                tracing::warn!(server = %server.name, "its tools are not listed: {reason}");
+            }
+            for tool in server.tools {
+                origin.insert(tool, format!("(from MCP server `{}`)", server.name));
+            }
+        }
+    }
     let filter = match &args.tools {
         Some(list) => ToolFilter::parse(list)?,
         None => ToolFilter::all(),
@@ -415,6 +441,9 @@ pub(crate) async fn tools(args: ToolsArgs, data_dir: &Path) -> CliResult {
             tool.name,
             tool.description.as_deref().unwrap_or("")
         )?;
+        if let Some(origin) = origin.get(tool.name.as_ref()) {
+            writeln!(out, "{:<16} {origin}", "")?;
+        }
         if !hints.is_empty() {
             writeln!(out, "{:<16} ({hints})", "")?;
         }
@@ -567,6 +596,8 @@ pub(crate) async fn status(args: StatusArgs, data_dir: &Path) -> CliResult {
             )?;
             if let Some(reason) = server["reason"].as_str() {
                 writeln!(out, "  {:<16} {reason}", "")?;
+            } else if let Some(last) = server["last_end"].as_str() {
+                writeln!(out, "  {:<16} last ended: {last}", "")?;
             }
         }
     }

@@ -114,6 +114,8 @@ pub(crate) async fn run_with(
                 )?;
                 if let Some(reason) = &server.reason {
                     writeln!(out, "{:<16} {reason}", "")?;
+                } else if let Some(last) = &server.last_end {
+                    writeln!(out, "{:<16} last ended: {last}", "")?;
                 }
                 for tool in &server.tools {
                     writeln!(out, "{:<16} {tool}", "")?;

@@ -84,6 +84,7 @@ pub(crate) enum ServerMsg {
 pub(crate) struct Running {
     generation: u64,
     peer: Peer<RoleClient>,
+    pid: Option<u32>,
     monitor: tokio::task::JoinHandle<()>,
     group: Option<ProcessGroup>,
     link: Arc<Link>,
@@ -125,11 +126,15 @@ impl Actor for ServerActor {
         match msg {
             ServerMsg::Connect => {
                 let running = Box::pin(self.connect(&myself)).await?;
-                let peer = running.peer.clone();
+                let (peer, generation, pid) =
+                    (running.peer.clone(), running.generation, running.pid);
                 *state = Some(running);
+                // Listed before the connection is published: once the server shows as
+                // running, its tools are there.
                 if let Err(err) = reconcile(spec, &myself, &peer).await {
                     tracing::warn!(server = %spec.name, %err, "could not list the server's tools");
                 }
+                spec.link.up(peer, pid, generation);
             }
             ServerMsg::Lost {
                 generation,
@@ -238,10 +243,10 @@ impl ServerActor {
         let group = pid
             .and_then(|p| i32::try_from(p).ok())
             .map(ProcessGroup::new);
-        if let Some(stderr) = child.stderr.take() {
+        let stderr = child.stderr.take().map(|stderr| {
             spec.stderr.clear_tail();
-            spec.stderr.follow(stderr);
-        }
+            spec.stderr.follow(stderr)
+        });
         let (Some(stdout), Some(stdin)) = (child.stdout.take(), child.stdin.take()) else {
             return Err("its standard input and output could not be opened".into());
         };
@@ -253,8 +258,12 @@ impl ServerActor {
         {
             Ok(service) => service,
             Err(err) => {
-                // Most often it exited before answering: say how.
+                // Most often it exited before answering: say how, after reading what it said
+                // (bounded: something it started may hold its stderr open).
                 let status = tokio::time::timeout(Duration::from_millis(500), child.wait()).await;
+                if let Some(reading) = stderr {
+                    let _ = tokio::time::timeout(Duration::from_millis(500), reading).await;
+                }
                 return Err(match status {
                     Ok(Ok(status)) => {
                         format!("it {} before the handshake ({err})", exit_text(status))
@@ -264,7 +273,7 @@ impl ServerActor {
             }
         };
         let peer = service.peer().clone();
-        let generation = spec.link.up(peer.clone(), pid);
+        let generation = spec.link.next_generation();
         let monitor = tokio::spawn(monitor(
             child,
             service,
@@ -277,6 +286,7 @@ impl ServerActor {
         Ok(Running {
             generation,
             peer,
+            pid,
             monitor,
             group,
             link: Arc::clone(&spec.link),
@@ -316,7 +326,7 @@ async fn monitor(
         },
         quit = service.waiting() => {
             // The process usually ends with its connection: report how, when it does.
-            match tokio::time::timeout(Duration::from_secs(1), child.wait()).await {
+            match tokio::time::timeout(Duration::from_secs(3), child.wait()).await {
                 Ok(Ok(status)) => (format!("its process {}", exit_text(status)), status.success()),
                 _ => (format!("its connection closed ({quit:?})"), false),
             }

@@ -47,6 +47,8 @@ pub(crate) struct Link {
     pub(crate) starts: AtomicU64,
     /// Calls sent to the server and not answered yet.
     in_flight: AtomicUsize,
+    /// Why its last connection ended, kept while the next one serves.
+    last_end: std::sync::Mutex<Option<Arc<str>>>,
 }
 
 /// Failed starts in a row that open a server's breaker; it then lets one start through
@@ -70,6 +72,7 @@ impl Link {
             progress: DashMap::new(),
             starts: AtomicU64::new(0),
             in_flight: AtomicUsize::new(0),
+            last_end: std::sync::Mutex::new(None),
         }
     }
 
@@ -93,20 +96,27 @@ impl Link {
         });
     }
 
-    /// The server answers on `peer`; returns the connection's generation.
-    pub(crate) fn up(&self, peer: Peer<RoleClient>, pid: Option<u32>) -> u64 {
-        let generation = self.generation.fetch_add(1, Ordering::Relaxed) + 1;
+    /// The generation of the next connection.
+    pub(crate) fn next_generation(&self) -> u64 {
+        self.generation.fetch_add(1, Ordering::Relaxed) + 1
+    }
+
+    /// Connection `generation` serves on `peer`, its tools registered.
+    pub(crate) fn up(&self, peer: Peer<RoleClient>, pid: Option<u32>, generation: u64) {
         self.phase.send_replace(Phase::Up {
             peer,
             generation,
             pid,
         });
-        generation
     }
 
     /// The connection is gone. Calls on it end `crashed`; calls after it wait for the next.
     pub(crate) fn down(&self, reason: impl Into<Arc<str>>) {
         let reason = reason.into();
+        *self
+            .last_end
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(Arc::clone(&reason));
         self.phase.send_if_modified(|phase| {
             if matches!(phase, Phase::Stopped { .. }) {
                 return false;
@@ -135,6 +145,14 @@ impl Link {
         self.phase.send_replace(Phase::Stopped {
             reason: reason.into(),
         });
+    }
+
+    /// Why the server's last connection ended, if one did.
+    pub(crate) fn last_end(&self) -> Option<Arc<str>> {
+        self.last_end
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
     }
 
     /// Whether failed starts have opened the breaker (calls fail fast), and until when.

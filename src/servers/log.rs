@@ -44,8 +44,11 @@ impl StderrLog {
             .clear();
     }
 
-    /// Reads `stderr` line by line until it closes, in a task of its own.
-    pub(crate) fn follow(self: &std::sync::Arc<Self>, stderr: tokio::process::ChildStderr) {
+    /// Reads `stderr` line by line until it closes, in a task of its own, which ends then.
+    pub(crate) fn follow(
+        self: &std::sync::Arc<Self>,
+        stderr: tokio::process::ChildStderr,
+    ) -> tokio::task::JoinHandle<()> {
         let log = std::sync::Arc::clone(self);
         tokio::spawn(async move {
             let mut lines = BufReader::new(stderr);
@@ -61,7 +64,7 @@ impl StderrLog {
                     Ok(_) => log.write(&String::from_utf8_lossy(&line)),
                 }
             }
-        });
+        })
     }
 
     fn write(&self, line: &str) {

@@ -183,6 +183,11 @@ async fn a_server_killed_mid_call_answers_crashed_once_per_call_and_serves_again
 
     let new_pid = running(&servers, "inner", 2).await;
     assert_ne!(new_pid, pid);
+    let last = info(&servers, "inner").await.last_end.unwrap_or_default();
+    assert!(
+        last.contains("killed by signal 9"),
+        "status keeps why it ended: {last}"
+    );
     let out = rt
         .call_json("mcp__inner__echo", echo("again"), CallOptions::new())
         .await
@@ -290,6 +295,11 @@ async fn servers_in_the_config_are_listed_added_and_removed_from_the_command_lin
         inner.command, inner.args
     );
     std::fs::write(dir.path().join("guildhall.toml"), config).unwrap();
+    let tools = guildhall_ok(dir.path(), &["tools"]);
+    assert!(
+        tools.contains("mcp__inner__echo") && tools.contains("(from MCP server `inner`)"),
+        "`guildhall tools` starts the servers to list their tools, with their origin: {tools}"
+    );
     let _server = serve_in_background(dir.path());
 
     let listed = || -> Vec<Value> {
@@ -361,4 +371,24 @@ async fn servers_in_the_config_are_listed_added_and_removed_from_the_command_lin
         .unwrap();
     assert!(!failed.status.success());
     assert!(String::from_utf8_lossy(&failed.stderr).contains("no server named `nope`"));
+}
+
+#[tokio::test]
+async fn a_server_past_its_memory_limit_is_restarted() {
+    let dir = tempfile::tempdir().unwrap();
+    let (rt, servers) = with_servers(GovernanceConfig::default()).await;
+    let mut config = inner_server(dir.path());
+    // Any real process uses more than one MiB: the limit is passed at the first check.
+    config.max_rss_mib = Some(1);
+    servers.add("inner", config).await.unwrap();
+    eventually(Duration::from_secs(30), || async {
+        let info = info(&servers, "inner").await;
+        info.starts >= 2
+            && info
+                .last_end
+                .as_deref()
+                .is_some_and(|r| r.contains("over max_rss_mib = 1"))
+    })
+    .await;
+    rt.shutdown().await;
 }
