@@ -77,6 +77,32 @@ pub struct Servers {
     supervisor: Arc<RwLock<Option<Supervisor>>>,
 }
 
+/// Whether a server serves.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ServerState {
+    /// Its process is starting and doing the handshake.
+    Starting,
+    /// It serves its tools.
+    Running,
+    /// Its process ended or failed to start; it is restarted (see `reason`).
+    Down,
+    /// It will not be restarted (removed, or a temporary or transient server that ended).
+    Stopped,
+}
+
+impl ServerState {
+    /// The state as `status` prints it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Starting => "starting",
+            Self::Running => "running",
+            Self::Down => "down",
+            Self::Stopped => "stopped",
+        }
+    }
+}
+
 /// A server as `status` shows it.
 #[derive(Debug, Clone, Serialize)]
 pub struct ServerInfo {
@@ -84,8 +110,8 @@ pub struct ServerInfo {
     pub name: String,
     /// Its command line.
     pub command: String,
-    /// `starting`, `running`, `down` (restarting) or `stopped`.
-    pub state: &'static str,
+    /// Whether it serves.
+    pub state: ServerState,
     /// Why it is down or stopped.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
@@ -255,10 +281,12 @@ impl Servers {
         let mut infos = Vec::with_capacity(servers.len());
         for spec in servers.values() {
             let (state, reason, pid) = match spec.link.phase() {
-                Phase::Starting { after } => ("starting", after.map(|r| r.to_string()), None),
-                Phase::Up { pid, .. } => ("running", None, pid),
-                Phase::Down { reason } => ("down", Some(reason.to_string()), None),
-                Phase::Stopped { reason } => ("stopped", Some(reason.to_string()), None),
+                Phase::Starting { after } => {
+                    (ServerState::Starting, after.map(|r| r.to_string()), None)
+                }
+                Phase::Up { pid, .. } => (ServerState::Running, None, pid),
+                Phase::Down { reason } => (ServerState::Down, Some(reason.to_string()), None),
+                Phase::Stopped { reason } => (ServerState::Stopped, Some(reason.to_string()), None),
             };
             let tools = spec
                 .registered

@@ -13,7 +13,7 @@ use serde_json::json;
 use super::percentile;
 use crate::CallOptions;
 use crate::runtime::Runtime;
-use crate::servers::{ServerConfig, Servers};
+use crate::servers::{ServerConfig, ServerState, Servers};
 
 /// What `bench proxy` does.
 #[derive(Debug, Clone)]
@@ -173,7 +173,7 @@ pub async fn proxy(config: ProxyBenchConfig) -> Result<ProxyReport, String> {
                 .list()
                 .await
                 .into_iter()
-                .find(|s| s.name == name && s.state == "running")
+                .find(|s| s.name == name && s.state == ServerState::Running)
                 .and_then(|s| s.pid);
             if let Some(pid) = pid.filter(|_| runtime.tool(&tool).is_some()) {
                 break pid;

@@ -10,7 +10,7 @@ use guildhall::config::{CONFIG_FILE, Config};
 use guildhall::mcp::http::{self, HttpOptions};
 use guildhall::mcp::local::{self, Hello};
 use guildhall::mcp::{McpServer, ToolFilter};
-use guildhall::servers::Servers;
+use guildhall::servers::{ServerState, Servers};
 use guildhall::{ChildSnapshot, Runtime, RuntimeBuilder};
 use tokio_util::sync::CancellationToken;
 
@@ -392,7 +392,7 @@ pub(crate) async fn tools(args: ToolsArgs, data_dir: &Path) -> CliResult {
         let longest = config.servers.values().map(|s| s.startup_timeout).max();
         servers.settled(longest.unwrap_or_default()).await;
         for server in servers.list().await {
-            if server.state != "running" {
+            if server.state != ServerState::Running {
                 let reason = server
                     .reason
                     .as_deref()

@@ -106,7 +106,7 @@ pub(crate) async fn run_with(
                     out,
                     "{:<16} {:<9} {:<10} starts {:<3} breaker {}  {}",
                     server.name,
-                    server.state,
+                    server.state.as_str(),
                     process,
                     server.starts,
                     breaker_text(&server.breaker),

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use guildhall::governance::{Action, GovernanceConfig, Rule};
-use guildhall::servers::{ServerConfig, ServerInfo, Servers};
+use guildhall::servers::{ServerConfig, ServerInfo, ServerState, Servers};
 use guildhall::{BreakerStatus, CallError, CallOptions, Runtime};
 use serde_json::{Value, json};
 
@@ -55,7 +55,7 @@ async fn info(servers: &Servers, name: &str) -> ServerInfo {
 async fn running(servers: &Servers, name: &str, starts: u64) -> u32 {
     eventually(Duration::from_secs(30), || async {
         let info = info(servers, name).await;
-        info.state == "running" && info.starts == starts && !info.tools.is_empty()
+        info.state == ServerState::Running && info.starts == starts && !info.tools.is_empty()
     })
     .await;
     info(servers, name).await.pid.unwrap()
@@ -271,7 +271,7 @@ async fn a_server_that_cannot_start_opens_its_breaker_and_recovers_once_fixed() 
     std::fs::write(&ready, "").unwrap();
     eventually(Duration::from_secs(90), || async {
         let info = info(&servers, "flaky").await;
-        info.state == "running" && !info.tools.is_empty()
+        info.state == ServerState::Running && !info.tools.is_empty()
     })
     .await;
     assert!(matches!(
