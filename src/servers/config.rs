@@ -77,6 +77,17 @@ pub enum RestartType {
     Temporary,
 }
 
+impl RestartType {
+    /// The type as the config file spells it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Permanent => "permanent",
+            Self::Transient => "transient",
+            Self::Temporary => "temporary",
+        }
+    }
+}
+
 impl ServerConfig {
     /// A server run as `command args…`, with the defaults for everything else.
     pub fn command(command: impl Into<String>, args: impl IntoIterator<Item = String>) -> Self {

@@ -111,6 +111,11 @@ impl Actor for ServerActor {
         (): (),
     ) -> Result<Option<Running>, ActorProcessingErr> {
         self.0.link.starting();
+        // The tools registered by an earlier start report to this actor from now on.
+        let actor = myself.clone();
+        self.0.link.report_hangs_to(move |generation| {
+            let _ = actor.send_message(ServerMsg::Hung { generation });
+        });
         myself.send_message(ServerMsg::Connect)?;
         Ok(None)
     }
@@ -131,7 +136,7 @@ impl Actor for ServerActor {
                 *state = Some(running);
                 // Listed before the connection is published: once the server shows as
                 // running, its tools are there.
-                if let Err(err) = reconcile(spec, &myself, &peer).await {
+                if let Err(err) = reconcile(spec, &peer).await {
                     tracing::warn!(server = %spec.name, %err, "could not list the server's tools");
                 }
                 spec.link.up(peer, pid, generation);
@@ -149,13 +154,10 @@ impl Actor for ServerActor {
                     RestartType::Permanent => return Err(reason.into()),
                     RestartType::Transient if !clean => return Err(reason.into()),
                     RestartType::Transient | RestartType::Temporary => {
-                        spec.link.stopped(
-                            format!(
-                                "{reason}; it is not restarted (restart = {:?})",
-                                spec.config.restart
-                            )
-                            .to_lowercase(),
-                        );
+                        spec.link.stopped(format!(
+                            "{reason}; it is not restarted (restart = \"{}\")",
+                            spec.config.restart.as_str()
+                        ));
                         myself.stop(Some(reason));
                     }
                 }
@@ -172,7 +174,7 @@ impl Actor for ServerActor {
             ServerMsg::Relist => {
                 if let Some(running) = state.as_ref() {
                     let peer = running.peer.clone();
-                    if let Err(err) = reconcile(spec, &myself, &peer).await {
+                    if let Err(err) = reconcile(spec, &peer).await {
                         tracing::warn!(server = %spec.name, %err, "could not list the server's tools");
                     }
                 }
@@ -423,11 +425,7 @@ impl ClientHandler for Client {
 /// Registers the server's (exposed) tools that are not registered yet and removes those it
 /// no longer has, or has changed; `tools/list_changed` reaches connected clients through
 /// the runtime's tool-set version.
-async fn reconcile(
-    spec: &ServerSpec,
-    actor: &ActorRef<ServerMsg>,
-    peer: &Peer<RoleClient>,
-) -> Result<(), String> {
+async fn reconcile(spec: &ServerSpec, peer: &Peer<RoleClient>) -> Result<(), String> {
     let tools = peer.list_all_tools().await.map_err(|err| err.to_string())?;
     let Some(runtime) = spec.runtime.upgrade() else {
         return Ok(());
@@ -459,7 +457,6 @@ async fn reconcile(
             continue;
         }
         let name = unique_name(&spec.name, &remote, &taken);
-        let generation_actor = actor.clone();
         let proxy = ProxyTool {
             name: name.clone(),
             remote: Arc::from(remote.as_str()),
@@ -471,9 +468,6 @@ async fn reconcile(
                 .map(|schema| Arc::new(Value::Object((**schema).clone()))),
             annotations: annotations(&tool),
             link: Arc::clone(&spec.link),
-            hung: Arc::new(move |generation| {
-                let _ = generation_actor.send_message(ServerMsg::Hung { generation });
-            }),
             hang_grace: spec.config.hang_grace,
         };
         // Never retried: a server's idempotent hint is its own claim, and a call repeated on

@@ -32,6 +32,9 @@ pub(crate) enum Phase {
     Stopped { reason: Arc<str> },
 }
 
+/// Tells a server's actor that connection `generation` hung.
+type HangReport = Box<dyn Fn(u64) + Send + Sync>;
+
 /// Shared by a server's actor and its proxied tools.
 pub(crate) struct Link {
     pub(crate) server: Arc<str>,
@@ -49,6 +52,9 @@ pub(crate) struct Link {
     in_flight: AtomicUsize,
     /// Why its last connection ended, kept while the next one serves.
     last_end: std::sync::Mutex<Option<Arc<str>>>,
+    /// Tells the server's actor as it is now (each restart sets it) that a connection
+    /// did not answer its probe.
+    on_hung: std::sync::Mutex<Option<HangReport>>,
 }
 
 /// Failed starts in a row that open a server's breaker; it then lets one start through
@@ -73,6 +79,7 @@ impl Link {
             starts: AtomicU64::new(0),
             in_flight: AtomicUsize::new(0),
             last_end: std::sync::Mutex::new(None),
+            on_hung: std::sync::Mutex::new(None),
         }
     }
 
@@ -145,6 +152,25 @@ impl Link {
         self.phase.send_replace(Phase::Stopped {
             reason: reason.into(),
         });
+    }
+
+    /// Where [`hung`](Self::hung) reports go: the actor that (re)started just now.
+    pub(crate) fn report_hangs_to(&self, report: impl Fn(u64) + Send + Sync + 'static) {
+        *self
+            .on_hung
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(Box::new(report));
+    }
+
+    /// Connection `generation` did not answer a probe after a cancelled call.
+    pub(crate) fn hung(&self, generation: u64) {
+        if let Some(report) = &*self
+            .on_hung
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+        {
+            report(generation);
+        }
     }
 
     /// Why the server's last connection ended, if one did.

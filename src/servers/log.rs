@@ -45,6 +45,7 @@ impl StderrLog {
     }
 
     /// Reads `stderr` line by line until it closes, in a task of its own, which ends then.
+    /// The file is opened once per process and reopened only when rotated.
     pub(crate) fn follow(
         self: &std::sync::Arc<Self>,
         stderr: tokio::process::ChildStderr,
@@ -53,6 +54,7 @@ impl StderrLog {
         tokio::spawn(async move {
             let mut lines = BufReader::new(stderr);
             let mut line = Vec::new();
+            let mut file = None;
             loop {
                 line.clear();
                 match (&mut lines)
@@ -61,13 +63,13 @@ impl StderrLog {
                     .await
                 {
                     Ok(0) | Err(_) => break,
-                    Ok(_) => log.write(&String::from_utf8_lossy(&line)),
+                    Ok(_) => log.write(&String::from_utf8_lossy(&line), &mut file),
                 }
             }
         })
     }
 
-    fn write(&self, line: &str) {
+    fn write(&self, line: &str, file: &mut Option<(std::fs::File, u64)>) {
         let line = line.trim_end_matches(['\n', '\r']);
         {
             let mut tail = self.tail.lock().unwrap_or_else(PoisonError::into_inner);
@@ -77,21 +79,43 @@ impl StderrLog {
             tail.push_back(line.to_owned());
         }
         if let Some(path) = &self.path
-            && let Err(err) = self.append(path, line)
+            && let Err(err) = self.append(path, line, file)
         {
+            *file = None;
             tracing::debug!(%err, path = %path.display(), "could not write a server's stderr log");
         }
     }
 
-    fn append(&self, path: &PathBuf, line: &str) -> std::io::Result<()> {
-        if std::fs::metadata(path).is_ok_and(|m| m.len() + line.len() as u64 > self.max_bytes) {
+    /// Appends `line` to the open log file (opening it first), rotating it when it would
+    /// grow past the limit.
+    fn append(
+        &self,
+        path: &PathBuf,
+        line: &str,
+        file: &mut Option<(std::fs::File, u64)>,
+    ) -> std::io::Result<()> {
+        let grows = line.len() as u64 + 1;
+        if file
+            .as_ref()
+            .is_some_and(|(_, size)| size + grows > self.max_bytes)
+        {
+            *file = None;
             std::fs::rename(path, path.with_extension("log.1"))?;
         }
-        let mut file = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(path)?;
-        writeln!(file, "{line}")
+        let (out, size) = match file {
+            Some(open) => open,
+            None => {
+                let out = std::fs::OpenOptions::new()
+                    .create(true)
+                    .append(true)
+                    .open(path)?;
+                let size = out.metadata()?.len();
+                file.insert((out, size))
+            }
+        };
+        writeln!(out, "{line}")?;
+        *size += grows;
+        Ok(())
     }
 
     /// The last `n` lines (at most the 20 kept), oldest first.
@@ -101,5 +125,30 @@ impl StderrLog {
             .skip(tail.len().saturating_sub(n))
             .cloned()
             .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_log_rotates_at_its_size_and_the_tail_keeps_the_last_lines() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("s.log");
+        let log = StderrLog::new(Some(path.clone()), 100);
+        let mut file = None;
+        for i in 0..30 {
+            log.write(&format!("line {i:02}\n"), &mut file);
+        }
+        let current = std::fs::read_to_string(&path).unwrap();
+        let older = std::fs::read_to_string(path.with_extension("log.1")).unwrap();
+        assert!(
+            current.len() <= 100 && older.len() <= 100,
+            "{current:?} {older:?}"
+        );
+        assert!(current.ends_with("line 29\n"), "{current:?}");
+        assert_eq!(log.tail(2), ["line 28", "line 29"]);
+        assert_eq!(log.tail(100).len(), TAIL);
     }
 }

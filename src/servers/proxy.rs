@@ -70,8 +70,6 @@ pub(crate) struct ProxyTool {
     pub(crate) output: Option<Arc<Value>>,
     pub(crate) annotations: Annotations,
     pub(crate) link: Arc<Link>,
-    /// Told when a cancelled call's server does not answer the liveness probe.
-    pub(crate) hung: Arc<dyn Fn(u64) + Send + Sync>,
     pub(crate) hang_grace: std::time::Duration,
 }
 
@@ -221,11 +219,7 @@ impl ProxyTool {
     /// Asks the server for its tool list (a request every tool server answers) after a
     /// cancelled call: no answer within the grace period means it is hung.
     fn probe(&self, peer: rmcp::Peer<rmcp::RoleClient>, generation: u64) {
-        let (hung, grace, server) = (
-            Arc::clone(&self.hung),
-            self.hang_grace,
-            Arc::clone(&self.link.server),
-        );
+        let (link, grace) = (Arc::clone(&self.link), self.hang_grace);
         tokio::spawn(async move {
             let request = ClientRequest::ListToolsRequest(rmcp::model::ListToolsRequest {
                 method: Default::default(),
@@ -234,11 +228,11 @@ impl ProxyTool {
             });
             match tokio::time::timeout(grace, peer.send_request(request)).await {
                 Err(_) => {
-                    tracing::warn!(%server, ?grace, "server did not answer a probe after a cancelled call; restarting it");
-                    hung(generation);
+                    tracing::warn!(server = %link.server, ?grace, "server did not answer a probe after a cancelled call; restarting it");
+                    link.hung(generation);
                 }
                 Ok(answer) => {
-                    tracing::debug!(%server, ok = answer.is_ok(), "probe after a cancelled call answered")
+                    tracing::debug!(server = %link.server, ok = answer.is_ok(), "probe after a cancelled call answered")
                 }
             }
         });

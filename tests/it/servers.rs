@@ -230,6 +230,17 @@ async fn a_hung_server_is_cancelled_killed_and_restarted() {
         .await
         .unwrap();
     assert_eq!(out["text"], "back");
+
+    // The restarted process is watched the same way: its hang is noticed too.
+    signal(new_pid, "-STOP");
+    let outcome = rt
+        .call_json("mcp__inner__echo", echo("again?"), CallOptions::new())
+        .await;
+    assert!(
+        matches!(outcome, Err(CallError::Timeout { .. })),
+        "{outcome:?}"
+    );
+    assert_ne!(running(&servers, "inner", 3).await, new_pid);
     rt.shutdown().await;
 }
 
