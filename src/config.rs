@@ -122,6 +122,10 @@ pub struct Config {
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
     #[serde(default)]
     pub servers: BTreeMap<String, crate::servers::ServerConfig>,
+    /// Command tools, by name: checked here, served by [`crate::commands::Commands`].
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    #[serde(default)]
+    pub commands: BTreeMap<String, toml::Value>,
     /// The directory of the file, where command hooks run.
     #[serde(skip)]
     pub dir: PathBuf,
@@ -179,7 +183,7 @@ pub struct HookConfig {
     /// The program and its arguments.
     pub command: Command,
     /// How long it may take (default 10 s).
-    #[serde(default, deserialize_with = "duration")]
+    #[serde(default, with = "crate::time::humane::option")]
     pub timeout: Option<Duration>,
     /// What an error or timeout means (default deny).
     #[serde(default)]
@@ -220,7 +224,7 @@ pub struct TruncateConfig {
     #[serde(default)]
     pub max_bytes: Option<usize>,
     /// How long spill files are kept (default 7 days).
-    #[serde(default, deserialize_with = "duration")]
+    #[serde(default, with = "crate::time::humane::option")]
     pub retention: Option<Duration>,
 }
 
@@ -238,7 +242,7 @@ pub struct ToolConfig {
     #[serde(default)]
     pub rate: Option<Rate>,
     /// Declares the tool deterministic and caches its results this long.
-    #[serde(default, deserialize_with = "duration")]
+    #[serde(default, with = "crate::time::humane::option")]
     pub cache_ttl: Option<Duration>,
 }
 
@@ -259,17 +263,8 @@ pub struct AuditConfig {
     #[serde(default)]
     pub enabled: Option<bool>,
     /// How long records are kept (default 90 days).
-    #[serde(default, deserialize_with = "duration")]
+    #[serde(default, with = "crate::time::humane::option")]
     pub retention: Option<Duration>,
-}
-
-fn duration<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Duration>, D::Error> {
-    let text = String::deserialize(d)?;
-    humantime::parse_duration(&text).map(Some).map_err(|err| {
-        serde::de::Error::custom(format!(
-            "invalid duration `{text}`: {err}; write e.g. `5s`, `30min` or `7d`"
-        ))
-    })
 }
 
 /// A config file that cannot be used.
@@ -325,6 +320,20 @@ impl Config {
                     .find(&format!("[servers.{name}]"))
                     .map(|at| text[..at].matches('\n').count() + 1),
                 reason: format!("[servers.{name}]: {reason}"),
+            })?;
+        }
+        #[cfg(all(target_os = "linux", target_env = "gnu"))]
+        if !config.commands.is_empty() {
+            let base = crate::commands::manifest::base_dir(path);
+            crate::commands::manifest::parse_config(path, &text, &base).map_err(|err| {
+                ConfigError {
+                    path: path.to_owned(),
+                    line: Some(err.line),
+                    reason: match &err.field {
+                        Some(field) => format!("`{field}`: {}", err.reason),
+                        None => err.reason.clone(),
+                    },
+                }
             })?;
         }
         let mut config = config;

@@ -14,6 +14,7 @@
 //! - [`store`]: the embedded store behind both.
 //! - [`config`](mod@config): the `guildhall.toml` file.
 //! - `servers` (Linux): other MCP servers proxied as supervised, governed tools.
+//! - `commands` (Linux): programs described in a manifest, served as tools.
 //! - [`mcp`]: the MCP server (stdio, Streamable HTTP, the local socket).
 //! - `bench` (feature `bench`): the measurements behind `guildhall bench`.
 //!
@@ -62,6 +63,8 @@ pub mod agents;
 #[cfg(feature = "bench")]
 pub mod bench;
 pub mod changes;
+#[cfg(all(target_os = "linux", target_env = "gnu"))]
+pub mod commands;
 pub mod config;
 pub mod context;
 mod error;

@@ -29,6 +29,7 @@ pub use background::{
     ShellStart, StartInput, Started,
 };
 pub use bash::{Bash, BashInput, BashOutput};
+pub(crate) use process::environment;
 
 use crate::files::Files;
 

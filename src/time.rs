@@ -22,6 +22,45 @@ pub fn rfc3339(ms: u64) -> String {
         .to_string()
 }
 
+/// A duration as people write it in a config file (`500ms`, `30s`, `2min`, `7d`), for
+/// `#[serde(with = "crate::time::humane")]`.
+pub(crate) mod humane {
+    use std::time::Duration;
+
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    /// Reads `30s` and the like; a bad one is an error that shows how to write one.
+    pub(crate) fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
+        let text = String::deserialize(d)?;
+        parse(&text).map_err(serde::de::Error::custom)
+    }
+
+    /// Writes it back as `humantime` prints it (`1m 30s`).
+    pub(crate) fn serialize<S: Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&humantime::format_duration(*d).to_string())
+    }
+
+    /// `text` as a duration, or why it is not one.
+    pub(crate) fn parse(text: &str) -> Result<Duration, String> {
+        humantime::parse_duration(text).map_err(|err| {
+            format!("invalid duration `{text}`: {err}; write e.g. `500ms`, `30s`, `2min` or `7d`")
+        })
+    }
+
+    /// The same for an optional field (with `#[serde(default)]`).
+    pub(crate) mod option {
+        use std::time::Duration;
+
+        use serde::Deserializer;
+
+        pub(crate) fn deserialize<'de, D: Deserializer<'de>>(
+            d: D,
+        ) -> Result<Option<Duration>, D::Error> {
+            super::deserialize(d).map(Some)
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

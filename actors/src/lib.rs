@@ -21,6 +21,6 @@ pub mod worker;
 
 pub use context::{CallContext, CallEvent, CallObserver, Progress};
 pub use error::{CallError, ErrorKind, RegistrationError};
-pub use spec::ToolSpec;
+pub use spec::{ToolSpec, validate_name};
 pub use tool::{Annotations, Concurrency, InitState, Tool};
 pub use worker::{Dispatched, ToolActor, ToolMsg, WorkerPool, panic_message};

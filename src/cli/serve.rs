@@ -6,6 +6,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use clap::Args;
+use guildhall::commands::Commands;
 use guildhall::config::{CONFIG_FILE, Config};
 use guildhall::mcp::http::{self, HttpOptions};
 use guildhall::mcp::local::{self, Hello};
@@ -20,6 +21,9 @@ type CliResult = Result<(), Box<dyn std::error::Error>>;
 
 /// The HTTP address `serve` binds when not told otherwise.
 pub(crate) const DEFAULT_LISTEN: &str = "127.0.0.1:7077";
+
+/// How often command tool manifests are looked at for changes (a stat per file).
+const MANIFEST_CHECK: std::time::Duration = std::time::Duration::from_secs(1);
 
 #[derive(Debug, Args)]
 pub(crate) struct ServeArgs {
@@ -92,10 +96,11 @@ pub(crate) struct ServeArgs {
 }
 
 pub(crate) async fn serve(args: ServeArgs, data_dir: &Path) -> CliResult {
-    let config = match &args.config {
-        Some(path) => Config::load(path, true)?,
-        None => Config::load(&data_dir.join(CONFIG_FILE), false)?,
-    };
+    let config_file = args
+        .config
+        .clone()
+        .unwrap_or_else(|| data_dir.join(CONFIG_FILE));
+    let config = Config::load(&config_file, args.config.is_some())?;
     let roles = config.role_tools()?;
     let filter = match &args.tools {
         Some(list) => ToolFilter::parse(list)?,
@@ -121,6 +126,14 @@ pub(crate) async fn serve(args: ServeArgs, data_dir: &Path) -> CliResult {
     })?;
     let servers = match start_servers(&runtime, &config, &args, data_dir).await {
         Ok(servers) => servers,
+        Err(err) => {
+            runtime.shutdown().await;
+            return Err(err);
+        }
+    };
+    // Held while serving: the watcher reloads through it.
+    let _commands = match start_commands(&runtime, config_file).await {
+        Ok(commands) => commands,
         Err(err) => {
             runtime.shutdown().await;
             return Err(err);
@@ -306,7 +319,8 @@ pub(crate) struct ToolsArgs {
     /// Only these tools (names and globs, comma-separated).
     #[arg(long, value_name = "LIST")]
     tools: Option<String>,
-    /// The config file whose `[files]`, `[shell]`, `[fetch]` and `[servers.*]` add tools
+    /// The config file whose `[files]`, `[shell]`, `[fetch]`, `[servers.*]` and
+    /// `[commands.*]` (and `tools/*.toml` beside it) add tools
     /// (default: `guildhall.toml` in the data directory, if present). The servers are
     /// started to list their tools, and stopped again.
     #[arg(long, value_name = "FILE")]
@@ -328,6 +342,20 @@ async fn start_servers(
         tracing::info!(server = %name, "MCP server proxied");
     }
     Ok(servers)
+}
+
+/// Serves the command tools of `config_file` (its `[commands.*]` and `tools/*.toml`), and
+/// reloads them when a manifest changes.
+async fn start_commands(
+    runtime: &Runtime,
+    config_file: PathBuf,
+) -> Result<Arc<Commands>, Box<dyn std::error::Error>> {
+    let commands = Commands::start(runtime, config_file).await?;
+    commands.watch(MANIFEST_CHECK).await?;
+    for tool in commands.list().await {
+        tracing::info!(tool = %tool.name, at = %tool.defined_at, "command tool served");
+    }
+    Ok(commands)
 }
 
 /// Where relative paths in `[servers.*]` are taken from: the config file's directory, or the
@@ -376,10 +404,11 @@ fn with_work_tools(
 }
 
 pub(crate) async fn tools(args: ToolsArgs, data_dir: &Path) -> CliResult {
-    let config = match &args.config {
-        Some(path) => Config::load(path, true)?,
-        None => Config::load(&data_dir.join(CONFIG_FILE), false)?,
-    };
+    let config_file = args
+        .config
+        .clone()
+        .unwrap_or_else(|| data_dir.join(CONFIG_FILE));
+    let config = Config::load(&config_file, args.config.is_some())?;
     let runtime = with_work_tools(Runtime::builder(), &config)?
         .build()
         .await?;
@@ -403,6 +432,19 @@ pub(crate) async fn tools(args: ToolsArgs, data_dir: &Path) -> CliResult {
                 origin.insert(tool, format!("(from MCP server `{}`)", server.name));
             }
         }
+    }
+    let commands = match Commands::start(&runtime, config_file).await {
+        Ok(commands) => commands,
+        Err(err) => {
+            runtime.shutdown().await;
+            return Err(err.into());
+        }
+    };
+    for tool in commands.list().await {
+        origin.insert(
+            tool.name,
+            format!("(command `{}`, {})", tool.program, tool.defined_at),
+        );
     }
     let filter = match &args.tools {
         Some(list) => ToolFilter::parse(list)?,

@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use serde::{Deserialize, Deserializer, Serialize};
+use serde::{Deserialize, Serialize};
 
 use crate::governance::Glob;
 
@@ -29,26 +29,14 @@ pub struct ServerConfig {
     #[serde(default)]
     pub tools: Option<Vec<Glob>>,
     /// The default time budget of a call to one of its tools.
-    #[serde(
-        default = "default_timeout",
-        deserialize_with = "duration",
-        serialize_with = "humantime_text"
-    )]
+    #[serde(default = "default_timeout", with = "crate::time::humane")]
     pub timeout: Duration,
     /// How long starting it (process start and MCP handshake) may take.
-    #[serde(
-        default = "default_startup_timeout",
-        deserialize_with = "duration",
-        serialize_with = "humantime_text"
-    )]
+    #[serde(default = "default_startup_timeout", with = "crate::time::humane")]
     pub startup_timeout: Duration,
     /// After a call is cancelled (its deadline, its caller gone), how long the server has to
     /// answer a liveness probe before it is taken for hung, killed and restarted.
-    #[serde(
-        default = "default_hang_grace",
-        deserialize_with = "duration",
-        serialize_with = "humantime_text"
-    )]
+    #[serde(default = "default_hang_grace", with = "crate::time::humane")]
     pub hang_grace: Duration,
     /// When it is restarted (OTP restart types).
     #[serde(default)]
@@ -151,17 +139,4 @@ fn default_startup_timeout() -> Duration {
 
 fn default_hang_grace() -> Duration {
     Duration::from_secs(5)
-}
-
-fn duration<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
-    let text = String::deserialize(d)?;
-    humantime::parse_duration(&text).map_err(|err| {
-        serde::de::Error::custom(format!(
-            "invalid duration `{text}`: {err}; write e.g. `500ms`, `30s` or `2min`"
-        ))
-    })
-}
-
-fn humantime_text<S: serde::Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
-    s.serialize_str(&humantime::format_duration(*d).to_string())
 }

@@ -98,7 +98,7 @@ pub(super) fn find_bash() -> Result<CString, ShellError> {
 
 /// The environment a command gets: the basic variables and the configured ones, never a
 /// `GUILDHALL_*` one (tokens live there).
-fn environment(extra: &[String]) -> Vec<(String, String)> {
+pub(crate) fn environment(extra: &[String]) -> Vec<(String, String)> {
     std::env::vars()
         .filter(|(name, _)| !name.starts_with("GUILDHALL_"))
         .filter(|(name, _)| {

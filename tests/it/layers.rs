@@ -31,6 +31,7 @@ const ORDER: &[&str] = &[
     "runtime",
     // External tools, registered through the runtime like any other.
     "servers",
+    "commands",
     "mcp",
     // Reads guildhall.toml into the settings of every layer above, mcp's included.
     "config",

@@ -14,6 +14,8 @@ mod breaker;
 mod cancellation;
 /// Many concurrent calls with random failures: exactly one reply each.
 mod chaos;
+/// Command tools from a manifest: argv not shell, process groups, reload, governance.
+mod commands;
 /// Concurrent tools and isolation between tools.
 mod concurrency;
 /// Session contexts: strategies, batches, concurrency, history, persistence, export.

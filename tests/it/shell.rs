@@ -16,7 +16,7 @@ use guildhall::shell::{Shell, ShellConfig};
 use guildhall::{AgentSpec, CallContext, CallError, CallObserver, CallOptions, Progress, Runtime};
 use serde_json::{Value, json};
 
-use crate::support::{as_agent, eventually};
+use crate::support::{as_agent, eventually, process_gone as gone};
 
 struct Project {
     dir: tempfile::TempDir,
@@ -57,17 +57,6 @@ async fn runtime_governed(config: ShellConfig, governance: GovernanceConfig) -> 
 
 async fn bash(rt: &Runtime, args: Value) -> Result<Value, CallError> {
     rt.call_json("bash", args, CallOptions::new()).await
-}
-
-/// Whether process `pid` is gone (a zombie waiting for a reaper counts as gone: it runs
-/// nothing and holds nothing).
-fn gone(pid: i32) -> bool {
-    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
-        Err(_) => true,
-        Ok(stat) => stat
-            .rsplit_once(')')
-            .is_some_and(|(_, rest)| rest.trim_start().starts_with('Z')),
-    }
 }
 
 /// The pids a command wrote to `file`, once it has written `count` of them.

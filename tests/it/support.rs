@@ -345,3 +345,14 @@ pub fn serve_in_background(dir: &Path) -> Background {
     }
     server
 }
+
+/// Whether process `pid` is gone (a zombie waiting for a reaper counts as gone: it runs
+/// nothing and holds nothing).
+pub fn process_gone(pid: i32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Err(_) => true,
+        Ok(stat) => stat
+            .rsplit_once(')')
+            .is_some_and(|(_, rest)| rest.trim_start().starts_with('Z')),
+    }
+}
