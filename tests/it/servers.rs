@@ -403,3 +403,102 @@ async fn a_server_past_its_memory_limit_is_restarted() {
     .await;
     rt.shutdown().await;
 }
+
+#[tokio::test]
+async fn a_team_config_gives_each_role_its_external_tools_and_audit_names_the_server() {
+    let dir = tempfile::tempdir().unwrap();
+    let inner = inner_server(dir.path());
+    let config_file = dir.path().join("guildhall.toml");
+    std::fs::write(
+        &config_file,
+        r#"
+[roles.tl]
+tools = ["mcp__inner__*", "send_message"]
+
+[roles.pm]
+tools = ["mcp__inner__check_*", "word_count"]
+
+[roles.worker]
+tools = ["send_message", "check_inbox", "context_*"]
+
+[commands.word_count]
+description = "Counts words"
+command = ["wc", "-w"]
+"#,
+    )
+    .unwrap();
+    let config = guildhall::config::Config::load(&config_file, true).unwrap();
+    let roles = config.role_tools().unwrap();
+    let rt = Runtime::builder()
+        .governance(config.governance())
+        .build()
+        .await
+        .unwrap();
+    let servers = Servers::start(&rt, dir.path().to_owned(), None)
+        .await
+        .unwrap();
+    servers.add("inner", inner).await.unwrap();
+    running(&servers, "inner", 1).await;
+    let _commands = guildhall::commands::Commands::start(&rt, config_file)
+        .await
+        .unwrap();
+
+    let server = guildhall::mcp::McpServer::new(rt.clone());
+    let mut seen = std::collections::BTreeMap::new();
+    for (agent, role) in [("lead", "tl"), ("planner", "pm"), ("w1", "worker")] {
+        let (connection, _) = guildhall::mcp::local::bind(
+            &server,
+            &roles,
+            agent.into(),
+            Some(role.into()),
+            None,
+            None,
+        )
+        .await
+        .unwrap();
+        let names: Vec<String> = connection
+            .visible_tools()
+            .iter()
+            .map(|t| t.name.to_string())
+            .collect();
+        seen.insert(role, names);
+    }
+    let tl = &seen["tl"];
+    assert!(
+        tl.contains(&"mcp__inner__echo".to_owned()) && tl.contains(&"send_message".to_owned()),
+        "{tl:?}"
+    );
+    assert!(!tl.contains(&"word_count".to_owned()), "{tl:?}");
+    assert_eq!(seen["pm"], ["mcp__inner__check_inbox", "word_count"]);
+    assert!(
+        seen["worker"]
+            .iter()
+            .all(|t| !t.starts_with("mcp__") && t != "word_count"),
+        "{:?}",
+        seen["worker"]
+    );
+
+    // The audit record of a proxied call names the server in the tool's name.
+    let agent = rt.agent("lead").unwrap();
+    rt.call_json(
+        "mcp__inner__echo",
+        echo("audited"),
+        CallOptions::new().as_agent(&agent),
+    )
+    .await
+    .unwrap();
+    let audit = rt.governance().audit().expect("auditing is on");
+    audit.flush().await.unwrap();
+    let records = audit
+        .query(&guildhall::governance::AuditQuery {
+            agent: Some("lead".into()),
+            ..Default::default()
+        })
+        .unwrap();
+    assert!(
+        records.iter().any(|r| r.tool == "mcp__inner__echo"),
+        "{records:#?}"
+    );
+    servers.remove("inner").await.unwrap();
+    rt.shutdown().await;
+}
