@@ -313,14 +313,16 @@ impl Config {
             reason,
         })?;
         #[cfg(all(target_os = "linux", target_env = "gnu"))]
-        for name in config.servers.keys() {
-            crate::servers::validate_server_name(name).map_err(|reason| ConfigError {
-                path: path.to_owned(),
-                line: text
-                    .find(&format!("[servers.{name}]"))
-                    .map(|at| text[..at].matches('\n').count() + 1),
-                reason: format!("[servers.{name}]: {reason}"),
-            })?;
+        for (name, server) in &config.servers {
+            crate::servers::validate_server_name(name)
+                .and_then(|()| server.validate())
+                .map_err(|reason| ConfigError {
+                    path: path.to_owned(),
+                    line: text
+                        .find(&format!("[servers.{name}]"))
+                        .map(|at| text[..at].matches('\n').count() + 1),
+                    reason: format!("[servers.{name}]: {reason}"),
+                })?;
         }
         #[cfg(all(target_os = "linux", target_env = "gnu"))]
         if !config.commands.is_empty() {

@@ -343,6 +343,7 @@ impl Fetch {
                 }
             })
         };
+        crate::tls::install();
         let client = reqwest::Client::builder()
             .dns_resolver(Arc::new(Guard(Arc::clone(&policy))))
             .redirect(redirects)

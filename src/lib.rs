@@ -88,6 +88,8 @@ pub mod shell;
 mod sorted;
 pub mod store;
 pub mod time;
+#[cfg(feature = "tls")]
+mod tls;
 
 pub use agents::{
     Agent, AgentId, AgentSpec, Inbox, InboxQuery, MailError, MailboxConfig, Message, Outgoing,

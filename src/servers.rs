@@ -54,6 +54,14 @@ pub enum ServerError {
     /// The name breaks the naming rule.
     #[error("{0}")]
     InvalidName(String),
+    /// The server's settings do not fit together.
+    #[error("server `{name}`: {reason}")]
+    Invalid {
+        /// The server.
+        name: String,
+        /// What is wrong.
+        reason: String,
+    },
     /// A server of that name is already running.
     #[error("a server named `{0}` is already configured; remove it first")]
     Duplicate(String),
@@ -108,7 +116,7 @@ impl ServerState {
 pub struct ServerInfo {
     /// Its name.
     pub name: String,
-    /// Its command line.
+    /// Its command line, or its URL.
     pub command: String,
     /// Whether it serves.
     pub state: ServerState,
@@ -184,6 +192,10 @@ impl Servers {
     /// [`ServerError::Unavailable`].
     pub async fn add(&self, name: &str, config: ServerConfig) -> Result<(), ServerError> {
         validate_server_name(name).map_err(ServerError::InvalidName)?;
+        config.validate().map_err(|reason| ServerError::Invalid {
+            name: name.to_owned(),
+            reason,
+        })?;
         let mut servers = self.servers.lock().await;
         if servers.contains_key(name) {
             return Err(ServerError::Duplicate(name.to_owned()));
@@ -297,10 +309,7 @@ impl Servers {
                 .collect();
             infos.push(ServerInfo {
                 name: spec.name.to_string(),
-                command: std::iter::once(spec.config.command.as_str())
-                    .chain(spec.config.args.iter().map(String::as_str))
-                    .collect::<Vec<_>>()
-                    .join(" "),
+                command: spec.config.describe(),
                 state,
                 reason,
                 pid,

@@ -345,6 +345,8 @@ async fn measure(command: Command, config: &McpBenchConfig) -> Result<Figures, B
 }
 
 async fn measure_http(url: &str, config: &McpBenchConfig) -> Result<Figures, BenchError> {
+    #[cfg(feature = "tls")]
+    crate::tls::install();
     let client = reqwest::Client::new();
     let meta = json!({
         "io.modelcontextprotocol/protocolVersion": "2026-07-28",

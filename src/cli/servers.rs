@@ -23,15 +23,23 @@ enum ServersCommand {
         #[arg(long)]
         json: bool,
     },
-    /// Start proxying a server run over stdio; its tools appear as `mcp__NAME__tool`.
-    /// Not written to guildhall.toml: add a `[servers.NAME]` section to keep it.
+    /// Start proxying a server run over stdio (`-- CMD ARGS`) or reached over Streamable
+    /// HTTP (`--url`); its tools appear as `mcp__NAME__tool`. Not written to guildhall.toml:
+    /// add a `[servers.NAME]` section to keep it.
     Add {
         /// Its name (letters, digits, `_`, `-`).
         name: String,
         /// The command and its arguments, after `--`: `guildhall servers add fs -- npx -y
         /// @modelcontextprotocol/server-filesystem /srv`.
-        #[arg(last = true, required = true, num_args = 1..)]
+        #[arg(last = true, num_args = 1.., required_unless_present = "url")]
         command: Vec<String>,
+        /// The server's Streamable HTTP endpoint, instead of a command.
+        #[arg(long, conflicts_with = "command")]
+        url: Option<String>,
+        /// A header sent to `--url` with every request (repeatable; `${NAME}` in the value
+        /// reads guildhall's environment when it connects).
+        #[arg(long = "header", value_name = "NAME=VALUE", value_parser = parse_env)]
+        headers: Vec<(String, String)>,
         /// Only these of its tools (globs on its own names; repeatable).
         #[arg(long = "tool", value_name = "GLOB")]
         tools: Vec<String>,
@@ -125,14 +133,22 @@ pub(crate) async fn run_with(
         ServersCommand::Add {
             name,
             command,
+            url,
+            headers,
             tools,
             env,
             timeout,
             restart,
         } => {
-            let mut parts = command.into_iter();
-            let program = parts.next().unwrap_or_default();
-            let mut config = ServerConfig::command(program, parts);
+            let mut config = match url {
+                Some(url) => ServerConfig::http(url),
+                None => {
+                    let mut parts = command.into_iter();
+                    let program = parts.next().unwrap_or_default();
+                    ServerConfig::command(program, parts)
+                }
+            };
+            config.headers = headers.into_iter().collect();
             config.env = env.into_iter().collect();
             config.timeout = timeout;
             config.restart = restart;

@@ -9,12 +9,21 @@ use serde::{Deserialize, Serialize};
 
 use crate::governance::Glob;
 
-/// One proxied MCP server, started over stdio.
+/// One proxied MCP server: a program started over stdio (`command`), or a Streamable HTTP
+/// endpoint (`url`).
 #[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct ServerConfig {
-    /// The program to run (looked up in `PATH`), e.g. `npx`.
+    /// The program to run (looked up in `PATH`), e.g. `npx`. Empty for an HTTP server.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
     pub command: String,
+    /// The server's Streamable HTTP endpoint, instead of a `command`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub url: Option<String>,
+    /// Headers sent with every request to `url` (e.g. `Authorization`). `${NAME}` in a value
+    /// is guildhall's environment variable `NAME`, read at each connection.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub headers: BTreeMap<String, String>,
     /// Its arguments, each passed as one argv entry (no shell).
     #[serde(default)]
     pub args: Vec<String>,
@@ -81,6 +90,8 @@ impl ServerConfig {
     pub fn command(command: impl Into<String>, args: impl IntoIterator<Item = String>) -> Self {
         Self {
             command: command.into(),
+            url: None,
+            headers: BTreeMap::new(),
             args: args.into_iter().collect(),
             env: BTreeMap::new(),
             cwd: None,
@@ -91,6 +102,77 @@ impl ServerConfig {
             restart: RestartType::Permanent,
             concurrency: None,
             max_rss_mib: None,
+        }
+    }
+
+    /// A server reached over Streamable HTTP at `url`, with the defaults for everything else.
+    pub fn http(url: impl Into<String>) -> Self {
+        Self {
+            command: String::new(),
+            url: Some(url.into()),
+            ..Self::command("", Vec::new())
+        }
+    }
+
+    /// Checks that the fields fit together: a `command` or a `url` (not both), an `http(s)`
+    /// URL, header names HTTP allows, and no process settings for an HTTP server.
+    ///
+    /// # Errors
+    /// A message naming the field at fault.
+    pub fn validate(&self) -> Result<(), String> {
+        match (&self.url, self.command.is_empty()) {
+            (None, true) => {
+                return Err("give `command` (a program run over stdio) or `url` (a Streamable HTTP endpoint)".into());
+            }
+            (Some(_), false) => {
+                return Err("give `command` or `url`, not both".into());
+            }
+            (Some(url), true) => {
+                let scheme = url.split_once("://").map(|(s, _)| s.to_ascii_lowercase());
+                if !matches!(scheme.as_deref(), Some("http" | "https")) {
+                    return Err(format!(
+                        "`url` is `{url}`; an MCP endpoint is `http://` or `https://`"
+                    ));
+                }
+                for (field, set) in [
+                    ("args", !self.args.is_empty()),
+                    ("env", !self.env.is_empty()),
+                    ("cwd", self.cwd.is_some()),
+                    ("max_rss_mib", self.max_rss_mib.is_some()),
+                ] {
+                    if set {
+                        return Err(format!(
+                            "`{field}` is for a server guildhall runs (`command`), not one at a `url`"
+                        ));
+                    }
+                }
+                for name in self.headers.keys() {
+                    if name.is_empty()
+                        || !name
+                            .bytes()
+                            .all(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b))
+                    {
+                        return Err(format!("`headers`: `{name}` is not an HTTP header name"));
+                    }
+                }
+            }
+            (None, false) => {
+                if !self.headers.is_empty() {
+                    return Err("`headers` are for a server at a `url`".into());
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// What `status` shows for it: its command line or its URL.
+    pub(crate) fn describe(&self) -> String {
+        match &self.url {
+            Some(url) => url.clone(),
+            None => std::iter::once(self.command.as_str())
+                .chain(self.args.iter().map(String::as_str))
+                .collect::<Vec<_>>()
+                .join(" "),
         }
     }
 

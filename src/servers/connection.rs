@@ -220,6 +220,82 @@ impl ServerActor {
     }
 
     async fn start(&self, myself: &ActorRef<ServerMsg>) -> Result<Running, String> {
+        let client = Client {
+            link: Arc::clone(&self.0.link),
+            actor: myself.clone(),
+        };
+        match &self.0.config.url {
+            Some(url) => self.start_http(myself, client, url).await,
+            None => self.start_stdio(myself, client).await,
+        }
+    }
+
+    /// Connects to a server at `url` (Streamable HTTP, rmcp's client over reqwest).
+    #[cfg(feature = "http-servers")]
+    async fn start_http(
+        &self,
+        myself: &ActorRef<ServerMsg>,
+        client: Client,
+        url: &str,
+    ) -> Result<Running, String> {
+        use rmcp::transport::StreamableHttpClientTransport;
+        use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
+
+        let spec = &self.0;
+        crate::tls::install();
+        let mut config = StreamableHttpClientTransportConfig::with_uri(url);
+        for (name, value) in &spec.config.headers {
+            let value = expand_env(value).map_err(|err| format!("header `{name}`: {err}"))?;
+            let name = reqwest::header::HeaderName::from_bytes(name.as_bytes())
+                .map_err(|err| format!("header `{name}`: {err}"))?;
+            let value = reqwest::header::HeaderValue::from_str(&value)
+                .map_err(|err| format!("header `{name}`: {err}"))?;
+            config.custom_headers.insert(name, value);
+        }
+        let service: RunningService<RoleClient, Client> = client
+            .serve(StreamableHttpClientTransport::from_config(config))
+            .await
+            .map_err(|err| format!("the MCP handshake with {url} failed: {err}"))?;
+        let peer = service.peer().clone();
+        let generation = spec.link.next_generation();
+        let monitor = tokio::spawn(monitor(
+            None,
+            service,
+            myself.clone(),
+            generation,
+            None,
+            None,
+        ));
+        tracing::info!(server = %spec.name, %url, "server connected");
+        Ok(Running {
+            generation,
+            peer,
+            pid: None,
+            monitor,
+            group: None,
+            link: Arc::clone(&spec.link),
+        })
+    }
+
+    /// Without the `http-servers` feature, a server at a URL cannot be reached.
+    #[cfg(not(feature = "http-servers"))]
+    async fn start_http(
+        &self,
+        _: &ActorRef<ServerMsg>,
+        _: Client,
+        url: &str,
+    ) -> Result<Running, String> {
+        Err(format!(
+            "{url}: this build of guildhall has no Streamable HTTP client (feature `http-servers`)"
+        ))
+    }
+
+    /// Starts the server's process and connects over its stdin and stdout.
+    async fn start_stdio(
+        &self,
+        myself: &ActorRef<ServerMsg>,
+        client: Client,
+    ) -> Result<Running, String> {
         let spec = &self.0;
         let config = &spec.config;
         let mut command = tokio::process::Command::new(&config.command);
@@ -252,10 +328,6 @@ impl ServerActor {
         let (Some(stdout), Some(stdin)) = (child.stdout.take(), child.stdin.take()) else {
             return Err("its standard input and output could not be opened".into());
         };
-        let client = Client {
-            link: Arc::clone(&spec.link),
-            actor: myself.clone(),
-        };
         let service: RunningService<RoleClient, Client> = match client.serve((stdout, stdin)).await
         {
             Ok(service) => service,
@@ -277,7 +349,7 @@ impl ServerActor {
         let peer = service.peer().clone();
         let generation = spec.link.next_generation();
         let monitor = tokio::spawn(monitor(
-            child,
+            Some(child),
             service,
             myself.clone(),
             generation,
@@ -297,9 +369,10 @@ impl ServerActor {
 }
 
 /// Waits for the process to exit or the connection to close (or the process to pass its
-/// memory limit), and tells the actor.
+/// memory limit), and tells the actor. An HTTP server has no process here: only its
+/// connection is watched.
 async fn monitor(
-    mut child: tokio::process::Child,
+    mut child: Option<tokio::process::Child>,
     service: RunningService<RoleClient, Client>,
     actor: ActorRef<ServerMsg>,
     generation: u64,
@@ -321,15 +394,25 @@ async fn monitor(
             }
         }
     };
+    let exited = async {
+        match &mut child {
+            Some(child) => child.wait().await,
+            None => std::future::pending().await,
+        }
+    };
     let (reason, clean) = tokio::select! {
-        status = child.wait() => match status {
+        status = exited => match status {
             Ok(status) => (format!("its process {}", exit_text(status)), status.success()),
             Err(err) => (format!("its process could not be waited for: {err}"), false),
         },
         quit = service.waiting() => {
             // The process usually ends with its connection: report how, when it does.
-            match tokio::time::timeout(Duration::from_secs(3), child.wait()).await {
-                Ok(Ok(status)) => (format!("its process {}", exit_text(status)), status.success()),
+            let status = match &mut child {
+                Some(child) => tokio::time::timeout(Duration::from_secs(3), child.wait()).await.ok(),
+                None => None,
+            };
+            match status {
+                Some(Ok(status)) => (format!("its process {}", exit_text(status)), status.success()),
                 _ => (format!("its connection closed ({quit:?})"), false),
             }
         }
@@ -377,6 +460,33 @@ fn group_rss_kib(pgid: u32) -> u64 {
                 .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
         })
         .sum()
+}
+
+/// `text` with each `${NAME}` replaced by guildhall's environment variable `NAME` (so a
+/// token stays out of the config file).
+#[cfg_attr(not(feature = "http-servers"), allow(dead_code))]
+fn expand_env(text: &str) -> Result<String, String> {
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(start) = rest.find("${") {
+        out.push_str(&rest[..start]);
+        let after = &rest[start + 2..];
+        let end = after
+            .find('}')
+            .ok_or_else(|| "a `${` is not closed by `}`".to_owned())?;
+        let name = &after[..end];
+        if name.starts_with("GUILDHALL_") {
+            return Err(format!(
+                "`${{{name}}}`: guildhall's own variables (its agents' tokens) are never sent to a server"
+            ));
+        }
+        let value = std::env::var(name)
+            .map_err(|_| format!("the environment variable `{name}` is not set"))?;
+        out.push_str(&value);
+        rest = &after[end + 1..];
+    }
+    out.push_str(rest);
+    Ok(out)
 }
 
 /// `reason`, with the last lines the server wrote to stderr when it wrote any.
@@ -563,6 +673,24 @@ fn annotations(tool: &rmcp::model::Tool) -> Annotations {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn header_values_read_the_environment_but_never_guildhall_s_own() {
+        let path = std::env::var("PATH").unwrap();
+        assert_eq!(expand_env("a ${PATH} b").unwrap(), format!("a {path} b"));
+        assert_eq!(expand_env("no variables").unwrap(), "no variables");
+        let unset = expand_env("Bearer ${SURELY_UNSET_VARIABLE_42}").unwrap_err();
+        assert!(
+            unset.contains("SURELY_UNSET_VARIABLE_42` is not set"),
+            "{unset}"
+        );
+        assert!(
+            expand_env("${GUILDHALL_TOKEN}")
+                .unwrap_err()
+                .contains("never sent")
+        );
+        assert!(expand_env("${PATH").unwrap_err().contains("not closed"));
+    }
 
     #[test]
     fn names_are_valid_and_unique() {

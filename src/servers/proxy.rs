@@ -243,7 +243,7 @@ impl ProxyTool {
             ServiceError::McpError(err) => ProxyError::Remote(err.message.to_string()),
             ServiceError::TransportClosed | ServiceError::TransportSend(_) => ProxyError::Lost {
                 server: self.link.server.to_string(),
-                reason: "the connection closed (its process exited or was killed)".into(),
+                reason: "the connection closed (its process exited or was killed, or its HTTP endpoint went away)".into(),
             },
             other => ProxyError::Remote(other.to_string()),
         }

@@ -14,6 +14,7 @@ const ORDER: &[&str] = &[
     "sorted",
     "private_fs",
     "process_group",
+    "tls",
     "events",
     "changes",
     // The domains, each on the ones before it.

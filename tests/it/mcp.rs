@@ -505,7 +505,7 @@ fn tools_call(id: u64, tool: &str, arguments: Value) -> Value {
 #[tokio::test]
 async fn http_serves_2026_requests_as_the_named_agent() {
     let (rt, url, stop) = http_server(HttpOptions::default()).await;
-    let client = reqwest::Client::new();
+    let client = crate::support::http_client();
     let body = tools_call(
         1,
         "send_message",
@@ -550,7 +550,7 @@ async fn http_serves_2026_requests_as_the_named_agent() {
 #[tokio::test]
 async fn http_rejects_foreign_origins_hosts_and_bad_headers() {
     let (rt, url, stop) = http_server(HttpOptions::default()).await;
-    let client = reqwest::Client::new();
+    let client = crate::support::http_client();
     let list = json!({ "jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": { "_meta": meta_2026() } });
 
     let ok = post(&client, &url, "tools/list", &list)
@@ -613,7 +613,7 @@ async fn http_requires_the_token_when_one_is_set_and_off_loopback() {
         ..HttpOptions::default()
     };
     let (rt, url, stop) = http_server(options).await;
-    let client = reqwest::Client::new();
+    let client = crate::support::http_client();
     let list = json!({ "jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": { "_meta": meta_2026() } });
     let anonymous = post(&client, &url, "tools/list", &list)
         .send()
@@ -652,7 +652,7 @@ async fn http_requires_the_token_when_one_is_set_and_off_loopback() {
 async fn http_dropped_response_stream_cancels_the_call() {
     let (rt, cancelled) = runtime().await;
     let (url, stop) = crate::support::http_endpoint(&rt, HttpOptions::default()).await;
-    let client = reqwest::Client::new();
+    let client = crate::support::http_client();
     let fired = cancelled.notified();
     let call = tools_call(1, "gate", json!({ "mode": "wait" }));
     let pending = post(&client, &url, "tools/call", &call)
@@ -889,7 +889,7 @@ fn legacy_post(
 #[tokio::test]
 async fn http_answers_bad_bodies_with_a_status_and_a_json_rpc_error() {
     let (rt, url, stop) = http_server(HttpOptions::default()).await;
-    let client = reqwest::Client::new();
+    let client = crate::support::http_client();
     let garbled = legacy_post(&client, &url, "{not json")
         .send()
         .await
@@ -923,7 +923,7 @@ async fn http_answers_bad_bodies_with_a_status_and_a_json_rpc_error() {
 #[tokio::test]
 async fn an_http_agent_is_registered_at_initialize_with_its_role_and_parent() {
     let (rt, url, stop) = http_server(HttpOptions::default()).await;
-    let client = reqwest::Client::new();
+    let client = crate::support::http_client();
     let response = legacy_post(&client, &url, initialize_body(0).to_string())
         .header("guildhall-agent", "web-dev")
         .header("guildhall-role", "dev")
@@ -966,7 +966,7 @@ async fn an_http_agent_is_registered_at_initialize_with_its_role_and_parent() {
 #[tokio::test]
 async fn http_session_delete_answers_204_and_404_for_an_unknown_session() {
     let (rt, url, stop) = http_server(HttpOptions::default()).await;
-    let client = reqwest::Client::new();
+    let client = crate::support::http_client();
     let response = legacy_post(&client, &url, initialize_body(0).to_string())
         .send()
         .await
@@ -993,7 +993,7 @@ async fn http_sessions_are_capped_with_a_retry_after() {
         ..HttpOptions::default()
     };
     let (rt, url, stop) = http_server(options).await;
-    let client = reqwest::Client::new();
+    let client = crate::support::http_client();
     let mut sessions = Vec::new();
     for id in 0..3 {
         let response = legacy_post(&client, &url, initialize_body(id).to_string())
@@ -1067,7 +1067,7 @@ async fn http_off_loopback_with_a_token_accepts_any_host_and_refuses_an_empty_to
     .unwrap();
     tokio::spawn(http::serve(listener, router, stop.clone()));
     let url = format!("http://{addr}{}", http::PATH);
-    let client = reqwest::Client::new();
+    let client = crate::support::http_client();
     let response = legacy_post(&client, &url, initialize_body(1).to_string())
         .header("host", "build-box.internal:7077")
         .bearer_auth("s3cret")
@@ -1082,7 +1082,7 @@ async fn http_off_loopback_with_a_token_accepts_any_host_and_refuses_an_empty_to
 #[tokio::test]
 async fn an_mcp_call_that_names_no_agent_is_refused_and_says_how_to_name_one() {
     let (rt, url, stop) = http_server(HttpOptions::default()).await;
-    let client = reqwest::Client::new();
+    let client = crate::support::http_client();
     let call = tools_call(1, "check_inbox", json!({}));
     let refused = rpc_body(
         post(&client, &url, "tools/call", &call)
@@ -1125,7 +1125,7 @@ async fn a_claimed_role_never_raises_trust_and_a_given_role_cannot_be_changed() 
     );
     let rt = Runtime::builder().governance(config).build().await.unwrap();
     let (url, stop) = crate::support::http_endpoint(&rt, HttpOptions::default()).await;
-    let client = reqwest::Client::new();
+    let client = crate::support::http_client();
     let send = |agent: &'static str, role: &'static str| {
         let call = tools_call(1, "send_message", json!({"to": "tl", "body": "hi"}));
         post(&client, &url, "tools/call", &call)
@@ -1164,7 +1164,7 @@ async fn an_agent_with_a_token_is_usable_only_with_it() {
         .await
         .unwrap();
     let (url, stop) = crate::support::http_endpoint(&rt, HttpOptions::default()).await;
-    let client = reqwest::Client::new();
+    let client = crate::support::http_client();
     let inbox = |token: Option<&'static str>| {
         let call = tools_call(1, "check_inbox", json!({}));
         let mut request = post(&client, &url, "tools/call", &call)

@@ -502,3 +502,68 @@ command = ["wc", "-w"]
     servers.remove("inner").await.unwrap();
     rt.shutdown().await;
 }
+
+#[tokio::test]
+async fn a_server_at_a_url_is_proxied_over_streamable_http_with_its_headers() {
+    let upstream = Runtime::builder()
+        .tool(guildhall::bench::mcp::Echo)
+        .build()
+        .await
+        .unwrap();
+    let (url, stop) =
+        crate::support::http_endpoint(&upstream, guildhall::mcp::http::HttpOptions::default())
+            .await;
+    let (rt, servers) = with_servers(GovernanceConfig::default()).await;
+
+    // Settings that do not fit together are refused, naming the field.
+    let mut both = ServerConfig::http(&url);
+    both.command = "node".into();
+    let mut ftp = ServerConfig::http("ftp://127.0.0.1/mcp");
+    ftp.headers.insert("X".into(), "y".into());
+    let mut rss = ServerConfig::http(&url);
+    rss.max_rss_mib = Some(10);
+    for (config, says) in [(both, "not both"), (ftp, "http://"), (rss, "max_rss_mib")] {
+        let refused = servers.add("bad", config).await.unwrap_err().to_string();
+        assert!(refused.contains(says), "{refused}");
+    }
+
+    let mut config = ServerConfig::http(&url);
+    config
+        .headers
+        .insert("Guildhall-Agent".into(), "proxy".into());
+    config.timeout = Duration::from_secs(5);
+    servers.add("up", config).await.unwrap();
+    eventually(Duration::from_secs(30), || async {
+        info(&servers, "up").await.state == ServerState::Running
+    })
+    .await;
+    let listed = info(&servers, "up").await;
+    assert_eq!((listed.command.as_str(), listed.pid), (url.as_str(), None));
+    assert!(
+        listed.tools.contains(&"mcp__up__echo".to_owned()),
+        "{listed:?}"
+    );
+
+    let out = rt
+        .call_json("mcp__up__echo", echo("over http"), CallOptions::new())
+        .await
+        .unwrap();
+    assert_eq!(out["text"], "over http", "{out}");
+    assert!(
+        upstream.lookup_agent("proxy").is_some(),
+        "the configured header reached the server: it registered the agent it names"
+    );
+
+    // The server going away: a call answers (an error), never hangs.
+    stop.cancel();
+    upstream.shutdown().await;
+    let gone = rt
+        .call_json("mcp__up__echo", echo("anyone?"), CallOptions::new())
+        .await;
+    assert!(
+        matches!(&gone, Err(CallError::Crashed { reason, .. }) if reason.contains("connection closed")),
+        "{gone:?}"
+    );
+    servers.remove("up").await.unwrap();
+    rt.shutdown().await;
+}

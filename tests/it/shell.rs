@@ -677,7 +677,7 @@ async fn an_http_sessions_end_ends_its_agents_background_shells() {
     use guildhall::mcp::http::HttpOptions;
     let (rt, project) = runtime(ShellConfig::default()).await;
     let (url, stop) = crate::support::http_endpoint(&rt, HttpOptions::default()).await;
-    let client = reqwest::Client::new();
+    let client = crate::support::http_client();
     let post = |session: Option<&str>, body: Value| {
         let mut request = client
             .post(&url)

@@ -356,3 +356,10 @@ pub fn process_gone(pid: i32) -> bool {
             .is_some_and(|(_, rest)| rest.trim_start().starts_with('Z')),
     }
 }
+
+/// An HTTP client for the tests: reqwest's TLS here has no built-in provider (guildhall
+/// chooses ring), so the tests choose it too before building one.
+pub fn http_client() -> reqwest::Client {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    reqwest::Client::new()
+}
