@@ -80,7 +80,8 @@ pub struct Servers {
     base_dir: PathBuf,
     /// Where stderr logs go (`None`: kept in memory only).
     log_dir: Option<PathBuf>,
-    servers: tokio::sync::Mutex<BTreeMap<String, Arc<ServerSpec>>>,
+    /// Each server's copies (one unless `instances = N`), the first one first.
+    servers: tokio::sync::Mutex<BTreeMap<String, Vec<Arc<ServerSpec>>>>,
     /// The `servers` supervisor as it is now (republished by its restarts).
     supervisor: Arc<RwLock<Option<Supervisor>>>,
 }
@@ -200,29 +201,60 @@ impl Servers {
         if servers.contains_key(name) {
             return Err(ServerError::Duplicate(name.to_owned()));
         }
-        let name: Arc<str> = Arc::from(name);
         // Made with the first server, so a runtime that proxies none leaves no trace.
-        let log_path = self.log_dir.as_ref().and_then(|dir| match std::fs::create_dir_all(dir) {
-            Ok(()) => Some(dir.join(format!("{name}.log"))),
+        let log_dir = self.log_dir.as_ref().filter(|dir| match std::fs::create_dir_all(dir) {
+            Ok(()) => true,
             Err(err) => {
                 tracing::warn!(%err, dir = %dir.display(), "no directory for server logs; keeping the stderr of `{name}` in memory");
-                None
+                false
             }
         });
-        let spec = Arc::new(ServerSpec {
-            link: Arc::new(Link::new(Arc::clone(&name), config.concurrency)),
-            name,
-            config,
-            base_dir: self.base_dir.clone(),
-            runtime: self.runtime.clone(),
-            stderr: Arc::new(StderrLog::new(log_path, LOG_BYTES)),
-            registered: tokio::sync::Mutex::default(),
-        });
-        self.supervisor()?
-            .start_child(child_spec(&spec))
-            .await
-            .map_err(|err| ServerError::Unavailable(err.to_string()))?;
-        servers.insert(spec.name.to_string(), spec);
+        let copies = config.instances;
+        let names: Vec<Arc<str>> = (1..=copies)
+            .map(|i| match i {
+                1 => Arc::from(name),
+                i => Arc::from(format!("{name}#{i}")),
+            })
+            .collect();
+        // Copies of a server not safe to call concurrently take one call each, unless told.
+        let per_copy = config.concurrency.or((copies > 1).then_some(1));
+        let links: Arc<[Arc<Link>]> = names
+            .iter()
+            .map(|n| Arc::new(Link::new(Arc::clone(n), per_copy)))
+            .collect();
+        let pool = proxy::Pool::new(Arc::clone(&links));
+        let specs: Vec<Arc<ServerSpec>> = names
+            .into_iter()
+            .zip(links.iter())
+            .enumerate()
+            .map(|(i, (copy, link))| {
+                let log = log_dir.map(|dir| match i {
+                    0 => dir.join(format!("{name}.log")),
+                    i => dir.join(format!("{name}.{}.log", i + 1)),
+                });
+                Arc::new(ServerSpec {
+                    name: copy,
+                    instance: i + 1,
+                    pool: pool.clone(),
+                    link: Arc::clone(link),
+                    config: config.clone(),
+                    base_dir: self.base_dir.clone(),
+                    runtime: self.runtime.clone(),
+                    stderr: Arc::new(StderrLog::new(log, LOG_BYTES)),
+                    registered: tokio::sync::Mutex::default(),
+                })
+            })
+            .collect();
+        let supervisor = self.supervisor()?;
+        for (started, spec) in specs.iter().enumerate() {
+            if let Err(err) = supervisor.start_child(child_spec(spec)).await {
+                for spec in &specs[..started] {
+                    let _ = supervisor.terminate_child(&*spec.name).await;
+                }
+                return Err(ServerError::Unavailable(err.to_string()));
+            }
+        }
+        servers.insert(name.to_owned(), specs);
         Ok(())
     }
 
@@ -231,19 +263,21 @@ impl Servers {
     /// # Errors
     /// [`ServerError::Unknown`].
     pub async fn remove(&self, name: &str) -> Result<(), ServerError> {
-        let spec = self
+        let specs = self
             .servers
             .lock()
             .await
             .remove(name)
             .ok_or_else(|| ServerError::Unknown(name.to_owned()))?;
-        if let Ok(supervisor) = self.supervisor()
-            && let Err(err) = supervisor.terminate_child(name).await
-        {
-            tracing::debug!(%err, server = name, "server actor already gone");
+        for spec in &specs {
+            if let Ok(supervisor) = self.supervisor()
+                && let Err(err) = supervisor.terminate_child(&*spec.name).await
+            {
+                tracing::debug!(%err, server = %spec.name, "server actor already gone");
+            }
+            spec.link.stopped("the server was removed");
+            spec.deregister_all().await;
         }
-        spec.link.stopped("the server was removed");
-        spec.deregister_all().await;
         Ok(())
     }
 
@@ -254,16 +288,19 @@ impl Servers {
     /// [`ServerError::Unknown`] or [`ServerError::Unavailable`].
     pub async fn restart(&self, name: &str) -> Result<(), ServerError> {
         let servers = self.servers.lock().await;
-        let spec = servers
+        let specs = servers
             .get(name)
             .ok_or_else(|| ServerError::Unknown(name.to_owned()))?;
         let supervisor = self.supervisor()?;
-        let _ = supervisor.terminate_child(name).await;
-        spec.link.down("restarted by request");
-        supervisor
-            .start_child(child_spec(spec))
-            .await
-            .map_err(|err| ServerError::Unavailable(err.to_string()))
+        for spec in specs {
+            let _ = supervisor.terminate_child(&*spec.name).await;
+            spec.link.down("restarted by request");
+            supervisor
+                .start_child(child_spec(spec))
+                .await
+                .map_err(|err| ServerError::Unavailable(err.to_string()))?;
+        }
+        Ok(())
     }
 
     /// Waits until no server is still starting (each serves, or has failed and says why),
@@ -274,6 +311,7 @@ impl Servers {
             .lock()
             .await
             .values()
+            .flatten()
             .map(|spec| Arc::clone(&spec.link))
             .collect();
         let all = async {
@@ -287,11 +325,12 @@ impl Servers {
         let _ = tokio::time::timeout(limit, all).await;
     }
 
-    /// Every server, by name.
+    /// Every server, by name; with `instances = N` each copy after the first is listed
+    /// after it as `NAME#i` (the first holds the tools).
     pub async fn list(&self) -> Vec<ServerInfo> {
         let servers = self.servers.lock().await;
         let mut infos = Vec::with_capacity(servers.len());
-        for spec in servers.values() {
+        for spec in servers.values().flatten() {
             let (state, reason, pid) = match spec.link.phase() {
                 Phase::Starting { after } => {
                     (ServerState::Starting, after.map(|r| r.to_string()), None)

@@ -50,14 +50,32 @@ pub struct ServerConfig {
     /// When it is restarted (OTP restart types).
     #[serde(default)]
     pub restart: RestartType,
-    /// The most calls in flight to it at once; further calls wait their turn (up to their
-    /// deadline). Unlimited when absent.
+    /// The most calls in flight to it (to each copy, with `instances`) at once; further calls
+    /// wait their turn (up to their deadline). Unlimited when absent, one per copy when
+    /// absent with `instances` above 1.
     #[serde(default)]
     pub concurrency: Option<usize>,
     /// Restart it when its process's resident memory passes this many MiB (checked every
     /// second).
     #[serde(default)]
     pub max_rss_mib: Option<u64>,
+    /// Copies of the server to run (stdio only), for a tool set that is not safe to call
+    /// concurrently: each call goes to one copy, each copy takes `concurrency` calls at once
+    /// (one, unless set). Default 1.
+    #[serde(default = "one", skip_serializing_if = "is_one")]
+    pub instances: usize,
+}
+
+/// The most copies of one server.
+pub const MAX_INSTANCES: usize = 64;
+
+fn one() -> usize {
+    1
+}
+
+#[allow(clippy::trivially_copy_pass_by_ref)] // serde's `skip_serializing_if` passes a reference
+fn is_one(n: &usize) -> bool {
+    *n == 1
 }
 
 /// When a server's process is restarted after it ends.
@@ -102,6 +120,7 @@ impl ServerConfig {
             restart: RestartType::Permanent,
             concurrency: None,
             max_rss_mib: None,
+            instances: 1,
         }
     }
 
@@ -120,6 +139,15 @@ impl ServerConfig {
     /// # Errors
     /// A message naming the field at fault.
     pub fn validate(&self) -> Result<(), String> {
+        if !(1..=MAX_INSTANCES).contains(&self.instances) {
+            return Err(format!(
+                "`instances` is {}; give 1 to {MAX_INSTANCES}",
+                self.instances
+            ));
+        }
+        if self.concurrency == Some(0) {
+            return Err("`concurrency` must be at least 1".into());
+        }
         match (&self.url, self.command.is_empty()) {
             (None, true) => {
                 return Err("give `command` (a program run over stdio) or `url` (a Streamable HTTP endpoint)".into());
@@ -139,6 +167,7 @@ impl ServerConfig {
                     ("env", !self.env.is_empty()),
                     ("cwd", self.cwd.is_some()),
                     ("max_rss_mib", self.max_rss_mib.is_some()),
+                    ("instances", self.instances != 1),
                 ] {
                     if set {
                         return Err(format!(

@@ -22,14 +22,19 @@ use serde_json::Value;
 use super::config::{RestartType, ServerConfig};
 use super::link::Link;
 use super::log::StderrLog;
-use super::proxy::ProxyTool;
+use super::proxy::{Pool, ProxyTool};
 use crate::options::ToolOptions;
 use crate::process_group::ProcessGroup;
 use crate::runtime::WeakRuntime;
 
 /// Everything about one server that outlives its actor's restarts.
 pub(crate) struct ServerSpec {
+    /// The server's name, and with `instances = N` which copy this is (`fs#2`).
     pub(crate) name: Arc<str>,
+    /// 1 for the first copy, which lists and registers the tools for all of them.
+    pub(crate) instance: usize,
+    /// Every copy's link, this one's included: where its tools send calls.
+    pub(crate) pool: Pool,
     pub(crate) config: ServerConfig,
     /// Where a relative `cwd` is taken from.
     pub(crate) base_dir: PathBuf,
@@ -135,8 +140,10 @@ impl Actor for ServerActor {
                     (running.peer.clone(), running.generation, running.pid);
                 *state = Some(running);
                 // Listed before the connection is published: once the server shows as
-                // running, its tools are there.
-                if let Err(err) = reconcile(spec, &peer).await {
+                // running, its tools are there. The first copy lists them for all.
+                if spec.instance == 1
+                    && let Err(err) = reconcile(spec, &peer).await
+                {
                     tracing::warn!(server = %spec.name, %err, "could not list the server's tools");
                 }
                 spec.link.up(peer, pid, generation);
@@ -172,7 +179,7 @@ impl Actor for ServerActor {
                 return Err(reason.into());
             }
             ServerMsg::Relist => {
-                if let Some(running) = state.as_ref() {
+                if let Some(running) = state.as_ref().filter(|_| spec.instance == 1) {
                     let peer = running.peer.clone();
                     if let Err(err) = reconcile(spec, &peer).await {
                         tracing::warn!(server = %spec.name, %err, "could not list the server's tools");
@@ -577,7 +584,7 @@ async fn reconcile(spec: &ServerSpec, peer: &Peer<RoleClient>) -> Result<(), Str
                 .as_ref()
                 .map(|schema| Arc::new(Value::Object((**schema).clone()))),
             annotations: annotations(&tool),
-            link: Arc::clone(&spec.link),
+            pool: spec.pool.clone(),
             hang_grace: spec.config.hang_grace,
         };
         // Never retried: a server's idempotent hint is its own claim, and a call repeated on

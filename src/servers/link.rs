@@ -195,6 +195,15 @@ impl Link {
         }
     }
 
+    /// A turn now, if one is free: `Some(None)` when there is no bound, `None` when every
+    /// turn is taken.
+    pub(crate) fn try_permit(&self) -> Option<Option<tokio::sync::OwnedSemaphorePermit>> {
+        match &self.permits {
+            Some(permits) => Arc::clone(permits).try_acquire_owned().ok().map(Some),
+            None => Some(None),
+        }
+    }
+
     /// Counts a call as sent until the returned guard is dropped.
     pub(crate) fn sent(&self) -> InFlight<'_> {
         self.in_flight.fetch_add(1, Ordering::Relaxed);

@@ -69,8 +69,52 @@ pub(crate) struct ProxyTool {
     pub(crate) input: Arc<Value>,
     pub(crate) output: Option<Arc<Value>>,
     pub(crate) annotations: Annotations,
-    pub(crate) link: Arc<Link>,
+    /// The server's instances (one unless `instances = N`): a call goes to one of them.
+    pub(crate) pool: Pool,
     pub(crate) hang_grace: std::time::Duration,
+}
+
+/// The links of a server's instances.
+#[derive(Clone)]
+pub(crate) struct Pool {
+    links: Arc<[Arc<Link>]>,
+    /// Where the next search for a free instance starts, so calls spread over them.
+    next: Arc<std::sync::atomic::AtomicUsize>,
+}
+
+impl Pool {
+    pub(crate) fn new(links: Arc<[Arc<Link>]>) -> Self {
+        Self {
+            links,
+            next: Arc::default(),
+        }
+    }
+
+    /// An instance for one call and its turn there: a serving instance with a free turn
+    /// when there is one, otherwise the first whose turn comes.
+    async fn pick(&self) -> (Arc<Link>, Option<tokio::sync::OwnedSemaphorePermit>) {
+        let links = &self.links;
+        if let [only] = &**links {
+            return (Arc::clone(only), only.permit().await);
+        }
+        let start = self.next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        for i in 0..links.len() {
+            let link = &links[(start + i) % links.len()];
+            if matches!(link.phase(), Phase::Up { .. })
+                && let Some(permit) = link.try_permit()
+            {
+                return (Arc::clone(link), permit);
+            }
+        }
+        let waits = links.iter().map(|link| {
+            let link = Arc::clone(link);
+            Box::pin(async move {
+                let permit = link.permit().await;
+                (link, permit)
+            })
+        });
+        futures::future::select_all(waits).await.0
+    }
 }
 
 impl Tool for ProxyTool {
@@ -116,31 +160,30 @@ impl Tool for ProxyTool {
         ctx: CallContext,
     ) -> Result<Value, ProxyError> {
         let cancelled = ctx.cancellation().clone();
-        let _permit = tokio::select! {
+        let (link, _permit) = tokio::select! {
             biased;
             () = cancelled.cancelled() => return Err(ProxyError::Cancelled),
-            permit = self.link.permit() => permit,
+            picked = self.pool.pick() => picked,
         };
+        let link = &link;
         let (peer, generation) = tokio::select! {
             biased;
             () = cancelled.cancelled() => return Err(ProxyError::Cancelled),
-            up = self.connection() => up?,
+            up = connection(link) => up?,
         };
         let params = CallToolRequestParams::new(self.remote.to_string()).with_arguments(input.0);
         let request = ClientRequest::CallToolRequest(CallToolRequest::new(params));
         let handle = peer
             .send_cancellable_request(request, PeerRequestOptions::no_options())
             .await
-            .map_err(|err| self.failed(err))?;
-        let _progress = self
-            .link
-            .route_progress(&handle.progress_token, ctx.clone());
-        let _counted = self.link.sent();
+            .map_err(|err| failed(link, err))?;
+        let _progress = link.route_progress(&handle.progress_token, ctx.clone());
+        let _counted = link.sent();
         let mut abandoned = Abandoned {
             peer: Some(peer.clone()),
             id: handle.id.clone(),
         };
-        let mut phase = self.link.watch();
+        let mut phase = link.watch();
         let answer = tokio::select! {
             biased;
             answer = handle.await_response() => answer,
@@ -148,12 +191,12 @@ impl Tool for ProxyTool {
                 // The server is told (the guard's drop); if it does not even answer a probe
                 // afterwards, it is hung, and is killed and restarted.
                 drop(abandoned);
-                self.probe(peer, generation);
+                probe(link, self.hang_grace, peer, generation);
                 return Err(ProxyError::Cancelled);
             }
             reason = gone(&mut phase, generation) => {
                 abandoned.peer = None;
-                return Err(ProxyError::Lost { server: self.link.server.to_string(), reason });
+                return Err(ProxyError::Lost { server: link.server.to_string(), reason });
             }
         };
         abandoned.peer = None;
@@ -167,91 +210,95 @@ impl Tool for ProxyTool {
                 Err(self.unsupported("a request for input"))
             }
             Ok(_) => Err(self.unsupported("a result of another request")),
-            Err(err) => Err(self.failed(err)),
+            Err(err) => Err(failed(link, err)),
         }
     }
 }
 
-impl ProxyTool {
-    /// The live connection, waited for while the server (re)starts.
-    async fn connection(&self) -> Result<(rmcp::Peer<rmcp::RoleClient>, u64), ProxyError> {
-        let mut phase = self.link.watch();
-        loop {
-            match &*phase.borrow_and_update() {
-                Phase::Up {
-                    peer, generation, ..
-                } => return Ok((peer.clone(), *generation)),
-                Phase::Stopped { reason } => {
-                    return Err(ProxyError::Unavailable {
-                        server: self.link.server.to_string(),
-                        reason: reason.to_string(),
-                    });
-                }
-                Phase::Starting { .. } | Phase::Down { .. } => {}
-            }
-            if let guildhall_supervision::BreakerStatus::Open { retry_after, .. } =
-                self.link.start_breaker()
-            {
-                let reason = match &*phase.borrow() {
-                    Phase::Down { reason }
-                    | Phase::Starting {
-                        after: Some(reason),
-                    } => format!("{reason}; "),
-                    _ => String::new(),
-                };
+/// The live connection of `link`, waited for while the instance (re)starts.
+async fn connection(link: &Link) -> Result<(rmcp::Peer<rmcp::RoleClient>, u64), ProxyError> {
+    let mut phase = link.watch();
+    loop {
+        match &*phase.borrow_and_update() {
+            Phase::Up {
+                peer, generation, ..
+            } => return Ok((peer.clone(), *generation)),
+            Phase::Stopped { reason } => {
                 return Err(ProxyError::Unavailable {
-                    server: self.link.server.to_string(),
-                    reason: format!(
-                        "{reason}its starts keep failing, so its breaker is open; the next start is tried in {} ms",
-                        retry_after.as_millis()
-                    ),
+                    server: link.server.to_string(),
+                    reason: reason.to_string(),
                 });
             }
-            if phase.changed().await.is_err() {
-                return Err(ProxyError::Unavailable {
-                    server: self.link.server.to_string(),
-                    reason: "it was removed".into(),
-                });
-            }
+            Phase::Starting { .. } | Phase::Down { .. } => {}
         }
-    }
-
-    /// Asks the server for its tool list (a request every tool server answers) after a
-    /// cancelled call: no answer within the grace period means it is hung.
-    fn probe(&self, peer: rmcp::Peer<rmcp::RoleClient>, generation: u64) {
-        let (link, grace) = (Arc::clone(&self.link), self.hang_grace);
-        tokio::spawn(async move {
-            let request = ClientRequest::ListToolsRequest(rmcp::model::ListToolsRequest {
-                method: Default::default(),
-                params: None::<PaginatedRequestParams>,
-                extensions: Default::default(),
+        if let guildhall_supervision::BreakerStatus::Open { retry_after, .. } = link.start_breaker()
+        {
+            let reason = match &*phase.borrow() {
+                Phase::Down { reason }
+                | Phase::Starting {
+                    after: Some(reason),
+                } => format!("{reason}; "),
+                _ => String::new(),
+            };
+            return Err(ProxyError::Unavailable {
+                server: link.server.to_string(),
+                reason: format!(
+                    "{reason}its starts keep failing, so its breaker is open; the next start is tried in {} ms",
+                    retry_after.as_millis()
+                ),
             });
-            match tokio::time::timeout(grace, peer.send_request(request)).await {
-                Err(_) => {
-                    tracing::warn!(server = %link.server, ?grace, "server did not answer a probe after a cancelled call; restarting it");
-                    link.hung(generation);
-                }
-                Ok(answer) => {
-                    tracing::debug!(server = %link.server, ok = answer.is_ok(), "probe after a cancelled call answered")
-                }
-            }
-        });
-    }
-
-    fn failed(&self, err: ServiceError) -> ProxyError {
-        match err {
-            ServiceError::McpError(err) => ProxyError::Remote(err.message.to_string()),
-            ServiceError::TransportClosed | ServiceError::TransportSend(_) => ProxyError::Lost {
-                server: self.link.server.to_string(),
-                reason: "the connection closed (its process exited or was killed, or its HTTP endpoint went away)".into(),
-            },
-            other => ProxyError::Remote(other.to_string()),
+        }
+        if phase.changed().await.is_err() {
+            return Err(ProxyError::Unavailable {
+                server: link.server.to_string(),
+                reason: "it was removed".into(),
+            });
         }
     }
+}
 
+/// Asks the server for its tool list (a request every tool server answers) after a
+/// cancelled call: no answer within `grace` means it is hung.
+fn probe(
+    link: &Arc<Link>,
+    grace: std::time::Duration,
+    peer: rmcp::Peer<rmcp::RoleClient>,
+    generation: u64,
+) {
+    let link = Arc::clone(link);
+    tokio::spawn(async move {
+        let request = ClientRequest::ListToolsRequest(rmcp::model::ListToolsRequest {
+            method: Default::default(),
+            params: None::<PaginatedRequestParams>,
+            extensions: Default::default(),
+        });
+        match tokio::time::timeout(grace, peer.send_request(request)).await {
+            Err(_) => {
+                tracing::warn!(server = %link.server, ?grace, "server did not answer a probe after a cancelled call; restarting it");
+                link.hung(generation);
+            }
+            Ok(answer) => {
+                tracing::debug!(server = %link.server, ok = answer.is_ok(), "probe after a cancelled call answered")
+            }
+        }
+    });
+}
+
+fn failed(link: &Link, err: ServiceError) -> ProxyError {
+    match err {
+        ServiceError::McpError(err) => ProxyError::Remote(err.message.to_string()),
+        ServiceError::TransportClosed | ServiceError::TransportSend(_) => ProxyError::Lost {
+            server: link.server.to_string(),
+            reason: "the connection closed (its process exited or was killed, or its HTTP endpoint went away)".into(),
+        },
+        other => ProxyError::Remote(other.to_string()),
+    }
+}
+
+impl ProxyTool {
     fn unsupported(&self, what: &'static str) -> ProxyError {
         ProxyError::Unsupported {
-            server: self.link.server.to_string(),
+            server: self.pool.links[0].server.to_string(),
             tool: self.remote.to_string(),
             what,
         }

@@ -567,3 +567,96 @@ async fn a_server_at_a_url_is_proxied_over_streamable_http_with_its_headers() {
     servers.remove("up").await.unwrap();
     rt.shutdown().await;
 }
+
+/// Calls `tool` `n` times at once (each call's `n` its number: no loop guard sees the same
+/// call repeated); the answers' texts.
+async fn at_once(rt: &Runtime, tool: &str, n: usize, input: Value) -> Vec<String> {
+    let calls = (0..n).map(|i| {
+        let mut input = input.clone();
+        input["n"] = json!(i.to_string());
+        rt.call_json(tool, input, CallOptions::new())
+    });
+    futures::future::join_all(calls)
+        .await
+        .into_iter()
+        .map(|answer| answer.unwrap().as_str().unwrap().trim().to_owned())
+        .collect()
+}
+
+#[tokio::test]
+async fn instances_run_copies_that_each_take_one_call_at_a_time() {
+    let dir = tempfile::tempdir().unwrap();
+    // The inner server's command tool answers with its server's pid ($PPID), and notices
+    // another call running on the same server at the same time (mkdir is atomic).
+    let inner_config = dir.path().join("inner.toml");
+    std::fs::write(
+        &inner_config,
+        r#"
+[commands.serving_pid]
+description = "The serving process, and whether another call overlapped on it"
+shell = true
+command = ['mkdir "$1/$PPID" 2>/dev/null || echo overlap; sleep 0.3; echo "$PPID"; rmdir "$1/$PPID" 2>/dev/null; true', "{dir}", "{n}"]
+"#,
+    )
+    .unwrap();
+    let server = |instances: usize| {
+        let mut config = ServerConfig::command(
+            env!("CARGO_BIN_EXE_guildhall"),
+            [
+                "--data-dir".to_owned(),
+                dir.path().join("inner").display().to_string(),
+                "serve".into(),
+                "--stdio".into(),
+                "--in-memory".into(),
+                "--config".into(),
+                inner_config.display().to_string(),
+            ],
+        );
+        config.env.insert("RUST_LOG".into(), "off".into());
+        config.instances = instances;
+        config
+    };
+    let (rt, servers) = with_servers(GovernanceConfig::default()).await;
+    servers.add("pooled", server(2)).await.unwrap();
+    servers.add("shared", server(1)).await.unwrap();
+    eventually(Duration::from_secs(30), || async {
+        let list = servers.list().await;
+        list.len() == 3
+            && list.iter().all(|s| s.state == ServerState::Running)
+            && rt.tool("mcp__pooled__serving_pid").is_some()
+            && rt.tool("mcp__shared__serving_pid").is_some()
+    })
+    .await;
+    let list = servers.list().await;
+    let names: Vec<&str> = list.iter().map(|s| s.name.as_str()).collect();
+    assert_eq!(names, ["pooled", "pooled#2", "shared"]);
+    let pooled: std::collections::BTreeSet<String> = list[..2]
+        .iter()
+        .map(|s| s.pid.unwrap().to_string())
+        .collect();
+    assert_eq!(pooled.len(), 2, "two processes");
+    assert!(list[1].tools.is_empty(), "the first copy holds the tools");
+
+    let scratch = json!({ "dir": dir.path() });
+    let answers = at_once(&rt, "mcp__pooled__serving_pid", 4, scratch.clone()).await;
+    assert!(
+        answers.iter().all(|a| !a.contains("overlap")),
+        "no copy ran two calls at once: {answers:?}"
+    );
+    let served: std::collections::BTreeSet<String> = answers.into_iter().collect();
+    assert_eq!(served, pooled, "the calls were spread over both copies");
+
+    // The control: one copy, no bound, the same calls do overlap.
+    let answers = at_once(&rt, "mcp__shared__serving_pid", 4, scratch).await;
+    assert!(answers.iter().any(|a| a.contains("overlap")), "{answers:?}");
+
+    let too_many = servers.add("many", server(65)).await.unwrap_err();
+    assert!(
+        too_many.to_string().contains("`instances` is 65"),
+        "{too_many}"
+    );
+    servers.remove("pooled").await.unwrap();
+    servers.remove("shared").await.unwrap();
+    assert!(servers.list().await.is_empty());
+    rt.shutdown().await;
+}
