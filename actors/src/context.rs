@@ -47,7 +47,18 @@ pub trait CallObserver: Send + Sync + 'static {
     fn on_event(&self, event: CallEvent) {
         let _ = event;
     }
+
+    /// Asks the caller's user for input on the call's behalf. `request` is an MCP
+    /// `elicitation/create` request's params and the answer its result, both as JSON, or why
+    /// there is none. `None` (the default) when the caller cannot be asked.
+    fn elicit(&self, call: &CallContext, request: serde_json::Value) -> Option<Elicitation> {
+        let _ = (call, request);
+        None
+    }
 }
+
+/// The answer to an [`elicit`](CallObserver::elicit) request, when it comes.
+pub type Elicitation = futures::future::BoxFuture<'static, Result<serde_json::Value, String>>;
 
 /// Everything a tool knows about the call it is handling. Cheap to clone.
 #[derive(Clone)]
@@ -197,6 +208,12 @@ impl CallContext {
                 },
             );
         }
+    }
+
+    /// Asks the caller's user for input (an MCP `elicitation/create` request's params, as
+    /// JSON); `None` when the caller cannot be asked.
+    pub fn elicit(&self, request: serde_json::Value) -> Option<Elicitation> {
+        self.inner.observer.as_ref()?.elicit(self, request)
     }
 
     /// Emits a named event with a JSON payload. A no-op when nobody is watching.

@@ -19,7 +19,7 @@ pub mod spec;
 pub mod tool;
 pub mod worker;
 
-pub use context::{CallContext, CallEvent, CallObserver, Progress};
+pub use context::{CallContext, CallEvent, CallObserver, Elicitation, Progress};
 pub use error::{CallError, ErrorKind, RegistrationError};
 pub use spec::{ToolSpec, validate_name};
 pub use tool::{Annotations, Concurrency, InitState, Tool};

@@ -359,14 +359,15 @@ impl McpServer {
         let agent = self.caller(&cx).await?;
         self.shared.runtime.agent_seen(&agent);
         let mut options = CallOptions::new().agent_id(agent);
-        if let Some(token) = cx.meta.get_progress_token() {
-            options = options.observer(ProgressRelay::start(token, cx.peer.clone()));
-        }
-        if cx
+        let can_elicit = cx
             .peer
             .supported_elicitation_modes()
-            .contains(&ElicitationMode::Form)
-        {
+            .contains(&ElicitationMode::Form);
+        let progress = cx.meta.get_progress_token();
+        if progress.is_some() || can_elicit {
+            options = options.observer(ClientRelay::start(progress, can_elicit, cx.peer.clone()));
+        }
+        if can_elicit {
             options = options.asker(Arc::new(ElicitingAsker {
                 peer: cx.peer.clone(),
             }));
@@ -517,43 +518,74 @@ fn mcp_tool(spec: &ToolSpec) -> Tool {
     tool.with_annotations(annotations)
 }
 
-/// Forwards a call's progress reports as `notifications/progress` for the request's
-/// progress token. Reports run on the tool's actor and must not block, so they go through
-/// a channel to a task that owns the sending.
-struct ProgressRelay {
-    tx: mpsc::UnboundedSender<Progress>,
+/// The calling client, as a call's tools see it: progress reports become
+/// `notifications/progress` for the request's progress token, and a tool's questions (a
+/// proxied server's elicitation) become `elicitation/create` requests to the client when it
+/// supports form elicitation. Reports run on the tool's actor and must not block, so they go
+/// through a channel to a task that owns the sending.
+struct ClientRelay {
+    progress: Option<mpsc::UnboundedSender<Progress>>,
+    /// The client, when it answers questions.
+    asks: Option<rmcp::Peer<RoleServer>>,
 }
 
-impl ProgressRelay {
-    fn start(token: ProgressToken, peer: rmcp::Peer<RoleServer>) -> Arc<dyn CallObserver> {
-        let (tx, mut rx) = mpsc::unbounded_channel::<Progress>();
-        tokio::spawn(async move {
-            let mut last = f64::NEG_INFINITY;
-            while let Some(p) = rx.recv().await {
-                // The protocol wants progress to increase; a report that does not is dropped.
-                if p.progress.partial_cmp(&last) != Some(std::cmp::Ordering::Greater) {
-                    continue;
+impl ClientRelay {
+    fn start(
+        token: Option<ProgressToken>,
+        can_elicit: bool,
+        peer: rmcp::Peer<RoleServer>,
+    ) -> Arc<dyn CallObserver> {
+        let progress = token.map(|token| {
+            let (tx, mut rx) = mpsc::unbounded_channel::<Progress>();
+            let peer = peer.clone();
+            tokio::spawn(async move {
+                let mut last = f64::NEG_INFINITY;
+                while let Some(p) = rx.recv().await {
+                    // The protocol wants progress to increase; a report that does not is
+                    // dropped.
+                    if p.progress.partial_cmp(&last) != Some(std::cmp::Ordering::Greater) {
+                        continue;
+                    }
+                    last = p.progress;
+                    let mut param = ProgressNotificationParam::new(token.clone(), p.progress);
+                    if let Some(total) = p.total {
+                        param = param.with_total(total);
+                    }
+                    if let Some(message) = p.message {
+                        param = param.with_message(message);
+                    }
+                    if peer.notify_progress(param).await.is_err() {
+                        break;
+                    }
                 }
-                last = p.progress;
-                let mut param = ProgressNotificationParam::new(token.clone(), p.progress);
-                if let Some(total) = p.total {
-                    param = param.with_total(total);
-                }
-                if let Some(message) = p.message {
-                    param = param.with_message(message);
-                }
-                if peer.notify_progress(param).await.is_err() {
-                    break;
-                }
-            }
+            });
+            tx
         });
-        Arc::new(Self { tx })
+        Arc::new(Self {
+            progress,
+            asks: can_elicit.then_some(peer),
+        })
     }
 }
 
-impl CallObserver for ProgressRelay {
+impl CallObserver for ClientRelay {
     fn on_progress(&self, _call: &CallContext, progress: Progress) {
-        let _ = self.tx.send(progress);
+        if let Some(tx) = &self.progress {
+            let _ = tx.send(progress);
+        }
+    }
+
+    fn elicit(&self, _call: &CallContext, request: Value) -> Option<guildhall_actors::Elicitation> {
+        let peer = self.asks.clone()?;
+        Some(Box::pin(async move {
+            let params: rmcp::model::ElicitRequestParams = serde_json::from_value(request)
+                .map_err(|err| format!("not an elicitation request: {err}"))?;
+            let answer = peer
+                .create_elicitation(params)
+                .await
+                .map_err(|err| format!("the client did not answer: {err}"))?;
+            serde_json::to_value(answer).map_err(|err| err.to_string())
+        }))
     }
 }
 

@@ -14,8 +14,12 @@ use std::time::Duration;
 use guildhall_actors::Annotations;
 use guildhall_supervision::Restart;
 use ractor::{Actor, ActorProcessingErr, ActorRef};
-use rmcp::model::{ClientConfig, ProgressNotificationParam};
-use rmcp::service::{NotificationContext, RoleClient, RunningService};
+use rmcp::ErrorData as McpError;
+use rmcp::model::{
+    ClientConfig, ElicitRequestParams, ElicitResult, ElicitationCapability,
+    FormElicitationCapability, ProgressNotificationParam,
+};
+use rmcp::service::{NotificationContext, RequestContext, RoleClient, RunningService};
 use rmcp::{ClientHandler, Peer, ServiceExt};
 use serde_json::Value;
 
@@ -518,7 +522,36 @@ impl ClientHandler for Client {
         let mut info = ClientConfig::default();
         info.client_info.name = "guildhall".into();
         info.client_info.version = env!("CARGO_PKG_VERSION").into();
+        // Questions are relayed to the calling agent's client (below).
+        let mut asks = ElicitationCapability::new();
+        asks.form = Some(FormElicitationCapability::default());
+        info.capabilities.elicitation = Some(asks);
         info
+    }
+
+    /// Relays the server's question to the client of the agent whose call it is about, and
+    /// its answer back. When that caller cannot be told apart, or its client does not
+    /// answer questions, the server gets an error saying why (a plain decline would read as
+    /// the user's choice).
+    async fn create_elicitation(
+        &self,
+        request: ElicitRequestParams,
+        _: RequestContext<RoleClient>,
+    ) -> Result<ElicitResult, McpError> {
+        let refuse = |why: String| {
+            McpError::invalid_request(format!("guildhall cannot relay this question: {why}"), None)
+        };
+        let call = self.link.sole_call().map_err(refuse)?;
+        let request = serde_json::to_value(request).map_err(|err| refuse(err.to_string()))?;
+        let asking = call.elicit(request).ok_or_else(|| {
+            refuse(format!(
+                "the calling agent{}'s client does not support elicitation",
+                call.agent().map(|a| format!(" `{a}`")).unwrap_or_default()
+            ))
+        })?;
+        let answer = asking.await.map_err(refuse)?;
+        serde_json::from_value(answer)
+            .map_err(|err| refuse(format!("its answer is not an elicitation result: {err}")))
     }
 
     async fn on_progress(

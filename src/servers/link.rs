@@ -222,6 +222,21 @@ impl Link {
         Route { link: self, key }
     }
 
+    /// The one call in flight on this connection, which a request from the server (an
+    /// elicitation) must be about; why not, when there are none or several.
+    pub(crate) fn sole_call(&self) -> Result<CallContext, String> {
+        let mut calls = self.progress.iter();
+        match (calls.next(), calls.next()) {
+            (Some(call), None) => Ok(call.value().clone()),
+            (None, _) => Err("no call of guildhall's is in flight to it".into()),
+            (Some(_), Some(_)) => Err(
+                "several calls are in flight to it, and stdio does not say which one asks; \
+                 `instances` or `concurrency = 1` makes the caller certain"
+                    .into(),
+            ),
+        }
+    }
+
     /// A progress report from the server.
     pub(crate) fn progress(
         &self,

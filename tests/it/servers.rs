@@ -660,3 +660,78 @@ command = ['mkdir "$1/$PPID" 2>/dev/null || echo overlap; sleep 0.3; echo "$PPID
     assert!(servers.list().await.is_empty());
     rt.shutdown().await;
 }
+
+/// The calling client in a test: answers every question with `answer` and keeps what it
+/// was asked.
+struct AnsweringClient {
+    answer: Value,
+    asked: std::sync::Mutex<Vec<Value>>,
+}
+
+impl guildhall::CallObserver for AnsweringClient {
+    fn elicit(&self, _: &guildhall::CallContext, request: Value) -> Option<guildhall::Elicitation> {
+        self.asked.lock().unwrap().push(request);
+        let answer = self.answer.clone();
+        Some(Box::pin(async move { Ok(answer) }))
+    }
+}
+
+#[tokio::test]
+async fn a_server_s_question_reaches_the_calling_client_and_its_answer_comes_back() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = ServerConfig::command(
+        env!("CARGO_BIN_EXE_guildhall"),
+        [
+            "--data-dir".to_owned(),
+            dir.path().join("inner").display().to_string(),
+            "serve".into(),
+            "--stdio".into(),
+            "--in-memory".into(),
+            "--conformance-fixtures".into(),
+        ],
+    );
+    config.env.insert("RUST_LOG".into(), "off".into());
+    let (rt, servers) = with_servers(GovernanceConfig::default()).await;
+    servers.add("asker", config).await.unwrap();
+    eventually(Duration::from_secs(30), || async {
+        rt.tool("mcp__asker__test_elicitation").is_some()
+    })
+    .await;
+
+    let client = Arc::new(AnsweringClient {
+        answer: json!({ "action": "accept", "content": { "name": "Ada" } }),
+        asked: std::sync::Mutex::default(),
+    });
+    let out = rt
+        .call_json(
+            "mcp__asker__test_elicitation",
+            json!({ "message": "Who are you?" }),
+            CallOptions::new().observer(client.clone()),
+        )
+        .await
+        .unwrap();
+    let text = out.as_str().unwrap_or_default();
+    assert!(text.contains("accept") && text.contains("Ada"), "{out}");
+    let asked = client.asked.lock().unwrap().clone();
+    assert_eq!(asked.len(), 1, "{asked:?}");
+    assert_eq!(asked[0]["message"], "Who are you?");
+    assert_eq!(asked[0]["mode"], "form");
+
+    // A caller whose client cannot be asked: the server hears why, and so does the caller.
+    let refused = rt
+        .call_json(
+            "mcp__asker__test_elicitation",
+            json!({ "message": "Anyone?" }),
+            CallOptions::new(),
+        )
+        .await;
+    let Err(CallError::Tool { message, .. }) = refused else {
+        panic!("{refused:?}")
+    };
+    assert!(
+        message.contains("cannot relay") && message.contains("does not support elicitation"),
+        "{message}"
+    );
+    servers.remove("asker").await.unwrap();
+    rt.shutdown().await;
+}
