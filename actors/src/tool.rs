@@ -113,6 +113,21 @@ pub trait Tool: Send + Sync + Sized + 'static {
         None
     }
 
+    /// A call that needs nothing of the actor at all: the state it works with, made without
+    /// asking the actor. When `Some`, the call runs right in the caller's task, as a detached
+    /// call runs in a task of its own, with the same guarantees (one reply, its deadline and
+    /// cancellation, `Crashed` on a panic), minus the hop to the actor and back. `None`, the
+    /// default, sends the call to the actor.
+    ///
+    /// For stateless tools whose every call is detached and whose cost is a round trip to
+    /// another process (a proxied MCP server, a command), where the two task switches of the
+    /// hop are a visible share of the call. The actor still holds the tool's place in the
+    /// supervision tree (its restarts and breaker). A call dropped by its caller is dropped
+    /// at once (its drop handlers run), where a detached one would run on until its grace.
+    fn apart(&self, _input: &Self::Input) -> Option<Self::State> {
+        None
+    }
+
     /// Whether this call waits or polls by design (say, an inbox check with a wait), so
     /// repeating it with the same arguments is expected: the loop guard does not count it.
     fn polls(_input: &Self::Input) -> bool {

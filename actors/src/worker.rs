@@ -140,20 +140,31 @@ impl<T: InitState> Actor for ToolActor<T> {
 /// Runs a call the tool chose to detach: the same outcomes as inline, but the actor lives on.
 async fn run_detached<T: Tool>(
     tool: Arc<T>,
-    mut state: T::State,
+    state: T::State,
     input: T::Input,
     ctx: CallContext,
     reply: oneshot::Sender<Outcome<T>>,
     grace: Duration,
 ) {
+    let _ = reply.send(run_apart(tool, state, input, ctx, grace).await);
+}
+
+/// Runs a call away from the tool's actor (detached, or in the caller's task): a panic is
+/// caught and a call ignoring cancellation past `grace` abandoned, as the actor would.
+async fn run_apart<T: Tool>(
+    tool: Arc<T>,
+    mut state: T::State,
+    input: T::Input,
+    ctx: CallContext,
+    grace: Duration,
+) -> Outcome<T> {
     let watch = ctx.clone();
     let call = AssertUnwindSafe(tool.call(&mut state, input, ctx)).catch_unwind();
-    let outcome = match finish_or_overrun(std::pin::pin!(call), &watch, grace).await {
+    match finish_or_overrun(std::pin::pin!(call), &watch, grace).await {
         Some(Ok(result)) => Outcome::Done(result),
         Some(Err(panic)) => Outcome::Crashed(panic_message(panic.as_ref())),
         None => Outcome::Overran,
-    };
-    let _ = reply.send(outcome);
+    }
 }
 
 /// Waits for the call; once it is cancelled, gives it `grace` more. `None`: it overran.
@@ -315,6 +326,22 @@ impl<T: Tool> WorkerPool<T> {
     /// Dropping the future abandons the reply; the call's cancellation token should be
     /// fired by whoever owns it, so the tool stops (or is restarted after the grace period).
     pub fn dispatch(&self, input: T::Input, ctx: CallContext) -> Dispatched<T> {
+        if let Some(own) = self.inner.tool.apart(&input) {
+            let budget = ctx.budget();
+            let state = if self.inner.closed.load(Ordering::Acquire) {
+                State::Failed(Some(Box::new(self.unavailable())))
+            } else {
+                let (tool, grace) = (Arc::clone(&self.inner.tool), self.inner.grace);
+                State::Apart(Box::pin(run_apart(tool, own, input, ctx, grace)))
+            };
+            return Dispatched {
+                pool: self.clone(),
+                slot: 0,
+                tracked: false,
+                budget,
+                state,
+            };
+        }
         let slot = self.pick();
         let tracked = self.inner.slots.len() > 1;
         if tracked {
@@ -485,6 +512,7 @@ enum Sent<T: Tool> {
 }
 
 type SlowPath<T> = Pin<Box<dyn Future<Output = Result<<T as Tool>::Output, CallError>> + Send>>;
+type ApartCall<T> = Pin<Box<dyn Future<Output = Outcome<T>> + Send>>;
 
 enum State<T: Tool> {
     /// Sent; waiting for the actor's reply.
@@ -494,6 +522,8 @@ enum State<T: Tool> {
     },
     /// Waiting for an actor to (re)start, then sending.
     Slow(SlowPath<T>),
+    /// Running in the caller's task ([`Tool::apart`]).
+    Apart(ApartCall<T>),
     /// Failed before sending (boxed: rare, and it keeps every call's future small).
     Failed(Option<Box<CallError>>),
 }
@@ -516,6 +546,10 @@ impl<T: Tool> Future for Dispatched<T> {
                     return Poll::Ready(this.pool.settle(reply, this.budget));
                 }
                 State::Slow(fut) => return fut.as_mut().poll(cx),
+                State::Apart(call) => {
+                    let outcome = ready!(call.as_mut().poll(cx));
+                    return Poll::Ready(this.pool.settle(Ok(outcome), this.budget));
+                }
                 State::Failed(err) => {
                     let err = err.take().map_or_else(|| this.pool.unavailable(), |e| *e);
                     return Poll::Ready(Err(err));

@@ -18,8 +18,12 @@ use crate::servers::{ServerConfig, ServerState, Servers};
 /// What `bench proxy` does.
 #[derive(Debug, Clone)]
 pub struct ProxyBenchConfig {
-    /// The floor server's command line (the `guildhall` binary's `bench mcp-floor`).
+    /// The server's command line: by default the `guildhall` binary's `bench mcp-floor`;
+    /// any stdio server with an `echo` tool (`server-everything`, for a Node figure).
     pub floor: Vec<String>,
+    /// The name of `echo`'s one text argument (`text` for the floor, `message` for
+    /// `server-everything`).
+    pub echo_arg: String,
     /// Sequential calls each way, alternating in rounds.
     pub calls: usize,
     /// Concurrent callers for the throughput figure.
@@ -63,6 +67,8 @@ pub async fn proxy(config: ProxyBenchConfig) -> Result<ProxyReport, String> {
         .split_first()
         .ok_or("the floor server's command line is empty")?;
     let (direct, _direct_child) = connect(program, args).await?;
+    let echo_input = json!({ config.echo_arg.as_str(): "x" });
+    let echo_input = &echo_input;
 
     let runtime = Runtime::builder()
         .build()
@@ -85,12 +91,8 @@ pub async fn proxy(config: ProxyBenchConfig) -> Result<ProxyReport, String> {
     }
 
     let direct_call = || async {
-        let params = CallToolRequestParams::new("echo").with_arguments(
-            json!({"text": "x"})
-                .as_object()
-                .cloned()
-                .unwrap_or_default(),
-        );
+        let params = CallToolRequestParams::new("echo")
+            .with_arguments(echo_input.as_object().cloned().unwrap_or_default());
         direct
             .peer()
             .call_tool(params)
@@ -100,7 +102,7 @@ pub async fn proxy(config: ProxyBenchConfig) -> Result<ProxyReport, String> {
     };
     let proxied_call = || async {
         runtime
-            .call_json("mcp__floor__echo", json!({"text": "x"}), CallOptions::new())
+            .call_json("mcp__floor__echo", echo_input.clone(), CallOptions::new())
             .await
             .map(|_| ())
             .map_err(|e| e.to_string())
@@ -166,7 +168,7 @@ pub async fn proxy(config: ProxyBenchConfig) -> Result<ProxyReport, String> {
             .await
             .map_err(|e| e.to_string())?;
         let tool = format!("mcp__{name}__echo");
-        let call = || runtime.call_json(&tool, json!({"text": "x"}), CallOptions::new());
+        let call = || runtime.call_json(&tool, echo_input.clone(), CallOptions::new());
         let added = Instant::now();
         let pid = loop {
             let pid = servers
@@ -241,6 +243,8 @@ async fn connect(
         .args(args)
         .stdin(std::process::Stdio::piped())
         .stdout(std::process::Stdio::piped())
+        // What a server says on stderr is not the bench's output.
+        .stderr(std::process::Stdio::null())
         .kill_on_drop(true)
         .spawn()
         .map_err(|e| format!("the floor server did not start: {e}"))?;

@@ -444,12 +444,26 @@ struct ProxyArgs {
     /// Kills of the proxied server, each timed until it serves again.
     #[arg(long, default_value_t = 20)]
     restarts: usize,
+    /// The name of the server's `echo` argument (`message` for server-everything).
+    #[arg(long, default_value = "text")]
+    echo_arg: String,
+    /// Another stdio server with an `echo` tool to measure, after `--` (default: a bare
+    /// rmcp server, `guildhall bench mcp-floor`), e.g. `-- node
+    /// node_modules/@modelcontextprotocol/server-everything/dist/index.js stdio`.
+    #[arg(last = true)]
+    server: Vec<String>,
 }
 
 async fn proxy(a: ProxyArgs) -> Result<(), Box<dyn std::error::Error>> {
     let exe = std::env::current_exe()?.display().to_string();
+    let floor = if a.server.is_empty() {
+        vec![exe, "bench".into(), "mcp-floor".into()]
+    } else {
+        a.server
+    };
     let report = guildhall::bench::proxy(guildhall::bench::ProxyBenchConfig {
-        floor: vec![exe, "bench".into(), "mcp-floor".into()],
+        floor,
+        echo_arg: a.echo_arg,
         calls: a.calls.max(1),
         concurrency: a.concurrency.max(1),
         restarts: a.restarts,

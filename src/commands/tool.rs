@@ -85,9 +85,10 @@ impl Tool for CommandTool {
         Some(Arc::clone(&self.0.spec.input_schema))
     }
 
-    /// Every call is its own process: calls run side by side, up to the manifest's
-    /// `concurrency` (the pipeline's in-flight bound).
-    fn detach(&self, _: &(), _: &CommandInput) -> Option<()> {
+    /// Every call is its own process, run from the caller's task (it needs nothing of the
+    /// actor): calls run side by side, up to the manifest's `concurrency` (the pipeline's
+    /// in-flight bound).
+    fn apart(&self, _: &CommandInput) -> Option<()> {
         Some(())
     }
 

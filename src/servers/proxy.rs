@@ -143,9 +143,10 @@ impl Tool for ProxyTool {
         self.output.clone()
     }
 
-    /// Every call runs in its own task: the server multiplexes calls on one connection, and
-    /// the tool's actor must not wait on one while others queue.
-    fn detach(&self, _: &(), _: &Arguments) -> Option<()> {
+    /// Every call runs in the caller's task: it needs nothing of the actor, the server
+    /// multiplexes calls on one connection, and a hop to the actor and back would be a
+    /// visible share of a call that is one round trip to another process.
+    fn apart(&self, _: &Arguments) -> Option<()> {
         Some(())
     }
 

@@ -138,3 +138,103 @@ async fn tool_errors_are_not_retried_even_for_idempotent_tools() {
     assert_eq!(record.runs.load(Ordering::SeqCst), 1);
     rt.shutdown().await;
 }
+
+/// A stateless tool whose calls run apart from its actor, in the caller's task.
+struct Apart(std::sync::Arc<tokio::sync::Barrier>);
+
+#[derive(Clone, serde::Serialize, serde::Deserialize, schemars::JsonSchema)]
+struct ApartInput {
+    act: ApartAct,
+}
+
+#[derive(Clone, serde::Serialize, serde::Deserialize, schemars::JsonSchema)]
+enum ApartAct {
+    Ok,
+    Panic,
+    IgnoreCancel,
+    MeetAnother,
+}
+
+impl guildhall::Tool for Apart {
+    type Input = ApartInput;
+    type Output = String;
+    type Error = std::convert::Infallible;
+    type State = ();
+
+    fn name(&self) -> &str {
+        "apart"
+    }
+
+    fn description(&self) -> &str {
+        "Runs in the caller's task"
+    }
+
+    fn apart(&self, _: &ApartInput) -> Option<()> {
+        Some(())
+    }
+
+    async fn call(
+        &self,
+        _: &mut (),
+        input: ApartInput,
+        _: guildhall::CallContext,
+    ) -> Result<String, std::convert::Infallible> {
+        match input.act {
+            ApartAct::Ok => Ok("ok".into()),
+            ApartAct::Panic => panic!("asked to panic apart"),
+            ApartAct::IgnoreCancel => {
+                tokio::time::sleep(Duration::from_secs(3600)).await;
+                Ok("too late".into())
+            }
+            ApartAct::MeetAnother => {
+                self.0.wait().await;
+                Ok("met".into())
+            }
+        }
+    }
+}
+
+fn act(act: ApartAct) -> ApartInput {
+    ApartInput { act }
+}
+
+#[tokio::test(start_paused = true)]
+async fn calls_run_apart_from_the_actor_keep_the_contract() {
+    let options = ToolOptions::default()
+        .timeout(Duration::from_millis(50))
+        .grace(Duration::from_millis(20))
+        .max_retries(0);
+    let rt = Runtime::builder()
+        .tool_with(
+            Apart(std::sync::Arc::new(tokio::sync::Barrier::new(2))),
+            options,
+        )
+        .build()
+        .await
+        .unwrap();
+    let h = rt.handle::<Apart>("apart").unwrap();
+
+    let err = h.call(act(ApartAct::Panic)).await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Crashed);
+    assert!(err.to_string().contains("asked to panic apart"), "{err}");
+    assert_eq!(h.call(act(ApartAct::Ok)).await.unwrap(), "ok");
+    assert_eq!(
+        restarts(&rt, "apart").await,
+        0,
+        "the actor's state was never at stake"
+    );
+
+    let err = h.call(act(ApartAct::IgnoreCancel)).await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Timeout);
+
+    // A sequential tool's calls meet each other: neither waits for the actor.
+    let (a, b) = tokio::join!(
+        h.call(act(ApartAct::MeetAnother)),
+        h.call(act(ApartAct::MeetAnother))
+    );
+    assert_eq!((a.unwrap(), b.unwrap()), ("met".into(), "met".into()));
+
+    rt.shutdown().await;
+    let closed = h.call(act(ApartAct::Ok)).await.unwrap_err();
+    assert_eq!(closed.kind(), ErrorKind::Unavailable, "{closed}");
+}
