@@ -735,3 +735,56 @@ async fn a_server_s_question_reaches_the_calling_client_and_its_answer_comes_bac
     servers.remove("asker").await.unwrap();
     rt.shutdown().await;
 }
+
+#[tokio::test]
+async fn a_proxied_server_s_flood_is_truncated_for_the_model() {
+    let dir = tempfile::tempdir().unwrap();
+    let inner_config = dir.path().join("inner.toml");
+    // The inner server keeps more than the outer lets a model see.
+    std::fs::write(
+        &inner_config,
+        "[truncate]\nmax_lines = 100000\nmax_bytes = 10000000\n\n[commands.flood]\ndescription = \"Floods\"\ncommand = [\"seq\", \"1\", \"100000\"]\n",
+    )
+    .unwrap();
+    let mut config = ServerConfig::command(
+        env!("CARGO_BIN_EXE_guildhall"),
+        [
+            "--data-dir".to_owned(),
+            dir.path().join("inner").display().to_string(),
+            "serve".into(),
+            "--stdio".into(),
+            "--in-memory".into(),
+            "--config".into(),
+            inner_config.display().to_string(),
+        ],
+    );
+    config.env.insert("RUST_LOG".into(), "off".into());
+    let governance = GovernanceConfig {
+        spill_dir: Some(dir.path().join("spill")),
+        truncate: guildhall::governance::truncate::Limits {
+            max_lines: 50,
+            max_bytes: 50 * 1024,
+        },
+        ..GovernanceConfig::default()
+    };
+    let (rt, servers) = with_servers(governance).await;
+    servers.add("inner", config).await.unwrap();
+    eventually(Duration::from_secs(30), || async {
+        rt.tool("mcp__inner__flood").is_some()
+    })
+    .await;
+    let reply = rt
+        .call_reply("mcp__inner__flood", json!({}), CallOptions::new())
+        .await
+        .unwrap();
+    let cut = reply.truncated.expect("the flood is cut");
+    assert!(
+        cut.text.contains("showing lines 1-50 of 100000"),
+        "{}",
+        cut.text
+    );
+    let whole = std::fs::read_to_string(&cut.path).unwrap();
+    assert!(whole.trim_end().ends_with("100000"), "kept whole on disk");
+    servers.remove("inner").await.unwrap();
+    rt.shutdown().await;
+}
