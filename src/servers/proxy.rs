@@ -181,20 +181,19 @@ impl Tool for ProxyTool {
         let _progress = link.route_progress(&handle.progress_token, ctx.clone());
         let _counted = link.sent();
         let mut abandoned = Abandoned {
-            peer: Some(peer.clone()),
+            peer: Some(peer),
             id: handle.id.clone(),
+            link: Arc::clone(link),
+            generation,
+            grace: self.hang_grace,
         };
         let mut phase = link.watch();
         let answer = tokio::select! {
             biased;
             answer = handle.await_response() => answer,
-            () = cancelled.cancelled() => {
-                // The server is told (the guard's drop); if it does not even answer a probe
-                // afterwards, it is hung, and is killed and restarted.
-                drop(abandoned);
-                probe(link, self.hang_grace, peer, generation);
-                return Err(ProxyError::Cancelled);
-            }
+            // The guard's drop tells the server and probes it, as it does when this
+            // future is dropped (the caller gone, the pipeline's deadline).
+            () = cancelled.cancelled() => return Err(ProxyError::Cancelled),
             reason = gone(&mut phase, generation) => {
                 abandoned.peer = None;
                 return Err(ProxyError::Lost { server: link.server.to_string(), reason });
@@ -260,29 +259,26 @@ async fn connection(link: &Link) -> Result<(rmcp::Peer<rmcp::RoleClient>, u64), 
 
 /// Asks the server for its tool list (a request every tool server answers) after a
 /// cancelled call: no answer within `grace` means it is hung.
-fn probe(
-    link: &Arc<Link>,
+async fn probe(
+    link: Arc<Link>,
     grace: std::time::Duration,
     peer: rmcp::Peer<rmcp::RoleClient>,
     generation: u64,
 ) {
-    let link = Arc::clone(link);
-    tokio::spawn(async move {
-        let request = ClientRequest::ListToolsRequest(rmcp::model::ListToolsRequest {
-            method: Default::default(),
-            params: None::<PaginatedRequestParams>,
-            extensions: Default::default(),
-        });
-        match tokio::time::timeout(grace, peer.send_request(request)).await {
-            Err(_) => {
-                tracing::warn!(server = %link.server, ?grace, "server did not answer a probe after a cancelled call; restarting it");
-                link.hung(generation);
-            }
-            Ok(answer) => {
-                tracing::debug!(server = %link.server, ok = answer.is_ok(), "probe after a cancelled call answered")
-            }
-        }
+    let request = ClientRequest::ListToolsRequest(rmcp::model::ListToolsRequest {
+        method: Default::default(),
+        params: None::<PaginatedRequestParams>,
+        extensions: Default::default(),
     });
+    match tokio::time::timeout(grace, peer.send_request(request)).await {
+        Err(_) => {
+            tracing::warn!(server = %link.server, ?grace, "server did not answer a probe after a cancelled call; restarting it");
+            link.hung(generation);
+        }
+        Ok(answer) => {
+            tracing::debug!(server = %link.server, ok = answer.is_ok(), "probe after a cancelled call answered")
+        }
+    }
 }
 
 fn failed(link: &Link, err: ServiceError) -> ProxyError {
@@ -320,16 +316,27 @@ async fn gone(phase: &mut tokio::sync::watch::Receiver<Phase>, generation: u64) 
     }
 }
 
-/// Tells the server a request was abandoned, unless disarmed (`peer` taken) first.
+/// A request in flight. Dropped before it is disarmed (`peer` taken: answered, or its
+/// connection lost), the request was abandoned, by cancellation or because the call's future
+/// was dropped: the server is told (`notifications/cancelled`), then probed, and a server
+/// that does not even answer the probe is taken for hung, killed and restarted.
 struct Abandoned {
     peer: Option<rmcp::Peer<rmcp::RoleClient>>,
     id: rmcp::model::RequestId,
+    link: Arc<Link>,
+    generation: u64,
+    grace: std::time::Duration,
 }
 
 impl Drop for Abandoned {
     fn drop(&mut self) {
         let Some(peer) = self.peer.take() else { return };
-        let id = self.id.clone();
+        let (id, link, generation, grace) = (
+            self.id.clone(),
+            Arc::clone(&self.link),
+            self.generation,
+            self.grace,
+        );
         tokio::spawn(async move {
             let _ = peer
                 .notify_cancelled(CancelledNotificationParam::new(
@@ -337,6 +344,7 @@ impl Drop for Abandoned {
                     Some("the caller's deadline passed or it went away".into()),
                 ))
                 .await;
+            probe(link, grace, peer, generation).await;
         });
     }
 }
