@@ -15,6 +15,11 @@ use crate::support::{eventually, guildhall_ok, serve_in_background};
 /// `guildhall serve --stdio` as an MCP server with the bench `echo` tool, its own data
 /// directory under `dir`.
 fn inner_server(dir: &Path) -> ServerConfig {
+    inner_serving(dir, &["--bench-echo"])
+}
+
+/// `guildhall serve --stdio --in-memory` with `extra` arguments, as an MCP server.
+fn inner_serving(dir: &Path, extra: &[&str]) -> ServerConfig {
     let mut config = ServerConfig::command(
         env!("CARGO_BIN_EXE_guildhall"),
         [
@@ -23,8 +28,9 @@ fn inner_server(dir: &Path) -> ServerConfig {
             "serve".into(),
             "--stdio".into(),
             "--in-memory".into(),
-            "--bench-echo".into(),
-        ],
+        ]
+        .into_iter()
+        .chain(extra.iter().map(|a| (*a).to_owned())),
     );
     config.env.insert("RUST_LOG".into(), "off".into());
     config
@@ -599,20 +605,9 @@ command = ['mkdir "$1/$PPID" 2>/dev/null || echo overlap; sleep 0.3; echo "$PPID
 "#,
     )
     .unwrap();
+    let inner_config = inner_config.display().to_string();
     let server = |instances: usize| {
-        let mut config = ServerConfig::command(
-            env!("CARGO_BIN_EXE_guildhall"),
-            [
-                "--data-dir".to_owned(),
-                dir.path().join("inner").display().to_string(),
-                "serve".into(),
-                "--stdio".into(),
-                "--in-memory".into(),
-                "--config".into(),
-                inner_config.display().to_string(),
-            ],
-        );
-        config.env.insert("RUST_LOG".into(), "off".into());
+        let mut config = inner_serving(dir.path(), &["--config", &inner_config]);
         config.instances = instances;
         config
     };
@@ -679,18 +674,7 @@ impl guildhall::CallObserver for AnsweringClient {
 #[tokio::test]
 async fn a_server_s_question_reaches_the_calling_client_and_its_answer_comes_back() {
     let dir = tempfile::tempdir().unwrap();
-    let mut config = ServerConfig::command(
-        env!("CARGO_BIN_EXE_guildhall"),
-        [
-            "--data-dir".to_owned(),
-            dir.path().join("inner").display().to_string(),
-            "serve".into(),
-            "--stdio".into(),
-            "--in-memory".into(),
-            "--conformance-fixtures".into(),
-        ],
-    );
-    config.env.insert("RUST_LOG".into(), "off".into());
+    let config = inner_serving(dir.path(), &["--conformance-fixtures"]);
     let (rt, servers) = with_servers(GovernanceConfig::default()).await;
     servers.add("asker", config).await.unwrap();
     eventually(Duration::from_secs(30), || async {
@@ -746,19 +730,10 @@ async fn a_proxied_server_s_flood_is_truncated_for_the_model() {
         "[truncate]\nmax_lines = 100000\nmax_bytes = 10000000\n\n[commands.flood]\ndescription = \"Floods\"\ncommand = [\"seq\", \"1\", \"100000\"]\n",
     )
     .unwrap();
-    let mut config = ServerConfig::command(
-        env!("CARGO_BIN_EXE_guildhall"),
-        [
-            "--data-dir".to_owned(),
-            dir.path().join("inner").display().to_string(),
-            "serve".into(),
-            "--stdio".into(),
-            "--in-memory".into(),
-            "--config".into(),
-            inner_config.display().to_string(),
-        ],
+    let config = inner_serving(
+        dir.path(),
+        &["--config", &inner_config.display().to_string()],
     );
-    config.env.insert("RUST_LOG".into(), "off".into());
     let governance = GovernanceConfig {
         spill_dir: Some(dir.path().join("spill")),
         truncate: guildhall::governance::truncate::Limits {
@@ -785,6 +760,66 @@ async fn a_proxied_server_s_flood_is_truncated_for_the_model() {
     );
     let whole = std::fs::read_to_string(&cut.path).unwrap();
     assert!(whole.trim_end().ends_with("100000"), "kept whole on disk");
+    servers.remove("inner").await.unwrap();
+    rt.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_call_cancelled_here_is_cancelled_on_the_server() {
+    let dir = tempfile::tempdir().unwrap();
+    let inner_config = dir.path().join("inner.toml");
+    std::fs::write(
+        &inner_config,
+        r#"
+[commands.linger]
+description = "Starts a sleeper, writes its pid, and waits"
+shell = true
+command = ['sleep 600 & echo $! >> "$1"; wait', "{file}"]
+timeout = "10min"
+"#,
+    )
+    .unwrap();
+    let config = inner_serving(
+        dir.path(),
+        &["--config", &inner_config.display().to_string()],
+    );
+    let (rt, servers) = with_servers(GovernanceConfig::default()).await;
+    servers.add("inner", config).await.unwrap();
+    eventually(Duration::from_secs(30), || async {
+        rt.tool("mcp__inner__linger").is_some()
+    })
+    .await;
+    let server_pid = info(&servers, "inner").await.pid.unwrap();
+
+    let pids = dir.path().join("pids");
+    let cut = rt
+        .call_json(
+            "mcp__inner__linger",
+            json!({ "file": pids }),
+            CallOptions::new().timeout(Duration::from_millis(300)),
+        )
+        .await;
+    assert!(matches!(cut, Err(CallError::Timeout { .. })), "{cut:?}");
+    let mut sleeper = None;
+    eventually(Duration::from_secs(10), || {
+        sleeper = std::fs::read_to_string(&pids)
+            .ok()
+            .and_then(|p| p.trim().parse::<i32>().ok());
+        std::future::ready(sleeper.is_some())
+    })
+    .await;
+    let sleeper = sleeper.unwrap();
+    // The server heard `notifications/cancelled` and stopped its own call, killing the
+    // command it ran; the server itself answered the probe and kept running.
+    eventually(Duration::from_secs(10), || async move {
+        crate::support::process_gone(sleeper)
+    })
+    .await;
+    let after = info(&servers, "inner").await;
+    assert_eq!(
+        (after.state, after.pid, after.starts),
+        (ServerState::Running, Some(server_pid), 1)
+    );
     servers.remove("inner").await.unwrap();
     rt.shutdown().await;
 }

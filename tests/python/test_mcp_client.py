@@ -11,7 +11,8 @@ Run by scripts/python-client (and so by .ci/run) with GUILDHALL_BIN pointing at 
 - proxied servers: `@modelcontextprotocol/server-everything` and `server-filesystem` (npm)
   and a server written with the Python SDK, configured in guildhall.toml, their tools
   called as `mcp__{server}__{tool}` over stdio and over guildhall's HTTP endpoint (when
-  PROXIED_SERVERS names the npm servers' directory).
+  PROXIED_SERVERS names the npm servers' directory); a proxied server's elicitation answered
+  by this client's callback through guildhall (before 2026-07-28; since, refused with why).
 """
 
 import asyncio
@@ -198,13 +199,26 @@ tools = ["read_*", "list_*"]
 [servers.py]
 command = {json.dumps(sys.executable)}
 args = [{json.dumps(py_server)}]
+
+[servers.asker]
+command = {json.dumps(BIN)}
+args = ["--data-dir", {json.dumps(os.path.join(data_dir, "inner"))}, "serve", "--stdio", "--in-memory", "--conformance-fixtures"]
+tools = ["test_elicitation"]
 """)
 
 
-PROXIED = {"mcp__everything__echo", "mcp__fs__read_text_file", "mcp__py__add"}
+PROXIED = {"mcp__everything__echo", "mcp__fs__read_text_file", "mcp__py__add",
+           "mcp__asker__test_elicitation"}
 
 
-async def use_proxied(c, root):
+async def answer_as_ada(context, params):
+    """The user behind the client: asked by a proxied server, through guildhall."""
+    from mcp import types
+    assert "Who are you?" in params.message, params
+    return types.ElicitResult(action="accept", content={"name": "Ada"})
+
+
+async def use_proxied(c, root, can_elicit):
     # The servers start beside guildhall; their tools appear as each is ready.
     for _ in range(600):
         names = {t.name for t in (await c.list_tools()).tools}
@@ -221,6 +235,14 @@ async def use_proxied(c, root):
     assert outside.is_error, "the filesystem server's own confinement still holds"
     added = await c.call_tool("mcp__py__add", {"a": 2, "b": 3})
     assert not added.is_error and "5" in added.content[0].text, added
+    # A proxied server's question reaches this client's user, and the answer goes back;
+    # a client that cannot be asked (the 2026-07-28 era has no server-to-client requests)
+    # gets the reason instead.
+    asked = await c.call_tool("mcp__asker__test_elicitation", {"message": "Who are you?"})
+    if can_elicit:
+        assert not asked.is_error and "Ada" in asked.content[0].text, asked
+    else:
+        assert asked.is_error and "elicitation" in asked.content[0].text, asked
 
 
 async def proxied(mode, data_dir):
@@ -229,8 +251,10 @@ async def proxied(mode, data_dir):
     with open(os.path.join(root, "note.txt"), "w") as f:
         f.write("proxied file")
     proxied_config(data_dir, root)
-    async with Client(params(data_dir, "serve", "--stdio", "--in-memory", "--agent", "solo"), mode=mode) as c:
-        await use_proxied(c, root)
+    can_elicit = mode == "legacy"
+    async with Client(params(data_dir, "serve", "--stdio", "--in-memory", "--agent", "solo"), mode=mode,
+                      elicitation_callback=answer_as_ada) as c:
+        await use_proxied(c, root, can_elicit)
 
     import httpx2
     from mcp.client.streamable_http import streamable_http_client
@@ -244,8 +268,9 @@ async def proxied(mode, data_dir):
                 break
         assert url, "serve prints its URL"
         http = httpx2.AsyncClient(headers={"Guildhall-Agent": "web"})
-        async with Client(streamable_http_client(url, http_client=http), mode=mode) as c:
-            await use_proxied(c, root)
+        async with Client(streamable_http_client(url, http_client=http), mode=mode,
+                          elicitation_callback=answer_as_ada) as c:
+            await use_proxied(c, root, can_elicit)
     finally:
         server.terminate()
         server.wait(timeout=30)
