@@ -121,6 +121,8 @@ pub struct McpBenchConfig {
     pub http_clients: usize,
     /// Rounds; each measures every contender once, alternating, and figures are medians.
     pub rounds: usize,
+    /// Messages sent to a subscribed inbox, each timed until its `resources/updated`.
+    pub notify_sends: usize,
 }
 
 impl Default for McpBenchConfig {
@@ -131,6 +133,7 @@ impl Default for McpBenchConfig {
             window: 64,
             http_clients: 16,
             rounds: 3,
+            notify_sends: 1_000,
         }
     }
 }
@@ -191,6 +194,12 @@ pub struct McpReport {
     pub bridge_throughput_ratio: f64,
     /// HTTP p99 / HTTP p50 (target ≤ 3: no delayed-ACK stalls).
     pub http_p99_ratio: f64,
+    /// From a `send_message` (one agent's connection) to the recipient's connection, which
+    /// subscribed to its inbox, hearing `notifications/resources/updated`: median, ms. Both
+    /// bridged to a server with a durable store.
+    pub notify_p50_ms: f64,
+    /// The same, 99th percentile (target ≤ 50 ms).
+    pub notify_p99_ms: f64,
 }
 
 /// A server child process and its stdio.
@@ -243,6 +252,16 @@ impl Peer {
         line.push(b'\n');
         self.stdin.write_all(&line).await?;
         Ok(())
+    }
+
+    /// The next message of any kind: a response or a notification.
+    async fn next_message(&mut self) -> Result<Value, BenchError> {
+        let line = self
+            .lines
+            .next_line()
+            .await?
+            .ok_or("the server closed its stdout")?;
+        Ok(serde_json::from_str(&line)?)
     }
 
     async fn read(&mut self) -> Result<Value, BenchError> {
@@ -418,23 +437,79 @@ async fn measure_http(url: &str, config: &McpBenchConfig) -> Result<Figures, Ben
     })
 }
 
+/// Where a background server keeps its data.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Store {
+    InMemory,
+    Durable,
+}
+
+/// Times `sends` messages from one bridged agent to another that subscribed to its inbox,
+/// each from just before the send is written until the recipient hears
+/// `notifications/resources/updated` (each send waits for its notification, so none
+/// coalesce). Milliseconds, sorted.
+async fn measure_notify(exe: &Path, data_dir: &Path, sends: usize) -> Result<Vec<f64>, BenchError> {
+    let bridge = |agent: &str| {
+        let mut command = Command::new(exe);
+        command
+            .arg("--data-dir")
+            .arg(data_dir)
+            .args(["mcp", "--agent", agent, "--no-start"]);
+        command
+    };
+    let (mut watcher, _) = Peer::start(bridge("watcher")).await?;
+    let (mut sender, _) = Peer::start(bridge("sender")).await?;
+    watcher
+        .ask(
+            json!({ "jsonrpc": "2.0", "id": 1, "method": "resources/subscribe",
+                     "params": { "uri": "guildhall://inbox" } }),
+        )
+        .await?;
+    let mut times = Vec::with_capacity(sends);
+    for i in 0..sends {
+        let id = 10 + i as u64;
+        // Each body differs: the same call repeated is what the loop guard stops.
+        let send = json!({ "jsonrpc": "2.0", "id": id, "method": "tools/call",
+            "params": { "name": "send_message",
+                        "arguments": { "to": "watcher", "body": format!("note {i}") } } });
+        let started = Instant::now();
+        sender.write(&send).await?;
+        loop {
+            let message = watcher.next_message().await?;
+            if message["method"] == "notifications/resources/updated" {
+                break;
+            }
+        }
+        times.push(started.elapsed().as_secs_f64() * 1e3);
+        let answer = sender.read().await?;
+        if answer["result"]["isError"] == true {
+            return Err(format!("a send failed: {answer}").into());
+        }
+    }
+    watcher.stop().await;
+    sender.stop().await;
+    times.sort_by(f64::total_cmp);
+    Ok(times)
+}
+
 /// A `guildhall serve` running in the background for the bridge and HTTP runs.
 struct Background {
     child: Child,
     url: String,
 }
 
-async fn start_background(exe: &Path, data_dir: &Path) -> Result<Background, BenchError> {
-    let mut child = Command::new(exe)
-        .arg("--data-dir")
-        .arg(data_dir)
-        .args([
-            "serve",
-            "--in-memory",
-            "--bench-echo",
-            "--listen",
-            "127.0.0.1:0",
-        ])
+async fn start_background(
+    exe: &Path,
+    data_dir: &Path,
+    store: Store,
+) -> Result<Background, BenchError> {
+    let mut command = Command::new(exe);
+    command.arg("--data-dir").arg(data_dir).arg("serve");
+    if store == Store::InMemory {
+        command.arg("--in-memory");
+    }
+    let mut child = command
+        .args(["--bench-echo", "--listen", "127.0.0.1:0"])
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
@@ -465,7 +540,7 @@ pub async fn mcp(
     let scratch = super::mail::tempfile_in(&std::env::temp_dir());
     std::fs::create_dir_all(&scratch)?;
     let data_dir = scratch.join("data");
-    let mut background = start_background(exe, &data_dir).await?;
+    let mut background = start_background(exe, &data_dir, Store::InMemory).await?;
     let rounds = config.rounds.max(1);
     let mut floor = Vec::new();
     let mut stdio = Vec::new();
@@ -497,6 +572,13 @@ pub async fn mcp(
         stage.step();
     }
     let _ = background.child.kill().await;
+    stage.phase("inbox notifications", 1);
+    let notify_dir = scratch.join("notify");
+    let mut durable = start_background(exe, &notify_dir, Store::Durable).await?;
+    let notified = measure_notify(exe, &notify_dir, config.notify_sends.max(1)).await;
+    let _ = durable.child.kill().await;
+    let notified = notified?;
+    stage.step();
     let _ = std::fs::remove_dir_all(&scratch);
     let med = |runs: &[Figures], f: fn(&Figures) -> f64| {
         super::median(&mut runs.iter().map(f).collect::<Vec<_>>())
@@ -524,5 +606,7 @@ pub async fn mcp(
     report.bridge_p50_ratio = report.bridge_p50_us / report.stdio_p50_us;
     report.bridge_throughput_ratio = report.stdio_calls_per_sec / report.bridge_calls_per_sec;
     report.http_p99_ratio = report.http_p99_us / report.http_p50_us;
+    report.notify_p50_ms = super::percentile(&notified, 0.5);
+    report.notify_p99_ms = super::percentile(&notified, 0.99);
     Ok(report)
 }

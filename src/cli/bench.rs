@@ -97,6 +97,9 @@ struct McpArgs {
     /// Rounds (figures are medians).
     #[arg(long, default_value_t = McpBenchConfig::default().rounds)]
     rounds: usize,
+    /// Messages sent to a subscribed inbox, each timed until its notification.
+    #[arg(long, default_value_t = McpBenchConfig::default().notify_sends)]
+    notify_sends: usize,
 }
 
 #[derive(Debug, Args)]
@@ -320,6 +323,7 @@ async fn mcp(a: McpArgs) -> Result<(), Box<dyn std::error::Error>> {
         window: a.window.max(1),
         http_clients: a.http_clients.max(1),
         rounds: a.rounds.max(1),
+        notify_sends: a.notify_sends.max(1),
     };
     let exe = std::env::current_exe()?;
     let bar = progress_bar()?;
@@ -376,6 +380,8 @@ async fn mcp(a: McpArgs) -> Result<(), Box<dyn std::error::Error>> {
             ("HTTP p99 (us)", r.http_p99_us, ""),
             ("  p99 / p50", r.http_p99_ratio, "<= 3"),
             ("HTTP calls/s, concurrent clients", r.http_calls_per_sec, ""),
+            ("inbox notification p50 (ms)", r.notify_p50_ms, ""),
+            ("inbox notification p99 (ms)", r.notify_p99_ms, "<= 50"),
         ],
     )
 }

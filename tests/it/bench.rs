@@ -137,3 +137,39 @@ fn proxy_compares_a_proxied_call_with_the_same_call_made_directly() {
         "{report}"
     );
 }
+
+#[test]
+fn mcp_reports_every_transport_and_how_soon_a_subscriber_hears_of_mail() {
+    let report = bench(&[
+        "mcp",
+        "--json",
+        "--sequential",
+        "50",
+        "--pipelined",
+        "200",
+        "--http-clients",
+        "2",
+        "--rounds",
+        "1",
+        "--notify-sends",
+        "50",
+    ]);
+    let figure = |name: &str| {
+        report[name]
+            .as_f64()
+            .unwrap_or_else(|| panic!("{name}: {report}"))
+    };
+    for name in [
+        "stdio_p50_us",
+        "bridge_p50_us",
+        "http_p50_us",
+        "floor_stdio_p50_us",
+        "notify_p50_ms",
+    ] {
+        assert!(figure(name) > 0.0, "{name}: {report}");
+    }
+    assert!(
+        figure("notify_p99_ms") >= figure("notify_p50_ms"),
+        "{report}"
+    );
+}

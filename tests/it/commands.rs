@@ -10,7 +10,7 @@ use guildhall::governance::{Action, GovernanceConfig, Rule, ToolPolicy};
 use guildhall::{CallError, CallOptions, Runtime};
 use serde_json::{Value, json};
 
-use crate::support::{eventually, guildhall, guildhall_ok, process_gone};
+use crate::support::{eventually, guildhall, guildhall_ok, pids, process_gone};
 
 /// A runtime serving the command tools of `config` (written to `dir/guildhall.toml`).
 async fn serving(
@@ -160,21 +160,21 @@ command = ['sleep 600 & echo $! >> "$1"; wait', "{file}"]
 timeout = "300ms"
 "#;
     let (rt, _commands) = serving(dir.path(), config, GovernanceConfig::default()).await;
-    let pids = dir.path().join("pids");
+    let pid_file = dir.path().join("pids");
 
-    let timed_out = call(&rt, "linger", json!({"file": pids})).await;
+    let timed_out = call(&rt, "linger", json!({"file": pid_file})).await;
     assert!(
         matches!(timed_out, Err(CallError::Timeout { .. })),
         "{timed_out:?}"
     );
-    let pid = read_pid(&pids, 0).await;
+    let pid = pids(&pid_file, 1).await[0];
     eventually(Duration::from_secs(10), || async move { process_gone(pid) }).await;
 
     // A caller asking for more time than the manifest allows still gets the manifest's.
     let capped = rt
         .call_json(
             "linger",
-            json!({"file": pids}),
+            json!({"file": pid_file}),
             CallOptions::new().timeout(Duration::from_secs(60)),
         )
         .await;
@@ -183,36 +183,21 @@ timeout = "300ms"
         message.contains("ran past its timeout of 300ms"),
         "{message}"
     );
-    let pid = read_pid(&pids, 1).await;
+    let pid = pids(&pid_file, 2).await[1];
     eventually(Duration::from_secs(10), || async move { process_gone(pid) }).await;
 
     // The caller's own deadline, shorter than the tool's: the pipeline cancels the call.
     let cut = rt
         .call_json(
             "linger",
-            json!({"file": pids}),
+            json!({"file": pid_file}),
             CallOptions::new().timeout(Duration::from_millis(150)),
         )
         .await;
     assert!(matches!(cut, Err(CallError::Timeout { .. })), "{cut:?}");
-    let pid = read_pid(&pids, 2).await;
+    let pid = pids(&pid_file, 3).await[2];
     eventually(Duration::from_secs(10), || async move { process_gone(pid) }).await;
     rt.shutdown().await;
-}
-
-/// The `n`th pid written to `file`, once it is there.
-async fn read_pid(file: &Path, n: usize) -> i32 {
-    let mut pid = None;
-    eventually(Duration::from_secs(10), || {
-        pid = std::fs::read_to_string(file)
-            .unwrap_or_default()
-            .split_whitespace()
-            .nth(n)
-            .and_then(|p| p.parse().ok());
-        std::future::ready(pid.is_some())
-    })
-    .await;
-    pid.unwrap()
 }
 
 #[tokio::test]

@@ -791,24 +791,16 @@ timeout = "10min"
     .await;
     let server_pid = info(&servers, "inner").await.pid.unwrap();
 
-    let pids = dir.path().join("pids");
+    let pid_file = dir.path().join("pids");
     let cut = rt
         .call_json(
             "mcp__inner__linger",
-            json!({ "file": pids }),
+            json!({ "file": pid_file }),
             CallOptions::new().timeout(Duration::from_millis(300)),
         )
         .await;
     assert!(matches!(cut, Err(CallError::Timeout { .. })), "{cut:?}");
-    let mut sleeper = None;
-    eventually(Duration::from_secs(10), || {
-        sleeper = std::fs::read_to_string(&pids)
-            .ok()
-            .and_then(|p| p.trim().parse::<i32>().ok());
-        std::future::ready(sleeper.is_some())
-    })
-    .await;
-    let sleeper = sleeper.unwrap();
+    let sleeper = crate::support::pids(&pid_file, 1).await[0];
     // The server heard `notifications/cancelled` and stopped its own call, killing the
     // command it ran; the server itself answered the probe and kept running.
     eventually(Duration::from_secs(10), || async move {

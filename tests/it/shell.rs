@@ -16,7 +16,7 @@ use guildhall::shell::{Shell, ShellConfig};
 use guildhall::{AgentSpec, CallContext, CallError, CallObserver, CallOptions, Progress, Runtime};
 use serde_json::{Value, json};
 
-use crate::support::{as_agent, eventually, process_gone as gone};
+use crate::support::{as_agent, eventually, pids, process_gone as gone};
 
 struct Project {
     dir: tempfile::TempDir,
@@ -57,22 +57,6 @@ async fn runtime_governed(config: ShellConfig, governance: GovernanceConfig) -> 
 
 async fn bash(rt: &Runtime, args: Value) -> Result<Value, CallError> {
     rt.call_json("bash", args, CallOptions::new()).await
-}
-
-/// The pids a command wrote to `file`, once it has written `count` of them.
-async fn pids(file: &Path, count: usize) -> Vec<i32> {
-    let mut found = Vec::new();
-    eventually(Duration::from_secs(20), || {
-        found = std::fs::read_to_string(file)
-            .unwrap_or_default()
-            .split_whitespace()
-            .filter_map(|p| p.parse().ok())
-            .collect();
-        let ready = found.len() >= count;
-        async move { ready }
-    })
-    .await;
-    found
 }
 
 /// A command whose shell and a grandchild both ignore SIGTERM, writing both pids to `file`.

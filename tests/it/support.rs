@@ -363,3 +363,20 @@ pub fn http_client() -> reqwest::Client {
     let _ = rustls::crypto::ring::default_provider().install_default();
     reqwest::Client::new()
 }
+
+/// The pids a command wrote to `file` (whitespace-separated), once it has written `count`
+/// of them.
+pub async fn pids(file: &Path, count: usize) -> Vec<i32> {
+    let mut found = Vec::new();
+    eventually(Duration::from_secs(20), || {
+        found = std::fs::read_to_string(file)
+            .unwrap_or_default()
+            .split_whitespace()
+            .filter_map(|p| p.parse().ok())
+            .collect();
+        let ready = found.len() >= count;
+        async move { ready }
+    })
+    .await;
+    found
+}
