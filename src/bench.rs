@@ -9,6 +9,7 @@ mod mail;
 pub mod mcp;
 #[cfg(all(target_os = "linux", target_env = "gnu"))]
 mod proxy;
+mod tasks;
 mod tools;
 
 pub use context::{ContextBenchConfig, ContextReport, context};
@@ -19,6 +20,7 @@ pub use mail::{
 pub use mcp::{McpBenchConfig, McpReport};
 #[cfg(all(target_os = "linux", target_env = "gnu"))]
 pub use proxy::{ProxyBenchConfig, ProxyReport, proxy};
+pub use tasks::{TasksBenchConfig, TasksReport, tasks};
 pub use tools::{ToolsBenchConfig, ToolsReport, tools};
 
 use std::future::Future;

@@ -11,6 +11,7 @@ mod init;
 mod mail;
 mod serve;
 mod servers;
+mod tasks;
 mod tree;
 
 use std::io::IsTerminal;
@@ -84,6 +85,8 @@ enum Command {
     Inbox(mail::InboxArgs),
     /// Sessions and their shared context: list, show, update, history, export, import.
     Context(context::ContextArgs),
+    /// The task board: list (a table, `--tree`, `--json`), show, add, update.
+    Tasks(tasks::TasksArgs),
     /// The MCP servers a running server proxies: list, add, remove, restart.
     Servers(servers::ServersArgs),
     /// Check the store: redb's page checksums, every value's encoding, every inbox and
@@ -151,6 +154,7 @@ pub(crate) fn main() -> ExitCode {
             Command::Send(args) => mail::send(args, &cli.data_dir).await,
             Command::Inbox(args) => mail::inbox(args, &cli.data_dir).await,
             Command::Context(args) => context::run(args, &cli.data_dir).await,
+            Command::Tasks(args) => tasks::run(args, &cli.data_dir).await,
             Command::Doctor(args) => doctor::run(args, &cli.data_dir).await,
             Command::Servers(args) => servers::run(args, &cli.data_dir).await,
         }
@@ -232,6 +236,15 @@ impl guildhall::mcp::local::Admin for ServerAdmin {
                         .await
                         .map_err(|err| err.to_string()),
                 },
+                Command::Tasks(args) => match args.needs_own_stdin() {
+                    Some(command) => Err(format!(
+                        "`{command}` reads its own stdin, which cannot reach a running server: \
+                         stop it first (`guildhall stop`)"
+                    )),
+                    None => tasks::run_with(&runtime, args, &mut out)
+                        .await
+                        .map_err(|err| err.to_string()),
+                },
                 Command::Servers(args) => match &servers {
                     Some(servers) => servers::run_with(servers, args, &mut out)
                         .await
@@ -239,7 +252,8 @@ impl guildhall::mcp::local::Admin for ServerAdmin {
                     None => Err("this server proxies no MCP servers".into()),
                 },
                 _ => Err(
-                    "only `agents`, `context` and `servers` commands run through a server".into(),
+                    "only `agents`, `context`, `tasks` and `servers` commands run through a server"
+                        .into(),
                 ),
             };
             result?;

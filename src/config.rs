@@ -48,6 +48,13 @@
 //! [audit]
 //! enabled = true
 //! retention = "90d"
+//!
+//! [tasks]
+//! max_tasks = 100000                # unfinished tasks on the board
+//! max_held = 16                     # tasks one agent may hold at once
+//! lease = "5m"                      # a claim's lease unless it asks for another
+//! max_lease = "24h"                 # the longest lease a claim may ask for
+//! idle = "60s"                      # the board's actor stops after this long unused
 //! ```
 //!
 //! A role's `tools` is the default tool set of every MCP connection bound to an agent in that
@@ -68,6 +75,7 @@ use crate::governance::{
 };
 use crate::mcp::ToolFilter;
 use crate::mcp::local::RoleTools;
+use crate::tasks::TaskConfig;
 
 /// The config file's name in the data directory.
 pub const CONFIG_FILE: &str = "guildhall.toml";
@@ -106,6 +114,9 @@ pub struct Config {
     /// The audit log.
     #[serde(default)]
     pub audit: AuditConfig,
+    /// The task board.
+    #[serde(default)]
+    pub tasks: TasksSection,
     /// The file tools: served only when this section is present.
     #[serde(default)]
     pub files: Option<crate::files::FilesConfig>,
@@ -267,6 +278,27 @@ pub struct AuditConfig {
     pub retention: Option<Duration>,
 }
 
+/// `[tasks]`: the task board's size and timings; what is absent keeps its default.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TasksSection {
+    /// Unfinished tasks on the board.
+    #[serde(default)]
+    pub max_tasks: Option<usize>,
+    /// Tasks one agent may hold at once.
+    #[serde(default)]
+    pub max_held: Option<usize>,
+    /// The lease a claim gets unless it asks for another.
+    #[serde(default, with = "crate::time::humane::option")]
+    pub lease: Option<Duration>,
+    /// The longest lease a claim may ask for.
+    #[serde(default, with = "crate::time::humane::option")]
+    pub max_lease: Option<Duration>,
+    /// How long the board's actor may stay unused (and holding no lease) before it stops.
+    #[serde(default, with = "crate::time::humane::option")]
+    pub idle: Option<Duration>,
+}
+
 /// A config file that cannot be used.
 #[non_exhaustive]
 #[derive(Debug, thiserror::Error)]
@@ -338,11 +370,56 @@ impl Config {
                 }
             })?;
         }
+        config.task_config().map_err(|reason| ConfigError {
+            path: path.to_owned(),
+            line: text
+                .find("[tasks]")
+                .map(|at| text[..at].matches('\n').count() + 1),
+            reason: format!("[tasks]: {reason}"),
+        })?;
         let mut config = config;
         config.dir = path
             .parent()
             .filter(|p| !p.as_os_str().is_empty())
             .map_or_else(|| PathBuf::from("."), Path::to_owned);
+        Ok(config)
+    }
+
+    /// The task board's settings: `[tasks]` over the defaults.
+    ///
+    /// # Errors
+    /// A size or time that cannot work, named.
+    pub fn task_config(&self) -> Result<TaskConfig, String> {
+        let mut config = TaskConfig::default();
+        let section = &self.tasks;
+        if let Some(max) = section.max_tasks {
+            if max == 0 {
+                return Err("`max_tasks` must be at least 1".into());
+            }
+            config.limits.max_tasks = max;
+        }
+        if let Some(max) = section.max_held {
+            if max == 0 {
+                return Err("`max_held` must be at least 1".into());
+            }
+            config.limits.max_held = max;
+        }
+        config.max_lease = section.max_lease.unwrap_or(config.max_lease);
+        config.lease = section.lease.unwrap_or(config.lease.min(config.max_lease));
+        config.idle = section.idle.unwrap_or(config.idle);
+        if config.lease.is_zero() || config.max_lease < Duration::from_secs(1) {
+            return Err("`lease` and `max_lease` must be at least 1s".into());
+        }
+        if config.lease > config.max_lease {
+            return Err(format!(
+                "`lease` ({}) is longer than `max_lease` ({})",
+                humantime::format_duration(config.lease),
+                humantime::format_duration(config.max_lease)
+            ));
+        }
+        if config.idle.is_zero() {
+            return Err("`idle` must be more than 0".into());
+        }
         Ok(config)
     }
 
@@ -534,6 +611,43 @@ mod tests {
         let files = Config::load(&path, true).expect("valid").files.expect("on");
         assert_eq!(files.roles["writer"], [PathBuf::from("docs")]);
         assert_eq!(files.agents["fe"].len(), 2);
+    }
+
+    #[test]
+    fn the_task_section_sets_the_board_and_refuses_what_cannot_work() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join(CONFIG_FILE);
+        std::fs::write(&path, "trust = \"bounded\"\n").expect("write");
+        let config = Config::load(&path, true).expect("valid").task_config();
+        assert_eq!(config, Ok(TaskConfig::default()));
+        std::fs::write(
+            &path,
+            "[tasks]\nmax_tasks = 10\nlease = \"30s\"\nmax_lease = \"1h\"\n",
+        )
+        .expect("write");
+        let config = Config::load(&path, true)
+            .expect("valid")
+            .task_config()
+            .expect("ok");
+        assert_eq!(config.limits.max_tasks, 10);
+        assert_eq!(config.lease, Duration::from_secs(30));
+        assert_eq!(config.max_lease, Duration::from_secs(3600));
+        assert_eq!(config.idle, TaskConfig::default().idle);
+        for (text, expect) in [
+            ("max_tasks = 0", "`max_tasks`"),
+            ("max_held = 0", "`max_held`"),
+            (
+                "lease = \"2h\"\nmax_lease = \"1h\"",
+                "longer than `max_lease`",
+            ),
+            ("lease = \"0s\"", "at least 1s"),
+            ("leases = \"1s\"", "unknown field `leases`"),
+        ] {
+            std::fs::write(&path, format!("# tasks\n[tasks]\n{text}\n")).expect("write");
+            let err = Config::load(&path, true).expect_err(text);
+            assert!(err.to_string().contains(expect), "{text}: {err}");
+            assert_eq!(err.line.map(|l| l >= 2), Some(true), "{text}: {err}");
+        }
     }
 
     #[cfg(feature = "fetch")]

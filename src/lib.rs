@@ -87,6 +87,7 @@ pub mod servers;
 pub mod shell;
 mod sorted;
 pub mod store;
+pub mod tasks;
 pub mod time;
 #[cfg(feature = "tls")]
 mod tls;

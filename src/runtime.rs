@@ -9,6 +9,7 @@
 //! │   └── <tool>/i  (actor i of a concurrent tool)
 //! ├── mailboxes     (one dynamic supervisor per core: an active agent's mailbox actor)
 //! ├── contexts      (the same: an active session's context actor)
+//! ├── tasks         (the same: the task board's actor, while active)
 //! └── shells        (with `[shell]`: a dynamic supervisor, one temporary actor per
 //!                    background shell)
 //! ```
@@ -47,6 +48,10 @@ use crate::options::{CallOptions, ToolOptions};
 use crate::pipeline::{self, Sweeper};
 use crate::registry::{ErasedTool, ToolEntry, ToolHandle};
 use crate::store::{self, MemoryStore, Store};
+use crate::tasks::tools::{
+    TaskClaim, TaskCreate, TaskGet, TaskHeartbeat, TaskList, TaskRelease, TaskUpdate,
+};
+use crate::tasks::{TaskBoard, TaskConfig, Tasks};
 
 const TOOLS: &str = "tools";
 
@@ -63,6 +68,7 @@ struct Inner {
     governance: Arc<Governance>,
     office: Arc<PostOffice>,
     contexts: Arc<ContextHub>,
+    tasks: Arc<TaskBoard>,
     root: Supervisor,
     /// The `tools` supervisor, republished by every (re)start, so a `tools` restarted by
     /// root is found too.
@@ -89,6 +95,7 @@ pub struct RuntimeBuilder {
     store: StoreChoice,
     mailbox: MailboxConfig,
     context: ContextConfig,
+    tasks: TaskConfig,
     governance: GovernanceConfig,
     credentials: Credentials,
     sweeper: Arc<Sweeper>,
@@ -132,6 +139,7 @@ impl Runtime {
             store: StoreChoice::Memory,
             mailbox: MailboxConfig::default(),
             context: ContextConfig::default(),
+            tasks: TaskConfig::default(),
             governance: GovernanceConfig::default(),
             credentials: Credentials::default(),
             sweeper: Sweeper::new(DEADLINE_RESOLUTION),
@@ -473,6 +481,11 @@ impl Runtime {
         Sessions::new(Arc::clone(&self.inner.contexts))
     }
 
+    /// The task board.
+    pub fn tasks(&self) -> Tasks {
+        Tasks(Arc::clone(&self.inner.tasks))
+    }
+
     /// Where committed changes of inboxes, context sessions and the agent directory are
     /// reported, for listeners such as the MCP server's resource subscriptions.
     pub fn changes(&self) -> Arc<Changes> {
@@ -514,6 +527,7 @@ impl Runtime {
         }
         self.inner.office.stop_sweep();
         self.inner.contexts.stop_sweep();
+        self.inner.tasks.stop_sweep();
         for entry in &self.inner.tools {
             entry.value().close();
         }
@@ -624,6 +638,12 @@ impl RuntimeBuilder {
         self
     }
 
+    /// Sets the task board's limits and timings.
+    pub fn task_config(mut self, config: TaskConfig) -> Self {
+        self.tasks = config;
+        self
+    }
+
     /// Adds the file tools (`read_file`, `write_file`, `edit_file`, `multi_edit`,
     /// `list_dir`, `glob`, `grep`) over `files`' roots.
     pub fn files(mut self, files: &Arc<crate::files::Files>) -> Self {
@@ -704,6 +724,7 @@ impl RuntimeBuilder {
             self.context.clone(),
             Arc::clone(&office),
         )?;
+        let tasks = TaskBoard::open(Arc::clone(&store), self.tasks.clone(), Arc::clone(&office));
         for files in std::mem::take(&mut self.by_role) {
             let office = Arc::downgrade(&office);
             files.resolve_roles_with(Box::new(move |agent| {
@@ -732,7 +753,14 @@ impl RuntimeBuilder {
             .tool(ListAgents(Arc::clone(&office)))
             .tool(ContextGet(Arc::clone(&contexts)))
             .tool(ContextUpdate(Arc::clone(&contexts)))
-            .tool(ContextHistory(Arc::clone(&contexts)));
+            .tool(ContextHistory(Arc::clone(&contexts)))
+            .tool(TaskCreate(Tasks(Arc::clone(&tasks))))
+            .tool(TaskList(Tasks(Arc::clone(&tasks))))
+            .tool(TaskGet(Tasks(Arc::clone(&tasks))))
+            .tool(TaskUpdate(Tasks(Arc::clone(&tasks))))
+            .tool(TaskClaim(Tasks(Arc::clone(&tasks))))
+            .tool(TaskHeartbeat(Tasks(Arc::clone(&tasks))))
+            .tool(TaskRelease(Tasks(Arc::clone(&tasks))));
         let tools: DashMap<String, Arc<dyn ErasedTool>> =
             DashMap::with_capacity(self.pending.len());
         let mut children = Vec::with_capacity(self.pending.len());
@@ -761,7 +789,8 @@ impl RuntimeBuilder {
                 }
             }))
             .child(office.supervisor_spec())
-            .child(contexts.supervisor_spec());
+            .child(contexts.supervisor_spec())
+            .child(tasks.supervisor_spec());
         let root_spec = self
             .subsystems
             .into_iter()
@@ -770,12 +799,14 @@ impl RuntimeBuilder {
         self.sweeper.start();
         office.start_sweep();
         contexts.start_sweep();
+        tasks.start_sweep();
         Ok(Runtime {
             inner: Arc::new(Inner {
                 tools,
                 governance,
                 office,
                 contexts,
+                tasks,
                 root,
                 tools_sup,
                 defaults: self.defaults,

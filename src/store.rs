@@ -49,11 +49,15 @@ pub enum Table {
     Audit,
     /// Lasting approvals: agent id, 0, rule → the rule.
     Approvals,
+    /// The task board: task id (big-endian) → the task.
+    Tasks,
+    /// Each task's history: task id, version (both big-endian) → the change that made it.
+    TaskHistory,
 }
 
 impl Table {
     /// Every table, in a fixed order.
-    pub const ALL: [Table; 9] = [
+    pub const ALL: [Table; 11] = [
         Table::Meta,
         Table::Agents,
         Table::Inbox,
@@ -63,6 +67,8 @@ impl Table {
         Table::ContextSnapshots,
         Table::Audit,
         Table::Approvals,
+        Table::Tasks,
+        Table::TaskHistory,
     ];
 
     /// The table's name in the backend.
@@ -77,6 +83,8 @@ impl Table {
             Table::ContextSnapshots => "context_snapshots",
             Table::Audit => "audit",
             Table::Approvals => "approvals",
+            Table::Tasks => "tasks",
+            Table::TaskHistory => "task_history",
         }
     }
 

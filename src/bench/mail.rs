@@ -70,7 +70,7 @@ fn config(capacity: usize) -> MailboxConfig {
     }
 }
 
-async fn swarm(rt: &Runtime, n: usize) -> Vec<Agent> {
+pub(super) async fn swarm(rt: &Runtime, n: usize) -> Vec<Agent> {
     let mut agents = Vec::with_capacity(n);
     for i in 0..n {
         agents.push(
@@ -85,7 +85,7 @@ async fn swarm(rt: &Runtime, n: usize) -> Vec<Agent> {
 
 /// Every agent sends `per_agent` messages to random others, one at a time; returns
 /// messages per second.
-async fn one_way(agents: &[Agent], per_agent: usize, seed: u64) -> f64 {
+pub(super) async fn one_way(agents: &[Agent], per_agent: usize, seed: u64) -> f64 {
     let n = agents.len();
     // Recipients' ids are at hand, as an agent's would be: no formatting in the timed loop.
     let ids: Arc<Vec<String>> = Arc::new(agents.iter().map(|a| a.id().to_string()).collect());
@@ -115,7 +115,7 @@ async fn one_way(agents: &[Agent], per_agent: usize, seed: u64) -> f64 {
 }
 
 /// Empties every inbox (not timed).
-async fn drain(agents: &[Agent]) {
+pub(super) async fn drain(agents: &[Agent]) {
     for agent in agents {
         agent
             .check_inbox(InboxQuery {

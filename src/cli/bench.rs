@@ -7,7 +7,7 @@ use std::process::Command;
 use clap::{Args, Subcommand, ValueEnum};
 use guildhall::bench::{
     CallsConfig, CallsReport, ContextBenchConfig, MailboxBenchConfig, McpBenchConfig, SpawnKind,
-    SpawnReport, Stage, ToolsBenchConfig,
+    SpawnReport, Stage, TasksBenchConfig, ToolsBenchConfig,
 };
 use indicatif::{ProgressBar, ProgressStyle};
 use serde::Serialize;
@@ -33,6 +33,9 @@ enum Which {
     /// One message to every agent of a large durable swarm (`*`): time and memory added,
     /// against writing the same inbox records directly. About 40 s at the default size.
     Fanout(FanOutArgs),
+    /// The task board: durable claims by 100 workers at once, against durable mailbox sends
+    /// by as many agents in the same store and run. About 10 s at the defaults.
+    Tasks(TasksArgs),
     /// Session context: updates of 1 KB entries in memory (against bare ractor actors),
     /// durable updates with group commit, and recovery of a session of 1,000,000 operations.
     /// About 10 s at the defaults.
@@ -124,6 +127,26 @@ struct MailboxArgs {
     durable_per_agent: usize,
     /// Measurement rounds (figures are medians).
     #[arg(long, default_value_t = MailboxBenchConfig::default().rounds)]
+    rounds: usize,
+    /// Where the durable store is created (a fresh directory inside it, removed after).
+    /// Defaults to the data directory: measure the disk you will run on.
+    #[arg(long)]
+    dir: Option<std::path::PathBuf>,
+}
+
+#[derive(Debug, Args)]
+struct TasksArgs {
+    /// Print one JSON object on stdout instead of a table.
+    #[arg(long)]
+    json: bool,
+    /// Workers claiming at once (and agents sending, for the baseline).
+    #[arg(long, default_value_t = TasksBenchConfig::default().claimers)]
+    claimers: usize,
+    /// Tasks created and claimed per round.
+    #[arg(long, default_value_t = TasksBenchConfig::default().tasks)]
+    tasks: usize,
+    /// Measurement rounds (figures are medians).
+    #[arg(long, default_value_t = TasksBenchConfig::default().rounds)]
     rounds: usize,
     /// Where the durable store is created (a fresh directory inside it, removed after).
     /// Defaults to the data directory: measure the disk you will run on.
@@ -246,6 +269,7 @@ pub(crate) async fn run(
         Which::Swarm(a) => swarm(a).await,
         Which::Fanout(a) => fan_out(a, data_dir).await,
         Which::Context(a) => context(a, data_dir).await,
+        Which::Tasks(a) => tasks(a, data_dir).await,
         Which::Mcp(a) => mcp(a).await,
         Which::Tools(a) => tools(a).await,
         Which::Proxy(a) => proxy(a).await,
@@ -635,6 +659,45 @@ async fn context(
             (
                 "  full log replay, no snapshot (s)",
                 report.replay_secs_1m,
+                "",
+            ),
+        ],
+    )
+}
+
+async fn tasks(a: TasksArgs, data_dir: &std::path::Path) -> Result<(), Box<dyn std::error::Error>> {
+    let config = TasksBenchConfig {
+        claimers: a.claimers.max(1),
+        tasks: a.tasks.max(1),
+        rounds: a.rounds.max(1),
+    };
+    let dir = a.dir.unwrap_or_else(|| data_dir.to_owned());
+    guildhall::private_fs::create_dir_all(&dir)?;
+    let bar = progress_bar()?;
+    let stage = Bar(bar.clone());
+    let report =
+        tokio::spawn(async move { guildhall::bench::tasks(config, &dir, &stage).await }).await?;
+    bar.finish_and_clear();
+    print_report(
+        a.json,
+        &report,
+        &[
+            ("claimers at once", report.claimers as f64, ""),
+            ("tasks per round", report.tasks as f64, ""),
+            (
+                "durable sends, acknowledged (msgs/s)",
+                report.durable_msgs_per_sec,
+                "baseline",
+            ),
+            (
+                "durable claims, acknowledged (/s)",
+                report.claims_per_sec,
+                "",
+            ),
+            ("  claims / sends", report.claims_ratio, ""),
+            (
+                "durable creates, acknowledged (/s)",
+                report.creates_per_sec,
                 "",
             ),
         ],

@@ -108,7 +108,8 @@ pub(crate) async fn serve(args: ServeArgs, data_dir: &Path) -> CliResult {
     };
     let mut builder = Runtime::builder()
         .governance(config.governance())
-        .credentials(config.credentials()?);
+        .credentials(config.credentials()?)
+        .task_config(config.task_config()?);
     #[cfg(feature = "bench")]
     if args.bench_echo {
         builder = builder.tool(guildhall::bench::mcp::Echo);

@@ -173,3 +173,37 @@ fn mcp_reports_every_transport_and_how_soon_a_subscriber_hears_of_mail() {
         "{report}"
     );
 }
+
+#[test]
+fn tasks_reports_claims_against_durable_sends_of_the_same_run() {
+    let report = bench(&[
+        "tasks",
+        "--json",
+        "--claimers",
+        "10",
+        "--tasks",
+        "95",
+        "--rounds",
+        "3",
+    ]);
+    // 95 tasks spread over 10 claimers: 10 each.
+    assert_eq!(
+        (report["claimers"].as_u64(), report["tasks"].as_u64()),
+        (Some(10), Some(100))
+    );
+    for rounds in ["claim_rounds", "send_rounds"] {
+        let each = report[rounds].as_array().unwrap();
+        assert_eq!(each.len(), 3, "{report}");
+        assert!(each.iter().all(|r| r.as_f64().unwrap() > 0.0), "{report}");
+    }
+    let claims = report["claims_per_sec"].as_f64().unwrap();
+    let sends = report["durable_msgs_per_sec"].as_f64().unwrap();
+    assert!(
+        report["creates_per_sec"].as_f64().unwrap() > 0.0,
+        "{report}"
+    );
+    assert!(
+        (report["claims_ratio"].as_f64().unwrap() - claims / sends).abs() < 1e-9,
+        "{report}"
+    );
+}

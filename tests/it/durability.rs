@@ -244,3 +244,144 @@ fn context_batches_killed_mid_update_leave_no_partial_state() {
     assert_eq!(killed_mid_stream, CONTEXT_ROUNDS);
     assert!(applied_total > 0, "some batches were applied");
 }
+
+/// Task board lines per round (creations, then as many notes).
+const TASK_LINES: usize = 300;
+const TASK_ROUNDS: usize = 10;
+
+#[test]
+fn acknowledged_task_changes_survive_sigkill_once_with_their_whole_history() {
+    use guildhall::tasks::{Action, TaskQuery};
+
+    let dir = tempfile::tempdir().unwrap();
+    register(dir.path(), "tl");
+    let seed = std::env::var("CHAOS_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(13);
+    let mut rng = fastrand::Rng::with_seed(seed);
+    let tokio = tokio::runtime::Runtime::new().unwrap();
+    let mut killed_mid_stream = 0;
+    let mut noted_total = 0;
+    // Ids of tasks created so far (acknowledged or not), kept to note the next round.
+    let mut known: Vec<u64> = Vec::new();
+    for round in 0..TASK_ROUNDS {
+        // Creations, killed part way.
+        let lines = (1..=TASK_LINES)
+            .map(|n| format!("{{\"title\":\"r{round}-{n}\"}}\n"))
+            .collect();
+        let args = [
+            "tasks",
+            "add",
+            "--jsonl",
+            "--as",
+            "tl",
+            "--concurrency",
+            "16",
+        ];
+        let kill_after = rng.usize(1..TASK_LINES - 50);
+        let created: Vec<(u64, u64)> = run_and_kill(dir.path(), &args, lines, kill_after)
+            .into_iter()
+            .map(|ack| (ack["line"].as_u64().unwrap(), ack["id"].as_u64().unwrap()))
+            .collect();
+        // Notes on the tasks there are, killed part way: each line's note is unique.
+        let targets: Vec<u64> = known
+            .iter()
+            .chain(created.iter().map(|(_, id)| id))
+            .copied()
+            .collect();
+        let lines = (1..=TASK_LINES)
+            .map(|n| {
+                let id = targets[n % targets.len()];
+                format!("{{\"id\":{id},\"note\":\"r{round}-n{n}\"}}\n")
+            })
+            .collect();
+        let args = [
+            "tasks",
+            "update",
+            "--jsonl",
+            "--as",
+            "tl",
+            "--concurrency",
+            "16",
+        ];
+        let kill_after = rng.usize(1..TASK_LINES - 50);
+        let noted: Vec<u64> = run_and_kill(dir.path(), &args, lines, kill_after)
+            .into_iter()
+            .map(|ack| ack["line"].as_u64().unwrap())
+            .collect();
+        if created.len() < TASK_LINES && noted.len() < TASK_LINES {
+            killed_mid_stream += 1;
+        }
+        noted_total += noted.len();
+        tokio.block_on(async {
+            let rt = Runtime::builder()
+                .data_dir(dir.path())
+                .build()
+                .await
+                .unwrap_or_else(|e| panic!("round {round}: the store did not reopen: {e}"));
+            let tasks = rt.tasks();
+            let (all, _) = tasks
+                .list(TaskQuery {
+                    limit: usize::MAX,
+                    ..TaskQuery::default()
+                })
+                .await
+                .unwrap();
+            let titles: HashSet<&str> = all.iter().map(|t| t.title.as_str()).collect();
+            assert_eq!(
+                titles.len(),
+                all.len(),
+                "round {round}: a task created twice"
+            );
+            for (line, id) in &created {
+                let task = all.iter().find(|t| t.id == *id);
+                assert_eq!(
+                    task.map(|t| t.title.clone()),
+                    Some(format!("r{round}-{line}")),
+                    "round {round}: task {id} was acknowledged but is lost"
+                );
+            }
+            let mut notes: Vec<&str> = all
+                .iter()
+                .flat_map(|t| t.notes.iter().map(|n| n.text.as_str()))
+                .filter(|text| text.starts_with(&format!("r{round}-n")))
+                .collect();
+            let count = notes.len();
+            notes.sort_unstable();
+            notes.dedup();
+            assert_eq!(notes.len(), count, "round {round}: a note applied twice");
+            for line in &noted {
+                let text = format!("r{round}-n{line}");
+                assert!(
+                    notes.binary_search(&text.as_str()).is_ok(),
+                    "round {round}: note {line} was acknowledged but is lost"
+                );
+            }
+            // Each task's history: versions 1, 2, … with no gap, its creation first, one
+            // note event per note it holds.
+            for task in &all {
+                let history = tasks.history(task.id).await.unwrap();
+                let versions: Vec<u64> = history.iter().map(|e| e.version).collect();
+                assert_eq!(
+                    versions,
+                    (1..=task.version).collect::<Vec<_>>(),
+                    "round {round}: task {}",
+                    task.id
+                );
+                assert_eq!(history[0].action, Action::Created, "round {round}");
+                let noted_events = history.iter().filter(|e| e.note.is_some()).count();
+                assert_eq!(
+                    noted_events,
+                    task.notes.len(),
+                    "round {round}: task {}",
+                    task.id
+                );
+            }
+            known = all.iter().map(|t| t.id).collect();
+            rt.shutdown().await;
+        });
+    }
+    assert_eq!(killed_mid_stream, TASK_ROUNDS);
+    assert!(noted_total > 0, "some notes were acknowledged");
+}

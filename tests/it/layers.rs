@@ -24,6 +24,7 @@ const ORDER: &[&str] = &[
     "fetch",
     "agents",
     "context",
+    "tasks",
     "pipeline",
     "governance",
     "options",

@@ -56,3 +56,5 @@ mod shell;
 mod store;
 /// Supervision strategies, restart types, intensity and escalation (supervision crate).
 mod supervision;
+/// The task board: concurrent claims, leases, dependencies, notices, history, the CLI.
+mod tasks;

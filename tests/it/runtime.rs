@@ -17,7 +17,7 @@ async fn tools_are_listed_sorted_and_looked_up_by_name() {
     let (a, _) = Chaos::new("alpha");
     let rt = Runtime::builder().tool(b).tool(a).build().await.unwrap();
     let names: Vec<_> = rt.tools().into_iter().map(|t| t.name).collect();
-    // The mailbox, directory and context tools are built in.
+    // The mailbox, directory, context and task tools are built in.
     assert_eq!(
         names,
         [
@@ -31,6 +31,13 @@ async fn tools_are_listed_sorted_and_looked_up_by_name() {
             "mark_read",
             "read_message",
             "send_message",
+            "task_claim",
+            "task_create",
+            "task_get",
+            "task_heartbeat",
+            "task_list",
+            "task_release",
+            "task_update",
             "whoami"
         ]
     );

@@ -149,6 +149,19 @@ async fn every_tool_schema_is_standard_json_schema_and_real_results_match_it() {
         ("context_get", json!({"session": "s"})),
         ("context_history", json!({"session": "s"})),
         (
+            "task_create",
+            json!({"title": "parse", "assignee": "role:pm", "labels": ["p"], "due": "2030-01-01T00:00:00Z"}),
+        ),
+        ("task_list", json!({"ready_only": true})),
+        ("task_claim", json!({"lease_secs": 60})),
+        ("task_heartbeat", json!({"id": 1})),
+        (
+            "task_update",
+            json!({"id": 1, "note": "half way", "due": null}),
+        ),
+        ("task_get", json!({"id": 1, "history": true})),
+        ("task_release", json!({"id": 1, "note": "blocked"})),
+        (
             "write_file",
             json!({"path": "notes.md", "content": "a\nb\n"}),
         ),

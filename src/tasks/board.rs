@@ -1,0 +1,107 @@
+//! The task board's hub: its actor, started on demand and passivated when idle, and the
+//! requests sent to it.
+
+use std::sync::Arc;
+
+use guildhall_supervision::ChildSpec;
+use guildhall_supervision::lazy::{self, CoarseClock, Lazy, Partitions, RequestError, Slot, Sweep};
+
+use super::actor::BoardActor;
+use super::protocol::{BoardMsg, Op, Reply};
+use super::shared::{BOARD, Shared};
+use super::{TaskConfig, TaskError};
+use crate::agents::PostOffice;
+use crate::store::Store;
+
+/// The id of the supervisor of the board actor, under root.
+pub(crate) const TASKS: &str = "tasks";
+
+pub(crate) struct TaskBoard {
+    pub(crate) shared: Arc<Shared>,
+    sweep: Sweep,
+}
+
+impl TaskBoard {
+    pub(crate) fn open(
+        store: Arc<dyn Store>,
+        config: TaskConfig,
+        office: Arc<PostOffice>,
+    ) -> Arc<Self> {
+        Arc::new(Self {
+            shared: Arc::new(Shared {
+                store,
+                config,
+                partitions: Partitions::new(),
+                slot: Slot::default(),
+                clock: CoarseClock::default(),
+                office,
+            }),
+            sweep: Sweep::default(),
+        })
+    }
+
+    /// The child spec of the `tasks` supervisor.
+    pub(crate) fn supervisor_spec(&self) -> ChildSpec {
+        self.shared.partitions.supervisor_spec(TASKS)
+    }
+
+    /// Starts the passivation sweep (needs a tokio runtime).
+    pub(crate) fn start_sweep(self: &Arc<Self>) {
+        self.sweep.start(
+            self,
+            self.shared.config.idle,
+            |board| &board.shared.clock,
+            |board, visit| visit(&board.shared.slot),
+            || BoardMsg::Passivate,
+        );
+    }
+
+    pub(crate) fn stop_sweep(&self) {
+        self.sweep.stop();
+    }
+
+    /// Whether the board's actor runs now.
+    pub(crate) fn is_active(&self) -> bool {
+        self.shared.slot.actor().is_some()
+    }
+
+    /// Runs `op` in the board actor, starting or waiting for it as needed, and re-sending
+    /// the request if the actor died before answering.
+    pub(crate) async fn request(&self, op: Op) -> Result<Reply, TaskError> {
+        let lazy = Lazy {
+            slot: &self.shared.slot,
+            partitions: &self.shared.partitions,
+            key: BOARD,
+            spec: || self.child_spec(),
+        };
+        let reply = lazy
+            .request(op, BoardMsg::Request, |rx, _| rx, |_| {})
+            .await
+            .map_err(|err| TaskError::Unavailable {
+                reason: match err {
+                    RequestError::Unavailable(reason) => reason,
+                    other => format!("{other:?}"),
+                },
+            })?;
+        match reply {
+            Reply::Failed(err) => Err(err),
+            other => Ok(other),
+        }
+    }
+
+    fn child_spec(&self) -> ChildSpec {
+        let shared = Arc::clone(&self.shared);
+        lazy::child_spec(Arc::from(BOARD), move || BoardActor {
+            shared: Arc::clone(&shared),
+        })
+    }
+}
+
+pub(crate) fn failed(reply: Reply) -> TaskError {
+    match reply {
+        Reply::Failed(err) => err,
+        other => TaskError::Unavailable {
+            reason: format!("unexpected answer from the board: {other:?}"),
+        },
+    }
+}

@@ -1,0 +1,1397 @@
+//! The board's state and its rules: tasks, their lifecycle, dependencies, leases, and what
+//! each change tells whom. Pure: no I/O and no clock of its own (times are passed in), so
+//! the rules are tested here and the actor only persists what they changed.
+
+use std::cmp::Reverse;
+use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use super::TaskError;
+use super::status::{TaskId, TaskStatus};
+use crate::agents::{AgentId, Priority};
+
+/// Who holds a claimed task, until when.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Lease {
+    /// The agent that claimed it.
+    pub holder: AgentId,
+    /// When the lease ends unless renewed (Unix milliseconds).
+    pub expires_ms: u64,
+    /// How long each renewal extends it.
+    pub lease_ms: u64,
+}
+
+/// A note appended to a task.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Note {
+    /// Who wrote it.
+    pub by: Option<AgentId>,
+    /// When (Unix milliseconds).
+    pub at_ms: u64,
+    /// The text.
+    pub text: String,
+}
+
+/// A task as stored. Fields are positional in the store (see [`codec`](crate::store::codec)):
+/// new ones go last.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Task {
+    /// Its id.
+    pub id: TaskId,
+    /// A one-line summary.
+    pub title: String,
+    /// What to do, in full.
+    pub description: String,
+    /// Where it is in its life.
+    pub status: TaskStatus,
+    /// Who should do it: an agent id, `role:<name>` (anyone in the role), or nobody yet.
+    pub assignee: Option<String>,
+    /// Who claimed it, while they hold it.
+    pub lease: Option<Lease>,
+    /// The task this one is part of.
+    pub parent: Option<TaskId>,
+    /// Tasks that must be done before this one is ready.
+    pub blocked_by: Vec<TaskId>,
+    /// How urgent it is; claims take higher priorities first.
+    pub priority: Priority,
+    /// Free labels, for filtering.
+    pub labels: Vec<String>,
+    /// When it is due (Unix milliseconds).
+    pub due_ms: Option<u64>,
+    /// Who created it.
+    pub created_by: Option<AgentId>,
+    /// When (Unix milliseconds).
+    pub created_ms: u64,
+    /// When it last changed.
+    pub updated_ms: u64,
+    /// 1 when created, one more at every change: pass it as `expected_version`.
+    pub version: u64,
+    /// Notes, oldest first.
+    pub notes: Vec<Note>,
+    /// Whether every blocker is done, as of when the board answered (not stored).
+    #[serde(skip)]
+    pub ready: bool,
+}
+
+/// What a change to a task was, in its history.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum Action {
+    /// The task was created.
+    Created,
+    /// Fields, the status or notes changed.
+    Updated,
+    /// An agent claimed it.
+    Claimed,
+    /// Its holder gave it back to the pool.
+    Released,
+    /// Its holder stopped renewing the lease: back in the pool.
+    LeaseExpired,
+}
+
+/// One entry of a task's history: the change that made one version.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TaskEvent {
+    /// The version it made.
+    pub version: u64,
+    /// When (Unix milliseconds).
+    pub at_ms: u64,
+    /// Who made it (for an expired lease: its holder).
+    pub by: Option<AgentId>,
+    /// What it was.
+    pub action: Action,
+    /// The status before and after, when it changed.
+    pub status: Option<[TaskStatus; 2]>,
+    /// The fields it changed.
+    pub fields: Vec<String>,
+    /// The note it appended.
+    pub note: Option<String>,
+}
+
+/// A new task.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct TaskSpec {
+    /// A one-line summary (required).
+    pub title: String,
+    /// What to do.
+    pub description: String,
+    /// An agent id, `role:<name>`, or nobody.
+    pub assignee: Option<String>,
+    /// The task this one is part of.
+    pub parent: Option<TaskId>,
+    /// Tasks that must be done first.
+    pub blocked_by: Vec<TaskId>,
+    /// How urgent.
+    pub priority: Priority,
+    /// Free labels.
+    pub labels: Vec<String>,
+    /// When it is due (Unix milliseconds).
+    pub due_ms: Option<u64>,
+}
+
+/// Changes to one task: every field given is set; the rest stay.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct TaskChange {
+    /// Apply only if the task is at this version.
+    pub expected_version: Option<u64>,
+    /// A new title.
+    pub title: Option<String>,
+    /// A new description.
+    pub description: Option<String>,
+    /// A new assignee (`None` inside: nobody).
+    pub assignee: Option<Option<String>>,
+    /// A new parent (`None` inside: none).
+    pub parent: Option<Option<TaskId>>,
+    /// A new list of blockers.
+    pub blocked_by: Option<Vec<TaskId>>,
+    /// A new priority.
+    pub priority: Option<Priority>,
+    /// New labels.
+    pub labels: Option<Vec<String>>,
+    /// A new due time (`None` inside: none).
+    pub due_ms: Option<Option<u64>>,
+    /// A new status.
+    pub status: Option<TaskStatus>,
+    /// A note to append.
+    pub note: Option<String>,
+}
+
+impl TaskChange {
+    fn fields(&self) -> Vec<String> {
+        let named = [
+            ("title", self.title.is_some()),
+            ("description", self.description.is_some()),
+            ("assignee", self.assignee.is_some()),
+            ("parent", self.parent.is_some()),
+            ("blocked_by", self.blocked_by.is_some()),
+            ("priority", self.priority.is_some()),
+            ("labels", self.labels.is_some()),
+            ("due", self.due_ms.is_some()),
+        ];
+        named
+            .iter()
+            .filter(|(_, set)| *set)
+            .map(|(name, _)| (*name).to_owned())
+            .collect()
+    }
+
+    /// Whether it changes nothing but (perhaps) appends a note.
+    fn only_notes(&self) -> bool {
+        self.status.is_none() && self.fields().is_empty()
+    }
+}
+
+/// Which tasks a listing shows. Every filter given must match.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct TaskQuery {
+    /// Tasks assigned to, or claimed by, this agent.
+    pub agent: Option<AgentId>,
+    /// Tasks assigned to this role (`role:<name>`).
+    pub role: Option<String>,
+    /// Tasks in one of these statuses (empty: any).
+    pub status: Vec<TaskStatus>,
+    /// Tasks with this label.
+    pub label: Option<String>,
+    /// Direct subtasks of this task.
+    pub parent: Option<TaskId>,
+    /// Only open tasks whose blockers are all done.
+    pub ready_only: bool,
+    /// At most this many (the total is still counted).
+    pub limit: usize,
+}
+
+/// Which tasks a claim may take, besides being open, ready and free.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ClaimFilter {
+    /// Only tasks assigned to this role.
+    pub role: Option<String>,
+    /// Only tasks with all of these labels.
+    pub labels: Vec<String>,
+    /// Only direct subtasks of this task.
+    pub parent: Option<TaskId>,
+}
+
+/// Sizes the board and its tasks may reach.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TaskLimits {
+    /// Tasks on the board not ended yet (open or in progress); ended ones are kept and
+    /// do not count.
+    pub max_tasks: usize,
+    /// Tasks one agent may hold at once: a runaway worker cannot claim the whole pool.
+    pub max_held: usize,
+    /// Longest title, in bytes.
+    pub max_title_bytes: usize,
+    /// Longest description, in bytes.
+    pub max_description_bytes: usize,
+    /// Most labels on a task, and longest label in bytes.
+    pub max_labels: usize,
+    /// Longest label, in bytes.
+    pub max_label_bytes: usize,
+    /// Most blockers of a task.
+    pub max_blockers: usize,
+    /// Most notes on a task.
+    pub max_notes: usize,
+    /// Longest note, in bytes.
+    pub max_note_bytes: usize,
+}
+
+impl Default for TaskLimits {
+    fn default() -> Self {
+        Self {
+            max_tasks: 100_000,
+            max_held: 16,
+            max_title_bytes: 512,
+            max_description_bytes: 64 * 1024,
+            max_labels: 32,
+            max_label_bytes: 64,
+            max_blockers: 256,
+            max_notes: 1_000,
+            max_note_bytes: 16 * 1024,
+        }
+    }
+}
+
+/// A message a change asks to send: from the agent that made it, to whom it concerns.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Notice {
+    /// The sender: the agent whose change it was.
+    pub(crate) from: AgentId,
+    /// An agent id or `role:<name>`.
+    pub(crate) to: String,
+    /// The task.
+    pub(crate) task: TaskId,
+    /// What happened: `assigned`, `ready`, `done` or `failed`.
+    pub(crate) event: &'static str,
+    /// The task's title.
+    pub(crate) title: String,
+}
+
+/// What one operation changed: tasks to store, history to append, messages to send.
+#[derive(Debug, Default)]
+pub(crate) struct Effects {
+    pub(crate) changed: BTreeSet<TaskId>,
+    pub(crate) events: Vec<(TaskId, TaskEvent)>,
+    pub(crate) notices: Vec<Notice>,
+}
+
+/// Every task on the board, with the indexes claims and leases need.
+#[derive(Debug, Default)]
+pub(crate) struct Board {
+    tasks: BTreeMap<TaskId, Task>,
+    /// Blocker → the tasks it blocks.
+    dependents: HashMap<TaskId, BTreeSet<TaskId>>,
+    /// Open tasks nobody holds, highest priority first, then oldest.
+    pool: BTreeSet<(Reverse<Priority>, TaskId)>,
+    /// Held tasks by when their lease ends.
+    leases: BTreeSet<(u64, TaskId)>,
+    /// How many tasks each agent holds.
+    held: HashMap<AgentId, usize>,
+    /// Tasks not ended (open or in progress): what `max_tasks` bounds.
+    unfinished: usize,
+    next_id: TaskId,
+}
+
+impl Board {
+    /// A board holding `tasks`.
+    pub(crate) fn from_tasks(tasks: impl IntoIterator<Item = Task>) -> Self {
+        let mut board = Board {
+            next_id: 1,
+            ..Board::default()
+        };
+        for task in tasks {
+            board.next_id = board.next_id.max(task.id + 1);
+            board.index(&task);
+            board.tasks.insert(task.id, task);
+        }
+        board
+    }
+
+    pub(crate) fn get(&self, id: TaskId) -> Result<&Task, TaskError> {
+        self.tasks.get(&id).ok_or(TaskError::UnknownTask { id })
+    }
+
+    /// Whether every blocker of `task` is done.
+    pub(crate) fn is_ready(&self, task: &Task) -> bool {
+        task.blocked_by.iter().all(|b| {
+            self.tasks
+                .get(b)
+                .is_some_and(|t| t.status == TaskStatus::Done)
+        })
+    }
+
+    /// `task` as the board answers it: a copy, with `ready` set.
+    pub(crate) fn answer(&self, task: &Task) -> Task {
+        Task {
+            ready: self.is_ready(task),
+            ..task.clone()
+        }
+    }
+
+    /// When the next lease ends, if any is held.
+    pub(crate) fn next_expiry(&self) -> Option<u64> {
+        self.leases.first().map(|(at, _)| *at)
+    }
+
+    /// Whether any lease is held.
+    pub(crate) fn has_leases(&self) -> bool {
+        !self.leases.is_empty()
+    }
+
+    fn index(&mut self, task: &Task) {
+        for blocker in &task.blocked_by {
+            self.dependents.entry(*blocker).or_default().insert(task.id);
+        }
+        if let Some(lease) = &task.lease {
+            self.leases.insert((lease.expires_ms, task.id));
+            *self.held.entry(lease.holder.clone()).or_default() += 1;
+        } else if task.status == TaskStatus::Open {
+            self.pool.insert((Reverse(task.priority), task.id));
+        }
+        if !task.status.is_ended() {
+            self.unfinished += 1;
+        }
+    }
+
+    /// How many tasks `agent` holds.
+    pub(crate) fn held_by(&self, agent: &AgentId) -> usize {
+        self.held.get(agent).copied().unwrap_or(0)
+    }
+
+    fn unindex(&mut self, task: &Task) {
+        for blocker in &task.blocked_by {
+            if let Some(set) = self.dependents.get_mut(blocker) {
+                set.remove(&task.id);
+                if set.is_empty() {
+                    self.dependents.remove(blocker);
+                }
+            }
+        }
+        if let Some(lease) = &task.lease {
+            self.leases.remove(&(lease.expires_ms, task.id));
+            if let Some(count) = self.held.get_mut(&lease.holder) {
+                *count -= 1;
+                if *count == 0 {
+                    self.held.remove(&lease.holder);
+                }
+            }
+        }
+        self.pool.remove(&(Reverse(task.priority), task.id));
+        if !task.status.is_ended() {
+            self.unfinished -= 1;
+        }
+    }
+
+    /// Changes task `id` through `f`, keeping the indexes right. `bump` makes a new version.
+    fn modify(&mut self, id: TaskId, now_ms: u64, bump: bool, f: impl FnOnce(&mut Task)) {
+        let Some(mut task) = self.tasks.remove(&id) else {
+            return;
+        };
+        self.unindex(&task);
+        f(&mut task);
+        if bump {
+            task.version += 1;
+            task.updated_ms = now_ms.max(task.updated_ms);
+        }
+        self.index(&task);
+        self.tasks.insert(id, task);
+    }
+
+    /// Creates a task.
+    pub(crate) fn create(
+        &mut self,
+        spec: TaskSpec,
+        by: Option<&AgentId>,
+        now_ms: u64,
+        limits: &TaskLimits,
+        effects: &mut Effects,
+    ) -> Result<TaskId, TaskError> {
+        if self.unfinished >= limits.max_tasks {
+            return Err(TaskError::BoardFull {
+                limit: limits.max_tasks,
+            });
+        }
+        check_title(&spec.title, limits)?;
+        check_size(
+            "description",
+            &spec.description,
+            limits.max_description_bytes,
+        )?;
+        check_labels(&spec.labels, limits)?;
+        if let Some(parent) = spec.parent {
+            self.get(parent).map_err(|_| TaskError::InvalidArgument {
+                name: "parent",
+                reason: format!("there is no task {parent}"),
+            })?;
+        }
+        let blocked_by = self.check_blockers(None, spec.blocked_by, limits)?;
+        let id = self.next_id;
+        self.next_id += 1;
+        let task = Task {
+            id,
+            title: spec.title,
+            description: spec.description,
+            status: TaskStatus::Open,
+            assignee: spec.assignee,
+            lease: None,
+            parent: spec.parent,
+            blocked_by,
+            priority: spec.priority,
+            labels: spec.labels,
+            due_ms: spec.due_ms,
+            created_by: by.cloned(),
+            created_ms: now_ms,
+            updated_ms: now_ms,
+            version: 1,
+            notes: Vec::new(),
+            ready: false,
+        };
+        self.index(&task);
+        if let (Some(by), Some(to)) = (by, &task.assignee) {
+            let event = if self.is_ready(&task) {
+                "assigned"
+            } else {
+                "assigned (blocked)"
+            };
+            effects.notices.push(notice(by, to, &task, event));
+        }
+        effects.events.push((
+            id,
+            TaskEvent {
+                version: 1,
+                at_ms: now_ms,
+                by: by.cloned(),
+                action: Action::Created,
+                status: None,
+                fields: Vec::new(),
+                note: None,
+            },
+        ));
+        effects.changed.insert(id);
+        self.tasks.insert(id, task);
+        Ok(id)
+    }
+
+    /// Changes a task.
+    pub(crate) fn update(
+        &mut self,
+        id: TaskId,
+        change: TaskChange,
+        by: Option<&AgentId>,
+        now_ms: u64,
+        limits: &TaskLimits,
+        effects: &mut Effects,
+    ) -> Result<(), TaskError> {
+        let task = self.get(id)?;
+        if let Some(expected) = change.expected_version
+            && expected != task.version
+        {
+            return Err(TaskError::Conflict {
+                id,
+                expected,
+                actual: task.version,
+            });
+        }
+        // A held task is its holder's: others may add notes, and its creator may cancel it.
+        if let Some(lease) = &task.lease
+            && by != Some(&lease.holder)
+        {
+            let creator_cancels = change.status == Some(TaskStatus::Cancelled)
+                && by.is_some()
+                && by == task.created_by.as_ref();
+            if !change.only_notes() && !creator_cancels {
+                return Err(TaskError::Held {
+                    id,
+                    holder: lease.holder.to_string(),
+                    remaining_secs: lease.expires_ms.saturating_sub(now_ms).div_ceil(1000),
+                    what: "change it (others may add notes; its creator may cancel it)",
+                });
+            }
+        }
+        if let Some(title) = &change.title {
+            check_title(title, limits)?;
+        }
+        if let Some(description) = &change.description {
+            check_size("description", description, limits.max_description_bytes)?;
+        }
+        if let Some(labels) = &change.labels {
+            check_labels(labels, limits)?;
+        }
+        if let Some(note) = &change.note {
+            check_size("note", note, limits.max_note_bytes)?;
+            if task.notes.len() >= limits.max_notes {
+                return Err(TaskError::InvalidArgument {
+                    name: "note",
+                    reason: format!(
+                        "task {id} has {} notes, the most a task keeps",
+                        limits.max_notes
+                    ),
+                });
+            }
+        }
+        if let Some(Some(parent)) = change.parent {
+            self.check_parent(id, parent)?;
+        }
+        let blocked_by = match change.blocked_by.clone() {
+            Some(list) => Some(self.check_blockers(Some(id), list, limits)?),
+            None => None,
+        };
+        let from = task.status;
+        let to = change.status.unwrap_or(from);
+        if to != from {
+            self.check_transition(task, to)?;
+        }
+        let was_ready = self.is_ready(task);
+        let fields = change.fields();
+        let holder = task.lease.as_ref().map(|l| l.holder.clone());
+        let note = change.note.clone();
+        self.modify(id, now_ms, true, |task| {
+            let TaskChange {
+                title,
+                description,
+                assignee,
+                parent,
+                priority,
+                labels,
+                due_ms,
+                ..
+            } = change;
+            if let Some(v) = title {
+                task.title = v;
+            }
+            if let Some(v) = description {
+                task.description = v;
+            }
+            if let Some(v) = assignee {
+                task.assignee = v;
+            }
+            if let Some(v) = parent {
+                task.parent = v;
+            }
+            if let Some(v) = blocked_by {
+                task.blocked_by = v;
+            }
+            if let Some(v) = priority {
+                task.priority = v;
+            }
+            if let Some(v) = labels {
+                task.labels = v;
+            }
+            if let Some(v) = due_ms {
+                task.due_ms = v;
+            }
+            task.status = to;
+            if let Some(text) = &note {
+                task.notes.push(Note {
+                    by: by.cloned(),
+                    at_ms: now_ms,
+                    text: text.clone(),
+                });
+            }
+            match &mut task.lease {
+                // Work by the holder renews its lease, a note by another leaves it, and
+                // anything but in-progress ends it.
+                Some(lease) if to == TaskStatus::InProgress && by == Some(&lease.holder) => {
+                    lease.expires_ms = now_ms + lease.lease_ms;
+                }
+                Some(_) if to == TaskStatus::InProgress => {}
+                Some(_) => task.lease = None,
+                None => {}
+            }
+        });
+        let task = &self.tasks[&id];
+        if let Some(by) = by {
+            if fields.iter().any(|f| f == "assignee")
+                && let Some(to) = &task.assignee
+                && holder.as_ref().is_none_or(|h| h.as_str() != to)
+            {
+                effects.notices.push(notice(by, to, task, "assigned"));
+            } else if !was_ready
+                && self.is_ready(task)
+                && task.status == TaskStatus::Open
+                && let Some(to) = &task.assignee
+            {
+                effects.notices.push(notice(by, to, task, "ready"));
+            }
+        }
+        if to != from {
+            self.ended(id, to, by, effects);
+        }
+        effects.events.push((
+            id,
+            TaskEvent {
+                version: task.version,
+                at_ms: now_ms,
+                by: by.cloned(),
+                action: Action::Updated,
+                status: (to != from).then_some([from, to]),
+                fields,
+                note,
+            },
+        ));
+        effects.changed.insert(id);
+        Ok(())
+    }
+
+    /// Tells who waits on task `id`, now at `status`: its creator and its parent's assignee
+    /// when it is done or failed; the assignees of tasks it unblocked when it is done.
+    fn ended(&self, id: TaskId, status: TaskStatus, by: Option<&AgentId>, effects: &mut Effects) {
+        let Some(by) = by else { return };
+        let task = &self.tasks[&id];
+        if matches!(status, TaskStatus::Done | TaskStatus::Failed) {
+            let mut told = BTreeSet::new();
+            let parent_assignee = task
+                .parent
+                .and_then(|p| self.tasks.get(&p))
+                .and_then(|p| p.assignee.clone());
+            let creator = task.created_by.as_ref().map(ToString::to_string);
+            for to in [creator, parent_assignee].into_iter().flatten() {
+                if to != by.as_str() && told.insert(to.clone()) {
+                    effects.notices.push(notice(by, &to, task, status.as_str()));
+                }
+            }
+        }
+        if status == TaskStatus::Done
+            && let Some(dependents) = self.dependents.get(&id)
+        {
+            for dependent in dependents {
+                let dependent = &self.tasks[dependent];
+                if dependent.status == TaskStatus::Open
+                    && self.is_ready(dependent)
+                    && let Some(to) = &dependent.assignee
+                {
+                    effects.notices.push(notice(by, to, dependent, "ready"));
+                }
+            }
+        }
+    }
+
+    /// Takes the best open, ready, free task `by` may do: assigned to nobody, to `by`, or to
+    /// `by`'s role; highest priority first, then oldest.
+    pub(crate) fn claim(
+        &mut self,
+        (by, role): (&AgentId, &str),
+        filter: &ClaimFilter,
+        lease_ms: u64,
+        now_ms: u64,
+        limits: &TaskLimits,
+        effects: &mut Effects,
+    ) -> Result<Option<TaskId>, TaskError> {
+        let held = self.held_by(by);
+        if held >= limits.max_held {
+            return Err(TaskError::HoldsTooMany {
+                agent: by.to_string(),
+                held,
+            });
+        }
+        let own_role = format!("role:{role}");
+        let wanted_role = filter.role.as_ref().map(|r| format!("role:{r}"));
+        let id = self.pool.iter().map(|(_, id)| *id).find(|id| {
+            let task = &self.tasks[id];
+            let for_me = match (&task.assignee, &wanted_role) {
+                (assignee, Some(wanted)) => assignee.as_ref() == Some(wanted),
+                (None, None) => true,
+                (Some(a), None) => a == by.as_str() || *a == own_role,
+            };
+            for_me
+                && filter.parent.is_none_or(|p| task.parent == Some(p))
+                && filter.labels.iter().all(|l| task.labels.contains(l))
+                && self.is_ready(task)
+        });
+        let Some(id) = id else {
+            return Ok(None);
+        };
+        let from = self.tasks[&id].status;
+        self.modify(id, now_ms, true, |task| {
+            task.status = TaskStatus::InProgress;
+            task.lease = Some(Lease {
+                holder: by.clone(),
+                expires_ms: now_ms + lease_ms,
+                lease_ms,
+            });
+        });
+        effects.events.push((
+            id,
+            TaskEvent {
+                version: self.tasks[&id].version,
+                at_ms: now_ms,
+                by: Some(by.clone()),
+                action: Action::Claimed,
+                status: Some([from, TaskStatus::InProgress]),
+                fields: Vec::new(),
+                note: None,
+            },
+        ));
+        effects.changed.insert(id);
+        Ok(Some(id))
+    }
+
+    /// Extends the lease `by` holds on task `id`. Not a new version: nothing about the
+    /// task changes but when its lease ends.
+    pub(crate) fn heartbeat(
+        &mut self,
+        id: TaskId,
+        by: &AgentId,
+        now_ms: u64,
+        effects: &mut Effects,
+    ) -> Result<(), TaskError> {
+        self.holder_check(id, by, now_ms)?;
+        self.modify(id, now_ms, false, |task| {
+            if let Some(lease) = &mut task.lease {
+                lease.expires_ms = now_ms + lease.lease_ms;
+            }
+        });
+        effects.changed.insert(id);
+        Ok(())
+    }
+
+    /// Gives task `id`, held by `by`, back to the pool.
+    pub(crate) fn release(
+        &mut self,
+        id: TaskId,
+        by: &AgentId,
+        note: Option<String>,
+        now_ms: u64,
+        limits: &TaskLimits,
+        effects: &mut Effects,
+    ) -> Result<(), TaskError> {
+        self.holder_check(id, by, now_ms)?;
+        if let Some(note) = &note {
+            check_size("note", note, limits.max_note_bytes)?;
+        }
+        self.back_to_pool(id, Some(by), Action::Released, note, now_ms, effects);
+        Ok(())
+    }
+
+    /// Returns every task whose lease ended by `now_ms` to the pool.
+    pub(crate) fn expire(&mut self, now_ms: u64, effects: &mut Effects) {
+        while let Some(&(at, id)) = self.leases.first() {
+            if at > now_ms {
+                break;
+            }
+            let holder = self.tasks[&id].lease.as_ref().map(|l| l.holder.clone());
+            self.back_to_pool(
+                id,
+                holder.as_ref(),
+                Action::LeaseExpired,
+                None,
+                now_ms,
+                effects,
+            );
+        }
+    }
+
+    fn back_to_pool(
+        &mut self,
+        id: TaskId,
+        by: Option<&AgentId>,
+        action: Action,
+        note: Option<String>,
+        now_ms: u64,
+        effects: &mut Effects,
+    ) {
+        let from = self.tasks[&id].status;
+        self.modify(id, now_ms, true, |task| {
+            task.lease = None;
+            task.status = TaskStatus::Open;
+            if let Some(text) = &note {
+                task.notes.push(Note {
+                    by: by.cloned(),
+                    at_ms: now_ms,
+                    text: text.clone(),
+                });
+            }
+        });
+        effects.events.push((
+            id,
+            TaskEvent {
+                version: self.tasks[&id].version,
+                at_ms: now_ms,
+                by: by.cloned(),
+                action,
+                status: (from != TaskStatus::Open).then_some([from, TaskStatus::Open]),
+                fields: Vec::new(),
+                note,
+            },
+        ));
+        effects.changed.insert(id);
+    }
+
+    fn holder_check(&self, id: TaskId, by: &AgentId, now_ms: u64) -> Result<(), TaskError> {
+        let task = self.get(id)?;
+        match &task.lease {
+            Some(lease) if lease.holder == *by => Ok(()),
+            Some(lease) => Err(TaskError::Held {
+                id,
+                holder: lease.holder.to_string(),
+                remaining_secs: lease.expires_ms.saturating_sub(now_ms).div_ceil(1000),
+                what: "renew or release it",
+            }),
+            None => Err(TaskError::NotHolder {
+                id,
+                agent: by.to_string(),
+                reason: format!(
+                    "nobody holds it (it is {}); claim it first with `task_claim`",
+                    task.status
+                ),
+            }),
+        }
+    }
+
+    fn check_transition(&self, task: &Task, to: TaskStatus) -> Result<(), TaskError> {
+        let refuse = |reason: &str| TaskError::BadTransition {
+            id: task.id,
+            from: task.status,
+            to,
+            reason: reason.to_owned(),
+        };
+        match (task.status, to) {
+            (TaskStatus::Open, TaskStatus::InProgress) if !self.is_ready(task) => {
+                let waiting: Vec<String> = task
+                    .blocked_by
+                    .iter()
+                    .filter(|b| {
+                        self.tasks
+                            .get(b)
+                            .is_none_or(|t| t.status != TaskStatus::Done)
+                    })
+                    .map(ToString::to_string)
+                    .collect();
+                Err(refuse(&format!(
+                    "it is blocked by task(s) {} that are not done",
+                    waiting.join(", ")
+                )))
+            }
+            (from, TaskStatus::InProgress | TaskStatus::Done | TaskStatus::Failed)
+                if from.is_ended() =>
+            {
+                Err(refuse(
+                    "an ended task must be reopened (status `open`) first",
+                ))
+            }
+            (TaskStatus::Cancelled, TaskStatus::Cancelled) => Ok(()),
+            (from, TaskStatus::Cancelled) if from.is_ended() => Err(refuse(
+                "an ended task must be reopened (status `open`) first",
+            )),
+            _ => Ok(()),
+        }
+    }
+
+    /// Checks `list` as the blockers of task `id` (`None`: a new task): every one exists,
+    /// none twice, none is the task itself, and none waits (transitively) on the task.
+    fn check_blockers(
+        &self,
+        id: Option<TaskId>,
+        list: Vec<TaskId>,
+        limits: &TaskLimits,
+    ) -> Result<Vec<TaskId>, TaskError> {
+        if list.len() > limits.max_blockers {
+            return Err(TaskError::InvalidArgument {
+                name: "blocked_by",
+                reason: format!(
+                    "{} blockers; a task may have at most {}",
+                    list.len(),
+                    limits.max_blockers
+                ),
+            });
+        }
+        let mut seen = BTreeSet::new();
+        for blocker in &list {
+            if !seen.insert(*blocker) {
+                return Err(TaskError::InvalidArgument {
+                    name: "blocked_by",
+                    reason: format!("task {blocker} is listed twice"),
+                });
+            }
+            if !self.tasks.contains_key(blocker) {
+                return Err(TaskError::InvalidArgument {
+                    name: "blocked_by",
+                    reason: format!("there is no task {blocker}"),
+                });
+            }
+            let Some(id) = id else { continue };
+            if let Some(path) = self.path(*blocker, id, |t| &t.blocked_by) {
+                return Err(TaskError::Cycle {
+                    id,
+                    what: format!("be blocked by {blocker}"),
+                    path: std::iter::once(id)
+                        .chain(path)
+                        .map(|t| t.to_string())
+                        .collect::<Vec<_>>()
+                        .join(" → "),
+                });
+            }
+        }
+        Ok(list)
+    }
+
+    fn check_parent(&self, id: TaskId, parent: TaskId) -> Result<(), TaskError> {
+        self.get(parent).map_err(|_| TaskError::InvalidArgument {
+            name: "parent",
+            reason: format!("there is no task {parent}"),
+        })?;
+        let mut path = vec![id];
+        let mut at = Some(parent);
+        while let Some(current) = at {
+            path.push(current);
+            if current == id {
+                return Err(TaskError::Cycle {
+                    id,
+                    what: format!("have {parent} as its parent"),
+                    path: path
+                        .iter()
+                        .map(ToString::to_string)
+                        .collect::<Vec<_>>()
+                        .join(" → "),
+                });
+            }
+            at = self.tasks.get(&current).and_then(|t| t.parent);
+        }
+        Ok(())
+    }
+
+    /// A path from `from` to `to` along `edges` (breadth first), both ends included.
+    fn path(
+        &self,
+        from: TaskId,
+        to: TaskId,
+        edges: impl Fn(&Task) -> &Vec<TaskId>,
+    ) -> Option<Vec<TaskId>> {
+        let mut came_from: HashMap<TaskId, TaskId> = HashMap::new();
+        let mut queue = VecDeque::from([from]);
+        let mut seen = BTreeSet::from([from]);
+        while let Some(at) = queue.pop_front() {
+            if at == to {
+                let mut path = vec![at];
+                let mut cur = at;
+                while let Some(prev) = came_from.get(&cur) {
+                    path.push(*prev);
+                    cur = *prev;
+                }
+                path.reverse();
+                return Some(path);
+            }
+            for next in self.tasks.get(&at).map(&edges).into_iter().flatten() {
+                if seen.insert(*next) {
+                    came_from.insert(*next, at);
+                    queue.push_back(*next);
+                }
+            }
+        }
+        None
+    }
+
+    /// The tasks `query` selects, oldest first, and how many there were before the limit.
+    pub(crate) fn list(&self, query: &TaskQuery) -> (Vec<Task>, usize) {
+        let mut total = 0;
+        let mut out = Vec::new();
+        for task in self.tasks.values() {
+            let agent_matches = query.agent.as_ref().is_none_or(|a| {
+                task.assignee.as_deref() == Some(a.as_str())
+                    || task.lease.as_ref().is_some_and(|l| l.holder == *a)
+            });
+            let matches = agent_matches
+                && query
+                    .role
+                    .as_ref()
+                    .is_none_or(|r| task.assignee.as_deref() == Some(r.as_str()))
+                && (query.status.is_empty() || query.status.contains(&task.status))
+                && query.label.as_ref().is_none_or(|l| task.labels.contains(l))
+                && query.parent.is_none_or(|p| task.parent == Some(p))
+                && (!query.ready_only || (task.status == TaskStatus::Open && self.is_ready(task)));
+            if matches {
+                total += 1;
+                if out.len() < query.limit {
+                    out.push(self.answer(task));
+                }
+            }
+        }
+        (out, total)
+    }
+}
+
+fn notice(by: &AgentId, to: &str, task: &Task, event: &'static str) -> Notice {
+    Notice {
+        from: by.clone(),
+        to: to.to_owned(),
+        task: task.id,
+        event,
+        title: task.title.clone(),
+    }
+}
+
+fn check_size(name: &'static str, text: &str, max: usize) -> Result<(), TaskError> {
+    if text.len() > max {
+        return Err(TaskError::InvalidArgument {
+            name,
+            reason: format!("{} bytes; the limit is {max}", text.len()),
+        });
+    }
+    Ok(())
+}
+
+fn check_title(title: &str, limits: &TaskLimits) -> Result<(), TaskError> {
+    if title.trim().is_empty() {
+        return Err(TaskError::InvalidArgument {
+            name: "title",
+            reason: "it is empty".into(),
+        });
+    }
+    check_size("title", title, limits.max_title_bytes)
+}
+
+fn check_labels(labels: &[String], limits: &TaskLimits) -> Result<(), TaskError> {
+    if labels.len() > limits.max_labels {
+        return Err(TaskError::InvalidArgument {
+            name: "labels",
+            reason: format!(
+                "{} labels; the limit is {}",
+                labels.len(),
+                limits.max_labels
+            ),
+        });
+    }
+    for label in labels {
+        if label.is_empty() {
+            return Err(TaskError::InvalidArgument {
+                name: "labels",
+                reason: "a label is empty".into(),
+            });
+        }
+        check_size("labels", label, limits.max_label_bytes)?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn agent(id: &str) -> AgentId {
+        AgentId::parse(id).unwrap()
+    }
+
+    fn spec(title: &str) -> TaskSpec {
+        TaskSpec {
+            title: title.into(),
+            ..TaskSpec::default()
+        }
+    }
+
+    fn create(board: &mut Board, spec: TaskSpec) -> TaskId {
+        board
+            .create(
+                spec,
+                Some(&agent("tl")),
+                1,
+                &TaskLimits::default(),
+                &mut Effects::default(),
+            )
+            .unwrap()
+    }
+
+    fn set_status(board: &mut Board, id: TaskId, status: TaskStatus, by: &str) -> Effects {
+        let mut effects = Effects::default();
+        board
+            .update(
+                id,
+                TaskChange {
+                    status: Some(status),
+                    ..TaskChange::default()
+                },
+                Some(&agent(by)),
+                2,
+                &TaskLimits::default(),
+                &mut effects,
+            )
+            .unwrap();
+        effects
+    }
+
+    #[test]
+    fn blockers_that_would_make_a_cycle_are_refused_with_the_cycle() {
+        let mut board = Board::from_tasks([]);
+        let a = create(&mut board, spec("a"));
+        let b = create(
+            &mut board,
+            TaskSpec {
+                blocked_by: vec![a],
+                ..spec("b")
+            },
+        );
+        let c = create(
+            &mut board,
+            TaskSpec {
+                blocked_by: vec![b],
+                ..spec("c")
+            },
+        );
+        let err = board
+            .update(
+                a,
+                TaskChange {
+                    blocked_by: Some(vec![c]),
+                    ..TaskChange::default()
+                },
+                None,
+                2,
+                &TaskLimits::default(),
+                &mut Effects::default(),
+            )
+            .unwrap_err();
+        assert!(
+            matches!(&err, TaskError::Cycle { path, .. } if path == "1 → 3 → 2 → 1"),
+            "{err}"
+        );
+        let err = board
+            .update(
+                a,
+                TaskChange {
+                    blocked_by: Some(vec![a]),
+                    ..TaskChange::default()
+                },
+                None,
+                2,
+                &TaskLimits::default(),
+                &mut Effects::default(),
+            )
+            .unwrap_err();
+        assert!(matches!(err, TaskError::Cycle { .. }), "{err}");
+        assert_eq!(board.get(a).unwrap().version, 1, "nothing applied");
+    }
+
+    #[test]
+    fn claims_take_ready_tasks_by_priority_then_age_and_finishing_one_unblocks_the_next() {
+        let mut board = Board::from_tasks([]);
+        let first = create(&mut board, spec("first"));
+        let urgent = create(
+            &mut board,
+            TaskSpec {
+                priority: Priority::Urgent,
+                blocked_by: vec![first],
+                assignee: Some("role:dev".into()),
+                ..spec("urgent but blocked")
+            },
+        );
+        let later = create(&mut board, spec("later"));
+        let w = agent("w1");
+        let mut fx = Effects::default();
+        let filter = ClaimFilter::default();
+        assert_eq!(
+            board
+                .claim(
+                    (&w, "dev"),
+                    &filter,
+                    1000,
+                    10,
+                    &TaskLimits::default(),
+                    &mut fx
+                )
+                .unwrap(),
+            Some(first)
+        );
+        assert_eq!(
+            board
+                .claim(
+                    (&w, "dev"),
+                    &filter,
+                    1000,
+                    10,
+                    &TaskLimits::default(),
+                    &mut fx
+                )
+                .unwrap(),
+            Some(later)
+        );
+        assert_eq!(
+            board
+                .claim(
+                    (&w, "dev"),
+                    &filter,
+                    1000,
+                    10,
+                    &TaskLimits::default(),
+                    &mut fx
+                )
+                .unwrap(),
+            None
+        );
+        let effects = set_status(&mut board, first, TaskStatus::Done, "w1");
+        assert!(
+            effects
+                .notices
+                .iter()
+                .any(|n| n.to == "role:dev" && n.event == "ready" && n.task == urgent),
+            "{effects:?}"
+        );
+        assert!(
+            effects
+                .notices
+                .iter()
+                .any(|n| n.to == "tl" && n.event == "done")
+        );
+        // Not for someone outside the role.
+        assert_eq!(
+            board
+                .claim(
+                    (&agent("x"), "qa"),
+                    &filter,
+                    1000,
+                    10,
+                    &TaskLimits::default(),
+                    &mut fx
+                )
+                .unwrap(),
+            None
+        );
+        assert_eq!(
+            board
+                .claim(
+                    (&w, "dev"),
+                    &filter,
+                    1000,
+                    10,
+                    &TaskLimits::default(),
+                    &mut fx
+                )
+                .unwrap(),
+            Some(urgent)
+        );
+    }
+
+    #[test]
+    fn one_agent_holds_at_most_max_held_tasks() {
+        let mut board = Board::from_tasks([]);
+        for n in 0..3 {
+            create(&mut board, spec(&format!("t{n}")));
+        }
+        let limits = TaskLimits {
+            max_held: 2,
+            ..TaskLimits::default()
+        };
+        let (greedy, other) = (agent("greedy"), agent("other"));
+        let filter = ClaimFilter::default();
+        let mut fx = Effects::default();
+        for _ in 0..2 {
+            let claimed = board.claim((&greedy, "dev"), &filter, 100, 0, &limits, &mut fx);
+            assert!(matches!(claimed, Ok(Some(_))), "{claimed:?}");
+        }
+        let refused = board.claim((&greedy, "dev"), &filter, 100, 0, &limits, &mut fx);
+        assert!(
+            matches!(refused, Err(TaskError::HoldsTooMany { held: 2, .. })),
+            "{refused:?}"
+        );
+        // The rest of the pool is still there for others; a lease that ends frees a place.
+        let third = board.claim((&other, "dev"), &filter, 100, 0, &limits, &mut fx);
+        assert!(matches!(third, Ok(Some(3))), "{third:?}");
+        board.expire(100, &mut fx);
+        assert_eq!(board.held_by(&greedy), 0);
+        let again = board.claim((&greedy, "dev"), &filter, 100, 101, &limits, &mut fx);
+        assert!(matches!(again, Ok(Some(_))), "{again:?}");
+    }
+
+    #[test]
+    fn an_expired_lease_returns_the_task_to_the_pool_and_locks_out_its_old_holder() {
+        let mut board = Board::from_tasks([]);
+        let id = create(&mut board, spec("work"));
+        let (w1, w2) = (agent("w1"), agent("w2"));
+        let mut fx = Effects::default();
+        board
+            .claim(
+                (&w1, "dev"),
+                &ClaimFilter::default(),
+                100,
+                0,
+                &TaskLimits::default(),
+                &mut fx,
+            )
+            .unwrap();
+        board.heartbeat(id, &w1, 50, &mut fx).unwrap();
+        board.expire(149, &mut fx);
+        assert_eq!(board.get(id).unwrap().status, TaskStatus::InProgress);
+        board.expire(150, &mut fx);
+        let task = board.get(id).unwrap();
+        assert_eq!(
+            (task.status, task.lease.is_none()),
+            (TaskStatus::Open, true)
+        );
+        assert_eq!(
+            board
+                .claim(
+                    (&w2, "dev"),
+                    &ClaimFilter::default(),
+                    100,
+                    151,
+                    &TaskLimits::default(),
+                    &mut fx
+                )
+                .unwrap(),
+            Some(id)
+        );
+        assert!(matches!(
+            board.heartbeat(id, &w1, 152, &mut fx),
+            Err(TaskError::Held { .. })
+        ));
+        let err = board
+            .update(
+                id,
+                TaskChange {
+                    status: Some(TaskStatus::Done),
+                    ..TaskChange::default()
+                },
+                Some(&w1),
+                152,
+                &TaskLimits::default(),
+                &mut fx,
+            )
+            .unwrap_err();
+        assert!(matches!(err, TaskError::Held { .. }), "{err}");
+        let actions: Vec<Action> = fx.events.iter().map(|(_, e)| e.action).collect();
+        assert_eq!(
+            actions,
+            [Action::Claimed, Action::LeaseExpired, Action::Claimed]
+        );
+    }
+
+    #[test]
+    fn the_lifecycle_refuses_what_it_does_not_allow() {
+        let mut board = Board::from_tasks([]);
+        let a = create(&mut board, spec("a"));
+        let b = create(
+            &mut board,
+            TaskSpec {
+                blocked_by: vec![a],
+                ..spec("b")
+            },
+        );
+        let limits = TaskLimits::default();
+        let start = TaskChange {
+            status: Some(TaskStatus::InProgress),
+            ..TaskChange::default()
+        };
+        let err = board
+            .update(b, start.clone(), None, 2, &limits, &mut Effects::default())
+            .unwrap_err();
+        assert!(err.to_string().contains("blocked by task(s) 1"), "{err}");
+        set_status(&mut board, a, TaskStatus::Done, "w");
+        let err = board
+            .update(a, start, None, 2, &limits, &mut Effects::default())
+            .unwrap_err();
+        assert!(err.to_string().contains("reopened"), "{err}");
+        set_status(&mut board, a, TaskStatus::Open, "w");
+        let stale = TaskChange {
+            expected_version: Some(1),
+            title: Some("new".into()),
+            ..TaskChange::default()
+        };
+        assert!(matches!(
+            board.update(a, stale, None, 2, &limits, &mut Effects::default()),
+            Err(TaskError::Conflict {
+                expected: 1,
+                actual: 3,
+                ..
+            })
+        ));
+    }
+}
