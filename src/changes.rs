@@ -1,5 +1,5 @@
 //! Changes someone listens for: an agent's inbox got mail, a context session or one of its
-//! entries changed, the agent directory changed. Domains report them after the change is
+//! entries changed, the agent directory changed, a task changed. Domains report them after the change is
 //! committed; listeners (the MCP server's resource subscriptions) hold a [`Watch`] per
 //! subject.
 //!
@@ -25,6 +25,10 @@ pub enum Subject {
     Entry(Arc<str>, Arc<str>),
     /// The agent directory: an agent registered, changed or left.
     Agents,
+    /// The task board: any task was created or changed.
+    Tasks,
+    /// One task of the board.
+    Task(u64),
 }
 
 /// The watched subjects of a runtime.
@@ -69,6 +73,17 @@ impl Changes {
             self.changed(&Subject::Entry(Arc::clone(&session), Arc::from(key)));
         }
         self.changed(&Subject::Session(session));
+    }
+
+    /// Reports changes of the task board's tasks `ids`: the board and each task.
+    pub fn tasks_changed(&self, ids: &[u64]) {
+        if self.count.load(Ordering::Acquire) == 0 {
+            return;
+        }
+        for id in ids {
+            self.changed(&Subject::Task(*id));
+        }
+        self.changed(&Subject::Tasks);
     }
 
     /// Watches `subject` until the returned [`Watch`] is dropped.

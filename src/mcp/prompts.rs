@@ -9,7 +9,7 @@ use rmcp::model::{
 };
 use serde_json::{Value, json};
 
-use super::resources::{AGENTS, INBOX, model};
+use super::resources::{AGENTS, INBOX, TASKS, model};
 use crate::Runtime;
 
 /// Completion values one answer holds at most (the protocol's limit).
@@ -30,9 +30,10 @@ const BRIEFS: &[Brief] = &[
         title: "Brief a tech lead",
         description: "Briefs the agent leading the swarm: dividing work among project \
                       managers, keeping the shared plan, deciding.",
-        duty: "You lead the swarm. Split the goal into parts, give each to a project manager \
-               (send_message to their id or to `children`), keep the plan and decisions in \
-               context, and answer escalations. Decide; do not do the workers' work.",
+        duty: "You lead the swarm. Split the goal into parts, put each on the task board \
+               for a project manager (task_create with `assignee`, parts that wait on others \
+               `blocked_by` them), keep the plan and decisions in context, and answer \
+               escalations. Decide; do not do the workers' work.",
     },
     Brief {
         name: "project-manager",
@@ -40,16 +41,18 @@ const BRIEFS: &[Brief] = &[
         description: "Briefs an agent that runs one part of the work: splitting it among \
                       workers, tracking it, reporting up.",
         duty: "You run one part of the work. Split it into tasks for your workers \
-               (send_message to `children`, or to a worker's id), track their progress in \
-               context, unblock them, and report results and blockers to your parent.",
+               (task_create with `parent` set to your task, assigned to a worker or to \
+               `role:NAME`), follow them with task_list, unblock them, and report results \
+               and blockers to your parent.",
     },
     Brief {
         name: "worker",
         title: "Brief a worker",
         description: "Briefs an agent that does one task and reports to its parent.",
-        duty: "You do one task. Do it, record what others need in context, and report to \
-               your parent (send_message to `parent`) when it is done or when you are stuck: \
-               say what you tried and what you need.",
+        duty: "You do one task at a time. Take it with task_claim (it is yours while you \
+               renew it with task_heartbeat or task_update), do it, record what others need \
+               in context, and finish it with task_update status `done` (or `failed` with a \
+               note saying what you tried and what you need); task_release gives it back.",
     },
 ];
 
@@ -136,7 +139,16 @@ pub(super) fn get(
          - Who is here: whoami and list_agents (also the resource ",
     );
     text.push_str(AGENTS);
-    text.push_str(").\n");
+    text.push_str(
+        ").\n\
+         - Work: the task board (task_create, task_list, task_get, task_update, task_claim, \
+         task_heartbeat, task_release; also the resource ",
+    );
+    text.push_str(TASKS);
+    text.push_str(
+        "). A claimed task is yours until its lease ends; whoever waits on it is mailed \
+         when it is done or failed.\n",
+    );
     if let Some(session) = arg("session")? {
         text.push_str(&format!(
             "- This work shares the context session `{session}` (guildhall://context/{session}).\n"

@@ -1,9 +1,9 @@
 //! The runtime's state as MCP resources: the caller's inbox, the agent directory, context
-//! sessions and their entries; and subscriptions to them, so a client is told of new mail
+//! sessions and their entries, the task board and its tasks; and subscriptions to them, so a client is told of new mail
 //! or a changed entry instead of polling.
 //!
 //! A read goes through the tool that reads the same thing (`check_inbox`, `list_agents`,
-//! `context_get`) as the calling agent, so every rule that holds for the tool holds for the
+//! `context_get`, `task_list`, `task_get`) as the calling agent, so every rule that holds for the tool holds for the
 //! resource: permissions, role tool sets, rate limits, audit. A subscription watches the
 //! subject in [`Changes`](crate::changes::Changes) and sends `notifications/resources/updated`
 //! for it after each committed change (coalesced while a notification is on its way).
@@ -25,6 +25,10 @@ pub const INBOX: &str = "guildhall://inbox";
 pub const AGENTS: &str = "guildhall://agents";
 /// Context sessions: `guildhall://context/{session}` and `…/{session}/{key}`.
 const CONTEXT: &str = "guildhall://context/";
+/// The task board's unfinished tasks.
+pub const TASKS: &str = "guildhall://tasks";
+/// One task: `guildhall://tasks/{id}`.
+const TASK: &str = "guildhall://tasks/";
 /// Subscriptions one connection may hold at once.
 pub(super) const MAX_SUBSCRIPTIONS: usize = 256;
 /// Messages and entries one read returns at most.
@@ -37,6 +41,8 @@ pub(super) enum Resource {
     Agents,
     Session(String),
     Entry(String, String),
+    Tasks,
+    Task(u64),
 }
 
 impl Resource {
@@ -45,6 +51,12 @@ impl Resource {
         let parsed = match uri {
             INBOX => Some(Self::Inbox),
             AGENTS => Some(Self::Agents),
+            TASKS => Some(Self::Tasks),
+            _ if uri.starts_with(TASK) => uri[TASK.len()..]
+                .parse()
+                .ok()
+                .filter(|id| *id > 0)
+                .map(Self::Task),
             _ => uri.strip_prefix(CONTEXT).and_then(|rest| {
                 match rest.split_once('/') {
                     None => Some(Self::Session(rest.to_owned())),
@@ -59,7 +71,8 @@ impl Resource {
             McpError::resource_not_found(
                 format!(
                     "no resource `{uri}`: guildhall serves `{INBOX}`, `{AGENTS}`, \
-                     `{CONTEXT}{{session}}` and `{CONTEXT}{{session}}/{{key}}`"
+                     `{CONTEXT}{{session}}`, `{CONTEXT}{{session}}/{{key}}`, `{TASKS}` and \
+                     `{TASK}{{id}}`"
                 ),
                 Some(json!({ "uri": uri })),
             )
@@ -73,6 +86,8 @@ impl Resource {
             Self::Agents => Subject::Agents,
             Self::Session(s) => Subject::Session(Arc::from(s.as_str())),
             Self::Entry(s, k) => Subject::Entry(Arc::from(s.as_str()), Arc::from(k.as_str())),
+            Self::Tasks => Subject::Tasks,
+            Self::Task(id) => Subject::Task(*id),
         }
     }
 
@@ -83,6 +98,11 @@ impl Resource {
             Self::Agents => ("list_agents", json!({})),
             Self::Session(s) => ("context_get", json!({ "session": s, "limit": READ_LIMIT })),
             Self::Entry(s, k) => ("context_get", json!({ "session": s, "keys": [k] })),
+            Self::Tasks => (
+                "task_list",
+                json!({ "status": ["open", "in_progress"], "limit": READ_LIMIT }),
+            ),
+            Self::Task(id) => ("task_get", json!({ "id": id })),
         }
     }
 }
@@ -148,6 +168,13 @@ pub(super) fn list(
         "description": "Every registered agent: id, role, parent.",
         "mimeType": "application/json" }),
     );
+    all.push(
+        json!({ "uri": TASKS, "name": "tasks", "title": "Task board",
+        "description": "Unfinished tasks (open or in progress), oldest first. Subscribe to \
+                        hear of any change instead of polling task_list; one task is \
+                        guildhall://tasks/{id}.",
+        "mimeType": "application/json" }),
+    );
     let mut sessions = runtime.sessions().list();
     sessions.sort_by(|a, b| a.id.as_str().cmp(b.id.as_str()));
     all.extend(sessions.iter().map(|s| {
@@ -174,6 +201,9 @@ pub(super) fn templates() -> Result<ListResourceTemplatesResult, McpError> {
           "mimeType": "application/json" },
         { "uriTemplate": format!("{CONTEXT}{{session}}/{{key}}"), "name": "context-entry",
           "title": "Context entry", "description": "One entry of a context session.",
+          "mimeType": "application/json" },
+        { "uriTemplate": format!("{TASK}{{id}}"), "name": "task",
+          "title": "Task", "description": "One task of the board, with its notes.",
           "mimeType": "application/json" }
     ]}))
 }
@@ -220,6 +250,11 @@ mod tests {
     #[test]
     fn uris_parse_to_resources_and_nothing_else() {
         assert_eq!(Resource::parse(INBOX).unwrap(), Resource::Inbox);
+        assert_eq!(Resource::parse(TASKS).unwrap(), Resource::Tasks);
+        assert_eq!(
+            Resource::parse("guildhall://tasks/42").unwrap(),
+            Resource::Task(42)
+        );
         assert_eq!(
             Resource::parse("guildhall://context/s1/plan/step").unwrap(),
             Resource::Entry("s1".into(), "plan/step".into())
@@ -233,6 +268,9 @@ mod tests {
             "guildhall://context//k",
             "guildhall://context/s1/",
             "guildhall://inbox/bob",
+            "guildhall://tasks/",
+            "guildhall://tasks/0",
+            "guildhall://tasks/x",
             "file:///etc/passwd",
             "",
         ] {

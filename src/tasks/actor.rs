@@ -25,6 +25,7 @@ use tokio::sync::oneshot;
 use super::model::{Board, Effects, Notice, Task, TaskEvent};
 use super::protocol::{BoardMsg, Op, Reply};
 use super::shared::{BOARD, Shared};
+use super::status::TaskId;
 use super::{TaskError, keys, notify};
 use crate::agents::now_ms;
 use crate::store::{self, Batch, StoreError, Table, codec};
@@ -41,6 +42,8 @@ struct Pending {
     batch: Batch,
     acks: Vec<(oneshot::Sender<Reply>, Reply)>,
     notices: Vec<Notice>,
+    /// The tasks it changes, reported to listeners once committed.
+    changed: Vec<TaskId>,
 }
 
 pub(crate) struct BoardState {
@@ -213,6 +216,7 @@ impl BoardActor {
     /// Adds what `effects` changed to the next commit.
     fn stage(&self, state: &mut BoardState, effects: Effects) {
         state.applied += 1;
+        state.next.changed.extend(effects.changed.iter().copied());
         for id in &effects.changed {
             if let Ok(task) = state.board.get(*id) {
                 state
@@ -266,14 +270,18 @@ impl BoardActor {
             batch,
             acks,
             notices,
+            changed,
         } = std::mem::take(&mut state.next);
         let count = state.applied;
         let shared = Arc::clone(&self.shared);
         let runtime = tokio::runtime::Handle::current();
         let finish = move |result: &Result<(), StoreError>| {
             answer(acks, result);
-            if result.is_ok() && !notices.is_empty() {
-                runtime.spawn(notify::deliver(Arc::clone(&shared.office), notices));
+            if result.is_ok() {
+                shared.office.shared.changes.tasks_changed(&changed);
+                if !notices.is_empty() {
+                    runtime.spawn(notify::deliver(Arc::clone(&shared.office), notices));
+                }
             }
         };
         match self.shared.store.try_commit(batch) {

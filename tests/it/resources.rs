@@ -5,7 +5,7 @@
 use std::sync::Arc;
 
 use guildhall::context::SessionSpec;
-use guildhall::mcp::{INBOX_RESOURCE, McpServer, ToolFilter};
+use guildhall::mcp::{INBOX_RESOURCE, McpServer, TASKS_RESOURCE, ToolFilter};
 use guildhall::{Outgoing, Runtime};
 use serde_json::{Value, json};
 
@@ -66,6 +66,7 @@ async fn inbox_agents_and_context_are_resources_read_as_the_caller() {
             [
                 "guildhall://inbox",
                 "guildhall://agents",
+                "guildhall://tasks",
                 "guildhall://context/sprint"
             ],
             "{era}"
@@ -243,6 +244,105 @@ async fn a_subscribed_inbox_and_entry_hear_of_each_change() {
     let note = alice.next_where(updated(INBOX_RESOURCE)).await;
     assert!(note.to_string().contains("subscription"), "{note}");
     rt.shutdown().await;
+}
+
+#[tokio::test]
+async fn the_task_board_and_each_task_are_resources_whose_subscribers_hear_of_changes() {
+    let updated = |uri: &'static str| {
+        move |m: &Value| {
+            m["method"] == "notifications/resources/updated" && m["params"]["uri"] == uri
+        }
+    };
+    for era in ERAS {
+        let (rt, _) = runtime().await;
+        let mut bob = connect(&rt, era, "bob", ToolFilter::all()).await;
+        let created = bob
+            .call(1, "task_create", json!({ "title": "parse the logs" }))
+            .await;
+        let id = created["id"]
+            .as_u64()
+            .unwrap_or_else(|| panic!("{era}: {created}"));
+        rt.tasks()
+            .create(
+                None,
+                guildhall::tasks::TaskSpec {
+                    title: "finished already".into(),
+                    ..Default::default()
+                },
+            )
+            .await
+            .unwrap();
+        rt.tasks()
+            .update(
+                None,
+                2,
+                guildhall::tasks::TaskChange {
+                    status: Some(guildhall::tasks::TaskStatus::Done),
+                    ..Default::default()
+                },
+            )
+            .await
+            .unwrap();
+        // The board lists what is unfinished; one task reads whole.
+        let board = contents(
+            &bob.request(2, "resources/read", json!({ "uri": TASKS_RESOURCE }))
+                .await,
+        );
+        assert_eq!(board["total"], 1, "{era}: {board}");
+        assert_eq!(
+            board["tasks"][0]["title"], "parse the logs",
+            "{era}: {board}"
+        );
+        let task = contents(
+            &bob.request(
+                3,
+                "resources/read",
+                json!({ "uri": format!("guildhall://tasks/{id}") }),
+            )
+            .await,
+        );
+        assert_eq!(task["status"], "open", "{era}: {task}");
+        let missing = bob
+            .request(
+                4,
+                "resources/read",
+                json!({ "uri": "guildhall://tasks/99" }),
+            )
+            .await;
+        assert!(
+            missing["error"]["message"]
+                .as_str()
+                .unwrap_or_default()
+                .contains("no task 99"),
+            "{era}: {missing}"
+        );
+        // A connection without task_list may not read the board.
+        let mut limited = connect(&rt, era, "bob", ToolFilter::parse("check_*").unwrap()).await;
+        let refused = limited
+            .request(1, "resources/read", json!({ "uri": TASKS_RESOURCE }))
+            .await;
+        assert!(
+            refused["error"]["message"]
+                .as_str()
+                .unwrap_or_default()
+                .contains("task_list"),
+            "{era}: {refused}"
+        );
+        if era == ERAS[0] {
+            for (n, uri) in [(5, TASKS_RESOURCE), (6, "guildhall://tasks/1")] {
+                let ok = bob
+                    .request(n, "resources/subscribe", json!({ "uri": uri }))
+                    .await;
+                assert!(ok.get("result").is_some(), "{ok}");
+            }
+            // A claim by someone else changes the task: both subscriptions hear of it.
+            let alice = crate::support::as_agent(&rt, "alice");
+            rt.call_json("task_claim", json!({}), alice).await.unwrap();
+            bob.next_where(updated("guildhall://tasks/1")).await;
+            bob.next_where(updated(TASKS_RESOURCE)).await;
+        }
+        rt.shutdown().await;
+    }
 }
 
 #[tokio::test]

@@ -68,6 +68,18 @@ try {
   const inbox = JSON.parse((await client.readResource({ uri: INBOX })).contents[0].text);
   assert.equal(inbox.unread, 5, JSON.stringify(inbox));
 
+  // The task board: a task created through its tool shows on the board resource and as
+  // its own resource.
+  assert.ok(uris.includes("guildhall://tasks"), String(uris));
+  const created = await client.callTool({ name: "task_create", arguments: { title: "t1" } });
+  assert.ok(!created.isError, JSON.stringify(created));
+  const board = JSON.parse((await client.readResource({ uri: "guildhall://tasks" })).contents[0].text);
+  assert.equal(board.tasks[0].title, "t1", JSON.stringify(board));
+  const task = JSON.parse(
+    (await client.readResource({ uri: `guildhall://tasks/${board.tasks[0].id}` })).contents[0].text,
+  );
+  assert.equal(task.status, "open", JSON.stringify(task));
+
   const { prompts } = await client.listPrompts();
   assert.deepEqual(
     prompts.map((p) => p.name),
