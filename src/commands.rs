@@ -18,7 +18,7 @@
 //! invalid one is refused, with its file, line and field, while the tools as they were stay.
 
 pub mod manifest;
-mod template;
+pub(crate) mod template;
 pub mod tool;
 
 use std::collections::BTreeMap;

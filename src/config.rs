@@ -49,6 +49,11 @@
 //! enabled = true
 //! retention = "90d"
 //!
+//! [launch]                          # agents started by spawn_agent (crate::launch)
+//! max_agents = 16
+//! [launch.profiles.claude]
+//! command = ["claude", "-p", "{prompt}", "--mcp-config", "{mcp_config}"]
+//!
 //! [tasks]
 //! max_tasks = 100000                # unfinished tasks on the board
 //! max_held = 16                     # tasks one agent may hold at once
@@ -117,6 +122,11 @@ pub struct Config {
     /// The task board.
     #[serde(default)]
     pub tasks: TasksSection,
+    /// Agents the runtime launches (`spawn_agent`): served only when this section is
+    /// present.
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    #[serde(default)]
+    pub launch: Option<crate::launch::LaunchConfig>,
     /// The file tools: served only when this section is present.
     #[serde(default)]
     pub files: Option<crate::files::FilesConfig>,
@@ -368,6 +378,16 @@ impl Config {
                         None => err.reason.clone(),
                     },
                 }
+            })?;
+        }
+        #[cfg(all(target_os = "linux", target_env = "gnu"))]
+        if let Some(launch) = &config.launch {
+            launch.validate().map_err(|reason| ConfigError {
+                path: path.to_owned(),
+                line: text
+                    .find("[launch")
+                    .map(|at| text[..at].matches('\n').count() + 1),
+                reason,
             })?;
         }
         config.task_config().map_err(|reason| ConfigError {

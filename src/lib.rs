@@ -73,8 +73,12 @@ pub mod events;
 pub mod fetch;
 pub mod files;
 pub mod governance;
+#[cfg(all(target_os = "linux", target_env = "gnu"))]
+pub mod launch;
 pub mod mcp;
 pub mod options;
+#[cfg(all(target_os = "linux", target_env = "gnu"))]
+mod output_log;
 pub mod pipeline;
 pub mod private_fs;
 #[cfg(all(target_os = "linux", target_env = "gnu"))]

@@ -324,6 +324,38 @@ impl Runtime {
         self.inner.root.start_child(child).await
     }
 
+    /// Starts `id` under the root: a one-for-one supervisor of children added later that
+    /// never escalates (a child's crash loop is bounded by the child's own breaker or
+    /// intensity, and by backoff from 100 ms doubling to 10 s). Returns where the
+    /// supervisor is, republished by its every (re)start.
+    ///
+    /// # Errors
+    /// As [`supervise`](Self::supervise).
+    ///
+    /// # Cancel safety
+    /// As [`supervise`](Self::supervise).
+    pub(crate) async fn supervise_subsystem(
+        &self,
+        id: &str,
+    ) -> Result<Arc<RwLock<Option<Supervisor>>>, SupervisorError> {
+        let slot: Arc<RwLock<Option<Supervisor>>> = Arc::default();
+        let spec = SupervisorSpec {
+            strategy: Strategy::OneForOne,
+            intensity: RestartIntensity::new(u32::MAX, Duration::from_secs(10)),
+            backoff: Backoff::exponential(Duration::from_millis(100), Duration::from_secs(10)),
+            children: Vec::new(),
+        };
+        let child = ChildSpec::supervisor(id, spec).on_start({
+            let slot = Arc::clone(&slot);
+            move |cell| {
+                *slot.write().unwrap_or_else(PoisonError::into_inner) =
+                    Some(Supervisor::from_ref(cell.clone().into()));
+            }
+        });
+        self.supervise(child).await?;
+        Ok(slot)
+    }
+
     /// Stops the root's child `id`, started by [`supervise`](Self::supervise).
     ///
     /// # Errors

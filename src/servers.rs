@@ -22,7 +22,6 @@
 pub mod config;
 mod connection;
 mod link;
-mod log;
 pub mod proxy;
 
 use std::collections::BTreeMap;
@@ -30,15 +29,13 @@ use std::path::PathBuf;
 use std::sync::{Arc, PoisonError, RwLock};
 use std::time::Duration;
 
-use guildhall_supervision::{
-    Backoff, BreakerStatus, ChildSpec, RestartIntensity, Strategy, Supervisor, SupervisorSpec,
-};
+use guildhall_supervision::{BreakerStatus, ChildSpec, Supervisor};
 use serde::Serialize;
 
+use crate::output_log::OutputLog;
 pub use config::{RestartType, ServerConfig, validate_server_name};
 use connection::{ServerActor, ServerSpec};
 use link::{Link, Phase};
-use log::StderrLog;
 
 use crate::runtime::{Runtime, WeakRuntime};
 
@@ -156,24 +153,10 @@ impl Servers {
         base_dir: PathBuf,
         log_dir: Option<PathBuf>,
     ) -> Result<Arc<Self>, ServerError> {
-        let supervisor: Arc<RwLock<Option<Supervisor>>> = Arc::default();
         // A server's crash loop must never escalate to the root; its breaker and its
         // backoff bound it instead.
-        let spec = SupervisorSpec {
-            strategy: Strategy::OneForOne,
-            intensity: RestartIntensity::new(u32::MAX, Duration::from_secs(10)),
-            backoff: Backoff::exponential(Duration::from_millis(100), Duration::from_secs(10)),
-            children: Vec::new(),
-        };
-        let child = ChildSpec::supervisor(SERVERS, spec).on_start({
-            let slot = Arc::clone(&supervisor);
-            move |cell| {
-                *slot.write().unwrap_or_else(PoisonError::into_inner) =
-                    Some(Supervisor::from_ref(cell.clone().into()));
-            }
-        });
-        runtime
-            .supervise(child)
+        let supervisor = runtime
+            .supervise_subsystem(SERVERS)
             .await
             .map_err(|err| ServerError::Unavailable(err.to_string()))?;
         Ok(Arc::new(Self {
@@ -240,7 +223,7 @@ impl Servers {
                     config: config.clone(),
                     base_dir: self.base_dir.clone(),
                     runtime: self.runtime.clone(),
-                    stderr: Arc::new(StderrLog::new(log, LOG_BYTES)),
+                    stderr: Arc::new(OutputLog::new(log, LOG_BYTES)),
                     registered: tokio::sync::Mutex::default(),
                 })
             })

@@ -8,6 +8,7 @@ use std::sync::Arc;
 use clap::Args;
 use guildhall::commands::Commands;
 use guildhall::config::{CONFIG_FILE, Config};
+use guildhall::launch::Launcher;
 use guildhall::mcp::http::{self, HttpOptions};
 use guildhall::mcp::local::{self, Hello};
 use guildhall::mcp::{McpServer, ToolFilter};
@@ -140,6 +141,13 @@ pub(crate) async fn serve(args: ServeArgs, data_dir: &Path) -> CliResult {
             return Err(err);
         }
     };
+    let launcher = match start_launcher(&runtime, &config, &args, data_dir).await {
+        Ok(launcher) => launcher,
+        Err(err) => {
+            runtime.shutdown().await;
+            return Err(err);
+        }
+    };
     #[cfg_attr(not(feature = "conformance"), allow(unused_mut))]
     let mut server = McpServer::new(runtime.clone());
     #[cfg(feature = "conformance")]
@@ -149,7 +157,7 @@ pub(crate) async fn serve(args: ServeArgs, data_dir: &Path) -> CliResult {
     let result = if args.stdio {
         serve_stdio(&args, &server, &roles, filter).await
     } else {
-        serve_network(&args, &server, roles, filter, data_dir, servers).await
+        serve_network(&args, &server, roles, filter, data_dir, servers, launcher).await
     };
     runtime.shutdown().await;
     result
@@ -181,6 +189,7 @@ async fn serve_network(
     filter: ToolFilter,
     data_dir: &Path,
     servers: Arc<Servers>,
+    launcher: Option<Arc<Launcher>>,
 ) -> CliResult {
     let shutdown = CancellationToken::new();
     let server = server.connection(None, filter);
@@ -212,7 +221,11 @@ async fn serve_network(
         Some(listener) => Some(format!("http://{}{}", listener.local_addr()?, http::PATH)),
         None => None,
     };
-    let control = local::Control::default()
+    let mut control = local::Control::default();
+    if let Some(launcher) = launcher {
+        control = control.with_launcher(launcher);
+    }
+    let control = control
         .with_servers(Arc::clone(&servers))
         .with_admin(Arc::new(super::ServerAdmin {
             servers: Some(servers),
@@ -328,6 +341,33 @@ pub(crate) struct ToolsArgs {
     config: Option<PathBuf>,
 }
 
+/// Starts the launcher of `[launch]`, when `config` has one, with `spawn_agent` and
+/// `stop_agent`; its agents connect back through this program.
+async fn start_launcher(
+    runtime: &Runtime,
+    config: &Config,
+    args: &ServeArgs,
+    data_dir: &Path,
+) -> Result<Option<Arc<Launcher>>, Box<dyn std::error::Error>> {
+    let Some(launch) = &config.launch else {
+        return Ok(None);
+    };
+    let program = std::env::current_exe()?;
+    let data_dir = (!args.in_memory)
+        .then(|| std::path::absolute(data_dir))
+        .transpose()?;
+    let launcher = Launcher::start(
+        runtime,
+        launch.clone(),
+        config_dir(config)?,
+        data_dir,
+        program,
+    )
+    .await?;
+    tracing::info!(profiles = ?launcher.profiles(), "spawn_agent on");
+    Ok(Some(launcher))
+}
+
 /// Starts the `[servers.*]` of `config` (their tools appear as each finishes its
 /// handshake), and the supervisor `guildhall servers add` adds to at run time.
 async fn start_servers(
@@ -433,6 +473,17 @@ pub(crate) async fn tools(args: ToolsArgs, data_dir: &Path) -> CliResult {
                 origin.insert(tool, format!("(from MCP server `{}`)", server.name));
             }
         }
+    }
+    if let Some(launch) = &config.launch {
+        let program = std::env::current_exe()?;
+        Launcher::start(
+            &runtime,
+            launch.clone(),
+            config_dir(&config)?,
+            None,
+            program,
+        )
+        .await?;
     }
     let commands = match Commands::start(&runtime, config_file).await {
         Ok(commands) => commands,
@@ -641,6 +692,34 @@ pub(crate) async fn status(args: StatusArgs, data_dir: &Path) -> CliResult {
                 writeln!(out, "  {:<16} {reason}", "")?;
             } else if let Some(last) = server["last_end"].as_str() {
                 writeln!(out, "  {:<16} last ended: {last}", "")?;
+            }
+        }
+    }
+    if let Some(launched) = value["launched"].as_array().filter(|l| !l.is_empty()) {
+        writeln!(out, "launched agents")?;
+        let now = guildhall::time::now_ms();
+        for agent in launched {
+            let uptime = agent["started_ms"]
+                .as_u64()
+                .filter(|_| agent["pid"].is_u64())
+                .map_or_else(String::new, |at| {
+                    let secs = now.saturating_sub(at) / 1000;
+                    let up = std::time::Duration::from_secs(secs);
+                    format!("up {}", humantime::format_duration(up))
+                });
+            writeln!(
+                out,
+                "  {:<16} {:<10} {:<10} {:<10} restarts {:<3} {uptime}",
+                agent["agent"].as_str().unwrap_or_default(),
+                agent["profile"].as_str().unwrap_or_default(),
+                agent["state"].as_str().unwrap_or_default(),
+                agent["pid"]
+                    .as_u64()
+                    .map_or_else(|| "-".to_owned(), |pid| format!("pid {pid}")),
+                agent["restarts"],
+            )?;
+            if let Some(last) = agent["last_exit"].as_str() {
+                writeln!(out, "  {:<16} last exit: {last}", "")?;
             }
         }
     }

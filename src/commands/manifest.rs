@@ -16,11 +16,6 @@ use super::template::Arg;
 
 /// The most time a command tool may be given.
 const MAX_TIMEOUT: Duration = Duration::from_secs(24 * 3600);
-/// Programs that run their `-c` argument as a script: a placeholder there would be read by
-/// the shell, which is what command tools exist to prevent.
-const SHELLS: &[&str] = &[
-    "sh", "bash", "dash", "zsh", "ksh", "mksh", "fish", "csh", "tcsh",
-];
 
 /// A manifest that cannot be used: where and why.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -358,16 +353,7 @@ fn check(
             ));
         }
     } else {
-        let base_name = Path::new(&program)
-            .file_name()
-            .map(|n| n.to_string_lossy().into_owned())
-            .unwrap_or_default();
-        if SHELLS.contains(&base_name.as_str())
-            && let Some(c) = command.iter().position(|a| a == "-c")
-            && args
-                .get(c + 1)
-                .is_some_and(|script| !script.fields().is_empty())
-        {
+        if super::template::script_has_placeholder(&program, &args) {
             return Err(at.error(
                 command_at,
                 "command",

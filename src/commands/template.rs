@@ -13,7 +13,7 @@ use serde_json::{Map, Value};
 
 /// One argv entry of a template.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(super) enum Arg {
+pub(crate) enum Arg {
     /// Fixed text.
     Literal(String),
     /// Exactly one placeholder: the value, a list spread over several entries.
@@ -24,18 +24,18 @@ pub(super) enum Arg {
 
 /// Part of a mixed entry.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(super) enum Piece {
+pub(crate) enum Piece {
     Text(String),
     Field(String),
 }
 
 /// Why a template entry cannot be read.
 #[derive(Debug, PartialEq, Eq)]
-pub(super) struct SyntaxError(pub(super) String);
+pub(crate) struct SyntaxError(pub(crate) String);
 
 impl Arg {
     /// Reads one entry.
-    pub(super) fn parse(entry: &str) -> Result<Self, SyntaxError> {
+    pub(crate) fn parse(entry: &str) -> Result<Self, SyntaxError> {
         let mut pieces = Vec::new();
         let mut text = String::new();
         let mut chars = entry.chars().peekable();
@@ -92,7 +92,7 @@ impl Arg {
     }
 
     /// The input fields this entry reads.
-    pub(super) fn fields(&self) -> Vec<&str> {
+    pub(crate) fn fields(&self) -> Vec<&str> {
         match self {
             Self::Literal(_) => Vec::new(),
             Self::Whole(name) => vec![name],
@@ -107,6 +107,27 @@ impl Arg {
     }
 }
 
+/// Programs that run their `-c` argument as a script.
+const SHELLS: &[&str] = &[
+    "sh", "bash", "dash", "zsh", "ksh", "mksh", "fish", "csh", "tcsh",
+];
+
+/// Whether `program` is a shell run with `-c` whose script (the entry after it in `args`)
+/// holds a placeholder: a value there would be read as shell code, which templates exist to
+/// prevent. Values go in the entries after the script, as `$1`, `$2`, ….
+pub(crate) fn script_has_placeholder(program: &str, args: &[Arg]) -> bool {
+    let base_name = std::path::Path::new(program)
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    SHELLS.contains(&base_name.as_str())
+        && args
+            .iter()
+            .position(|a| *a == Arg::Literal("-c".into()))
+            .and_then(|c| args.get(c + 1))
+            .is_some_and(|script| !script.fields().is_empty())
+}
+
 fn is_field_name(name: &str) -> bool {
     let mut chars = name.chars();
     chars
@@ -119,7 +140,7 @@ fn is_field_name(name: &str) -> bool {
 ///
 /// # Errors
 /// Why a value cannot be an argument (a list inside other text, a NUL byte).
-pub(super) fn render(args: &[Arg], input: &Map<String, Value>) -> Result<Vec<String>, String> {
+pub(crate) fn render(args: &[Arg], input: &Map<String, Value>) -> Result<Vec<String>, String> {
     let mut argv = Vec::with_capacity(args.len());
     for arg in args {
         match arg {

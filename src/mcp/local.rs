@@ -220,6 +220,9 @@ pub struct Control {
     /// The proxied MCP servers, listed by `status`.
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
     servers: Option<Arc<crate::servers::Servers>>,
+    /// The launched agents, listed by `status`.
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    launcher: Option<Arc<crate::launch::Launcher>>,
 }
 
 impl Default for Control {
@@ -232,6 +235,8 @@ impl Default for Control {
             about: Value::Object(serde_json::Map::new()),
             #[cfg(all(target_os = "linux", target_env = "gnu"))]
             servers: None,
+            #[cfg(all(target_os = "linux", target_env = "gnu"))]
+            launcher: None,
         }
     }
 }
@@ -249,6 +254,14 @@ impl Control {
     #[must_use]
     pub fn with_servers(mut self, servers: Arc<crate::servers::Servers>) -> Self {
         self.servers = Some(servers);
+        self
+    }
+
+    /// Lists the agents `launcher` started in what `status` answers.
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    #[must_use]
+    pub fn with_launcher(mut self, launcher: Arc<crate::launch::Launcher>) -> Self {
+        self.launcher = Some(launcher);
         self
     }
 
@@ -554,6 +567,12 @@ async fn status(server: &McpServer, control: &Control) -> Result<Value, String> 
             value.insert(
                 "servers".into(),
                 serde_json::to_value(servers.list().await).unwrap_or_default(),
+            );
+        }
+        if let Some(launcher) = &control.launcher {
+            value.insert(
+                "launched".into(),
+                serde_json::to_value(launcher.list().await).unwrap_or_default(),
             );
         }
     }

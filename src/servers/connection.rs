@@ -25,9 +25,9 @@ use serde_json::Value;
 
 use super::config::{RestartType, ServerConfig};
 use super::link::Link;
-use super::log::StderrLog;
 use super::proxy::{Pool, ProxyTool};
 use crate::options::ToolOptions;
+use crate::output_log::OutputLog;
 use crate::process_group::ProcessGroup;
 use crate::runtime::WeakRuntime;
 
@@ -44,7 +44,7 @@ pub(crate) struct ServerSpec {
     pub(crate) base_dir: PathBuf,
     pub(crate) link: Arc<Link>,
     pub(crate) runtime: WeakRuntime,
-    pub(crate) stderr: Arc<StderrLog>,
+    pub(crate) stderr: Arc<OutputLog>,
     /// The server's tools registered now: its own name → (guildhall's name, what it was
     /// registered from, to tell a changed tool).
     pub(crate) registered: tokio::sync::Mutex<BTreeMap<String, (String, String)>>,
@@ -501,7 +501,7 @@ fn expand_env(text: &str) -> Result<String, String> {
 }
 
 /// `reason`, with the last lines the server wrote to stderr when it wrote any.
-fn with_stderr(reason: &str, stderr: &StderrLog) -> String {
+fn with_stderr(reason: &str, stderr: &OutputLog) -> String {
     let tail = stderr.tail(5);
     if tail.is_empty() {
         reason.to_owned()

@@ -14,6 +14,7 @@ const ORDER: &[&str] = &[
     "sorted",
     "private_fs",
     "process_group",
+    "output_log",
     "tls",
     "events",
     "changes",
@@ -34,6 +35,8 @@ const ORDER: &[&str] = &[
     // External tools, registered through the runtime like any other.
     "servers",
     "commands",
+    // Agents the runtime starts, as supervised processes that connect back over MCP.
+    "launch",
     "mcp",
     // Reads guildhall.toml into the settings of every layer above, mcp's included.
     "config",

@@ -36,6 +36,8 @@ mod first_hour;
 mod governance;
 /// Random and hostile arguments into every tool: no crash, no circuit opened for others.
 mod hostile;
+/// Agents the runtime launches: identity, restarts, exits mailed, stops, limits.
+mod launch;
 /// The crate's modules depend on each other in one direction.
 mod layers;
 /// Agents and mailboxes: addressing, ordering, waiting, passivation, crashes, limits.

@@ -8,6 +8,9 @@ Run by scripts/python-client (and so by .ci/run) with GUILDHALL_BIN pointing at 
 - resources: the inbox read as a resource, and a subscription to it told of every new
   message (`resources/subscribe` before 2026-07-28, `subscriptions/listen` since); the
   briefing prompts and a completion;
+- launched agents: `spawn_agent` starts fake agents (tests/python/fake_agent.py) that
+  connect back through `guildhall mcp` as themselves, claim their task and mail their
+  parent; a crashing one is restarted and given up; `stop_agent` leaves no process;
 - proxied servers: `@modelcontextprotocol/server-everything` and `server-filesystem` (npm)
   and a server written with the Python SDK, configured in guildhall.toml, their tools
   called as `mcp__{server}__{tool}` over stdio and over guildhall's HTTP endpoint (when
@@ -278,6 +281,75 @@ async def proxied(mode, data_dir):
         server.wait(timeout=30)
 
 
+FAKE_AGENT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fake_agent.py")
+
+
+def process_gone(pid):
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().rsplit(")", 1)[1].split()[0] == "Z"
+    except FileNotFoundError:
+        return True
+
+
+async def mail_until(c, count):
+    """The tech lead's next `count` messages, waiting for each (bounded)."""
+    got = []
+    for _ in range(30):
+        inbox = structured(await c.call_tool("check_inbox", {"wait_secs": 2, "full": True}))
+        if inbox["messages"]:
+            got += inbox["messages"]
+            structured(await c.call_tool("mark_read", {"ids": [m["id"] for m in inbox["messages"]]}))
+        if len(got) >= count:
+            return got
+    raise AssertionError(f"expected {count} messages, got {got}")
+
+
+async def launched(mode, data_dir):
+    """A tech lead launches fake agents (Python, the MCP SDK) through spawn_agent: one
+    claims the task it was given, finishes it and mails its parent; a crashing one is
+    restarted, then given up and reported; stop_agent leaves no process behind."""
+    with open(os.path.join(data_dir, "guildhall.toml"), "w") as config:
+        config.write(f"""[launch.profiles.fake]
+command = [{json.dumps(sys.executable)}, {json.dumps(FAKE_AGENT)}, "{{mcp_config}}", "{{prompt}}"]
+max_restarts = 1
+""")
+    tl = params(data_dir, "mcp", "--agent", "tl", "--role", "tl")
+    async with Client(tl, mode=mode) as c:
+        task = structured(await c.call_tool("task_create", {"title": "parse the logs"}))
+        w1 = structured(await c.call_tool("spawn_agent", {
+            "role": "dev", "id": "w1", "task": task["id"], "prompt": "work"}))
+        assert w1["parent"] == "tl" and w1["state"] == "running", w1
+        # Its own report, the board's notice that the task is done, and its exit.
+        mail = await mail_until(c, 3)
+        subjects = sorted(m["subject"] for m in mail)
+        assert subjects == ["agent w1 exited", f"done task {task['id']}",
+                            f"task {task['id']} done: parse the logs"], mail
+        exited = next(m for m in mail if m["subject"] == "agent w1 exited")
+        assert exited["from"] == "w1" and exited["payload"]["exit_code"] == 0, exited
+        done = structured(await c.call_tool("task_get", {"id": task["id"]}))
+        assert done["status"] == "done" and done["notes"][-1]["text"] == "done by w1", done
+
+        structured(await c.call_tool("spawn_agent", {"role": "dev", "id": "w2", "prompt": "crash"}))
+        mail = await mail_until(c, 3)
+        assert [m["subject"] for m in mail] == [
+            "agent w2 exited", "agent w2 exited", "agent w2 gave up"], mail
+        assert mail[0]["payload"]["exit_code"] == 1, mail
+
+        w3 = structured(await c.call_tool("spawn_agent", {"role": "dev", "id": "w3", "prompt": "hang"}))
+        stopped = structured(await c.call_tool("stop_agent", {"id": "w3"}))
+        assert stopped["state"] == "ended", stopped
+        for _ in range(200):
+            if process_gone(w3["pid"]):
+                break
+            await asyncio.sleep(0.05)
+        assert process_gone(w3["pid"]), f"w3's process {w3['pid']} outlived stop_agent"
+    status = json.loads(subprocess.run([BIN, "--data-dir", data_dir, "status", "--json"],
+                                       capture_output=True, text=True, check=True).stdout)
+    states = {a["agent"]: a["state"] for a in status["launched"]}
+    assert states == {"w1": "ended", "w2": "gave_up", "w3": "ended"}, status["launched"]
+
+
 def stop_server(data_dir):
     out = subprocess.run([BIN, "--data-dir", data_dir, "status", "--json"],
                          capture_output=True, text=True)
@@ -299,6 +371,12 @@ async def main():
         with tempfile.TemporaryDirectory() as resources_dir:
             await resources(mode, resources_dir)
         print(f"ok: resources, subscriptions and prompts, mode={mode}")
+        with tempfile.TemporaryDirectory() as launch_dir:
+            try:
+                await launched(mode, launch_dir)
+            finally:
+                stop_server(launch_dir)
+        print(f"ok: launched agents connect back, finish a task, crash, stop, mode={mode}")
         if os.environ.get("PROXIED_SERVERS"):
             with tempfile.TemporaryDirectory() as proxied_dir:
                 await proxied(mode, proxied_dir)

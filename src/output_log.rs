@@ -1,5 +1,6 @@
-//! A server's stderr: appended to a log file that is rotated at a size (one older file
-//! kept), with its last lines kept in memory for error messages and `status`.
+//! What a child process writes (a proxied server's stderr, a launched agent's stdout and
+//! stderr): appended to a log file that is rotated at a size (one older file kept), with
+//! its last lines kept in memory for error messages and `status`.
 
 use std::collections::VecDeque;
 use std::io::Write;
@@ -10,11 +11,11 @@ use tokio::io::{AsyncBufReadExt, AsyncReadExt, BufReader};
 
 /// Lines kept in memory.
 const TAIL: usize = 20;
-/// A line longer than this is cut: a server writing one endless line must not grow memory.
+/// A line longer than this is cut: a process writing one endless line must not grow memory.
 const MAX_LINE: usize = 4096;
 
-/// Where one server's stderr goes.
-pub(crate) struct StderrLog {
+/// Where one process's output goes.
+pub(crate) struct OutputLog {
     /// The log file; `None` keeps only the tail (a runtime without a data directory).
     path: Option<PathBuf>,
     /// Rotated when it would grow past this.
@@ -22,7 +23,7 @@ pub(crate) struct StderrLog {
     tail: Mutex<VecDeque<String>>,
 }
 
-impl StderrLog {
+impl OutputLog {
     pub(crate) fn new(path: Option<PathBuf>, max_bytes: u64) -> Self {
         Self {
             path,
@@ -35,8 +36,8 @@ impl StderrLog {
         self.path.as_ref()
     }
 
-    /// Forgets the lines kept in memory: a new process of the server starts, and what its
-    /// last one wrote no longer explains anything (the file keeps it).
+    /// Forgets the lines kept in memory: a new process starts, and what the last one wrote
+    /// no longer explains anything (the file keeps it).
     pub(crate) fn clear_tail(&self) {
         self.tail
             .lock()
@@ -44,15 +45,15 @@ impl StderrLog {
             .clear();
     }
 
-    /// Reads `stderr` line by line until it closes, in a task of its own, which ends then.
-    /// The file is opened once per process and reopened only when rotated.
+    /// Reads `output` line by line until it closes, in a task of its own, which ends then.
+    /// The file is opened once per stream and reopened only when rotated.
     pub(crate) fn follow(
         self: &std::sync::Arc<Self>,
-        stderr: tokio::process::ChildStderr,
+        output: impl tokio::io::AsyncRead + Unpin + Send + 'static,
     ) -> tokio::task::JoinHandle<()> {
         let log = std::sync::Arc::clone(self);
         tokio::spawn(async move {
-            let mut lines = BufReader::new(stderr);
+            let mut lines = BufReader::new(output);
             let mut line = Vec::new();
             let mut file = None;
             loop {
@@ -82,7 +83,7 @@ impl StderrLog {
             && let Err(err) = self.append(path, line, file)
         {
             *file = None;
-            tracing::debug!(%err, path = %path.display(), "could not write a server's stderr log");
+            tracing::debug!(%err, path = %path.display(), "could not write a process's output log");
         }
     }
 
@@ -136,7 +137,7 @@ mod tests {
     fn the_log_rotates_at_its_size_and_the_tail_keeps_the_last_lines() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("s.log");
-        let log = StderrLog::new(Some(path.clone()), 100);
+        let log = OutputLog::new(Some(path.clone()), 100);
         let mut file = None;
         for i in 0..30 {
             log.write(&format!("line {i:02}\n"), &mut file);

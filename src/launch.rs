@@ -1,0 +1,683 @@
+//! Agents the runtime launches and supervises: a tech lead starts its workers with
+//! `spawn_agent`, guildhall runs each as a process (a profile of `[launch]`: `claude -p …`
+//! or any agent CLI) bound to its identity, and keeps it under supervision until it is done.
+//!
+//! ```text
+//! root
+//! └── launched         (one-for-one; never escalates; backoff 100 ms doubling to 10 s)
+//!     └── <agent>      (the process's actor: transient; the profile's restart type and
+//!                       intensity are applied by the actor, per agent)
+//! ```
+//!
+//! - **Identity.** The agent is registered (role, parent: the caller by default) before its
+//!   process starts, with `GUILDHALL_AGENT`, `GUILDHALL_ROLE`, `GUILDHALL_PARENT` and
+//!   `GUILDHALL_DATA_DIR` in its environment and `{mcp_config}` naming a file that makes an
+//!   MCP client connect back through `guildhall mcp` as that agent.
+//! - **Supervision.** Its process runs in a process group of its own, its stdout and stderr
+//!   in `<data dir>/launched/<agent>.log`. When it exits, its parent is mailed the exit and
+//!   its code. Then, as OTP restart types say: `temporary` is done; `transient` is done
+//!   after exit 0 and restarted otherwise; `permanent` is always restarted. Restarts past
+//!   `max_restarts` within `period` give it up, and its parent is told.
+//! - **Stopping.** `stop_agent` (by an agent above it, or the embedding program), its
+//!   parent's own stop (`stop_with_parent`) and the runtime's shutdown kill the group.
+//! - **Limits.** `max_agents` alive at once, `max_per_parent` started by one agent.
+
+mod actor;
+pub mod config;
+pub mod tools;
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, PoisonError, RwLock};
+
+use guildhall_supervision::{ChildSpec, Restart, RestartIntensity, RestartWindow, Supervisor};
+use serde::Serialize;
+use serde_json::{Map, json};
+
+use actor::LaunchedActor;
+pub use config::{LaunchConfig, Profile};
+
+use crate::agents::{AgentSpec, MailError};
+use crate::output_log::OutputLog;
+use crate::runtime::{Runtime, WeakRuntime};
+use crate::tasks::{TaskChange, TaskError, TaskId};
+
+/// The supervisor's id under the root.
+const LAUNCHED: &str = "launched";
+/// A launched agent's log is rotated at this size.
+const LOG_BYTES: u64 = 4 << 20;
+
+/// Why an agent could not be launched or stopped.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum LaunchError {
+    /// No profile of that name, or none given where several exist.
+    #[error("{0}")]
+    Profile(String),
+    /// A launched agent of that id is alive.
+    #[error("agent `{0}` is already launched and alive; stop it first")]
+    Duplicate(String),
+    /// No launched agent has that id.
+    #[error("no launched agent `{0}`; `list_agents` shows them")]
+    Unknown(String),
+    /// Too many launched agents.
+    #[error("{0}")]
+    Limit(String),
+    /// The caller may not stop this agent.
+    #[error("`{caller}` may not stop `{agent}`: only an agent above it, or the server, may")]
+    NotAbove {
+        /// Who asked.
+        caller: String,
+        /// The agent.
+        agent: String,
+    },
+    /// A field out of range or malformed.
+    #[error("invalid `{name}`: {reason}")]
+    InvalidArgument {
+        /// The field.
+        name: &'static str,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// Registering the agent or mailing failed.
+    #[error(transparent)]
+    Agent(#[from] MailError),
+    /// The task named could not be read or assigned.
+    #[error(transparent)]
+    Task(#[from] TaskError),
+    /// Its working directory or files could not be prepared.
+    #[error("could not prepare agent `{agent}`: {reason}")]
+    Prepare {
+        /// The agent.
+        agent: String,
+        /// What failed.
+        reason: String,
+    },
+    /// The runtime has stopped, or its supervisor refused.
+    #[error("{0}")]
+    Unavailable(String),
+}
+
+/// What `spawn_agent` asks for.
+#[derive(Debug, Clone, Default)]
+pub struct SpawnRequest {
+    /// The agent's id; generated from the role when absent.
+    pub id: Option<String>,
+    /// Its role.
+    pub role: String,
+    /// Who it reports to (and who hears of its exit).
+    pub parent: Option<String>,
+    /// What to tell it (`{prompt}`).
+    pub prompt: Option<String>,
+    /// A task to give it: assigned to it, and its prompt when none is given.
+    pub task: Option<TaskId>,
+    /// Which profile; the only one when there is one.
+    pub profile: Option<String>,
+}
+
+/// Where a launched agent is in its life.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum LaunchState {
+    /// Its process runs.
+    Running,
+    /// Its process ended and it is being started again.
+    Restarting,
+    /// It ended and will not be started again (done, temporary, or stopped).
+    Ended,
+    /// It was restarted too often and given up.
+    GaveUp,
+}
+
+impl LaunchState {
+    /// Whether it is alive (counts against the limits).
+    pub fn is_alive(self) -> bool {
+        matches!(self, Self::Running | Self::Restarting)
+    }
+}
+
+/// A launched agent as `status` and `list_agents` show it.
+#[derive(Debug, Clone, Serialize)]
+pub struct LaunchInfo {
+    /// The agent.
+    pub agent: String,
+    /// Its role.
+    pub role: String,
+    /// Who started it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub parent: Option<String>,
+    /// Its profile.
+    pub profile: String,
+    /// Where it is in its life.
+    pub state: LaunchState,
+    /// Its process, while one runs.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pid: Option<u32>,
+    /// When its current process started (Unix ms).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub started_ms: Option<u64>,
+    /// Times its process was started again after ending.
+    pub restarts: u64,
+    /// How its last process ended.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub last_exit: Option<String>,
+    /// Its log file.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub log: Option<PathBuf>,
+    /// The last lines it wrote.
+    pub tail: Vec<String>,
+}
+
+/// One launched agent: what its actor needs across restarts.
+pub(crate) struct Launch {
+    pub(crate) agent: String,
+    pub(crate) role: String,
+    pub(crate) parent: Option<String>,
+    pub(crate) profile_name: String,
+    pub(crate) profile: Profile,
+    pub(crate) argv: Vec<String>,
+    pub(crate) env: Vec<(String, String)>,
+    pub(crate) cwd: PathBuf,
+    pub(crate) log: Arc<OutputLog>,
+    pub(crate) runtime: WeakRuntime,
+    pub(crate) launcher: std::sync::Weak<Launcher>,
+    pub(crate) status: Mutex<Status>,
+}
+
+/// What changes over a launched agent's life.
+#[derive(Debug)]
+pub(crate) struct Status {
+    pub(crate) state: LaunchState,
+    pub(crate) pid: Option<u32>,
+    pub(crate) started_ms: Option<u64>,
+    pub(crate) starts: u64,
+    pub(crate) last_exit: Option<String>,
+    /// When each restart happened (monotonic), for the intensity.
+    pub(crate) restarts: RestartWindow,
+}
+
+impl Launch {
+    pub(crate) fn status(&self) -> std::sync::MutexGuard<'_, Status> {
+        self.status.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn info(&self) -> LaunchInfo {
+        let status = self.status();
+        LaunchInfo {
+            agent: self.agent.clone(),
+            role: self.role.clone(),
+            parent: self.parent.clone(),
+            profile: self.profile_name.clone(),
+            state: status.state,
+            pid: status.pid,
+            started_ms: status.started_ms,
+            restarts: status.starts.saturating_sub(1),
+            last_exit: status.last_exit.clone(),
+            log: self.log.path().cloned(),
+            tail: self.log.tail(5),
+        }
+    }
+}
+
+/// The agents a runtime launched: spawn, stop and list them.
+pub struct Launcher {
+    runtime: WeakRuntime,
+    config: LaunchConfig,
+    /// Where relative `cwd`s are taken from.
+    base_dir: PathBuf,
+    /// The runtime's data directory: logs, MCP configs and worktrees go under it, and the
+    /// agents connect back to it.
+    data_dir: Option<PathBuf>,
+    /// The `guildhall` program the agents connect back through.
+    program: PathBuf,
+    launched: tokio::sync::Mutex<BTreeMap<String, Arc<Launch>>>,
+    supervisor: Arc<RwLock<Option<Supervisor>>>,
+}
+
+impl Launcher {
+    /// Starts the `launched` supervisor under `runtime`'s root and registers `spawn_agent`
+    /// and `stop_agent`. `data_dir` is the runtime's
+    /// (agents connect back to it; `None` keeps logs in memory and gives no MCP config),
+    /// `program` the `guildhall` they connect through, `base_dir` where relative paths of
+    /// the config are taken from.
+    ///
+    /// # Errors
+    /// An invalid `config`, or the runtime refusing the supervisor.
+    pub async fn start(
+        runtime: &Runtime,
+        config: LaunchConfig,
+        base_dir: PathBuf,
+        data_dir: Option<PathBuf>,
+        program: PathBuf,
+    ) -> Result<Arc<Self>, LaunchError> {
+        config.validate().map_err(LaunchError::Profile)?;
+        // An agent's crash loop must never escalate to the root: each agent's own intensity
+        // gives it up instead.
+        let supervisor = runtime
+            .supervise_subsystem(LAUNCHED)
+            .await
+            .map_err(|err| LaunchError::Unavailable(err.to_string()))?;
+        let launcher = Arc::new(Self {
+            runtime: runtime.downgrade(),
+            config,
+            base_dir,
+            data_dir,
+            program,
+            launched: tokio::sync::Mutex::default(),
+            supervisor,
+        });
+        for registered in [
+            runtime
+                .register(tools::SpawnAgent(Arc::clone(&launcher)))
+                .await
+                .map(drop),
+            runtime
+                .register(tools::StopAgent(Arc::clone(&launcher)))
+                .await
+                .map(drop),
+        ] {
+            registered.map_err(|err| LaunchError::Unavailable(err.to_string()))?;
+        }
+        Ok(launcher)
+    }
+
+    /// The profiles' names.
+    pub fn profiles(&self) -> Vec<String> {
+        self.config.profiles.keys().cloned().collect()
+    }
+
+    /// Launches an agent: registers it, prepares its directory and MCP config, and starts
+    /// its process under supervision. `caller` is the agent asking (the parent by default),
+    /// `None` for the embedding program.
+    ///
+    /// # Errors
+    /// [`LaunchError`] naming what is wrong; nothing is started then.
+    ///
+    /// # Cancel safety
+    /// Dropping the future may leave the agent registered, or launched.
+    pub async fn spawn(
+        self: &Arc<Self>,
+        caller: Option<&str>,
+        request: SpawnRequest,
+    ) -> Result<LaunchInfo, LaunchError> {
+        let runtime = self.runtime()?;
+        let (profile_name, profile) = self.profile(request.profile.as_deref())?;
+        crate::agents::check_name(&request.role).map_err(|reason| {
+            LaunchError::InvalidArgument {
+                name: "role",
+                reason,
+            }
+        })?;
+        let parent = request.parent.clone().or_else(|| caller.map(str::to_owned));
+        if let Some(parent) = &parent {
+            runtime.agent(parent)?;
+        }
+        let agent = match &request.id {
+            Some(id) => id.clone(),
+            None => format!(
+                "{}-{}",
+                request.role,
+                &uuid::Uuid::now_v7().simple().to_string()[24..]
+            ),
+        };
+        crate::agents::check_name(&agent)
+            .map_err(|reason| LaunchError::InvalidArgument { name: "id", reason })?;
+        let mut launched = self.launched.lock().await;
+        if launched
+            .get(&agent)
+            .is_some_and(|l| l.status().state.is_alive())
+        {
+            return Err(LaunchError::Duplicate(agent));
+        }
+        let alive: Vec<&Arc<Launch>> = launched
+            .values()
+            .filter(|l| l.status().state.is_alive())
+            .collect();
+        if alive.len() >= self.config.max_agents {
+            return Err(LaunchError::Limit(format!(
+                "{} launched agents are alive, the most there may be (`[launch] max_agents`); \
+                 stop one first",
+                alive.len()
+            )));
+        }
+        let siblings = alive.iter().filter(|l| l.parent == parent).count();
+        if parent.is_some() && siblings >= self.config.max_per_parent {
+            return Err(LaunchError::Limit(format!(
+                "`{}` has {siblings} launched agents alive, the most one agent may have \
+                 (`[launch] max_per_parent`); stop one first",
+                parent.as_deref().unwrap_or_default()
+            )));
+        }
+        if let Some(existing) = runtime.lookup_agent(&agent)
+            && existing.role != request.role
+        {
+            return Err(LaunchError::InvalidArgument {
+                name: "id",
+                reason: format!(
+                    "agent `{agent}` exists with role `{}`, not `{}`",
+                    existing.role, request.role
+                ),
+            });
+        }
+        let mut spec = AgentSpec::new(&agent, &request.role);
+        if let Some(parent) = &parent {
+            spec = spec.parent(parent);
+        }
+        runtime.register_agent(spec).await?;
+        let prompt = match (request.prompt.clone(), request.task) {
+            (prompt, Some(task)) => {
+                let change = TaskChange {
+                    assignee: Some(Some(agent.clone())),
+                    ..TaskChange::default()
+                };
+                let given = runtime.tasks().update(caller, task, change).await?;
+                Some(prompt.unwrap_or_else(|| {
+                    format!(
+                        "You are agent `{agent}` (role `{}`). Your task is task {} on the \
+                         guildhall task board: {}\n\n{}\n\nTake it with task_claim, finish it \
+                         with task_update, and report to your parent by mail.",
+                        request.role, given.id, given.title, given.description
+                    )
+                }))
+            }
+            (prompt, None) => prompt,
+        };
+        let prepared = self.prepare(&agent, &request.role, parent.as_deref(), &profile)?;
+        let mut fields = Map::new();
+        fields.insert("agent".into(), json!(agent));
+        fields.insert("role".into(), json!(request.role));
+        fields.insert("parent".into(), json!(parent));
+        fields.insert("prompt".into(), json!(prompt));
+        fields.insert("task".into(), json!(request.task));
+        fields.insert("mcp_config".into(), json!(prepared.mcp_config));
+        fields.insert("data_dir".into(), json!(self.data_dir));
+        fields.insert("guildhall".into(), json!(self.program));
+        let template = profile.template().map_err(LaunchError::Profile)?;
+        let argv = crate::commands::template::render(&template, &fields).map_err(|reason| {
+            LaunchError::InvalidArgument {
+                name: "prompt",
+                reason,
+            }
+        })?;
+        let mut env = vec![
+            ("GUILDHALL_AGENT".to_owned(), agent.clone()),
+            ("GUILDHALL_ROLE".to_owned(), request.role.clone()),
+        ];
+        if let Some(parent) = &parent {
+            env.push(("GUILDHALL_PARENT".into(), parent.clone()));
+        }
+        if let Some(dir) = &self.data_dir {
+            env.push(("GUILDHALL_DATA_DIR".into(), dir.display().to_string()));
+        }
+        env.extend(profile.env.iter().map(|(k, v)| (k.clone(), v.clone())));
+        let launch = Arc::new(Launch {
+            agent: agent.clone(),
+            role: request.role.clone(),
+            parent,
+            profile_name,
+            argv,
+            env,
+            cwd: prepared.cwd,
+            log: Arc::new(OutputLog::new(prepared.log, LOG_BYTES)),
+            runtime: self.runtime.clone(),
+            launcher: Arc::downgrade(self),
+            status: Mutex::new(Status {
+                state: LaunchState::Restarting,
+                pid: None,
+                started_ms: None,
+                starts: 0,
+                last_exit: None,
+                restarts: RestartWindow::new(RestartIntensity::new(
+                    profile.max_restarts,
+                    profile.period,
+                )),
+            }),
+            profile,
+        });
+        self.supervisor()?
+            .start_child(child_spec(&launch))
+            .await
+            .map_err(|err| LaunchError::Unavailable(err.to_string()))?;
+        launched.insert(agent, Arc::clone(&launch));
+        Ok(launch.info())
+    }
+
+    /// Stops launched agent `agent` (its process group killed) and, with
+    /// `stop_with_parent`, the agents it launched. `caller` must be above it in the agent
+    /// tree (`None`: the embedding program, which may stop any).
+    ///
+    /// # Errors
+    /// [`LaunchError::Unknown`], [`LaunchError::NotAbove`].
+    ///
+    /// # Cancel safety
+    /// Dropping the future may leave it stopped, and some of its children.
+    pub async fn stop(&self, caller: Option<&str>, agent: &str) -> Result<LaunchInfo, LaunchError> {
+        let launch = self
+            .launched
+            .lock()
+            .await
+            .get(agent)
+            .cloned()
+            .ok_or_else(|| LaunchError::Unknown(agent.to_owned()))?;
+        if let Some(caller) = caller
+            && !self.is_above(caller, agent)
+        {
+            return Err(LaunchError::NotAbove {
+                caller: caller.to_owned(),
+                agent: agent.to_owned(),
+            });
+        }
+        self.end(&launch, "stopped by stop_agent").await;
+        Ok(launch.info())
+    }
+
+    /// Every launched agent, alive or not, by id.
+    pub async fn list(&self) -> Vec<LaunchInfo> {
+        self.launched
+            .lock()
+            .await
+            .values()
+            .map(|l| l.info())
+            .collect()
+    }
+
+    /// Ends `launch` for good: its actor stopped (which kills its group), then the agents
+    /// it launched that stop with it. Iterative, so a deep tree cannot overflow.
+    pub(crate) async fn end(&self, launch: &Arc<Launch>, why: &str) {
+        let mut queue = vec![Arc::clone(launch)];
+        while let Some(next) = queue.pop() {
+            let was_alive = {
+                let mut status = next.status();
+                let alive = status.state.is_alive();
+                if alive {
+                    status.state = LaunchState::Ended;
+                    status.last_exit.get_or_insert_with(|| why.to_owned());
+                }
+                alive
+            };
+            if was_alive && let Ok(supervisor) = self.supervisor() {
+                let _ = supervisor.terminate_child(next.agent.clone()).await;
+            }
+            queue.extend(self.children_of(&next.agent).await);
+        }
+    }
+
+    /// The alive launched agents `parent` started that stop with it.
+    pub(crate) async fn children_of(&self, parent: &str) -> Vec<Arc<Launch>> {
+        self.launched
+            .lock()
+            .await
+            .values()
+            .filter(|l| {
+                l.parent.as_deref() == Some(parent)
+                    && l.profile.stop_with_parent
+                    && l.status().state.is_alive()
+            })
+            .cloned()
+            .collect()
+    }
+
+    fn is_above(&self, caller: &str, agent: &str) -> bool {
+        let Some(runtime) = self.runtime.upgrade() else {
+            return false;
+        };
+        let mut at = runtime
+            .lookup_agent(agent)
+            .and_then(|r| r.parent.as_ref().map(ToString::to_string));
+        // Bounded: a parent chain longer than the directory is a cycle.
+        for _ in 0..10_000 {
+            match at {
+                Some(ref p) if p == caller => return true,
+                Some(p) => {
+                    at = runtime
+                        .lookup_agent(&p)
+                        .and_then(|r| r.parent.as_ref().map(ToString::to_string))
+                }
+                None => return false,
+            }
+        }
+        false
+    }
+
+    fn profile(&self, name: Option<&str>) -> Result<(String, Profile), LaunchError> {
+        let profiles = &self.config.profiles;
+        let names = || {
+            let names: Vec<&str> = profiles.keys().map(String::as_str).collect();
+            if names.is_empty() {
+                "there are none: add `[launch.profiles.NAME]` to guildhall.toml".to_owned()
+            } else {
+                format!("there are {}", names.join(", "))
+            }
+        };
+        match name {
+            Some(name) => profiles
+                .get(name)
+                .map(|p| (name.to_owned(), p.clone()))
+                .ok_or_else(|| {
+                    LaunchError::Profile(format!("no launch profile `{name}`; {}", names()))
+                }),
+            None if profiles.len() == 1 => Ok(profiles
+                .iter()
+                .next()
+                .map(|(n, p)| (n.clone(), p.clone()))
+                .expect("one profile")),
+            None => Err(LaunchError::Profile(format!(
+                "name a launch profile; {}",
+                names()
+            ))),
+        }
+    }
+
+    /// The agent's working directory, log file and MCP config.
+    fn prepare(
+        &self,
+        agent: &str,
+        role: &str,
+        parent: Option<&str>,
+        profile: &Profile,
+    ) -> Result<Prepared, LaunchError> {
+        let failed = |reason: String| LaunchError::Prepare {
+            agent: agent.to_owned(),
+            reason,
+        };
+        let cwd = match &profile.cwd {
+            Some(dir) => self.base_dir.join(dir),
+            None => self.base_dir.clone(),
+        };
+        let Some(data_dir) = &self.data_dir else {
+            return Ok(Prepared {
+                cwd,
+                log: None,
+                mcp_config: None,
+            });
+        };
+        let dir = data_dir.join("launched");
+        crate::private_fs::create_dir_all(&dir)
+            .map_err(|e| failed(format!("{}: {e}", dir.display())))?;
+        let mcp_config = dir.join(format!("{agent}.mcp.json"));
+        let mut args = vec![
+            "--data-dir".to_owned(),
+            data_dir.display().to_string(),
+            "mcp".into(),
+            "--agent".into(),
+            agent.to_owned(),
+            "--role".into(),
+            role.to_owned(),
+        ];
+        if let Some(parent) = parent {
+            args.extend(["--parent".to_owned(), parent.to_owned()]);
+        }
+        let config = json!({ "mcpServers": { "guildhall": {
+            "command": self.program, "args": args } } });
+        crate::private_fs::write(
+            &mcp_config,
+            &serde_json::to_vec_pretty(&config).unwrap_or_default(),
+        )
+        .map_err(|e| failed(format!("{}: {e}", mcp_config.display())))?;
+        let cwd = if profile.worktree {
+            worktree(&cwd, &data_dir.join("worktrees").join(agent)).map_err(failed)?
+        } else {
+            cwd
+        };
+        Ok(Prepared {
+            cwd,
+            log: Some(dir.join(format!("{agent}.log"))),
+            mcp_config: Some(mcp_config),
+        })
+    }
+
+    fn runtime(&self) -> Result<Runtime, LaunchError> {
+        self.runtime
+            .upgrade()
+            .ok_or_else(|| LaunchError::Unavailable("the runtime has stopped".into()))
+    }
+
+    fn supervisor(&self) -> Result<Supervisor, LaunchError> {
+        self.supervisor
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+            .ok_or_else(|| {
+                LaunchError::Unavailable("the `launched` supervisor is not running".into())
+            })
+    }
+}
+
+struct Prepared {
+    cwd: PathBuf,
+    log: Option<PathBuf>,
+    mcp_config: Option<PathBuf>,
+}
+
+/// A fresh worktree of the repository at `repo`, detached at its `HEAD`, at `at` (an
+/// existing one is reused: the agent was launched before under this id).
+fn worktree(repo: &Path, at: &Path) -> Result<PathBuf, String> {
+    if at.join(".git").exists() {
+        return Ok(at.to_owned());
+    }
+    let out = std::process::Command::new("git")
+        .arg("-C")
+        .arg(repo)
+        .args(["worktree", "add", "--detach"])
+        .arg(at)
+        .output()
+        .map_err(|e| format!("could not run git: {e}"))?;
+    if !out.status.success() {
+        return Err(format!(
+            "`git worktree add` in {} failed: {}",
+            repo.display(),
+            String::from_utf8_lossy(&out.stderr).trim()
+        ));
+    }
+    Ok(at.to_owned())
+}
+
+/// The child spec of one launched agent: transient (its actor applies the profile's
+/// restart type), its group killed within five seconds when it is stopped.
+fn child_spec(launch: &Arc<Launch>) -> ChildSpec {
+    let launch = Arc::clone(launch);
+    ChildSpec::actor(launch.agent.clone(), move || {
+        (LaunchedActor(Arc::clone(&launch)), ())
+    })
+    .restart(Restart::Transient)
+}

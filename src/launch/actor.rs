@@ -1,0 +1,244 @@
+//! The actor that owns one launched agent's process.
+//!
+//! `pre_start` starts the process (or, past the profile's restart intensity, gives the agent
+//! up); a task waits for the process and tells the actor how it ended; the actor mails the
+//! parent and applies the restart type: ending normally (not restarted: the child spec is
+//! transient) or failing (restarted by the `launched` supervisor, with its backoff).
+//! `post_stop` kills the process group, whatever stopped the actor.
+
+use std::os::unix::process::ExitStatusExt;
+use std::process::Stdio;
+use std::sync::Arc;
+use std::time::Instant;
+
+use ractor::{Actor, ActorProcessingErr, ActorRef};
+use serde_json::json;
+
+use super::{Launch, LaunchState};
+use crate::agents::{Outgoing, now_ms};
+use crate::process_group::ProcessGroup;
+use crate::servers::RestartType;
+
+pub(crate) struct LaunchedActor(pub(crate) Arc<Launch>);
+
+pub(crate) enum LaunchMsg {
+    /// The process ended: its exit code, or the signal that killed it.
+    Exited {
+        code: Option<i32>,
+        signal: Option<i32>,
+    },
+}
+
+pub(crate) struct LaunchedState {
+    /// The process's group, killed when the actor stops (`None`: given up).
+    group: Option<ProcessGroup>,
+    waiter: Option<tokio::task::JoinHandle<()>>,
+}
+
+impl Actor for LaunchedActor {
+    type Msg = LaunchMsg;
+    type State = LaunchedState;
+    type Arguments = ();
+
+    /// Starts the process. A process that cannot be started fails the start, so the
+    /// supervisor tries again with backoff, counted against the intensity like an exit.
+    async fn pre_start(
+        &self,
+        myself: ActorRef<Self::Msg>,
+        (): (),
+    ) -> Result<Self::State, ActorProcessingErr> {
+        let launch = &self.0;
+        // A start after the first is a restart, and counts against the intensity.
+        let restarted = {
+            let mut status = launch.status();
+            let restarted = if status.starts == 0 {
+                Ok(())
+            } else {
+                status.restarts.record(Instant::now())
+            };
+            if restarted.is_ok() {
+                status.starts += 1;
+            }
+            restarted
+        };
+        if let Err(exceeded) = restarted {
+            let why = format!(
+                "gave up: restarted {} times within {}",
+                exceeded.restarts,
+                humantime::format_duration(exceeded.period)
+            );
+            tracing::warn!(agent = %launch.agent, "{why}");
+            {
+                let mut status = launch.status();
+                status.state = LaunchState::GaveUp;
+                status.pid = None;
+            }
+            tell_parent(launch, "gave up", &why, None).await;
+            end_children(launch);
+            myself.stop(Some(why));
+            return Ok(LaunchedState {
+                group: None,
+                waiter: None,
+            });
+        }
+        let mut command = tokio::process::Command::new(&launch.argv[0]);
+        command
+            .args(&launch.argv[1..])
+            .env_clear()
+            .envs(std::env::vars().filter(|(name, _)| !name.starts_with("GUILDHALL_")))
+            .envs(launch.env.iter().map(|(k, v)| (k, v)))
+            .current_dir(&launch.cwd)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            // Its own group, so whatever it starts dies with it.
+            .process_group(0)
+            .kill_on_drop(true);
+        let mut child = match command.spawn() {
+            Ok(child) => child,
+            Err(err) => {
+                let why = format!("could not run `{}`: {err}", launch.argv[0]);
+                launch.status().last_exit = Some(why.clone());
+                return Err(why.into());
+            }
+        };
+        let pid = child.id();
+        let group = pid
+            .and_then(|p| i32::try_from(p).ok())
+            .map(ProcessGroup::new);
+        launch.log.clear_tail();
+        let outputs = [
+            child.stdout.take().map(|out| launch.log.follow(out)),
+            child.stderr.take().map(|err| launch.log.follow(err)),
+        ];
+        let me = myself.clone();
+        let waiter = tokio::spawn(async move {
+            let status = child.wait().await;
+            // What it wrote last is in the log before anyone is told it ended (bounded: a
+            // process it left behind may hold the pipes open).
+            for reading in outputs.into_iter().flatten() {
+                let _ = tokio::time::timeout(std::time::Duration::from_millis(200), reading).await;
+            }
+            let (code, signal) = match status {
+                Ok(status) => (status.code(), status.signal()),
+                Err(_) => (None, None),
+            };
+            let _ = me.cast(LaunchMsg::Exited { code, signal });
+        });
+        {
+            let mut status = launch.status();
+            status.state = LaunchState::Running;
+            status.pid = pid;
+            status.started_ms = Some(now_ms());
+        }
+        tracing::info!(agent = %launch.agent, pid, "launched agent started");
+        Ok(LaunchedState {
+            group,
+            waiter: Some(waiter),
+        })
+    }
+
+    async fn post_stop(
+        &self,
+        _: ActorRef<Self::Msg>,
+        state: &mut Self::State,
+    ) -> Result<(), ActorProcessingErr> {
+        if let Some(group) = &mut state.group {
+            group.terminate().await;
+        }
+        if let Some(waiter) = state.waiter.take() {
+            waiter.abort();
+        }
+        self.0.status().pid = None;
+        Ok(())
+    }
+
+    async fn handle(
+        &self,
+        myself: ActorRef<Self::Msg>,
+        msg: Self::Msg,
+        state: &mut Self::State,
+    ) -> Result<(), ActorProcessingErr> {
+        let LaunchMsg::Exited { code, signal } = msg;
+        let launch = &self.0;
+        // Whatever it left running in its group goes with it.
+        if let Some(group) = &mut state.group {
+            group.terminate().await;
+        }
+        let how = match (code, signal) {
+            (Some(code), _) => format!("exited with code {code}"),
+            (None, Some(signal)) => format!("was killed by signal {signal}"),
+            _ => "ended".to_owned(),
+        };
+        let stopped = launch.status().state == LaunchState::Ended;
+        let again = !stopped
+            && match launch.profile.restart {
+                RestartType::Temporary => false,
+                RestartType::Transient => code != Some(0),
+                RestartType::Permanent => true,
+            };
+        {
+            let mut status = launch.status();
+            status.last_exit = Some(how.clone());
+            status.pid = None;
+            status.state = if again {
+                LaunchState::Restarting
+            } else {
+                LaunchState::Ended
+            };
+        }
+        let next = if again {
+            "it is restarted"
+        } else {
+            "it is done"
+        };
+        tell_parent(launch, "exited", &format!("{how}; {next}"), code).await;
+        if again {
+            return Err(format!("agent `{}` {how}", launch.agent).into());
+        }
+        end_children(launch);
+        myself.stop(Some(how));
+        Ok(())
+    }
+}
+
+/// Mails the agent's parent, from the agent, that it `event` (`exited`, `gave up`).
+async fn tell_parent(launch: &Launch, event: &str, detail: &str, code: Option<i32>) {
+    let Some(parent) = &launch.parent else {
+        return;
+    };
+    let Some(runtime) = launch.runtime.upgrade() else {
+        return;
+    };
+    let Ok(agent) = runtime.agent(&launch.agent) else {
+        return;
+    };
+    let tail = launch.log.tail(5);
+    let mut body = format!("Launched agent `{}` {detail}.", launch.agent);
+    if !tail.is_empty() {
+        body.push_str(&format!("\nIts last output:\n{}", tail.join("\n")));
+    }
+    let message = Outgoing::to(parent.clone())
+        .subject(format!("agent {} {event}", launch.agent))
+        .body(body)
+        .payload(json!({ "agent": launch.agent, "event": event, "exit_code": code }));
+    if let Err(err) = agent.send(message).await {
+        tracing::warn!(agent = %launch.agent, %parent, %err, "could not tell the parent");
+    }
+}
+
+/// Ends the agents this one launched that stop with it, in a task of its own: the actor
+/// runs inside its supervisor's restart or stop, and what ends them waits on that
+/// supervisor (and on the launcher, which may be waiting on it too).
+fn end_children(launch: &Arc<Launch>) {
+    let Some(launcher) = launch.launcher.upgrade() else {
+        return;
+    };
+    let parent = launch.agent.clone();
+    tokio::spawn(async move {
+        let why = format!("its parent `{parent}` ended");
+        for child in launcher.children_of(&parent).await {
+            launcher.end(&child, &why).await;
+        }
+    });
+}

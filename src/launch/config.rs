@@ -1,0 +1,194 @@
+//! `[launch]`: how many agents the runtime may start, and the profiles it starts them with.
+//!
+//! ```toml
+//! [launch]
+//! max_agents = 16                   # launched agents alive at once, in all
+//! max_per_parent = 8                # ... started by one agent
+//!
+//! [launch.profiles.claude]
+//! command = ["claude", "-p", "{prompt}", "--mcp-config", "{mcp_config}"]
+//! env = { CLAUDE_CODE_MAX_OUTPUT_TOKENS = "8000" }
+//! cwd = "."                         # relative to this file's directory
+//! worktree = false                  # a fresh git worktree per agent instead of `cwd`
+//! restart = "transient"             # permanent | transient | temporary
+//! max_restarts = 3                  # restarts within `period` before giving up
+//! period = "60s"
+//! stop_with_parent = true           # stopped when the agent that started it is
+//! ```
+//!
+//! Placeholders in `command` fill whole argv entries (never a shell): `{prompt}`,
+//! `{mcp_config}` (a JSON file that makes an MCP client connect back as the agent),
+//! `{agent}`, `{role}`, `{parent}`, `{task}`, `{data_dir}` and `{guildhall}` (this
+//! program). One that has no value (no parent, no task) leaves its entry out.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use serde::Deserialize;
+
+use crate::commands::template::Arg;
+use crate::servers::RestartType;
+
+/// The placeholders a profile's command may use.
+pub const PLACEHOLDERS: [&str; 8] = [
+    "prompt",
+    "mcp_config",
+    "agent",
+    "role",
+    "parent",
+    "task",
+    "data_dir",
+    "guildhall",
+];
+
+/// `[launch]` in `guildhall.toml`.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct LaunchConfig {
+    /// Launched agents alive at once, in all.
+    pub max_agents: usize,
+    /// Launched agents alive at once that one agent started.
+    pub max_per_parent: usize,
+    /// The profiles, by name.
+    pub profiles: BTreeMap<String, Profile>,
+}
+
+impl Default for LaunchConfig {
+    fn default() -> Self {
+        Self {
+            max_agents: 16,
+            max_per_parent: 8,
+            profiles: BTreeMap::new(),
+        }
+    }
+}
+
+/// How to start one kind of agent.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Profile {
+    /// The program and its arguments, with placeholders.
+    pub command: Vec<String>,
+    /// Extra environment (`GUILDHALL_*` is set by guildhall and cannot be given).
+    #[serde(default)]
+    pub env: BTreeMap<String, String>,
+    /// Its working directory, relative to the config file's directory.
+    #[serde(default)]
+    pub cwd: Option<PathBuf>,
+    /// Give each agent a fresh `git worktree` (detached at `HEAD` of `cwd`) under the data
+    /// directory instead of `cwd` itself.
+    #[serde(default)]
+    pub worktree: bool,
+    /// When it is started again after its process ends.
+    #[serde(default = "transient")]
+    pub restart: RestartType,
+    /// Restarts within `period` past which it is given up (and its parent told).
+    #[serde(default = "three")]
+    pub max_restarts: u32,
+    /// The window `max_restarts` counts in.
+    #[serde(default = "minute", with = "crate::time::humane")]
+    pub period: Duration,
+    /// Stopped when the agent that started it is stopped or ends for good.
+    #[serde(default = "yes")]
+    pub stop_with_parent: bool,
+}
+
+fn transient() -> RestartType {
+    RestartType::Transient
+}
+
+fn three() -> u32 {
+    3
+}
+
+fn minute() -> Duration {
+    Duration::from_secs(60)
+}
+
+fn yes() -> bool {
+    true
+}
+
+impl Profile {
+    /// A profile running `command` with the defaults.
+    pub fn new(command: impl IntoIterator<Item = impl Into<String>>) -> Self {
+        Self {
+            command: command.into_iter().map(Into::into).collect(),
+            env: BTreeMap::new(),
+            cwd: None,
+            worktree: false,
+            restart: RestartType::Transient,
+            max_restarts: 3,
+            period: minute(),
+            stop_with_parent: true,
+        }
+    }
+
+    /// The command as a template.
+    ///
+    /// # Errors
+    /// What is wrong with it, naming the entry or placeholder.
+    pub(crate) fn template(&self) -> Result<Vec<Arg>, String> {
+        let Some(program) = self.command.first() else {
+            return Err("`command` is empty: give the program and its arguments".into());
+        };
+        let args = self
+            .command
+            .iter()
+            .map(|entry| Arg::parse(entry).map_err(|err| err.0))
+            .collect::<Result<Vec<_>, _>>()?;
+        if !matches!(args[0], Arg::Literal(_)) {
+            return Err(format!(
+                "the program `{program}` cannot be a placeholder: name it"
+            ));
+        }
+        for arg in &args {
+            for field in arg.fields() {
+                if !PLACEHOLDERS.contains(&field) {
+                    return Err(format!(
+                        "`{{{field}}}` is not a placeholder here; there are {}",
+                        PLACEHOLDERS.map(|p| format!("{{{p}}}")).join(", ")
+                    ));
+                }
+            }
+        }
+        if crate::commands::template::script_has_placeholder(program, &args[1..]) {
+            return Err(format!(
+                "`{program} -c` would read a value as shell code: keep the script fixed and \
+                 pass values as the entries after it (\"$1\", \"$2\", … in the script)"
+            ));
+        }
+        if let Some(name) = self.env.keys().find(|name| name.starts_with("GUILDHALL_")) {
+            return Err(format!(
+                "`env.{name}`: the GUILDHALL_ variables are set by guildhall itself"
+            ));
+        }
+        Ok(args)
+    }
+}
+
+impl LaunchConfig {
+    /// Checks every profile and the limits.
+    ///
+    /// # Errors
+    /// The first problem, naming the profile and the field.
+    pub fn validate(&self) -> Result<(), String> {
+        if self.max_agents == 0 || self.max_per_parent == 0 {
+            return Err("`max_agents` and `max_per_parent` must be at least 1".into());
+        }
+        for (name, profile) in &self.profiles {
+            crate::agents::check_name(name)
+                .map_err(|reason| format!("profile name `{name}`: {reason}"))?;
+            profile
+                .template()
+                .map_err(|reason| format!("[launch.profiles.{name}]: {reason}"))?;
+            if profile.period.is_zero() {
+                return Err(format!(
+                    "[launch.profiles.{name}]: `period` must be more than 0"
+                ));
+            }
+        }
+        Ok(())
+    }
+}
