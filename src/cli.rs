@@ -81,8 +81,10 @@ enum Command {
     Agents(mail::AgentsArgs),
     /// Send a message as an agent (or many, as JSON lines on stdin).
     Send(mail::SendArgs),
-    /// List an agent's inbox.
+    /// List an agent's inbox (`--human`: the questions agents asked a person).
     Inbox(mail::InboxArgs),
+    /// Answer a question an agent asked with `ask_human` or `confirm`, as a human.
+    Answer(mail::AnswerArgs),
     /// Sessions and their shared context: list, show, update, history, export, import.
     Context(context::ContextArgs),
     /// The task board: list (a table, `--tree`, `--json`), show, add, update.
@@ -153,6 +155,7 @@ pub(crate) fn main() -> ExitCode {
             Command::Agents(args) => mail::agents(args, &cli.data_dir).await,
             Command::Send(args) => mail::send(args, &cli.data_dir).await,
             Command::Inbox(args) => mail::inbox(args, &cli.data_dir).await,
+            Command::Answer(args) => mail::answer(args, &cli.data_dir).await,
             Command::Context(args) => context::run(args, &cli.data_dir).await,
             Command::Tasks(args) => tasks::run(args, &cli.data_dir).await,
             Command::Doctor(args) => doctor::run(args, &cli.data_dir).await,

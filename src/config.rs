@@ -54,6 +54,9 @@
 //! [launch.profiles.claude]
 //! command = ["claude", "-p", "{prompt}", "--mcp-config", "{mcp_config}"]
 //!
+//! [humans]                          # ask_human and confirm; who answers by mail
+//! ids = ["ada"]
+//!
 //! [tasks]
 //! max_tasks = 100000                # unfinished tasks on the board
 //! max_held = 16                     # tasks one agent may hold at once
@@ -122,6 +125,10 @@ pub struct Config {
     /// The task board.
     #[serde(default)]
     pub tasks: TasksSection,
+    /// Who answers `ask_human` and `confirm` when the asking agent's own client cannot:
+    /// with this section the two tools are served.
+    #[serde(default)]
+    pub humans: Option<crate::humans::HumansConfig>,
     /// Agents the runtime launches (`spawn_agent`): served only when this section is
     /// present.
     #[cfg(all(target_os = "linux", target_env = "gnu"))]

@@ -73,6 +73,7 @@ pub mod events;
 pub mod fetch;
 pub mod files;
 pub mod governance;
+pub mod humans;
 #[cfg(all(target_os = "linux", target_env = "gnu"))]
 pub mod launch;
 pub mod mcp;

@@ -44,6 +44,8 @@ use crate::error::BuildError;
 use crate::governance::{
     Governance, GovernanceConfig, Governed, ToolEvent, ToolMeta, ToolReply, layers,
 };
+use crate::humans::tools::{AskHuman, Confirm};
+use crate::humans::{Humans, HumansConfig};
 use crate::options::{CallOptions, ToolOptions};
 use crate::pipeline::{self, Sweeper};
 use crate::registry::{ErasedTool, ToolEntry, ToolHandle};
@@ -102,6 +104,8 @@ pub struct RuntimeBuilder {
     pending: Vec<Pending>,
     /// File roots that may depend on the calling agent's role, told how to find it.
     by_role: Vec<Arc<crate::files::Files>>,
+    /// With [`humans`](Self::humans): `ask_human` and `confirm`, and who answers them.
+    humans: Option<HumansConfig>,
     /// Subsystems started under the root after the built-in ones.
     subsystems: Vec<ChildSpec>,
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
@@ -145,6 +149,7 @@ impl Runtime {
             sweeper: Sweeper::new(DEADLINE_RESOLUTION),
             pending: Vec::new(),
             by_role: Vec::new(),
+            humans: None,
             subsystems: Vec::new(),
             #[cfg(all(target_os = "linux", target_env = "gnu"))]
             shell: None,
@@ -714,6 +719,13 @@ impl RuntimeBuilder {
         self.tool_with(fetch.tool(), options)
     }
 
+    /// Adds `ask_human` and `confirm`: answered by the caller's own user when its MCP client
+    /// can ask, else mailed to `config`'s humans (registered with role `human`).
+    pub fn humans(mut self, config: HumansConfig) -> Self {
+        self.humans = Some(config);
+        self
+    }
+
     /// Sets mailbox limits and timings.
     pub fn mailbox_config(mut self, config: MailboxConfig) -> Self {
         self.mailbox = config;
@@ -793,6 +805,17 @@ impl RuntimeBuilder {
             .tool(TaskClaim(Tasks(Arc::clone(&tasks))))
             .tool(TaskHeartbeat(Tasks(Arc::clone(&tasks))))
             .tool(TaskRelease(Tasks(Arc::clone(&tasks))));
+        if let Some(config) = self.humans.take() {
+            let humans = Humans::start(Arc::clone(&office), config).await?;
+            // They wait for a person by design; their deadline allows for the longest wait.
+            let options = self
+                .defaults
+                .clone()
+                .timeout(crate::humans::tools::MAX_WAIT + Duration::from_secs(10));
+            self = self
+                .tool_with(AskHuman(Arc::clone(&humans)), options.clone())
+                .tool_with(Confirm(humans), options);
+        }
         let tools: DashMap<String, Arc<dyn ErasedTool>> =
             DashMap::with_capacity(self.pending.len());
         let mut children = Vec::with_capacity(self.pending.len());

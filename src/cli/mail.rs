@@ -385,8 +385,11 @@ pub(super) fn stdin_lines(
 #[derive(Debug, Args)]
 pub(crate) struct InboxArgs {
     /// Whose inbox.
+    #[arg(long, required_unless_present = "human", conflicts_with = "human")]
+    agent: Option<String>,
+    /// The inbox of the first of `[humans] ids` in guildhall.toml: questions agents asked.
     #[arg(long)]
-    agent: String,
+    human: bool,
     /// Include read messages.
     #[arg(long)]
     all: bool,
@@ -407,7 +410,72 @@ pub(crate) struct InboxArgs {
     json: bool,
 }
 
-pub(crate) async fn inbox(args: InboxArgs, data_dir: &Path) -> CliResult {
+/// The first human `[humans]` names in the data directory's guildhall.toml.
+fn first_human(data_dir: &Path) -> Result<String, Box<dyn std::error::Error>> {
+    let config =
+        guildhall::config::Config::load(&data_dir.join(guildhall::config::CONFIG_FILE), false)?;
+    config
+        .humans
+        .and_then(|h| h.ids.into_iter().next())
+        .ok_or_else(|| "no humans are configured: add `[humans] ids = [\"you\"]` to guildhall.toml, or name one".into())
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct AnswerArgs {
+    /// The question's id (the message's id in the human's inbox).
+    id: String,
+    /// The answer: text, a JSON object for a form, or `decline`.
+    text: String,
+    /// The human answering (default: the first of `[humans] ids`).
+    #[arg(long = "as")]
+    human: Option<String>,
+}
+
+/// `guildhall answer`: a reply to a question, from a human, in its thread.
+pub(crate) async fn answer(args: AnswerArgs, data_dir: &Path) -> CliResult {
+    let human = match args.human {
+        Some(human) => human,
+        None => first_human(data_dir)?,
+    };
+    let text = args.text.trim();
+    let payload = match serde_json::from_str::<serde_json::Value>(text) {
+        Ok(object @ serde_json::Value::Object(_)) => Some(serde_json::json!({ "answer": object })),
+        _ if text.eq_ignore_ascii_case("decline") => None,
+        _ => Some(serde_json::json!({ "answer": text })),
+    };
+    let arguments = serde_json::json!({
+        "reply_to": args.id,
+        "body": text,
+        "payload": payload,
+    });
+    if let Some(receipt) = on_server(data_dir, &human, "send_message", arguments).await {
+        receipt?;
+        writeln!(std::io::stdout(), "answered {} as {human}", args.id)?;
+        return Ok(());
+    }
+    super::require_store(data_dir, true)?;
+    let rt = open(data_dir).await?;
+    let result = async {
+        let id = parse_message_id(&args.id)?;
+        let mut reply = Outgoing::reply(id).body(text);
+        if let Some(payload) = payload {
+            reply = reply.payload(payload);
+        }
+        rt.agent(&human)?.send(reply).await?;
+        writeln!(std::io::stdout(), "answered {} as {human}", args.id)?;
+        Ok::<_, Box<dyn std::error::Error>>(())
+    }
+    .await;
+    rt.shutdown().await;
+    result
+}
+
+pub(crate) async fn inbox(mut args: InboxArgs, data_dir: &Path) -> CliResult {
+    let agent = match args.agent.take() {
+        Some(agent) => agent,
+        None => first_human(data_dir)?,
+    };
+    args.agent = Some(agent.clone());
     let mut arguments = serde_json::json!({
         "unread_only": !args.all,
         "limit": args.limit,
@@ -416,13 +484,13 @@ pub(crate) async fn inbox(args: InboxArgs, data_dir: &Path) -> CliResult {
     if let Some(wait) = args.wait {
         arguments["wait_secs"] = wait.into();
     }
-    if let Some(listed) = on_server(data_dir, &args.agent, "check_inbox", arguments).await {
+    if let Some(listed) = on_server(data_dir, &agent, "check_inbox", arguments).await {
         return print_served_inbox(data_dir, &args, listed?).await;
     }
     super::require_store(data_dir, true)?;
     let rt = open(data_dir).await?;
     let result = async {
-        let agent = rt.agent(&args.agent)?;
+        let agent = rt.agent(&agent)?;
         let wait = match args.wait {
             Some(s) if s.is_finite() && s >= 0.0 => Some(Duration::from_secs_f64(s)),
             Some(s) => return Err(format!("--wait must be a number of seconds, not {s}").into()),
@@ -469,7 +537,7 @@ async fn print_served_inbox(
         let ids: Vec<&serde_json::Value> = messages.iter().map(|m| &m["id"]).collect();
         if let Some(marked) = on_server(
             data_dir,
-            &args.agent,
+            args.agent.as_deref().unwrap_or_default(),
             "mark_read",
             serde_json::json!({ "ids": ids }),
         )

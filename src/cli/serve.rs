@@ -119,6 +119,9 @@ pub(crate) async fn serve(args: ServeArgs, data_dir: &Path) -> CliResult {
         builder = builder.data_dir(data_dir);
     }
     builder = with_work_tools(builder, &config)?;
+    if let Some(humans) = &config.humans {
+        builder = builder.humans(humans.clone());
+    }
     let runtime = builder.build().await.map_err(|err| {
         format!(
             "{err}\n(is a server already running for {}? `guildhall status` tells; \

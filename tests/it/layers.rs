@@ -26,6 +26,7 @@ const ORDER: &[&str] = &[
     "agents",
     "context",
     "tasks",
+    "humans",
     "pipeline",
     "governance",
     "options",

@@ -36,6 +36,8 @@ mod first_hour;
 mod governance;
 /// Random and hostile arguments into every tool: no crash, no circuit opened for others.
 mod hostile;
+/// Humans in the loop: ask_human and confirm, by elicitation or by the humans' inboxes.
+mod humans;
 /// Agents the runtime launches: identity, restarts, exits mailed, stops, limits.
 mod launch;
 /// The crate's modules depend on each other in one direction.

@@ -124,7 +124,7 @@ fn meta_2026() -> Value {
 }
 
 impl Wire {
-    fn start(server: McpServer) -> Self {
+    pub(crate) fn start(server: McpServer) -> Self {
         let (client, served) = tokio::io::duplex(1 << 16);
         tokio::spawn(guildhall::mcp::serve_stream(
             server,
@@ -171,7 +171,7 @@ impl Wire {
         self.write.write_all(bytes).await.unwrap();
     }
 
-    async fn send(&mut self, message: Value) {
+    pub(crate) async fn send(&mut self, message: Value) {
         let mut line = serde_json::to_vec(&message).unwrap();
         line.push(b'\n');
         self.write.write_all(&line).await.unwrap();
