@@ -33,7 +33,7 @@ pub use credentials::{
     Credentials, IdentityError, TOKEN_ENV, TOKEN_HEADER, checked_role, constant_time_eq,
 };
 pub(crate) use directory::Connection;
-pub use directory::{AgentRecord, AgentSpec};
+pub use directory::{AgentRecord, AgentSpec, ProcessReport, ProcessView};
 pub use error::MailError;
 pub use ids::{AgentId, MAX_NAME_LEN, parse_message_id};
 pub(crate) use ids::{check_name, now_ms};

@@ -37,7 +37,7 @@ use serde_json::{Map, json};
 use actor::LaunchedActor;
 pub use config::{LaunchConfig, Profile};
 
-use crate::agents::{AgentSpec, MailError};
+use crate::agents::{AgentSpec, MailError, ProcessReport, ProcessView};
 use crate::output_log::OutputLog;
 use crate::runtime::{Runtime, WeakRuntime};
 use crate::tasks::{TaskChange, TaskError, TaskId};
@@ -130,6 +130,16 @@ pub enum LaunchState {
 }
 
 impl LaunchState {
+    /// The state as listings spell it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Running => "running",
+            Self::Restarting => "restarting",
+            Self::Ended => "ended",
+            Self::GaveUp => "gave_up",
+        }
+    }
+
     /// Whether it is alive (counts against the limits).
     pub fn is_alive(self) -> bool {
         matches!(self, Self::Running | Self::Restarting)
@@ -215,6 +225,24 @@ impl Launch {
             last_exit: status.last_exit.clone(),
             log: self.log.path().cloned(),
             tail: self.log.tail(5),
+        }
+    }
+}
+
+impl ProcessReport for Launch {
+    fn report(&self) -> ProcessView {
+        let info = self.info();
+        let running = info.pid.is_some();
+        ProcessView {
+            profile: info.profile,
+            state: info.state.as_str().to_owned(),
+            pid: info.pid,
+            uptime_secs: info
+                .started_ms
+                .filter(|_| running)
+                .map(|at| crate::time::now_ms().saturating_sub(at) / 1000),
+            restarts: info.restarts,
+            last_exit: info.last_exit,
         }
     }
 }
@@ -438,6 +466,7 @@ impl Launcher {
             .start_child(child_spec(&launch))
             .await
             .map_err(|err| LaunchError::Unavailable(err.to_string()))?;
+        runtime.attach_process(&agent, Arc::clone(&launch) as Arc<dyn ProcessReport>);
         launched.insert(agent, Arc::clone(&launch));
         Ok(launch.info())
     }

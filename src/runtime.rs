@@ -329,6 +329,13 @@ impl Runtime {
         self.inner.root.start_child(child).await
     }
 
+    /// Shows `process` as agent `id`'s process in listings (`list_agents`), from now on.
+    pub(crate) fn attach_process(&self, id: &str, process: Arc<dyn crate::agents::ProcessReport>) {
+        if let Some(entry) = self.inner.office.directory.get(id) {
+            entry.set_process(process);
+        }
+    }
+
     /// Starts `id` under the root: a one-for-one supervisor of children added later that
     /// never escalates (a child's crash loop is bounded by the child's own breaker or
     /// intensity, and by backoff from 100 ms doubling to 10 s). Returns where the

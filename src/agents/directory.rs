@@ -86,6 +86,35 @@ pub(crate) struct AgentEntry {
     last_seen_ms: AtomicU64,
     /// How many live connections act as it.
     connections: AtomicU32,
+    /// Its process, when a layer above runs one for it (a launched agent).
+    process: RwLock<Option<Arc<dyn ProcessReport>>>,
+}
+
+/// A process run for an agent, as listings show it.
+#[derive(Debug, Clone, Serialize, JsonSchema)]
+pub struct ProcessView {
+    /// The launch profile it runs.
+    pub profile: String,
+    /// `running`, `restarting`, `ended` or `gave_up`.
+    pub state: String,
+    /// Its process, while one runs.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pid: Option<u32>,
+    /// Seconds its current process has run.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub uptime_secs: Option<u64>,
+    /// Times it was started again.
+    pub restarts: u64,
+    /// How its last process ended.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub last_exit: Option<String>,
+}
+
+/// Tells how an agent's process is doing, now: implemented by the layer that runs it, so
+/// the directory shows it without knowing that layer.
+pub trait ProcessReport: Send + Sync + 'static {
+    /// The process as it is now.
+    fn report(&self) -> ProcessView;
 }
 
 impl AgentEntry {
@@ -96,7 +125,23 @@ impl AgentEntry {
             slot: Slot::default(),
             last_seen_ms: AtomicU64::new(0),
             connections: AtomicU32::new(0),
+            process: RwLock::new(None),
         }
+    }
+
+    /// Shows `process` as this agent's process from now on.
+    pub(crate) fn set_process(&self, process: Arc<dyn ProcessReport>) {
+        *self.process.write().unwrap_or_else(PoisonError::into_inner) = Some(process);
+    }
+
+    /// Its process as it is now, if one is run for it.
+    pub(crate) fn process(&self) -> Option<ProcessView> {
+        let process = self
+            .process
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone();
+        process.map(|p| p.report())
     }
 
     /// Notes that the agent made a call now.

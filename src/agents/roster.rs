@@ -8,7 +8,7 @@ use guildhall_actors::{Annotations, CallContext, Tool};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use super::directory::AgentEntry;
+use super::directory::{AgentEntry, ProcessView};
 use super::{Agent, MailError, PostOffice};
 use crate::time::rfc3339;
 
@@ -149,6 +149,9 @@ pub struct AgentView {
     pub last_seen: Option<String>,
     /// Live connections acting as it.
     pub connections: u32,
+    /// Its process, when the runtime launched it (`spawn_agent`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub launched: Option<ProcessView>,
 }
 
 /// Output of `list_agents`.
@@ -215,6 +218,7 @@ impl Tool for ListAgents {
                 parent: record.parent.as_ref().map(ToString::to_string),
                 last_seen: entry.last_seen_ms().map(rfc3339),
                 connections: entry.connections(),
+                launched: entry.process(),
                 unread: unread(&self.0, entry).await?,
             });
         }

@@ -70,10 +70,7 @@ impl From<LaunchInfo> for LaunchView {
             role: info.role,
             parent: info.parent,
             profile: info.profile,
-            state: serde_json::to_value(info.state)
-                .ok()
-                .and_then(|v| v.as_str().map(str::to_owned))
-                .unwrap_or_default(),
+            state: info.state.as_str().to_owned(),
             pid: info.pid,
             restarts: info.restarts,
             last_exit: info.last_exit,

@@ -132,13 +132,20 @@ async fn a_launched_agent_runs_as_itself_and_its_exit_reaches_its_parent() {
         args.ends_with(&["mcp", "--agent", "dev-1", "--role", "dev", "--parent", "tl"]),
         "{args:?}"
     );
-    // A transient agent that exited 0 is done.
+    // A transient agent that exited 0 is done, and the directory shows it.
     let info = &launcher.list().await[0];
     assert_eq!(
         (info.state, info.restarts),
         (LaunchState::Ended, 0),
         "{info:?}"
     );
+    let listed = rt
+        .call_json("list_agents", json!({"role": "dev"}), as_agent(&rt, "tl"))
+        .await
+        .unwrap();
+    let launched = &listed["agents"][0]["launched"];
+    assert_eq!(launched["state"], "ended", "{listed}");
+    assert_eq!(launched["last_exit"], "exited with code 0", "{listed}");
     rt.shutdown().await;
 }
 
@@ -208,6 +215,19 @@ async fn stop_agent_leaves_no_process_and_only_those_above_may_stop() {
     launcher.spawn(Some("pm"), spawn("w", "pm")).await.unwrap();
     let pm_pids = pids(&dir.path().join("pm.pids"), 2).await;
     let w_pids = pids(&dir.path().join("w.pids"), 2).await;
+    // list_agents shows each running, with its process.
+    let listed = rt
+        .call_json("list_agents", json!({"role": "dev"}), as_agent(&rt, "tl"))
+        .await
+        .unwrap();
+    let pm = listed["agents"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|a| a["id"] == "pm")
+        .unwrap();
+    assert_eq!(pm["launched"]["state"], "running", "{listed}");
+    assert_eq!(pm["launched"]["pid"], pm_pids[0], "{listed}");
 
     let refused = rt
         .call_json("stop_agent", json!({"id": "w"}), as_agent(&rt, "other"))
