@@ -453,9 +453,11 @@ pub(crate) async fn tools(args: ToolsArgs, data_dir: &Path) -> CliResult {
         .clone()
         .unwrap_or_else(|| data_dir.join(CONFIG_FILE));
     let config = Config::load(&config_file, args.config.is_some())?;
-    let runtime = with_work_tools(Runtime::builder(), &config)?
-        .build()
-        .await?;
+    let mut builder = with_work_tools(Runtime::builder(), &config)?;
+    if let Some(humans) = &config.humans {
+        builder = builder.humans(humans.clone());
+    }
+    let runtime = builder.build().await?;
     let servers = Servers::start(&runtime, config_dir(&config)?, None).await?;
     let mut origin = std::collections::BTreeMap::new();
     if !config.servers.is_empty() {

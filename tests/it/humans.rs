@@ -325,3 +325,19 @@ fn the_cli_shows_a_humans_questions_and_answers_them() {
     assert_eq!(answered["by"], "ada");
     drop(server);
 }
+
+#[test]
+fn guildhall_tools_lists_the_tools_of_humans_and_launch_when_configured() {
+    let dir = tempfile::tempdir().unwrap();
+    let before = guildhall_ok(dir.path(), &["tools"]);
+    std::fs::write(
+        dir.path().join("guildhall.toml"),
+        "[humans]\nids = [\"ada\"]\n[launch.profiles.claude]\ncommand = [\"claude\", \"-p\", \"{prompt}\"]\n",
+    )
+    .unwrap();
+    let after = guildhall_ok(dir.path(), &["tools"]);
+    for tool in ["ask_human", "confirm", "spawn_agent", "stop_agent"] {
+        assert!(!before.contains(tool), "{tool} without config: {before}");
+        assert!(after.contains(tool), "{tool} with config: {after}");
+    }
+}
