@@ -13,6 +13,7 @@
 //! tools = ["send_message", "check_inbox", "read_message", "mark_read", "context_*"]
 //! trust = "suggest"
 //! rules = [{ tool = "context_update", action = "allow" }]
+//! mode = "plan"                     # plan | build | explore: its agents start in it
 //!
 //! [agents.tl]
 //! role = "tl"                       # the role config gives it (it cannot claim another)
@@ -78,8 +79,8 @@ use crate::agents::Credentials;
 use crate::governance::doom::LoopConfig;
 use crate::governance::truncate::Limits;
 use crate::governance::{
-    Action, CommandHook, Glob, GovernanceConfig, Phase, Principal, Rate, RegisteredHook, Rule,
-    ToolPolicy, Trust,
+    Action, CommandHook, Glob, GovernanceConfig, Mode, Phase, Principal, Rate, RegisteredHook,
+    Rule, ToolPolicy, Trust,
 };
 use crate::mcp::ToolFilter;
 use crate::mcp::local::RoleTools;
@@ -172,6 +173,9 @@ pub struct RoleConfig {
     /// Its permission rules.
     #[serde(default)]
     pub rules: Vec<Rule>,
+    /// The working mode its agents start in (`plan`, `build`, `explore`).
+    #[serde(default)]
+    pub mode: Option<Mode>,
 }
 
 /// One agent's settings.
@@ -194,6 +198,9 @@ pub struct AgentConfig {
     /// Its permission rules.
     #[serde(default)]
     pub rules: Vec<Rule>,
+    /// The working mode it starts in (over its role's).
+    #[serde(default)]
+    pub mode: Option<Mode>,
 }
 
 /// A command hook.
@@ -495,6 +502,16 @@ impl Config {
                     p.role.clone_from(&c.role);
                     (agent.clone(), p)
                 })
+                .collect(),
+            modes: self
+                .roles
+                .iter()
+                .filter_map(|(role, c)| Some((format!("role:{role}"), c.mode?)))
+                .chain(
+                    self.agents
+                        .iter()
+                        .filter_map(|(agent, c)| Some((agent.clone(), c.mode?))),
+                )
                 .collect(),
             hooks,
             doom_loop: self.doom_loop,

@@ -25,6 +25,7 @@ pub mod doom;
 pub mod hooks;
 pub mod layers;
 pub mod limits;
+pub mod mode;
 mod reply;
 pub mod rules;
 mod service;
@@ -47,6 +48,7 @@ pub use audit::{AuditLog, AuditQuery, AuditRecord, Outcome};
 pub use call::{Call, CallScope, Decided, ToolMeta};
 pub use hooks::{CommandHook, Hook, HookInput, HookReply, Hooks, Phase, RegisteredHook};
 pub use limits::Rate;
+pub use mode::{Mode, SetMode};
 pub use reply::ToolReply;
 pub use rules::{Action, Glob, Rule, Scope, ScopedRules, Trust, Verdict};
 pub use service::{Governed, GovernedFuture};
@@ -114,6 +116,8 @@ pub struct GovernanceConfig {
     pub audit: bool,
     /// How long audit records are kept.
     pub audit_retention: Duration,
+    /// Working modes to start in, by agent id or `role:NAME` (`build` when absent).
+    pub modes: BTreeMap<String, Mode>,
 }
 
 impl Default for GovernanceConfig {
@@ -132,6 +136,7 @@ impl Default for GovernanceConfig {
             agent_rate: None,
             audit: true,
             audit_retention: Duration::from_secs(90 * 86_400),
+            modes: BTreeMap::new(),
         }
     }
 }
@@ -173,6 +178,7 @@ impl GovernanceConfig {
             && self.doom_loop.threshold == 0
             && self.tools.values().all(|p| p.rate.is_none())
             && self.agent_rate.is_none()
+            && self.modes.is_empty()
             && !self.audit
     }
 }
@@ -194,6 +200,10 @@ pub struct Governance {
     approvals_generation: AtomicU64,
     /// Decisions that depend on no argument, by caller and tool.
     decided: DashMap<CallerTool, (u64, Arc<Verdict>), FxBuildHasher>,
+    /// Modes set with `set_mode`, by agent (the config's otherwise).
+    modes: DashMap<Arc<str>, Mode, FxBuildHasher>,
+    /// Bumped when a mode is set.
+    modes_generation: AtomicU64,
     loops: LoopGuard,
     limits: RateLimits,
     cache: cache::ResultCache,
@@ -283,6 +293,8 @@ impl Governance {
             any_session_approval: std::sync::atomic::AtomicBool::new(false),
             approvals_generation: AtomicU64::new(0),
             decided: DashMap::default(),
+            modes: DashMap::default(),
+            modes_generation: AtomicU64::new(0),
             cache: cache::ResultCache::default(),
             audit,
             events: Events::default(),
@@ -324,8 +336,64 @@ impl Governance {
     }
 
     fn generation(&self) -> u64 {
-        // Both only grow, so their sum changes whenever either does.
-        self.office.directory.generation() + self.approvals_generation.load(Ordering::Acquire)
+        // All only grow, so their sum changes whenever any does.
+        self.office.directory.generation()
+            + self.approvals_generation.load(Ordering::Acquire)
+            + self.modes_generation.load(Ordering::Acquire)
+    }
+
+    /// The working mode of `agent`: set with `set_mode`, else the config's for it or its
+    /// role, else `build`.
+    pub fn mode(&self, agent: &str) -> Mode {
+        if let Some(mode) = self.modes.get(agent) {
+            return *mode;
+        }
+        if let Some(mode) = self.config.modes.get(agent) {
+            return *mode;
+        }
+        self.office
+            .directory
+            .get(agent)
+            .and_then(|e| {
+                let role = format!("role:{}", e.record().role);
+                self.config.modes.get(&role).copied()
+            })
+            .unwrap_or_default()
+    }
+
+    /// Switches `agent` to `mode` (decisions made before are made again).
+    pub fn set_mode(&self, agent: &str, mode: Mode) {
+        self.modes.insert(Arc::from(agent), mode);
+        self.modes_generation.fetch_add(1, Ordering::Release);
+    }
+
+    /// `verdict` as `agent`'s mode leaves it: in `plan` and `explore` a tool that is not
+    /// read-only is denied (but `set_mode`), and in `explore` an `ask` is a denial.
+    fn in_mode(&self, agent: &str, tool: &ToolSpec, verdict: Verdict) -> Verdict {
+        let mode = self.mode(agent);
+        if !mode.is_read_only() || tool.name == mode::SET_MODE || verdict.action == Action::Deny {
+            return verdict;
+        }
+        let rule = if !tool.annotations.read_only_hint {
+            format!(
+                "{}: read-only tools only; `set_mode` with `build` switches to work",
+                mode.as_str()
+            )
+        } else if mode == Mode::Explore && verdict.action == Action::Ask {
+            "explore: nothing waits on a person".to_owned()
+        } else {
+            return verdict;
+        };
+        let reason = rules::Reason {
+            scope: rules::Scope::Mode,
+            rule,
+        };
+        Verdict {
+            action: Action::Deny,
+            label: Arc::from(reason.to_string()),
+            reason,
+            asking_rule: None,
+        }
     }
 
     /// The trust, role rules and agent rules (with lasting approvals) of a caller.
@@ -401,7 +469,11 @@ impl Governance {
             agent: &agent_rules,
             session: &session_rules,
         };
-        let verdict = Arc::new(scoped.decide(trust, tool, args));
+        let verdict = scoped.decide(trust, tool, args);
+        let verdict = Arc::new(match agent {
+            Some(agent) => self.in_mode(agent, tool, verdict),
+            None => verdict,
+        });
         let reads_args = [&self.config.rules, &role, &agent_rules]
             .iter()
             .any(|rules| {

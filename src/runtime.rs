@@ -801,6 +801,7 @@ impl RuntimeBuilder {
             .tool_with(ReadMessage(Arc::clone(&office)), mail_options.clone())
             .tool_with(MarkRead(Arc::clone(&office)), mail_options)
             .tool(WhoAmI(Arc::clone(&office)))
+            .tool(crate::governance::SetMode(Arc::clone(&governance)))
             .tool(ListAgents(Arc::clone(&office)))
             .tool(ContextGet(Arc::clone(&contexts)))
             .tool(ContextUpdate(Arc::clone(&contexts)))

@@ -56,6 +56,8 @@ pub enum Scope {
     Agent,
     /// Approvals given for the session.
     Session,
+    /// The agent's working mode (`plan`, `explore`).
+    Mode,
 }
 
 impl Scope {
@@ -67,6 +69,7 @@ impl Scope {
             Self::Role => "role",
             Self::Agent => "agent",
             Self::Session => "session",
+            Self::Mode => "mode",
         }
     }
 }

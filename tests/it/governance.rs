@@ -6,8 +6,8 @@ use std::time::Duration;
 use futures::future::BoxFuture;
 use guildhall::config::Config;
 use guildhall::governance::{
-    Action, Approval, AskRequest, Asker, AuditQuery, GovernanceConfig, Outcome, Principal, Rule,
-    ToolEvent, ToolPolicy, Trust,
+    Action, Approval, AskRequest, Asker, AuditQuery, GovernanceConfig, Mode, Outcome, Principal,
+    Rule, ToolEvent, ToolPolicy, Trust,
 };
 use guildhall::mcp::{McpServer, ToolFilter};
 use guildhall::supervision::BreakerConfig;
@@ -251,6 +251,53 @@ async fn rules_by_scope_decide_calls() {
         .await
         .unwrap_err();
     assert_eq!(err.kind(), ErrorKind::Denied);
+    rt.shutdown().await;
+}
+
+#[tokio::test]
+async fn plan_and_explore_modes_allow_only_read_only_tools_until_switched() {
+    let mut config = GovernanceConfig::default();
+    config.modes.insert("role:planner".into(), Mode::Plan);
+    config.rules.push(rule("context_get", Action::Ask));
+    let rt = runtime(config, &[("p", "planner"), ("b", "dev")]).await;
+    // Plan: a tool that does not declare itself read-only is refused, naming the mode.
+    let err = denied_reason(rt.call_json("shell", shell("ls"), as_agent(&rt, "p")).await);
+    assert!(err.contains("plan: read-only tools only"), "{err}");
+    rt.call_json("list_agents", json!({}), as_agent(&rt, "p"))
+        .await
+        .unwrap();
+    // Another agent, in build, is not affected.
+    rt.call_json("shell", shell("ls"), as_agent(&rt, "b"))
+        .await
+        .unwrap();
+    let switched = rt
+        .call_json("set_mode", json!({"mode": "build"}), as_agent(&rt, "p"))
+        .await
+        .unwrap();
+    assert_eq!(switched, json!({"was": "plan", "mode": "build"}));
+    rt.call_json("shell", shell("ls"), as_agent(&rt, "p"))
+        .await
+        .unwrap();
+    // Explore: read-only, and a rule's `ask` is a denial, without asking anyone.
+    rt.call_json("set_mode", json!({"mode": "explore"}), as_agent(&rt, "p"))
+        .await
+        .unwrap();
+    let nobody = Scripted::new(&[]);
+    let options = as_agent(&rt, "p").asker(Arc::clone(&nobody) as Arc<dyn Asker>);
+    let err = denied_reason(
+        rt.call_json("context_get", json!({"session": "s"}), options)
+            .await,
+    );
+    assert!(err.contains("explore: nothing waits on a person"), "{err}");
+    assert_eq!(nobody.asked.load(Ordering::SeqCst), 0);
+    let err = denied_reason(rt.call_json("shell", shell("ls"), as_agent(&rt, "p")).await);
+    assert!(err.contains("explore: read-only tools only"), "{err}");
+    // A mode belongs to an agent: one without an identity cannot set one.
+    assert!(
+        rt.call_json("set_mode", json!({"mode": "plan"}), CallOptions::new())
+            .await
+            .is_err()
+    );
     rt.shutdown().await;
 }
 

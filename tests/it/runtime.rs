@@ -31,6 +31,7 @@ async fn tools_are_listed_sorted_and_looked_up_by_name() {
             "mark_read",
             "read_message",
             "send_message",
+            "set_mode",
             "task_claim",
             "task_create",
             "task_get",
