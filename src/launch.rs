@@ -462,7 +462,13 @@ impl Launcher {
             }),
             profile,
         });
-        self.supervisor()?
+        let supervisor = self.supervisor()?;
+        if launched.contains_key(&agent) {
+            // Launched before under this id and ended: OTP keeps an ended transient child's
+            // spec; this launch replaces it.
+            let _ = supervisor.terminate_child(agent.clone()).await;
+        }
+        supervisor
             .start_child(child_spec(&launch))
             .await
             .map_err(|err| LaunchError::Unavailable(err.to_string()))?;
@@ -528,6 +534,14 @@ impl Launcher {
                 let _ = supervisor.terminate_child(next.agent.clone()).await;
             }
             queue.extend(self.children_of(&next.agent).await);
+        }
+    }
+
+    /// Drops the supervisor's spec of `agent`, which ended for good, so ended agents do not
+    /// pile up in the tree (its listing entry stays).
+    pub(crate) async fn forget(&self, agent: &str) {
+        if let Ok(supervisor) = self.supervisor() {
+            let _ = supervisor.terminate_child(agent.to_owned()).await;
         }
     }
 

@@ -227,9 +227,10 @@ async fn tell_parent(launch: &Launch, event: &str, detail: &str, code: Option<i3
     }
 }
 
-/// Ends the agents this one launched that stop with it, in a task of its own: the actor
-/// runs inside its supervisor's restart or stop, and what ends them waits on that
-/// supervisor (and on the launcher, which may be waiting on it too).
+/// For an agent that ended for good: ends the agents it launched that stop with it, and
+/// drops its spec from the supervisor. In a task of its own: the actor runs inside its
+/// supervisor's restart or stop, and both wait on that supervisor (and on the launcher,
+/// which may be waiting on it too).
 fn end_children(launch: &Arc<Launch>) {
     let Some(launcher) = launch.launcher.upgrade() else {
         return;
@@ -240,5 +241,6 @@ fn end_children(launch: &Arc<Launch>) {
         for child in launcher.children_of(&parent).await {
             launcher.end(&child, &why).await;
         }
+        launcher.forget(&parent).await;
     });
 }

@@ -146,6 +146,17 @@ async fn a_launched_agent_runs_as_itself_and_its_exit_reaches_its_parent() {
     let launched = &listed["agents"][0]["launched"];
     assert_eq!(launched["state"], "ended", "{listed}");
     assert_eq!(launched["last_exit"], "exited with code 0", "{listed}");
+    // Launched again under the same id once it ended: a new run, reported again.
+    rt.call_json(
+        "spawn_agent",
+        json!({"role": "dev", "id": "dev-1", "prompt": "exit 0"}),
+        as_agent(&rt, "tl"),
+    )
+    .await
+    .unwrap();
+    assert_eq!(mail(&rt, "tl", 1).await[0].0, "agent dev-1 exited");
+    let log = std::fs::read_to_string(dir.path().join("launched/dev-1.log")).unwrap();
+    assert_eq!(log.matches("I am dev-1").count(), 2, "{log}");
     rt.shutdown().await;
 }
 
