@@ -339,6 +339,20 @@ impl Launcher {
         let parent = request.parent.clone().or_else(|| caller.map(str::to_owned));
         if let Some(parent) = &parent {
             runtime.agent(parent)?;
+            // An agent launches for itself or for an agent below it: never in another's
+            // name, which would spend that agent's `max_per_parent` and fill its inbox.
+            if let Some(caller) = caller
+                && caller != parent
+                && !self.is_above(caller, parent)
+            {
+                return Err(LaunchError::InvalidArgument {
+                    name: "parent",
+                    reason: format!(
+                        "`{caller}` may launch agents for itself or for agents below it, \
+                         not for `{parent}`"
+                    ),
+                });
+            }
         }
         let agent = match &request.id {
             Some(id) => id.clone(),

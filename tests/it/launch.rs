@@ -324,6 +324,14 @@ async fn limits_bound_launched_agents_and_the_runtime_stops_them_all() {
             },
             "ghost",
         ),
+        // `other` may not launch in `tl`'s name.
+        (
+            SpawnRequest {
+                parent: Some("tl".into()),
+                ..hang("e")
+            },
+            "not for `tl`",
+        ),
     ] {
         let err = launcher.spawn(Some("other"), request).await.unwrap_err();
         assert!(err.to_string().contains(says), "{says}: {err}");
