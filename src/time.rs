@@ -15,6 +15,23 @@ pub fn now_ms() -> u64 {
         .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
 }
 
+/// A number of seconds a caller gave, cut to `max`: why not, when it is negative or not a
+/// number. Cut before converting: a huge number of seconds does not fit a `Duration`.
+pub(crate) fn seconds_up_to(
+    secs: f64,
+    max: std::time::Duration,
+) -> Result<std::time::Duration, String> {
+    if secs.is_finite() && secs >= 0.0 {
+        Ok(std::time::Duration::from_secs_f64(
+            secs.min(max.as_secs_f64()),
+        ))
+    } else {
+        Err(format!(
+            "expected a non-negative number of seconds, got {secs}"
+        ))
+    }
+}
+
 /// `ms` (Unix milliseconds) as RFC 3339 in UTC, with milliseconds. Times past the year 9999
 /// are shown as its last millisecond rather than failing.
 pub fn rfc3339(ms: u64) -> String {

@@ -264,17 +264,14 @@ impl Tool for CheckInbox {
         let agent = caller(&self.0, &ctx)?;
         let wait = match input.wait_secs {
             None => None,
-            // Cut before converting: a huge number of seconds does not fit a `Duration`.
-            Some(s) if s.is_finite() && s >= 0.0 => {
-                let max = self.0.shared.config.max_wait;
-                Some(Duration::from_secs_f64(s.min(max.as_secs_f64())))
-            }
-            Some(s) => {
-                return Err(MailError::InvalidArgument {
-                    name: "wait_secs",
-                    reason: format!("expected a non-negative number of seconds, got {s}"),
-                });
-            }
+            Some(s) => Some(
+                crate::time::seconds_up_to(s, self.0.shared.config.max_wait).map_err(|reason| {
+                    MailError::InvalidArgument {
+                        name: "wait_secs",
+                        reason,
+                    }
+                })?,
+            ),
         };
         let query = InboxQuery {
             unread_only: input.unread_only.unwrap_or(true),

@@ -97,15 +97,12 @@ impl From<Answer> for AskOutput {
 fn wait_of(wait_secs: Option<f64>, ctx: &CallContext) -> Result<Duration, HumanError> {
     let wait = match wait_secs {
         None => DEFAULT_WAIT,
-        Some(s) if s.is_finite() && s >= 0.0 => {
-            Duration::from_secs_f64(s.min(MAX_WAIT.as_secs_f64()))
-        }
-        Some(s) => {
-            return Err(HumanError::InvalidArgument {
+        Some(s) => crate::time::seconds_up_to(s, MAX_WAIT).map_err(|reason| {
+            HumanError::InvalidArgument {
                 name: "wait_secs",
-                reason: format!("expected a non-negative number of seconds, got {s}"),
-            });
-        }
+                reason,
+            }
+        })?,
     };
     let left = ctx
         .deadline()
