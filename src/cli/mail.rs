@@ -450,6 +450,11 @@ pub(crate) async fn answer(args: AnswerArgs, data_dir: &Path) -> CliResult {
     });
     if let Some(receipt) = on_server(data_dir, &human, "send_message", arguments).await {
         receipt?;
+        // Answered: the question leaves the human's unread questions.
+        let read = serde_json::json!({ "ids": [args.id] });
+        if let Some(marked) = on_server(data_dir, &human, "mark_read", read).await {
+            marked?;
+        }
         writeln!(std::io::stdout(), "answered {} as {human}", args.id)?;
         return Ok(());
     }
@@ -461,7 +466,9 @@ pub(crate) async fn answer(args: AnswerArgs, data_dir: &Path) -> CliResult {
         if let Some(payload) = payload {
             reply = reply.payload(payload);
         }
-        rt.agent(&human)?.send(reply).await?;
+        let human_agent = rt.agent(&human)?;
+        human_agent.send(reply).await?;
+        human_agent.mark_read(&[id], false).await?;
         writeln!(std::io::stdout(), "answered {} as {human}", args.id)?;
         Ok::<_, Box<dyn std::error::Error>>(())
     }

@@ -178,11 +178,17 @@ pub struct Confirm(pub(crate) Arc<Humans>);
 #[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ConfirmInput {
-    /// What you are about to do, for a person to say yes or no to.
-    pub summary: String,
-    /// How long to wait for the answer, in seconds (default 60, at most 600).
+    /// What you are about to do, for a person to say yes or no to (not needed with
+    /// `pending`).
+    #[serde(default)]
+    pub summary: Option<String>,
+    /// How long to wait for the answer, in seconds (default 60, at most 600); then the
+    /// question's id comes back as `pending`.
     #[serde(default)]
     pub wait_secs: Option<f64>,
+    /// Wait again for the answer to a confirmation asked before (its `pending` id).
+    #[serde(default)]
+    pub pending: Option<String>,
 }
 
 impl Tool for Confirm {
@@ -201,7 +207,8 @@ impl Tool for Confirm {
 
     fn description(&self) -> &str {
         "Ask a person to approve an action before you take it: `confirmed` is true only if \
-         they said yes. Wait again on a `pending` answer with `ask_human {\"pending\": ID}`."
+         they said yes. If nobody answers within `wait_secs`, you get a `pending` id: call \
+         again with `pending` to keep waiting (the question is not asked twice)."
     }
 
     fn annotations(&self) -> Annotations {
@@ -223,13 +230,31 @@ impl Tool for Confirm {
     ) -> Result<AskOutput, HumanError> {
         let asker = ctx.agent().ok_or(HumanError::NoIdentity)?.to_owned();
         let wait = wait_of(input.wait_secs, &ctx)?;
-        let question = Question {
-            text: format!("Approve this? {}", input.summary),
-            choices: Some(vec!["yes".into(), "no".into()]),
-            schema: None,
+        let answer = match (input.summary, &input.pending) {
+            (Some(_), Some(_)) => {
+                return Err(HumanError::InvalidArgument {
+                    name: "pending",
+                    reason: "give a new `summary` or the `pending` id of one, not both".into(),
+                });
+            }
+            (None, None) => {
+                return Err(HumanError::InvalidArgument {
+                    name: "summary",
+                    reason: "say what is to be approved (or wait on a `pending` id)".into(),
+                });
+            }
+            (None, Some(pending)) => self.0.wait_for(&asker, pending, wait).await?,
+            (Some(summary), None) => {
+                let question = Question {
+                    text: format!("Approve this? {summary}"),
+                    choices: Some(vec!["yes".into(), "no".into()]),
+                    schema: None,
+                };
+                let elicit = ctx.elicit(question.elicitation());
+                self.0.ask(&asker, question, elicit, wait).await?
+            }
         };
-        let elicit = ctx.elicit(question.elicitation());
-        let mut out: AskOutput = self.0.ask(&asker, question, elicit, wait).await?.into();
+        let mut out: AskOutput = answer.into();
         if out.status != "pending" {
             let yes = out
                 .answer

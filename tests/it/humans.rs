@@ -105,13 +105,17 @@ async fn an_unanswered_question_is_pending_and_waited_on_again_without_asking_tw
         .unwrap();
     let again = rt
         .call_json(
-            "ask_human",
+            "confirm",
             json!({"pending": pending, "wait_secs": 10}),
             as_agent(&rt, "dev"),
         )
         .await
         .unwrap();
     assert_eq!(again["answer"], json!({"answer": "no"}), "{again}");
+    assert_eq!(
+        again["confirmed"], false,
+        "a wait on a confirmation says no: {again}"
+    );
     // Asked once: ada has no second question.
     assert_eq!(rt.agent("ada").unwrap().unread().await.unwrap(), 0);
     rt.shutdown().await;
@@ -182,6 +186,16 @@ async fn bad_questions_and_nobody_to_ask_are_refused_naming_why() {
     ] {
         let err = rt
             .call_json("ask_human", args.clone(), as_agent(&rt, "dev"))
+            .await
+            .unwrap_err();
+        assert!(err.to_string().contains(says), "{args}: {err}");
+    }
+    for (args, says) in [
+        (json!({}), "`summary`: say what is to be approved"),
+        (json!({"summary": "x", "pending": "y"}), "not both"),
+    ] {
+        let err = rt
+            .call_json("confirm", args.clone(), as_agent(&rt, "dev"))
             .await
             .unwrap_err();
         assert!(err.to_string().contains(says), "{args}: {err}");
@@ -304,6 +318,8 @@ fn the_cli_shows_a_humans_questions_and_answers_them() {
     let id = listed["id"].as_str().unwrap();
     let out = guildhall_ok(dir.path(), &["answer", id, "yes, merge"]);
     assert_eq!(out.trim(), format!("answered {id} as ada"));
+    let left = guildhall_ok(dir.path(), &["inbox", "--human", "--json"]);
+    assert_eq!(left, "", "an answered question is no longer unread");
     let reply = loop {
         let line = lines
             .recv_timeout(Duration::from_secs(20))

@@ -11,6 +11,10 @@ Run by scripts/python-client (and so by .ci/run) with GUILDHALL_BIN pointing at 
 - launched agents: `spawn_agent` starts fake agents (tests/python/fake_agent.py) that
   connect back through `guildhall mcp` as themselves, claim their task and mail their
   parent; a crashing one is restarted and given up; `stop_agent` leaves no process;
+- humans in the loop: `ask_human` and `confirm` answered by this client's user through its
+  elicitation callback (before 2026-07-28), and by a configured human through
+  `guildhall inbox --human` and `guildhall answer` while the call waits, or later by its
+  `pending` id (every era: a client that cannot be asked);
 - proxied servers: `@modelcontextprotocol/server-everything` and `server-filesystem` (npm)
   and a server written with the Python SDK, configured in guildhall.toml, their tools
   called as `mcp__{server}__{tool}` over stdio and over guildhall's HTTP endpoint (when
@@ -350,6 +354,75 @@ max_restarts = 1
     assert states == {"w1": "ended", "w2": "gave_up", "w3": "ended"}, status["launched"]
 
 
+async def guildhall(data_dir, *args):
+    """Runs the guildhall command without blocking the event loop (a call is waiting)."""
+    proc = await asyncio.create_subprocess_exec(
+        BIN, "--data-dir", data_dir, *args, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    out, err = await asyncio.wait_for(proc.communicate(), 30)
+    assert proc.returncode == 0, (args, err.decode())
+    return out.decode()
+
+
+async def answer_question(data_dir, subject, text):
+    """Ada, at her terminal: waits for the question in her inbox, then answers it."""
+    for _ in range(200):
+        listed = [json.loads(line) for line in
+                  (await guildhall(data_dir, "inbox", "--human", "--json")).splitlines()]
+        question = next((m for m in listed if m["subject"] == subject), None)
+        if question:
+            said = await guildhall(data_dir, "answer", question["id"], text)
+            assert said.strip() == f"answered {question['id']} as ada", said
+            return
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"no question `{subject}` reached ada")
+
+
+async def humans(mode, data_dir):
+    """ask_human and confirm, answered by the caller's own user (elicitation) or by a human
+    of `[humans]` through the command line."""
+    from mcp import types
+    with open(os.path.join(data_dir, "guildhall.toml"), "w") as config:
+        config.write('[humans]\nids = ["ada"]\n')
+    asked = []
+
+    async def user(context, params):
+        asked.append(params)
+        if "deploy" in params.message:
+            return types.ElicitResult(action="decline")
+        return types.ElicitResult(action="accept", content={"answer": "postgres"})
+
+    if mode == "legacy":
+        tl = params(data_dir, "mcp", "--agent", "tl", "--role", "tl")
+        async with Client(tl, mode=mode, elicitation_callback=user) as c:
+            got = structured(await c.call_tool("ask_human", {
+                "question": "Which database?", "choices": ["postgres", "redb"]}))
+            assert got == {"status": "answered", "answer": {"answer": "postgres"}, "by": "client"}, got
+            [form] = asked
+            assert form.message == "Which database?", form
+            assert form.requested_schema["properties"]["answer"]["enum"] == ["postgres", "redb"], form
+            no = structured(await c.call_tool("confirm", {"summary": "deploy to production"}))
+            assert no["status"] == "declined" and no["by"] == "client", no
+
+    # A client that cannot ask its user (no elicitation callback; none at all since
+    # 2026-07-28): the question is mailed to ada, and the call waits for her answer.
+    dev = params(data_dir, "mcp", "--agent", "dev", "--role", "dev")
+    async with Client(dev, mode=mode) as c:
+        assert structured(await c.call_tool("whoami", {}))["agent"] == "dev"
+        waiting = asyncio.create_task(c.call_tool("ask_human", {
+            "question": "Merge it?", "choices": ["yes", "no"], "wait_secs": 30}))
+        await answer_question(data_dir, "question from dev", "yes")
+        got = structured(await asyncio.wait_for(waiting, 30))
+        assert got == {"status": "answered", "answer": {"answer": "yes"}, "by": "ada"}, got
+
+        # Nobody answers in time: a pending id, and a later call gets the answer.
+        pending = structured(await c.call_tool("confirm", {"summary": "drop the table", "wait_secs": 0}))
+        assert pending["status"] == "pending", pending
+        await answer_question(data_dir, "question from dev", "no")
+        got = structured(await c.call_tool("confirm", {"pending": pending["pending"], "wait_secs": 10}))
+        assert got["status"] == "answered" and got["confirmed"] is False and got["by"] == "ada", got
+    assert len(asked) == (2 if mode == "legacy" else 0), "the dev's questions never reach the tl's user"
+
+
 def stop_server(data_dir):
     out = subprocess.run([BIN, "--data-dir", data_dir, "status", "--json"],
                          capture_output=True, text=True)
@@ -377,6 +450,12 @@ async def main():
             finally:
                 stop_server(launch_dir)
         print(f"ok: launched agents connect back, finish a task, crash, stop, mode={mode}")
+        with tempfile.TemporaryDirectory() as humans_dir:
+            try:
+                await humans(mode, humans_dir)
+            finally:
+                stop_server(humans_dir)
+        print(f"ok: ask_human and confirm, by elicitation and by `guildhall answer`, mode={mode}")
         if os.environ.get("PROXIED_SERVERS"):
             with tempfile.TemporaryDirectory() as proxied_dir:
                 await proxied(mode, proxied_dir)
