@@ -377,3 +377,36 @@ fn profiles_that_would_run_a_value_as_code_or_cannot_work_are_refused() {
     .validate()
     .unwrap();
 }
+
+/// `examples/launched_swarm.rs` (built by `cargo test`, not run by it): a TL launches a PM
+/// process, which splits its epic on the board and launches three worker processes; one
+/// crashes holding a task and is restarted, the task's lease ends and another finishes it;
+/// the PM closes the epic and reports. The example itself fails unless every task is done
+/// and every agent ended well.
+#[test]
+fn the_launched_swarm_example_runs_a_whole_tl_pm_workers_flow() {
+    let bin = Path::new(env!("CARGO_BIN_EXE_guildhall"));
+    let example = bin
+        .parent()
+        .map(|dir| dir.join("examples/launched_swarm"))
+        .filter(|example| example.exists())
+        .expect("the examples are built: run `cargo test --workspace` or `cargo build --examples`");
+    let out = std::process::Command::new(&example)
+        .output()
+        .expect("the example runs");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        stdout.contains("6 of 6 tasks done by 3 workers"),
+        "{stdout}"
+    );
+    assert!(stdout.contains("w3: crashing while holding"), "{stdout}");
+    assert!(
+        stdout.contains("tl's inbox: release 1.0 is done (from pm)"),
+        "{stdout}"
+    );
+}
