@@ -5,6 +5,8 @@
 //! one batch of every contender in turn, and the report takes the median over rounds.
 
 mod context;
+#[cfg(all(target_os = "linux", target_env = "gnu"))]
+mod launch;
 mod mail;
 pub mod mcp;
 #[cfg(all(target_os = "linux", target_env = "gnu"))]
@@ -13,6 +15,8 @@ mod tasks;
 mod tools;
 
 pub use context::{ContextBenchConfig, ContextReport, context};
+#[cfg(all(target_os = "linux", target_env = "gnu"))]
+pub use launch::{LaunchReport, launch, launch_agent};
 pub use mail::{
     FanOutReport, MailboxBenchConfig, MailboxReport, SwarmReport, fan_out_bench, mailbox,
     swarm_bench,

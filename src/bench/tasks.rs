@@ -53,6 +53,11 @@ pub struct TasksReport {
     pub claim_rounds: Vec<f64>,
     /// `durable_msgs_per_sec` of each round, in order.
     pub send_rounds: Vec<f64>,
+    /// From `spawn_agent` to the launched agent's first MCP call (`guildhall bench tasks`
+    /// measures it with [`launch`](super::launch)).
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    #[serde(flatten, skip_serializing_if = "Option::is_none")]
+    pub launch: Option<super::LaunchReport>,
 }
 
 /// Runs every measurement of `guildhall bench tasks`; the durable store goes in `dir`.
@@ -116,6 +121,8 @@ pub async fn tasks(config: TasksBenchConfig, dir: &Path, stage: &dyn Stage) -> T
         claims_ratio: claims_per_sec / durable_msgs_per_sec,
         claim_rounds,
         send_rounds,
+        #[cfg(all(target_os = "linux", target_env = "gnu"))]
+        launch: None,
     }
 }
 

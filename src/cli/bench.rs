@@ -56,6 +56,13 @@ enum Which {
     /// Serve the bare rmcp floor server over stdio (run by `bench mcp`).
     #[command(hide = true)]
     McpFloor,
+    /// The agent `bench tasks` launches: connects through its MCP config's server, calls
+    /// `whoami`, reports to its parent and exits.
+    #[command(hide = true)]
+    LaunchAgent {
+        /// The MCP config (`{mcp_config}`).
+        mcp_config: std::path::PathBuf,
+    },
     /// Spawn many actors or tools once and report time and memory (run in a fresh process by
     /// `bench calls`; useful on its own too).
     Spawn(SpawnArgs),
@@ -145,6 +152,10 @@ struct TasksArgs {
     /// Tasks created and claimed per round.
     #[arg(long, default_value_t = TasksBenchConfig::default().tasks)]
     tasks: usize,
+    /// Agents launched (and as many started directly, for the baseline), each timed to its
+    /// first MCP call (0: skip).
+    #[arg(long, default_value_t = 10)]
+    launches: usize,
     /// Measurement rounds (figures are medians).
     #[arg(long, default_value_t = TasksBenchConfig::default().rounds)]
     rounds: usize,
@@ -275,6 +286,10 @@ pub(crate) async fn run(
         Which::Proxy(a) => proxy(a).await,
         Which::McpFloor => {
             guildhall::mcp::serve_stdio(guildhall::bench::mcp::FloorServer).await?;
+            Ok(())
+        }
+        Which::LaunchAgent { mcp_config } => {
+            guildhall::bench::launch_agent(&mcp_config).await?;
             Ok(())
         }
         Which::Spawn(a) => {
@@ -675,33 +690,61 @@ async fn tasks(a: TasksArgs, data_dir: &std::path::Path) -> Result<(), Box<dyn s
     guildhall::private_fs::create_dir_all(&dir)?;
     let bar = progress_bar()?;
     let stage = Bar(bar.clone());
-    let report =
-        tokio::spawn(async move { guildhall::bench::tasks(config, &dir, &stage).await }).await?;
+    let mut report = {
+        let stage = Bar(bar.clone());
+        tokio::spawn(async move { guildhall::bench::tasks(config, &dir, &stage).await }).await?
+    };
+    if a.launches > 0 {
+        let exe = std::env::current_exe()?;
+        report.launch = Some(guildhall::bench::launch(&exe, a.launches, &stage).await?);
+    }
     bar.finish_and_clear();
-    print_report(
-        a.json,
-        &report,
-        &[
-            ("claimers at once", report.claimers as f64, ""),
-            ("tasks per round", report.tasks as f64, ""),
+    let launch = report.launch.clone();
+    let launch_rows = launch.iter().flat_map(|l| {
+        [
+            ("agents launched, one at a time", l.launches as f64, ""),
             (
-                "durable sends, acknowledged (msgs/s)",
-                report.durable_msgs_per_sec,
+                "bare spawn -> first MCP call p50 (ms)",
+                l.direct_first_call_p50_ms,
                 "baseline",
             ),
             (
-                "durable claims, acknowledged (/s)",
-                report.claims_per_sec,
+                "spawn_agent -> first MCP call p50 (ms)",
+                l.launch_first_call_p50_ms,
                 "",
             ),
-            ("  claims / sends", report.claims_ratio, ""),
             (
-                "durable creates, acknowledged (/s)",
-                report.creates_per_sec,
+                "  of it, the agent's connection (ms)",
+                l.connect_first_call_p50_ms,
                 "",
             ),
-        ],
-    )
+            ("  guildhall's share", l.guildhall_share, ""),
+        ]
+    });
+    let rows: Vec<(&str, f64, &str)> = [
+        ("claimers at once", report.claimers as f64, ""),
+        ("tasks per round", report.tasks as f64, ""),
+        (
+            "durable sends, acknowledged (msgs/s)",
+            report.durable_msgs_per_sec,
+            "baseline",
+        ),
+        (
+            "durable claims, acknowledged (/s)",
+            report.claims_per_sec,
+            "",
+        ),
+        ("  claims / sends", report.claims_ratio, ""),
+        (
+            "durable creates, acknowledged (/s)",
+            report.creates_per_sec,
+            "",
+        ),
+    ]
+    .into_iter()
+    .chain(launch_rows)
+    .collect();
+    print_report(a.json, &report, &rows)
 }
 
 async fn swarm(a: SwarmArgs) -> Result<(), Box<dyn std::error::Error>> {

@@ -480,12 +480,16 @@ pub(crate) async fn stop_cell(cell: ActorCell, shutdown: Shutdown, id: &str) {
         Shutdown::BrutalKill => {
             let _ = cell.kill_and_wait(Some(KILL_WAIT)).await;
         }
-        Shutdown::Timeout(limit) => {
-            if cell.stop_and_wait(None, Some(limit)).await.is_err() {
+        Shutdown::Timeout(limit) => match cell.stop_and_wait(None, Some(limit)).await {
+            Ok(()) => {}
+            Err(ractor::RactorErr::Timeout) => {
                 tracing::warn!(child = %id, ?limit, "shutdown timed out; killing");
                 let _ = cell.kill_and_wait(Some(KILL_WAIT)).await;
             }
-        }
+            // It could not be told to stop: it had stopped already (a child that ended on
+            // its own while the supervisor shut down). Nothing is left to kill.
+            Err(err) => tracing::debug!(child = %id, %err, "already stopped"),
+        },
         Shutdown::Infinity => {
             let _ = cell.stop_and_wait(None, None).await;
         }

@@ -185,6 +185,8 @@ fn tasks_reports_claims_against_durable_sends_of_the_same_run() {
         "95",
         "--rounds",
         "3",
+        "--launches",
+        "2",
     ]);
     // 95 tasks spread over 10 claimers: 10 each.
     assert_eq!(
@@ -204,6 +206,24 @@ fn tasks_reports_claims_against_durable_sends_of_the_same_run() {
     );
     assert!(
         (report["claims_ratio"].as_f64().unwrap() - claims / sends).abs() < 1e-9,
+        "{report}"
+    );
+    // Two agents launched and two started bare, each timed to its first MCP call.
+    assert_eq!(report["launches"], 2, "{report}");
+    let ms = |k: &str| report[k].as_f64().unwrap_or(0.0);
+    let (launch, direct, connect) = (
+        ms("launch_first_call_p50_ms"),
+        ms("direct_first_call_p50_ms"),
+        ms("connect_first_call_p50_ms"),
+    );
+    assert!(launch > 0.0 && direct > 0.0 && connect > 0.0, "{report}");
+    assert!(
+        connect < direct,
+        "the connection is part of the agent's run: {report}"
+    );
+    let share = (launch - direct + connect) / launch;
+    assert!(
+        (ms("guildhall_share") - share.clamp(0.0, 1.0)).abs() < 1e-9,
         "{report}"
     );
 }
