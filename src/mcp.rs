@@ -20,6 +20,7 @@ pub mod local;
 mod page;
 mod prompts;
 mod resources;
+pub mod tasks;
 
 pub use filter::{FilterError, ToolFilter};
 pub use handler::{AGENT_HEADER, McpServer, PARENT_HEADER, ROLE_HEADER};

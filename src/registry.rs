@@ -101,6 +101,8 @@ pub(crate) trait ErasedTool: Send + Sync + 'static {
     ) -> BoxFuture<'static, Result<ToolReply, CallError>>;
     fn as_any(&self) -> &dyn Any;
     fn close(&self);
+    /// How long a call may take unless its options say otherwise.
+    fn timeout(&self) -> std::time::Duration;
     /// The ids of the tool's actors under the `tools` supervisor.
     fn actor_ids(&self) -> &[Box<str>];
 }
@@ -144,6 +146,10 @@ impl<T: Tool> ErasedTool for ToolEntry<T> {
 
     fn close(&self) {
         self.pool.close();
+    }
+
+    fn timeout(&self) -> std::time::Duration {
+        self.handle.timeout
     }
 
     fn actor_ids(&self) -> &[Box<str>] {

@@ -246,6 +246,11 @@ impl Runtime {
         self.inner.tools.get(name).map(|e| e.value().spec().clone())
     }
 
+    /// How long a call of tool `name` may take (its registered timeout).
+    pub fn tool_timeout(&self, name: &str) -> Option<Duration> {
+        self.inner.tools.get(name).map(|e| e.value().timeout())
+    }
+
     /// Registers and starts a tool with the runtime's default options; returns its typed
     /// handle.
     ///

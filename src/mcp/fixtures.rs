@@ -7,6 +7,7 @@
 #![allow(deprecated)]
 
 mod input_required;
+mod tasks;
 
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, CompleteRequestParams, CompleteResult,
@@ -50,7 +51,7 @@ const NAMES: &[&str] = &[
 
 /// Whether `name` is a fixture tool.
 pub(super) fn is_fixture(name: &str) -> bool {
-    NAMES.contains(&name) || input_required::is_tool(name)
+    NAMES.contains(&name) || input_required::is_tool(name) || tasks::is_tool(name)
 }
 
 /// What a fixture server declares: tools, resources, prompts, logging and completions.
@@ -60,7 +61,8 @@ pub(super) fn capabilities() -> ServerCapabilities {
         "resources": { "subscribe": true, "listChanged": true },
         "prompts": { "listChanged": true },
         "logging": {},
-        "completions": {}
+        "completions": {},
+        "extensions": { "io.modelcontextprotocol/tasks": {} }
     }))
 }
 
@@ -137,6 +139,9 @@ pub(super) fn tools() -> Vec<Tool> {
     let mrtr = input_required::TOOLS
         .iter()
         .map(|(name, description)| (*name, *description, empty_input()));
+    let tasks = tasks::TOOLS
+        .iter()
+        .map(|(name, description)| (*name, *description, tasks::schema(name)));
     NAMES
         .iter()
         .map(|name| {
@@ -144,6 +149,7 @@ pub(super) fn tools() -> Vec<Tool> {
             (*name, description, schema)
         })
         .chain(mrtr)
+        .chain(tasks)
         .map(|(name, description, schema)| {
             from_json(json!({ "name": name, "description": description, "inputSchema": schema }))
         })
@@ -180,8 +186,12 @@ fn content(blocks: Value) -> CallToolResult {
 pub(super) async fn call(
     request: CallToolRequestParams,
     cx: RequestContext<RoleServer>,
+    call_tasks: &super::tasks::CallTasks,
 ) -> Result<CallToolResponse, McpError> {
     let name = request.name.as_ref();
+    if tasks::is_tool(name) {
+        return tasks::call(request, cx, call_tasks).await;
+    }
     if input_required::is_tool(name) {
         return input_required::call(&request, &cx);
     }

@@ -7,9 +7,10 @@ use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 
 use guildhall_actors::{CallContext, CallError, CallObserver, Progress, ToolSpec};
 use rmcp::model::{
-    CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, Implementation,
-    ListToolsResult, PaginatedRequestParams, ProgressNotificationParam, ProgressToken,
-    ServerCapabilities, ServerConfig, SubscriptionFilter, Tool, ToolAnnotations,
+    CallToolRequestParams, CallToolResponse, CallToolResult, CancelTaskParams, ContentBlock,
+    CreateTaskResult, GetTaskParams, GetTaskResult, Implementation, ListToolsResult,
+    PaginatedRequestParams, ProgressNotificationParam, ProgressToken, ServerCapabilities,
+    ServerConfig, SubscriptionFilter, Tool, ToolAnnotations, UpdateTaskParams,
 };
 use rmcp::service::{NotificationContext, RequestContext, SubscriptionContext};
 use rmcp::{ErrorData as McpError, RoleServer, ServerHandler};
@@ -23,10 +24,12 @@ use rmcp::service::ElicitationMode;
 use super::filter::ToolFilter;
 #[cfg(feature = "conformance")]
 use super::fixtures;
+use super::tasks::{self, CallTasks};
 use super::{page, prompts, resources};
 use crate::agents::TOKEN_HEADER;
 use crate::governance::{Approval, AskRequest, Asker, ToolReply};
 use crate::{AgentSpec, CallOptions, Runtime};
+use rmcp::task_manager::{TaskExit, TaskFuture};
 
 /// The HTTP header that names the calling agent (an HTTP connection has no bound identity).
 pub const AGENT_HEADER: &str = "guildhall-agent";
@@ -59,6 +62,8 @@ pub struct McpServer {
 struct Shared {
     runtime: Runtime,
     fixtures: bool,
+    /// Long calls running as MCP tasks, for every connection of this server.
+    tasks: CallTasks,
     /// The converted tool list and the tool-set version it was built from.
     listing: Mutex<Option<(u64, Arc<[Tool]>)>>,
     /// Prompts added by the fixture `test_trigger_prompt_change`: how many so far.
@@ -73,6 +78,7 @@ impl McpServer {
             shared: Arc::new(Shared {
                 runtime,
                 fixtures: false,
+                tasks: CallTasks::default(),
                 listing: Mutex::new(None),
                 added_prompts: tokio::sync::watch::Sender::new(0),
             }),
@@ -92,6 +98,7 @@ impl McpServer {
         let shared = Arc::new(Shared {
             runtime: self.shared.runtime.clone(),
             fixtures: true,
+            tasks: CallTasks::default(),
             listing: Mutex::new(None),
             added_prompts: tokio::sync::watch::Sender::new(0),
         });
@@ -184,6 +191,7 @@ impl McpServer {
             .enable_resources_subscribe()
             .enable_prompts()
             .enable_completions()
+            .enable_tasks()
             .build()
     }
 
@@ -353,11 +361,12 @@ impl McpServer {
                 return self.change_list(change).await;
             }
             if fixtures::is_fixture(name) {
-                return fixtures::call(request, cx).await;
+                return fixtures::call(request, cx, &self.shared.tasks).await;
             }
         }
         let agent = self.caller(&cx).await?;
         self.shared.runtime.agent_seen(&agent);
+        let owner = Some(Arc::clone(&agent));
         let mut options = CallOptions::new().agent_id(agent);
         let can_elicit = cx
             .peer
@@ -373,6 +382,17 @@ impl McpServer {
             }));
         }
         let args = Value::Object(request.arguments.unwrap_or_default());
+        let long = self
+            .shared
+            .runtime
+            .tool_timeout(name)
+            .is_some_and(|t| t >= tasks::LONG_CALL);
+        let client_takes_tasks = cx
+            .client_capabilities()
+            .is_some_and(|caps| caps.supports_tasks());
+        if long && client_takes_tasks {
+            return self.call_as_task(name, args, options, owner, cx).await;
+        }
         let outcome = tokio::select! {
             biased;
             outcome = self.shared.runtime.call_reply(name, args, options) => outcome,
@@ -383,13 +403,75 @@ impl McpServer {
         };
         match outcome {
             Ok(reply) => Ok(model_result(reply).into()),
-            Err(CallError::UnknownTool { name }) => Err(McpError::invalid_params(
-                format!("unknown tool `{name}`; `tools/list` shows the available tools"),
-                None,
-            )),
+            Err(CallError::UnknownTool { name }) => Err(unknown_tool(&name)),
             Err(err) => Ok(tool_failure(&err).into()),
         }
     }
+
+    /// A long call for a client that takes tasks: answered directly when it ends within
+    /// [`tasks::GRACE`], else continued as a task whose id the client polls.
+    async fn call_as_task(
+        &self,
+        name: &str,
+        args: Value,
+        options: CallOptions,
+        owner: Option<Arc<str>>,
+        cx: RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, McpError> {
+        let runtime = self.shared.runtime.clone();
+        let tool = name.to_owned();
+        let mut call: TaskFuture = Box::pin(async move {
+            match runtime.call_reply(&tool, args, options).await {
+                Ok(reply) => Ok(model_result(reply)),
+                Err(CallError::UnknownTool { name }) => Err(TaskExit::Error(unknown_tool(&name))),
+                Err(err) => task_outcome(&err),
+            }
+        });
+        tokio::select! {
+            biased;
+            outcome = &mut call => {
+                return match outcome {
+                    Ok(result) => Ok(result.into()),
+                    Err(TaskExit::Error(err)) if matches!(err.code, rmcp::model::ErrorCode::INVALID_PARAMS) => Err(err),
+                    Err(TaskExit::Error(err)) => Ok(CallToolResult::error(vec![ContentBlock::text(err.message.to_string())]).into()),
+                    Err(TaskExit::Cancelled) => Err(McpError::invalid_request("the request was cancelled", None)),
+                };
+            }
+            () = tokio::time::sleep(tasks::GRACE) => {}
+            () = cx.ct.cancelled() => {
+                return Err(McpError::invalid_request("the request was cancelled", None));
+            }
+        }
+        // From here on the call belongs to the task, not to this request.
+        let task = self
+            .shared
+            .tasks
+            .spawn(owner, |context| Box::pin(tasks::cancellable(context, call)))?;
+        Ok(CallToolResponse::Task(CreateTaskResult::new(task)))
+    }
+}
+
+/// A call's failure as a task's end: the tool's own errors (and refusals) are a completed
+/// task whose result has `isError`; a call that never completed (a crash, a deadline, a
+/// tool unavailable or its breaker open) is a failed task, its error naming the kind.
+fn task_outcome(err: &CallError) -> Result<CallToolResult, TaskExit> {
+    match err {
+        CallError::Crashed { .. }
+        | CallError::Timeout { .. }
+        | CallError::CircuitOpen { .. }
+        | CallError::Unavailable { .. } => Err(TaskExit::Error(McpError::internal_error(
+            format!("{}: {err}", err.kind().as_str()),
+            Some(serde_json::json!({ "kind": err.kind().as_str() })),
+        ))),
+        _ => Ok(tool_failure(err)),
+    }
+}
+
+fn unknown_tool(name: &str) -> McpError {
+    McpError::invalid_params(
+        format!("unknown tool `{name}`; `tools/list` shows the available tools"),
+        None,
+    )
 }
 
 /// The answer to a call that names no agent.
@@ -699,6 +781,38 @@ impl ServerHandler for McpServer {
         cx: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, McpError> {
         self.call(request, cx).await
+    }
+
+    async fn get_task(
+        &self,
+        request: GetTaskParams,
+        cx: RequestContext<RoleServer>,
+    ) -> Result<GetTaskResult, McpError> {
+        let caller = self.named_caller(&cx).await?;
+        let task = self.shared.tasks.get(caller.as_deref(), &request.task_id)?;
+        Ok(GetTaskResult::new(task))
+    }
+
+    async fn update_task(
+        &self,
+        request: UpdateTaskParams,
+        cx: RequestContext<RoleServer>,
+    ) -> Result<(), McpError> {
+        let caller = self.named_caller(&cx).await?;
+        self.shared
+            .tasks
+            .update(caller.as_deref(), &request.task_id, request.input_responses)
+    }
+
+    async fn cancel_task(
+        &self,
+        request: CancelTaskParams,
+        cx: RequestContext<RoleServer>,
+    ) -> Result<(), McpError> {
+        let caller = self.named_caller(&cx).await?;
+        self.shared
+            .tasks
+            .cancel(caller.as_deref(), &request.task_id)
     }
 
     async fn on_initialized(&self, cx: NotificationContext<RoleServer>) {

@@ -46,6 +46,8 @@ mod layers;
 mod mailbox;
 /// The MCP server on the wire: both eras over a duplex and over HTTP.
 mod mcp;
+/// Long calls as MCP tasks: created, read after a reconnect, cancelled, crashed.
+mod mcp_tasks;
 /// MCP resources (inbox, agents, context) and their subscriptions, prompts, completions.
 mod resources;
 /// Registration, lookup, snapshots and shutdown of the runtime.
