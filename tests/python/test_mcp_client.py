@@ -15,6 +15,10 @@ Run by scripts/python-client (and so by .ci/run) with GUILDHALL_BIN pointing at 
   elicitation callback (before 2026-07-28), and by a configured human through
   `guildhall inbox --human` and `guildhall answer` while the call waits, or later by its
   `pending` id (every era: a client that cannot be asked);
+- long calls as tasks (2026-07-28, the `io.modelcontextprotocol/tasks` extension, declared
+  with the SDK's ClientExtension): `ask_human` becomes a task, the client disconnects, the
+  human answers, the client reconnects and reads the result with `tasks/get`; a `bash`
+  task cancelled with `tasks/cancel` kills its command (checked by pid);
 - proxied servers: `@modelcontextprotocol/server-everything` and `server-filesystem` (npm)
   and a server written with the Python SDK, configured in guildhall.toml, their tools
   called as `mcp__{server}__{tool}` over stdio and over guildhall's HTTP endpoint (when
@@ -423,6 +427,93 @@ async def humans(mode, data_dir):
     assert len(asked) == (2 if mode == "legacy" else 0), "the dev's questions never reach the tl's user"
 
 
+TASKS_EXTENSION = "io.modelcontextprotocol/tasks"
+
+
+def tasks_extension():
+    """The tasks extension as the SDK takes extensions: advertised, and its `task` result
+    shape claimed (handed back as is: this test drives tasks/get itself)."""
+    from typing import Literal
+
+    from mcp.client.extension import ClientExtension, ResultClaim
+    from mcp_types import Result
+    from pydantic import Field
+
+    class CreatedTask(Result):
+        result_type: Literal["task"] = Field(alias="resultType")
+        task_id: str = Field(alias="taskId")
+        status: str
+
+    async def unresolved(created, ctx):
+        raise AssertionError("called with allow_claimed: the test reads the task itself")
+
+    class Tasks(ClientExtension):
+        identifier = TASKS_EXTENSION
+
+        def claims(self):
+            return [ResultClaim(result_type="task", model=CreatedTask, resolve=unresolved)]
+
+    return Tasks()
+
+
+async def task_request(c, method, task_id):
+    from mcp_types import Request
+    from pydantic import TypeAdapter
+
+    request = Request[dict, str](method=method, params={"taskId": task_id})
+    return await c.session.send_request(request, TypeAdapter(dict))
+
+
+async def task_ended(c, task_id):
+    for _ in range(200):
+        task = await task_request(c, "tasks/get", task_id)
+        if task["status"] in ("completed", "failed", "cancelled"):
+            return task
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"task {task_id} did not end: {task}")
+
+
+async def long_calls_as_tasks(data_dir):
+    """A question outlives its client's connection as a task; a cancelled task's command is
+    killed."""
+    with open(os.path.join(data_dir, "guildhall.toml"), "w") as config:
+        config.write('[humans]\nids = ["ada"]\n[shell]\ntimeout_secs = 120\n')
+    dev = params(data_dir, "mcp", "--agent", "dev", "--role", "dev")
+    async with Client(dev, mode="2026-07-28", extensions=[tasks_extension()]) as c:
+        created = await c.session.call_tool("ask_human", {
+            "question": "Ship it on Friday?", "choices": ["yes", "no"], "wait_secs": 300},
+            allow_claimed=True)
+        assert created.result_type == "task" and created.status == "working", created
+        question_task = created.task_id
+        # A command that says its pid, then runs until killed.
+        pid_file = os.path.join(data_dir, "sleeper.pid")
+        created = await c.session.call_tool("bash", {
+            "command": f"echo $$ > {pid_file}; exec sleep 300"}, allow_claimed=True)
+        assert created.result_type == "task", created
+        sleeper = created.task_id
+        for _ in range(200):
+            if os.path.exists(pid_file) and open(pid_file).read().strip():
+                break
+            await asyncio.sleep(0.05)
+        pid = int(open(pid_file).read())
+        ack = await task_request(c, "tasks/cancel", sleeper)
+        assert ack.get("resultType") == "complete", ack
+        ended = await task_ended(c, sleeper)
+        assert ended["status"] == "cancelled", ended
+        for _ in range(200):
+            if process_gone(pid):
+                break
+            await asyncio.sleep(0.05)
+        assert process_gone(pid), f"the cancelled task's command {pid} still runs"
+    # The client is gone; the question still waits. Ada answers.
+    await answer_question(data_dir, "question from dev", "yes")
+    async with Client(dev, mode="2026-07-28", extensions=[tasks_extension()]) as c:
+        done = await task_ended(c, question_task)
+        assert done["status"] == "completed", done
+        answer = done["result"]["structuredContent"]
+        assert answer == {"status": "answered", "answer": {"answer": "yes"}, "by": "ada"}, done
+
+
 def stop_server(data_dir):
     out = subprocess.run([BIN, "--data-dir", data_dir, "status", "--json"],
                          capture_output=True, text=True)
@@ -460,6 +551,12 @@ async def main():
             with tempfile.TemporaryDirectory() as proxied_dir:
                 await proxied(mode, proxied_dir)
             print(f"ok: proxied servers over stdio and HTTP, mode={mode}")
+    with tempfile.TemporaryDirectory() as tasks_dir:
+        try:
+            await long_calls_as_tasks(tasks_dir)
+        finally:
+            stop_server(tasks_dir)
+    print("ok: long calls as tasks: read after a reconnect, cancelled and killed, mode=2026-07-28")
 
 
 if __name__ == "__main__":
