@@ -284,3 +284,43 @@ async fn an_agent_has_at_most_64_tasks_running() {
     }
     rt.shutdown().await;
 }
+
+#[tokio::test]
+async fn a_handshake_era_client_that_declares_the_extension_gets_tasks_too() {
+    let (rt, _) = runtime().await;
+    let server = McpServer::new(rt.clone());
+    let mut wire = Wire::start(server.connection(Some(Arc::from("alice")), ToolFilter::all()));
+    let init = wire
+        .request(
+            0,
+            "initialize",
+            json!({ "protocolVersion": "2025-11-25",
+                    "capabilities": { "extensions": { "io.modelcontextprotocol/tasks": {} } },
+                    "clientInfo": { "name": "wire-test", "version": "1" } }),
+        )
+        .await;
+    let extensions = &init["result"]["capabilities"]["extensions"];
+    assert!(
+        extensions.get("io.modelcontextprotocol/tasks").is_some(),
+        "{init}"
+    );
+    wire.send(json!({ "jsonrpc": "2.0", "method": "notifications/initialized" }))
+        .await;
+    let created = wire
+        .request(
+            1,
+            "tools/call",
+            json!({ "name": "slow", "arguments": { "ms": 800 } }),
+        )
+        .await;
+    let task = created["result"]["taskId"]
+        .as_str()
+        .unwrap_or_else(|| panic!("a task: {created}"))
+        .to_owned();
+    let done = settled(&mut wire, 2, &task).await;
+    assert_eq!(
+        done["result"]["structuredContent"]["slept_ms"], 800,
+        "{done}"
+    );
+    rt.shutdown().await;
+}
