@@ -25,7 +25,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use guildhall::launch::{LaunchConfig, LaunchState, Launcher, Profile, SpawnRequest};
-use guildhall::mcp::local::{self, Control, Hello, RoleTools};
+use guildhall::mcp::local::{self, Control, Hello};
 use guildhall::mcp::{McpServer, ToolFilter};
 use guildhall::tasks::{TaskQuery, TaskSpec, TaskStatus};
 use guildhall::{AgentSpec, InboxQuery, Runtime};
@@ -33,7 +33,6 @@ use rmcp::ServiceExt;
 use rmcp::model::CallToolRequestParams;
 use rmcp::service::{RoleClient, RunningService};
 use serde_json::{Value, json};
-use tokio_util::sync::CancellationToken;
 
 type Result<T, E = Box<dyn std::error::Error>> = std::result::Result<T, E>;
 
@@ -81,17 +80,9 @@ async fn tech_lead() -> Result<()> {
     )
     .await?;
     // The local socket the agents connect back through, as `guildhall serve` opens it.
-    let shutdown = CancellationToken::new();
-    let listener = tokio::net::UnixListener::bind(local::socket_path(&data_dir))?;
     let server = McpServer::new(runtime.clone()).connection(None, ToolFilter::all());
     let control = Control::default().with_launcher(Arc::clone(&launcher));
-    tokio::spawn(local::serve(
-        listener,
-        server,
-        Arc::new(RoleTools::default()),
-        shutdown.clone(),
-        control,
-    ));
+    let serving = local::open(&data_dir, server, control)?;
 
     let tl = runtime.register_agent(AgentSpec::new("tl", "tl")).await?;
     let epic = TaskSpec {
@@ -190,7 +181,7 @@ async fn tech_lead() -> Result<()> {
     }
     let all_done = tasks.iter().all(|t| t.status == TaskStatus::Done);
     let all_ended = launched.iter().all(|a| a.state == LaunchState::Ended);
-    shutdown.cancel();
+    drop(serving);
     runtime.shutdown().await;
     println!("\nthe whole flow took {:.1} s", secs(started));
     if !(all_done && all_ended && tasks.len() == WORK.len() + 1) {

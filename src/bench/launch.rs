@@ -19,12 +19,11 @@ use rmcp::ServiceExt;
 use rmcp::model::CallToolRequestParams;
 use serde::Serialize;
 use serde_json::{Value, json};
-use tokio_util::sync::CancellationToken;
 
 use super::{Stage, median};
 use crate::events::ToolEvent;
 use crate::launch::{LaunchConfig, Launcher, Profile, SpawnRequest};
-use crate::mcp::local::{self, Control, RoleTools};
+use crate::mcp::local::{self, Control};
 use crate::mcp::{McpServer, ToolFilter};
 use crate::{Agent, AgentSpec, InboxQuery, Runtime};
 
@@ -98,19 +97,9 @@ async fn measure(
     .await
     .map_err(|e| err(&e))?;
     // The local socket the bridge connects to, as `guildhall serve` opens it.
-    let shutdown = CancellationToken::new();
-    let _stop_serving = shutdown.clone().drop_guard();
-    let listener =
-        tokio::net::UnixListener::bind(local::socket_path(data_dir)).map_err(|e| err(&e))?;
     let server = McpServer::new(runtime.clone()).connection(None, ToolFilter::all());
     let control = Control::default().with_launcher(Arc::clone(&launcher));
-    tokio::spawn(local::serve(
-        listener,
-        server,
-        Arc::new(RoleTools::default()),
-        shutdown,
-        control,
-    ));
+    let _serving = local::open(data_dir, server, control).map_err(|e| err(&e))?;
     let parent = runtime
         .register_agent(AgentSpec::new("bench", "bench"))
         .await

@@ -19,7 +19,7 @@ use serde_json::Value;
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::net::unix::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::{UnixListener, UnixStream};
-use tokio_util::sync::CancellationToken;
+use tokio_util::sync::{CancellationToken, DropGuard};
 
 use super::{McpServer, ToolFilter};
 use crate::{AgentSpec, CallOptions};
@@ -438,6 +438,28 @@ async fn handle(
             answer(&mut writer, reply).await
         }
     }
+}
+
+/// Opens the socket of `data_dir` (owner only: reaching it is acting as any agent without a
+/// token) and serves `server` on it, with every tool for every role, until the returned
+/// guard is dropped. For an embedder whose launched agents connect back (`guildhall serve`
+/// opens its own, beside HTTP).
+///
+/// # Errors
+/// The socket cannot be created (one exists: remove a stale one first), or restricted.
+pub fn open(data_dir: &Path, server: McpServer, control: Control) -> std::io::Result<DropGuard> {
+    let path = socket_path(data_dir);
+    let listener = UnixListener::bind(&path)?;
+    crate::private_fs::restrict(&path)?;
+    let stop = CancellationToken::new();
+    tokio::spawn(serve(
+        listener,
+        server,
+        Arc::new(RoleTools::default()),
+        stop.clone(),
+        control,
+    ));
+    Ok(stop.drop_guard())
 }
 
 /// Checks that a socket client may act as `agent` (its token, when it has one).
