@@ -13,6 +13,7 @@ mod serve;
 mod servers;
 mod tasks;
 mod tree;
+mod watch;
 
 use std::io::IsTerminal;
 use std::process::ExitCode;
@@ -70,6 +71,9 @@ enum Command {
     /// List audited calls: who called what, the permission decision and the rule behind
     /// it, how long it took and how it ended (--json for JSON lines).
     Audit(audit::AuditArgs),
+    /// Follow a running server's events live: calls and how they end, denials, restarts,
+    /// breakers, messages sent, agents joining and leaving (--json for JSON lines).
+    Watch(watch::WatchArgs),
     /// Run a short demonstration: tool calls, a crash and its restart, a stuck call cancelled
     /// and replaced, two agents talking through mailboxes in the store, and the supervision
     /// tree.
@@ -144,6 +148,7 @@ pub(crate) fn main() -> ExitCode {
             Command::Status(args) => serve::status(args, &cli.data_dir).await,
             Command::Stop(args) => serve::stop(args, &cli.data_dir).await,
             Command::Audit(args) => audit::run(args, &cli.data_dir).await,
+            Command::Watch(args) => watch::run(args, &cli.data_dir).await,
             Command::Demo(args) => demo::run(args, data_dir_chosen.then_some(&*cli.data_dir)).await,
             Command::Completions { shell } => {
                 let mut command = <Cli as clap::CommandFactory>::command();

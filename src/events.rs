@@ -1,4 +1,5 @@
-//! Tool lifecycle events for dashboards and embedders.
+//! Runtime events for dashboards, `guildhall watch` and embedders: calls, tools' restarts and
+//! breakers, messages sent, agents connecting and leaving.
 //!
 //! A bounded broadcast: a subscriber that falls behind loses the oldest events and is told
 //! how many ([`EventStream::missed`]); the calls never wait for anyone. With no subscriber,
@@ -13,9 +14,10 @@ use tokio::sync::broadcast;
 /// Events kept for a slow subscriber before the oldest are dropped.
 const CAPACITY: usize = 4096;
 
-/// Something that happened to a tool.
+/// Something that happened in the runtime.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(tag = "event", rename_all = "snake_case")]
+#[non_exhaustive]
 pub enum ToolEvent {
     /// A call arrived.
     Invoked {
@@ -67,6 +69,32 @@ pub enum ToolEvent {
     CircuitOpened {
         /// The tool.
         tool: Arc<str>,
+    },
+    /// A message was sent: delivered (and, with a durable store, committed) to at least one
+    /// recipient.
+    Mailed {
+        /// The message.
+        id: uuid::Uuid,
+        /// Its thread.
+        thread: uuid::Uuid,
+        /// The sender.
+        from: Arc<str>,
+        /// The address it was sent to (an agent, `role:…`, `children`, `*`, …).
+        to: Arc<str>,
+        /// Its subject.
+        subject: Arc<str>,
+        /// How many recipients took it.
+        recipients: usize,
+    },
+    /// An agent's first live connection opened (it was not connected).
+    AgentConnected {
+        /// The agent.
+        agent: Arc<str>,
+    },
+    /// An agent's last live connection closed.
+    AgentLeft {
+        /// The agent.
+        agent: Arc<str>,
     },
     /// A tool's circuit closed again after a successful probe.
     CircuitClosed {

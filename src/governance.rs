@@ -251,6 +251,7 @@ impl Governance {
         contexts: Arc<ContextHub>,
         store: Arc<dyn Store>,
         data_dir: Option<PathBuf>,
+        events: Events,
     ) -> Result<Arc<Self>, StoreError> {
         let mut lasting: HashMap<String, Vec<Rule>> = HashMap::new();
         store::scan_values(&*store, Table::Approvals, &[], |key, rule: Rule| {
@@ -297,7 +298,7 @@ impl Governance {
             modes_generation: AtomicU64::new(0),
             cache: cache::ResultCache::default(),
             audit,
-            events: Events::default(),
+            events,
             spill,
         });
         let task = tokio::spawn(housekeeping(Arc::downgrade(&governance)));

@@ -455,6 +455,11 @@ impl Runtime {
     pub(crate) fn connect_agent(&self, id: &str) -> Option<Presence> {
         let entry = self.inner.office.directory.get(id)?;
         let (connection, live) = entry.connect();
+        if live == 1 {
+            self.inner.office.events.emit(|| ToolEvent::AgentConnected {
+                agent: Arc::from(id),
+            });
+        }
         if live > 1 {
             tracing::warn!(
                 agent = id,
@@ -618,6 +623,11 @@ impl Drop for Presence {
         if connection.release() > 0 {
             return;
         }
+        if let Some(inner) = self.runtime.upgrade() {
+            inner.office.events.emit(|| ToolEvent::AgentLeft {
+                agent: Arc::clone(&self.agent),
+            });
+        }
         #[cfg(all(target_os = "linux", target_env = "gnu"))]
         if let Some(shell) = self.runtime.upgrade().and_then(|inner| inner.shell.clone()) {
             shell.agent_left(&self.agent);
@@ -770,10 +780,13 @@ impl RuntimeBuilder {
             StoreChoice::Dir(dir) => Some(dir.clone()),
             _ => None,
         };
+        // One event stream for the whole runtime: calls, tools, mail, agents.
+        let events = crate::events::Events::default();
         let office = PostOffice::open(
             Arc::clone(&store),
             self.mailbox.clone(),
             Arc::new(Changes::default()),
+            events.clone(),
         )?;
         let contexts = ContextHub::open(
             Arc::clone(&store),
@@ -794,6 +807,7 @@ impl RuntimeBuilder {
             Arc::clone(&contexts),
             store,
             data_dir,
+            events,
         )?;
         // The mailbox tools wait up to `max_wait` by design; their deadline allows for it.
         let mail_options = self

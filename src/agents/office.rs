@@ -16,6 +16,7 @@ use super::protocol::{MailboxMsg, Op, Reply};
 use super::shared::Shared;
 use super::{MailError, MailboxConfig};
 use crate::changes::{Changes, Subject};
+use crate::events::{Events, ToolEvent};
 use crate::store::{self, Batch, Store, StoreError, Table, codec};
 use guildhall_supervision::lazy::{self, CoarseClock, Lazy, Partitions, RequestError, Sweep};
 
@@ -36,6 +37,8 @@ pub(crate) struct PostOffice {
     pub(crate) shared: Arc<Shared>,
     pub(crate) directory: Directory,
     sweep: Sweep,
+    /// Where a message sent is announced (free when nobody listens).
+    pub(crate) events: Events,
 }
 
 impl PostOffice {
@@ -44,6 +47,7 @@ impl PostOffice {
         store: Arc<dyn Store>,
         config: MailboxConfig,
         changes: Arc<Changes>,
+        events: Events,
     ) -> Result<Arc<Self>, MailError> {
         let directory = Directory::load(&*store)?;
         Ok(Arc::new(Self {
@@ -57,6 +61,7 @@ impl PostOffice {
             }),
             directory,
             sweep: Sweep::default(),
+            events,
         }))
     }
 
@@ -123,6 +128,18 @@ impl PostOffice {
             None => None,
         };
         self.send_checked(sender, out, original).await
+    }
+
+    /// Tells the event subscribers, if any, of a message sent.
+    fn mailed(&self, from: &AgentId, message: &Message, recipients: usize) {
+        self.events.emit(|| ToolEvent::Mailed {
+            id: message.id,
+            thread: message.thread,
+            from: from.shared(),
+            to: Arc::clone(&message.to),
+            subject: Arc::from(&*message.subject),
+            recipients,
+        });
     }
 
     /// Sends `out` as a reply to `original`, a message `sender` holds (no lookup).
@@ -232,7 +249,9 @@ impl PostOffice {
                 });
             }
             Recipients::Many(entries) if entries.len() > DIRECT_FAN_OUT => {
-                return self.fan_out(message, entries).await;
+                let receipt = self.fan_out(Arc::clone(&message), entries).await?;
+                self.mailed(&sender.id, &message, receipt.delivered_to.len());
+                return Ok(receipt);
             }
             Recipients::Many(entries) => entries,
             Recipients::One(entry) => {
@@ -240,12 +259,15 @@ impl PostOffice {
                     .request(&entry, Op::Deliver(Arc::clone(&message)))
                     .await?
                 {
-                    Reply::Delivered => Ok(Receipt {
-                        id,
-                        thread: message.thread,
-                        delivered_to: vec![entry.id.clone()],
-                        rejected: Vec::new(),
-                    }),
+                    Reply::Delivered => {
+                        self.mailed(&sender.id, &message, 1);
+                        Ok(Receipt {
+                            id,
+                            thread: message.thread,
+                            delivered_to: vec![entry.id.clone()],
+                            rejected: Vec::new(),
+                        })
+                    }
                     Reply::Failed(err) => Err(err),
                     other => Err(unexpected(&entry.id, &other)),
                 };
@@ -280,7 +302,10 @@ impl PostOffice {
         }
         match first_error {
             Some(err) if receipt.delivered_to.is_empty() => Err(err),
-            _ => Ok(receipt),
+            _ => {
+                self.mailed(&sender.id, &message, receipt.delivered_to.len());
+                Ok(receipt)
+            }
         }
     }
 

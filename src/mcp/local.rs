@@ -77,6 +77,10 @@ pub enum Hello {
         #[serde(default)]
         query: crate::governance::AuditQuery,
     },
+    /// Answer `ok`, then stream the runtime's events as JSON lines (each with `at_ms`), and
+    /// `{"event": "missed", "count": N}` when this watcher fell behind and lost N, until the
+    /// client leaves.
+    Watch,
     /// Call one tool, as `agent` when given, and answer with its result.
     Call {
         /// The calling agent.
@@ -418,6 +422,12 @@ async fn handle(
             };
             answer(&mut writer, reply).await
         }
+        Hello::Watch => {
+            // Subscribed before the answer: what happens after `ok` is seen.
+            let events = server.runtime().governance().events();
+            answer(&mut writer, Reply::Ok(Value::Null)).await?;
+            watch(events, reader, writer).await
+        }
         Hello::Call {
             agent,
             token,
@@ -437,6 +447,46 @@ async fn handle(
             };
             answer(&mut writer, reply).await
         }
+    }
+}
+
+/// Writes `events` to a watching client as JSON lines until it leaves (closes its end) or
+/// the runtime stops.
+async fn watch(
+    mut events: crate::EventStream,
+    mut reader: BufReader<OwnedReadHalf>,
+    mut writer: OwnedWriteHalf,
+) -> std::io::Result<()> {
+    let mut missed = 0;
+    let mut scratch = [0u8; 64];
+    loop {
+        let event = tokio::select! {
+            event = events.next() => event,
+            // A watcher sends nothing after its hello: a read that ends means it left.
+            read = reader.read(&mut scratch) => match read {
+                Ok(0) | Err(_) => return Ok(()),
+                Ok(_) => continue,
+            },
+        };
+        let Some(event) = event else {
+            return Ok(());
+        };
+        let mut line = Vec::with_capacity(256);
+        if events.missed() > missed {
+            let lost = events.missed() - missed;
+            missed = events.missed();
+            serde_json::to_writer(
+                &mut line,
+                &serde_json::json!({ "event": "missed", "count": lost }),
+            )
+            .map_err(std::io::Error::other)?;
+            line.push(b'\n');
+        }
+        let mut value = serde_json::to_value(&event).map_err(std::io::Error::other)?;
+        value["at_ms"] = crate::time::now_ms().into();
+        serde_json::to_writer(&mut line, &value).map_err(std::io::Error::other)?;
+        line.push(b'\n');
+        writer.write_all(&line).await?;
     }
 }
 

@@ -611,3 +611,59 @@ fn tools_lists_the_work_tools_the_config_turns_on() {
         assert!(all.contains(&tool.to_owned()), "{tool} missing: {all:?}");
     }
 }
+
+/// `guildhall watch --json` follows a running server: a message sent through the command
+/// line shows as the call, the message (from, to, subject) and the call's end, in order.
+#[test]
+fn watch_shows_a_servers_calls_and_messages_as_they_happen() {
+    use std::io::BufRead;
+    let dir = tempfile::tempdir().unwrap();
+    let _server = crate::support::serve_in_background(dir.path());
+    for (agent, role) in [("pm", "pm"), ("dev", "dev")] {
+        crate::support::guildhall_ok(dir.path(), &["agents", "register", agent, "--role", role]);
+    }
+    let mut watch = crate::support::guildhall(dir.path())
+        .args(["watch", "--json", "--count", "3"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut said = String::new();
+    std::io::BufReader::new(watch.stderr.take().unwrap())
+        .read_line(&mut said)
+        .unwrap();
+    assert!(said.starts_with("watching the server of"), "{said}");
+    crate::support::guildhall_ok(
+        dir.path(),
+        &[
+            "send",
+            "--from",
+            "pm",
+            "--to",
+            "dev",
+            "--subject",
+            "parse",
+            "--body",
+            "go",
+        ],
+    );
+    let out = watch.wait_with_output().unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let events: Vec<serde_json::Value> = String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .map(|line| serde_json::from_str(line).unwrap())
+        .collect();
+    let kinds: Vec<&str> = events
+        .iter()
+        .map(|e| e["event"].as_str().unwrap())
+        .collect();
+    assert_eq!(kinds, ["invoked", "mailed", "completed"], "{events:?}");
+    assert_eq!(events[0]["tool"], "send_message");
+    assert_eq!(events[0]["agent"], "pm");
+    assert_eq!(
+        (&events[1]["from"], &events[1]["to"], &events[1]["subject"]),
+        (&json!("pm"), &json!("dev"), &json!("parse"))
+    );
+    assert!(events.iter().all(|e| e["at_ms"].as_u64().unwrap() > 0));
+}

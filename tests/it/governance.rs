@@ -982,6 +982,7 @@ async fn events_report_each_call_restarts_and_the_circuit() {
             ToolEvent::Restarted { tool, .. } => format!("restarted {tool}"),
             ToolEvent::CircuitOpened { tool } => format!("opened {tool}"),
             ToolEvent::CircuitClosed { tool } => format!("closed {tool}"),
+            other => format!("{other:?}"),
         });
     }
     let seen: HashSet<_> = seen.into_iter().collect();

@@ -215,3 +215,59 @@ async fn dropping_the_runtime_stops_its_tools() {
     assert_eq!(err.kind(), ErrorKind::Unavailable);
     assert_eq!(record.runs.load(std::sync::atomic::Ordering::SeqCst), 1);
 }
+
+#[tokio::test]
+async fn events_tell_of_mail_sent_and_of_agents_connecting_and_leaving() {
+    use guildhall::mcp::{McpServer, ToolFilter};
+    use guildhall::{AgentSpec, Outgoing, ToolEvent};
+    let rt = Runtime::builder().build().await.unwrap();
+    for (agent, role) in [("pm", "pm"), ("dev", "dev")] {
+        rt.register_agent(AgentSpec::new(agent, role))
+            .await
+            .unwrap();
+    }
+    let mut events = rt.governance().events();
+    let server = McpServer::new(rt.clone());
+    let first = server.connection(Some(Arc::from("dev")), ToolFilter::all());
+    // A second connection of a connected agent is no news.
+    let second = server.connection(Some(Arc::from("dev")), ToolFilter::all());
+    let pm = rt.agent("pm").unwrap();
+    let sent = pm
+        .send(Outgoing::to("dev").subject("parse").body("go"))
+        .await
+        .unwrap();
+    drop(first);
+    drop(second);
+    let mut seen = Vec::new();
+    while seen.len() < 3 {
+        let event = tokio::time::timeout(Duration::from_secs(10), events.next())
+            .await
+            .expect("events keep coming")
+            .expect("open");
+        seen.push(event);
+    }
+    assert_eq!(
+        seen[0],
+        ToolEvent::AgentConnected {
+            agent: Arc::from("dev")
+        }
+    );
+    assert_eq!(
+        seen[1],
+        ToolEvent::Mailed {
+            id: sent.id,
+            thread: sent.thread,
+            from: Arc::from("pm"),
+            to: Arc::from("dev"),
+            subject: Arc::from("parse"),
+            recipients: 1,
+        }
+    );
+    assert_eq!(
+        seen[2],
+        ToolEvent::AgentLeft {
+            agent: Arc::from("dev")
+        }
+    );
+    rt.shutdown().await;
+}
