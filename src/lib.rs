@@ -77,6 +77,7 @@ pub mod humans;
 #[cfg(all(target_os = "linux", target_env = "gnu"))]
 pub mod launch;
 pub mod mcp;
+pub mod observe;
 pub mod options;
 #[cfg(all(target_os = "linux", target_env = "gnu"))]
 mod output_log;

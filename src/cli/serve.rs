@@ -255,10 +255,12 @@ async fn serve_network(
                 allowed_origins: args.allow_origin.clone(),
                 max_sessions: args.max_sessions,
                 session_idle: args.session_idle,
+                metrics: Some(guildhall::observe::Metrics::start(server.runtime())),
             };
             let addr = listener.local_addr()?;
             let router = http::router(server.clone(), addr, options, shutdown.clone())?;
             writeln!(out, "mcp endpoint: http://{addr}{}", http::PATH)?;
+            writeln!(out, "metrics: http://{addr}{}", http::METRICS_PATH)?;
             Some(tokio::spawn(http::serve(
                 listener,
                 router,

@@ -12,6 +12,9 @@
 //! 503 with `Retry-After`. A `DELETE` closing a session is answered 204, or 404 for a
 //! session the server does not have. Sessions idle longer than [`HttpOptions::session_idle`]
 //! are closed.
+//!
+//! With [`HttpOptions::metrics`], `GET /metrics` serves them (OpenMetrics text) under the
+//! same `Host` check and bearer token: a rebinding page must not read them either.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -54,6 +57,8 @@ pub struct HttpOptions {
     pub max_sessions: usize,
     /// A session with no request for this long is closed.
     pub session_idle: Duration,
+    /// Served at `GET /metrics` when given.
+    pub metrics: Option<Arc<crate::observe::Metrics>>,
 }
 
 impl Default for HttpOptions {
@@ -64,6 +69,7 @@ impl Default for HttpOptions {
             allowed_origins: Vec::new(),
             max_sessions: 1_000,
             session_idle: Duration::from_secs(10 * 60),
+            metrics: None,
         }
     }
 }
@@ -118,6 +124,8 @@ pub fn router(
         "http://[::1]:*".into(),
     ];
     origins.extend(options.allowed_origins.iter().cloned());
+    // Any Host once a token guards a server off loopback, as for /mcp.
+    let metrics_hosts: Option<Arc<[String]>> = (!off_loopback).then(|| hosts.clone().into());
     let mut config = StreamableHttpServerConfig::default()
         .with_allowed_origins(origins)
         .enforce_origin_validation()
@@ -150,6 +158,17 @@ pub fn router(
             let screen_state = Arc::clone(&screen_state);
             async move { screen(&screen_state, request, next).await }
         }));
+    if let Some(metrics) = options.metrics {
+        let hosts = metrics_hosts;
+        router = router.route(
+            METRICS_PATH,
+            axum::routing::get(move |request: Request| {
+                let metrics = Arc::clone(&metrics);
+                let hosts = hosts.clone();
+                async move { serve_metrics(&metrics, hosts.as_deref(), &request) }
+            }),
+        );
+    }
     if let Some(token) = options.token {
         let expected: Arc<str> = Arc::from(format!("Bearer {token}"));
         router = router.layer(middleware::from_fn(move |request: Request, next: Next| {
@@ -158,6 +177,43 @@ pub fn router(
         }));
     }
     Ok(router)
+}
+
+/// The path of the metrics.
+pub const METRICS_PATH: &str = "/metrics";
+
+fn serve_metrics(
+    metrics: &crate::observe::Metrics,
+    hosts: Option<&[String]>,
+    request: &Request,
+) -> Response {
+    if let Some(hosts) = hosts {
+        let host = request
+            .headers()
+            .get(header::HOST)
+            .and_then(|h| h.to_str().ok())
+            .unwrap_or_default();
+        if !host_allowed(host, hosts) {
+            return (StatusCode::FORBIDDEN, "this Host is not allowed\n").into_response();
+        }
+    }
+    (
+        [(header::CONTENT_TYPE, crate::observe::CONTENT_TYPE)],
+        metrics.render(),
+    )
+        .into_response()
+}
+
+/// Whether `host` (`name`, `name:port`, `[v6]:port`) names one of `hosts` (names, or
+/// `host:port`).
+fn host_allowed(host: &str, hosts: &[String]) -> bool {
+    let name = match host.strip_prefix('[') {
+        Some(v6) => v6.split(']').next().unwrap_or_default(),
+        None => host.rsplit_once(':').map_or(host, |(name, _)| name),
+    };
+    hosts
+        .iter()
+        .any(|allowed| allowed.eq_ignore_ascii_case(host) || allowed.eq_ignore_ascii_case(name))
 }
 
 async fn require_bearer(expected: &str, request: Request, next: Next) -> Response {

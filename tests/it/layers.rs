@@ -38,6 +38,8 @@ const ORDER: &[&str] = &[
     "commands",
     // Agents the runtime starts, as supervised processes that connect back over MCP.
     "launch",
+    // Metrics from the runtime's events, for the HTTP listener.
+    "observe",
     "mcp",
     // Reads guildhall.toml into the settings of every layer above, mcp's included.
     "config",

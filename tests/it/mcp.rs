@@ -1297,3 +1297,90 @@ async fn an_image_read_reaches_the_client_as_an_image_whole() {
     );
     rt.shutdown().await;
 }
+
+/// The value of the one sample named `metric` whose labels include `labels`.
+fn sample(scrape: &prometheus_parse::Scrape, metric: &str, labels: &[(&str, &str)]) -> Option<f64> {
+    use prometheus_parse::Value as V;
+    scrape
+        .samples
+        .iter()
+        .filter(|s| s.metric == metric)
+        .find(|s| labels.iter().all(|(k, v)| s.labels.get(k) == Some(*v)))
+        .and_then(|s| match &s.value {
+            V::Counter(v) | V::Gauge(v) | V::Untyped(v) => Some(*v),
+            V::Histogram(buckets) => buckets.last().map(|b| b.count),
+            V::Summary(_) => None,
+        })
+}
+
+#[tokio::test]
+async fn http_serves_metrics_a_prometheus_parser_reads() {
+    let (rt, _) = runtime().await;
+    let options = HttpOptions {
+        metrics: Some(guildhall::observe::Metrics::start(&rt)),
+        ..HttpOptions::default()
+    };
+    let (url, stop) = crate::support::http_endpoint(&rt, options).await;
+    let metrics_url = url.replace(http::PATH, http::METRICS_PATH);
+    let alice = crate::support::as_agent(&rt, "alice");
+    rt.call_json("gate", json!({ "mode": "progress" }), alice.clone())
+        .await
+        .unwrap();
+    let refused = rt.call_json("gate", json!({ "mode": 7 }), alice).await;
+    assert!(refused.is_err());
+    rt.agent("alice")
+        .unwrap()
+        .send(guildhall::Outgoing::to("bob").subject("hi").body("x"))
+        .await
+        .unwrap();
+    let client = crate::support::http_client();
+    // The aggregator follows the events on its own task: the scrape shows them soon after.
+    let mut scrape = None;
+    for _ in 0..200 {
+        let response = client.get(&metrics_url).send().await.unwrap();
+        assert_eq!(response.status(), 200);
+        assert!(
+            response.headers()["content-type"]
+                .to_str()
+                .unwrap()
+                .starts_with("application/openmetrics-text")
+        );
+        let text = response.text().await.unwrap();
+        assert!(text.ends_with("# EOF\n"), "{text}");
+        let parsed =
+            prometheus_parse::Scrape::parse(text.lines().map(|l| Ok(l.to_owned()))).unwrap();
+        if sample(&parsed, "guildhall_messages_total", &[]) == Some(1.0) {
+            scrape = Some(parsed);
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let scrape = scrape.expect("the scrape shows the message sent");
+    let ok = [("tool", "gate"), ("outcome", "ok")];
+    assert_eq!(sample(&scrape, "guildhall_calls_total", &ok), Some(1.0));
+    let bad = [("tool", "gate"), ("outcome", "invalid_arguments")];
+    assert_eq!(sample(&scrape, "guildhall_calls_total", &bad), Some(1.0));
+    assert_eq!(
+        sample(
+            &scrape,
+            "guildhall_call_duration_seconds_count",
+            &[("tool", "gate")]
+        ),
+        Some(1.0)
+    );
+    assert_eq!(sample(&scrape, "guildhall_agents", &[]), Some(2.0));
+    assert_eq!(
+        sample(&scrape, "guildhall_message_deliveries_total", &[]),
+        Some(1.0)
+    );
+    // A page that rebinds a name to 127.0.0.1 cannot read them.
+    let foreign = client
+        .get(&metrics_url)
+        .header("host", "evil.example")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(foreign.status(), 403);
+    stop.cancel();
+    rt.shutdown().await;
+}
