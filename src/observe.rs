@@ -194,3 +194,45 @@ impl Metrics {
         text
     }
 }
+
+/// Which events one subscriber may see. The operator (no agent) sees all. An agent sees its
+/// own calls (and how they ended), the mail it sent or that was addressed to it by id,
+/// agents connecting and leaving (the directory is readable by every agent), and tools'
+/// restarts and breakers (the shared services' health); not other agents' calls or mail.
+#[derive(Debug, Default)]
+pub struct EventFilter {
+    agent: Option<Arc<str>>,
+    /// The agent's calls in flight: their ends name only the call.
+    own_calls: std::collections::HashSet<uuid::Uuid>,
+}
+
+impl EventFilter {
+    /// The filter of `agent` (`None`: the operator, who sees everything).
+    pub fn new(agent: Option<Arc<str>>) -> Self {
+        Self {
+            agent,
+            own_calls: std::collections::HashSet::new(),
+        }
+    }
+
+    /// Whether the subscriber may see `event`.
+    pub fn admits(&mut self, event: &ToolEvent) -> bool {
+        let Some(me) = self.agent.as_deref() else {
+            return true;
+        };
+        match event {
+            ToolEvent::Invoked { call_id, agent, .. } => {
+                let mine = agent.as_deref() == Some(me);
+                if mine {
+                    self.own_calls.insert(*call_id);
+                }
+                mine
+            }
+            ToolEvent::Completed { call_id, .. }
+            | ToolEvent::Failed { call_id, .. }
+            | ToolEvent::Denied { call_id, .. } => self.own_calls.remove(call_id),
+            ToolEvent::Mailed { from, to, .. } => &**from == me || &**to == me,
+            _ => true,
+        }
+    }
+}

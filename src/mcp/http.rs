@@ -109,6 +109,8 @@ pub fn router(
     {
         return Err(HttpError::EmptyToken);
     }
+    // Event streams end when the server stops, or its graceful shutdown would wait on them.
+    let shutdown_events = shutdown.clone();
     let off_loopback = !addr.ip().is_loopback();
     if off_loopback && options.token.is_none() {
         return Err(HttpError::TokenRequired { addr });
@@ -142,6 +144,7 @@ pub fn router(
     session_config.keep_alive = Some(options.session_idle);
     sessions.session_config = session_config;
     let sessions = Arc::new(sessions);
+    let server_runtime = server.runtime().clone();
     let service = StreamableHttpService::new(
         move || Ok(server.connection(None, ToolFilter::all())),
         Arc::clone(&sessions),
@@ -158,6 +161,20 @@ pub fn router(
             let screen_state = Arc::clone(&screen_state);
             async move { screen(&screen_state, request, next).await }
         }));
+    {
+        let hosts = metrics_hosts.clone();
+        let runtime = server_runtime.clone();
+        let stop = shutdown_events;
+        router = router.route(
+            EVENTS_PATH,
+            axum::routing::get(move |request: Request| {
+                let hosts = hosts.clone();
+                let runtime = runtime.clone();
+                let stop = stop.clone();
+                async move { serve_events(&runtime, hosts.as_deref(), &request, stop) }
+            }),
+        );
+    }
     if let Some(metrics) = options.metrics {
         let hosts = metrics_hosts;
         router = router.route(
@@ -181,21 +198,101 @@ pub fn router(
 
 /// The path of the metrics.
 pub const METRICS_PATH: &str = "/metrics";
+/// The path of the event stream (server-sent events).
+pub const EVENTS_PATH: &str = "/events";
+
+/// Whether the request's `Host` is one of `hosts` (`None`: any, a token guards the server).
+fn host_ok(hosts: Option<&[String]>, request: &Request) -> bool {
+    hosts.is_none_or(|hosts| {
+        let host = request
+            .headers()
+            .get(header::HOST)
+            .and_then(|h| h.to_str().ok())
+            .unwrap_or_default();
+        host_allowed(host, hosts)
+    })
+}
+
+/// `GET /events`: the runtime's events as server-sent events (`data:` the event's JSON with
+/// `at_ms`), as the agent `Guildhall-Agent` names may see them (with its token when it has
+/// one), or all of them for a request that names none.
+fn serve_events(
+    runtime: &crate::Runtime,
+    hosts: Option<&[String]>,
+    request: &Request,
+    stop: CancellationToken,
+) -> Response {
+    if !host_ok(hosts, request) {
+        return (StatusCode::FORBIDDEN, "this Host is not allowed\n").into_response();
+    }
+    let header_text = |name: &str| {
+        request
+            .headers()
+            .get(name)
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_owned)
+    };
+    let agent = header_text(super::AGENT_HEADER);
+    if let Some(agent) = &agent {
+        let token = header_text(crate::agents::TOKEN_HEADER);
+        if let Err(err) = runtime.credentials().check(agent, token.as_deref()) {
+            return (StatusCode::FORBIDDEN, format!("{err}\n")).into_response();
+        }
+        if runtime.lookup_agent(agent).is_none() {
+            return (
+                StatusCode::NOT_FOUND,
+                format!("no agent `{agent}` is registered\n"),
+            )
+                .into_response();
+        }
+    }
+    let filter = crate::observe::EventFilter::new(agent.map(Arc::from));
+    let events = runtime.governance().events();
+    let start = (events, 0u64, filter);
+    let stream = futures::stream::unfold(start, |(mut events, mut missed, mut filter)| {
+        async move {
+            loop {
+                let event = events.next().await?;
+                let mut lines = Vec::new();
+                if events.missed() > missed {
+                    let lost = events.missed() - missed;
+                    missed = events.missed();
+                    lines.push(serde_json::json!({ "event": "missed", "count": lost }));
+                }
+                if filter.admits(&event) {
+                    let mut value = serde_json::to_value(&event).unwrap_or_default();
+                    value["at_ms"] = crate::time::now_ms().into();
+                    lines.push(value);
+                }
+                if lines.is_empty() {
+                    continue;
+                }
+                let data = lines
+                    .iter()
+                    .map(serde_json::Value::to_string)
+                    .collect::<Vec<_>>()
+                    .join("\n");
+                let sse = axum::response::sse::Event::default().data(data);
+                // The filter goes on with the stream (it remembers the agent's calls).
+                return Some((
+                    Ok::<_, std::convert::Infallible>(sse),
+                    (events, missed, filter),
+                ));
+            }
+        }
+    });
+    axum::response::sse::Sse::new(stream.take_until(stop.cancelled_owned()))
+        .keep_alive(axum::response::sse::KeepAlive::default())
+        .into_response()
+}
 
 fn serve_metrics(
     metrics: &crate::observe::Metrics,
     hosts: Option<&[String]>,
     request: &Request,
 ) -> Response {
-    if let Some(hosts) = hosts {
-        let host = request
-            .headers()
-            .get(header::HOST)
-            .and_then(|h| h.to_str().ok())
-            .unwrap_or_default();
-        if !host_allowed(host, hosts) {
-            return (StatusCode::FORBIDDEN, "this Host is not allowed\n").into_response();
-        }
+    if !host_ok(hosts, request) {
+        return (StatusCode::FORBIDDEN, "this Host is not allowed\n").into_response();
     }
     (
         [(header::CONTENT_TYPE, crate::observe::CONTENT_TYPE)],

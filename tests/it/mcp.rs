@@ -1384,3 +1384,87 @@ async fn http_serves_metrics_a_prometheus_parser_reads() {
     stop.cancel();
     rt.shutdown().await;
 }
+
+/// Reads server-sent events from `response` until `enough` holds of the events so far.
+async fn sse_until(
+    response: &mut reqwest::Response,
+    enough: impl Fn(&[Value]) -> bool,
+) -> Vec<Value> {
+    let mut text = String::new();
+    let mut events = Vec::new();
+    while !enough(&events) {
+        let chunk = tokio::time::timeout(LIMIT, response.chunk())
+            .await
+            .expect("events in time")
+            .unwrap()
+            .expect("the stream stays open");
+        text.push_str(std::str::from_utf8(&chunk).unwrap());
+        while let Some(end) = text.find("\n\n") {
+            let block: String = text.drain(..end + 2).collect();
+            for data in block.lines().filter_map(|l| l.strip_prefix("data:")) {
+                events.push(serde_json::from_str(data.trim()).unwrap());
+            }
+        }
+    }
+    events
+}
+
+#[tokio::test]
+async fn http_streams_events_each_agent_sees_only_its_share_of() {
+    let (rt, _) = runtime().await;
+    let (url, stop) = crate::support::http_endpoint(&rt, HttpOptions::default()).await;
+    let events_url = url.replace(http::PATH, http::EVENTS_PATH);
+    let client = crate::support::http_client();
+    let open = |agent: Option<&str>| {
+        let mut request = client.get(&events_url);
+        if let Some(agent) = agent {
+            request = request.header("guildhall-agent", agent);
+        }
+        request.send()
+    };
+    let mut bob = open(Some("bob")).await.unwrap();
+    assert_eq!(bob.status(), 200);
+    assert!(
+        bob.headers()["content-type"]
+            .to_str()
+            .unwrap()
+            .starts_with("text/event-stream")
+    );
+    let mut operator = open(None).await.unwrap();
+    let alice = crate::support::as_agent(&rt, "alice");
+    rt.call_json("gate", json!({ "mode": "progress" }), alice)
+        .await
+        .unwrap();
+    rt.agent("alice")
+        .unwrap()
+        .send(guildhall::Outgoing::to("bob").subject("parse").body("go"))
+        .await
+        .unwrap();
+    let as_bob = crate::support::as_agent(&rt, "bob");
+    rt.call_json("gate", json!({ "mode": "progress" }), as_bob)
+        .await
+        .unwrap();
+    let done = |events: &[Value]| events.iter().filter(|e| e["event"] == "completed").count();
+    let seen = sse_until(&mut bob, |events| done(events) >= 1).await;
+    let kinds: Vec<&str> = seen.iter().map(|e| e["event"].as_str().unwrap()).collect();
+    assert_eq!(kinds, ["mailed", "invoked", "completed"], "{seen:?}");
+    assert_eq!(seen[0]["from"], "alice");
+    assert_eq!(seen[1]["agent"], "bob");
+    let all = sse_until(&mut operator, |events| done(events) >= 2).await;
+    assert!(
+        all.iter()
+            .any(|e| e["event"] == "invoked" && e["agent"] == "alice"),
+        "the operator sees every call: {all:?}"
+    );
+    let unknown = open(Some("nobody")).await.unwrap();
+    assert_eq!(unknown.status(), 404);
+    let foreign = client
+        .get(&events_url)
+        .header("host", "evil.example")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(foreign.status(), 403);
+    stop.cancel();
+    rt.shutdown().await;
+}
