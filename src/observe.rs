@@ -20,6 +20,10 @@ use tokio_util::sync::{CancellationToken, DropGuard};
 use crate::events::ToolEvent;
 use crate::runtime::Runtime;
 
+/// The dashboard: one page, its script and styles inline, served at `/` by the HTTP
+/// listener. It reads `/api/status` and follows `/events`.
+pub const DASHBOARD_HTML: &str = include_str!("observe/dashboard.html");
+
 /// The content type of [`Metrics::render`].
 pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
 

@@ -475,6 +475,15 @@ impl Runtime {
         })
     }
 
+    /// How many live connections act as agent `id` (0 for an unknown agent).
+    pub fn connections_of(&self, id: &str) -> u32 {
+        self.inner
+            .office
+            .directory
+            .get(id)
+            .map_or(0, |entry| entry.connections())
+    }
+
     /// The background shells (with `[shell]`), running and finished, oldest first.
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
     pub fn background_shells(&self) -> Vec<crate::shell::ShellInfo> {

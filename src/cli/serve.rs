@@ -256,11 +256,13 @@ async fn serve_network(
                 max_sessions: args.max_sessions,
                 session_idle: args.session_idle,
                 metrics: Some(guildhall::observe::Metrics::start(server.runtime())),
+                dashboard: Some(control.clone()),
             };
             let addr = listener.local_addr()?;
             let router = http::router(server.clone(), addr, options, shutdown.clone())?;
             writeln!(out, "mcp endpoint: http://{addr}{}", http::PATH)?;
             writeln!(out, "metrics: http://{addr}{}", http::METRICS_PATH)?;
+            writeln!(out, "dashboard: http://{addr}{}", http::DASHBOARD_PATH)?;
             Some(tokio::spawn(http::serve(
                 listener,
                 router,

@@ -59,6 +59,9 @@ pub struct HttpOptions {
     pub session_idle: Duration,
     /// Served at `GET /metrics` when given.
     pub metrics: Option<Arc<crate::observe::Metrics>>,
+    /// The dashboard at `GET /` (and its `GET /api/status`) when given: the server's control,
+    /// for its uptime, connections, servers and launched agents.
+    pub dashboard: Option<super::local::Control>,
 }
 
 impl Default for HttpOptions {
@@ -70,6 +73,7 @@ impl Default for HttpOptions {
             max_sessions: 1_000,
             session_idle: Duration::from_secs(10 * 60),
             metrics: None,
+            dashboard: None,
         }
     }
 }
@@ -145,6 +149,7 @@ pub fn router(
     sessions.session_config = session_config;
     let sessions = Arc::new(sessions);
     let server_runtime = server.runtime().clone();
+    let dashboard_server = server.connection(None, ToolFilter::all());
     let service = StreamableHttpService::new(
         move || Ok(server.connection(None, ToolFilter::all())),
         Arc::clone(&sessions),
@@ -175,6 +180,29 @@ pub fn router(
             }),
         );
     }
+    if let Some(control) = options.dashboard {
+        let page_hosts = metrics_hosts.clone();
+        let status_hosts = metrics_hosts.clone();
+        router = router
+            .route(
+                DASHBOARD_PATH,
+                axum::routing::get(move |request: Request| {
+                    let hosts = page_hosts.clone();
+                    async move { serve_dashboard(hosts.as_deref(), &request) }
+                }),
+            )
+            .route(
+                STATUS_PATH,
+                axum::routing::get(move |request: Request| {
+                    let hosts = status_hosts.clone();
+                    let server = dashboard_server.clone();
+                    let control = control.clone();
+                    // Checked before the await: a request is not `Sync`.
+                    let allowed = host_ok(hosts.as_deref(), &request);
+                    async move { serve_status(&server, &control, allowed).await }
+                }),
+            );
+    }
     if let Some(metrics) = options.metrics {
         let hosts = metrics_hosts;
         router = router.route(
@@ -200,6 +228,48 @@ pub fn router(
 pub const METRICS_PATH: &str = "/metrics";
 /// The path of the event stream (server-sent events).
 pub const EVENTS_PATH: &str = "/events";
+/// The path of the dashboard.
+pub const DASHBOARD_PATH: &str = "/";
+/// The path of the status the dashboard reads.
+pub const STATUS_PATH: &str = "/api/status";
+/// Agents the dashboard's status lists at most.
+const DASHBOARD_AGENTS: usize = 5_000;
+
+fn serve_dashboard(hosts: Option<&[String]>, request: &Request) -> Response {
+    if !host_ok(hosts, request) {
+        return (StatusCode::FORBIDDEN, "this Host is not allowed\n").into_response();
+    }
+    (
+        [
+            (header::CONTENT_TYPE, "text/html; charset=utf-8"),
+            // Nothing from elsewhere: the page and its script are this one response.
+            (
+                header::CONTENT_SECURITY_POLICY,
+                "default-src 'self'; script-src 'unsafe-inline'; style-src 'unsafe-inline'",
+            ),
+        ],
+        crate::observe::DASHBOARD_HTML,
+    )
+        .into_response()
+}
+
+async fn serve_status(
+    server: &McpServer,
+    control: &super::local::Control,
+    host_allowed: bool,
+) -> Response {
+    if !host_allowed {
+        return (StatusCode::FORBIDDEN, "this Host is not allowed\n").into_response();
+    }
+    match super::local::status(server, control, DASHBOARD_AGENTS).await {
+        Ok(status) => (
+            [(header::CONTENT_TYPE, "application/json")],
+            status.to_string(),
+        )
+            .into_response(),
+        Err(reason) => (StatusCode::SERVICE_UNAVAILABLE, reason).into_response(),
+    }
+}
 
 /// Whether the request's `Host` is one of `hosts` (`None`: any, a token guards the server).
 fn host_ok(hosts: Option<&[String]>, request: &Request) -> bool {

@@ -245,6 +245,14 @@ impl Default for Control {
     }
 }
 
+impl std::fmt::Debug for Control {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Control")
+            .field("about", &self.about)
+            .finish_non_exhaustive()
+    }
+}
+
 impl Control {
     /// Adds `about` (an object: data directory, HTTP URL, …) to what `status` answers.
     #[must_use]
@@ -389,7 +397,7 @@ async fn handle(
             Err(reason) => answer(&mut writer, Reply::Error(reason)).await,
         },
         Hello::Status => {
-            let reply = match status(&server, control).await {
+            let reply = match status(&server, control, STATUS_AGENTS).await {
                 Ok(value) => Reply::Ok(value),
                 Err(reason) => Reply::Error(reason),
             };
@@ -602,12 +610,18 @@ pub async fn bind(
 /// Agents `status` lists with their unread counts (the count of all is always given).
 const STATUS_AGENTS: usize = 50;
 
-async fn status(server: &McpServer, control: &Control) -> Result<Value, String> {
+/// The server's status: its supervision tree, up to `max_agents` agents (with their unread
+/// mail and live connections), tools, shells, servers and launched agents.
+pub(super) async fn status(
+    server: &McpServer,
+    control: &Control,
+    max_agents: usize,
+) -> Result<Value, String> {
     let runtime = server.runtime();
     let tree = runtime.tree().await.map_err(|err| err.to_string())?;
     let records = runtime.agents();
     let mut agents = Vec::new();
-    for record in records.iter().take(STATUS_AGENTS) {
+    for record in records.iter().take(max_agents) {
         let unread = match runtime.agent(record.id.as_str()) {
             Ok(agent) => agent.unread().await.ok(),
             Err(_) => None,
@@ -617,6 +631,7 @@ async fn status(server: &McpServer, control: &Control) -> Result<Value, String> 
             "role": record.role,
             "parent": record.parent.as_ref().map(ToString::to_string),
             "unread": unread,
+            "connections": runtime.connections_of(record.id.as_str()),
         }));
     }
     let mut value = serde_json::json!({

@@ -1468,3 +1468,64 @@ async fn http_streams_events_each_agent_sees_only_its_share_of() {
     stop.cancel();
     rt.shutdown().await;
 }
+
+#[tokio::test]
+async fn http_serves_the_dashboard_and_the_status_it_reads() {
+    let (rt, _) = runtime().await;
+    let options = HttpOptions {
+        dashboard: Some(guildhall::mcp::local::Control::default()),
+        ..HttpOptions::default()
+    };
+    let (url, stop) = crate::support::http_endpoint(&rt, options).await;
+    let base = url.trim_end_matches(http::PATH).to_owned();
+    let client = crate::support::http_client();
+    let page = client.get(format!("{base}/")).send().await.unwrap();
+    assert_eq!(page.status(), 200);
+    assert!(
+        page.headers()["content-security-policy"]
+            .to_str()
+            .unwrap()
+            .contains("default-src 'self'")
+    );
+    let html = page.text().await.unwrap();
+    for part in [
+        "id=\"swarm\"",
+        "id=\"supervision\"",
+        "id=\"mail\"",
+        "EventSource(\"events\")",
+    ] {
+        assert!(html.contains(part), "the page has {part}");
+    }
+    // bob (under alice) is connected: the status says so.
+    let server = McpServer::new(rt.clone());
+    let _bob = server.connection(Some(Arc::from("bob")), ToolFilter::all());
+    let status = client
+        .get(format!("{base}{}", http::STATUS_PATH))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let status: Value = serde_json::from_str(&status).unwrap();
+    let bob = status["agent_list"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|a| a["id"] == "bob")
+        .unwrap();
+    assert_eq!(
+        (&bob["parent"], &bob["connections"]),
+        (&json!("alice"), &json!(1))
+    );
+    assert!(status["tree"]["children"].is_array(), "{status}");
+    let foreign = client
+        .get(format!("{base}/"))
+        .header("host", "evil.example")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(foreign.status(), 403);
+    stop.cancel();
+    rt.shutdown().await;
+}
