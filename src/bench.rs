@@ -5,6 +5,7 @@
 //! one batch of every contender in turn, and the report takes the median over rounds.
 
 mod context;
+mod events;
 #[cfg(all(target_os = "linux", target_env = "gnu"))]
 mod launch;
 mod mail;
@@ -15,6 +16,7 @@ mod tasks;
 mod tools;
 
 pub use context::{ContextBenchConfig, ContextReport, context};
+pub use events::{EventsBenchConfig, EventsReport, events};
 #[cfg(all(target_os = "linux", target_env = "gnu"))]
 pub use launch::{LaunchReport, launch, launch_agent};
 pub use mail::{

@@ -6,8 +6,8 @@ use std::process::Command;
 
 use clap::{Args, Subcommand, ValueEnum};
 use guildhall::bench::{
-    CallsConfig, CallsReport, ContextBenchConfig, MailboxBenchConfig, McpBenchConfig, SpawnKind,
-    SpawnReport, Stage, TasksBenchConfig, ToolsBenchConfig,
+    CallsConfig, CallsReport, ContextBenchConfig, EventsBenchConfig, MailboxBenchConfig,
+    McpBenchConfig, SpawnKind, SpawnReport, Stage, TasksBenchConfig, ToolsBenchConfig,
 };
 use indicatif::{ProgressBar, ProgressStyle};
 use serde::Serialize;
@@ -53,6 +53,10 @@ enum Which {
     /// guildhall's proxy (`mcp__floor__echo`), throughput with concurrent callers, and the
     /// time from killing the proxied server to it serving again. About 5 s at the defaults.
     Proxy(ProxyArgs),
+    /// The event stream under load: how late a watcher gets events at `--rate` events/s,
+    /// and what a watcher costs a governed call (with and without, same run). About 10 s
+    /// at the defaults.
+    Events(EventsArgs),
     /// Serve the bare rmcp floor server over stdio (run by `bench mcp`).
     #[command(hide = true)]
     McpFloor,
@@ -284,6 +288,7 @@ pub(crate) async fn run(
         Which::Mcp(a) => mcp(a).await,
         Which::Tools(a) => tools(a).await,
         Which::Proxy(a) => proxy(a).await,
+        Which::Events(a) => events(a).await,
         Which::McpFloor => {
             guildhall::mcp::serve_stdio(guildhall::bench::mcp::FloorServer).await?;
             Ok(())
@@ -471,6 +476,62 @@ async fn mailbox(
             ),
             ("  group commits = fsyncs (/s)", report.fsyncs_per_sec, ""),
             ("  messages per fsync", report.msgs_per_fsync, ""),
+        ],
+    )
+}
+
+#[derive(Debug, Args)]
+struct EventsArgs {
+    /// Print one JSON object on stdout instead of a table.
+    #[arg(long)]
+    json: bool,
+    /// Events per second to produce (two per call).
+    #[arg(long, default_value_t = EventsBenchConfig::default().rate)]
+    rate: u32,
+    /// For how many seconds.
+    #[arg(long, default_value_t = EventsBenchConfig::default().secs)]
+    secs: f64,
+    /// Rounds of the cost measurement (figures are medians).
+    #[arg(long, default_value_t = EventsBenchConfig::default().rounds)]
+    rounds: usize,
+    /// Calls per batch of the cost measurement.
+    #[arg(long, default_value_t = EventsBenchConfig::default().batch)]
+    batch: usize,
+}
+
+async fn events(a: EventsArgs) -> Result<(), Box<dyn std::error::Error>> {
+    if !(a.secs.is_finite() && a.secs > 0.0 && a.secs <= 600.0) {
+        return Err(format!("--secs must be more than 0 and at most 600, not {}", a.secs).into());
+    }
+    let config = EventsBenchConfig {
+        rate: a.rate.max(2),
+        secs: a.secs,
+        rounds: a.rounds.max(1),
+        batch: a.batch.max(1),
+    };
+    let bar = progress_bar()?;
+    let stage = Bar(bar.clone());
+    let report =
+        tokio::spawn(async move { guildhall::bench::events(config, &stage).await }).await?;
+    bar.finish_and_clear();
+    print_report(
+        a.json,
+        &report,
+        &[
+            ("events asked for (/s)", f64::from(report.rate), ""),
+            ("events a watcher took (/s)", report.delivered_per_sec, ""),
+            ("event lag p50 (ms)", report.lag_p50_ms, ""),
+            ("event lag p99 (ms)", report.lag_p99_ms, "<= 100"),
+            ("events missed", report.missed as f64, ""),
+            ("pipeline call (ns)", report.pipeline_ns, "baseline"),
+            ("governed call (ns)", report.governed_ns, ""),
+            ("  governed ratio", report.governed_ratio, "<= 1.5"),
+            (
+                "governed call, watched (ns)",
+                report.governed_watched_ns,
+                "",
+            ),
+            ("  watched ratio", report.governed_watched_ratio, "<= 1.5"),
         ],
     )
 }

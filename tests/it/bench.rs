@@ -227,3 +227,26 @@ fn tasks_reports_claims_against_durable_sends_of_the_same_run() {
         "{report}"
     );
 }
+
+#[test]
+fn events_reports_the_lag_of_a_watcher_and_what_watching_costs_a_call() {
+    let report = bench(&[
+        "events", "--json", "--rate", "1000", "--secs", "0.5", "--rounds", "2", "--batch", "200",
+    ]);
+    assert_eq!(report["rate"], 1000, "{report}");
+    let get = |k: &str| report[k].as_f64().unwrap_or(-1.0);
+    assert!(get("delivered_per_sec") > 0.0, "{report}");
+    assert!(
+        get("lag_p50_ms") > 0.0 && get("lag_p99_ms") >= get("lag_p50_ms"),
+        "{report}"
+    );
+    for (ratio, ns) in [
+        ("governed_ratio", "governed_ns"),
+        ("governed_watched_ratio", "governed_watched_ns"),
+    ] {
+        assert!(
+            (get(ratio) - get(ns) / get("pipeline_ns")).abs() < 1e-9,
+            "{ratio}: {report}"
+        );
+    }
+}
