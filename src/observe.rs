@@ -240,3 +240,48 @@ impl EventFilter {
         }
     }
 }
+
+/// Events as a watcher shows them (`guildhall watch`, `/events`): each admitted event as
+/// JSON with `at_ms`, preceded by `{"event": "missed", "count": N}` when the watcher fell
+/// behind and lost N.
+#[derive(Debug)]
+pub struct Watching {
+    events: crate::EventStream,
+    missed: u64,
+    filter: EventFilter,
+}
+
+impl Watching {
+    /// Watches `events`, showing what `filter` admits.
+    pub fn new(events: crate::EventStream, filter: EventFilter) -> Self {
+        Self {
+            events,
+            missed: 0,
+            filter,
+        }
+    }
+
+    /// The next lines to show (one or two); `None` once the runtime is gone.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: an event is taken only when its lines are returned.
+    pub async fn next(&mut self) -> Option<Vec<serde_json::Value>> {
+        loop {
+            let event = self.events.next().await?;
+            let mut lines = Vec::with_capacity(2);
+            let missed = self.events.missed();
+            if missed > self.missed {
+                lines.push(serde_json::json!({ "event": "missed", "count": missed - self.missed }));
+                self.missed = missed;
+            }
+            if self.filter.admits(&event) {
+                let mut value = serde_json::to_value(&event).unwrap_or_default();
+                value["at_ms"] = crate::time::now_ms().into();
+                lines.push(value);
+            }
+            if !lines.is_empty() {
+                return Some(lines);
+            }
+        }
+    }
+}

@@ -134,6 +134,14 @@ pub async fn events(config: EventsBenchConfig, stage: &dyn Stage) -> EventsRepor
     stage.phase("cost", config.rounds as u64);
     let (mut pipe, mut gov, mut watched) = (Vec::new(), Vec::new(), Vec::new());
     let mut n = 0u64;
+    // Arguments change per call, as a working agent's do: the loop guard trips on none.
+    let mut governed_call = || {
+        n += 1;
+        let call = governed.call_with(Number { n }, CallOptions::new().as_agent(&agent));
+        async move {
+            std::hint::black_box(call.await.ok());
+        }
+    };
     for _ in 0..config.rounds {
         pipe.push(
             batch(config.batch, || async {
@@ -141,27 +149,9 @@ pub async fn events(config: EventsBenchConfig, stage: &dyn Stage) -> EventsRepor
             })
             .await,
         );
-        gov.push(
-            batch(config.batch, || {
-                n += 1;
-                let call = governed.call_with(Number { n }, CallOptions::new().as_agent(&agent));
-                async move {
-                    std::hint::black_box(call.await.ok());
-                }
-            })
-            .await,
-        );
+        gov.push(batch(config.batch, &mut governed_call).await);
         let (task, stop) = watcher(&governed_rt, |_| {});
-        watched.push(
-            batch(config.batch, || {
-                n += 1;
-                let call = governed.call_with(Number { n }, CallOptions::new().as_agent(&agent));
-                async move {
-                    std::hint::black_box(call.await.ok());
-                }
-            })
-            .await,
-        );
+        watched.push(batch(config.batch, &mut governed_call).await);
         drop(stop);
         let _ = task.await;
         stage.step();
@@ -192,6 +182,7 @@ pub async fn events(config: EventsBenchConfig, stage: &dyn Stage) -> EventsRepor
     let began = Instant::now();
     let mut tick = tokio::time::interval(Duration::from_millis(10));
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Burst);
+    let mut n = u64::MAX / 2;
     for _ in 0..ticks {
         tick.tick().await;
         for _ in 0..calls_per_tick {

@@ -397,15 +397,9 @@ impl McpServer {
             biased;
             outcome = self.shared.runtime.call_reply(name, args, options) => outcome,
             // Dropping the call fires its cancellation token in the tool.
-            () = cx.ct.cancelled() => {
-                return Err(McpError::invalid_request("the request was cancelled", None));
-            }
+            () = cx.ct.cancelled() => return Err(request_cancelled()),
         };
-        match outcome {
-            Ok(reply) => Ok(model_result(reply).into()),
-            Err(CallError::UnknownTool { name }) => Err(unknown_tool(&name)),
-            Err(err) => Ok(tool_failure(&err).into()),
-        }
+        answer(outcome)
     }
 
     /// A long call for a client that takes tasks: answered directly when it ends within
@@ -420,33 +414,26 @@ impl McpServer {
     ) -> Result<CallToolResponse, McpError> {
         let runtime = self.shared.runtime.clone();
         let tool = name.to_owned();
-        let mut call: TaskFuture = Box::pin(async move {
-            match runtime.call_reply(&tool, args, options).await {
-                Ok(reply) => Ok(model_result(reply)),
-                Err(CallError::UnknownTool { name }) => Err(TaskExit::Error(unknown_tool(&name))),
-                Err(err) => task_outcome(&err),
-            }
-        });
+        let mut call = Box::pin(async move { runtime.call_reply(&tool, args, options).await });
         tokio::select! {
             biased;
-            outcome = &mut call => {
-                return match outcome {
-                    Ok(result) => Ok(result.into()),
-                    Err(TaskExit::Error(err)) if matches!(err.code, rmcp::model::ErrorCode::INVALID_PARAMS) => Err(err),
-                    Err(TaskExit::Error(err)) => Ok(CallToolResult::error(vec![ContentBlock::text(err.message.to_string())]).into()),
-                    Err(TaskExit::Cancelled) => Err(McpError::invalid_request("the request was cancelled", None)),
-                };
-            }
+            outcome = &mut call => return answer(outcome),
             () = tokio::time::sleep(tasks::GRACE) => {}
-            () = cx.ct.cancelled() => {
-                return Err(McpError::invalid_request("the request was cancelled", None));
-            }
+            () = cx.ct.cancelled() => return Err(request_cancelled()),
         }
         // From here on the call belongs to the task, not to this request.
-        let task = self
-            .shared
-            .tasks
-            .spawn(owner, |context| Box::pin(tasks::cancellable(context, call)))?;
+        let task = self.shared.tasks.spawn(owner, |context| {
+            let ended: TaskFuture = Box::pin(async move {
+                match call.await {
+                    Ok(reply) => Ok(model_result(reply)),
+                    Err(CallError::UnknownTool { name }) => {
+                        Err(TaskExit::Error(unknown_tool(&name)))
+                    }
+                    Err(err) => task_outcome(&err),
+                }
+            });
+            Box::pin(tasks::cancellable(context, ended))
+        })?;
         Ok(CallToolResponse::Task(CreateTaskResult::new(task)))
     }
 }
@@ -465,6 +452,20 @@ fn task_outcome(err: &CallError) -> Result<CallToolResult, TaskExit> {
         ))),
         _ => Ok(tool_failure(err)),
     }
+}
+
+/// A call's outcome as the answer to `tools/call`: the result, a tool's failure as an
+/// `isError` result, an unknown tool as a protocol error.
+fn answer(outcome: Result<ToolReply, CallError>) -> Result<CallToolResponse, McpError> {
+    match outcome {
+        Ok(reply) => Ok(model_result(reply).into()),
+        Err(CallError::UnknownTool { name }) => Err(unknown_tool(&name)),
+        Err(err) => Ok(tool_failure(&err).into()),
+    }
+}
+
+fn request_cancelled() -> McpError {
+    McpError::invalid_request("the request was cancelled", None)
 }
 
 fn unknown_tool(name: &str) -> McpError {

@@ -317,39 +317,16 @@ fn serve_events(
         }
     }
     let filter = crate::observe::EventFilter::new(agent.map(Arc::from));
-    let events = runtime.governance().events();
-    let start = (events, 0u64, filter);
-    let stream = futures::stream::unfold(start, |(mut events, mut missed, mut filter)| {
-        async move {
-            loop {
-                let event = events.next().await?;
-                let mut lines = Vec::new();
-                if events.missed() > missed {
-                    let lost = events.missed() - missed;
-                    missed = events.missed();
-                    lines.push(serde_json::json!({ "event": "missed", "count": lost }));
-                }
-                if filter.admits(&event) {
-                    let mut value = serde_json::to_value(&event).unwrap_or_default();
-                    value["at_ms"] = crate::time::now_ms().into();
-                    lines.push(value);
-                }
-                if lines.is_empty() {
-                    continue;
-                }
-                let data = lines
-                    .iter()
-                    .map(serde_json::Value::to_string)
-                    .collect::<Vec<_>>()
-                    .join("\n");
-                let sse = axum::response::sse::Event::default().data(data);
-                // The filter goes on with the stream (it remembers the agent's calls).
-                return Some((
-                    Ok::<_, std::convert::Infallible>(sse),
-                    (events, missed, filter),
-                ));
-            }
-        }
+    let watching = crate::observe::Watching::new(runtime.governance().events(), filter);
+    let stream = futures::stream::unfold(watching, |mut watching| async move {
+        let lines = watching.next().await?;
+        let data = lines
+            .iter()
+            .map(serde_json::Value::to_string)
+            .collect::<Vec<_>>()
+            .join("\n");
+        let sse = axum::response::sse::Event::default().data(data);
+        Some((Ok::<_, std::convert::Infallible>(sse), watching))
     });
     axum::response::sse::Sse::new(stream.take_until(stop.cancelled_owned()))
         .keep_alive(axum::response::sse::KeepAlive::default())

@@ -461,40 +461,31 @@ async fn handle(
 /// Writes `events` to a watching client as JSON lines until it leaves (closes its end) or
 /// the runtime stops.
 async fn watch(
-    mut events: crate::EventStream,
+    events: crate::EventStream,
     mut reader: BufReader<OwnedReadHalf>,
     mut writer: OwnedWriteHalf,
 ) -> std::io::Result<()> {
-    let mut missed = 0;
+    let mut watching =
+        crate::observe::Watching::new(events, crate::observe::EventFilter::new(None));
     let mut scratch = [0u8; 64];
     loop {
-        let event = tokio::select! {
-            event = events.next() => event,
+        let lines = tokio::select! {
+            lines = watching.next() => lines,
             // A watcher sends nothing after its hello: a read that ends means it left.
             read = reader.read(&mut scratch) => match read {
                 Ok(0) | Err(_) => return Ok(()),
                 Ok(_) => continue,
             },
         };
-        let Some(event) = event else {
+        let Some(lines) = lines else {
             return Ok(());
         };
-        let mut line = Vec::with_capacity(256);
-        if events.missed() > missed {
-            let lost = events.missed() - missed;
-            missed = events.missed();
-            serde_json::to_writer(
-                &mut line,
-                &serde_json::json!({ "event": "missed", "count": lost }),
-            )
-            .map_err(std::io::Error::other)?;
-            line.push(b'\n');
+        let mut out = Vec::with_capacity(256);
+        for line in lines {
+            serde_json::to_writer(&mut out, &line).map_err(std::io::Error::other)?;
+            out.push(b'\n');
         }
-        let mut value = serde_json::to_value(&event).map_err(std::io::Error::other)?;
-        value["at_ms"] = crate::time::now_ms().into();
-        serde_json::to_writer(&mut line, &value).map_err(std::io::Error::other)?;
-        line.push(b'\n');
-        writer.write_all(&line).await?;
+        writer.write_all(&out).await?;
     }
 }
 
