@@ -58,7 +58,9 @@ pub enum ToolEvent {
         /// Why.
         reason: String,
     },
-    /// A tool's actor was restarted by its supervisor.
+    /// A tool's actor was restarted by its supervisor. For a proxied MCP server, `tool` is
+    /// the server's name (its node in the supervision tree), and so for its breaker's
+    /// events: that breaker counts failed starts of its process.
     Restarted {
         /// The tool.
         tool: Arc<str>,
@@ -100,6 +102,18 @@ pub enum ToolEvent {
     CircuitClosed {
         /// The tool.
         tool: Arc<str>,
+    },
+    /// A batch of changes to a context session was committed.
+    ContextChanged {
+        /// The session.
+        session: Arc<str>,
+        /// The session's version the batch made.
+        version: u64,
+        /// Who applied it, if named.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        author: Option<Arc<str>>,
+        /// The keys it changed, in order.
+        keys: Vec<String>,
     },
 }
 

@@ -17,6 +17,7 @@ pub mod framing;
 mod handler;
 pub mod http;
 pub mod local;
+mod observer;
 mod page;
 mod prompts;
 mod resources;

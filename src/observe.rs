@@ -201,8 +201,9 @@ impl Metrics {
 
 /// Which events one subscriber may see. The operator (no agent) sees all. An agent sees its
 /// own calls (and how they ended), the mail it sent or that was addressed to it by id,
-/// agents connecting and leaving (the directory is readable by every agent), and tools'
-/// restarts and breakers (the shared services' health); not other agents' calls or mail.
+/// agents connecting and leaving (the directory is readable by every agent), context
+/// sessions changing (every agent may read every session), and tools' restarts and breakers
+/// (the shared services' health); not other agents' calls or mail.
 #[derive(Debug, Default)]
 pub struct EventFilter {
     agent: Option<Arc<str>>,

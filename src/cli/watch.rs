@@ -1,6 +1,6 @@
 //! `guildhall watch`: the running server's events as they happen, one line each: calls and
 //! how they ended, denials, tools restarted, breakers opening and closing, messages sent,
-//! agents connecting and leaving.
+//! context sessions changed, agents connecting and leaving.
 
 use std::io::Write;
 use std::path::Path;
@@ -101,6 +101,17 @@ fn describe(line: &str) -> String {
             text("from"),
             text("to"),
             text("subject")
+        ),
+        "context_changed" => format!(
+            "context    {} v{} by {}: {}",
+            text("session"),
+            event["version"],
+            event["author"].as_str().unwrap_or("the runtime"),
+            event["keys"]
+                .as_array()
+                .map(|keys| keys.iter().filter_map(Value::as_str).collect::<Vec<_>>())
+                .unwrap_or_default()
+                .join(", ")
         ),
         "agent_connected" => format!("joined     {}", text("agent")),
         "agent_left" => format!("left       {}", text("agent")),

@@ -16,6 +16,7 @@ use super::session::{SessionDirectory, SessionEntry, SessionId, SessionRecord, S
 use super::shared::Shared;
 use super::{ContextConfig, ContextError};
 use crate::agents::{AgentId, PostOffice, now_ms};
+use crate::events::ToolEvent;
 use crate::store::{self, Batch, Store, Table, codec};
 use guildhall_supervision::lazy::{self, CoarseClock, Lazy, Partitions, RequestError, Sweep};
 
@@ -165,11 +166,13 @@ impl ContextHub {
         changes: Arc<[Change]>,
         author: Option<AgentId>,
     ) -> Result<Applied, ContextError> {
-        let keys: Vec<String> = if self.shared.changes.is_watched() {
+        let events = &self.office.events;
+        let keys: Vec<String> = if self.shared.changes.is_watched() || events.has_subscribers() {
             changes.iter().map(|c| c.key.clone()).collect()
         } else {
             Vec::new()
         };
+        let by = events.has_subscribers().then(|| author.clone()).flatten();
         let reply = self.request(entry, Op::Update { changes, author }).await;
         // Counted even on failure: a crash mid-update may have applied it.
         self.changed(entry.id.as_str());
@@ -178,6 +181,12 @@ impl ContextHub {
                 self.shared
                     .changes
                     .session_changed(entry.id.as_str(), keys.iter().map(String::as_str));
+                events.emit(|| ToolEvent::ContextChanged {
+                    session: Arc::from(entry.id.as_str()),
+                    version: applied.version,
+                    author: by.map(|a| a.shared()),
+                    keys,
+                });
                 Ok(applied)
             }
             other => Err(failed(entry, other)),

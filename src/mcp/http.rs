@@ -13,8 +13,9 @@
 //! session the server does not have. Sessions idle longer than [`HttpOptions::session_idle`]
 //! are closed.
 //!
-//! With [`HttpOptions::metrics`], `GET /metrics` serves them (OpenMetrics text) under the
-//! same `Host` check and bearer token: a rebinding page must not read them either.
+//! The observer's read-only routes (the dashboard, its status and sessions, `/events`,
+//! `/metrics`: [`observer`](super::observer)) share the listener, under the same `Host`
+//! check and bearer token: a rebinding page must not read them either.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -130,8 +131,8 @@ pub fn router(
         "http://[::1]:*".into(),
     ];
     origins.extend(options.allowed_origins.iter().cloned());
-    // Any Host once a token guards a server off loopback, as for /mcp.
-    let metrics_hosts: Option<Arc<[String]>> = (!off_loopback).then(|| hosts.clone().into());
+    // The observer's routes: any Host once a token guards a server off loopback, as for /mcp.
+    let observer_hosts: Option<Arc<[String]>> = (!off_loopback).then(|| hosts.clone().into());
     let mut config = StreamableHttpServerConfig::default()
         .with_allowed_origins(origins)
         .enforce_origin_validation()
@@ -166,54 +167,13 @@ pub fn router(
             let screen_state = Arc::clone(&screen_state);
             async move { screen(&screen_state, request, next).await }
         }));
-    {
-        let hosts = metrics_hosts.clone();
-        let runtime = server_runtime.clone();
-        let stop = shutdown_events;
-        router = router.route(
-            EVENTS_PATH,
-            axum::routing::get(move |request: Request| {
-                let hosts = hosts.clone();
-                let runtime = runtime.clone();
-                let stop = stop.clone();
-                async move { serve_events(&runtime, hosts.as_deref(), &request, stop) }
-            }),
-        );
-    }
-    if let Some(control) = options.dashboard {
-        let page_hosts = metrics_hosts.clone();
-        let status_hosts = metrics_hosts.clone();
-        router = router
-            .route(
-                DASHBOARD_PATH,
-                axum::routing::get(move |request: Request| {
-                    let hosts = page_hosts.clone();
-                    async move { serve_dashboard(hosts.as_deref(), &request) }
-                }),
-            )
-            .route(
-                STATUS_PATH,
-                axum::routing::get(move |request: Request| {
-                    let hosts = status_hosts.clone();
-                    let server = dashboard_server.clone();
-                    let control = control.clone();
-                    // Checked before the await: a request is not `Sync`.
-                    let allowed = host_ok(hosts.as_deref(), &request);
-                    async move { serve_status(&server, &control, allowed).await }
-                }),
-            );
-    }
-    if let Some(metrics) = options.metrics {
-        let hosts = metrics_hosts;
-        router = router.route(
-            METRICS_PATH,
-            axum::routing::get(move |request: Request| {
-                let metrics = Arc::clone(&metrics);
-                let hosts = hosts.clone();
-                async move { serve_metrics(&metrics, hosts.as_deref(), &request) }
-            }),
-        );
-    }
+    let observer = super::observer::Observer {
+        dashboard: options.dashboard.map(|control| (dashboard_server, control)),
+        metrics: options.metrics,
+        hosts: observer_hosts,
+        stop: shutdown_events,
+    };
+    router = router.merge(observer.routes(server_runtime));
     if let Some(token) = options.token {
         let expected: Arc<str> = Arc::from(format!("Bearer {token}"));
         router = router.layer(middleware::from_fn(move |request: Request, next: Next| {
@@ -224,133 +184,13 @@ pub fn router(
     Ok(router)
 }
 
-/// The path of the metrics.
-pub const METRICS_PATH: &str = "/metrics";
-/// The path of the event stream (server-sent events).
-pub const EVENTS_PATH: &str = "/events";
-/// The path of the dashboard.
-pub const DASHBOARD_PATH: &str = "/";
-/// The path of the status the dashboard reads.
-pub const STATUS_PATH: &str = "/api/status";
-/// Agents the dashboard's status lists at most.
-const DASHBOARD_AGENTS: usize = 5_000;
-
-fn serve_dashboard(hosts: Option<&[String]>, request: &Request) -> Response {
-    if !host_ok(hosts, request) {
-        return (StatusCode::FORBIDDEN, "this Host is not allowed\n").into_response();
-    }
-    (
-        [
-            (header::CONTENT_TYPE, "text/html; charset=utf-8"),
-            // Nothing from elsewhere: the page and its script are this one response.
-            (
-                header::CONTENT_SECURITY_POLICY,
-                "default-src 'self'; script-src 'unsafe-inline'; style-src 'unsafe-inline'",
-            ),
-        ],
-        crate::observe::DASHBOARD_HTML,
-    )
-        .into_response()
-}
-
-async fn serve_status(
-    server: &McpServer,
-    control: &super::local::Control,
-    host_allowed: bool,
-) -> Response {
-    if !host_allowed {
-        return (StatusCode::FORBIDDEN, "this Host is not allowed\n").into_response();
-    }
-    match super::local::status(server, control, DASHBOARD_AGENTS).await {
-        Ok(status) => (
-            [(header::CONTENT_TYPE, "application/json")],
-            status.to_string(),
-        )
-            .into_response(),
-        Err(reason) => (StatusCode::SERVICE_UNAVAILABLE, reason).into_response(),
-    }
-}
-
-/// Whether the request's `Host` is one of `hosts` (`None`: any, a token guards the server).
-fn host_ok(hosts: Option<&[String]>, request: &Request) -> bool {
-    hosts.is_none_or(|hosts| {
-        let host = request
-            .headers()
-            .get(header::HOST)
-            .and_then(|h| h.to_str().ok())
-            .unwrap_or_default();
-        host_allowed(host, hosts)
-    })
-}
-
-/// `GET /events`: the runtime's events as server-sent events (`data:` the event's JSON with
-/// `at_ms`), as the agent `Guildhall-Agent` names may see them (with its token when it has
-/// one), or all of them for a request that names none.
-fn serve_events(
-    runtime: &crate::Runtime,
-    hosts: Option<&[String]>,
-    request: &Request,
-    stop: CancellationToken,
-) -> Response {
-    if !host_ok(hosts, request) {
-        return (StatusCode::FORBIDDEN, "this Host is not allowed\n").into_response();
-    }
-    let header_text = |name: &str| {
-        request
-            .headers()
-            .get(name)
-            .and_then(|v| v.to_str().ok())
-            .map(str::to_owned)
-    };
-    let agent = header_text(super::AGENT_HEADER);
-    if let Some(agent) = &agent {
-        let token = header_text(crate::agents::TOKEN_HEADER);
-        if let Err(err) = runtime.credentials().check(agent, token.as_deref()) {
-            return (StatusCode::FORBIDDEN, format!("{err}\n")).into_response();
-        }
-        if runtime.lookup_agent(agent).is_none() {
-            return (
-                StatusCode::NOT_FOUND,
-                format!("no agent `{agent}` is registered\n"),
-            )
-                .into_response();
-        }
-    }
-    let filter = crate::observe::EventFilter::new(agent.map(Arc::from));
-    let watching = crate::observe::Watching::new(runtime.governance().events(), filter);
-    let stream = futures::stream::unfold(watching, |mut watching| async move {
-        let lines = watching.next().await?;
-        let data = lines
-            .iter()
-            .map(serde_json::Value::to_string)
-            .collect::<Vec<_>>()
-            .join("\n");
-        let sse = axum::response::sse::Event::default().data(data);
-        Some((Ok::<_, std::convert::Infallible>(sse), watching))
-    });
-    axum::response::sse::Sse::new(stream.take_until(stop.cancelled_owned()))
-        .keep_alive(axum::response::sse::KeepAlive::default())
-        .into_response()
-}
-
-fn serve_metrics(
-    metrics: &crate::observe::Metrics,
-    hosts: Option<&[String]>,
-    request: &Request,
-) -> Response {
-    if !host_ok(hosts, request) {
-        return (StatusCode::FORBIDDEN, "this Host is not allowed\n").into_response();
-    }
-    (
-        [(header::CONTENT_TYPE, crate::observe::CONTENT_TYPE)],
-        metrics.render(),
-    )
-        .into_response()
-}
+pub use super::observer::{
+    DASHBOARD_PATH, EVENTS_PATH, METRICS_PATH, SESSIONS_PATH, STATUS_PATH,
+};
 
 /// Whether `host` (`name`, `name:port`, `[v6]:port`) names one of `hosts` (names, or
 /// `host:port`).
-fn host_allowed(host: &str, hosts: &[String]) -> bool {
+pub(super) fn host_allowed(host: &str, hosts: &[String]) -> bool {
     let name = match host.strip_prefix('[') {
         Some(v6) => v6.split(']').next().unwrap_or_default(),
         None => host.rsplit_once(':').map_or(host, |(name, _)| name),

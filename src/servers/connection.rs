@@ -13,6 +13,7 @@ use std::time::Duration;
 
 use guildhall_actors::Annotations;
 use guildhall_supervision::Restart;
+use guildhall_supervision::breaker::{Ticket, Transition};
 use ractor::{Actor, ActorProcessingErr, ActorRef};
 use rmcp::ErrorData as McpError;
 use rmcp::model::{
@@ -26,6 +27,7 @@ use serde_json::Value;
 use super::config::{RestartType, ServerConfig};
 use super::link::Link;
 use super::proxy::{Pool, ProxyTool};
+use crate::events::ToolEvent;
 use crate::options::ToolOptions;
 use crate::output_log::OutputLog;
 use crate::process_group::ProcessGroup;
@@ -66,6 +68,26 @@ impl ServerSpec {
             for (name, _) in registered.values() {
                 runtime.deregister(name).await;
             }
+        }
+    }
+
+    /// Tells the runtime's event stream what happened to this server, under its name in
+    /// the supervision tree.
+    fn announce(&self, make: impl FnOnce(Arc<str>) -> ToolEvent) {
+        if let Some(runtime) = self.runtime.upgrade() {
+            runtime
+                .governance()
+                .emit(|| make(Arc::clone(&self.name)));
+        }
+    }
+
+    /// Records a start's outcome on the start breaker, announcing a change of its state.
+    fn record_start(&self, ticket: Ticket, started: bool) {
+        if let Some(transition) = self.link.breaker.record(ticket, started) {
+            self.announce(|tool| match transition {
+                Transition::Opened { .. } => ToolEvent::CircuitOpened { tool },
+                Transition::Closed => ToolEvent::CircuitClosed { tool },
+            });
         }
     }
 }
@@ -119,7 +141,11 @@ impl Actor for ServerActor {
         myself: ActorRef<ServerMsg>,
         (): (),
     ) -> Result<Option<Running>, ActorProcessingErr> {
-        self.0.link.starting();
+        let restarts = self.0.link.starting();
+        if restarts > 0 {
+            self.0
+                .announce(|tool| ToolEvent::Restarted { tool, restarts });
+        }
         // The tools registered by an earlier start report to this actor from now on.
         let actor = myself.clone();
         self.0.link.report_hangs_to(move |generation| {
@@ -210,11 +236,11 @@ impl ServerActor {
         };
         match tokio::time::timeout(spec.config.startup_timeout, self.start(myself)).await {
             Ok(Ok(running)) => {
-                spec.link.breaker.record(ticket, true);
+                spec.record_start(ticket, true);
                 Ok(running)
             }
             outcome => {
-                spec.link.breaker.record(ticket, false);
+                spec.record_start(ticket, false);
                 let reason = match outcome {
                     Ok(Err(reason)) => reason,
                     _ => format!(

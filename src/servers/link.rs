@@ -91,8 +91,10 @@ impl Link {
         self.phase.subscribe()
     }
 
-    pub(crate) fn starting(&self) {
-        self.starts.fetch_add(1, Ordering::Relaxed);
+    /// A start begins; returns the starts before it (its restarts, once it is not the
+    /// first).
+    pub(crate) fn starting(&self) -> u64 {
+        let before = self.starts.fetch_add(1, Ordering::Relaxed);
         self.phase.send_modify(|phase| {
             let after = match phase {
                 Phase::Down { reason } | Phase::Stopped { reason } => Some(Arc::clone(reason)),
@@ -101,6 +103,7 @@ impl Link {
             };
             *phase = Phase::Starting { after };
         });
+        before
     }
 
     /// The generation of the next connection.

@@ -1,10 +1,14 @@
 """The dashboard in a real browser: Debian's chromium, driven over WebDriver (chromedriver,
 selenium). Run by scripts/dashboard with GUILDHALL_BIN and SCREENSHOT set.
 
-`guildhall serve` with HTTP; the page loads the swarm (as a tree) and the supervision tree,
-then follows the event stream. Traffic is made through the command line and an MCP client,
-and each effect must show on the page within a second: a message in the mail feed, its
-call in the calls table, an agent connecting (its dot turns green). A screenshot is kept.
+`guildhall serve` with HTTP and two proxied MCP servers (guildhall itself over stdio: `inner`,
+and `flaky`, which cannot start until a file exists); the page loads the swarm (as a tree)
+and the supervision tree, then follows the event stream. Traffic is made through the command
+line, an MCP client and signals, and each effect must show on the page within a second of
+happening: a message in the mail feed, its call in the calls table, an agent connecting (its
+dot turns green), a context session changed (its entries, history and a version's diff),
+a server killed and restarted by its supervisor (`restarts 1`), a server
+whose failed starts open its breaker. A screenshot is kept.
 """
 
 import json
@@ -41,8 +45,47 @@ def shown(driver, css, contains, within=WITHIN):
         time.sleep(0.02)
 
 
+def servers(data_dir):
+    """`guildhall servers list --json`, by name."""
+    lines = guildhall(data_dir, "servers", "list", "--json").splitlines()
+    return {s["name"]: s for s in map(json.loads, lines)}
+
+
+def until(what, check, within=30):
+    """Waits up to `within` seconds for `check()` to hold (it returns the truthy value)."""
+    deadline = time.monotonic() + within
+    while True:
+        value = check()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{what}: not within {within}s")
+        time.sleep(0.05)
+
+
+def write_config(data_dir):
+    """`inner`: guildhall serving over stdio; `flaky`: exits at once while `ready` is missing."""
+    inner = ["--data-dir", os.path.join(data_dir, "inner"), "serve", "--stdio", "--in-memory",
+             "--bench-echo"]
+    ready = os.path.join(data_dir, "ready")
+    script = f"test -f '{ready}' || {{ echo 'not ready yet' >&2; exit 3; }}; exec \"$0\" \"$@\""
+    with open(os.path.join(data_dir, "guildhall.toml"), "w") as config:
+        config.write(f"""
+[servers.inner]
+command = {json.dumps(BIN)}
+args = {json.dumps(inner)}
+env = {{ RUST_LOG = "off" }}
+
+[servers.flaky]
+command = "sh"
+args = {json.dumps(["-c", script, BIN, *inner])}
+env = {{ RUST_LOG = "off" }}
+""")
+
+
 def main():
     with tempfile.TemporaryDirectory() as data_dir:
+        write_config(data_dir)
         server = subprocess.Popen([BIN, "--data-dir", data_dir, "serve", "--listen", "127.0.0.1:0"],
                                   stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
         try:
@@ -78,6 +121,24 @@ def main():
                 shown(driver, "#mail li", "pm → dev: parse the logs")
                 shown(driver, "#tools tr[data-tool=send_message]", "send_message")
 
+                # Context: a session appears as it is changed; selected, it shows its entries
+                # and history, and a version's diff.
+                guildhall(data_dir, "context", "update", "plan", "--as", "pm", "--key", "goal",
+                          "--value", '{"ship": "v1", "owner": "pm"}')
+                shown(driver, "#sessions li[data-session=plan]", "v1 by pm")
+                driver.find_element(By.CSS_SELECTOR, "#sessions li[data-session=plan]").click()
+                shown(driver, "#entries tr[data-key=goal]", '"ship":"v1"')
+                guildhall(data_dir, "context", "update", "plan", "--as", "dev", "--key", "goal",
+                          "--strategy", "merge", "--value", '{"ship": "v2"}')
+                shown(driver, "#sessions li[data-session=plan]", "v2 by dev")
+                shown(driver, "#entries tr[data-key=goal]", '"ship":"v2"')
+                shown(driver, '#batches li[data-version="2"]', "dev: merge goal").click()
+                shown(driver, "#diff .diff[data-key=goal] .del", '"ship": "v1"')
+                shown(driver, "#diff .diff[data-key=goal] .add", '"ship": "v2"')
+                kept = [e.text for e in driver.find_elements(By.CSS_SELECTOR, "#diff pre span")
+                        if "owner" in e.text]
+                assert kept and kept[0].startswith(" "), f"unchanged lines are unmarked: {kept}"
+
                 # An agent connects: its dot turns green.
                 client = subprocess.Popen([BIN, "--data-dir", data_dir, "mcp", "--agent", "dev"],
                                           stdin=subprocess.PIPE, stdout=subprocess.PIPE,
@@ -93,9 +154,24 @@ def main():
                 finally:
                     client.kill()
                     client.wait()
+
+                # A crash: the server `inner` killed, restarted by its supervisor.
+                pid = until("inner serves", lambda: servers(data_dir)["inner"].get("pid"))
+                os.kill(pid, 9)
+                until("inner restarted", lambda: servers(data_dir)["inner"]["starts"] == 2
+                      and servers(data_dir)["inner"]["state"] == "running")
+                shown(driver, "#supervision li[data-child=inner]", "restarts 1")
+
+                # A breaker opening: `flaky`'s failed starts open its start breaker.
+                until("flaky's breaker opens",
+                      lambda: servers(data_dir)["flaky"]["breaker"]["state"] == "open")
+                shown(driver, "#supervision li[data-child=flaky]", "breaker open")
+                driver.execute_script(
+                    "document.querySelector('#supervision li[data-child=inner]').scrollIntoView()")
                 driver.save_screenshot(SCREENSHOT)
                 print(f"ok: dashboard in chromium: swarm tree, supervision, mail, calls, "
-                      f"an agent connecting; screenshot {SCREENSHOT}")
+                      f"a context session and a version's diff, an agent connecting, a crash and restart, a breaker opening; "
+                      f"screenshot {SCREENSHOT}")
             finally:
                 driver.quit()
         finally:

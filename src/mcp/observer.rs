@@ -1,0 +1,299 @@
+//! The observer's routes on the HTTP listener, read-only: the dashboard page (`/`), what it
+//! reads (`/api/status`, `/api/sessions`, a session's entries and history, what one version
+//! changed), the event stream (`/events`) and `/metrics`.
+//!
+//! One `Host` check stands in front of them all (a DNS-rebinding page must not read them);
+//! off loopback the bearer token the whole listener requires guards them instead.
+
+use std::sync::Arc;
+
+use axum::extract::{Path, Request};
+use axum::http::{StatusCode, header};
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use futures::StreamExt;
+use tokio_util::sync::CancellationToken;
+
+use super::McpServer;
+use super::local::Control;
+use crate::context::{ContextError, HistoryQuery, Select};
+use crate::observe::{EventFilter, Metrics, Watching};
+
+/// The path of the metrics.
+pub const METRICS_PATH: &str = "/metrics";
+/// The path of the event stream (server-sent events).
+pub const EVENTS_PATH: &str = "/events";
+/// The path of the dashboard.
+pub const DASHBOARD_PATH: &str = "/";
+/// The path of the status the dashboard reads.
+pub const STATUS_PATH: &str = "/api/status";
+/// The path of the context sessions the dashboard lists; `/api/sessions/{id}` is one of
+/// them, `/api/sessions/{id}/versions/{version}` what one version changed.
+pub const SESSIONS_PATH: &str = "/api/sessions";
+/// Agents the dashboard's status lists at most.
+const DASHBOARD_AGENTS: usize = 5_000;
+/// Sessions listed at most (the newest).
+const SESSIONS: usize = 500;
+/// A session's entries shown at most.
+const ENTRIES: usize = 200;
+/// A session's latest batches shown.
+const BATCHES: usize = 50;
+
+/// What the observer serves.
+pub(super) struct Observer {
+    /// The server the dashboard describes (its connection as the operator) and its control;
+    /// `None`: no dashboard.
+    pub(super) dashboard: Option<(McpServer, Control)>,
+    /// Served at `/metrics` when given.
+    pub(super) metrics: Option<Arc<Metrics>>,
+    /// The `Host` values admitted (`None`: any; a token guards the listener).
+    pub(super) hosts: Option<Arc<[String]>>,
+    /// Ends the event streams when the server stops (a graceful shutdown would wait on them).
+    pub(super) stop: CancellationToken,
+}
+
+impl Observer {
+    /// The routes, behind the `Host` check.
+    pub(super) fn routes(self, runtime: crate::Runtime) -> axum::Router {
+        let Observer {
+            dashboard,
+            metrics,
+            hosts,
+            stop,
+        } = self;
+        let mut router = axum::Router::new().route(
+            EVENTS_PATH,
+            get(move |request: Request| {
+                let (runtime, stop) = (runtime.clone(), stop.clone());
+                async move { serve_events(&runtime, &request, stop) }
+            }),
+        );
+        if let Some((server, control)) = dashboard {
+            let sessions = server.runtime().sessions();
+            let (one, version) = (sessions.clone(), sessions.clone());
+            router = router
+                .route(DASHBOARD_PATH, get(|| async { serve_dashboard() }))
+                .route(
+                    STATUS_PATH,
+                    get(move || {
+                        let (server, control) = (server.clone(), control.clone());
+                        async move { serve_status(&server, &control).await }
+                    }),
+                )
+                .route(
+                    SESSIONS_PATH,
+                    get(move || {
+                        let sessions = sessions.clone();
+                        async move { list_sessions(&sessions) }
+                    }),
+                )
+                .route(
+                    &format!("{SESSIONS_PATH}/{{id}}"),
+                    get(move |Path(id): Path<String>| {
+                        let sessions = one.clone();
+                        async move { show_session(&sessions, &id).await }
+                    }),
+                )
+                .route(
+                    &format!("{SESSIONS_PATH}/{{id}}/versions/{{version}}"),
+                    get(move |Path((id, v)): Path<(String, u64)>| {
+                        let sessions = version.clone();
+                        async move { show_version(&sessions, &id, v).await }
+                    }),
+                );
+        }
+        if let Some(metrics) = metrics {
+            router = router.route(
+                METRICS_PATH,
+                get(move || {
+                    let metrics = Arc::clone(&metrics);
+                    async move { serve_metrics(&metrics) }
+                }),
+            );
+        }
+        router.route_layer(middleware::from_fn(move |request: Request, next: Next| {
+            let allowed = host_ok(hosts.as_deref(), &request);
+            async move {
+                if allowed {
+                    next.run(request).await
+                } else {
+                    (StatusCode::FORBIDDEN, "this Host is not allowed\n").into_response()
+                }
+            }
+        }))
+    }
+}
+
+/// Whether the request's `Host` is one of `hosts` (`None`: any, a token guards the server).
+fn host_ok(hosts: Option<&[String]>, request: &Request) -> bool {
+    hosts.is_none_or(|hosts| {
+        let host = request
+            .headers()
+            .get(header::HOST)
+            .and_then(|h| h.to_str().ok())
+            .unwrap_or_default();
+        super::http::host_allowed(host, hosts)
+    })
+}
+
+fn json(value: &impl serde::Serialize) -> Response {
+    match serde_json::to_string(value) {
+        Ok(body) => ([(header::CONTENT_TYPE, "application/json")], body).into_response(),
+        Err(err) => (StatusCode::INTERNAL_SERVER_ERROR, format!("{err}\n")).into_response(),
+    }
+}
+
+fn serve_dashboard() -> Response {
+    (
+        [
+            (header::CONTENT_TYPE, "text/html; charset=utf-8"),
+            // Nothing from elsewhere: the page and its script are this one response.
+            (
+                header::CONTENT_SECURITY_POLICY,
+                "default-src 'self'; script-src 'unsafe-inline'; style-src 'unsafe-inline'",
+            ),
+        ],
+        crate::observe::DASHBOARD_HTML,
+    )
+        .into_response()
+}
+
+async fn serve_status(server: &McpServer, control: &Control) -> Response {
+    match super::local::status(server, control, DASHBOARD_AGENTS).await {
+        Ok(status) => json(&status),
+        Err(reason) => (StatusCode::SERVICE_UNAVAILABLE, reason).into_response(),
+    }
+}
+
+/// The newest sessions' records, newest first, and how many there are.
+fn list_sessions(sessions: &crate::context::Sessions) -> Response {
+    let all = sessions.list();
+    let newest: Vec<_> = all.iter().rev().take(SESSIONS).map(|r| &**r).collect();
+    json(&serde_json::json!({ "total": all.len(), "sessions": newest }))
+}
+
+fn context_error(err: &ContextError) -> Response {
+    let status = match err {
+        ContextError::UnknownSession { .. } => StatusCode::NOT_FOUND,
+        ContextError::HistoryPruned { .. } | ContextError::FutureVersion { .. } => {
+            StatusCode::BAD_REQUEST
+        }
+        _ => StatusCode::SERVICE_UNAVAILABLE,
+    };
+    (status, format!("{err}\n")).into_response()
+}
+
+/// A session: its record and size, its entries (the first by key) and its latest batches.
+async fn show_session(sessions: &crate::context::Sessions, id: &str) -> Response {
+    let shown = async {
+        let info = sessions.get(id).await?;
+        let context = sessions.context(id)?;
+        let entries = context.read(Select::All, ENTRIES).await?;
+        let history = context
+            .history(&HistoryQuery {
+                limit: BATCHES,
+                ..HistoryQuery::default()
+            })
+            .await?;
+        Ok::<_, ContextError>(serde_json::json!({
+            "info": info,
+            "entries": entries,
+            "history": history,
+        }))
+    };
+    match shown.await {
+        Ok(value) => json(&value),
+        Err(err) => context_error(&err),
+    }
+}
+
+/// What version `version` of a session changed: its batch, and each key it touched as it
+/// was before (`null` once that history is pruned) and after.
+async fn show_version(sessions: &crate::context::Sessions, id: &str, version: u64) -> Response {
+    let shown = async {
+        let context = sessions.context(id)?;
+        let history = context
+            .history(&HistoryQuery {
+                after: Some(version.saturating_sub(1)),
+                key: None,
+                limit: 1,
+            })
+            .await?;
+        let Some(batch) = history.batches.into_iter().find(|b| b.version == version) else {
+            return Err(ContextError::FutureVersion {
+                session: id.to_owned(),
+                requested: version,
+                current: history.version,
+            });
+        };
+        let mut keys: Vec<String> = batch.changes.iter().map(|c| c.key.clone()).collect();
+        keys.dedup();
+        let before = match context
+            .read_as_of(version.saturating_sub(1), Select::Keys(keys.clone()), keys.len())
+            .await
+        {
+            Ok(view) => Some(view),
+            Err(ContextError::HistoryPruned { .. }) => None,
+            Err(err) => return Err(err),
+        };
+        let after = context
+            .read_as_of(version, Select::Keys(keys.clone()), keys.len())
+            .await?;
+        Ok(serde_json::json!({ "batch": batch, "before": before, "after": after }))
+    };
+    match shown.await {
+        Ok(value) => json(&value),
+        Err(err) => context_error(&err),
+    }
+}
+
+/// `GET /events`: the runtime's events as server-sent events (`data:` the event's JSON with
+/// `at_ms`), as the agent `Guildhall-Agent` names may see them (with its token when it has
+/// one), or all of them for a request that names none.
+fn serve_events(runtime: &crate::Runtime, request: &Request, stop: CancellationToken) -> Response {
+    let header_text = |name: &str| {
+        request
+            .headers()
+            .get(name)
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_owned)
+    };
+    let agent = header_text(super::AGENT_HEADER);
+    if let Some(agent) = &agent {
+        let token = header_text(crate::agents::TOKEN_HEADER);
+        if let Err(err) = runtime.credentials().check(agent, token.as_deref()) {
+            return (StatusCode::FORBIDDEN, format!("{err}\n")).into_response();
+        }
+        if runtime.lookup_agent(agent).is_none() {
+            return (
+                StatusCode::NOT_FOUND,
+                format!("no agent `{agent}` is registered\n"),
+            )
+                .into_response();
+        }
+    }
+    let filter = EventFilter::new(agent.map(Arc::from));
+    let watching = Watching::new(runtime.governance().events(), filter);
+    let stream = futures::stream::unfold(watching, |mut watching| async move {
+        let lines = watching.next().await?;
+        let data = lines
+            .iter()
+            .map(serde_json::Value::to_string)
+            .collect::<Vec<_>>()
+            .join("\n");
+        let sse = axum::response::sse::Event::default().data(data);
+        Some((Ok::<_, std::convert::Infallible>(sse), watching))
+    });
+    axum::response::sse::Sse::new(stream.take_until(stop.cancelled_owned()))
+        .keep_alive(axum::response::sse::KeepAlive::default())
+        .into_response()
+}
+
+fn serve_metrics(metrics: &Metrics) -> Response {
+    (
+        [(header::CONTENT_TYPE, crate::observe::CONTENT_TYPE)],
+        metrics.render(),
+    )
+        .into_response()
+}
