@@ -1529,3 +1529,89 @@ async fn http_serves_the_dashboard_and_the_status_it_reads() {
     stop.cancel();
     rt.shutdown().await;
 }
+
+#[tokio::test]
+async fn the_dashboard_reads_sessions_their_history_and_what_a_version_changed() {
+    let (rt, _) = runtime().await;
+    let options = HttpOptions {
+        dashboard: Some(guildhall::mcp::local::Control::default()),
+        ..HttpOptions::default()
+    };
+    let (url, stop) = crate::support::http_endpoint(&rt, options).await;
+    let base = url.trim_end_matches(http::PATH).to_owned();
+    let client = crate::support::http_client();
+    let get = |path: String| {
+        let client = client.clone();
+        let url = format!("{base}{path}");
+        async move {
+            let response = client.get(url).send().await.unwrap();
+            let status = response.status().as_u16();
+            (status, response.text().await.unwrap())
+        }
+    };
+    let mut events = rt.governance().events();
+    let plan = rt.sessions().open("plan", Some("alice")).await.unwrap();
+    plan.replace("goal", json!({"ship": "v1", "owner": "alice"}))
+        .await
+        .unwrap();
+    plan.merge("goal", json!({"ship": "v2"})).await.unwrap();
+    plan.replace("notes", json!("draft")).await.unwrap();
+    let changed = events.next().await.unwrap();
+    assert_eq!(
+        serde_json::to_value(&changed).unwrap(),
+        json!({"event": "context_changed", "session": "plan", "version": 1, "author": "alice", "keys": ["goal"]})
+    );
+
+    let (status, list) = get(http::SESSIONS_PATH.to_owned()).await;
+    assert_eq!(status, 200);
+    let list: Value = serde_json::from_str(&list).unwrap();
+    assert_eq!((&list["total"], &list["sessions"][0]["id"]), (&json!(1), &json!("plan")));
+
+    let (status, session) = get(format!("{}/plan", http::SESSIONS_PATH)).await;
+    assert_eq!(status, 200);
+    let session: Value = serde_json::from_str(&session).unwrap();
+    assert_eq!(session["info"]["version"], 3);
+    assert_eq!(session["entries"]["entries"][0]["value"], json!({"ship": "v2", "owner": "alice"}));
+    let versions: Vec<&Value> = session["history"]["batches"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|b| &b["version"])
+        .collect();
+    assert_eq!(versions, [&json!(1), &json!(2), &json!(3)]);
+
+    let (status, v2) = get(format!("{}/plan/versions/2", http::SESSIONS_PATH)).await;
+    assert_eq!(status, 200);
+    let v2: Value = serde_json::from_str(&v2).unwrap();
+    assert_eq!(v2["batch"]["changes"][0]["strategy"], "merge");
+    assert_eq!(v2["before"]["entries"][0]["value"]["ship"], "v1");
+    assert_eq!(v2["after"]["entries"][0]["value"]["ship"], "v2");
+
+    // What does not exist is named, with the status that says so.
+    let (status, body) = get(format!("{}/plan/versions/9", http::SESSIONS_PATH)).await;
+    assert_eq!(status, 400, "{body}");
+    assert!(body.contains('9') && body.contains('3'), "{body}");
+    let (status, body) = get(format!("{}/nope", http::SESSIONS_PATH)).await;
+    assert_eq!(status, 404, "{body}");
+    assert!(body.contains("nope"), "{body}");
+    let (status, _) = get(format!("{}/plan/versions/x", http::SESSIONS_PATH)).await;
+    assert_eq!(status, 400);
+
+    // Every observer route checks the Host, as the page does.
+    for path in [
+        http::SESSIONS_PATH.to_owned(),
+        format!("{}/plan", http::SESSIONS_PATH),
+        http::STATUS_PATH.to_owned(),
+        http::EVENTS_PATH.to_owned(),
+    ] {
+        let foreign = client
+            .get(format!("{base}{path}"))
+            .header("host", "evil.example")
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(foreign.status(), 403, "{path}");
+    }
+    stop.cancel();
+    rt.shutdown().await;
+}

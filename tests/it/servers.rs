@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use guildhall::governance::{Action, GovernanceConfig, Rule};
 use guildhall::servers::{ServerConfig, ServerInfo, ServerState, Servers};
-use guildhall::{BreakerStatus, CallError, CallOptions, Runtime};
+use guildhall::{BreakerStatus, CallError, CallOptions, Runtime, ToolEvent};
 use serde_json::{Value, json};
 
 use crate::support::{eventually, guildhall_ok, serve_in_background};
@@ -65,6 +65,15 @@ async fn running(servers: &Servers, name: &str, starts: u64) -> u32 {
     })
     .await;
     info(servers, name).await.pid.unwrap()
+}
+
+/// The next `Restarted` event: the tool and its restarts.
+async fn restart_event(events: &mut guildhall::EventStream) -> (String, u64) {
+    loop {
+        if let ToolEvent::Restarted { tool, restarts } = events.next().await.unwrap() {
+            return (tool.to_string(), restarts);
+        }
+    }
 }
 
 fn echo(text: &str) -> Value {
@@ -151,6 +160,7 @@ async fn a_server_s_tools_are_guildhall_tools_under_its_governance() {
 async fn a_server_killed_mid_call_answers_crashed_once_per_call_and_serves_again() {
     let dir = tempfile::tempdir().unwrap();
     let (rt, servers) = with_servers(GovernanceConfig::default()).await;
+    let mut events = rt.governance().events();
     servers
         .add("inner", inner_server(dir.path()))
         .await
@@ -189,6 +199,11 @@ async fn a_server_killed_mid_call_answers_crashed_once_per_call_and_serves_again
 
     let new_pid = running(&servers, "inner", 2).await;
     assert_ne!(new_pid, pid);
+    assert_eq!(
+        restart_event(&mut events).await,
+        ("inner".to_owned(), 1),
+        "watchers see the server restarted, under its name in the tree"
+    );
     let last = info(&servers, "inner").await.last_end.unwrap_or_default();
     assert!(
         last.contains("killed by signal 9"),
@@ -268,6 +283,7 @@ async fn a_server_that_cannot_start_opens_its_breaker_and_recovers_once_fixed() 
             .chain(inner.args.clone()),
     );
     config.env = inner.env.clone();
+    let mut events = rt.governance().events();
     servers.add("flaky", config).await.unwrap();
 
     eventually(Duration::from_secs(20), || async {
@@ -277,6 +293,13 @@ async fn a_server_that_cannot_start_opens_its_breaker_and_recovers_once_fixed() 
         )
     })
     .await;
+    loop {
+        match events.next().await.unwrap() {
+            ToolEvent::CircuitOpened { tool } => break assert_eq!(&*tool, "flaky"),
+            ToolEvent::CircuitClosed { .. } => panic!("closed before it opened"),
+            _ => {}
+        }
+    }
     let down = info(&servers, "flaky").await;
     let reason = down.reason.unwrap_or_default();
     assert!(
