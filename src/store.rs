@@ -192,9 +192,15 @@ pub enum Durability {
 
 /// Counters of what a store has done since it opened.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct StoreStats {
     /// Transactions committed (for a durable store, each is one fsync).
     pub commits: u64,
+    /// Time spent committing them, fsyncs included, in microseconds: divided by `commits`,
+    /// the mean commit latency.
+    pub commit_micros: u64,
+    /// Group commits that failed (each failed every batch in it).
+    pub failed_commits: u64,
     /// Batches applied.
     pub batches: u64,
     /// Writes applied.

@@ -255,7 +255,11 @@ async fn serve_network(
                 allowed_origins: args.allow_origin.clone(),
                 max_sessions: args.max_sessions,
                 session_idle: args.session_idle,
-                metrics: Some(guildhall::observe::Metrics::start(server.runtime())),
+                metrics: Some({
+                    let metrics = guildhall::observe::Metrics::start(server.runtime());
+                    metrics.count_connections(control.connections());
+                    metrics
+                }),
                 dashboard: Some(control.clone()),
             };
             let addr = listener.local_addr()?;

@@ -229,6 +229,13 @@ pub struct Control {
     launcher: Option<Arc<crate::launch::Launcher>>,
 }
 
+impl Control {
+    /// The number of live MCP connections (every transport), as it changes.
+    pub fn connections(&self) -> tokio::sync::watch::Receiver<usize> {
+        self.live.subscribe()
+    }
+}
+
 impl Default for Control {
     fn default() -> Self {
         Self {

@@ -108,7 +108,7 @@ impl Observer {
                 METRICS_PATH,
                 get(move || {
                     let metrics = Arc::clone(&metrics);
-                    async move { serve_metrics(&metrics) }
+                    async move { serve_metrics(&metrics).await }
                 }),
             );
         }
@@ -290,10 +290,10 @@ fn serve_events(runtime: &crate::Runtime, request: &Request, stop: CancellationT
         .into_response()
 }
 
-fn serve_metrics(metrics: &Metrics) -> Response {
+async fn serve_metrics(metrics: &Metrics) -> Response {
     (
         [(header::CONTENT_TYPE, crate::observe::CONTENT_TYPE)],
-        metrics.render(),
+        metrics.render().await,
     )
         .into_response()
 }

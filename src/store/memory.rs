@@ -363,6 +363,7 @@ impl Store for MemoryStore {
             commits: batches,
             batches,
             writes,
+            ..StoreStats::default()
         }
     }
 }

@@ -52,6 +52,8 @@ struct Job {
 #[derive(Default)]
 struct Counters {
     commits: AtomicU64,
+    commit_micros: AtomicU64,
+    failed_commits: AtomicU64,
     batches: AtomicU64,
     writes: AtomicU64,
 }
@@ -359,6 +361,7 @@ fn write_loop(db: &Database, jobs: &mpsc::Receiver<Job>, stats: &Counters) {
         let result = if writes == 0 {
             Ok(())
         } else {
+            let started = std::time::Instant::now();
             let committed = std::panic::catch_unwind(AssertUnwindSafe(|| commit_group(db, &group)))
                 .unwrap_or_else(|_| {
                     Err(StoreError::Backend {
@@ -366,13 +369,16 @@ fn write_loop(db: &Database, jobs: &mpsc::Receiver<Job>, stats: &Counters) {
                         reason: "the storage engine panicked".into(),
                     })
                 });
+            let micros = u64::try_from(started.elapsed().as_micros()).unwrap_or(u64::MAX);
             if committed.is_ok() {
                 stats.commits.fetch_add(1, Ordering::Relaxed);
+                stats.commit_micros.fetch_add(micros, Ordering::Relaxed);
                 stats
                     .batches
                     .fetch_add(group.len() as u64, Ordering::Relaxed);
                 stats.writes.fetch_add(writes as u64, Ordering::Relaxed);
             } else if let Err(err) = &committed {
+                stats.failed_commits.fetch_add(1, Ordering::Relaxed);
                 tracing::error!(%err, batches = group.len(), "group commit failed");
             }
             committed
@@ -471,6 +477,8 @@ impl Store for RedbStore {
     fn stats(&self) -> StoreStats {
         StoreStats {
             commits: self.stats.commits.load(Ordering::Relaxed),
+            commit_micros: self.stats.commit_micros.load(Ordering::Relaxed),
+            failed_commits: self.stats.failed_commits.load(Ordering::Relaxed),
             batches: self.stats.batches.load(Ordering::Relaxed),
             writes: self.stats.writes.load(Ordering::Relaxed),
         }

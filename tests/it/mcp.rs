@@ -1333,6 +1333,13 @@ async fn http_serves_metrics_a_prometheus_parser_reads() {
         .send(guildhall::Outgoing::to("bob").subject("hi").body("x"))
         .await
         .unwrap();
+    rt.sessions()
+        .open("plan", Some("alice"))
+        .await
+        .unwrap()
+        .replace("goal", json!("ship"))
+        .await
+        .unwrap();
     let client = crate::support::http_client();
     // The aggregator follows the events on its own task: the scrape shows them soon after.
     let mut scrape = None;
@@ -1349,7 +1356,9 @@ async fn http_serves_metrics_a_prometheus_parser_reads() {
         assert!(text.ends_with("# EOF\n"), "{text}");
         let parsed =
             prometheus_parse::Scrape::parse(text.lines().map(|l| Ok(l.to_owned()))).unwrap();
-        if sample(&parsed, "guildhall_messages_total", &[]) == Some(1.0) {
+        if sample(&parsed, "guildhall_messages_total", &[]) == Some(1.0)
+            && sample(&parsed, "guildhall_context_batches_total", &[]) == Some(1.0)
+        {
             scrape = Some(parsed);
             break;
         }
@@ -1373,6 +1382,13 @@ async fn http_serves_metrics_a_prometheus_parser_reads() {
         sample(&scrape, "guildhall_message_deliveries_total", &[]),
         Some(1.0)
     );
+    // Read at the scrape: each inbox's depth, sessions, the store's commits.
+    let unread = |agent| sample(&scrape, "guildhall_mailbox_unread", &[("agent", agent)]);
+    assert_eq!((unread("bob"), unread("alice")), (Some(1.0), Some(0.0)));
+    assert_eq!(sample(&scrape, "guildhall_sessions", &[]), Some(1.0));
+    assert!(sample(&scrape, "guildhall_store_commits_total", &[]).is_some_and(|n| n >= 2.0));
+    assert!(sample(&scrape, "guildhall_store_commit_seconds_total", &[]).is_some());
+    assert_eq!(sample(&scrape, "guildhall_store_failed_commits_total", &[]), Some(0.0));
     // A page that rebinds a name to 127.0.0.1 cannot read them.
     let foreign = client
         .get(&metrics_url)
