@@ -184,21 +184,7 @@ pub fn router(
     Ok(router)
 }
 
-pub use super::observer::{
-    DASHBOARD_PATH, EVENTS_PATH, METRICS_PATH, SESSIONS_PATH, STATUS_PATH,
-};
-
-/// Whether `host` (`name`, `name:port`, `[v6]:port`) names one of `hosts` (names, or
-/// `host:port`).
-pub(super) fn host_allowed(host: &str, hosts: &[String]) -> bool {
-    let name = match host.strip_prefix('[') {
-        Some(v6) => v6.split(']').next().unwrap_or_default(),
-        None => host.rsplit_once(':').map_or(host, |(name, _)| name),
-    };
-    hosts
-        .iter()
-        .any(|allowed| allowed.eq_ignore_ascii_case(host) || allowed.eq_ignore_ascii_case(name))
-}
+pub use super::observer::{DASHBOARD_PATH, EVENTS_PATH, METRICS_PATH, SESSIONS_PATH, STATUS_PATH};
 
 async fn require_bearer(expected: &str, request: Request, next: Next) -> Response {
     let given = request

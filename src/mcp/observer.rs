@@ -133,8 +133,20 @@ fn host_ok(hosts: Option<&[String]>, request: &Request) -> bool {
             .get(header::HOST)
             .and_then(|h| h.to_str().ok())
             .unwrap_or_default();
-        super::http::host_allowed(host, hosts)
+        host_allowed(host, hosts)
     })
+}
+
+/// Whether `host` (`name`, `name:port`, `[v6]:port`) names one of `hosts` (names, or
+/// `host:port`).
+fn host_allowed(host: &str, hosts: &[String]) -> bool {
+    let name = match host.strip_prefix('[') {
+        Some(v6) => v6.split(']').next().unwrap_or_default(),
+        None => host.rsplit_once(':').map_or(host, |(name, _)| name),
+    };
+    hosts
+        .iter()
+        .any(|allowed| allowed.eq_ignore_ascii_case(host) || allowed.eq_ignore_ascii_case(name))
 }
 
 fn json(value: &impl serde::Serialize) -> Response {
@@ -230,7 +242,11 @@ async fn show_version(sessions: &crate::context::Sessions, id: &str, version: u6
         let mut keys: Vec<String> = batch.changes.iter().map(|c| c.key.clone()).collect();
         keys.dedup();
         let before = match context
-            .read_as_of(version.saturating_sub(1), Select::Keys(keys.clone()), keys.len())
+            .read_as_of(
+                version.saturating_sub(1),
+                Select::Keys(keys.clone()),
+                keys.len(),
+            )
             .await
         {
             Ok(view) => Some(view),

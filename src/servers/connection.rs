@@ -75,9 +75,7 @@ impl ServerSpec {
     /// the supervision tree.
     fn announce(&self, make: impl FnOnce(Arc<str>) -> ToolEvent) {
         if let Some(runtime) = self.runtime.upgrade() {
-            runtime
-                .governance()
-                .emit(|| make(Arc::clone(&self.name)));
+            runtime.governance().emit(|| make(Arc::clone(&self.name)));
         }
     }
 

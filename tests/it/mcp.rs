@@ -1388,7 +1388,10 @@ async fn http_serves_metrics_a_prometheus_parser_reads() {
     assert_eq!(sample(&scrape, "guildhall_sessions", &[]), Some(1.0));
     assert!(sample(&scrape, "guildhall_store_commits_total", &[]).is_some_and(|n| n >= 2.0));
     assert!(sample(&scrape, "guildhall_store_commit_seconds_total", &[]).is_some());
-    assert_eq!(sample(&scrape, "guildhall_store_failed_commits_total", &[]), Some(0.0));
+    assert_eq!(
+        sample(&scrape, "guildhall_store_failed_commits_total", &[]),
+        Some(0.0)
+    );
     // A page that rebinds a name to 127.0.0.1 cannot read them.
     let foreign = client
         .get(&metrics_url)
@@ -1581,13 +1584,19 @@ async fn the_dashboard_reads_sessions_their_history_and_what_a_version_changed()
     let (status, list) = get(http::SESSIONS_PATH.to_owned()).await;
     assert_eq!(status, 200);
     let list: Value = serde_json::from_str(&list).unwrap();
-    assert_eq!((&list["total"], &list["sessions"][0]["id"]), (&json!(1), &json!("plan")));
+    assert_eq!(
+        (&list["total"], &list["sessions"][0]["id"]),
+        (&json!(1), &json!("plan"))
+    );
 
     let (status, session) = get(format!("{}/plan", http::SESSIONS_PATH)).await;
     assert_eq!(status, 200);
     let session: Value = serde_json::from_str(&session).unwrap();
     assert_eq!(session["info"]["version"], 3);
-    assert_eq!(session["entries"]["entries"][0]["value"], json!({"ship": "v2", "owner": "alice"}));
+    assert_eq!(
+        session["entries"]["entries"][0]["value"],
+        json!({"ship": "v2", "owner": "alice"})
+    );
     let versions: Vec<&Value> = session["history"]["batches"]
         .as_array()
         .unwrap()
