@@ -155,6 +155,9 @@ pub struct Config {
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
     #[serde(default)]
     pub commands: BTreeMap<String, toml::Value>,
+    /// Telemetry sent elsewhere: OpenTelemetry traces over OTLP.
+    #[serde(default)]
+    pub telemetry: crate::observe::TelemetryConfig,
     /// The directory of the file, where command hooks run.
     #[serde(skip)]
     pub dir: PathBuf,

@@ -1,12 +1,17 @@
 //! What a running server tells the people and tools watching it: the dashboard page,
-//! Prometheus metrics ([`Metrics`]), and the event stream as one watcher may see it
+//! Prometheus metrics ([`Metrics`]), tool calls as OpenTelemetry spans over OTLP
+//! (`Traces`, feature `otlp`), and the event stream as one watcher may see it
 //! ([`Watching`]). Served by the HTTP listener and the local socket (`guildhall watch`); the
 //! routes live with them in `mcp`.
 
 mod metrics;
+mod traces;
 mod watching;
 
 pub use metrics::{CONTENT_TYPE, Metrics};
+#[cfg(feature = "otlp")]
+pub use traces::Traces;
+pub use traces::{TelemetryConfig, TelemetryError};
 pub use watching::{EventFilter, Watching};
 
 /// The dashboard: one page, its script and styles inline, served at `/` by the HTTP

@@ -57,6 +57,11 @@ const CONFIG_TEMPLATE: &str = r#"# guildhall server settings, read when the serv
 # enabled = true
 # retention = "90d"
 
+# Each tool call an OpenTelemetry span, sent to an OTLP/HTTP collector (Jaeger, Tempo...).
+# [telemetry]
+# otlp_endpoint = "http://127.0.0.1:4318"
+# otlp_headers = { "x-honeycomb-team" = "..." }
+
 # Built-in work tools, each off until its section is present.
 # [files]                           # read_file, write_file, edit_file, multi_edit, list_dir, glob, grep
 # roots = ["."]

@@ -151,6 +151,19 @@ pub(crate) async fn serve(args: ServeArgs, data_dir: &Path) -> CliResult {
             return Err(err);
         }
     };
+    // Held while serving: dropping it sends the last spans.
+    #[cfg(feature = "otlp")]
+    let traces = match guildhall::observe::Traces::start(&runtime, &config.telemetry) {
+        Ok(traces) => traces,
+        Err(err) => {
+            runtime.shutdown().await;
+            return Err(err.into());
+        }
+    };
+    #[cfg(not(feature = "otlp"))]
+    if config.telemetry.otlp_endpoint.is_some() {
+        tracing::warn!("[telemetry] otlp_endpoint is set, but this build has no `otlp` feature");
+    }
     #[cfg_attr(not(feature = "conformance"), allow(unused_mut))]
     let mut server = McpServer::new(runtime.clone());
     #[cfg(feature = "conformance")]
@@ -162,6 +175,10 @@ pub(crate) async fn serve(args: ServeArgs, data_dir: &Path) -> CliResult {
     } else {
         serve_network(&args, &server, roles, filter, data_dir, servers, launcher).await
     };
+    #[cfg(feature = "otlp")]
+    if let Some(traces) = traces {
+        traces.flush().await;
+    }
     runtime.shutdown().await;
     result
 }

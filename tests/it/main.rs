@@ -64,3 +64,5 @@ mod store;
 mod supervision;
 /// The task board: concurrent claims, leases, dependencies, notices, history, the CLI.
 mod tasks;
+/// Tool calls as OpenTelemetry spans, received by an OTLP/HTTP collector in the test.
+mod telemetry;

@@ -1,0 +1,139 @@
+//! `[telemetry] otlp_endpoint`: each tool call a span with its agent, tool, decision and
+//! outcome, exported over OTLP/HTTP (JSON) to a collector this test runs on loopback.
+
+use std::sync::{Arc, Mutex};
+
+use guildhall::observe::{TelemetryConfig, TelemetryError, Traces};
+use serde_json::{Value, json};
+
+/// What the collector received: each request's path, content type and body.
+type Received = Arc<Mutex<Vec<(String, String, Value)>>>;
+
+async fn collector() -> (String, Received, tokio_util::sync::CancellationToken) {
+    let received: Received = Arc::default();
+    let kept = Arc::clone(&received);
+    let app = axum::Router::new().fallback(move |request: axum::extract::Request| {
+        let kept = Arc::clone(&kept);
+        async move {
+            let path = request.uri().path().to_owned();
+            let kind = request
+                .headers()
+                .get("content-type")
+                .and_then(|v| v.to_str().ok())
+                .unwrap_or_default()
+                .to_owned();
+            let body = axum::body::to_bytes(request.into_body(), 1 << 24)
+                .await
+                .unwrap();
+            let body = serde_json::from_slice(&body).unwrap_or(Value::Null);
+            kept.lock().unwrap().push((path, kind, body));
+            "{}"
+        }
+    });
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    let stop = tokio_util::sync::CancellationToken::new();
+    let until = stop.clone();
+    tokio::spawn(async move {
+        axum::serve(listener, app)
+            .with_graceful_shutdown(until.cancelled_owned())
+            .await
+            .unwrap();
+    });
+    (url, received, stop)
+}
+
+/// A span's attributes as a map of string values.
+fn attributes(span: &Value) -> serde_json::Map<String, Value> {
+    span["attributes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| {
+            (
+                a["key"].as_str().unwrap().to_owned(),
+                a["value"]["stringValue"].clone(),
+            )
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn each_call_is_a_span_a_collector_receives_with_agent_tool_decision_and_outcome() {
+    let (rt, _) = crate::mcp::runtime().await;
+    let (url, received, stop) = collector().await;
+    let config = TelemetryConfig {
+        otlp_endpoint: Some(url),
+        otlp_headers: [("x-api-key".to_owned(), "k1".to_owned())].into(),
+    };
+    let traces = Traces::start(&rt, &config)
+        .unwrap()
+        .expect("an endpoint: traces");
+    let alice = crate::support::as_agent(&rt, "alice");
+    rt.call_json("gate", json!({ "mode": "progress" }), alice.clone())
+        .await
+        .unwrap();
+    let refused = rt.call_json("gate", json!({ "mode": 7 }), alice).await;
+    assert!(refused.is_err());
+    traces.flush().await;
+
+    let received = received.lock().unwrap().clone();
+    assert!(!received.is_empty(), "the collector got an export");
+    let mut spans = Vec::new();
+    for (path, kind, body) in &received {
+        assert_eq!(path, "/v1/traces");
+        assert!(kind.starts_with("application/json"), "{kind}");
+        for resource in body["resourceSpans"].as_array().unwrap() {
+            let service = &resource["resource"]["attributes"];
+            assert!(
+                service.to_string().contains("\"guildhall\""),
+                "service.name: {service}"
+            );
+            for scope in resource["scopeSpans"].as_array().unwrap() {
+                spans.extend(scope["spans"].as_array().unwrap().iter().cloned());
+            }
+        }
+    }
+    let gate: Vec<_> = spans
+        .iter()
+        .filter(|s| s["name"] == "tool gate")
+        .map(attributes)
+        .collect();
+    assert_eq!(gate.len(), 2, "{spans:?}");
+    let outcomes: Vec<_> = gate
+        .iter()
+        .map(|a| a["guildhall.outcome"].clone())
+        .collect();
+    assert_eq!(outcomes, [json!("ok"), json!("invalid_arguments")]);
+    for a in &gate {
+        assert_eq!(a["guildhall.agent"], "alice");
+        assert_eq!(a["guildhall.tool"], "gate");
+        assert_eq!(a["guildhall.decision"], "allow");
+    }
+    let failed = spans
+        .iter()
+        .find(|s| attributes(s)["guildhall.outcome"] == "invalid_arguments")
+        .unwrap();
+    assert_eq!(failed["status"]["code"], 2, "an error status: {failed}");
+    drop(traces);
+    stop.cancel();
+    rt.shutdown().await;
+}
+
+#[tokio::test]
+async fn traces_are_off_without_an_endpoint_and_a_bad_one_is_named() {
+    let (rt, _) = crate::mcp::runtime().await;
+    assert!(
+        Traces::start(&rt, &TelemetryConfig::default())
+            .unwrap()
+            .is_none()
+    );
+    let bad = TelemetryConfig {
+        otlp_endpoint: Some("collector:4318".into()),
+        ..TelemetryConfig::default()
+    };
+    let err = Traces::start(&rt, &bad).unwrap_err();
+    assert!(matches!(err, TelemetryError::Endpoint(_)));
+    assert!(err.to_string().contains("collector:4318"), "{err}");
+    rt.shutdown().await;
+}
