@@ -240,6 +240,7 @@ async fn show_version(sessions: &crate::context::Sessions, id: &str, version: u6
             });
         };
         let mut keys: Vec<String> = batch.changes.iter().map(|c| c.key.clone()).collect();
+        keys.sort_unstable();
         keys.dedup();
         let before = match context
             .read_as_of(

@@ -1488,15 +1488,20 @@ async fn http_streams_events_each_agent_sees_only_its_share_of() {
     rt.shutdown().await;
 }
 
-#[tokio::test]
-async fn http_serves_the_dashboard_and_the_status_it_reads() {
-    let (rt, _) = runtime().await;
+/// An HTTP endpoint serving the dashboard: its base URL (no path) and its stop.
+async fn dashboard_endpoint(rt: &Runtime) -> (String, CancellationToken) {
     let options = HttpOptions {
         dashboard: Some(guildhall::mcp::local::Control::default()),
         ..HttpOptions::default()
     };
-    let (url, stop) = crate::support::http_endpoint(&rt, options).await;
-    let base = url.trim_end_matches(http::PATH).to_owned();
+    let (url, stop) = crate::support::http_endpoint(rt, options).await;
+    (url.trim_end_matches(http::PATH).to_owned(), stop)
+}
+
+#[tokio::test]
+async fn http_serves_the_dashboard_and_the_status_it_reads() {
+    let (rt, _) = runtime().await;
+    let (base, stop) = dashboard_endpoint(&rt).await;
     let client = crate::support::http_client();
     let page = client.get(format!("{base}/")).send().await.unwrap();
     assert_eq!(page.status(), 200);
@@ -1552,12 +1557,7 @@ async fn http_serves_the_dashboard_and_the_status_it_reads() {
 #[tokio::test]
 async fn the_dashboard_reads_sessions_their_history_and_what_a_version_changed() {
     let (rt, _) = runtime().await;
-    let options = HttpOptions {
-        dashboard: Some(guildhall::mcp::local::Control::default()),
-        ..HttpOptions::default()
-    };
-    let (url, stop) = crate::support::http_endpoint(&rt, options).await;
-    let base = url.trim_end_matches(http::PATH).to_owned();
+    let (base, stop) = dashboard_endpoint(&rt).await;
     let client = crate::support::http_client();
     let get = |path: String| {
         let client = client.clone();

@@ -6,8 +6,17 @@ use std::sync::{Arc, Mutex};
 use guildhall::observe::{TelemetryConfig, TelemetryError, Traces};
 use serde_json::{Value, json};
 
-/// What the collector received: each request's path, content type and body.
-type Received = Arc<Mutex<Vec<(String, String, Value)>>>;
+/// What the collector received: each request's path, content type, `x-api-key` and body.
+type Received = Arc<Mutex<Vec<(String, String, String, Value)>>>;
+
+fn header(request: &axum::extract::Request, name: &str) -> String {
+    request
+        .headers()
+        .get(name)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or_default()
+        .to_owned()
+}
 
 async fn collector() -> (String, Received, tokio_util::sync::CancellationToken) {
     let received: Received = Arc::default();
@@ -16,17 +25,15 @@ async fn collector() -> (String, Received, tokio_util::sync::CancellationToken) 
         let kept = Arc::clone(&kept);
         async move {
             let path = request.uri().path().to_owned();
-            let kind = request
-                .headers()
-                .get("content-type")
-                .and_then(|v| v.to_str().ok())
-                .unwrap_or_default()
-                .to_owned();
+            let (kind, key) = (
+                header(&request, "content-type"),
+                header(&request, "x-api-key"),
+            );
             let body = axum::body::to_bytes(request.into_body(), 1 << 24)
                 .await
                 .unwrap();
             let body = serde_json::from_slice(&body).unwrap_or(Value::Null);
-            kept.lock().unwrap().push((path, kind, body));
+            kept.lock().unwrap().push((path, kind, key, body));
             "{}"
         }
     });
@@ -80,8 +87,9 @@ async fn each_call_is_a_span_a_collector_receives_with_agent_tool_decision_and_o
     let received = received.lock().unwrap().clone();
     assert!(!received.is_empty(), "the collector got an export");
     let mut spans = Vec::new();
-    for (path, kind, body) in &received {
+    for (path, kind, key, body) in &received {
         assert_eq!(path, "/v1/traces");
+        assert_eq!(key, "k1", "the configured header goes with every export");
         assert!(kind.starts_with("application/json"), "{kind}");
         for resource in body["resourceSpans"].as_array().unwrap() {
             let service = &resource["resource"]["attributes"];
