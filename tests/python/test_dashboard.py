@@ -20,7 +20,6 @@ import time
 
 from selenium import webdriver
 from selenium.webdriver.chrome.service import Service
-from selenium.webdriver.common.by import By
 
 BIN = os.environ["GUILDHALL_BIN"]
 SCREENSHOT = os.environ.get("SCREENSHOT", "target/dashboard.png")
@@ -32,16 +31,36 @@ def guildhall(data_dir, *args):
                           capture_output=True, text=True).stdout
 
 
+def texts(driver, css):
+    """The texts of the elements matching `css`, read in one script call: the page re-renders
+    its lists as events arrive, so an element found by one WebDriver call may be gone (stale)
+    by the next."""
+    return driver.execute_script(
+        "return Array.from(document.querySelectorAll(arguments[0]), e => e.innerText);", css)
+
+
 def shown(driver, css, contains, within=WITHIN):
     """Waits up to `within` for an element matching `css` whose text contains `contains`."""
     until = time.monotonic() + within
-    while True:
-        for element in driver.find_elements(By.CSS_SELECTOR, css):
-            if contains in element.text:
-                return element
+    while not any(contains in text for text in texts(driver, css)):
         if time.monotonic() > until:
-            texts = [e.text for e in driver.find_elements(By.CSS_SELECTOR, css)]
-            raise AssertionError(f"{contains!r} not shown in {css} within {within}s: {texts}")
+            raise AssertionError(
+                f"{contains!r} not shown in {css} within {within}s: {texts(driver, css)}")
+        time.sleep(0.02)
+
+
+def click(driver, css, contains, within=WITHIN):
+    """Waits up to `within` for an element matching `css` whose text contains `contains`, and
+    clicks it. Finding and clicking happen in one script call, so a re-render between them
+    cannot leave a stale element."""
+    until = time.monotonic() + within
+    while not driver.execute_script(
+            "const e = Array.from(document.querySelectorAll(arguments[0]))"
+            "  .find(e => e.innerText.includes(arguments[1]));"
+            "if (e) { e.click(); return true; } return false;", css, contains):
+        if time.monotonic() > until:
+            raise AssertionError(
+                f"{contains!r} not shown in {css} within {within}s: {texts(driver, css)}")
         time.sleep(0.02)
 
 
@@ -125,18 +144,16 @@ def main():
                 # and history, and a version's diff.
                 guildhall(data_dir, "context", "update", "plan", "--as", "pm", "--key", "goal",
                           "--value", '{"ship": "v1", "owner": "pm"}')
-                shown(driver, "#sessions li[data-session=plan]", "v1 by pm")
-                driver.find_element(By.CSS_SELECTOR, "#sessions li[data-session=plan]").click()
+                click(driver, "#sessions li[data-session=plan]", "v1 by pm")
                 shown(driver, "#entries tr[data-key=goal]", '"ship":"v1"')
                 guildhall(data_dir, "context", "update", "plan", "--as", "dev", "--key", "goal",
                           "--strategy", "merge", "--value", '{"ship": "v2"}')
                 shown(driver, "#sessions li[data-session=plan]", "v2 by dev")
                 shown(driver, "#entries tr[data-key=goal]", '"ship":"v2"')
-                shown(driver, '#batches li[data-version="2"]', "dev: merge goal").click()
+                click(driver, '#batches li[data-version="2"]', "dev: merge goal")
                 shown(driver, "#diff .diff[data-key=goal] .del", '"ship": "v1"')
                 shown(driver, "#diff .diff[data-key=goal] .add", '"ship": "v2"')
-                kept = [e.text for e in driver.find_elements(By.CSS_SELECTOR, "#diff pre span")
-                        if "owner" in e.text]
+                kept = [text for text in texts(driver, "#diff pre span") if "owner" in text]
                 assert kept and kept[0].startswith(" "), f"unchanged lines are unmarked: {kept}"
 
                 # An agent connects: its dot turns green.
