@@ -4,6 +4,11 @@
 //! A bounded broadcast: a subscriber that falls behind loses the oldest events and is told
 //! how many ([`EventStream::missed`]); the calls never wait for anyone. With no subscriber,
 //! emitting costs one atomic load.
+//!
+//! A busy stream wakes its subscriber about once per [`COALESCE`] rather than once per event:
+//! after taking a run of events the subscriber pauses that long before waiting again, and an
+//! emit into a channel nobody waits on wakes no one. Waking a task per event would cost each
+//! call a cross-thread wake-up, which on a loaded machine is most of what watching costs.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -13,6 +18,10 @@ use tokio::sync::broadcast;
 
 /// Events kept for a slow subscriber before the oldest are dropped.
 const CAPACITY: usize = 4096;
+
+/// How long a subscriber that just took events lets more gather before it waits again: the
+/// most a busy stream adds to an event's lag (watchers are promised 100 ms).
+pub const COALESCE: std::time::Duration = std::time::Duration::from_millis(2);
 
 /// Something that happened in the runtime.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -153,6 +162,7 @@ impl Events {
         EventStream {
             rx: self.tx.subscribe(),
             missed: 0,
+            taking: false,
             listening: Arc::clone(&self.listening),
         }
     }
@@ -163,6 +173,8 @@ impl Events {
 pub struct EventStream {
     rx: broadcast::Receiver<ToolEvent>,
     missed: u64,
+    /// The last call returned an event: the stream is busy, so pause before waiting.
+    taking: bool,
     listening: Arc<AtomicUsize>,
 }
 
@@ -180,10 +192,45 @@ impl EventStream {
     /// Cancel safe: a dropped call loses no event.
     pub async fn next(&mut self) -> Option<ToolEvent> {
         loop {
+            match self.rx.try_recv() {
+                Ok(event) => {
+                    self.taking = true;
+                    return Some(event);
+                }
+                Err(broadcast::error::TryRecvError::Lagged(n)) => {
+                    self.missed += n;
+                    continue;
+                }
+                Err(broadcast::error::TryRecvError::Closed) => return None,
+                Err(broadcast::error::TryRecvError::Empty) => {}
+            }
+            if std::mem::take(&mut self.taking) {
+                // Busy: let the next events gather rather than be woken for each.
+                tokio::time::sleep(COALESCE).await;
+                continue;
+            }
             match self.rx.recv().await {
-                Ok(event) => return Some(event),
+                Ok(event) => {
+                    self.taking = true;
+                    return Some(event);
+                }
                 Err(broadcast::error::RecvError::Lagged(n)) => self.missed += n,
                 Err(broadcast::error::RecvError::Closed) => return None,
+            }
+        }
+    }
+
+    /// The next event if one is already here, without waiting (`None` also once the runtime
+    /// is gone, which [`next`](Self::next) then tells). For taking the rest of a run.
+    pub fn try_next(&mut self) -> Option<ToolEvent> {
+        loop {
+            match self.rx.try_recv() {
+                Ok(event) => {
+                    self.taking = true;
+                    return Some(event);
+                }
+                Err(broadcast::error::TryRecvError::Lagged(n)) => self.missed += n,
+                Err(_) => return None,
             }
         }
     }

@@ -2,8 +2,8 @@
 //! watching costs a call.
 //!
 //! - **Lag.** Calls are made at a steady rate (each gives two events, `invoked` and its end)
-//!   while a subscriber takes every event and writes it as JSON, as `guildhall watch` and
-//!   the dashboard's stream do. Each `invoked` event is timed from just before its call was
+//!   while a subscriber takes every event as the JSON lines `guildhall watch` and the
+//!   dashboard's stream send. Each `invoked` event is timed from just before its call was
 //!   made until the subscriber has it.
 //! - **Cost.** The governed call of `bench calls`, with and without such a subscriber,
 //!   alternating in rounds, against the bare pipeline call of the same run.
@@ -15,8 +15,8 @@ use std::time::{Duration, Instant};
 use serde::Serialize;
 
 use super::{Noop, Number, Stage, batch, median, percentile};
-use crate::events::ToolEvent;
 use crate::governance::GovernanceConfig;
+use crate::observe::{EventFilter, Watching};
 use crate::{AgentSpec, CallOptions, Runtime};
 
 /// What `bench events` does.
@@ -68,8 +68,9 @@ pub struct EventsReport {
     pub governed_watched_ratio: f64,
 }
 
-/// A watcher as `guildhall watch` is one: takes every event and writes it as JSON. Returns
-/// when the runtime stops or `stop` fires; its count of events and of those missed.
+/// A watcher as `guildhall watch` and the dashboard's `/events` are: the lines of
+/// [`Watching`], every event as JSON, written out in batches. Returns when the runtime stops
+/// or `stop` fires; its count of events and of those missed.
 fn watcher(
     runtime: &Runtime,
     mut on_invoked: impl FnMut(Instant) + Send + 'static,
@@ -77,29 +78,28 @@ fn watcher(
     tokio::task::JoinHandle<(u64, u64)>,
     tokio_util::sync::DropGuard,
 ) {
-    let mut events = runtime.governance().events();
+    let mut watching = Watching::new(runtime.governance().events(), EventFilter::new(None));
     let stop = tokio_util::sync::CancellationToken::new();
     let until = stop.clone();
     let task = tokio::spawn(async move {
         let mut taken = 0u64;
-        let mut line = Vec::with_capacity(256);
         loop {
-            let event = tokio::select! {
+            let lines = tokio::select! {
                 biased;
                 () = until.cancelled() => break,
-                event = events.next() => event,
+                lines = watching.next() => lines,
             };
-            let Some(event) = event else { break };
+            let Some(lines) = lines else { break };
             let at = Instant::now();
-            line.clear();
-            let _ = serde_json::to_writer(&mut line, &event);
-            std::hint::black_box(&line);
-            taken += 1;
-            if matches!(event, ToolEvent::Invoked { .. }) {
-                on_invoked(at);
+            std::hint::black_box(lines.as_bytes());
+            for line in lines.split('\n') {
+                if line.starts_with(r#"{"event":"invoked""#) {
+                    on_invoked(at);
+                }
+                taken += u64::from(!line.starts_with(r#"{"event":"missed""#));
             }
         }
-        (taken, events.missed())
+        (taken, watching.missed())
     });
     (task, stop.drop_guard())
 }

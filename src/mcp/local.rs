@@ -484,15 +484,11 @@ async fn watch(
                 Ok(_) => continue,
             },
         };
-        let Some(lines) = lines else {
+        let Some(mut lines) = lines else {
             return Ok(());
         };
-        let mut out = Vec::with_capacity(256);
-        for line in lines {
-            serde_json::to_writer(&mut out, &line).map_err(std::io::Error::other)?;
-            out.push(b'\n');
-        }
-        writer.write_all(&out).await?;
+        lines.push('\n');
+        writer.write_all(lines.as_bytes()).await?;
     }
 }
 

@@ -294,12 +294,7 @@ fn serve_events(runtime: &crate::Runtime, request: &Request, stop: CancellationT
     let watching = Watching::new(runtime.governance().events(), filter);
     let stream = futures::stream::unfold(watching, |mut watching| async move {
         let lines = watching.next().await?;
-        let data = lines
-            .iter()
-            .map(serde_json::Value::to_string)
-            .collect::<Vec<_>>()
-            .join("\n");
-        let sse = axum::response::sse::Event::default().data(data);
+        let sse = axum::response::sse::Event::default().data(lines);
         Some((Ok::<_, std::convert::Infallible>(sse), watching))
     });
     axum::response::sse::Sse::new(stream.take_until(stop.cancelled_owned()))

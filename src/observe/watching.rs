@@ -48,9 +48,13 @@ impl EventFilter {
     }
 }
 
-/// Events as a watcher shows them (`guildhall watch`, `/events`): each admitted event as
-/// JSON with `at_ms`, preceded by `{"event": "missed", "count": N}` when the watcher fell
-/// behind and lost N.
+/// Events a watcher takes in one go at most: a batch is one write to its connection.
+const BATCH: usize = 512;
+
+/// Events as a watcher shows them (`guildhall watch`, `/events`): each admitted event as a
+/// line of JSON with `at_ms`, preceded by `{"event":"missed","count":N}` when the watcher fell
+/// behind and lost N. Lines come in batches, everything that arrived since the last one, so a
+/// busy stream costs one write per batch rather than one per event.
 #[derive(Debug)]
 pub struct Watching {
     events: crate::EventStream,
@@ -68,27 +72,147 @@ impl Watching {
         }
     }
 
-    /// The next lines to show (one or two); `None` once the runtime is gone.
+    /// The next lines to show, newline-separated (no trailing newline); `None` once the
+    /// runtime is gone.
     ///
     /// # Cancel safety
-    /// Cancel safe: an event is taken only when its lines are returned.
-    pub async fn next(&mut self) -> Option<Vec<serde_json::Value>> {
+    /// Cancel safe: events are taken only once the first is here, and then without waiting.
+    pub async fn next(&mut self) -> Option<String> {
+        let mut lines = Vec::new();
         loop {
-            let event = self.events.next().await?;
-            let mut lines = Vec::with_capacity(2);
-            let missed = self.events.missed();
-            if missed > self.missed {
-                lines.push(serde_json::json!({ "event": "missed", "count": missed - self.missed }));
-                self.missed = missed;
-            }
-            if self.filter.admits(&event) {
-                let mut value = serde_json::to_value(&event).unwrap_or_default();
-                value["at_ms"] = crate::time::now_ms().into();
-                lines.push(value);
+            let first = self.events.next().await?;
+            let at_ms = crate::time::now_ms();
+            self.show(&first, at_ms, &mut lines);
+            for _ in 1..BATCH {
+                let Some(event) = self.events.try_next() else {
+                    break;
+                };
+                self.show(&event, at_ms, &mut lines);
             }
             if !lines.is_empty() {
-                return Some(lines);
+                // Only serde_json's output and ASCII went in.
+                return Some(String::from_utf8(lines).unwrap_or_default());
             }
         }
+    }
+
+    /// Events this watcher lost by falling behind (each told in a `missed` line).
+    pub fn missed(&self) -> u64 {
+        self.missed
+    }
+
+    /// Adds `event`'s lines to `lines`, if the filter admits it.
+    fn show(&mut self, event: &ToolEvent, at_ms: u64, lines: &mut Vec<u8>) {
+        use std::io::Write;
+        let missed = self.events.missed();
+        if missed > self.missed {
+            push_line(lines);
+            let _ = write!(
+                lines,
+                r#"{{"event":"missed","count":{}}}"#,
+                missed - self.missed
+            );
+            self.missed = missed;
+        }
+        if self.filter.admits(event) {
+            let start = lines.len();
+            push_line(lines);
+            // The event is a JSON object: `at_ms` goes in before its closing brace.
+            if serde_json::to_writer(&mut *lines, event).is_ok() && lines.pop() == Some(b'}') {
+                let _ = write!(lines, r#","at_ms":{at_ms}}}"#);
+            } else {
+                lines.truncate(start);
+            }
+        }
+    }
+}
+
+/// Starts a new line in `lines`, unless it is the first.
+fn push_line(lines: &mut Vec<u8>) {
+    if !lines.is_empty() {
+        lines.push(b'\n');
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::events::Events;
+
+    fn restarted(restarts: u64) -> ToolEvent {
+        ToolEvent::Restarted {
+            tool: Arc::from("t"),
+            restarts,
+        }
+    }
+
+    fn parse(lines: &str) -> Vec<serde_json::Value> {
+        lines
+            .split('\n')
+            .map(|line| serde_json::from_str(line).expect("each line is JSON"))
+            .collect()
+    }
+
+    #[tokio::test]
+    async fn a_run_of_events_comes_as_one_batch_of_lines_each_with_its_time() {
+        let events = Events::default();
+        let mut watching = Watching::new(events.subscribe(), EventFilter::new(None));
+        for i in 0..3 {
+            events.emit(|| restarted(i));
+        }
+        let lines = parse(&watching.next().await.expect("lines"));
+        assert_eq!(lines.len(), 3, "{lines:?}");
+        for (i, line) in lines.iter().enumerate() {
+            assert_eq!(line["event"], "restarted");
+            assert_eq!(line["restarts"], i as u64);
+            assert!(line["at_ms"].as_u64().is_some_and(|ms| ms > 0), "{line}");
+        }
+    }
+
+    #[tokio::test]
+    async fn a_watcher_that_fell_behind_is_told_how_many_it_lost_then_gets_the_rest() {
+        let events = Events::default();
+        let mut watching = Watching::new(events.subscribe(), EventFilter::new(None));
+        let total = 5_000u64; // more than the stream keeps
+        for i in 0..total {
+            events.emit(|| restarted(i));
+        }
+        let mut lines: Vec<serde_json::Value> = Vec::new();
+        while lines.len() < 2 || lines.last().expect("a line")["restarts"] != total - 1 {
+            lines.extend(parse(&watching.next().await.expect("lines")));
+        }
+        assert_eq!(lines[0]["event"], "missed");
+        let lost = lines[0]["count"].as_u64().expect("a count");
+        assert_eq!(
+            lines[1]["restarts"], lost,
+            "the first kept event follows the lost ones"
+        );
+        assert_eq!(lines.len() as u64, 1 + total - lost);
+        assert_eq!(watching.missed(), lost);
+    }
+
+    #[tokio::test]
+    async fn an_agent_sees_its_own_calls_and_not_another_agents() {
+        let events = Events::default();
+        let mut watching = Watching::new(events.subscribe(), EventFilter::new(Some("a".into())));
+        let call = |agent: &str| {
+            let call_id = uuid::Uuid::new_v4();
+            events.emit(|| ToolEvent::Invoked {
+                call_id,
+                tool: Arc::from("t"),
+                agent: Some(Arc::from(agent)),
+            });
+            events.emit(|| ToolEvent::Completed {
+                call_id,
+                tool: Arc::from("t"),
+                duration_us: 1,
+            });
+        };
+        call("b");
+        call("a");
+        let lines = parse(&watching.next().await.expect("lines"));
+        let kinds: Vec<_> = lines.iter().map(|l| l["event"].clone()).collect();
+        assert_eq!(kinds, ["invoked", "completed"]);
+        assert_eq!(lines[0]["agent"], "a");
     }
 }
