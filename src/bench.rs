@@ -14,6 +14,7 @@ pub mod mcp;
 mod proxy;
 mod tasks;
 mod tools;
+mod watchers;
 
 pub use context::{ContextBenchConfig, ContextReport, context};
 pub use events::{EventsBenchConfig, EventsReport, events};

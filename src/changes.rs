@@ -29,6 +29,8 @@ pub enum Subject {
     Tasks,
     /// One task of the board.
     Task(u64),
+    /// The runtime's events: more were kept for `guildhall://events` readers.
+    Events,
 }
 
 /// The watched subjects of a runtime.

@@ -25,7 +25,10 @@ pub mod tasks;
 
 pub use filter::{FilterError, ToolFilter};
 pub use handler::{AGENT_HEADER, McpServer, PARENT_HEADER, ROLE_HEADER};
-pub use resources::{AGENTS as AGENTS_RESOURCE, INBOX as INBOX_RESOURCE, TASKS as TASKS_RESOURCE};
+pub use resources::{
+    AGENTS as AGENTS_RESOURCE, EVENTS as EVENTS_RESOURCE, INBOX as INBOX_RESOURCE,
+    TASKS as TASKS_RESOURCE,
+};
 
 /// Serves `server` to one client over this process's stdin and stdout until stdin closes.
 /// When both are pipes (as an MCP client launches a server) they are driven by the I/O

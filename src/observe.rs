@@ -1,14 +1,16 @@
 //! What a running server tells the people and tools watching it: the dashboard page,
 //! Prometheus metrics ([`Metrics`]), tool calls as OpenTelemetry spans over OTLP
-//! (`Traces`, feature `otlp`), and the event stream as one watcher may see it
-//! ([`Watching`]). Served by the HTTP listener and the local socket (`guildhall watch`); the
+//! (`Traces`, feature `otlp`), the event stream as one watcher may see it
+//! ([`Watching`]), and the latest events kept for MCP clients ([`RecentEvents`]). Served by the HTTP listener and the local socket (`guildhall watch`); the
 //! routes live with them in `mcp`.
 
 mod metrics;
+mod recent;
 mod traces;
 mod watching;
 
 pub use metrics::{CONTENT_TYPE, Metrics};
+pub use recent::{EventsPage, KEPT, RecentEvents};
 #[cfg(feature = "otlp")]
 pub use traces::Traces;
 pub use traces::{TelemetryConfig, TelemetryError};

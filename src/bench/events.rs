@@ -5,8 +5,9 @@
 //!   while a subscriber takes every event as the JSON lines `guildhall watch` and the
 //!   dashboard's stream send. Each `invoked` event is timed from just before its call was
 //!   made until the subscriber has it.
-//! - **Cost.** The governed call of `bench calls`, with and without such a subscriber,
-//!   alternating in rounds, against the bare pipeline call of the same run.
+//! - **Cost.** The governed call of `bench calls`, with and without two such subscribers
+//!   (the dashboard open and `watch` attached), alternating in rounds, against the bare
+//!   pipeline call of the same run.
 
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex, PoisonError};
@@ -14,9 +15,9 @@ use std::time::{Duration, Instant};
 
 use serde::Serialize;
 
+use super::watchers::{dashboard_and_watch, watcher};
 use super::{Noop, Number, Stage, batch, median, percentile};
 use crate::governance::GovernanceConfig;
-use crate::observe::{EventFilter, Watching};
 use crate::{AgentSpec, CallOptions, Runtime};
 
 /// What `bench events` does.
@@ -60,48 +61,13 @@ pub struct EventsReport {
     pub pipeline_ns: f64,
     /// A governed call (every stage on), nobody watching, in ns.
     pub governed_ns: f64,
-    /// The same call while a watcher takes every event as JSON, in ns.
+    /// The same call while two watchers (the dashboard's stream and `guildhall watch`) take
+    /// every event as JSON lines, in ns.
     pub governed_watched_ns: f64,
     /// `governed_ns / pipeline_ns`.
     pub governed_ratio: f64,
     /// `governed_watched_ns / pipeline_ns`.
     pub governed_watched_ratio: f64,
-}
-
-/// A watcher as `guildhall watch` and the dashboard's `/events` are: the lines of
-/// [`Watching`], every event as JSON, written out in batches. Returns when the runtime stops
-/// or `stop` fires; its count of events and of those missed.
-fn watcher(
-    runtime: &Runtime,
-    mut on_invoked: impl FnMut(Instant) + Send + 'static,
-) -> (
-    tokio::task::JoinHandle<(u64, u64)>,
-    tokio_util::sync::DropGuard,
-) {
-    let mut watching = Watching::new(runtime.governance().events(), EventFilter::new(None));
-    let stop = tokio_util::sync::CancellationToken::new();
-    let until = stop.clone();
-    let task = tokio::spawn(async move {
-        let mut taken = 0u64;
-        loop {
-            let lines = tokio::select! {
-                biased;
-                () = until.cancelled() => break,
-                lines = watching.next() => lines,
-            };
-            let Some(lines) = lines else { break };
-            let at = Instant::now();
-            std::hint::black_box(lines.as_bytes());
-            for line in lines.split('\n') {
-                if line.starts_with(r#"{"event":"invoked""#) {
-                    on_invoked(at);
-                }
-                taken += u64::from(!line.starts_with(r#"{"event":"missed""#));
-            }
-        }
-        (taken, watching.missed())
-    });
-    (task, stop.drop_guard())
 }
 
 /// Runs both measurements.
@@ -150,10 +116,9 @@ pub async fn events(config: EventsBenchConfig, stage: &dyn Stage) -> EventsRepor
             .await,
         );
         gov.push(batch(config.batch, &mut governed_call).await);
-        let (task, stop) = watcher(&governed_rt, |_| {});
+        let watching = dashboard_and_watch(&governed_rt);
         watched.push(batch(config.batch, &mut governed_call).await);
-        drop(stop);
-        let _ = task.await;
+        drop(watching);
         stage.step();
     }
 

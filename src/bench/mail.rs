@@ -51,6 +51,11 @@ pub struct MailboxReport {
     pub inmem_slowdown: f64,
     /// Request/reply round trips (send, wake the waiting receiver, reply, wake the sender).
     pub roundtrip_msgs_per_sec: f64,
+    /// The same, with the dashboard open and `guildhall watch` attached (two watchers taking
+    /// every event as JSON lines), measured in the same rounds.
+    pub roundtrip_watched_msgs_per_sec: f64,
+    /// `1 - roundtrip_watched / roundtrip`: the share of round trips watching costs.
+    pub roundtrip_watched_drop: f64,
     /// Durable sends acknowledged per second (each one committed and synced).
     pub durable_msgs_per_sec: f64,
     /// Group commits (one fsync each) per second during the durable run.
@@ -227,9 +232,12 @@ pub async fn mailbox(config: MailboxBenchConfig, dir: &Path, stage: &dyn Stage) 
 
     stage.phase("round trips", rounds as u64);
     let pairs = config.pairs.min(n / 2).max(1);
-    let mut trips = Vec::new();
+    let (mut trips, mut watched) = (Vec::new(), Vec::new());
     for _ in 0..rounds {
         trips.push(round_trips(&agents, pairs, config.trips).await);
+        let watching = super::watchers::dashboard_and_watch(&rt);
+        watched.push(round_trips(&agents, pairs, config.trips).await);
+        drop(watching);
         stage.step();
     }
     rt.shutdown().await;
@@ -260,13 +268,16 @@ pub async fn mailbox(config: MailboxBenchConfig, dir: &Path, stage: &dyn Stage) 
     let _ = std::fs::remove_dir_all(&dir);
 
     let (inmem_rounds, raw_ractor_rounds) = (inmem.clone(), raw.clone());
+    let (trips, watched) = (median(&mut trips), median(&mut watched));
     let inmem = median(&mut inmem);
     let raw = median(&mut raw);
     MailboxReport {
         inmem_msgs_per_sec: inmem,
         raw_ractor_msgs_per_sec: raw,
         inmem_slowdown: raw / inmem,
-        roundtrip_msgs_per_sec: median(&mut trips),
+        roundtrip_msgs_per_sec: trips,
+        roundtrip_watched_msgs_per_sec: watched,
+        roundtrip_watched_drop: 1.0 - watched / trips,
         durable_msgs_per_sec: median(&mut durable),
         fsyncs_per_sec: median(&mut fsyncs),
         msgs_per_fsync: median(&mut per_fsync),

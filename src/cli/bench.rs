@@ -470,6 +470,16 @@ async fn mailbox(
                 ">= 300,000",
             ),
             (
+                "  watched: dashboard and watch (/s)",
+                report.roundtrip_watched_msgs_per_sec,
+                "",
+            ),
+            (
+                "  drop when watched (share)",
+                report.roundtrip_watched_drop,
+                "<= 0.10",
+            ),
+            (
                 "durable, acknowledged (msgs/s)",
                 report.durable_msgs_per_sec,
                 ">= 30,000",
@@ -527,7 +537,7 @@ async fn events(a: EventsArgs) -> Result<(), Box<dyn std::error::Error>> {
             ("governed call (ns)", report.governed_ns, ""),
             ("  governed ratio", report.governed_ratio, "<= 1.5"),
             (
-                "governed call, watched (ns)",
+                "governed call, dashboard and watch (ns)",
                 report.governed_watched_ns,
                 "",
             ),

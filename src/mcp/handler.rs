@@ -68,6 +68,20 @@ struct Shared {
     listing: Mutex<Option<(u64, Arc<[Tool]>)>>,
     /// Prompts added by the fixture `test_trigger_prompt_change`: how many so far.
     added_prompts: tokio::sync::watch::Sender<u64>,
+    /// The latest events for `guildhall://events`, kept from the first time a client asks.
+    recent: std::sync::OnceLock<Arc<crate::observe::RecentEvents>>,
+}
+
+impl Shared {
+    /// The kept events, keeping them from now on if nobody asked before.
+    fn recent(&self) -> Arc<crate::observe::RecentEvents> {
+        Arc::clone(self.recent.get_or_init(|| {
+            Arc::new(crate::observe::RecentEvents::start(
+                self.runtime.governance().events(),
+                self.runtime.changes(),
+            ))
+        }))
+    }
 }
 
 impl McpServer {
@@ -81,6 +95,7 @@ impl McpServer {
                 tasks: CallTasks::default(),
                 listing: Mutex::new(None),
                 added_prompts: tokio::sync::watch::Sender::new(0),
+                recent: std::sync::OnceLock::new(),
             }),
             agent: None,
             filter: ToolFilter::all(),
@@ -101,6 +116,7 @@ impl McpServer {
             tasks: CallTasks::default(),
             listing: Mutex::new(None),
             added_prompts: tokio::sync::watch::Sender::new(0),
+            recent: std::sync::OnceLock::new(),
         });
         Self { shared, ..self }
     }
@@ -142,7 +158,10 @@ impl McpServer {
     /// tool call then applies governance's rules).
     fn readable(&self, agent: &str, uri: &str) -> Result<resources::Resource, McpError> {
         let resource = resources::Resource::parse(uri)?;
-        let (tool, _) = resource.tool();
+        // The events have no tool: every agent reads its own share of them.
+        let Some((tool, _)) = resource.tool() else {
+            return Ok(resource);
+        };
         // The test `visible_tools_for` makes, for this one tool.
         let visible = self.filter.allows(tool)
             && self.shared.runtime.tool(tool).is_some_and(|spec| {
@@ -171,6 +190,10 @@ impl McpServer {
     ) -> Result<crate::changes::Watch, McpError> {
         let agent = self.caller(cx).await?;
         let resource = self.readable(&agent, uri)?;
+        if matches!(resource, resources::Resource::Events(_)) {
+            // Kept from now on, so the first read after the first notice has them.
+            self.shared.recent();
+        }
         Ok(self
             .shared
             .runtime
@@ -928,7 +951,13 @@ impl ServerHandler for McpServer {
         let agent = self.caller(&cx).await?;
         self.readable(&agent, &request.uri)?;
         self.shared.runtime.agent_seen(&agent);
-        let result = resources::read(&self.shared.runtime, agent, &request.uri).await?;
+        let result = resources::read(
+            &self.shared.runtime,
+            || self.shared.recent(),
+            agent,
+            &request.uri,
+        )
+        .await?;
         Ok(rmcp::model::ReadResourceResponse::from(result))
     }
 

@@ -1,10 +1,14 @@
 //! The runtime's state as MCP resources: the caller's inbox, the agent directory, context
-//! sessions and their entries, the task board and its tasks; and subscriptions to them, so a client is told of new mail
-//! or a changed entry instead of polling.
+//! sessions and their entries, the task board and its tasks, the runtime's latest events;
+//! and subscriptions to them, so a client is told of new mail or a changed entry instead of
+//! polling.
 //!
 //! A read goes through the tool that reads the same thing (`check_inbox`, `list_agents`,
-//! `context_get`, `task_list`, `task_get`) as the calling agent, so every rule that holds for the tool holds for the
-//! resource: permissions, role tool sets, rate limits, audit. A subscription watches the
+//! `context_get`, `task_list`, `task_get`) as the calling agent, so every rule that holds for
+//! the tool holds for the resource: permissions, role tool sets, rate limits, audit. The
+//! events are the exception: no tool reads them (a read through a tool would itself be
+//! events, and a subscriber reading on each notice would never rest), and each agent reads
+//! its own share, the share `/events` streams to it. A subscription watches the
 //! subject in [`Changes`](crate::changes::Changes) and sends `notifications/resources/updated`
 //! for it after each committed change (coalesced while a notification is on its way).
 
@@ -17,6 +21,7 @@ use serde_json::{Value, json};
 
 use super::page;
 use crate::changes::{Subject, Watch};
+use crate::observe::RecentEvents;
 use crate::{CallOptions, Runtime};
 
 /// The calling agent's inbox (unread mail, not marked read by reading it).
@@ -29,6 +34,8 @@ const CONTEXT: &str = "guildhall://context/";
 pub const TASKS: &str = "guildhall://tasks";
 /// One task: `guildhall://tasks/{id}`.
 const TASK: &str = "guildhall://tasks/";
+/// The latest events the caller may see; `…?after=N` those after event number N.
+pub const EVENTS: &str = "guildhall://events";
 /// Subscriptions one connection may hold at once.
 pub(super) const MAX_SUBSCRIPTIONS: usize = 256;
 /// Messages and entries one read returns at most.
@@ -43,6 +50,8 @@ pub(super) enum Resource {
     Entry(String, String),
     Tasks,
     Task(u64),
+    /// After event number `after`, or the latest.
+    Events(Option<u64>),
 }
 
 impl Resource {
@@ -52,6 +61,11 @@ impl Resource {
             INBOX => Some(Self::Inbox),
             AGENTS => Some(Self::Agents),
             TASKS => Some(Self::Tasks),
+            EVENTS => Some(Self::Events(None)),
+            _ if uri.starts_with(EVENTS) => uri[EVENTS.len()..]
+                .strip_prefix("?after=")
+                .and_then(|n| n.parse().ok())
+                .map(|after| Self::Events(Some(after))),
             _ if uri.starts_with(TASK) => uri[TASK.len()..]
                 .parse()
                 .ok()
@@ -71,8 +85,8 @@ impl Resource {
             McpError::resource_not_found(
                 format!(
                     "no resource `{uri}`: guildhall serves `{INBOX}`, `{AGENTS}`, \
-                     `{CONTEXT}{{session}}`, `{CONTEXT}{{session}}/{{key}}`, `{TASKS}` and \
-                     `{TASK}{{id}}`"
+                     `{CONTEXT}{{session}}`, `{CONTEXT}{{session}}/{{key}}`, `{TASKS}`, \
+                     `{TASK}{{id}}`, `{EVENTS}` and `{EVENTS}?after={{n}}`"
                 ),
                 Some(json!({ "uri": uri })),
             )
@@ -88,12 +102,13 @@ impl Resource {
             Self::Entry(s, k) => Subject::Entry(Arc::from(s.as_str()), Arc::from(k.as_str())),
             Self::Tasks => Subject::Tasks,
             Self::Task(id) => Subject::Task(*id),
+            Self::Events(_) => Subject::Events,
         }
     }
 
-    /// The tool a read goes through, and its arguments.
-    pub(super) fn tool(&self) -> (&'static str, Value) {
-        match self {
+    /// The tool a read goes through, and its arguments (none for the events).
+    pub(super) fn tool(&self) -> Option<(&'static str, Value)> {
+        Some(match self {
             Self::Inbox => ("check_inbox", json!({ "limit": READ_LIMIT, "full": true })),
             Self::Agents => ("list_agents", json!({})),
             Self::Session(s) => ("context_get", json!({ "session": s, "limit": READ_LIMIT })),
@@ -103,18 +118,28 @@ impl Resource {
                 json!({ "status": ["open", "in_progress"], "limit": READ_LIMIT }),
             ),
             Self::Task(id) => ("task_get", json!({ "id": id })),
-        }
+            Self::Events(_) => return None,
+        })
     }
 }
 
-/// Reads `uri` as `agent`.
+/// Reads `uri` as `agent`; the events from `recent`.
 pub(super) async fn read(
     runtime: &Runtime,
+    recent: impl FnOnce() -> Arc<RecentEvents>,
     agent: Arc<str>,
     uri: &str,
 ) -> Result<ReadResourceResult, McpError> {
     let resource = Resource::parse(uri)?;
-    let (tool, args) = resource.tool();
+    let Some((tool, args)) = resource.tool() else {
+        let Resource::Events(after) = resource else {
+            unreachable!("only the events are read without a tool")
+        };
+        let page = recent().read(&agent, after, READ_LIMIT as usize);
+        let value = json!({ "events": page.events, "next": page.next, "missed": page.missed,
+            "more": format!("{EVENTS}?after={}", page.next) });
+        return contents(uri, &value);
+    };
     let value = runtime
         .call_json(tool, args, CallOptions::new().agent_id(agent))
         .await
@@ -141,10 +166,15 @@ pub(super) async fn read(
         }
         _ => value,
     };
+    contents(uri, &value)
+}
+
+/// A read's answer: `value` as the JSON text of `uri`.
+fn contents(uri: &str, value: &Value) -> Result<ReadResourceResult, McpError> {
     model(json!({ "contents": [{
         "uri": uri,
         "mimeType": "application/json",
-        "text": serde_json::to_string_pretty(&value).unwrap_or_default(),
+        "text": serde_json::to_string_pretty(value).unwrap_or_default(),
     }] }))
 }
 
@@ -175,6 +205,13 @@ pub(super) fn list(
                         guildhall://tasks/{id}.",
         "mimeType": "application/json" }),
     );
+    all.push(json!({ "uri": EVENTS, "name": "events", "title": "Events",
+        "description": "The latest events you may see: your calls and how they ended, mail \
+                        you sent or that was sent to you, agents connecting and leaving, \
+                        context changes, tools' restarts and breakers. Read `next` from the \
+                        answer and read guildhall://events?after={next} for what came \
+                        since; subscribe to hear when more came.",
+        "mimeType": "application/json" }));
     let mut sessions = runtime.sessions().list();
     sessions.sort_by(|a, b| a.id.as_str().cmp(b.id.as_str()));
     all.extend(sessions.iter().map(|s| {
@@ -204,6 +241,10 @@ pub(super) fn templates() -> Result<ListResourceTemplatesResult, McpError> {
           "mimeType": "application/json" },
         { "uriTemplate": format!("{TASK}{{id}}"), "name": "task",
           "title": "Task", "description": "One task of the board, with its notes.",
+          "mimeType": "application/json" },
+        { "uriTemplate": format!("{EVENTS}{{?after}}"), "name": "events-after",
+          "title": "Events after", "description": "The events you may see after event \
+          number `after` (the `next` of your last read).",
           "mimeType": "application/json" }
     ]}))
 }

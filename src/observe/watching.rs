@@ -31,20 +31,32 @@ impl EventFilter {
         let Some(me) = self.agent.as_deref() else {
             return true;
         };
-        match event {
+        let caller = match event {
             ToolEvent::Invoked { call_id, agent, .. } => {
-                let mine = agent.as_deref() == Some(me);
-                if mine {
+                if agent.as_deref() == Some(me) {
                     self.own_calls.insert(*call_id);
                 }
-                mine
+                agent.as_deref()
             }
             ToolEvent::Completed { call_id, .. }
             | ToolEvent::Failed { call_id, .. }
-            | ToolEvent::Denied { call_id, .. } => self.own_calls.remove(call_id),
-            ToolEvent::Mailed { from, to, .. } => &**from == me || &**to == me,
-            _ => true,
-        }
+            | ToolEvent::Denied { call_id, .. } => self.own_calls.remove(call_id).then_some(me),
+            _ => None,
+        };
+        visible_to(me, event, caller)
+    }
+}
+
+/// Whether agent `me` may see `event`, whose call (for a call's events) was made by `caller`:
+/// the one rule of what an agent sees, for watchers and for `guildhall://events`.
+pub(crate) fn visible_to(me: &str, event: &ToolEvent, caller: Option<&str>) -> bool {
+    match event {
+        ToolEvent::Invoked { .. }
+        | ToolEvent::Completed { .. }
+        | ToolEvent::Failed { .. }
+        | ToolEvent::Denied { .. } => caller == Some(me),
+        ToolEvent::Mailed { from, to, .. } => &**from == me || &**to == me,
+        _ => true,
     }
 }
 

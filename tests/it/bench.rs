@@ -56,11 +56,19 @@ fn mailbox_reports_every_round_and_their_medians() {
     }
     for figure in [
         "roundtrip_msgs_per_sec",
+        "roundtrip_watched_msgs_per_sec",
         "durable_msgs_per_sec",
         "fsyncs_per_sec",
     ] {
         assert!(report[figure].as_f64().unwrap() > 0.0, "{figure}: {report}");
     }
+    let drop = 1.0
+        - report["roundtrip_watched_msgs_per_sec"].as_f64().unwrap()
+            / report["roundtrip_msgs_per_sec"].as_f64().unwrap();
+    assert!(
+        (report["roundtrip_watched_drop"].as_f64().unwrap() - drop).abs() < 1e-9,
+        "{report}"
+    );
 }
 
 #[test]

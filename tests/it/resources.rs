@@ -5,7 +5,7 @@
 use std::sync::Arc;
 
 use guildhall::context::SessionSpec;
-use guildhall::mcp::{INBOX_RESOURCE, McpServer, TASKS_RESOURCE, ToolFilter};
+use guildhall::mcp::{EVENTS_RESOURCE, INBOX_RESOURCE, McpServer, TASKS_RESOURCE, ToolFilter};
 use guildhall::{Outgoing, Runtime};
 use serde_json::{Value, json};
 
@@ -67,6 +67,7 @@ async fn inbox_agents_and_context_are_resources_read_as_the_caller() {
                 "guildhall://inbox",
                 "guildhall://agents",
                 "guildhall://tasks",
+                "guildhall://events",
                 "guildhall://context/sprint"
             ],
             "{era}"
@@ -426,4 +427,173 @@ async fn prompts_brief_an_agent_for_its_role_and_arguments_complete() {
         }
         rt.shutdown().await;
     }
+}
+
+/// Reads `guildhall://events?after=after` until `done` holds for the events gathered (each
+/// read after a notice when subscribed, else at once), bounded; the events and the `next`.
+async fn events_until(
+    wire: &mut Wire,
+    id: &mut u64,
+    mut after: u64,
+    done: impl Fn(&[Value]) -> bool,
+) -> (Vec<Value>, u64) {
+    let mut events = Vec::new();
+    for _ in 0..200 {
+        *id += 1;
+        let uri = format!("{EVENTS_RESOURCE}?after={after}");
+        let page = contents(
+            &wire
+                .request(*id, "resources/read", json!({ "uri": uri }))
+                .await,
+        );
+        assert_eq!(page["missed"], 0, "{page}");
+        events.extend(page["events"].as_array().unwrap().iter().cloned());
+        let next = page["next"].as_u64().unwrap();
+        assert!(next >= after, "{page}");
+        after = next;
+        if done(&events) {
+            return (events, after);
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    panic!("the events never held what was expected: {events:?}");
+}
+
+#[tokio::test]
+async fn the_events_are_a_resource_each_agent_reads_its_own_share_of() {
+    for era in ERAS {
+        let (rt, _) = runtime().await;
+        let mut alice = connect(&rt, era, "alice", ToolFilter::all()).await;
+        let mut id = 1;
+        // The first ask starts keeping events: the latest are none yet.
+        let first = contents(
+            &alice
+                .request(id, "resources/read", json!({ "uri": EVENTS_RESOURCE }))
+                .await,
+        );
+        assert_eq!(first["events"], json!([]), "{era}: {first}");
+        let start = first["next"].as_u64().unwrap();
+
+        // Bob's own call is his; his mail to alice and alice's call are hers.
+        let mut bob = connect(&rt, era, "bob", ToolFilter::all()).await;
+        let listed = bob.call(1, "list_agents", json!({})).await;
+        assert!(listed.get("result").is_some(), "{listed}");
+        mail_alice(&rt, "status").await;
+        id += 1;
+        let own = alice.call(id, "list_agents", json!({})).await;
+        assert!(own.get("result").is_some(), "{own}");
+
+        let (events, next) = events_until(&mut alice, &mut id, start, |events| {
+            events.iter().any(|e| e["event"] == "completed")
+        })
+        .await;
+        // Agents connecting and leaving are everyone's to see; the rest is alice's share.
+        let events: Vec<Value> = events
+            .into_iter()
+            .filter(|e| !e["event"].as_str().unwrap().starts_with("agent_"))
+            .collect();
+        let kinds: Vec<&str> = events
+            .iter()
+            .map(|e| e["event"].as_str().unwrap())
+            .collect();
+        assert_eq!(
+            kinds,
+            ["mailed", "invoked", "completed"],
+            "{era}: {events:?}"
+        );
+        assert_eq!(events[0]["from"], "bob", "{era}");
+        assert_eq!(
+            events[1]["agent"], "alice",
+            "{era}: bob's call is not shown"
+        );
+        assert_eq!(events[1]["call_id"], events[2]["call_id"], "{era}");
+        let seqs: Vec<u64> = events.iter().map(|e| e["seq"].as_u64().unwrap()).collect();
+        assert!(
+            seqs.windows(2).all(|w| w[0] < w[1]) && seqs[0] > start,
+            "{era}: {seqs:?}"
+        );
+        assert!(
+            events.iter().all(|e| e["at_ms"].as_u64().is_some()),
+            "{era}"
+        );
+
+        // Reading is not an event: after `next`, nothing new.
+        id += 1;
+        let uri = format!("{EVENTS_RESOURCE}?after={next}");
+        let again = contents(
+            &alice
+                .request(id, "resources/read", json!({ "uri": uri }))
+                .await,
+        );
+        assert_eq!(again["events"], json!([]), "{era}: {again}");
+        assert_eq!(again["next"], next, "{era}");
+
+        // A cursor that is not a number is named.
+        id += 1;
+        let bad = alice
+            .request(
+                id,
+                "resources/read",
+                json!({ "uri": "guildhall://events?after=soon" }),
+            )
+            .await;
+        let message = bad["error"]["message"].as_str().unwrap_or_default();
+        assert!(
+            message.contains("guildhall://events?after={n}"),
+            "{era}: {bad}"
+        );
+        rt.shutdown().await;
+    }
+}
+
+#[tokio::test]
+async fn a_subscriber_to_the_events_hears_when_more_came() {
+    let updated = |m: &Value| {
+        m["method"] == "notifications/resources/updated" && m["params"]["uri"] == EVENTS_RESOURCE
+    };
+    let (rt, _) = runtime().await;
+    let mut alice = connect(&rt, ERAS[0], "alice", ToolFilter::all()).await;
+    let ok = alice
+        .request(1, "resources/subscribe", json!({ "uri": EVENTS_RESOURCE }))
+        .await;
+    assert!(ok.get("result").is_some(), "{ok}");
+    mail_alice(&rt, "status").await;
+    alice.next_where(updated).await;
+    let page = contents(
+        &alice
+            .request(
+                2,
+                "resources/read",
+                json!({ "uri": format!("{EVENTS_RESOURCE}?after=0") }),
+            )
+            .await,
+    );
+    assert_eq!(page["events"][0]["event"], "mailed", "{page}");
+    assert_eq!(page["events"][0]["subject"], "status", "{page}");
+    rt.shutdown().await;
+
+    // 2026-07-28: in a subscriptions/listen stream.
+    let (rt, _) = runtime().await;
+    let mut alice = connect(&rt, ERAS[1], "alice", ToolFilter::all()).await;
+    alice
+        .send_request(
+            1,
+            "subscriptions/listen",
+            json!({ "notifications": { "resourceSubscriptions": [EVENTS_RESOURCE] } }),
+        )
+        .await;
+    alice.next_where(updated).await; // the first, at the start of the stream
+    mail_alice(&rt, "later").await;
+    alice.next_where(updated).await;
+    let page = contents(
+        &alice
+            .request(
+                2,
+                "resources/read",
+                json!({ "uri": format!("{EVENTS_RESOURCE}?after=0") }),
+            )
+            .await,
+    );
+    assert_eq!(page["events"][0]["subject"], "later", "{page}");
+    rt.shutdown().await;
 }

@@ -80,6 +80,23 @@ try {
   );
   assert.equal(task.status, "open", JSON.stringify(task));
 
+  // The event stream as a resource: the first read starts keeping events, a read after
+  // `next` shows what came since (the client's own call among them).
+  assert.ok(uris.includes("guildhall://events"), String(uris));
+  const readEvents = async (uri) => JSON.parse((await client.readResource({ uri })).contents[0].text);
+  let { next } = await readEvents("guildhall://events");
+  const again = await client.callTool({ name: "task_create", arguments: { title: "t2" } });
+  assert.ok(!again.isError, JSON.stringify(again));
+  const seen = [];
+  for (let i = 0; i < 200 && !seen.some((e) => e.event === "completed"); i++) {
+    const page = await readEvents(`guildhall://events?after=${next}`);
+    seen.push(...page.events);
+    next = page.next;
+    if (!seen.some((e) => e.event === "completed")) await new Promise((r) => setTimeout(r, 10));
+  }
+  const call = seen.filter((e) => e.tool === "task_create").map((e) => e.event);
+  assert.deepEqual(call, ["invoked", "completed"], JSON.stringify(seen));
+
   const { prompts } = await client.listPrompts();
   assert.deepEqual(
     prompts.map((p) => p.name),
@@ -89,7 +106,8 @@ try {
   assert.ok(brief.messages[0].content.text.includes("ship it"), JSON.stringify(brief));
   console.log(
     `ok: TypeScript SDK: ${uris.length} resources, ${resourceTemplates.length} templates, ` +
-      `5 inbox updates heard, ${prompts.length} prompts`,
+      `5 inbox updates heard, its own call read from guildhall://events, ` +
+      `${prompts.length} prompts`,
   );
 } finally {
   await client.close();
