@@ -8,6 +8,7 @@ mod context;
 mod events;
 #[cfg(all(target_os = "linux", target_env = "gnu"))]
 mod launch;
+pub mod load;
 mod mail;
 pub mod mcp;
 #[cfg(all(target_os = "linux", target_env = "gnu"))]

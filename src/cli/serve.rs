@@ -94,6 +94,15 @@ pub(crate) struct ServeArgs {
     #[cfg(feature = "bench")]
     #[arg(long, hide = true)]
     bench_echo: bool,
+    /// Register this many agents as a tree (a tech lead, managers, workers): a swarm to watch.
+    #[cfg(feature = "bench")]
+    #[arg(long, hide = true, default_value_t = 0)]
+    bench_agents: usize,
+    /// Keep the bench swarm busy: calls of `echo` as its workers at this many events per
+    /// second (implies --bench-echo; needs --bench-agents).
+    #[cfg(feature = "bench")]
+    #[arg(long, hide = true, requires = "bench_agents")]
+    bench_load: Option<u32>,
 }
 
 pub(crate) async fn serve(args: ServeArgs, data_dir: &Path) -> CliResult {
@@ -112,7 +121,7 @@ pub(crate) async fn serve(args: ServeArgs, data_dir: &Path) -> CliResult {
         .credentials(config.credentials()?)
         .task_config(config.task_config()?);
     #[cfg(feature = "bench")]
-    if args.bench_echo {
+    if args.bench_echo || args.bench_load.is_some() {
         builder = builder.tool(guildhall::bench::mcp::Echo);
     }
     if !args.in_memory {
@@ -164,6 +173,15 @@ pub(crate) async fn serve(args: ServeArgs, data_dir: &Path) -> CliResult {
     if config.telemetry.otlp_endpoint.is_some() {
         tracing::warn!("[telemetry] otlp_endpoint is set, but this build has no `otlp` feature");
     }
+    // Held while serving: dropping it stops the load.
+    #[cfg(feature = "bench")]
+    let _load = match bench_swarm(&runtime, &args).await {
+        Ok(load) => load,
+        Err(err) => {
+            runtime.shutdown().await;
+            return Err(err.into());
+        }
+    };
     #[cfg_attr(not(feature = "conformance"), allow(unused_mut))]
     let mut server = McpServer::new(runtime.clone());
     #[cfg(feature = "conformance")]
@@ -181,6 +199,21 @@ pub(crate) async fn serve(args: ServeArgs, data_dir: &Path) -> CliResult {
     }
     runtime.shutdown().await;
     result
+}
+
+/// The bench swarm and its load, when asked for (hidden flags, for the dashboard's test).
+#[cfg(feature = "bench")]
+async fn bench_swarm(
+    runtime: &Runtime,
+    args: &ServeArgs,
+) -> Result<Option<tokio_util::sync::DropGuard>, String> {
+    if args.bench_agents == 0 {
+        return Ok(None);
+    }
+    let ids = guildhall::bench::load::register_swarm(runtime, args.bench_agents).await?;
+    Ok(args
+        .bench_load
+        .map(|rate| guildhall::bench::load::load(runtime.clone(), ids, rate)))
 }
 
 async fn serve_stdio(
