@@ -37,6 +37,9 @@ pub enum ToolEvent {
         /// The caller, if named.
         #[serde(skip_serializing_if = "Option::is_none")]
         agent: Option<Arc<str>>,
+        /// The caller's trace, if it named one (as its `traceparent`).
+        #[serde(rename = "traceparent", skip_serializing_if = "Option::is_none")]
+        trace: Option<guildhall_actors::TraceParent>,
     },
     /// A call returned a result.
     Completed {
@@ -129,7 +132,8 @@ pub enum ToolEvent {
 /// Where events are published.
 #[derive(Debug, Clone)]
 pub struct Events {
-    tx: broadcast::Sender<ToolEvent>,
+    /// Shared, so each subscriber takes a reference, not a deep copy, of every event.
+    tx: broadcast::Sender<Arc<ToolEvent>>,
     /// Subscribers alive: read on every call, so an atomic rather than the channel's lock.
     listening: Arc<AtomicUsize>,
 }
@@ -147,7 +151,7 @@ impl Events {
     /// Publishes the event `make` builds, building it only if someone listens.
     pub fn emit(&self, make: impl FnOnce() -> ToolEvent) {
         if self.has_subscribers() {
-            let _ = self.tx.send(make());
+            let _ = self.tx.send(Arc::new(make()));
         }
     }
 
@@ -171,7 +175,7 @@ impl Events {
 /// One subscriber's view of the events.
 #[derive(Debug)]
 pub struct EventStream {
-    rx: broadcast::Receiver<ToolEvent>,
+    rx: broadcast::Receiver<Arc<ToolEvent>>,
     missed: u64,
     /// The last call returned an event: the stream is busy, so pause before waiting.
     taking: bool,
@@ -191,6 +195,14 @@ impl EventStream {
     /// # Cancel safety
     /// Cancel safe: a dropped call loses no event.
     pub async fn next(&mut self) -> Option<ToolEvent> {
+        self.next_shared().await.map(Arc::unwrap_or_clone)
+    }
+
+    /// [`next`](Self::next), shared with the other subscribers rather than copied out.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: a dropped call loses no event.
+    pub async fn next_shared(&mut self) -> Option<Arc<ToolEvent>> {
         loop {
             match self.rx.try_recv() {
                 Ok(event) => {
@@ -223,6 +235,11 @@ impl EventStream {
     /// The next event if one is already here, without waiting (`None` also once the runtime
     /// is gone, which [`next`](Self::next) then tells). For taking the rest of a run.
     pub fn try_next(&mut self) -> Option<ToolEvent> {
+        self.try_next_shared().map(Arc::unwrap_or_clone)
+    }
+
+    /// [`try_next`](Self::try_next), shared with the other subscribers.
+    pub fn try_next_shared(&mut self) -> Option<Arc<ToolEvent>> {
         loop {
             match self.rx.try_recv() {
                 Ok(event) => {

@@ -107,7 +107,7 @@ pub use error::BuildError;
 pub use events::{EventStream, ToolEvent};
 pub use guildhall_actors::{
     self as actors, Annotations, CallContext, CallError, CallEvent, CallObserver, Concurrency,
-    Elicitation, ErrorKind, InitState, Progress, RegistrationError, Tool, ToolSpec,
+    Elicitation, ErrorKind, InitState, Progress, RegistrationError, Tool, ToolSpec, TraceParent,
 };
 pub use guildhall_supervision::{self as supervision, BreakerStatus, ChildSnapshot, ChildStatus};
 pub use options::{CallOptions, ToolOptions};

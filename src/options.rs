@@ -3,7 +3,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use guildhall_actors::CallObserver;
+use guildhall_actors::{CallObserver, TraceParent};
 
 use crate::agents::Agent;
 use crate::governance::Asker;
@@ -17,6 +17,7 @@ pub struct CallOptions {
     pub(crate) timeout: Option<Duration>,
     pub(crate) observer: Option<Arc<dyn CallObserver>>,
     pub(crate) asker: Option<Arc<dyn Asker>>,
+    pub(crate) trace: Option<TraceParent>,
 }
 
 impl CallOptions {
@@ -31,6 +32,13 @@ impl CallOptions {
     /// up by id).
     pub fn as_agent(mut self, agent: &Agent) -> Self {
         self.agent = Some(agent.id().shared());
+        self
+    }
+
+    /// Makes the call in the caller's trace: its span (when traces are exported) is a child
+    /// of the caller's span `trace` names, so it shows inside the caller's own trace.
+    pub fn trace_parent(mut self, trace: TraceParent) -> Self {
+        self.trace = Some(trace);
         self
     }
 

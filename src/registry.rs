@@ -79,7 +79,13 @@ impl<T: Tool> ToolHandle<T> {
         options: CallOptions,
     ) -> Result<T::Output, CallError> {
         let timeout = options.timeout.unwrap_or(self.timeout);
-        let ctx = CallContext::new(options.agent, options.session, timeout, options.observer);
+        let ctx = CallContext::traced(
+            options.agent,
+            options.session,
+            timeout,
+            options.observer,
+            options.trace,
+        );
         let call = ToolCall { input, ctx };
         if self.service.governance().lets_typed_calls_pass() {
             // Straight to the pipeline, exactly as without governance.
@@ -128,7 +134,13 @@ impl<T: Tool> ErasedTool for ToolEntry<T> {
         options: CallOptions,
     ) -> BoxFuture<'static, Result<ToolReply, CallError>> {
         let timeout = options.timeout.unwrap_or(self.handle.timeout);
-        let ctx = CallContext::new(options.agent, options.session, timeout, options.observer);
+        let ctx = CallContext::traced(
+            options.agent,
+            options.session,
+            timeout,
+            options.observer,
+            options.trace,
+        );
         let input: T::Input = match args::decode(&self.name, args) {
             Ok(input) => input,
             Err(err) => {

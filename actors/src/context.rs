@@ -10,6 +10,8 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
+use crate::trace::TraceParent;
+
 /// Stands in for "never" where an `Instant` must be given: about 30 years.
 const FAR_FUTURE: std::time::Duration = std::time::Duration::from_secs(30 * 365 * 24 * 3600);
 
@@ -79,6 +81,7 @@ struct Inner {
     session: Option<Arc<str>>,
     deadline: Instant,
     observer: Option<Arc<dyn CallObserver>>,
+    trace: Option<TraceParent>,
 }
 
 impl CallContext {
@@ -89,6 +92,17 @@ impl CallContext {
         session: Option<Arc<str>>,
         timeout: std::time::Duration,
         observer: Option<Arc<dyn CallObserver>>,
+    ) -> Self {
+        Self::traced(agent, session, timeout, observer, None)
+    }
+
+    /// [`new`](Self::new), in the caller's trace `trace` when it named one.
+    pub fn traced(
+        agent: Option<Arc<str>>,
+        session: Option<Arc<str>>,
+        timeout: std::time::Duration,
+        observer: Option<Arc<dyn CallObserver>>,
+        trace: Option<TraceParent>,
     ) -> Self {
         let started = Instant::now();
         Self {
@@ -105,8 +119,14 @@ impl CallContext {
                     .checked_add(timeout)
                     .unwrap_or_else(|| started + FAR_FUTURE),
                 observer,
+                trace,
             }),
         }
+    }
+
+    /// The caller's trace, if it named one: the call's span belongs to it.
+    pub fn trace(&self) -> Option<TraceParent> {
+        self.inner.trace
     }
 
     /// The call's unique id.

@@ -17,10 +17,12 @@ pub mod context;
 mod error;
 pub mod spec;
 pub mod tool;
+mod trace;
 pub mod worker;
 
 pub use context::{CallContext, CallEvent, CallObserver, Elicitation, Progress};
 pub use error::{CallError, ErrorKind, RegistrationError};
 pub use spec::{ToolSpec, validate_name};
 pub use tool::{Annotations, Concurrency, InitState, Tool};
+pub use trace::TraceParent;
 pub use worker::{Dispatched, ToolActor, ToolMsg, WorkerPool, panic_message};

@@ -391,6 +391,16 @@ impl McpServer {
         self.shared.runtime.agent_seen(&agent);
         let owner = Some(Arc::clone(&agent));
         let mut options = CallOptions::new().agent_id(agent);
+        // The caller's trace context, as OpenTelemetry's MCP conventions carry it: the
+        // call's span joins the agent's trace. An invalid one is ignored (W3C).
+        if let Some(parent) = cx
+            .meta
+            .get("traceparent")
+            .and_then(Value::as_str)
+            .and_then(crate::TraceParent::parse)
+        {
+            options = options.trace_parent(parent);
+        }
         let can_elicit = cx
             .peer
             .supported_elicitation_modes()

@@ -128,7 +128,7 @@ impl Metrics {
             loop {
                 let event = tokio::select! {
                     () = until.cancelled() => return,
-                    event = events.next() => event,
+                    event = events.next_shared() => event,
                 };
                 let Some(event) = event else { return };
                 if events.missed() > seen_missed {
@@ -142,33 +142,33 @@ impl Metrics {
                     tool: tool.to_owned(),
                     outcome: outcome.to_owned(),
                 };
-                match event {
+                match &*event {
                     ToolEvent::Completed {
                         tool, duration_us, ..
                     } => {
-                        calls.get_or_create(&call(&tool, "ok")).inc();
+                        calls.get_or_create(&call(tool, "ok")).inc();
                         durations
-                            .get_or_create(&tool_labels(&tool))
-                            .observe(duration_us as f64 / 1e6);
+                            .get_or_create(&tool_labels(tool))
+                            .observe(*duration_us as f64 / 1e6);
                     }
                     ToolEvent::Failed { tool, kind, .. } => {
-                        calls.get_or_create(&call(&tool, kind)).inc();
+                        calls.get_or_create(&call(tool, kind)).inc();
                     }
                     ToolEvent::Denied { tool, .. } => {
-                        calls.get_or_create(&call(&tool, "denied")).inc();
+                        calls.get_or_create(&call(tool, "denied")).inc();
                     }
                     ToolEvent::Restarted { tool, .. } => {
-                        restarts.get_or_create(&tool_labels(&tool)).inc();
+                        restarts.get_or_create(&tool_labels(tool)).inc();
                     }
                     ToolEvent::CircuitOpened { tool } => {
-                        breakers.get_or_create(&tool_labels(&tool)).set(1);
+                        breakers.get_or_create(&tool_labels(tool)).set(1);
                     }
                     ToolEvent::CircuitClosed { tool } => {
-                        breakers.get_or_create(&tool_labels(&tool)).set(0);
+                        breakers.get_or_create(&tool_labels(tool)).set(0);
                     }
                     ToolEvent::Mailed { recipients, .. } => {
                         messages.inc();
-                        deliveries.inc_by(recipients as u64);
+                        deliveries.inc_by(*recipients as u64);
                     }
                     ToolEvent::ContextChanged { .. } => {
                         context_batches.inc();

@@ -28,7 +28,7 @@ struct Kept {
     seq: u64,
     at_ms: u64,
     caller: Option<Arc<str>>,
-    event: ToolEvent,
+    event: Arc<ToolEvent>,
 }
 
 #[derive(Default)]
@@ -41,8 +41,8 @@ struct Ring {
 }
 
 impl Ring {
-    fn push(&mut self, event: ToolEvent, at_ms: u64) {
-        let caller = match &event {
+    fn push(&mut self, event: Arc<ToolEvent>, at_ms: u64) {
+        let caller = match &*event {
             ToolEvent::Invoked { call_id, agent, .. } => {
                 if let Some(agent) = agent
                     && self.callers.len() < MAX_CALLS
@@ -103,7 +103,7 @@ impl RecentEvents {
             loop {
                 let first = tokio::select! {
                     () = until.cancelled() => return,
-                    event = events.next() => event,
+                    event = events.next_shared() => event,
                 };
                 let Some(first) = first else { return };
                 let at_ms = crate::time::now_ms();
@@ -112,7 +112,7 @@ impl RecentEvents {
                     ring.push(first, at_ms);
                     // What gathered meanwhile, bounded so the lock is never held long.
                     for _ in 1..KEPT {
-                        let Some(event) = events.try_next() else {
+                        let Some(event) = events.try_next_shared() else {
                             break;
                         };
                         ring.push(event, at_ms);

@@ -112,6 +112,7 @@ mod exporting {
     struct Open {
         tool: Arc<str>,
         agent: Option<Arc<str>>,
+        trace: Option<crate::TraceParent>,
         start: SystemTime,
     }
 
@@ -252,6 +253,7 @@ mod exporting {
                 call_id,
                 tool,
                 agent,
+                trace,
             } => {
                 if open.len() >= OPEN
                     && let Some(oldest) = order.pop_front()
@@ -263,6 +265,7 @@ mod exporting {
                     Open {
                         tool,
                         agent,
+                        trace,
                         start: SystemTime::now(),
                     },
                 );
@@ -297,18 +300,28 @@ mod exporting {
         if let Some(agent) = &call.agent {
             attributes.push(KeyValue::new("guildhall.agent", agent.to_string()));
         }
-        // The call id is the trace id: a span found in the collector names its audit record.
+        // In the caller's trace when it named one, under its span, and only if the caller
+        // records it (parent-based sampling, OpenTelemetry's default). Otherwise the call id
+        // is the trace id, so a span found in the collector names its audit record.
+        let (trace_id, parent_span_id) = match call.trace {
+            Some(parent) if !parent.sampled => return,
+            Some(parent) => (
+                TraceId::from_bytes(parent.trace_id),
+                SpanId::from_bytes(parent.span_id),
+            ),
+            None => (TraceId::from_bytes(*call_id.as_bytes()), SpanId::INVALID),
+        };
         let span_id = uuid::Uuid::new_v4().as_u64_pair().0;
         done.push(SpanData {
             span_context: SpanContext::new(
-                TraceId::from_bytes(*call_id.as_bytes()),
+                trace_id,
                 SpanId::from_bytes(span_id.to_be_bytes()),
                 TraceFlags::SAMPLED,
                 false,
                 TraceState::default(),
             ),
-            parent_span_id: SpanId::INVALID,
-            parent_span_is_remote: false,
+            parent_span_id,
+            parent_span_is_remote: call.trace.is_some(),
             span_kind: SpanKind::Server,
             name: Cow::Owned(format!("tool {}", call.tool)),
             start_time: call.start,

@@ -92,11 +92,11 @@ impl Watching {
     pub async fn next(&mut self) -> Option<String> {
         let mut lines = Vec::new();
         loop {
-            let first = self.events.next().await?;
+            let first = self.events.next_shared().await?;
             let at_ms = crate::time::now_ms();
             self.show(&first, at_ms, &mut lines);
             for _ in 1..BATCH {
-                let Some(event) = self.events.try_next() else {
+                let Some(event) = self.events.try_next_shared() else {
                     break;
                 };
                 self.show(&event, at_ms, &mut lines);
@@ -213,6 +213,7 @@ mod tests {
                 call_id,
                 tool: Arc::from("t"),
                 agent: Some(Arc::from(agent)),
+                trace: None,
             });
             events.emit(|| ToolEvent::Completed {
                 call_id,

@@ -50,6 +50,33 @@ async fn collector() -> (String, Received, tokio_util::sync::CancellationToken) 
     (url, received, stop)
 }
 
+/// Every span the collector received, checking each export's path, content type, resource
+/// and `x-api-key` header (`key`).
+fn spans(received: &Received, key: &str) -> Vec<Value> {
+    let received = received.lock().unwrap().clone();
+    assert!(!received.is_empty(), "the collector got an export");
+    let mut spans = Vec::new();
+    for (path, kind, sent_key, body) in &received {
+        assert_eq!(path, "/v1/traces");
+        assert_eq!(
+            sent_key, key,
+            "the configured header goes with every export"
+        );
+        assert!(kind.starts_with("application/json"), "{kind}");
+        for resource in body["resourceSpans"].as_array().unwrap() {
+            let service = &resource["resource"]["attributes"];
+            assert!(
+                service.to_string().contains("\"guildhall\""),
+                "service.name: {service}"
+            );
+            for scope in resource["scopeSpans"].as_array().unwrap() {
+                spans.extend(scope["spans"].as_array().unwrap().iter().cloned());
+            }
+        }
+    }
+    spans
+}
+
 /// A span's attributes as a map of string values.
 fn attributes(span: &Value) -> serde_json::Map<String, Value> {
     span["attributes"]
@@ -84,24 +111,7 @@ async fn each_call_is_a_span_a_collector_receives_with_agent_tool_decision_and_o
     assert!(refused.is_err());
     traces.flush().await;
 
-    let received = received.lock().unwrap().clone();
-    assert!(!received.is_empty(), "the collector got an export");
-    let mut spans = Vec::new();
-    for (path, kind, key, body) in &received {
-        assert_eq!(path, "/v1/traces");
-        assert_eq!(key, "k1", "the configured header goes with every export");
-        assert!(kind.starts_with("application/json"), "{kind}");
-        for resource in body["resourceSpans"].as_array().unwrap() {
-            let service = &resource["resource"]["attributes"];
-            assert!(
-                service.to_string().contains("\"guildhall\""),
-                "service.name: {service}"
-            );
-            for scope in resource["scopeSpans"].as_array().unwrap() {
-                spans.extend(scope["spans"].as_array().unwrap().iter().cloned());
-            }
-        }
-    }
+    let spans = spans(&received, "k1");
     let gate: Vec<_> = spans
         .iter()
         .filter(|s| s["name"] == "tool gate")
@@ -143,5 +153,70 @@ async fn traces_are_off_without_an_endpoint_and_a_bad_one_is_named() {
     let err = Traces::start(&rt, &bad).unwrap_err();
     assert!(matches!(err, TelemetryError::Endpoint(_)));
     assert!(err.to_string().contains("collector:4318"), "{err}");
+    rt.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_call_naming_its_trace_in_meta_is_a_span_of_that_trace_unless_unsampled() {
+    const TRACE: &str = "4bf92f3577b34da6a3ce929d0e0e4736";
+    const PARENT: &str = "00f067aa0ba902b7";
+    let (rt, _) = crate::mcp::runtime().await;
+    let (url, received, stop) = collector().await;
+    let config = TelemetryConfig {
+        otlp_endpoint: Some(url),
+        ..TelemetryConfig::default()
+    };
+    let traces = Traces::start(&rt, &config).unwrap().expect("traces");
+    let server = guildhall::mcp::McpServer::new(rt.clone())
+        .connection(Some(Arc::from("alice")), guildhall::mcp::ToolFilter::all());
+    let mut alice = crate::mcp::Wire::legacy(server).await;
+    for (id, flags) in [(1, "01"), (2, "00")] {
+        let answer = alice
+            .request(
+                id,
+                "tools/call",
+                json!({ "name": "whoami", "arguments": {},
+                        "_meta": { "traceparent": format!("00-{TRACE}-{PARENT}-{flags}") } }),
+            )
+            .await;
+        assert!(answer.get("result").is_some(), "{answer}");
+    }
+    // One with a traceparent that is not one: ignored, a trace of its own.
+    let answer = alice
+        .request(
+            3,
+            "tools/call",
+            json!({ "name": "whoami", "arguments": {}, "_meta": { "traceparent": "nope" } }),
+        )
+        .await;
+    assert!(answer.get("result").is_some(), "{answer}");
+    traces.flush().await;
+
+    let whoami: Vec<Value> = spans(&received, "")
+        .into_iter()
+        .filter(|s| s["name"] == "tool whoami")
+        .collect();
+    assert_eq!(
+        whoami.len(),
+        2,
+        "the unsampled call is not exported: {whoami:?}"
+    );
+    assert_eq!(whoami[0]["traceId"], TRACE, "{whoami:?}");
+    assert_eq!(whoami[0]["parentSpanId"], PARENT, "{whoami:?}");
+    let own = attributes(&whoami[1])["guildhall.call_id"].clone();
+    assert_eq!(
+        whoami[1]["traceId"],
+        own.as_str().unwrap().replace('-', ""),
+        "without a valid parent the call id is the trace id"
+    );
+    assert!(
+        whoami[1]["parentSpanId"]
+            .as_str()
+            .unwrap_or_default()
+            .is_empty(),
+        "{whoami:?}"
+    );
+    drop(traces);
+    stop.cancel();
     rt.shutdown().await;
 }

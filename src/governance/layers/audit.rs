@@ -79,6 +79,7 @@ pub(crate) fn announce(gov: &Governance, tool: &Arc<str>, ctx: &CallContext) {
         call_id: ctx.call_id(),
         tool: Arc::clone(tool),
         agent: ctx.agent_shared().cloned(),
+        trace: ctx.trace(),
     });
 }
 
