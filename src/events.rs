@@ -129,46 +129,11 @@ pub enum ToolEvent {
     },
 }
 
-/// An event as every subscriber shares it, with its JSON written once for all the watchers
-/// that send it on (`guildhall watch`, `/events`, the dashboard).
-#[derive(Debug)]
-pub struct SharedEvent {
-    event: ToolEvent,
-    json: std::sync::OnceLock<Box<str>>,
-}
-
-impl SharedEvent {
-    /// The event as JSON (an object), written by the first subscriber that asks.
-    pub fn json(&self) -> &str {
-        self.json.get_or_init(|| {
-            serde_json::to_string(&self.event)
-                .unwrap_or_default()
-                .into()
-        })
-    }
-
-    /// The event, copied out unless this was its last holder.
-    fn into_event(shared: Arc<Self>) -> ToolEvent {
-        match Arc::try_unwrap(shared) {
-            Ok(only) => only.event,
-            Err(shared) => shared.event.clone(),
-        }
-    }
-}
-
-impl std::ops::Deref for SharedEvent {
-    type Target = ToolEvent;
-
-    fn deref(&self) -> &ToolEvent {
-        &self.event
-    }
-}
-
 /// Where events are published.
 #[derive(Debug, Clone)]
 pub struct Events {
     /// Shared, so each subscriber takes a reference, not a deep copy, of every event.
-    tx: broadcast::Sender<Arc<SharedEvent>>,
+    tx: broadcast::Sender<Arc<ToolEvent>>,
     /// Subscribers alive: read on every call, so an atomic rather than the channel's lock.
     listening: Arc<AtomicUsize>,
 }
@@ -186,10 +151,7 @@ impl Events {
     /// Publishes the event `make` builds, building it only if someone listens.
     pub fn emit(&self, make: impl FnOnce() -> ToolEvent) {
         if self.has_subscribers() {
-            let _ = self.tx.send(Arc::new(SharedEvent {
-                event: make(),
-                json: std::sync::OnceLock::new(),
-            }));
+            let _ = self.tx.send(Arc::new(make()));
         }
     }
 
@@ -213,7 +175,7 @@ impl Events {
 /// One subscriber's view of the events.
 #[derive(Debug)]
 pub struct EventStream {
-    rx: broadcast::Receiver<Arc<SharedEvent>>,
+    rx: broadcast::Receiver<Arc<ToolEvent>>,
     missed: u64,
     /// The last call returned an event: the stream is busy, so pause before waiting.
     taking: bool,
@@ -233,14 +195,14 @@ impl EventStream {
     /// # Cancel safety
     /// Cancel safe: a dropped call loses no event.
     pub async fn next(&mut self) -> Option<ToolEvent> {
-        self.next_shared().await.map(SharedEvent::into_event)
+        self.next_shared().await.map(Arc::unwrap_or_clone)
     }
 
     /// [`next`](Self::next), shared with the other subscribers rather than copied out.
     ///
     /// # Cancel safety
     /// Cancel safe: a dropped call loses no event.
-    pub async fn next_shared(&mut self) -> Option<Arc<SharedEvent>> {
+    pub async fn next_shared(&mut self) -> Option<Arc<ToolEvent>> {
         loop {
             match self.rx.try_recv() {
                 Ok(event) => {
@@ -273,11 +235,11 @@ impl EventStream {
     /// The next event if one is already here, without waiting (`None` also once the runtime
     /// is gone, which [`next`](Self::next) then tells). For taking the rest of a run.
     pub fn try_next(&mut self) -> Option<ToolEvent> {
-        self.try_next_shared().map(SharedEvent::into_event)
+        self.try_next_shared().map(Arc::unwrap_or_clone)
     }
 
     /// [`try_next`](Self::try_next), shared with the other subscribers.
-    pub fn try_next_shared(&mut self) -> Option<Arc<SharedEvent>> {
+    pub fn try_next_shared(&mut self) -> Option<Arc<ToolEvent>> {
         loop {
             match self.rx.try_recv() {
                 Ok(event) => {
@@ -328,28 +290,5 @@ mod tests {
             }
         );
         assert_eq!(slow.missed(), 10);
-    }
-
-    #[tokio::test]
-    async fn subscribers_share_each_event_and_its_json_is_written_once() {
-        let events = Events::default();
-        let (mut one, mut two) = (events.subscribe(), events.subscribe());
-        events.emit(|| ToolEvent::CircuitOpened {
-            tool: Arc::from("t"),
-        });
-        let (a, b) = (
-            one.next_shared().await.expect("event"),
-            two.next_shared().await.expect("event"),
-        );
-        assert!(Arc::ptr_eq(&a, &b), "one event, shared");
-        assert_eq!(a.json(), r#"{"event":"circuit_opened","tool":"t"}"#);
-        assert!(std::ptr::eq(a.json(), b.json()), "written once for both");
-        drop(a);
-        assert_eq!(
-            SharedEvent::into_event(b),
-            ToolEvent::CircuitOpened {
-                tool: Arc::from("t")
-            }
-        );
     }
 }

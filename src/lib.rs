@@ -104,7 +104,7 @@ pub use agents::{
 };
 pub use context::{Change, Context, ContextConfig, ContextError, SessionId, Sessions, Strategy};
 pub use error::BuildError;
-pub use events::{EventStream, SharedEvent, ToolEvent};
+pub use events::{EventStream, ToolEvent};
 pub use guildhall_actors::{
     self as actors, Annotations, CallContext, CallError, CallEvent, CallObserver, Concurrency,
     Elicitation, ErrorKind, InitState, Progress, RegistrationError, Tool, ToolSpec, TraceParent,

@@ -142,7 +142,7 @@ impl Metrics {
                     tool: tool.to_owned(),
                     outcome: outcome.to_owned(),
                 };
-                match &**event {
+                match &*event {
                     ToolEvent::Completed {
                         tool, duration_us, ..
                     } => {

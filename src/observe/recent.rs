@@ -15,7 +15,7 @@ use tokio_util::sync::{CancellationToken, DropGuard};
 
 use super::watching::visible_to;
 use crate::changes::{Changes, Subject};
-use crate::events::{EventStream, SharedEvent, ToolEvent};
+use crate::events::{EventStream, ToolEvent};
 
 /// Events the ring keeps.
 pub const KEPT: usize = 1_000;
@@ -28,7 +28,7 @@ struct Kept {
     seq: u64,
     at_ms: u64,
     caller: Option<Arc<str>>,
-    event: Arc<SharedEvent>,
+    event: Arc<ToolEvent>,
 }
 
 #[derive(Default)]
@@ -41,8 +41,8 @@ struct Ring {
 }
 
 impl Ring {
-    fn push(&mut self, event: Arc<SharedEvent>, at_ms: u64) {
-        let caller = match &**event {
+    fn push(&mut self, event: Arc<ToolEvent>, at_ms: u64) {
+        let caller = match &*event {
             ToolEvent::Invoked { call_id, agent, .. } => {
                 if let Some(agent) = agent
                     && self.callers.len() < MAX_CALLS
@@ -158,7 +158,7 @@ impl RecentEvents {
         let events = chosen
             .into_iter()
             .map(|k| {
-                let mut value = serde_json::to_value(&**k.event).unwrap_or_default();
+                let mut value = serde_json::to_value(&k.event).unwrap_or_default();
                 value["seq"] = json!(k.seq);
                 value["at_ms"] = json!(k.at_ms);
                 value

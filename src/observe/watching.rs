@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use crate::events::{SharedEvent, ToolEvent};
+use crate::events::ToolEvent;
 
 /// Which events one subscriber may see. The operator (no agent) sees all. An agent sees its
 /// own calls (and how they ended), the mail it sent or that was addressed to it by id,
@@ -114,7 +114,7 @@ impl Watching {
     }
 
     /// Adds `event`'s lines to `lines`, if the filter admits it.
-    fn show(&mut self, event: &SharedEvent, at_ms: u64, lines: &mut Vec<u8>) {
+    fn show(&mut self, event: &ToolEvent, at_ms: u64, lines: &mut Vec<u8>) {
         use std::io::Write;
         let missed = self.events.missed();
         if missed > self.missed {
@@ -127,11 +127,13 @@ impl Watching {
             self.missed = missed;
         }
         if self.filter.admits(event) {
+            let start = lines.len();
+            push_line(lines);
             // The event is a JSON object: `at_ms` goes in before its closing brace.
-            if let Some(open) = event.json().strip_suffix('}') {
-                push_line(lines);
-                lines.extend_from_slice(open.as_bytes());
+            if serde_json::to_writer(&mut *lines, event).is_ok() && lines.pop() == Some(b'}') {
                 let _ = write!(lines, r#","at_ms":{at_ms}}}"#);
+            } else {
+                lines.truncate(start);
             }
         }
     }
