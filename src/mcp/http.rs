@@ -184,7 +184,9 @@ pub fn router(
     Ok(router)
 }
 
-pub use super::observer::{DASHBOARD_PATH, EVENTS_PATH, METRICS_PATH, SESSIONS_PATH, STATUS_PATH};
+pub use super::observer::{
+    AGENTS_PATH, DASHBOARD_PATH, EVENTS_PATH, METRICS_PATH, SESSIONS_PATH, STATUS_PATH,
+};
 
 async fn require_bearer(expected: &str, request: Request, next: Next) -> Response {
     let given = request

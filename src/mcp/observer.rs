@@ -1,6 +1,6 @@
 //! The observer's routes on the HTTP listener, read-only: the dashboard page (`/`), what it
 //! reads (`/api/status`, `/api/sessions`, a session's entries and history, what one version
-//! changed), the event stream (`/events`) and `/metrics`.
+//! changed, an agent's mail), the event stream (`/events`) and `/metrics`.
 //!
 //! One `Host` check stands in front of them all (a DNS-rebinding page must not read them);
 //! off loopback the bearer token the whole listener requires guards them instead.
@@ -31,6 +31,11 @@ pub const STATUS_PATH: &str = "/api/status";
 /// The path of the context sessions the dashboard lists; `/api/sessions/{id}` is one of
 /// them, `/api/sessions/{id}/versions/{version}` what one version changed.
 pub const SESSIONS_PATH: &str = "/api/sessions";
+/// The path of an agent's mail (`/api/agents/{id}/mail[?thread=ID][&all=true]`): its
+/// unread messages, or all it keeps, or those of one thread; nothing is marked read.
+pub const AGENTS_PATH: &str = "/api/agents";
+/// An agent's messages shown at most.
+const MAIL: usize = 100;
 /// Agents the dashboard's status lists at most.
 const DASHBOARD_AGENTS: usize = 5_000;
 /// Sessions listed at most (the newest).
@@ -70,6 +75,7 @@ impl Observer {
             }),
         );
         if let Some((server, control)) = dashboard {
+            let mail_of = server.runtime().clone();
             let sessions = server.runtime().sessions();
             let (one, version) = (sessions.clone(), sessions.clone());
             router = router
@@ -93,6 +99,18 @@ impl Observer {
                     get(move |Path(id): Path<String>| {
                         let sessions = one.clone();
                         async move { show_session(&sessions, &id).await }
+                    }),
+                )
+                .route(
+                    &format!("{AGENTS_PATH}/{{id}}/mail"),
+                    get(move |Path(id): Path<String>, request: Request| {
+                        let runtime = mail_of.clone();
+                        async move {
+                            match MailQuery::parse(request.uri().query().unwrap_or_default()) {
+                                Ok(query) => show_mail(&runtime, &id, &query).await,
+                                Err(err) => (StatusCode::BAD_REQUEST, err).into_response(),
+                            }
+                        }
                     }),
                 )
                 .route(
@@ -194,6 +212,65 @@ fn context_error(err: &ContextError) -> Response {
         _ => StatusCode::SERVICE_UNAVAILABLE,
     };
     (status, format!("{err}\n")).into_response()
+}
+
+/// What `/api/agents/{id}/mail` lists.
+#[derive(Debug, Default)]
+struct MailQuery {
+    /// Only this thread's messages.
+    thread: Option<uuid::Uuid>,
+    /// Read messages too.
+    all: bool,
+}
+
+impl MailQuery {
+    /// From `thread=ID&all=true`; anything else is named.
+    fn parse(query: &str) -> Result<Self, String> {
+        let mut parsed = Self::default();
+        for pair in query.split('&').filter(|p| !p.is_empty()) {
+            match pair.split_once('=').unwrap_or((pair, "")) {
+                ("thread", id) => {
+                    let thread = uuid::Uuid::parse_str(id)
+                        .map_err(|err| format!("thread `{id}` is not a message id: {err}\n"))?;
+                    parsed.thread = Some(thread);
+                }
+                ("all", "true" | "") => parsed.all = true,
+                ("all", "false") => parsed.all = false,
+                (name, value) => {
+                    return Err(format!(
+                        "`{name}={value}` is not understood here: `thread=ID` and \
+                         `all=true` are\n"
+                    ));
+                }
+            }
+        }
+        Ok(parsed)
+    }
+}
+
+/// An agent's mail: unread (or all it keeps), optionally one thread's, newest 100 at most;
+/// nothing marked read. An unknown agent is 404, a thread that is no message id 400.
+async fn show_mail(runtime: &crate::Runtime, id: &str, query: &MailQuery) -> Response {
+    let agent = match runtime.agent(id) {
+        Ok(agent) => agent,
+        Err(err) => return (StatusCode::NOT_FOUND, format!("{err}\n")).into_response(),
+    };
+    let listing = agent
+        .check_inbox(crate::InboxQuery {
+            unread_only: !query.all,
+            limit: MAIL,
+            thread: query.thread,
+            ..crate::InboxQuery::default()
+        })
+        .await;
+    match listing {
+        Ok(inbox) => json(&serde_json::json!({
+            "agent": id,
+            "unread": inbox.unread,
+            "messages": inbox.messages,
+        })),
+        Err(err) => (StatusCode::SERVICE_UNAVAILABLE, format!("{err}\n")).into_response(),
+    }
 }
 
 /// A session: its record and size, its entries (the first by key) and its latest batches.

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use guildhall::mcp::http::{self, HttpOptions};
 use guildhall::mcp::{McpServer, ToolFilter};
-use guildhall::{AgentSpec, CallContext, Runtime, Tool};
+use guildhall::{AgentSpec, CallContext, Outgoing, Runtime, Tool};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
@@ -1626,6 +1626,7 @@ async fn the_dashboard_reads_sessions_their_history_and_what_a_version_changed()
     for path in [
         http::SESSIONS_PATH.to_owned(),
         format!("{}/plan", http::SESSIONS_PATH),
+        format!("{}/alice/mail", http::AGENTS_PATH),
         http::STATUS_PATH.to_owned(),
         http::EVENTS_PATH.to_owned(),
     ] {
@@ -1637,6 +1638,85 @@ async fn the_dashboard_reads_sessions_their_history_and_what_a_version_changed()
             .unwrap();
         assert_eq!(foreign.status(), 403, "{path}");
     }
+    stop.cancel();
+    rt.shutdown().await;
+}
+
+#[tokio::test]
+async fn the_dashboard_reads_an_agents_mail_and_a_thread_without_marking_anything_read() {
+    let (rt, _) = runtime().await;
+    let (base, stop) = dashboard_endpoint(&rt).await;
+    let client = crate::support::http_client();
+    let get = |path: String| {
+        let client = client.clone();
+        let url = format!("{base}{}{path}", http::AGENTS_PATH);
+        async move {
+            let response = client.get(url).send().await.unwrap();
+            let status = response.status().as_u16();
+            (status, response.text().await.unwrap())
+        }
+    };
+    let bob = rt.agent("bob").unwrap();
+    let alice = rt.agent("alice").unwrap();
+    let asked = bob
+        .send(
+            Outgoing::to("alice")
+                .subject("logs?")
+                .body("where are they"),
+        )
+        .await
+        .unwrap();
+    bob.send(Outgoing::to("alice").subject("other").body("unrelated"))
+        .await
+        .unwrap();
+    let question = alice.read(asked.id).await.unwrap();
+    alice
+        .reply(
+            &question,
+            Outgoing::default().subject("re").body("in /var/log"),
+        )
+        .await
+        .unwrap();
+
+    let (status, inbox) = get("/alice/mail".into()).await;
+    assert_eq!(status, 200, "{inbox}");
+    let inbox: Value = serde_json::from_str(&inbox).unwrap();
+    let subjects: Vec<&Value> = inbox["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| &m["subject"])
+        .collect();
+    assert_eq!(
+        subjects,
+        [&json!("other")],
+        "the read one is not unread: {inbox}"
+    );
+
+    // The thread, as each side keeps it (read ones too).
+    let thread = asked.id;
+    let (_, theirs) = get(format!("/alice/mail?thread={thread}&all=true")).await;
+    let (_, mine) = get(format!("/bob/mail?thread={thread}&all=true")).await;
+    let bodies = |text: &str| -> Vec<Value> {
+        let value: Value = serde_json::from_str(text).unwrap();
+        value["messages"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|m| m["body"].clone())
+            .collect()
+    };
+    assert_eq!(bodies(&theirs), [json!("where are they")], "{theirs}");
+    assert_eq!(bodies(&mine), [json!("in /var/log")], "{mine}");
+    // Reading changed nothing: alice's answer is still unread for bob.
+    assert_eq!(bob.unread().await.unwrap(), 1);
+
+    let (status, body) = get("/nobody/mail".into()).await;
+    assert_eq!(status, 404, "{body}");
+    assert!(body.contains("nobody"), "{body}");
+    let (status, body) = get("/alice/mail?thread=soon".into()).await;
+    assert_eq!(status, 400, "{body}");
+    assert!(body.contains("soon"), "{body}");
     stop.cancel();
     rt.shutdown().await;
 }

@@ -5,7 +5,8 @@ selenium). Run by scripts/dashboard with GUILDHALL_BIN and SCREENSHOT set.
 and `flaky`, which cannot start until a file exists); the page loads the swarm (as a tree)
 and the supervision tree, then follows the event stream. Traffic is made through the command
 line, an MCP client and signals, and each effect must show on the page within a second of
-happening: a message in the mail feed, its call in the calls table, an agent connecting (its
+happening: a message in the mail feed (a click shows its thread, a click on an agent its
+inbox), its call in the calls table (with a latency histogram; the feed filtered), an agent connecting (its
 dot turns green), a context session changed (its entries, history and a version's diff),
 a server killed and restarted by its supervisor (`restarts 1`), a server
 whose failed starts open its breaker. A screenshot is kept.
@@ -153,6 +154,21 @@ def main():
                           "parse the logs", "--body", "go")
                 shown(driver, "#mail li", "pm → dev: parse the logs")
                 shown(driver, "#tools tr[data-tool=send_message]", "send_message")
+                bars = texts(driver, "#tools tr[data-tool=send_message] td.bars")
+                assert bars and bars[0].strip(), f"a latency histogram: {bars}"
+                # Click through: the message's thread, with the body its recipient keeps;
+                # the recipient's inbox.
+                click(driver, "#mail li", "pm → dev: parse the logs")
+                shown(driver, "#thread li", "go")
+                click(driver, "#swarm li[data-agent=dev] > .name", "dev")
+                shown(driver, "#inbox li", "parse the logs")
+                # The calls feed filtered by what is typed.
+                driver.execute_script(
+                    "const f = document.getElementById('callfilter'); f.value = 'send_message';"
+                    "f.dispatchEvent(new Event('input'));")
+                shown(driver, "#calls li", "send_message")
+                feed = texts(driver, "#calls li")
+                assert all("send_message" in row for row in feed), f"filtered: {feed}"
 
                 # Context: a session appears as it is changed; selected, it shows its entries
                 # and history, and a version's diff.
