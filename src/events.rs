@@ -204,17 +204,8 @@ impl EventStream {
     /// Cancel safe: a dropped call loses no event.
     pub async fn next_shared(&mut self) -> Option<Arc<ToolEvent>> {
         loop {
-            match self.rx.try_recv() {
-                Ok(event) => {
-                    self.taking = true;
-                    return Some(event);
-                }
-                Err(broadcast::error::TryRecvError::Lagged(n)) => {
-                    self.missed += n;
-                    continue;
-                }
-                Err(broadcast::error::TryRecvError::Closed) => return None,
-                Err(broadcast::error::TryRecvError::Empty) => {}
+            if let Some(event) = self.waiting() {
+                return Some(event);
             }
             if std::mem::take(&mut self.taking) {
                 // Busy: let the next events gather rather than be woken for each.
@@ -232,14 +223,24 @@ impl EventStream {
         }
     }
 
-    /// The next event if one is already here, without waiting (`None` also once the runtime
-    /// is gone, which [`next`](Self::next) then tells). For taking the rest of a run.
-    pub fn try_next(&mut self) -> Option<ToolEvent> {
-        self.try_next_shared().map(Arc::unwrap_or_clone)
+    /// The next events, shared: waits for the first, then takes what else is already here,
+    /// `max` in all at most; `None` once the runtime is gone.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: events are taken only once the first is here, and then without waiting.
+    pub async fn next_batch(&mut self, max: usize) -> Option<Vec<Arc<ToolEvent>>> {
+        let mut batch = vec![self.next_shared().await?];
+        while batch.len() < max
+            && let Some(event) = self.waiting()
+        {
+            batch.push(event);
+        }
+        Some(batch)
     }
 
-    /// [`try_next`](Self::try_next), shared with the other subscribers.
-    pub fn try_next_shared(&mut self) -> Option<Arc<ToolEvent>> {
+    /// An event already here, without waiting (`None` also once the runtime is gone, which
+    /// the next wait then tells).
+    fn waiting(&mut self) -> Option<Arc<ToolEvent>> {
         loop {
             match self.rx.try_recv() {
                 Ok(event) => {

@@ -3,7 +3,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use guildhall_actors::{CallObserver, TraceParent};
+use guildhall_actors::{CallContext, CallObserver, TraceParent};
 
 use crate::agents::Agent;
 use crate::governance::Asker;
@@ -40,6 +40,19 @@ impl CallOptions {
     pub fn trace_parent(mut self, trace: TraceParent) -> Self {
         self.trace = Some(trace);
         self
+    }
+
+    /// The context of one call made with these options (`timeout` when they name none),
+    /// and who is asked when a rule says `ask`.
+    pub(crate) fn into_call(self, timeout: Duration) -> (CallContext, Option<Arc<dyn Asker>>) {
+        let ctx = CallContext::traced(
+            self.agent,
+            self.session,
+            self.timeout.unwrap_or(timeout),
+            self.observer,
+            self.trace,
+        );
+        (ctx, self.asker)
     }
 
     /// The calling agent by id, for the protocol front ends that authenticated it.

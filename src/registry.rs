@@ -4,7 +4,7 @@ use std::any::Any;
 use std::sync::Arc;
 
 use futures::future::BoxFuture;
-use guildhall_actors::{CallContext, CallError, Tool, ToolSpec, WorkerPool, args};
+use guildhall_actors::{CallError, Tool, ToolSpec, WorkerPool, args};
 use serde_json::Value;
 use tower::ServiceExt;
 
@@ -78,14 +78,7 @@ impl<T: Tool> ToolHandle<T> {
         input: T::Input,
         options: CallOptions,
     ) -> Result<T::Output, CallError> {
-        let timeout = options.timeout.unwrap_or(self.timeout);
-        let ctx = CallContext::traced(
-            options.agent,
-            options.session,
-            timeout,
-            options.observer,
-            options.trace,
-        );
+        let (ctx, asker) = options.into_call(self.timeout);
         let call = ToolCall { input, ctx };
         if self.service.governance().lets_typed_calls_pass() {
             // Straight to the pipeline, exactly as without governance.
@@ -93,7 +86,7 @@ impl<T: Tool> ToolHandle<T> {
         }
         // Boxed: the governed future is large, and kept inline it would make every typed
         // call's future as large, the bypassing ones included.
-        Box::pin(self.service.call(call, options.asker)).await
+        Box::pin(self.service.call(call, asker)).await
     }
 }
 
@@ -133,14 +126,7 @@ impl<T: Tool> ErasedTool for ToolEntry<T> {
         args: Value,
         options: CallOptions,
     ) -> BoxFuture<'static, Result<ToolReply, CallError>> {
-        let timeout = options.timeout.unwrap_or(self.handle.timeout);
-        let ctx = CallContext::traced(
-            options.agent,
-            options.session,
-            timeout,
-            options.observer,
-            options.trace,
-        );
+        let (ctx, asker) = options.into_call(self.handle.timeout);
         let input: T::Input = match args::decode(&self.name, args) {
             Ok(input) => input,
             Err(err) => {
@@ -149,7 +135,7 @@ impl<T: Tool> ErasedTool for ToolEntry<T> {
             }
         };
         let call = ToolCall { input, ctx };
-        Box::pin(self.json.call(call, options.asker))
+        Box::pin(self.json.call(call, asker))
     }
 
     fn as_any(&self) -> &dyn Any {

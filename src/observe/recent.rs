@@ -7,21 +7,18 @@
 //! call. It runs from the first time a client asks for events until the server stops: a
 //! server nobody asks pays nothing for it.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
 use std::sync::{Arc, Mutex, PoisonError};
 
 use serde_json::{Value, json};
 use tokio_util::sync::{CancellationToken, DropGuard};
 
-use super::watching::visible_to;
+use super::watching::{Callers, visible_to};
 use crate::changes::{Changes, Subject};
 use crate::events::{EventStream, ToolEvent};
 
 /// Events the ring keeps.
 pub const KEPT: usize = 1_000;
-/// Calls in flight whose caller the ring remembers; past that, their ends are shown to no
-/// agent (only to the operator) rather than the map growing without bound.
-const MAX_CALLS: usize = 65_536;
 
 /// One kept event.
 struct Kept {
@@ -37,25 +34,12 @@ struct Ring {
     /// The number of the last event taken (events are numbered from 1).
     last: u64,
     /// Callers of the calls in flight.
-    callers: HashMap<uuid::Uuid, Arc<str>>,
+    callers: Callers,
 }
 
 impl Ring {
     fn push(&mut self, event: Arc<ToolEvent>, at_ms: u64) {
-        let caller = match &*event {
-            ToolEvent::Invoked { call_id, agent, .. } => {
-                if let Some(agent) = agent
-                    && self.callers.len() < MAX_CALLS
-                {
-                    self.callers.insert(*call_id, Arc::clone(agent));
-                }
-                agent.clone()
-            }
-            ToolEvent::Completed { call_id, .. }
-            | ToolEvent::Failed { call_id, .. }
-            | ToolEvent::Denied { call_id, .. } => self.callers.remove(call_id),
-            _ => None,
-        };
+        let caller = self.callers.of(&event, |_| true);
         self.last += 1;
         if self.kept.len() == KEPT {
             self.kept.pop_front();
@@ -101,23 +85,17 @@ impl RecentEvents {
         let (kept, until) = (Arc::clone(&ring), stop.clone());
         tokio::spawn(async move {
             loop {
-                let first = tokio::select! {
+                let batch = tokio::select! {
                     () = until.cancelled() => return,
-                    event = events.next_shared() => event,
+                    batch = events.next_batch(KEPT) => batch,
                 };
-                let Some(first) = first else { return };
+                let Some(batch) = batch else { return };
                 let at_ms = crate::time::now_ms();
-                {
-                    let mut ring = kept.lock().unwrap_or_else(PoisonError::into_inner);
-                    ring.push(first, at_ms);
-                    // What gathered meanwhile, bounded so the lock is never held long.
-                    for _ in 1..KEPT {
-                        let Some(event) = events.try_next_shared() else {
-                            break;
-                        };
-                        ring.push(event, at_ms);
-                    }
+                let mut ring = kept.lock().unwrap_or_else(PoisonError::into_inner);
+                for event in batch {
+                    ring.push(event, at_ms);
                 }
+                drop(ring);
                 changes.changed(&Subject::Events);
             }
         });

@@ -13,8 +13,8 @@ use crate::events::ToolEvent;
 #[derive(Debug, Default)]
 pub struct EventFilter {
     agent: Option<Arc<str>>,
-    /// The agent's calls in flight: their ends name only the call.
-    own_calls: std::collections::HashSet<uuid::Uuid>,
+    /// The agent's own calls in flight: their ends name only the call.
+    own_calls: Callers,
 }
 
 impl EventFilter {
@@ -22,7 +22,7 @@ impl EventFilter {
     pub fn new(agent: Option<Arc<str>>) -> Self {
         Self {
             agent,
-            own_calls: std::collections::HashSet::new(),
+            own_calls: Callers::default(),
         }
     }
 
@@ -31,19 +31,43 @@ impl EventFilter {
         let Some(me) = self.agent.as_deref() else {
             return true;
         };
-        let caller = match event {
+        let caller = self.own_calls.of(event, |agent| agent == me);
+        visible_to(me, event, caller.as_deref())
+    }
+}
+
+/// Calls in flight whose caller is remembered at most; past that, their ends go
+/// unattributed (shown to no agent, only to the operator) rather than the map growing.
+const MAX_CALLS: usize = 65_536;
+
+/// Who made each call in flight, noted from its `invoked` event, so that the events ending
+/// it, which name only the call, can be told by caller.
+#[derive(Debug, Default)]
+pub(crate) struct Callers(std::collections::HashMap<uuid::Uuid, Arc<str>>);
+
+impl Callers {
+    /// The caller of `event`'s call when it is a call's event: noted at its start (if `keep`
+    /// says so for that caller), forgotten at its end.
+    pub(crate) fn of(
+        &mut self,
+        event: &ToolEvent,
+        keep: impl FnOnce(&str) -> bool,
+    ) -> Option<Arc<str>> {
+        match event {
             ToolEvent::Invoked { call_id, agent, .. } => {
-                if agent.as_deref() == Some(me) {
-                    self.own_calls.insert(*call_id);
+                if let Some(agent) = agent
+                    && self.0.len() < MAX_CALLS
+                    && keep(agent)
+                {
+                    self.0.insert(*call_id, Arc::clone(agent));
                 }
-                agent.as_deref()
+                agent.clone()
             }
             ToolEvent::Completed { call_id, .. }
             | ToolEvent::Failed { call_id, .. }
-            | ToolEvent::Denied { call_id, .. } => self.own_calls.remove(call_id).then_some(me),
+            | ToolEvent::Denied { call_id, .. } => self.0.remove(call_id),
             _ => None,
-        };
-        visible_to(me, event, caller)
+        }
     }
 }
 
@@ -92,14 +116,10 @@ impl Watching {
     pub async fn next(&mut self) -> Option<String> {
         let mut lines = Vec::new();
         loop {
-            let first = self.events.next_shared().await?;
+            let batch = self.events.next_batch(BATCH).await?;
             let at_ms = crate::time::now_ms();
-            self.show(&first, at_ms, &mut lines);
-            for _ in 1..BATCH {
-                let Some(event) = self.events.try_next_shared() else {
-                    break;
-                };
-                self.show(&event, at_ms, &mut lines);
+            for event in &batch {
+                self.show(event, at_ms, &mut lines);
             }
             if !lines.is_empty() {
                 // Only serde_json's output and ASCII went in.

@@ -1554,20 +1554,19 @@ async fn http_serves_the_dashboard_and_the_status_it_reads() {
     rt.shutdown().await;
 }
 
+/// A GET of `url`: its status and text.
+async fn status_and_text(client: &reqwest::Client, url: String) -> (u16, String) {
+    let response = client.get(url).send().await.unwrap();
+    let status = response.status().as_u16();
+    (status, response.text().await.unwrap())
+}
+
 #[tokio::test]
 async fn the_dashboard_reads_sessions_their_history_and_what_a_version_changed() {
     let (rt, _) = runtime().await;
     let (base, stop) = dashboard_endpoint(&rt).await;
     let client = crate::support::http_client();
-    let get = |path: String| {
-        let client = client.clone();
-        let url = format!("{base}{path}");
-        async move {
-            let response = client.get(url).send().await.unwrap();
-            let status = response.status().as_u16();
-            (status, response.text().await.unwrap())
-        }
-    };
+    let get = |path: String| status_and_text(&client, format!("{base}{path}"));
     let mut events = rt.governance().events();
     let plan = rt.sessions().open("plan", Some("alice")).await.unwrap();
     plan.replace("goal", json!({"ship": "v1", "owner": "alice"}))
@@ -1647,15 +1646,7 @@ async fn the_dashboard_reads_an_agents_mail_and_a_thread_without_marking_anythin
     let (rt, _) = runtime().await;
     let (base, stop) = dashboard_endpoint(&rt).await;
     let client = crate::support::http_client();
-    let get = |path: String| {
-        let client = client.clone();
-        let url = format!("{base}{}{path}", http::AGENTS_PATH);
-        async move {
-            let response = client.get(url).send().await.unwrap();
-            let status = response.status().as_u16();
-            (status, response.text().await.unwrap())
-        }
-    };
+    let get = |path: String| status_and_text(&client, format!("{base}{}{path}", http::AGENTS_PATH));
     let bob = rt.agent("bob").unwrap();
     let alice = rt.agent("alice").unwrap();
     let asked = bob

@@ -429,6 +429,16 @@ async fn prompts_brief_an_agent_for_its_role_and_arguments_complete() {
     }
 }
 
+/// What `wire` reads of `guildhall://events?after=after` (request `id`).
+async fn events_after(wire: &mut Wire, id: u64, after: u64) -> Value {
+    let uri = format!("{EVENTS_RESOURCE}?after={after}");
+    contents(
+        &wire
+            .request(id, "resources/read", json!({ "uri": uri }))
+            .await,
+    )
+}
+
 /// Reads `guildhall://events?after=after` until `done` holds for the events gathered (each
 /// read after a notice when subscribed, else at once), bounded; the events and the `next`.
 async fn events_until(
@@ -440,12 +450,7 @@ async fn events_until(
     let mut events = Vec::new();
     for _ in 0..200 {
         *id += 1;
-        let uri = format!("{EVENTS_RESOURCE}?after={after}");
-        let page = contents(
-            &wire
-                .request(*id, "resources/read", json!({ "uri": uri }))
-                .await,
-        );
+        let page = events_after(wire, *id, after).await;
         assert_eq!(page["missed"], 0, "{page}");
         events.extend(page["events"].as_array().unwrap().iter().cloned());
         let next = page["next"].as_u64().unwrap();
@@ -519,12 +524,7 @@ async fn the_events_are_a_resource_each_agent_reads_its_own_share_of() {
 
         // Reading is not an event: after `next`, nothing new.
         id += 1;
-        let uri = format!("{EVENTS_RESOURCE}?after={next}");
-        let again = contents(
-            &alice
-                .request(id, "resources/read", json!({ "uri": uri }))
-                .await,
-        );
+        let again = events_after(&mut alice, id, next).await;
         assert_eq!(again["events"], json!([]), "{era}: {again}");
         assert_eq!(again["next"], next, "{era}");
 
@@ -559,15 +559,7 @@ async fn a_subscriber_to_the_events_hears_when_more_came() {
     assert!(ok.get("result").is_some(), "{ok}");
     mail_alice(&rt, "status").await;
     alice.next_where(updated).await;
-    let page = contents(
-        &alice
-            .request(
-                2,
-                "resources/read",
-                json!({ "uri": format!("{EVENTS_RESOURCE}?after=0") }),
-            )
-            .await,
-    );
+    let page = events_after(&mut alice, 2, 0).await;
     assert_eq!(page["events"][0]["event"], "mailed", "{page}");
     assert_eq!(page["events"][0]["subject"], "status", "{page}");
     rt.shutdown().await;
@@ -585,15 +577,7 @@ async fn a_subscriber_to_the_events_hears_when_more_came() {
     alice.next_where(updated).await; // the first, at the start of the stream
     mail_alice(&rt, "later").await;
     alice.next_where(updated).await;
-    let page = contents(
-        &alice
-            .request(
-                2,
-                "resources/read",
-                json!({ "uri": format!("{EVENTS_RESOURCE}?after=0") }),
-            )
-            .await,
-    );
+    let page = events_after(&mut alice, 2, 0).await;
     assert_eq!(page["events"][0]["subject"], "later", "{page}");
     rt.shutdown().await;
 }
