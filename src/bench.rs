@@ -4,6 +4,8 @@
 //! the same rounds, because the machines this runs on are shared and noisy: each round runs
 //! one batch of every contender in turn, and the report takes the median over rounds.
 
+#[cfg(feature = "postgres")]
+mod cluster;
 mod context;
 mod events;
 #[cfg(all(target_os = "linux", target_env = "gnu"))]
@@ -17,6 +19,8 @@ mod tasks;
 mod tools;
 mod watchers;
 
+#[cfg(feature = "postgres")]
+pub use cluster::{ClusterBenchConfig, ClusterReport, cluster};
 pub use context::{ContextBenchConfig, ContextReport, context};
 pub use events::{EventsBenchConfig, EventsReport, events};
 #[cfg(all(target_os = "linux", target_env = "gnu"))]

@@ -158,6 +158,9 @@ pub struct Config {
     /// Telemetry sent elsewhere: OpenTelemetry traces over OTLP.
     #[serde(default)]
     pub telemetry: crate::observe::TelemetryConfig,
+    /// `[store]`: where agents, mail, context and tasks are kept.
+    #[serde(default)]
+    pub store: StoreSection,
     /// The directory of the file, where command hooks run.
     #[serde(skip)]
     pub dir: PathBuf,
@@ -303,6 +306,17 @@ pub struct AuditConfig {
     /// How long records are kept (default 90 days).
     #[serde(default, with = "crate::time::humane::option")]
     pub retention: Option<Duration>,
+}
+
+/// `[store]`: where the runtime keeps what lasts.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct StoreSection {
+    /// A PostgreSQL connection string (`postgres://user@host:port/db`): the store is that
+    /// database, which several servers may share. Absent: the embedded store in the data
+    /// directory.
+    #[serde(default)]
+    pub url: Option<String>,
 }
 
 /// `[tasks]`: the task board's size and timings; what is absent keeps its default.

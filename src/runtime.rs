@@ -95,6 +95,9 @@ const DEADLINE_RESOLUTION: Duration = Duration::from_millis(1);
 pub struct RuntimeBuilder {
     defaults: ToolOptions,
     store: StoreChoice,
+    /// A database URL: the store is there, and the data directory (if any) keeps the rest.
+    #[cfg(feature = "postgres")]
+    store_url: Option<String>,
     mailbox: MailboxConfig,
     context: ContextConfig,
     tasks: TaskConfig,
@@ -141,6 +144,8 @@ impl Runtime {
         RuntimeBuilder {
             defaults: ToolOptions::default(),
             store: StoreChoice::Memory,
+            #[cfg(feature = "postgres")]
+            store_url: None,
             mailbox: MailboxConfig::default(),
             context: ContextConfig::default(),
             tasks: TaskConfig::default(),
@@ -694,6 +699,16 @@ impl RuntimeBuilder {
         self
     }
 
+    /// Keeps agents, messages, context and tasks in the PostgreSQL database at `url`
+    /// ([`PostgresStore`](crate::store::PostgresStore)), which other servers may share. A
+    /// [`data_dir`](Self::data_dir) given as well keeps only what is not shared (spilled
+    /// results).
+    #[cfg(feature = "postgres")]
+    pub fn store_url(mut self, url: impl Into<String>) -> Self {
+        self.store_url = Some(url.into());
+        self
+    }
+
     /// Uses `store` for agents and messages.
     pub fn store(mut self, store: Arc<dyn Store>) -> Self {
         self.store = StoreChoice::Given(store);
@@ -781,6 +796,10 @@ impl RuntimeBuilder {
     /// and actors started with no [`Runtime`] to shut them down.
     pub async fn build(mut self) -> Result<Runtime, BuildError> {
         let store: Arc<dyn Store> = match self.store {
+            #[cfg(feature = "postgres")]
+            _ if self.store_url.is_some() => Arc::new(crate::store::PostgresStore::open(
+                self.store_url.as_deref().unwrap_or_default(),
+            )?),
             StoreChoice::Memory => Arc::new(MemoryStore::new()),
             StoreChoice::Dir(ref dir) => store::open(dir)?,
             StoreChoice::Given(ref store) => Arc::clone(store),

@@ -7,6 +7,8 @@
 //! - [`RedbStore`]: the default, an embedded redb file in the data directory. One writer
 //!   thread gathers every batch waiting at the moment it starts a transaction into that one
 //!   transaction: one fsync acknowledges them all (group commit).
+//! - [`PostgresStore`] (feature `postgres`): a PostgreSQL database, which several servers
+//!   can share; one writer connection commits with the same group commit.
 //! - [`MemoryStore`]: nothing on disk, for tests and benchmarks; commits complete at once.
 //!
 //! Values are encoded by [`codec`]: rmp-serde, prefixed with a format version.
@@ -15,6 +17,8 @@ pub mod codec;
 pub mod doctor;
 mod error;
 mod memory;
+#[cfg(feature = "postgres")]
+mod postgres;
 mod redb_store;
 
 use std::path::Path;
@@ -24,6 +28,8 @@ use smallvec::SmallVec;
 
 pub use error::StoreError;
 pub use memory::MemoryStore;
+#[cfg(feature = "postgres")]
+pub use postgres::{MIGRATIONS, PostgresStore, table_code};
 pub use redb_store::{FILE_NAME, RedbStore, STORE_FORMAT};
 
 /// The tables a store holds. Fixed at compile time so a backend can lay them out up front.
@@ -205,6 +211,46 @@ pub struct StoreStats {
     pub batches: u64,
     /// Writes applied.
     pub writes: u64,
+}
+
+/// What a group-committing store counts, shared by its writer and [`Store::stats`].
+#[derive(Debug, Default)]
+pub(crate) struct CommitCounters {
+    commits: std::sync::atomic::AtomicU64,
+    commit_micros: std::sync::atomic::AtomicU64,
+    failed_commits: std::sync::atomic::AtomicU64,
+    batches: std::sync::atomic::AtomicU64,
+    writes: std::sync::atomic::AtomicU64,
+}
+
+impl CommitCounters {
+    /// Counts one group commit of `batches` batches and `writes` writes, begun at `started`.
+    pub(crate) fn committed(&self, started: std::time::Instant, batches: usize, writes: usize) {
+        use std::sync::atomic::Ordering::Relaxed;
+        let micros = u64::try_from(started.elapsed().as_micros()).unwrap_or(u64::MAX);
+        self.commits.fetch_add(1, Relaxed);
+        self.commit_micros.fetch_add(micros, Relaxed);
+        self.batches.fetch_add(batches as u64, Relaxed);
+        self.writes.fetch_add(writes as u64, Relaxed);
+    }
+
+    /// Counts a group commit that failed.
+    pub(crate) fn failed(&self) {
+        self.failed_commits
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// The counts so far.
+    pub(crate) fn snapshot(&self) -> StoreStats {
+        use std::sync::atomic::Ordering::Relaxed;
+        StoreStats {
+            commits: self.commits.load(Relaxed),
+            commit_micros: self.commit_micros.load(Relaxed),
+            failed_commits: self.failed_commits.load(Relaxed),
+            batches: self.batches.load(Relaxed),
+            writes: self.writes.load(Relaxed),
+        }
+    }
 }
 
 /// A transactional key-value store with group commit.

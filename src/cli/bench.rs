@@ -57,6 +57,11 @@ enum Which {
     /// and what a watcher costs a governed call (with and without, same run). About 10 s
     /// at the defaults.
     Events(EventsArgs),
+    /// The PostgreSQL store: durable sends with group commit against a plain multi-row
+    /// INSERT + COMMIT loop of the same rows, in a database of its own made on the server
+    /// `--store` names (and dropped after). About 10 s at the defaults.
+    #[cfg(feature = "postgres")]
+    Cluster(ClusterArgs),
     /// Serve the bare rmcp floor server over stdio (run by `bench mcp`).
     #[command(hide = true)]
     McpFloor,
@@ -289,6 +294,8 @@ pub(crate) async fn run(
         Which::Tools(a) => tools(a).await,
         Which::Proxy(a) => proxy(a).await,
         Which::Events(a) => events(a).await,
+        #[cfg(feature = "postgres")]
+        Which::Cluster(a) => cluster(a).await,
         Which::McpFloor => {
             guildhall::mcp::serve_stdio(guildhall::bench::mcp::FloorServer).await?;
             Ok(())
@@ -542,6 +549,66 @@ async fn events(a: EventsArgs) -> Result<(), Box<dyn std::error::Error>> {
                 "",
             ),
             ("  watched ratio", report.governed_watched_ratio, "<= 1.5"),
+        ],
+    )
+}
+
+#[cfg(feature = "postgres")]
+#[derive(Debug, Args)]
+struct ClusterArgs {
+    /// Print one JSON object on stdout instead of a table.
+    #[arg(long)]
+    json: bool,
+    /// The PostgreSQL server, as a connection string whose user may create databases.
+    #[arg(
+        long,
+        env = "GUILDHALL_STORE",
+        value_name = "URL",
+        hide_env_values = true
+    )]
+    store: String,
+    /// Agents sending at once.
+    #[arg(long, default_value_t = 200)]
+    agents: usize,
+    /// Durable messages each agent sends per round.
+    #[arg(long, default_value_t = 50)]
+    per_agent: usize,
+    /// Rounds (figures are medians).
+    #[arg(long, default_value_t = 5)]
+    rounds: usize,
+}
+
+#[cfg(feature = "postgres")]
+async fn cluster(a: ClusterArgs) -> Result<(), Box<dyn std::error::Error>> {
+    let config = guildhall::bench::ClusterBenchConfig {
+        url: a.store,
+        agents: a.agents.max(1),
+        per_agent: a.per_agent.max(1),
+        rounds: a.rounds.max(1),
+    };
+    let bar = progress_bar()?;
+    let stage = Bar(bar.clone());
+    let report = tokio::spawn(async move { guildhall::bench::cluster(config, &stage).await })
+        .await?
+        .map_err(|e| e.to_string())?;
+    bar.finish_and_clear();
+    print_report(
+        a.json,
+        &report,
+        &[
+            ("senders at once", report.agents as f64, ""),
+            (
+                "plain INSERT + COMMIT loop (rows/s)",
+                report.pg_floor_msgs_per_sec,
+                "baseline",
+            ),
+            (
+                "durable sends, acknowledged (msgs/s)",
+                report.durable_msgs_per_sec,
+                "",
+            ),
+            ("  ratio", report.ratio, ">= 0.7"),
+            ("messages per group commit", report.msgs_per_commit, ""),
         ],
     )
 }

@@ -86,6 +86,18 @@ pub(crate) struct ServeArgs {
     /// Keep everything in memory: no store, nothing survives the process (tests, benches).
     #[arg(long)]
     in_memory: bool,
+    /// Keep agents, mail, context and tasks in this PostgreSQL database
+    /// (`postgres://user@host:port/db`), which other servers may share; overrides the
+    /// config's `[store] url`.
+    #[cfg(feature = "postgres")]
+    #[arg(
+        long,
+        env = "GUILDHALL_STORE",
+        value_name = "URL",
+        conflicts_with = "in_memory",
+        hide_env_values = true
+    )]
+    store: Option<String>,
     /// Also serve the official MCP conformance suite's fixture tools, resources and prompts.
     #[cfg(feature = "conformance")]
     #[arg(long)]
@@ -126,6 +138,12 @@ pub(crate) async fn serve(args: ServeArgs, data_dir: &Path) -> CliResult {
     }
     if !args.in_memory {
         builder = builder.data_dir(data_dir);
+    }
+    #[cfg(feature = "postgres")]
+    if let Some(url) = args.store.as_ref().or(config.store.url.as_ref())
+        && !args.in_memory
+    {
+        builder = builder.store_url(url);
     }
     builder = with_work_tools(builder, &config)?;
     if let Some(humans) = &config.humans {

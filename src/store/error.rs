@@ -62,6 +62,13 @@ pub enum StoreError {
         /// What was wrong.
         reason: String,
     },
+    /// The database cannot be reached (a networked store: PostgreSQL down or the network
+    /// broken). Nothing acknowledged is lost; the call can be made again once it is back.
+    #[error("store unavailable: {reason}")]
+    Unavailable {
+        /// Why.
+        reason: String,
+    },
     /// The store has shut down.
     #[error("the store is closed")]
     Closed,

@@ -1,14 +1,15 @@
 use std::fs::File;
 use std::panic::AssertUnwindSafe;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc;
 use std::sync::{Arc, Mutex, PoisonError, RwLock};
 use std::thread::JoinHandle;
 
 use redb::{Database, DatabaseError, ReadableDatabase, StorageError, TableDefinition, TableError};
 
-use super::{Batch, Done, Durability, Store, StoreError, StoreStats, Table, Write, codec};
+use super::{
+    Batch, CommitCounters, Done, Durability, Store, StoreError, StoreStats, Table, Write, codec,
+};
 
 /// The store's file inside the data directory.
 pub const FILE_NAME: &str = "guildhall.redb";
@@ -41,21 +42,12 @@ pub struct RedbStore {
     /// Read by every submit, written once by `close`.
     jobs: RwLock<Option<mpsc::Sender<Job>>>,
     writer: Mutex<Option<JoinHandle<()>>>,
-    stats: Arc<Counters>,
+    stats: Arc<CommitCounters>,
 }
 
 struct Job {
     batch: Batch,
     done: Done,
-}
-
-#[derive(Default)]
-struct Counters {
-    commits: AtomicU64,
-    commit_micros: AtomicU64,
-    failed_commits: AtomicU64,
-    batches: AtomicU64,
-    writes: AtomicU64,
 }
 
 impl RedbStore {
@@ -85,7 +77,7 @@ impl RedbStore {
         })?;
         check_format(&db, &path)?;
         let db = Arc::new(db);
-        let stats = Arc::new(Counters::default());
+        let stats = Arc::new(CommitCounters::default());
         let (tx, rx) = mpsc::channel();
         let writer = std::thread::Builder::new()
             .name("guildhall-store".into())
@@ -344,7 +336,7 @@ fn check_format(db: &Database, path: &Path) -> Result<(), StoreError> {
     write.commit().map_err(|e| corrupt(&e))
 }
 
-fn write_loop(db: &Database, jobs: &mpsc::Receiver<Job>, stats: &Counters) {
+fn write_loop(db: &Database, jobs: &mpsc::Receiver<Job>, stats: &CommitCounters) {
     while let Ok(first) = jobs.recv() {
         let mut group = vec![first];
         let mut writes = group[0].batch.len();
@@ -369,16 +361,10 @@ fn write_loop(db: &Database, jobs: &mpsc::Receiver<Job>, stats: &Counters) {
                         reason: "the storage engine panicked".into(),
                     })
                 });
-            let micros = u64::try_from(started.elapsed().as_micros()).unwrap_or(u64::MAX);
             if committed.is_ok() {
-                stats.commits.fetch_add(1, Ordering::Relaxed);
-                stats.commit_micros.fetch_add(micros, Ordering::Relaxed);
-                stats
-                    .batches
-                    .fetch_add(group.len() as u64, Ordering::Relaxed);
-                stats.writes.fetch_add(writes as u64, Ordering::Relaxed);
+                stats.committed(started, group.len(), writes);
             } else if let Err(err) = &committed {
-                stats.failed_commits.fetch_add(1, Ordering::Relaxed);
+                stats.failed();
                 tracing::error!(%err, batches = group.len(), "group commit failed");
             }
             committed
@@ -475,13 +461,7 @@ impl Store for RedbStore {
     }
 
     fn stats(&self) -> StoreStats {
-        StoreStats {
-            commits: self.stats.commits.load(Ordering::Relaxed),
-            commit_micros: self.stats.commit_micros.load(Ordering::Relaxed),
-            failed_commits: self.stats.failed_commits.load(Ordering::Relaxed),
-            batches: self.stats.batches.load(Ordering::Relaxed),
-            writes: self.stats.writes.load(Ordering::Relaxed),
-        }
+        self.stats.snapshot()
     }
 }
 

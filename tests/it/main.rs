@@ -3,6 +3,9 @@
 // Tests assert by unwrapping; a panic is the failure report.
 #![allow(clippy::unwrap_used, missing_docs, unreachable_pub)]
 
+/// A real PostgreSQL server for the tests that need one, started on first use.
+#[cfg(feature = "postgres")]
+mod pg;
 /// Test tools and polling helpers shared by the modules below.
 mod support;
 
@@ -60,6 +63,9 @@ mod servers;
 mod shell;
 /// The durable store: restarts, group commit, and stores that must not be opened.
 mod store;
+/// The PostgreSQL store: paging, migrations, the database going away and coming back.
+#[cfg(feature = "postgres")]
+mod store_postgres;
 /// Supervision strategies, restart types, intensity and escalation (supervision crate).
 mod supervision;
 /// The task board: concurrent claims, leases, dependencies, notices, history, the CLI.

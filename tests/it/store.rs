@@ -9,22 +9,61 @@ use crate::mailbox::assert_in_order;
 use crate::support::{eventually, mailbox_restarts, subjects};
 
 async fn durable(dir: &std::path::Path) -> Runtime {
-    Runtime::builder()
-        .data_dir(dir)
-        .mailbox_config(MailboxConfig {
+    Backend::Redb(dir.to_owned()).runtime().await
+}
+
+/// A durable store: the tests of what survives run on each.
+#[derive(Debug)]
+enum Backend {
+    Redb(std::path::PathBuf),
+    #[cfg(feature = "postgres")]
+    Postgres(String),
+}
+
+impl Backend {
+    /// Every backend, each empty: a temporary directory, a new PostgreSQL database.
+    async fn all(dir: &tempfile::TempDir) -> Vec<Backend> {
+        vec![
+            Backend::Redb(dir.path().to_owned()),
+            #[cfg(feature = "postgres")]
+            Backend::Postgres(crate::pg::fresh_database().await),
+        ]
+    }
+
+    async fn runtime(&self) -> Runtime {
+        let builder = Runtime::builder().mailbox_config(MailboxConfig {
             capacity: 10_000,
             ..MailboxConfig::default()
-        })
-        .build()
-        .await
-        .unwrap()
+        });
+        let builder = match self {
+            Backend::Redb(dir) => builder.data_dir(dir),
+            #[cfg(feature = "postgres")]
+            Backend::Postgres(url) => builder.store_url(url),
+        };
+        builder.build().await.unwrap()
+    }
+
+    /// The bare store.
+    fn open(&self) -> Arc<dyn Store> {
+        match self {
+            Backend::Redb(dir) => Arc::new(RedbStore::open(dir).unwrap()),
+            #[cfg(feature = "postgres")]
+            Backend::Postgres(url) => Arc::new(store::PostgresStore::open(url).unwrap()),
+        }
+    }
 }
 
 #[tokio::test]
 async fn agents_messages_and_read_state_survive_a_restart() {
     let dir = tempfile::tempdir().unwrap();
+    for backend in Backend::all(&dir).await {
+        agents_messages_and_read_state_survive_a_restart_on(&backend).await;
+    }
+}
+
+async fn agents_messages_and_read_state_survive_a_restart_on(backend: &Backend) {
     let (kept, read) = {
-        let rt = durable(dir.path()).await;
+        let rt = backend.runtime().await;
         let tl = rt
             .register_agent(
                 AgentSpec::new("tl", "tl").metadata(serde_json::json!({"model": "opus"})),
@@ -49,7 +88,7 @@ async fn agents_messages_and_read_state_survive_a_restart() {
         rt.shutdown().await;
         (kept, read)
     };
-    let rt = durable(dir.path()).await;
+    let rt = backend.runtime().await;
     let pm = rt.agent("pm").unwrap();
     assert_eq!(pm.record().parent.as_ref().unwrap().as_str(), "tl");
     assert_eq!(rt.lookup_agent("tl").unwrap().metadata["model"], "opus");
@@ -62,7 +101,13 @@ async fn agents_messages_and_read_state_survive_a_restart() {
 #[tokio::test]
 async fn a_durable_mailbox_crashing_mid_stream_loses_and_duplicates_nothing() {
     let dir = tempfile::tempdir().unwrap();
-    let rt = durable(dir.path()).await;
+    for backend in Backend::all(&dir).await {
+        a_durable_mailbox_crashing_mid_stream_loses_and_duplicates_nothing_on(&backend).await;
+    }
+}
+
+async fn a_durable_mailbox_crashing_mid_stream_loses_and_duplicates_nothing_on(backend: &Backend) {
+    let rt = backend.runtime().await;
     let tl = rt.register_agent(AgentSpec::new("tl", "tl")).await.unwrap();
     let pm = rt.register_agent(AgentSpec::new("pm", "pm")).await.unwrap();
     // Many senders at once, so crashes land while commits are in flight.
@@ -99,7 +144,7 @@ async fn a_durable_mailbox_crashing_mid_stream_loses_and_duplicates_nothing() {
     }
     rt.shutdown().await;
     // And the same after a restart.
-    let rt = durable(dir.path()).await;
+    let rt = backend.runtime().await;
     assert_eq!(subjects(&rt.agent("pm").unwrap()).await.len(), 400);
     rt.shutdown().await;
 }
@@ -107,7 +152,13 @@ async fn a_durable_mailbox_crashing_mid_stream_loses_and_duplicates_nothing() {
 #[tokio::test]
 async fn concurrent_durable_sends_share_group_commits() {
     let dir = tempfile::tempdir().unwrap();
-    let rt = durable(dir.path()).await;
+    for backend in Backend::all(&dir).await {
+        concurrent_durable_sends_share_group_commits_on(&backend).await;
+    }
+}
+
+async fn concurrent_durable_sends_share_group_commits_on(backend: &Backend) {
+    let rt = backend.runtime().await;
     let tl = rt.register_agent(AgentSpec::new("tl", "tl")).await.unwrap();
     for i in 0..20 {
         rt.register_agent(AgentSpec::new(format!("dev-{i}"), "dev"))
@@ -246,10 +297,12 @@ async fn a_store_of_an_unknown_format_is_refused_and_left_untouched() {
 
 #[tokio::test]
 async fn batches_apply_atomically_and_scans_stay_within_their_prefix() {
-    for s in [
-        Arc::new(store::MemoryStore::new()) as Arc<dyn Store>,
-        Arc::new(RedbStore::open(tempfile::tempdir().unwrap().keep().as_path()).unwrap()),
-    ] {
+    let dir = tempfile::tempdir().unwrap();
+    let mut stores = vec![Arc::new(store::MemoryStore::new()) as Arc<dyn Store>];
+    for backend in Backend::all(&dir).await {
+        stores.push(backend.open());
+    }
+    for s in stores {
         let mut batch = Batch::new();
         batch
             .put(Table::Inbox, b"a\0\x01".to_vec(), b"1".to_vec())
@@ -475,4 +528,51 @@ async fn the_doctor_reports_damage_and_repair_leaves_a_store_that_opens() {
     rt.shutdown().await;
     let (healthy, report) = doctor(&copy, &[]);
     assert!(healthy, "{report}");
+}
+
+#[tokio::test]
+async fn concurrent_context_updates_with_expected_versions_lose_nothing_and_survive_a_restart() {
+    use guildhall::context::{Change, ContextError, Strategy};
+    let dir = tempfile::tempdir().unwrap();
+    for backend in Backend::all(&dir).await {
+        const AGENTS: u64 = 8;
+        const EACH: u64 = 10;
+        let rt = backend.runtime().await;
+        let mut tasks = Vec::new();
+        for i in 0..AGENTS {
+            let agent = rt
+                .register_agent(AgentSpec::new(format!("dev-{i}"), "dev"))
+                .await
+                .unwrap();
+            let sessions = rt.sessions();
+            tasks.push(tokio::spawn(async move {
+                let ctx = sessions.open_as("shared", &agent).await.unwrap();
+                let mut done = 0;
+                while done < EACH {
+                    let (count, version) = match ctx.get("counter").await.unwrap() {
+                        Some(e) => (e.value.as_u64().unwrap(), e.version),
+                        None => (0, 0),
+                    };
+                    let change = Change::new("counter", Strategy::Replace, (count + 1).into())
+                        .expect(version);
+                    match ctx.update(vec![change]).await {
+                        Ok(_) => done += 1,
+                        Err(ContextError::Conflict { .. }) => {}
+                        Err(other) => panic!("{other}"),
+                    }
+                    tokio::task::yield_now().await;
+                }
+            }));
+        }
+        for task in tasks {
+            task.await.unwrap();
+        }
+        rt.shutdown().await;
+        let rt = backend.runtime().await;
+        let ctx = rt.sessions().context("shared").unwrap();
+        let entry = ctx.get("counter").await.unwrap().unwrap();
+        assert_eq!(entry.value, AGENTS * EACH, "{backend:?}");
+        assert_eq!(ctx.version().await.unwrap(), AGENTS * EACH, "{backend:?}");
+        rt.shutdown().await;
+    }
 }

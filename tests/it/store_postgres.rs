@@ -1,0 +1,202 @@
+use std::sync::Arc;
+
+use guildhall::store::{self, Batch, PostgresStore, Store, StoreError, Table};
+use guildhall::{AgentSpec, Outgoing, Runtime};
+
+use crate::pg;
+
+fn key(group: &[u8], i: u32) -> Vec<u8> {
+    let mut key = group.to_vec();
+    key.push(0);
+    key.extend_from_slice(&i.to_be_bytes());
+    key
+}
+
+#[tokio::test]
+async fn a_long_scan_pages_through_every_key_in_order_and_stops_when_told() {
+    let url = pg::fresh_database().await;
+    let s = PostgresStore::open(&url).unwrap();
+    let mut batch = Batch::new();
+    for i in (0..1_000u32).rev() {
+        batch.put(Table::Inbox, key(b"a", i), i.to_be_bytes().to_vec());
+    }
+    // Neighbours on either side of the prefix, and keys of 0xff bytes.
+    batch
+        .put(Table::Inbox, b"a".to_vec(), b"x".to_vec())
+        .put(Table::Inbox, b"a\x01".to_vec(), b"x".to_vec())
+        .put(Table::Inbox, vec![0xff, 0xff], b"ff".to_vec())
+        .put(Table::Archive, key(b"a", 1), b"x".to_vec());
+    store::commit(&s, batch).await.unwrap();
+    let mut seen = Vec::new();
+    s.scan(Table::Inbox, b"a\0", &mut |k, v| {
+        assert_eq!(&k[..2], b"a\0");
+        seen.push(u32::from_be_bytes(v.try_into().unwrap()));
+        true
+    })
+    .unwrap();
+    assert_eq!(seen, (0..1_000).collect::<Vec<_>>());
+    let mut taken = 0;
+    s.scan_from(Table::Inbox, b"a\0", &key(b"a", 500), &mut |_, _| {
+        taken += 1;
+        taken < 300
+    })
+    .unwrap();
+    assert_eq!(taken, 300);
+    let mut ff = Vec::new();
+    s.scan(Table::Inbox, &[0xff], &mut |k, _| {
+        ff.push(k.to_vec());
+        true
+    })
+    .unwrap();
+    assert_eq!(ff, [vec![0xff, 0xff]]);
+    s.close();
+}
+
+#[tokio::test]
+async fn the_last_write_to_a_key_in_a_group_commit_wins_as_if_one_by_one() {
+    let url = pg::fresh_database().await;
+    let s = Arc::new(PostgresStore::open(&url).unwrap());
+    // Submitted together, so they share group commits: put, delete, put again, per key.
+    let commits = (0..300u32).map(|i| {
+        let s = Arc::clone(&s);
+        async move {
+            let mut batch = Batch::new();
+            match i % 3 {
+                0 | 2 => batch.put(Table::Agents, key(b"k", i / 3), i.to_be_bytes().to_vec()),
+                _ => batch.delete(Table::Agents, key(b"k", i / 3)),
+            };
+            store::commit(&*s, batch).await
+        }
+    });
+    let mut results = Vec::new();
+    for commit in commits {
+        // In order, each submitted before the previous one is answered.
+        results.push(tokio::spawn(commit));
+        tokio::task::yield_now().await;
+    }
+    for result in results {
+        result.await.unwrap().unwrap();
+    }
+    for k in 0..100u32 {
+        let value = s.get(Table::Agents, &key(b"k", k)).unwrap();
+        assert_eq!(value, Some((k * 3 + 2).to_be_bytes().to_vec()), "key {k}");
+    }
+    assert!(s.stats().commits <= 300, "{:?}", s.stats());
+    s.close();
+}
+
+#[tokio::test]
+async fn servers_starting_together_migrate_once_and_a_newer_schema_is_refused() {
+    let url = pg::fresh_database().await;
+    let opens: Vec<_> = (0..4)
+        .map(|_| {
+            let url = url.clone();
+            std::thread::spawn(move || PostgresStore::open(&url).map(|s| s.close()))
+        })
+        .collect();
+    for open in opens {
+        open.join().unwrap().unwrap();
+    }
+    let (client, connection) = tokio_postgres::connect(&url, tokio_postgres::NoTls)
+        .await
+        .unwrap();
+    tokio::spawn(connection);
+    let applied = client
+        .query_one("SELECT count(*) FROM guildhall_migrations", &[])
+        .await
+        .unwrap()
+        .get::<_, i64>(0);
+    assert_eq!(applied as usize, store::MIGRATIONS.len());
+    client
+        .execute(
+            "INSERT INTO guildhall_migrations (version) VALUES (9999)",
+            &[],
+        )
+        .await
+        .unwrap();
+    match PostgresStore::open(&url) {
+        Err(StoreError::UnknownFormat { found: 9999, .. }) => {}
+        other => panic!("a newer schema must be refused: {other:?}"),
+    }
+    // Refused, and left as it was.
+    let versions = client
+        .query_one("SELECT count(*) FROM guildhall_migrations", &[])
+        .await
+        .unwrap()
+        .get::<_, i64>(0);
+    assert_eq!(versions as usize, store::MIGRATIONS.len() + 1);
+}
+
+#[test]
+fn a_database_that_is_not_there_is_named_unavailable_and_a_bad_url_is_named() {
+    let closed = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap().port()
+    };
+    let err =
+        PostgresStore::open(&format!("host=127.0.0.1 port={closed} user=x dbname=x")).unwrap_err();
+    assert!(matches!(err, StoreError::Unavailable { .. }), "{err:?}");
+    assert!(err.to_string().starts_with("store unavailable"), "{err}");
+    let err = PostgresStore::open("postgres://[not a url").unwrap_err();
+    assert!(
+        err.to_string()
+            .contains("not a PostgreSQL connection string"),
+        "{err}"
+    );
+}
+
+#[tokio::test]
+async fn while_postgres_is_down_calls_fail_clearly_and_everything_acknowledged_is_there_after() {
+    let mut server = pg::Owned::start("restart");
+    let rt = Runtime::builder()
+        .store_url(server.url())
+        .build()
+        .await
+        .unwrap();
+    let tl = rt.register_agent(AgentSpec::new("tl", "tl")).await.unwrap();
+    let pm = rt.register_agent(AgentSpec::new("pm", "pm")).await.unwrap();
+    let mut acknowledged = Vec::new();
+    for i in 0..20 {
+        let sent = tl
+            .send(Outgoing::to("pm").subject(format!("before {i}")))
+            .await;
+        acknowledged.push(sent.unwrap().id);
+    }
+    server.stop();
+    let down = tl.send(Outgoing::to("pm").subject("while down")).await;
+    let err = down.expect_err("a send while the database is down must fail");
+    assert!(
+        err.to_string().contains("store unavailable"),
+        "the error names the store: {err}"
+    );
+    server.resume();
+    // Back: sends succeed again (the first attempts may meet the reconnect pause).
+    let after = std::sync::Mutex::new(None);
+    crate::support::eventually(std::time::Duration::from_secs(10), || async {
+        match tl.send(Outgoing::to("pm").subject("after")).await {
+            Ok(receipt) => {
+                *after.lock().unwrap() = Some(receipt.id);
+                true
+            }
+            Err(e) => {
+                assert!(e.to_string().contains("store unavailable"), "{e}");
+                false
+            }
+        }
+    })
+    .await;
+    acknowledged.push(after.into_inner().unwrap().expect("sent once back"));
+    rt.shutdown().await;
+    drop(pm);
+    // A new runtime on the same database has every acknowledged message.
+    let rt = Runtime::builder()
+        .store_url(server.url())
+        .build()
+        .await
+        .unwrap();
+    let pm = rt.agent("pm").unwrap();
+    for id in acknowledged {
+        pm.read(id).await.unwrap();
+    }
+    rt.shutdown().await;
+}
