@@ -317,6 +317,10 @@ pub struct StoreSection {
     /// directory.
     #[serde(default)]
     pub url: Option<String>,
+    /// How long this server holds the database without renewing its lease (default 5 s):
+    /// the longest another server waits to take over after this one died.
+    #[serde(default, with = "crate::time::humane::option")]
+    pub lease: Option<Duration>,
 }
 
 /// `[tasks]`: the task board's size and timings; what is absent keeps its default.

@@ -98,6 +98,8 @@ pub struct RuntimeBuilder {
     /// A database URL: the store is there, and the data directory (if any) keeps the rest.
     #[cfg(feature = "postgres")]
     store_url: Option<String>,
+    #[cfg(feature = "postgres")]
+    store_lease: Duration,
     mailbox: MailboxConfig,
     context: ContextConfig,
     tasks: TaskConfig,
@@ -146,6 +148,8 @@ impl Runtime {
             store: StoreChoice::Memory,
             #[cfg(feature = "postgres")]
             store_url: None,
+            #[cfg(feature = "postgres")]
+            store_lease: crate::store::DEFAULT_LEASE,
             mailbox: MailboxConfig::default(),
             context: ContextConfig::default(),
             tasks: TaskConfig::default(),
@@ -709,6 +713,15 @@ impl RuntimeBuilder {
         self
     }
 
+    /// How long this server holds the database of [`store_url`](Self::store_url) without
+    /// renewing its lease (default [`DEFAULT_LEASE`](crate::store::DEFAULT_LEASE)): the
+    /// longest another server waits to take over after this one died.
+    #[cfg(feature = "postgres")]
+    pub fn store_lease(mut self, lease: Duration) -> Self {
+        self.store_lease = lease;
+        self
+    }
+
     /// Uses `store` for agents and messages.
     pub fn store(mut self, store: Arc<dyn Store>) -> Self {
         self.store = StoreChoice::Given(store);
@@ -797,8 +810,9 @@ impl RuntimeBuilder {
     pub async fn build(mut self) -> Result<Runtime, BuildError> {
         let store: Arc<dyn Store> = match self.store {
             #[cfg(feature = "postgres")]
-            _ if self.store_url.is_some() => Arc::new(crate::store::PostgresStore::open(
+            _ if self.store_url.is_some() => Arc::new(crate::store::PostgresStore::open_url(
                 self.store_url.as_deref().unwrap_or_default(),
+                self.store_lease,
             )?),
             StoreChoice::Memory => Arc::new(MemoryStore::new()),
             StoreChoice::Dir(ref dir) => store::open(dir)?,

@@ -29,7 +29,7 @@ use smallvec::SmallVec;
 pub use error::StoreError;
 pub use memory::MemoryStore;
 #[cfg(feature = "postgres")]
-pub use postgres::{MIGRATIONS, PostgresStore, table_code};
+pub use postgres::{DEFAULT_LEASE, MIGRATIONS, PostgresStore, table_code};
 pub use redb_store::{FILE_NAME, RedbStore, STORE_FORMAT};
 
 /// The tables a store holds. Fixed at compile time so a backend can lay them out up front.
@@ -303,6 +303,20 @@ pub trait Store: Send + Sync + 'static {
 
     /// Whether commits survive the process.
     fn durability(&self) -> Durability;
+
+    /// What and where the store is, for people (`guildhall status`).
+    fn describe(&self) -> String {
+        match self.durability() {
+            Durability::Durable => "durable".into(),
+            Durability::Memory => "in memory (nothing survives the process)".into(),
+        }
+    }
+
+    /// Why this store can no longer be used at all, when that happened while it was open
+    /// (a shared database another server took over): the server must stop.
+    fn lost(&self) -> Option<StoreError> {
+        None
+    }
 
     /// What the store has done since it opened.
     fn stats(&self) -> StoreStats;

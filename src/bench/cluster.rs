@@ -88,7 +88,10 @@ async fn measure(
 ) -> Result<ClusterReport, Box<dyn std::error::Error + Send + Sync>> {
     let (client, connection) = url.connect(NoTls).await?;
     tokio::spawn(connection);
-    let store = std::sync::Arc::new(crate::store::PostgresStore::open_with(url.clone())?);
+    let store = std::sync::Arc::new(crate::store::PostgresStore::open_with(
+        url.clone(),
+        crate::store::DEFAULT_LEASE,
+    )?);
     let rt = Runtime::builder()
         .store(store.clone())
         .mailbox_config(MailboxConfig {

@@ -144,6 +144,9 @@ pub(crate) async fn serve(args: ServeArgs, data_dir: &Path) -> CliResult {
         && !args.in_memory
     {
         builder = builder.store_url(url);
+        if let Some(lease) = config.store.lease {
+            builder = builder.store_lease(lease);
+        }
     }
     builder = with_work_tools(builder, &config)?;
     if let Some(humans) = &config.humans {
@@ -206,10 +209,20 @@ pub(crate) async fn serve(args: ServeArgs, data_dir: &Path) -> CliResult {
     if args.conformance_fixtures {
         server = server.with_conformance_fixtures();
     }
-    let result = if args.stdio {
-        serve_stdio(&args, &server, &roles, filter).await
-    } else {
-        serve_network(&args, &server, roles, filter, data_dir, servers, launcher).await
+    let serving = async {
+        if args.stdio {
+            serve_stdio(&args, &server, &roles, filter).await
+        } else {
+            serve_network(&args, &server, roles, filter, data_dir, servers, launcher).await
+        }
+    };
+    // A shared database another server took over: this one steps down at once.
+    let result = tokio::select! {
+        result = serving => result,
+        lost = store_lost(runtime.store()) => {
+            tracing::error!(error = %lost, "stepping down");
+            Err(format!("stepping down: {lost}").into())
+        }
     };
     #[cfg(feature = "otlp")]
     if let Some(traces) = traces {
@@ -263,6 +276,7 @@ async fn serve_network(
     launcher: Option<Arc<Launcher>>,
 ) -> CliResult {
     let shutdown = CancellationToken::new();
+    let store = server.runtime().store().describe();
     let server = server.connection(None, filter);
     // The port first: when it is taken, nothing else has been set up (no socket left behind).
     let http_listener = if args.no_http {
@@ -304,6 +318,7 @@ async fn serve_network(
         .with_about(serde_json::json!({
             "data_dir": std::path::absolute(data_dir)?,
             "http": http_url,
+            "store": store,
         }));
     let local_task = tokio::spawn(local::serve(
         listener,
@@ -364,6 +379,17 @@ async fn serve_network(
     }
     drop(socket_guard);
     Ok(())
+}
+
+/// Returns once `store` can no longer be used (checked every 200 ms).
+async fn store_lost(store: Arc<dyn guildhall::store::Store>) -> guildhall::store::StoreError {
+    let mut tick = tokio::time::interval(std::time::Duration::from_millis(200));
+    loop {
+        tick.tick().await;
+        if let Some(lost) = store.lost() {
+            return lost;
+        }
+    }
 }
 
 /// Removes a socket file when dropped.
@@ -690,6 +716,7 @@ pub(crate) async fn status(args: StatusArgs, data_dir: &Path) -> CliResult {
         ))
     )?;
     writeln!(out, "data dir     {}", text("data_dir"))?;
+    writeln!(out, "store        {}", text("store"))?;
     writeln!(
         out,
         "http         {}",

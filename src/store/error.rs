@@ -69,6 +69,24 @@ pub enum StoreError {
         /// Why.
         reason: String,
     },
+    /// Another server holds the shared database (its lease has not run out).
+    #[error(
+        "the database is in use by another guildhall server ({holder}; its lease runs \
+         {left_ms} ms more): one server per database for now"
+    )]
+    InUse {
+        /// The holder's name (host/pid/random).
+        holder: String,
+        /// How long its lease still runs, in ms.
+        left_ms: u64,
+    },
+    /// This server lost the shared database to another (its lease ran out while it was
+    /// paused or cut off, and another server took it): nothing it writes is accepted.
+    #[error(
+        "this server lost the database to another guildhall server (its lease ran out while \
+         it was paused or cut off); it no longer reads or writes it and must stop"
+    )]
+    Fenced,
     /// The store has shut down.
     #[error("the store is closed")]
     Closed,

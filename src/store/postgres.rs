@@ -28,18 +28,48 @@ use std::time::{Duration, Instant};
 use tokio::sync::mpsc;
 use tokio_postgres::{Client, NoTls, Statement};
 
+mod ownership;
+
+use ownership::Ownership;
+
 use super::{Batch, CommitCounters, Done, Durability, Store, StoreError, StoreStats, Table, Write};
 
 /// The schema, one step per version; never edit a step that shipped, add one.
-pub const MIGRATIONS: &[(i32, &str)] = &[(
-    1,
-    "CREATE TABLE guildhall_kv (
-         tbl smallint NOT NULL,
-         key bytea NOT NULL,
-         value bytea NOT NULL,
-         PRIMARY KEY (tbl, key)
-     )",
-)];
+pub const MIGRATIONS: &[(i32, &str)] = &[
+    (
+        1,
+        "CREATE TABLE guildhall_kv (
+             tbl smallint NOT NULL,
+             key bytea NOT NULL,
+             value bytea NOT NULL,
+             PRIMARY KEY (tbl, key)
+         )",
+    ),
+    (
+        2,
+        "CREATE TABLE guildhall_owner (
+             id smallint PRIMARY KEY CHECK (id = 1),
+             node text NOT NULL,
+             epoch bigint NOT NULL,
+             expires_at timestamptz NOT NULL,
+             heartbeat_at timestamptz NOT NULL
+         );
+         -- The row exists from the start, expired: every taker locks it, one at a time.
+         INSERT INTO guildhall_owner VALUES (1, '', 0, to_timestamp(0), to_timestamp(0));
+         CREATE FUNCTION guildhall_fence(e bigint) RETURNS boolean LANGUAGE plpgsql AS $$
+         BEGIN
+             PERFORM 1 FROM guildhall_owner WHERE id = 1 AND epoch = e FOR SHARE;
+             IF NOT FOUND THEN
+                 RAISE EXCEPTION 'fenced: another server owns this database'
+                     USING ERRCODE = 'GH001';
+             END IF;
+             RETURN true;
+         END $$",
+    ),
+];
+
+/// How long a server's hold on the database lasts without a heartbeat, by default.
+pub const DEFAULT_LEASE: Duration = Duration::from_secs(5);
 
 /// Taken by a server applying migrations (`pg_advisory_xact_lock`): "guildhal" as a number.
 const MIGRATION_LOCK: i64 = 0x6775_696c_6468_616c;
@@ -64,6 +94,7 @@ pub struct PostgresStore {
     /// Ends when the writer has committed everything submitted before `close`.
     writer_done: Mutex<Option<std::sync::mpsc::Receiver<()>>>,
     stats: Arc<CommitCounters>,
+    owner: Arc<Ownership>,
 }
 
 struct Job {
@@ -80,18 +111,30 @@ impl PostgresStore {
     /// - [`StoreError::UnknownFormat`] when a newer guildhall migrated it;
     /// - [`StoreError::Backend`] when a migration fails.
     pub fn open(url: &str) -> Result<Self, StoreError> {
-        let config: tokio_postgres::Config = url.parse().map_err(|e| StoreError::Backend {
-            operation: "open",
-            reason: format!("not a PostgreSQL connection string: {e}"),
-        })?;
-        Self::open_with(config)
+        Self::open_url(url, DEFAULT_LEASE)
     }
 
-    /// As [`open`](Self::open), with the connection's settings made by the caller.
+    /// As [`open`](Self::open), holding the database by a lease of `lease`.
     ///
     /// # Errors
     /// As [`open`](Self::open).
-    pub fn open_with(config: tokio_postgres::Config) -> Result<Self, StoreError> {
+    pub fn open_url(url: &str, lease: Duration) -> Result<Self, StoreError> {
+        Self::open_with(parse(url)?, lease)
+    }
+
+    /// As [`open`](Self::open), with the connection's settings made by the caller and the
+    /// lease this server holds the database by (renewed every third of it; another server
+    /// may take the database once it ran out).
+    ///
+    /// # Errors
+    /// As [`open`](Self::open).
+    pub fn open_with(config: tokio_postgres::Config, lease: Duration) -> Result<Self, StoreError> {
+        if lease < Duration::from_millis(300) {
+            return Err(StoreError::Backend {
+                operation: "open",
+                reason: format!("a lease of {lease:?} is too short (300 ms at least)"),
+            });
+        }
         // A current-thread runtime runs only while someone drives it: one thread does.
         let driver = tokio::runtime::Builder::new_current_thread()
             .enable_all()
@@ -115,17 +158,27 @@ impl PostgresStore {
                 source: Arc::new(e),
             })?;
         let config = Arc::new(config);
-        let migrated = wait(&handle, {
+        let owned = wait(&handle, {
             let config = Arc::clone(&config);
             async move {
                 let client = connect(&config).await?;
-                migrate(&client).await
+                migrate(&client).await?;
+                ownership::take(&client, lease).await
             }
         });
-        if let Err(err) = migrated {
-            let _ = stop_tx.send(());
-            return Err(err);
-        }
+        let owner = match owned {
+            Ok(owner) => owner,
+            Err(err) => {
+                let _ = stop_tx.send(());
+                return Err(err);
+            }
+        };
+        let (stop_beat, beat_stopped) = tokio::sync::watch::channel(false);
+        let beat = handle.spawn(ownership::heartbeat(
+            Arc::clone(&config),
+            Arc::clone(&owner),
+            beat_stopped,
+        ));
         let readers: Arc<[Connection]> = (0..READERS)
             .map(|_| Connection::new(Arc::clone(&config)))
             .collect();
@@ -133,10 +186,15 @@ impl PostgresStore {
         let (jobs, rx) = mpsc::unbounded_channel();
         let (done_tx, done_rx) = std::sync::mpsc::channel();
         handle.spawn({
-            let writer = Connection::new(config);
+            let writer = Connection::new(Arc::clone(&config));
             let stats = Arc::clone(&stats);
+            let owner = Arc::clone(&owner);
             async move {
-                write_loop(&writer, rx, &stats).await;
+                write_loop(&writer, rx, &stats, &owner).await;
+                // Everything is committed: give the database up for the next server.
+                let _ = stop_beat.send(true);
+                let _ = beat.await;
+                ownership::release(&config, &owner).await;
                 let _ = done_tx.send(());
                 // The driver thread ends with the writer: every job was answered.
                 let _ = stop_tx.send(());
@@ -150,12 +208,34 @@ impl PostgresStore {
             jobs: Mutex::new(Some(jobs)),
             writer_done: Mutex::new(Some(done_rx)),
             stats,
+            owner,
         })
     }
 
     /// The next reader, round robin.
     fn reader(&self) -> usize {
         self.next_reader.fetch_add(1, Ordering::Relaxed) % READERS
+    }
+
+    /// This server's name in the database's lease.
+    pub fn node(&self) -> &str {
+        &self.owner.node
+    }
+
+    /// The lease's epoch this server holds the database by.
+    pub fn epoch(&self) -> i64 {
+        self.owner.epoch
+    }
+
+    /// Refuses reads and writes once another server took the database, or it is closed.
+    fn usable(&self) -> Result<(), StoreError> {
+        if self.owner.fenced() {
+            Err(StoreError::Fenced)
+        } else if self.closed() {
+            Err(StoreError::Closed)
+        } else {
+            Ok(())
+        }
     }
 
     fn closed(&self) -> bool {
@@ -172,6 +252,14 @@ impl std::fmt::Debug for PostgresStore {
     }
 }
 
+/// `url` as connection settings.
+fn parse(url: &str) -> Result<tokio_postgres::Config, StoreError> {
+    url.parse().map_err(|e| StoreError::Backend {
+        operation: "open",
+        reason: format!("not a PostgreSQL connection string: {e}"),
+    })
+}
+
 /// Runs `work` on the store's runtime and waits for it on this thread.
 fn wait<T: Send + 'static>(
     handle: &tokio::runtime::Handle,
@@ -185,16 +273,59 @@ fn wait<T: Send + 'static>(
 }
 
 async fn connect(config: &tokio_postgres::Config) -> Result<Client, StoreError> {
-    let (client, connection) = tokio::time::timeout(CONNECT_TIMEOUT, config.connect(NoTls))
-        .await
-        .map_err(|_| unavailable("connecting timed out"))?
-        .map_err(|e| unavailable(&e))?;
-    tokio::spawn(async move {
-        if let Err(e) = connection.await {
-            tracing::warn!(error = %e, "postgres connection ended");
-        }
-    });
+    use tokio_postgres::config::SslMode;
+    let timed_out = |_| unavailable("connecting timed out");
+    let client = if config.get_ssl_mode() == SslMode::Require {
+        let (client, connection) = tokio::time::timeout(CONNECT_TIMEOUT, config.connect(tls()?))
+            .await
+            .map_err(timed_out)?
+            .map_err(|e| unavailable(tls_failure(&e)))?;
+        tokio::spawn(log_end(connection));
+        client
+    } else {
+        let (client, connection) = tokio::time::timeout(CONNECT_TIMEOUT, config.connect(NoTls))
+            .await
+            .map_err(timed_out)?
+            .map_err(|e| unavailable(&e))?;
+        tokio::spawn(log_end(connection));
+        client
+    };
     Ok(client)
+}
+
+/// Drives a connection until it ends, saying why if it broke.
+async fn log_end<F: Future<Output = Result<(), tokio_postgres::Error>>>(connection: F) {
+    if let Err(e) = connection.await {
+        tracing::warn!(error = %e, "postgres connection ended");
+    }
+}
+
+/// TLS for `sslmode=require`: rustls with ring, the server's certificate verified against
+/// the system's roots (stricter than libpq's `require`, which checks nothing).
+fn tls() -> Result<tokio_postgres_rustls::MakeRustlsConnect, StoreError> {
+    use rustls_platform_verifier::BuilderVerifierExt;
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let config = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .and_then(BuilderVerifierExt::with_platform_verifier)
+        .map_err(|e| unavailable(format!("TLS cannot be set up: {e}")))?
+        .with_no_client_auth();
+    Ok(tokio_postgres_rustls::MakeRustlsConnect::new(config))
+}
+
+/// A failed TLS connection's message, with the cause a bare "error performing TLS
+/// handshake" would hide.
+fn tls_failure(e: &tokio_postgres::Error) -> String {
+    let mut message = e.to_string();
+    let mut source = std::error::Error::source(e);
+    while let Some(cause) = source {
+        let text = cause.to_string();
+        if !message.contains(&text) {
+            message = format!("{message}: {text}");
+        }
+        source = cause.source();
+    }
+    message
 }
 
 fn unavailable(reason: impl std::fmt::Display) -> StoreError {
@@ -203,15 +334,15 @@ fn unavailable(reason: impl std::fmt::Display) -> StoreError {
     }
 }
 
-/// A failed statement: the database gone is `Unavailable`, anything else the backend's word.
+/// A failed statement: the database gone is `Unavailable`, anything else the backend's word,
+/// with PostgreSQL's own message (tokio-postgres alone says only "db error").
 fn failed(operation: &'static str, e: &tokio_postgres::Error) -> StoreError {
-    if e.is_closed() || e.as_db_error().is_none() {
-        unavailable(e)
-    } else {
-        StoreError::Backend {
+    match e.as_db_error() {
+        Some(db) if !e.is_closed() => StoreError::Backend {
             operation,
-            reason: e.to_string(),
-        }
+            reason: format!("{} ({})", db.message(), db.code().code()),
+        },
+        _ => unavailable(e),
     }
 }
 
@@ -346,13 +477,18 @@ impl Connection {
         .await?;
         // One statement is one transaction: the group commits in one round trip. Its
         // puts and deletes touch different keys (each key's last write only).
+        // Every write joins the fence: none happens unless this server's epoch is still
+        // the lease's, and the lease row stays share-locked until the commit.
         let apply = prepare(
-            "WITH gone AS ( \
+            "WITH fence AS (SELECT guildhall_fence($6) AS ok), \
+             gone AS ( \
                  DELETE FROM guildhall_kv k \
-                 USING unnest($4::int2[], $5::bytea[]) AS d(tbl, key) \
-                 WHERE k.tbl = d.tbl AND k.key = d.key) \
+                 USING unnest($4::int2[], $5::bytea[]) AS d(tbl, key), fence \
+                 WHERE fence.ok AND k.tbl = d.tbl AND k.key = d.key) \
              INSERT INTO guildhall_kv (tbl, key, value) \
-             SELECT * FROM unnest($1::int2[], $2::bytea[], $3::bytea[]) \
+             SELECT u.tbl, u.key, u.value \
+             FROM unnest($1::int2[], $2::bytea[], $3::bytea[]) AS u(tbl, key, value), fence \
+             WHERE fence.ok \
              ON CONFLICT (tbl, key) DO UPDATE SET value = EXCLUDED.value",
         )
         .await?;
@@ -399,6 +535,7 @@ async fn write_loop(
     writer: &Connection,
     mut rx: mpsc::UnboundedReceiver<Job>,
     stats: &CommitCounters,
+    owner: &Ownership,
 ) {
     while let Some(first) = rx.recv().await {
         let mut writes = first.batch.len();
@@ -413,7 +550,7 @@ async fn write_loop(
         let (batches, dones): (Vec<Batch>, Vec<Done>) =
             group.into_iter().map(|job| (job.batch, job.done)).unzip();
         let started = Instant::now();
-        let result = commit_group(writer, &batches).await;
+        let result = commit_group(writer, &batches, owner).await;
         if result.is_ok() {
             stats.committed(started, batches.len(), writes);
         } else {
@@ -426,7 +563,14 @@ async fn write_loop(
 }
 
 /// Commits every batch of `group` in one transaction.
-async fn commit_group(writer: &Connection, group: &[Batch]) -> Result<(), StoreError> {
+async fn commit_group(
+    writer: &Connection,
+    group: &[Batch],
+    owner: &Ownership,
+) -> Result<(), StoreError> {
+    if owner.fenced() {
+        return Err(StoreError::Fenced);
+    }
     // The group's net effect: the last write to each key.
     let mut last: HashMap<(i16, &[u8]), Option<&[u8]>> = HashMap::new();
     for write in group.iter().flat_map(Batch::writes) {
@@ -462,10 +606,24 @@ async fn commit_group(writer: &Connection, group: &[Batch]) -> Result<(), StoreE
     live.client
         .execute(
             &live.apply,
-            &[&put_tbl, &put_key, &put_value, &del_tbl, &del_key],
+            &[
+                &put_tbl,
+                &put_key,
+                &put_value,
+                &del_tbl,
+                &del_key,
+                &owner.epoch,
+            ],
         )
         .await
-        .map_err(|e| failed("commit", &e))?;
+        .map_err(|e| {
+            if ownership::is_fenced(&e) {
+                owner.lose();
+                StoreError::Fenced
+            } else {
+                failed("commit", &e)
+            }
+        })?;
     Ok(())
 }
 
@@ -483,9 +641,7 @@ impl Store for PostgresStore {
     }
 
     fn get(&self, table: Table, key: &[u8]) -> Result<Option<Vec<u8>>, StoreError> {
-        if self.closed() {
-            return Err(StoreError::Closed);
-        }
+        self.usable()?;
         let key = key.to_vec();
         let (readers, index) = (Arc::clone(&self.readers), self.reader());
         wait(&self.handle, async move {
@@ -506,9 +662,7 @@ impl Store for PostgresStore {
         start: &[u8],
         visit: &mut dyn FnMut(&[u8], &[u8]) -> bool,
     ) -> Result<(), StoreError> {
-        if self.closed() {
-            return Err(StoreError::Closed);
-        }
+        self.usable()?;
         let end = prefix_end(prefix);
         let mut from = start.max(prefix).to_vec();
         let index = self.reader();
@@ -546,6 +700,17 @@ impl Store for PostgresStore {
 
     fn durability(&self) -> Durability {
         Durability::Durable
+    }
+
+    fn lost(&self) -> Option<StoreError> {
+        self.owner.fenced().then_some(StoreError::Fenced)
+    }
+
+    fn describe(&self) -> String {
+        format!(
+            "PostgreSQL, owned by this server as {} (epoch {}, lease {:?})",
+            self.owner.node, self.owner.epoch, self.owner.lease
+        )
     }
 
     fn stats(&self) -> StoreStats {

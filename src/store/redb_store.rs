@@ -460,6 +460,10 @@ impl Store for RedbStore {
         RedbStore::close(self);
     }
 
+    fn describe(&self) -> String {
+        format!("redb file {}", self.path.display())
+    }
+
     fn stats(&self) -> StoreStats {
         self.stats.snapshot()
     }

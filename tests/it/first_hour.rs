@@ -361,6 +361,13 @@ fn admin_commands_run_through_a_running_server() {
         status.contains(&format!("data dir     {}", data.display())),
         "{status}"
     );
+    assert!(
+        status.contains(&format!(
+            "store        redb file {}",
+            data.join("guildhall.redb").display()
+        )),
+        "{status}"
+    );
     assert!(status.contains("http         off"), "{status}");
     let dev_line = status
         .lines()

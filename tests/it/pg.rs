@@ -243,8 +243,50 @@ pub struct Owned {
 impl Owned {
     /// A new server with its own data directory (the test's `name`).
     pub fn start(name: &str) -> Self {
+        Self::start_with(name, false)
+    }
+
+    /// The same, serving TLS with a self-signed certificate (which no system trusts).
+    pub fn start_with_tls(name: &str) -> Self {
+        Self::start_with(name, true)
+    }
+
+    fn start_with(name: &str, tls: bool) -> Self {
         let user = run_as();
         let dir = init(&format!("{}-{name}", std::process::id()), user);
+        if tls {
+            let made = command(Path::new("openssl"), user)
+                .current_dir(&dir)
+                .args([
+                    "req",
+                    "-x509",
+                    "-newkey",
+                    "rsa:2048",
+                    "-nodes",
+                    "-days",
+                    "1",
+                    "-subj",
+                    "/CN=127.0.0.1",
+                    "-keyout",
+                    "server.key",
+                    "-out",
+                    "server.crt",
+                ])
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .status()
+                .expect("run openssl");
+            assert!(made.success(), "openssl made no certificate");
+            let mut conf = std::fs::OpenOptions::new()
+                .append(true)
+                .open(dir.join("postgresql.conf"))
+                .expect("open postgresql.conf");
+            std::io::Write::write_all(
+                &mut conf,
+                b"\nssl = on\nssl_cert_file = 'server.crt'\nssl_key_file = 'server.key'\n",
+            )
+            .expect("turn TLS on");
+        }
         let mut owned = Self {
             port: free_port(),
             dir,

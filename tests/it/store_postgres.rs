@@ -86,17 +86,43 @@ async fn the_last_write_to_a_key_in_a_group_commit_wins_as_if_one_by_one() {
 }
 
 #[tokio::test]
-async fn servers_starting_together_migrate_once_and_a_newer_schema_is_refused() {
+async fn servers_starting_together_migrate_once_one_owns_the_database_and_a_newer_schema_is_refused()
+ {
     let url = pg::fresh_database().await;
     let opens: Vec<_> = (0..4)
         .map(|_| {
             let url = url.clone();
-            std::thread::spawn(move || PostgresStore::open(&url).map(|s| s.close()))
+            std::thread::spawn(move || PostgresStore::open(&url))
         })
         .collect();
+    let mut owners = Vec::new();
+    let mut refused = Vec::new();
     for open in opens {
-        open.join().unwrap().unwrap();
+        match open.join().unwrap() {
+            Ok(store) => owners.push(store),
+            Err(err) => refused.push(err),
+        }
     }
+    assert_eq!(owners.len(), 1, "one server owns the database: {refused:?}");
+    for err in &refused {
+        match err {
+            StoreError::InUse { holder, .. } => assert_eq!(holder, owners[0].node()),
+            other => panic!("the others are told who holds it: {other:?}"),
+        }
+        assert!(
+            err.to_string()
+                .contains("in use by another guildhall server"),
+            "{err}"
+        );
+    }
+    let owner = owners.pop().unwrap();
+    let epoch = owner.epoch();
+    owner.close();
+    // Closed, it gave the database up: the next server takes it at once, a later epoch.
+    let next = PostgresStore::open(&url).unwrap();
+    assert_eq!(next.epoch(), epoch + 1);
+    next.close();
+
     let (client, connection) = tokio_postgres::connect(&url, tokio_postgres::NoTls)
         .await
         .unwrap();
@@ -125,6 +151,60 @@ async fn servers_starting_together_migrate_once_and_a_newer_schema_is_refused() 
         .unwrap()
         .get::<_, i64>(0);
     assert_eq!(versions as usize, store::MIGRATIONS.len() + 1);
+}
+
+/// A client of `url`, its connection driven in the background.
+async fn admin(url: &str) -> tokio_postgres::Client {
+    let (client, connection) = tokio_postgres::connect(url, tokio_postgres::NoTls)
+        .await
+        .unwrap();
+    tokio::spawn(connection);
+    client
+}
+
+#[tokio::test]
+async fn a_server_whose_lease_was_taken_is_fenced_writes_nothing_and_says_it_must_stop() {
+    let url = pg::fresh_database().await;
+    let s = PostgresStore::open(&url).unwrap();
+    let mut batch = Batch::new();
+    batch.put(Table::Agents, b"before".to_vec(), b"1".to_vec());
+    store::commit(&s, batch).await.unwrap();
+    assert!(s.lost().is_none());
+    // Another server takes the lease, as one does once this one's lease ran out.
+    let admin = admin(&url).await;
+    admin
+        .execute(
+            "UPDATE guildhall_owner SET node = 'thief', epoch = epoch + 1",
+            &[],
+        )
+        .await
+        .unwrap();
+    let mut batch = Batch::new();
+    batch.put(Table::Agents, b"after".to_vec(), b"2".to_vec());
+    let err = store::commit(&s, batch).await.unwrap_err();
+    assert!(matches!(err, StoreError::Fenced), "{err:?}");
+    assert!(err.to_string().contains("must stop"), "{err}");
+    assert!(matches!(s.lost(), Some(StoreError::Fenced)));
+    assert!(matches!(
+        s.get(Table::Agents, b"before"),
+        Err(StoreError::Fenced)
+    ));
+    let written = admin
+        .query_opt(
+            "SELECT 1 FROM guildhall_kv WHERE key = $1",
+            &[&b"after".as_slice()],
+        )
+        .await
+        .unwrap();
+    assert!(written.is_none(), "a fenced write left nothing");
+    s.close();
+    // Closing a fenced store does not give away a lease it no longer holds.
+    let node: String = admin
+        .query_one("SELECT node FROM guildhall_owner", &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(node, "thief");
 }
 
 #[test]
@@ -199,4 +279,118 @@ async fn while_postgres_is_down_calls_fail_clearly_and_everything_acknowledged_i
         pm.read(id).await.unwrap();
     }
     rt.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_server_paused_past_its_lease_steps_down_when_it_wakes_and_the_new_owner_keeps_writing() {
+    use std::process::Stdio;
+    use std::sync::Mutex;
+    use std::time::Duration;
+
+    use crate::support::eventually;
+
+    let url = pg::fresh_database().await;
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("guildhall.toml"),
+        format!("[store]\nurl = \"{url}\"\nlease = \"1s\"\n"),
+    )
+    .unwrap();
+    let old = tokio::process::Command::new(env!("CARGO_BIN_EXE_guildhall"))
+        .arg("--data-dir")
+        .arg(dir.path())
+        .args(["serve", "--no-http"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let pid = old.id().unwrap().to_string();
+    let admin = admin(&url).await;
+    let held = || async {
+        admin
+            .query_opt(
+                "SELECT 1 FROM guildhall_owner WHERE expires_at > now()",
+                &[],
+            )
+            .await
+            .is_ok_and(|row| row.is_some())
+    };
+    eventually(Duration::from_secs(30), held).await;
+    // Serving (its socket is there), not still starting.
+    let socket = guildhall::mcp::local::socket_path(dir.path());
+    eventually(Duration::from_secs(30), || async { socket.exists() }).await;
+    let status = std::process::Command::new(env!("CARGO_BIN_EXE_guildhall"))
+        .arg("--data-dir")
+        .arg(dir.path())
+        .arg("status")
+        .output()
+        .unwrap();
+    let status = String::from_utf8_lossy(&status.stdout);
+    assert!(
+        status.contains("store        PostgreSQL, owned by this server as"),
+        "{status}"
+    );
+    let signal = |name: &str| {
+        let status = std::process::Command::new("kill")
+            .args([name, &pid])
+            .status()
+            .unwrap();
+        assert!(status.success(), "kill {name} {pid}");
+    };
+    signal("-STOP");
+    // Paused, its lease runs out; another server takes the database and writes.
+    let new = Mutex::new(None);
+    eventually(Duration::from_secs(10), || async {
+        match PostgresStore::open_url(&url, Duration::from_secs(1)) {
+            Ok(store) => {
+                *new.lock().unwrap() = Some(store);
+                true
+            }
+            Err(StoreError::InUse { .. }) => false,
+            Err(other) => panic!("{other}"),
+        }
+    })
+    .await;
+    let new = new.into_inner().unwrap().unwrap();
+    let mut batch = Batch::new();
+    batch.put(Table::Agents, b"new owner".to_vec(), b"1".to_vec());
+    store::commit(&new, batch).await.unwrap();
+    // Woken, the old server finds its lease taken and steps down.
+    signal("-CONT");
+    let out = tokio::time::timeout(Duration::from_secs(20), old.wait_with_output())
+        .await
+        .expect("the old server stops within 20 s")
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{stderr}");
+    assert!(stderr.contains("stepping down"), "{stderr}");
+    assert!(stderr.contains("lost the database"), "{stderr}");
+    // The new owner was never disturbed.
+    assert!(new.lost().is_none());
+    assert_eq!(
+        new.get(Table::Agents, b"new owner").unwrap(),
+        Some(b"1".to_vec())
+    );
+    new.close();
+}
+
+#[tokio::test]
+async fn sslmode_require_against_a_server_without_tls_is_refused_naming_tls() {
+    let url = pg::fresh_database().await;
+    let err = PostgresStore::open(&format!("{url} sslmode=require")).unwrap_err();
+    assert!(matches!(err, StoreError::Unavailable { .. }), "{err:?}");
+    assert!(err.to_string().to_lowercase().contains("tls"), "{err}");
+}
+
+#[tokio::test]
+async fn sslmode_require_verifies_the_servers_certificate_and_refuses_an_untrusted_one() {
+    let server = pg::Owned::start_with_tls("tls");
+    let err = PostgresStore::open(&format!("{} sslmode=require", server.url())).unwrap_err();
+    assert!(matches!(err, StoreError::Unavailable { .. }), "{err:?}");
+    assert!(err.to_string().contains("certificate"), "{err}");
+    // The same server without TLS asked for: plain, and it works.
+    let plain = PostgresStore::open(&format!("{} sslmode=disable", server.url())).unwrap();
+    plain.close();
 }
