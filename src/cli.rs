@@ -202,7 +202,8 @@ pub(crate) fn local_time(ms: u64) -> String {
 /// Read-only commands never create a store: a mistyped `--data-dir` gets an error instead
 /// of a new, empty store.
 pub(crate) fn require_store(data_dir: &std::path::Path, reads_only: bool) -> Result<(), String> {
-    if reads_only && !data_dir.join(guildhall::store::FILE_NAME).exists() {
+    let in_database = store_section(data_dir).is_ok_and(|store| store.url.is_some());
+    if reads_only && !in_database && !data_dir.join(guildhall::store::FILE_NAME).exists() {
         return Err(format!(
             "no guildhall store in {} (is --data-dir right? `guildhall serve`, `guildhall mcp` \
              and commands that write create one)",
@@ -210,6 +211,38 @@ pub(crate) fn require_store(data_dir: &std::path::Path, reads_only: bool) -> Res
         ));
     }
     Ok(())
+}
+
+/// The `[store]` section of the data directory's config file (the default when there is
+/// no file).
+fn store_section(
+    data_dir: &std::path::Path,
+) -> Result<guildhall::config::StoreSection, guildhall::config::ConfigError> {
+    let file = data_dir.join(guildhall::config::CONFIG_FILE);
+    Ok(guildhall::config::Config::load(&file, false)?.store)
+}
+
+/// The runtime of a command run without a server: on the database the data directory's
+/// config names (`[store] url`), else on the embedded store in the data directory.
+///
+/// # Errors
+/// The config file's error, when it cannot be read.
+pub(crate) fn offline_runtime(
+    data_dir: &std::path::Path,
+) -> Result<guildhall::RuntimeBuilder, guildhall::config::ConfigError> {
+    let store = store_section(data_dir)?;
+    #[cfg_attr(not(feature = "postgres"), allow(unused_mut))]
+    let mut builder = guildhall::Runtime::builder().data_dir(data_dir);
+    #[cfg(feature = "postgres")]
+    if let Some(url) = store.url {
+        builder = builder.store_url(url);
+        if let Some(lease) = store.lease {
+            builder = builder.store_lease(lease);
+        }
+    }
+    #[cfg(not(feature = "postgres"))]
+    let _ = store;
+    Ok(builder)
 }
 
 /// Runs `agents` and `context` command lines inside a server ([`local::Hello::Admin`]), for

@@ -129,7 +129,7 @@ pub(crate) async fn run(args: ContextArgs, data_dir: &Path) -> CliResult {
         return done;
     }
     super::require_store(data_dir, args.reads_only())?;
-    let rt = Runtime::builder().data_dir(data_dir).build().await?;
+    let rt = super::offline_runtime(data_dir)?.build().await?;
     let cwd = std::env::current_dir()?;
     let result = run_with(&rt, args, &mut std::io::stdout(), &cwd).await;
     rt.shutdown().await;

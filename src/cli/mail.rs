@@ -17,8 +17,7 @@ use serde::Deserialize;
 type CliResult = Result<(), Box<dyn std::error::Error>>;
 
 async fn open(data_dir: &Path) -> Result<Runtime, Box<dyn std::error::Error>> {
-    Ok(Runtime::builder()
-        .data_dir(data_dir)
+    Ok(super::offline_runtime(data_dir)?
         .mailbox_config(MailboxConfig::default())
         .build()
         .await?)

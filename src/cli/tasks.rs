@@ -157,7 +157,7 @@ pub(crate) async fn run(args: TasksArgs, data_dir: &Path) -> CliResult {
         return done;
     }
     super::require_store(data_dir, args.reads_only())?;
-    let rt = Runtime::builder().data_dir(data_dir).build().await?;
+    let rt = super::offline_runtime(data_dir)?.build().await?;
     let result = run_with(&rt, args, &mut std::io::stdout()).await;
     rt.shutdown().await;
     result

@@ -350,26 +350,21 @@ fn failed(operation: &'static str, e: &tokio_postgres::Error) -> StoreError {
 async fn migrate(client: &Client) -> Result<(), StoreError> {
     let known = MIGRATIONS.last().map_or(0, |(v, _)| *v);
     let fail = |e: tokio_postgres::Error| failed("migrate", &e);
-    client
-        .batch_execute(
-            "CREATE TABLE IF NOT EXISTS guildhall_migrations (
-                 version integer PRIMARY KEY,
-                 applied_at timestamptz NOT NULL DEFAULT now()
-             )",
-        )
-        .await
-        .or_else(|e| {
-            // Two servers creating it at once: one wins, the other's statement fails.
-            if e.code() == Some(&tokio_postgres::error::SqlState::UNIQUE_VIOLATION) {
-                Ok(())
-            } else {
-                Err(fail(e))
-            }
-        })?;
     client.batch_execute("BEGIN").await.map_err(fail)?;
     let result = async {
+        // Taken first, so servers starting together create and migrate one at a time (DDL
+        // is transactional: the next sees what the first committed).
         client
             .execute("SELECT pg_advisory_xact_lock($1)", &[&MIGRATION_LOCK])
+            .await
+            .map_err(fail)?;
+        client
+            .batch_execute(
+                "CREATE TABLE IF NOT EXISTS guildhall_migrations (
+                     version integer PRIMARY KEY,
+                     applied_at timestamptz NOT NULL DEFAULT now()
+                 )",
+            )
             .await
             .map_err(fail)?;
         let row = client

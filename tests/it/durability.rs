@@ -79,8 +79,39 @@ fn send_and_kill(dir: &Path, round: usize, kill_after: usize) -> Vec<String> {
 #[test]
 fn acknowledged_messages_survive_sigkill_exactly_once() {
     let dir = tempfile::tempdir().unwrap();
-    register(dir.path(), "a");
-    register(dir.path(), "b");
+    let data = dir.path().to_owned();
+    send_rounds(dir.path(), ROUNDS, &move || {
+        Runtime::builder().data_dir(&data)
+    });
+}
+
+/// The same on PostgreSQL: the sender (the CLI, reading `[store] url` from the data
+/// directory's config) is killed holding the database's lease; the next opener waits for
+/// the 1 s lease to run out and takes it over.
+#[cfg(feature = "postgres")]
+#[test]
+fn acknowledged_messages_survive_sigkill_exactly_once_on_postgres() {
+    let url = tokio::runtime::Runtime::new()
+        .unwrap()
+        .block_on(crate::pg::fresh_database());
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("guildhall.toml"),
+        format!("[store]\nurl = \"{url}\"\nlease = \"1s\"\n"),
+    )
+    .unwrap();
+    send_rounds(dir.path(), 10, &move || {
+        Runtime::builder()
+            .store_url(&url)
+            .store_lease(std::time::Duration::from_secs(1))
+    });
+}
+
+/// `rounds` rounds of a durable sender killed at a random point, each checked by a runtime
+/// `open` makes on the same store.
+fn send_rounds(dir: &Path, rounds: usize, open: &dyn Fn() -> guildhall::RuntimeBuilder) {
+    register(dir, "a");
+    register(dir, "b");
     let seed = std::env::var("CHAOS_SEED")
         .ok()
         .and_then(|s| s.parse().ok())
@@ -88,22 +119,18 @@ fn acknowledged_messages_survive_sigkill_exactly_once() {
     let mut rng = fastrand::Rng::with_seed(seed);
     let tokio = tokio::runtime::Runtime::new().unwrap();
     let mut killed_mid_stream = 0;
-    for round in 0..ROUNDS {
+    for round in 0..rounds {
         let kill_after = if round == 0 {
             0
         } else {
             rng.usize(1..LINES - 100)
         };
-        let acked = send_and_kill(dir.path(), round, kill_after);
+        let acked = send_and_kill(dir, round, kill_after);
         if acked.len() < LINES {
             killed_mid_stream += 1;
         }
         tokio.block_on(async {
-            let rt = Runtime::builder()
-                .data_dir(dir.path())
-                .build()
-                .await
-                .unwrap_or_else(|e| panic!("round {round}: the store did not reopen: {e}"));
+            let rt = reopen(open, round).await;
             let b = rt.agent("b").unwrap();
             // Take this round's messages, so the next round starts with an empty inbox.
             let inbox = b
@@ -137,7 +164,24 @@ fn acknowledged_messages_survive_sigkill_exactly_once() {
         });
     }
     // The kills landed mid-stream, not after everything was sent.
-    assert_eq!(killed_mid_stream, ROUNDS);
+    assert_eq!(killed_mid_stream, rounds);
+}
+
+/// The runtime `open` makes, once the store is free: a killed process may still hold a
+/// database's lease for a while (never a redb file: its lock goes with the process).
+async fn reopen(open: &dyn Fn() -> guildhall::RuntimeBuilder, round: usize) -> Runtime {
+    let start = std::time::Instant::now();
+    loop {
+        match open().build().await {
+            Ok(rt) => return rt,
+            Err(guildhall::BuildError::Store(guildhall::store::StoreError::InUse { .. }))
+                if start.elapsed() < std::time::Duration::from_secs(10) =>
+            {
+                tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+            }
+            Err(e) => panic!("round {round}: the store did not reopen: {e}"),
+        }
+    }
 }
 
 /// Context batches per round.
