@@ -108,6 +108,7 @@ impl PostgresStore {
     ///
     /// # Errors
     /// - [`StoreError::Unavailable`] when the database cannot be reached;
+    /// - [`StoreError::InUse`] when another server's lease on it is live;
     /// - [`StoreError::UnknownFormat`] when a newer guildhall migrated it;
     /// - [`StoreError::Backend`] when a migration fails.
     pub fn open(url: &str) -> Result<Self, StoreError> {
@@ -194,7 +195,7 @@ impl PostgresStore {
                 // Everything is committed: give the database up for the next server.
                 let _ = stop_beat.send(true);
                 let _ = beat.await;
-                ownership::release(&config, &owner).await;
+                ownership::release(&writer, &owner).await;
                 let _ = done_tx.send(());
                 // The driver thread ends with the writer: every job was answered.
                 let _ = stop_tx.send(());
@@ -301,16 +302,23 @@ async fn log_end<F: Future<Output = Result<(), tokio_postgres::Error>>>(connecti
 }
 
 /// TLS for `sslmode=require`: rustls with ring, the server's certificate verified against
-/// the system's roots (stricter than libpq's `require`, which checks nothing).
+/// the system's roots (stricter than libpq's `require`, which checks nothing). Made once per
+/// process: the system's roots are read then, not at every reconnect.
 fn tls() -> Result<tokio_postgres_rustls::MakeRustlsConnect, StoreError> {
     use rustls_platform_verifier::BuilderVerifierExt;
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let config = rustls::ClientConfig::builder_with_provider(provider)
-        .with_safe_default_protocol_versions()
-        .and_then(BuilderVerifierExt::with_platform_verifier)
-        .map_err(|e| unavailable(format!("TLS cannot be set up: {e}")))?
-        .with_no_client_auth();
-    Ok(tokio_postgres_rustls::MakeRustlsConnect::new(config))
+    static TLS: std::sync::OnceLock<Result<tokio_postgres_rustls::MakeRustlsConnect, String>> =
+        std::sync::OnceLock::new();
+    TLS.get_or_init(|| {
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let config = rustls::ClientConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()
+            .and_then(BuilderVerifierExt::with_platform_verifier)
+            .map_err(|e| format!("TLS cannot be set up: {e}"))?
+            .with_no_client_auth();
+        Ok(tokio_postgres_rustls::MakeRustlsConnect::new(config))
+    })
+    .clone()
+    .map_err(unavailable)
 }
 
 /// A failed TLS connection's message, with the cause a bare "error performing TLS

@@ -103,23 +103,7 @@ async fn concurrent_agents_with_expected_versions_lose_no_update() {
         let sessions = rt.sessions();
         tasks.push(tokio::spawn(async move {
             let ctx = sessions.open_as("shared", &agent).await.unwrap();
-            let mut conflicts = 0;
-            let mut done = 0;
-            while done < EACH {
-                let (count, version) = match ctx.get("counter").await.unwrap() {
-                    Some(e) => (e.value.as_u64().unwrap(), e.version),
-                    None => (0, 0),
-                };
-                let change =
-                    Change::new("counter", Strategy::Replace, json!(count + 1)).expect(version);
-                match ctx.update(vec![change]).await {
-                    Ok(_) => done += 1,
-                    Err(ContextError::Conflict { .. }) => conflicts += 1,
-                    Err(other) => panic!("{other}"),
-                }
-                tokio::task::yield_now().await;
-            }
-            conflicts
+            crate::support::increment_counter(&ctx, EACH).await
         }));
     }
     let mut conflicts = 0;

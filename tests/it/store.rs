@@ -532,7 +532,6 @@ async fn the_doctor_reports_damage_and_repair_leaves_a_store_that_opens() {
 
 #[tokio::test]
 async fn concurrent_context_updates_with_expected_versions_lose_nothing_and_survive_a_restart() {
-    use guildhall::context::{Change, ContextError, Strategy};
     let dir = tempfile::tempdir().unwrap();
     for backend in Backend::all(&dir).await {
         const AGENTS: u64 = 8;
@@ -547,21 +546,7 @@ async fn concurrent_context_updates_with_expected_versions_lose_nothing_and_surv
             let sessions = rt.sessions();
             tasks.push(tokio::spawn(async move {
                 let ctx = sessions.open_as("shared", &agent).await.unwrap();
-                let mut done = 0;
-                while done < EACH {
-                    let (count, version) = match ctx.get("counter").await.unwrap() {
-                        Some(e) => (e.value.as_u64().unwrap(), e.version),
-                        None => (0, 0),
-                    };
-                    let change = Change::new("counter", Strategy::Replace, (count + 1).into())
-                        .expect(version);
-                    match ctx.update(vec![change]).await {
-                        Ok(_) => done += 1,
-                        Err(ContextError::Conflict { .. }) => {}
-                        Err(other) => panic!("{other}"),
-                    }
-                    tokio::task::yield_now().await;
-                }
+                crate::support::increment_counter(&ctx, EACH).await;
             }));
         }
         for task in tasks {

@@ -380,3 +380,24 @@ pub async fn pids(file: &Path, count: usize) -> Vec<i32> {
     .await;
     found
 }
+
+/// Adds 1 to the entry `counter` of `ctx`, `times` times, each a read and then an update
+/// that expects the version read, tried again on a conflict; returns the conflicts met.
+pub async fn increment_counter(ctx: &guildhall::context::Context, times: u64) -> u64 {
+    use guildhall::context::{Change, ContextError, Strategy};
+    let (mut done, mut conflicts) = (0, 0);
+    while done < times {
+        let (count, version) = match ctx.get("counter").await.unwrap() {
+            Some(e) => (e.value.as_u64().unwrap(), e.version),
+            None => (0, 0),
+        };
+        let change = Change::new("counter", Strategy::Replace, (count + 1).into()).expect(version);
+        match ctx.update(vec![change]).await {
+            Ok(_) => done += 1,
+            Err(ContextError::Conflict { .. }) => conflicts += 1,
+            Err(other) => panic!("{other}"),
+        }
+        tokio::task::yield_now().await;
+    }
+    conflicts
+}

@@ -161,14 +161,16 @@ pub(super) async fn heartbeat(
 }
 
 /// Gives the lease up (a clean shutdown), so the next server need not wait for it to expire.
-pub(super) async fn release(config: &tokio_postgres::Config, owner: &Ownership) {
+/// Through the writer's connection, which is open already.
+pub(super) async fn release(writer: &super::Connection, owner: &Ownership) {
     if owner.fenced() {
         return;
     }
-    let Ok(client) = super::connect(config).await else {
+    let Ok(live) = writer.live().await else {
         return;
     };
-    let _ = client
+    let _ = live
+        .client
         .execute(
             "UPDATE guildhall_owner SET expires_at = now() WHERE id = 1 AND epoch = $1",
             &[&owner.epoch],
