@@ -924,6 +924,14 @@ impl RuntimeBuilder {
         office.start_sweep();
         contexts.start_sweep();
         tasks.start_sweep();
+        if let Some(cluster) = office.shared.store.cluster() {
+            tokio::spawn(follow_cluster(
+                cluster.subscribe(),
+                Arc::downgrade(&office),
+                Arc::downgrade(&contexts),
+                Arc::downgrade(&tasks),
+            ));
+        }
         Ok(Runtime {
             inner: Arc::new(Inner {
                 tools,
@@ -942,6 +950,67 @@ impl RuntimeBuilder {
                 shell: self.shell,
             }),
         })
+    }
+}
+
+/// Acts on what other servers sharing the store say, until the runtime or the store ends.
+/// Hand-overs run apart, so that one slow stop does not hold the notices behind it; a run
+/// of notices that each say "read the directory again" is read once.
+async fn follow_cluster(
+    mut notices: tokio::sync::broadcast::Receiver<crate::store::Notice>,
+    office: std::sync::Weak<PostOffice>,
+    contexts: std::sync::Weak<ContextHub>,
+    tasks: std::sync::Weak<TaskBoard>,
+) {
+    use crate::store::Notice;
+    use tokio::sync::broadcast::error::{RecvError, TryRecvError};
+    // Whatever changed between the store's opening and this subscription.
+    let mut pending = vec![Notice::Resync];
+    loop {
+        if pending.is_empty() {
+            match notices.recv().await {
+                Ok(notice) => pending.push(notice),
+                Err(RecvError::Lagged(_)) => pending.push(Notice::Resync),
+                Err(RecvError::Closed) => return,
+            }
+        }
+        loop {
+            match notices.try_recv() {
+                Ok(notice) => pending.push(notice),
+                Err(TryRecvError::Lagged(_)) => pending.push(Notice::Resync),
+                Err(TryRecvError::Empty | TryRecvError::Closed) => break,
+            }
+        }
+        let (Some(office), Some(contexts), Some(tasks)) =
+            (office.upgrade(), contexts.upgrade(), tasks.upgrade())
+        else {
+            return;
+        };
+        let mut seen = Vec::new();
+        for notice in std::mem::take(&mut pending) {
+            match notice {
+                Notice::Release(_) => {
+                    let (office, contexts, tasks) = (
+                        Arc::clone(&office),
+                        Arc::clone(&contexts),
+                        Arc::clone(&tasks),
+                    );
+                    tokio::spawn(async move {
+                        office.on_notice(&notice).await;
+                        contexts.on_notice(&notice).await;
+                        tasks.on_notice(&notice).await;
+                    });
+                }
+                Notice::Mail { .. } => office.on_notice(&notice).await,
+                // Said once, it is done for every time it was said.
+                _ if seen.contains(&notice) => {}
+                _ => {
+                    office.on_notice(&notice).await;
+                    contexts.on_notice(&notice).await;
+                    seen.push(notice);
+                }
+            }
+        }
     }
 }
 

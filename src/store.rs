@@ -13,6 +13,7 @@
 //!
 //! Values are encoded by [`codec`]: rmp-serde, prefixed with a format version.
 
+pub mod cluster;
 pub mod codec;
 pub mod doctor;
 mod error;
@@ -26,6 +27,7 @@ use std::sync::Arc;
 
 use smallvec::SmallVec;
 
+pub use cluster::{Cluster, Notice};
 pub use error::StoreError;
 pub use memory::MemoryStore;
 #[cfg(feature = "postgres")]
@@ -136,6 +138,9 @@ pub enum Write {
 pub struct Batch {
     /// Most batches hold one or two writes: those need no allocation.
     writes: SmallVec<[Write; 2]>,
+    /// Notices to other servers sharing the store, sent if the batch commits (empty, it
+    /// allocates nothing).
+    notes: Vec<cluster::Note>,
 }
 
 impl Batch {
@@ -162,14 +167,26 @@ impl Batch {
         self
     }
 
+    /// Sends `notice` to the server `to` (every other server when `None`) if, and when,
+    /// the batch commits. A store no other server shares drops it.
+    pub fn notify(&mut self, to: Option<Arc<str>>, notice: Notice) -> &mut Self {
+        self.notes.push(cluster::Note { to, notice });
+        self
+    }
+
+    /// The notices to send with the batch.
+    pub fn notes(&self) -> &[cluster::Note] {
+        &self.notes
+    }
+
     /// Number of writes.
     pub fn len(&self) -> usize {
         self.writes.len()
     }
 
-    /// Whether the batch has no writes.
+    /// Whether the batch has no writes and no notices.
     pub fn is_empty(&self) -> bool {
-        self.writes.is_empty()
+        self.writes.is_empty() && self.notes().is_empty()
     }
 
     /// The writes, in order.
@@ -264,6 +281,11 @@ pub trait Store: Send + Sync + 'static {
     ///
     /// # Errors
     /// The batch, unchanged, when the store only commits asynchronously.
+    #[allow(
+        clippy::result_large_err,
+        reason = "the batch comes back as it went in, on the path every commit takes: \
+                  boxing it would add an allocation to each"
+    )]
     fn try_commit(&self, batch: Batch) -> Result<Result<(), StoreError>, Batch> {
         Err(batch)
     }
@@ -315,6 +337,12 @@ pub trait Store: Send + Sync + 'static {
     /// Why this store can no longer be used at all, when that happened while it was open
     /// (a shared database another server took over): the server must stop.
     fn lost(&self) -> Option<StoreError> {
+        None
+    }
+
+    /// The servers sharing this store, when others may (a shared database); `None` when
+    /// this process owns it alone and every actor is local.
+    fn cluster(&self) -> Option<&dyn Cluster> {
         None
     }
 

@@ -16,8 +16,11 @@ use serde_json::Value;
 
 use super::MailError;
 use super::ids::{AgentId, check_name, now_ms};
-use super::protocol::MailboxMsg;
-use crate::store::{self, Batch, Store, Table, codec};
+use super::protocol::{Arrivals, MailboxMsg};
+use crate::store::{self, Batch, Notice, Store, Table, codec};
+
+/// What a [`Notice::Changed`] of the directory names.
+pub(crate) const AGENTS: &str = "agents";
 use guildhall_supervision::lazy::Slot;
 
 /// A registered agent.
@@ -88,6 +91,9 @@ pub(crate) struct AgentEntry {
     connections: AtomicU32,
     /// Its process, when a layer above runs one for it (a launched agent).
     process: RwLock<Option<Arc<dyn ProcessReport>>>,
+    /// While its mailbox loads or runs here, with servers sharing the store: what other
+    /// servers stored into its inbox meanwhile (`None` otherwise: nothing to keep).
+    pub(crate) arrivals: std::sync::Mutex<Option<Arrivals>>,
 }
 
 /// A process run for an agent, as listings show it.
@@ -126,6 +132,19 @@ impl AgentEntry {
             last_seen_ms: AtomicU64::new(0),
             connections: AtomicU32::new(0),
             process: RwLock::new(None),
+            arrivals: std::sync::Mutex::new(None),
+        }
+    }
+
+    /// Keeps what `change` says arrived for the mailbox, if it loads or runs here, and
+    /// tells it.
+    pub(crate) fn arrived(&self, change: impl FnOnce(&mut Arrivals)) {
+        let mut arrivals = self.arrivals.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(arrivals) = arrivals.as_mut() {
+            change(arrivals);
+            // Told under the lock: a mailbox that publishes itself after this looks at the
+            // arrivals itself once it has.
+            self.slot.with_actor(|a| a.cast(MailboxMsg::Arrived));
         }
     }
 
@@ -321,6 +340,7 @@ impl Directory {
             id.as_str().as_bytes().to_vec(),
             codec::encode(&record),
         );
+        batch.notify(None, Notice::Changed(AGENTS.into()));
         store::commit(store, batch).await?;
         let entry = match existing {
             Some(entry) => {
@@ -340,6 +360,55 @@ impl Directory {
         Ok(entry)
     }
 
+    /// Reads the directory from the store again (another server sharing it registered or
+    /// removed agents): adds, updates and removes entries to match. Returns the entries
+    /// removed, so their mailboxes can be stopped.
+    ///
+    /// # Errors
+    /// [`MailError::Store`] when the store cannot be read.
+    pub(crate) async fn refresh(
+        &self,
+        store: &dyn Store,
+    ) -> Result<Vec<Arc<AgentEntry>>, MailError> {
+        let _serial = self.changes.lock().await;
+        let mut stored = std::collections::HashMap::new();
+        store::scan_values(store, Table::Agents, b"", |_, r: AgentRecord| {
+            stored.insert(r.id.clone(), r);
+        })?;
+        let mut changed = false;
+        let mut removed = Vec::new();
+        for entry in self.entries() {
+            if !stored.contains_key(&entry.id) {
+                entry.slot.retire();
+                self.unindex(&entry.record());
+                self.agents.remove(entry.id.as_str());
+                removed.push(entry);
+                changed = true;
+            }
+        }
+        for (id, record) in stored {
+            match self.get(id.as_str()) {
+                Some(entry) if *entry.record() == record => {}
+                Some(entry) => {
+                    self.unindex(&entry.record());
+                    *entry.record.write().unwrap_or_else(PoisonError::into_inner) =
+                        Arc::new(record.clone());
+                    self.index(&record);
+                    changed = true;
+                }
+                None => {
+                    self.index(&record);
+                    self.agents.insert(id, Arc::new(AgentEntry::new(record)));
+                    changed = true;
+                }
+            }
+        }
+        if changed {
+            self.generation.fetch_add(1, Ordering::Release);
+        }
+        Ok(removed)
+    }
+
     /// Grows with every registration and removal.
     pub(crate) fn generation(&self) -> u64 {
         self.generation.load(Ordering::Acquire)
@@ -356,6 +425,7 @@ impl Directory {
         let _serial = self.changes.lock().await;
         let entry = self.require(id)?;
         batch.delete(Table::Agents, id.as_bytes().to_vec());
+        batch.notify(None, Notice::Changed(AGENTS.into()));
         if let Err(err) = store::commit(store, batch).await {
             entry.slot.unretire();
             return Err(err.into());

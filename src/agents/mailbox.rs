@@ -17,7 +17,7 @@
 //! caught in between bounce and are re-sent.
 
 use std::collections::HashMap;
-use std::sync::Arc;
+use std::sync::{Arc, PoisonError};
 use std::time::Duration;
 
 use ractor::{Actor, ActorProcessingErr, ActorRef};
@@ -28,9 +28,10 @@ use super::MailError;
 use super::directory::AgentEntry;
 use super::ids::{first_id_at, mailbox_prefix, message_key, now_ms};
 use super::message::{DeliveryState, Inbox, InboxQuery, Message};
-use super::protocol::{Committed, MailboxMsg, Op, Reply};
+use super::protocol::{Arrivals, Committed, MailboxMsg, Op, Reply};
 use super::shared::Shared;
 use crate::sorted::SortedDeque;
+use crate::store::cluster::Claimed;
 use crate::store::{self, Batch, Done, StoreError, Table, codec};
 
 fn duration_ms(d: Duration) -> u64 {
@@ -68,6 +69,8 @@ pub(crate) struct MailboxState {
     inflight: u32,
     /// Unread messages that carry an expiry (none: no expiry sweep needed).
     expiring: usize,
+    /// This server's claim of the mailbox, when servers share the store.
+    claimed: Option<Claimed>,
 }
 
 impl Actor for MailboxActor {
@@ -82,15 +85,32 @@ impl Actor for MailboxActor {
         myself: ActorRef<Self::Msg>,
         (): (),
     ) -> Result<Self::State, ActorProcessingErr> {
-        Box::pin(self.load(myself)).await
+        let mut claimed = None;
+        let loaded = Box::pin(self.load(myself, &mut claimed)).await;
+        if loaded.is_err()
+            && let (Some(cluster), Some(claimed)) = (self.shared.store.cluster(), claimed)
+        {
+            // Not loaded, not held: another server may try.
+            cluster.release(&self.subject(), claimed);
+        }
+        loaded
     }
 
     async fn post_stop(
         &self,
         myself: ActorRef<Self::Msg>,
-        _state: &mut Self::State,
+        state: &mut Self::State,
     ) -> Result<(), ActorProcessingErr> {
         self.entry.slot.unpublish(&myself);
+        if let (Some(cluster), Some(claimed)) = (self.shared.store.cluster(), state.claimed) {
+            *self
+                .entry
+                .arrivals
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner) = None;
+            // After every write this mailbox submitted: the next holder loads them.
+            cluster.release(&self.subject(), claimed);
+        }
         Ok(())
     }
 
@@ -125,6 +145,7 @@ impl Actor for MailboxActor {
                 }
             }
             MailboxMsg::Passivate => self.passivate_if_idle(&myself, state),
+            MailboxMsg::Arrived => self.load_arrivals(&myself, state).await?,
             #[cfg(feature = "test-util")]
             MailboxMsg::Crash => panic!("mailbox of `{}` crashed on request", self.entry.id),
         }
@@ -169,7 +190,11 @@ impl MailboxState {
 }
 
 impl MailboxActor {
-    async fn load(&self, myself: ActorRef<MailboxMsg>) -> Result<MailboxState, ActorProcessingErr> {
+    async fn load(
+        &self,
+        myself: ActorRef<MailboxMsg>,
+        claimed: &mut Option<Claimed>,
+    ) -> Result<MailboxState, ActorProcessingErr> {
         if self.entry.slot.is_retired() {
             return Err(format!("agent `{}` is deregistered", self.entry.id).into());
         }
@@ -179,6 +204,18 @@ impl MailboxActor {
         // once this barrier is.
         store::commit(&*self.shared.store, Batch::new()).await?;
         let mut state = MailboxState::default();
+        if let Some(cluster) = self.shared.store.cluster() {
+            // Active on one server at a time: another holding it hands it over first.
+            state.claimed = Some(cluster.claim(&self.subject()).await?);
+            *claimed = state.claimed;
+            // From here, what other servers store is kept for this mailbox; what they
+            // stored before, the scan below finds.
+            *self
+                .entry
+                .arrivals
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner) = Some(Arrivals::default());
+        }
         let now = now_ms();
         let prefix = mailbox_prefix(self.entry.id.as_str());
         let mut expired = Batch::new();
@@ -212,8 +249,67 @@ impl MailboxActor {
             store::commit(&*self.shared.store, expired).await?;
         }
         self.entry.slot.touch(self.shared.clock());
-        self.entry.slot.publish(myself);
+        self.entry.slot.publish(myself.clone());
+        if state.claimed.is_some() {
+            // Arrivals noticed while loading were not told to anyone: look at them now.
+            let _ = myself.cast(MailboxMsg::Arrived);
+        }
         Ok(state)
+    }
+
+    /// The mailbox's subject among servers sharing the store.
+    fn subject(&self) -> String {
+        store::cluster::subject("mail", self.entry.id.as_str())
+    }
+
+    /// Loads the messages other servers stored into this inbox since it loaded (or all
+    /// unread ones it lacks, after notices may have been missed).
+    async fn load_arrivals(
+        &self,
+        myself: &ActorRef<MailboxMsg>,
+        state: &mut MailboxState,
+    ) -> Result<(), ActorProcessingErr> {
+        let arrivals = {
+            let mut slot = self
+                .entry
+                .arrivals
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner);
+            match slot.as_mut() {
+                Some(arrivals) if arrivals.rescan || !arrivals.ids.is_empty() => {
+                    std::mem::take(arrivals)
+                }
+                _ => return Ok(()),
+            }
+        };
+        // Reads and removals this mailbox submitted are committed before the store is read
+        // again: a message read meanwhile is not found unread and delivered twice.
+        store::commit(&*self.shared.store, Batch::new()).await?;
+        let now = now_ms();
+        let mut found = Vec::new();
+        if arrivals.rescan {
+            store::scan_values(
+                &*self.shared.store,
+                Table::Inbox,
+                &mailbox_prefix(self.entry.id.as_str()),
+                |_, m: Message| found.push(m),
+            )?;
+        } else {
+            for id in &arrivals.ids {
+                if let Some(bytes) = self.shared.store.get(Table::Inbox, &self.key(id))? {
+                    found.push(codec::decode(Table::Inbox, &bytes)?);
+                }
+            }
+        }
+        for message in found {
+            if !message.is_expired(now)
+                && state.get(&message.id).is_none()
+                && !state.pending.contains_key(&message.id)
+            {
+                self.arrive(myself, state, Arc::new(message));
+            }
+        }
+        Ok(())
     }
 
     fn key(&self, id: &Uuid) -> Vec<u8> {

@@ -7,7 +7,7 @@ use std::time::Duration;
 use guildhall_supervision::ChildSpec;
 use tokio::sync::oneshot;
 
-use super::directory::{AgentEntry, AgentSpec, Directory};
+use super::directory::{AGENTS, AgentEntry, AgentSpec, Directory};
 use super::ids::{AgentId, new_message_id, now_ms};
 use super::ids::{mailbox_prefix, message_key};
 use super::mailbox::MailboxActor;
@@ -17,7 +17,7 @@ use super::shared::Shared;
 use super::{MailError, MailboxConfig};
 use crate::changes::{Changes, Subject};
 use crate::events::{Events, ToolEvent};
-use crate::store::{self, Batch, Store, StoreError, Table, codec};
+use crate::store::{self, Batch, Notice, Store, StoreError, Table, codec};
 use guildhall_supervision::lazy::{self, CoarseClock, Lazy, Partitions, RequestError, Sweep};
 
 /// The id of the supervisor of all mailboxes, under root.
@@ -193,7 +193,13 @@ impl PostOffice {
         // Most messages go to one agent by id: a directory hit needs no parsing, and the
         // address is then the recipient's own id, shared rather than copied.
         let mut own_id: Option<Arc<str>> = None;
-        let recipients = match self.directory.get(&to) {
+        let mut found = self.directory.get(&to);
+        if found.is_none() && self.shared.store.cluster().is_some() && AgentId::parse(&to).is_ok() {
+            // Registered on another server a moment ago, perhaps, and not yet noticed here.
+            self.refresh().await;
+            found = self.directory.get(&to);
+        }
+        let recipients = match found {
             Some(entry) => {
                 own_id = Some(entry.id.shared());
                 Recipients::One(entry)
@@ -255,10 +261,7 @@ impl PostOffice {
             }
             Recipients::Many(entries) => entries,
             Recipients::One(entry) => {
-                return match self
-                    .request(&entry, Op::Deliver(Arc::clone(&message)))
-                    .await?
-                {
+                return match self.deliver(&entry, Arc::clone(&message)).await? {
                     Reply::Delivered => {
                         self.mailed(&sender.id, &message, 1);
                         Ok(Receipt {
@@ -274,8 +277,8 @@ impl PostOffice {
             }
         };
         let deliveries = recipients.iter().map(|entry| {
-            let op = Op::Deliver(Arc::clone(&message));
-            async move { (entry, self.request(entry, op).await) }
+            let message = Arc::clone(&message);
+            async move { (entry, self.deliver(entry, message).await) }
         });
         let mut receipt = Receipt {
             id,
@@ -309,6 +312,80 @@ impl PostOffice {
         }
     }
 
+    /// Delivers `message` to `entry`'s mailbox: through the mailbox actor, started here if
+    /// need be; or, when another live server sharing the store runs that mailbox, stored
+    /// into the inbox directly and that server told (it loads the message from the store).
+    /// The latter is not held to the inbox's capacity (its unread count is on the other
+    /// server), as large fan-outs are not.
+    async fn deliver(
+        &self,
+        entry: &Arc<AgentEntry>,
+        message: Arc<Message>,
+    ) -> Result<Reply, MailError> {
+        if let Some(cluster) = self.shared.store.cluster()
+            && entry.mailbox().is_none()
+            && let Some(holder) =
+                cluster.holder(&store::cluster::subject("mail", entry.id.as_str()))?
+        {
+            let mut batch = Batch::new();
+            batch.put(
+                Table::Inbox,
+                message_key(entry.id.as_str(), &message.id),
+                codec::encode(&*message),
+            );
+            batch.notify(
+                Some(holder),
+                Notice::Mail {
+                    agent: entry.id.shared(),
+                    id: message.id,
+                },
+            );
+            store::commit(&*self.shared.store, batch).await?;
+            self.shared.changes.inbox_changed(entry.id.as_str());
+            return Ok(Reply::Delivered);
+        }
+        self.request(entry, Op::Deliver(message)).await
+    }
+
+    /// What another server sharing the store says: a mailbox to hand over, messages it
+    /// stored into an inbox running here, agents it registered or removed.
+    pub(crate) async fn on_notice(&self, notice: &Notice) {
+        match notice {
+            Notice::Release(subject) => {
+                if let Some(id) = subject.strip_prefix("mail:") {
+                    // Its `post_stop` releases the claim, after its writes.
+                    lazy::stop(&self.shared.partitions, id).await;
+                }
+            }
+            Notice::Mail { agent, id } => {
+                if let Some(entry) = self.directory.get(agent) {
+                    entry.arrived(|arrivals| arrivals.ids.push(*id));
+                }
+            }
+            Notice::Changed(what) if &**what == AGENTS => self.refresh().await,
+            Notice::Resync => {
+                self.refresh().await;
+                for entry in self.directory.entries() {
+                    entry.arrived(|arrivals| arrivals.rescan = true);
+                }
+            }
+            _ => {}
+        }
+    }
+
+    /// Reads the directory again, stopping the mailboxes of agents removed elsewhere.
+    async fn refresh(&self) {
+        match self.directory.refresh(&*self.shared.store).await {
+            Ok(removed) => {
+                for entry in removed {
+                    lazy::stop(&self.shared.partitions, entry.id.as_str()).await;
+                }
+                self.shared.changes.changed(&Subject::Agents);
+            }
+            Err(err) => tracing::warn!(%err, "could not read the agent directory again"),
+        }
+    }
+
     /// Delivers `message` to many recipients without starting their mailboxes: one
     /// encoding, shared by the writes of every inactive recipient, committed in one batch;
     /// active mailboxes get it the ordinary way. Inactive mailboxes are not held to their
@@ -326,12 +403,23 @@ impl PostOffice {
             let (active, inactive): (Vec<_>, Vec<_>) =
                 entries.into_iter().partition(|e| e.mailbox().is_some());
             let mut batch = Batch::new();
+            let shared = self.shared.store.cluster().is_some();
             for entry in &inactive {
                 batch.put_shared(
                     Table::Inbox,
                     message_key(entry.id.as_str(), &id),
                     Arc::clone(&encoded),
                 );
+                if shared {
+                    // Inactive here, it may run on another server: whichever does loads it.
+                    batch.notify(
+                        None,
+                        Notice::Mail {
+                            agent: entry.id.shared(),
+                            id,
+                        },
+                    );
+                }
             }
             let (tx, rx) = oneshot::channel();
             // Submitted under the gate: a mailbox that starts from now on loads after it.

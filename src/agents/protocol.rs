@@ -98,7 +98,19 @@ pub(crate) enum MailboxMsg {
     WaitExpired(u64),
     /// Stop if idle (sent by the passivation sweep).
     Passivate,
+    /// Messages another server stored into this inbox are waiting in the agent's
+    /// [`Arrivals`]: load them.
+    Arrived,
     /// Panic (fault injection for tests).
     #[cfg(feature = "test-util")]
     Crash,
+}
+
+/// Messages other servers stored into an agent's inbox while its mailbox runs (or loads)
+/// on this server, as their notices named them: the mailbox loads them from the store.
+#[derive(Debug, Default)]
+pub(crate) struct Arrivals {
+    pub(crate) ids: Vec<Uuid>,
+    /// Notices may have been missed: look through the whole inbox.
+    pub(crate) rescan: bool,
 }

@@ -276,7 +276,8 @@ async fn serve_network(
     launcher: Option<Arc<Launcher>>,
 ) -> CliResult {
     let shutdown = CancellationToken::new();
-    let store = server.runtime().store().describe();
+    let store_handle = server.runtime().store();
+    let store = store_handle.describe();
     let server = server.connection(None, filter);
     // The port first: when it is taken, nothing else has been set up (no socket left behind).
     let http_listener = if args.no_http {
@@ -288,6 +289,11 @@ async fn serve_network(
                 .map_err(|err| listen_error(args.listen, &err))?,
         )
     };
+    if let (Some(cluster), Some(listener)) = (store_handle.cluster(), &http_listener)
+        && let Ok(address) = listener.local_addr()
+    {
+        cluster.announce(&format!("http://{address}"));
+    }
     guildhall::private_fs::create_dir_all(data_dir)?;
     // The store is ours (its lock is held), so a socket file left here is stale.
     let socket = local::socket_path(data_dir);
@@ -717,6 +723,45 @@ pub(crate) async fn status(args: StatusArgs, data_dir: &Path) -> CliResult {
     )?;
     writeln!(out, "data dir     {}", text("data_dir"))?;
     writeln!(out, "store        {}", text("store"))?;
+    if let Some(members) = value["cluster"].as_array() {
+        writeln!(
+            out,
+            "cluster      {} servers share the database",
+            members.len()
+        )?;
+        for m in members {
+            writeln!(
+                out,
+                "  {:<10} {:<5} {:<22} {:<24} leases {:<5} heartbeat {} ms ago{}",
+                m["node"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .get(..8)
+                    .unwrap_or_default(),
+                if m["live"].as_bool().unwrap_or(false) {
+                    "up"
+                } else {
+                    "down"
+                },
+                format!(
+                    "{} pid {}",
+                    m["host"].as_str().unwrap_or_default(),
+                    m["pid"]
+                ),
+                m["address"]
+                    .as_str()
+                    .filter(|a| !a.is_empty())
+                    .unwrap_or("-"),
+                m["leases"],
+                m["heartbeat_age_ms"],
+                if m["this"].as_bool().unwrap_or(false) {
+                    "  (this server)"
+                } else {
+                    ""
+                },
+            )?;
+        }
+    }
     writeln!(
         out,
         "http         {}",

@@ -67,7 +67,7 @@ impl Sessions {
     /// # Cancel safety
     /// Cancel safe: it only reads.
     pub async fn get(&self, id: &str) -> Result<SessionInfo, ContextError> {
-        let entry = self.hub.sessions.require(id)?;
+        let entry = self.hub.session(id).await?;
         let stat = self.hub.stat(&entry).await?;
         Ok(SessionInfo {
             record: (*entry.record()).clone(),
@@ -147,7 +147,7 @@ impl Sessions {
     /// # Cancel safety
     /// Cancel safe: it only reads.
     pub async fn export(&self, id: &str, history: bool) -> Result<SessionExport, ContextError> {
-        let entry = self.hub.sessions.require(id)?;
+        let entry = self.hub.session(id).await?;
         self.hub.export(&entry, history).await
     }
 

@@ -12,12 +12,14 @@ use super::log::{self, History, HistoryQuery, RestoreError};
 use super::model::{Applied, Change, ContextLimits, SessionContext};
 use super::protocol::{ContextMsg, Op, Reply, Stat};
 use super::query::{self, ContextView, Select};
-use super::session::{SessionDirectory, SessionEntry, SessionId, SessionRecord, SessionSpec};
+use super::session::{
+    SESSIONS, SessionDirectory, SessionEntry, SessionId, SessionRecord, SessionSpec,
+};
 use super::shared::Shared;
 use super::{ContextConfig, ContextError};
 use crate::agents::{AgentId, PostOffice, now_ms};
 use crate::events::ToolEvent;
-use crate::store::{self, Batch, Store, Table, codec};
+use crate::store::{self, Batch, Notice, Store, Table, codec};
 use guildhall_supervision::lazy::{self, CoarseClock, Lazy, Partitions, RequestError, Sweep};
 
 /// The id of the supervisor of all context actors, under root.
@@ -61,6 +63,49 @@ impl ContextHub {
             sweep: Sweep::default(),
             generations: Generations::default(),
         }))
+    }
+
+    /// The session `id`. With servers sharing the store, one created on another server a
+    /// moment ago and not yet noticed here is looked for in the store.
+    ///
+    /// # Errors
+    /// [`ContextError::UnknownSession`] when there is none.
+    pub(crate) async fn session(&self, id: &str) -> Result<Arc<SessionEntry>, ContextError> {
+        if let Some(entry) = self.sessions.get(id) {
+            return Ok(entry);
+        }
+        if self.shared.store.cluster().is_some() {
+            self.refresh().await;
+        }
+        self.sessions.require(id)
+    }
+
+    /// What another server sharing the store says: a session to hand over, sessions it
+    /// created, changed or deleted.
+    pub(crate) async fn on_notice(&self, notice: &Notice) {
+        match notice {
+            Notice::Release(subject) => {
+                if let Some(id) = subject.strip_prefix("ctx:") {
+                    // Its `post_stop` releases the claim, after its batches.
+                    lazy::stop(&self.shared.partitions, id).await;
+                }
+            }
+            Notice::Changed(what) if &**what == SESSIONS => self.refresh().await,
+            Notice::Resync => self.refresh().await,
+            _ => {}
+        }
+    }
+
+    /// Reads the sessions again, stopping the actors of sessions deleted elsewhere.
+    async fn refresh(&self) {
+        match self.sessions.refresh(&*self.shared.store).await {
+            Ok(removed) => {
+                for entry in removed {
+                    lazy::stop(&self.shared.partitions, entry.id.as_str()).await;
+                }
+            }
+            Err(err) => tracing::warn!(%err, "could not read the sessions again"),
+        }
     }
 
     /// The child spec of the `contexts` supervisor.
@@ -146,7 +191,7 @@ impl ContextHub {
 
     /// Deletes a session: stops its actor, then removes its record, log and snapshots.
     pub(crate) async fn delete(&self, id: &str) -> Result<(), ContextError> {
-        let entry = self.sessions.require(id)?;
+        let entry = self.session(id).await?;
         self.changed(id);
         entry.slot.retire();
         lazy::stop(&self.shared.partitions, id).await;

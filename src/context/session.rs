@@ -11,7 +11,7 @@ use serde_json::Value;
 use super::ContextError;
 use super::protocol::ContextMsg;
 use crate::agents::AgentId;
-use crate::store::{self, Batch, Store, Table, codec};
+use crate::store::{self, Batch, Notice, Store, Table, codec};
 use guildhall_supervision::lazy::Slot;
 
 /// A session's id: 1 to 64 characters from `A-Z a-z 0-9 _ - . @`. Cheap to clone.
@@ -148,6 +148,9 @@ pub(crate) struct SessionDirectory {
     changes: tokio::sync::Mutex<()>,
 }
 
+/// What a [`Notice::Changed`] of the sessions names.
+pub(crate) const SESSIONS: &str = "sessions";
+
 fn record_key(id: &SessionId) -> Vec<u8> {
     id.as_str().as_bytes().to_vec()
 }
@@ -162,6 +165,45 @@ impl SessionDirectory {
             sessions,
             changes: tokio::sync::Mutex::new(()),
         })
+    }
+
+    /// Reads the sessions from the store again (another server sharing it created, changed
+    /// or deleted some). Returns the entries removed, so their actors can be stopped.
+    ///
+    /// # Errors
+    /// [`ContextError::Store`] when the store cannot be read.
+    pub(crate) async fn refresh(
+        &self,
+        store: &dyn Store,
+    ) -> Result<Vec<Arc<SessionEntry>>, ContextError> {
+        let _serial = self.changes.lock().await;
+        let mut stored = std::collections::HashMap::new();
+        store::scan_values(store, Table::Sessions, b"", |_, r: SessionRecord| {
+            stored.insert(r.id.clone(), r);
+        })?;
+        let mut removed = Vec::new();
+        for entry in self.entries() {
+            if !stored.contains_key(&entry.id) {
+                entry.slot.retire();
+                self.sessions.remove(entry.id.as_str());
+                removed.push(entry);
+            }
+        }
+        for (id, record) in stored {
+            match self.get(id.as_str()) {
+                Some(entry) => {
+                    if *entry.record() != record {
+                        *entry.record.write().unwrap_or_else(PoisonError::into_inner) =
+                            Arc::new(record);
+                    }
+                }
+                None => {
+                    self.sessions
+                        .insert(id, Arc::new(SessionEntry::new(record)));
+                }
+            }
+        }
+        Ok(removed)
     }
 
     pub(crate) fn get(&self, id: &str) -> Option<Arc<SessionEntry>> {
@@ -205,6 +247,7 @@ impl SessionDirectory {
             record_key(&record.id),
             codec::encode(&record),
         );
+        extra.notify(None, Notice::Changed(SESSIONS.into()));
         store::commit(store, extra).await?;
         let entry = Arc::new(SessionEntry::new(record));
         self.sessions.insert(entry.id.clone(), Arc::clone(&entry));
@@ -228,6 +271,7 @@ impl SessionDirectory {
             record_key(&record.id),
             codec::encode(&record),
         );
+        batch.notify(None, Notice::Changed(SESSIONS.into()));
         store::commit(store, batch).await?;
         let record = Arc::new(record);
         *entry.record.write().unwrap_or_else(PoisonError::into_inner) = Arc::clone(&record);
@@ -244,6 +288,7 @@ impl SessionDirectory {
     ) -> Result<(), ContextError> {
         let _serial = self.changes.lock().await;
         batch.delete(Table::Sessions, record_key(&entry.id));
+        batch.notify(None, Notice::Changed(SESSIONS.into()));
         if let Err(err) = store::commit(store, batch).await {
             entry.slot.unretire();
             return Err(err.into());

@@ -160,7 +160,7 @@ impl Tool for ContextGet {
                 });
             }
         };
-        let entry = self.0.sessions.require(&input.session)?;
+        let entry = self.0.session(&input.session).await?;
         let view = match input.as_of_version {
             Some(version) => self.0.read_as_of(&entry, version, select, limit).await?,
             None => self.0.read(&entry, select, limit).await?,
@@ -353,7 +353,7 @@ impl Tool for ContextHistory {
             limit: limit(input.limit, DEFAULT_BATCHES, MAX_BATCHES)?,
         };
         let values = input.values.unwrap_or(false);
-        let entry = self.0.sessions.require(&input.session)?;
+        let entry = self.0.session(&input.session).await?;
         let history = self.0.history(&entry, &query).await?;
         Ok(HistoryOutput {
             session: input.session,

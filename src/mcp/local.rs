@@ -638,6 +638,13 @@ pub(super) async fn status(
         "active_mailboxes": runtime.active_mailboxes(),
         "tools": runtime.tools().iter().map(|t| t.name.clone()).collect::<Vec<_>>(),
     });
+    if let (Some(value), Some(cluster)) = (value.as_object_mut(), runtime.store().cluster()) {
+        let members = cluster.members().map_err(|err| err.to_string())?;
+        value.insert(
+            "cluster".into(),
+            serde_json::to_value(members).unwrap_or_default(),
+        );
+    }
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
     if let Some(value) = value.as_object_mut() {
         value.insert(

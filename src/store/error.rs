@@ -69,19 +69,21 @@ pub enum StoreError {
         /// Why.
         reason: String,
     },
-    /// Another server holds the shared database (its lease has not run out).
+    /// Another server runs what this call needs (an agent's mailbox, a session) and did
+    /// not hand it over in time.
     #[error(
-        "the database is in use by another guildhall server ({holder}; its lease runs \
-         {left_ms} ms more): one server per database for now"
+        "`{subject}` is held by another guildhall server ({holder}), which did not hand it \
+         over in time; try again"
     )]
-    InUse {
-        /// The holder's name (host/pid/random).
+    Held {
+        /// What was needed.
+        subject: String,
+        /// The server holding it.
         holder: String,
-        /// How long its lease still runs, in ms.
-        left_ms: u64,
     },
-    /// This server lost the shared database to another (its lease ran out while it was
-    /// paused or cut off, and another server took it): nothing it writes is accepted.
+    /// This server was fenced out of the shared database (its lease ran out while it was
+    /// paused or cut off, and another server took over what it held): nothing it writes
+    /// is accepted.
     #[error(
         "this server lost the database to another guildhall server (its lease ran out while \
          it was paused or cut off); it no longer reads or writes it and must stop"

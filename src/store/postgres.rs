@@ -28,10 +28,11 @@ use std::time::{Duration, Instant};
 use tokio::sync::mpsc;
 use tokio_postgres::{Client, NoTls, Statement};
 
-mod ownership;
+mod membership;
 
-use ownership::Ownership;
+use membership::Membership;
 
+use super::cluster::{BoxFuture, Claimed, Cluster, Member, Notice};
 use super::{Batch, CommitCounters, Done, Durability, Store, StoreError, StoreStats, Table, Write};
 
 /// The schema, one step per version; never edit a step that shipped, add one.
@@ -66,9 +67,79 @@ pub const MIGRATIONS: &[(i32, &str)] = &[
              RETURN true;
          END $$",
     ),
+    (
+        3,
+        "DROP FUNCTION guildhall_fence(bigint);
+         DROP TABLE guildhall_owner;
+         CREATE TABLE guildhall_nodes (
+             node text PRIMARY KEY,
+             host text NOT NULL,
+             pid bigint NOT NULL,
+             address text NOT NULL DEFAULT '',
+             started_at timestamptz NOT NULL DEFAULT now(),
+             heartbeat_at timestamptz NOT NULL,
+             expires_at timestamptz NOT NULL,
+             fenced boolean NOT NULL DEFAULT false
+         );
+         CREATE TABLE guildhall_leases (
+             subject text PRIMARY KEY,
+             node text NOT NULL,
+             epoch bigint NOT NULL
+         );
+         CREATE INDEX guildhall_leases_node ON guildhall_leases (node);
+         -- Every claim's epoch comes from here: a later claim has a larger one, whoever
+         -- made it, even after the subject was released and its row deleted.
+         CREATE SEQUENCE guildhall_claims;
+         CREATE FUNCTION guildhall_node_fence(n text) RETURNS boolean LANGUAGE plpgsql AS $$
+         BEGIN
+             PERFORM 1 FROM guildhall_nodes WHERE node = n AND NOT fenced FOR SHARE;
+             IF NOT FOUND THEN
+                 RAISE EXCEPTION 'fenced: another server took over from this one'
+                     USING ERRCODE = 'GH001';
+             END IF;
+             RETURN true;
+         END $$;
+         -- Claims subject s for server n: its holder afterwards, and the claim's epoch.
+         CREATE FUNCTION guildhall_claim(s text, n text, OUT o_holder text, OUT o_epoch bigint)
+         LANGUAGE plpgsql AS $$
+         DECLARE h text;
+         BEGIN
+             PERFORM guildhall_node_fence(n);
+             LOOP
+                 SELECT l.node INTO h FROM guildhall_leases l WHERE l.subject = s FOR UPDATE;
+                 IF NOT FOUND THEN
+                     o_epoch := nextval('guildhall_claims');
+                     INSERT INTO guildhall_leases AS l (subject, node, epoch)
+                         VALUES (s, n, o_epoch) ON CONFLICT (subject) DO NOTHING;
+                     IF FOUND THEN
+                         o_holder := n;
+                         RETURN;
+                     END IF;
+                     -- Another claim inserted it meanwhile: lock that one.
+                     CONTINUE;
+                 END IF;
+                 IF h <> n THEN
+                     -- Held elsewhere: taken only from a server gone past its lease, which
+                     -- is fenced first (its row lock waits for its commit in flight).
+                     UPDATE guildhall_nodes SET fenced = true
+                         WHERE node = h AND (fenced OR expires_at < now());
+                     IF NOT FOUND AND EXISTS (SELECT 1 FROM guildhall_nodes WHERE node = h) THEN
+                         o_holder := h;
+                         o_epoch := 0;
+                         RETURN;
+                     END IF;
+                 END IF;
+                 UPDATE guildhall_leases l SET node = n, epoch = nextval('guildhall_claims')
+                     WHERE l.subject = s RETURNING l.epoch INTO o_epoch;
+                 o_holder := n;
+                 RETURN;
+             END LOOP;
+         END $$",
+    ),
 ];
 
-/// How long a server's hold on the database lasts without a heartbeat, by default.
+/// How long a server's lease lasts without a heartbeat, by default: the time a killed
+/// server's mailboxes and sessions stay unavailable before another server takes them.
 pub const DEFAULT_LEASE: Duration = Duration::from_secs(5);
 
 /// Taken by a server applying migrations (`pg_advisory_xact_lock`): "guildhal" as a number.
@@ -94,28 +165,39 @@ pub struct PostgresStore {
     /// Ends when the writer has committed everything submitted before `close`.
     writer_done: Mutex<Option<std::sync::mpsc::Receiver<()>>>,
     stats: Arc<CommitCounters>,
-    owner: Arc<Ownership>,
+    me: Arc<Membership>,
 }
 
-struct Job {
-    batch: Batch,
-    done: Done,
+/// What the writer connection does, in the order submitted: a release is never taken
+/// before the commits submitted ahead of it, nor a claim before an earlier release.
+enum Job {
+    Commit {
+        batch: Batch,
+        done: Done,
+    },
+    Claim {
+        subject: String,
+        reply: tokio::sync::oneshot::Sender<Result<(String, i64), StoreError>>,
+    },
+    Release {
+        subject: String,
+        epoch: i64,
+    },
 }
 
 impl PostgresStore {
     /// Connects to the database at `url` (`postgres://user:pass@host:port/db` or key=value
-    /// form), creating or upgrading its schema.
+    /// form), creating or upgrading its schema, and joins the servers sharing it.
     ///
     /// # Errors
     /// - [`StoreError::Unavailable`] when the database cannot be reached;
-    /// - [`StoreError::InUse`] when another server's lease on it is live;
     /// - [`StoreError::UnknownFormat`] when a newer guildhall migrated it;
     /// - [`StoreError::Backend`] when a migration fails.
     pub fn open(url: &str) -> Result<Self, StoreError> {
         Self::open_url(url, DEFAULT_LEASE)
     }
 
-    /// As [`open`](Self::open), holding the database by a lease of `lease`.
+    /// As [`open`](Self::open), with a lease of `lease`.
     ///
     /// # Errors
     /// As [`open`](Self::open).
@@ -124,8 +206,8 @@ impl PostgresStore {
     }
 
     /// As [`open`](Self::open), with the connection's settings made by the caller and the
-    /// lease this server holds the database by (renewed every third of it; another server
-    /// may take the database once it ran out).
+    /// lease this server is a member by (renewed every third of it; once it ran out,
+    /// another server may take what this one holds, and fence it).
     ///
     /// # Errors
     /// As [`open`](Self::open).
@@ -159,27 +241,40 @@ impl PostgresStore {
                 source: Arc::new(e),
             })?;
         let config = Arc::new(config);
-        let owned = wait(&handle, {
+        let joined = wait(&handle, {
             let config = Arc::clone(&config);
             async move {
                 let client = connect(&config).await?;
                 migrate(&client).await?;
-                ownership::take(&client, lease).await
+                membership::join(&client, lease).await
             }
         });
-        let owner = match owned {
-            Ok(owner) => owner,
+        let me = match joined {
+            Ok(me) => me,
             Err(err) => {
                 let _ = stop_tx.send(());
                 return Err(err);
             }
         };
         let (stop_beat, beat_stopped) = tokio::sync::watch::channel(false);
-        let beat = handle.spawn(ownership::heartbeat(
+        let beat = handle.spawn(membership::heartbeat(
             Arc::clone(&config),
-            Arc::clone(&owner),
-            beat_stopped,
+            Arc::clone(&me),
+            beat_stopped.clone(),
         ));
+        // Listening before the open returns: nothing sent to this server from then on is
+        // missed.
+        let (ready_tx, ready_rx) = tokio::sync::oneshot::channel();
+        let listener = handle.spawn(membership::listen(
+            Arc::clone(&config),
+            Arc::clone(&me),
+            beat_stopped,
+            ready_tx,
+        ));
+        let _ = wait(&handle, async move {
+            let _ = tokio::time::timeout(CONNECT_TIMEOUT, ready_rx).await;
+            Ok(())
+        });
         let readers: Arc<[Connection]> = (0..READERS)
             .map(|_| Connection::new(Arc::clone(&config)))
             .collect();
@@ -189,13 +284,14 @@ impl PostgresStore {
         handle.spawn({
             let writer = Connection::new(Arc::clone(&config));
             let stats = Arc::clone(&stats);
-            let owner = Arc::clone(&owner);
+            let me = Arc::clone(&me);
             async move {
-                write_loop(&writer, rx, &stats, &owner).await;
-                // Everything is committed: give the database up for the next server.
+                write_loop(&writer, rx, &stats, &me).await;
+                // Everything is committed: give up what this server held, for the others.
                 let _ = stop_beat.send(true);
                 let _ = beat.await;
-                ownership::release(&writer, &owner).await;
+                let _ = listener.await;
+                membership::leave(&writer, &me).await;
                 let _ = done_tx.send(());
                 // The driver thread ends with the writer: every job was answered.
                 let _ = stop_tx.send(());
@@ -209,7 +305,7 @@ impl PostgresStore {
             jobs: Mutex::new(Some(jobs)),
             writer_done: Mutex::new(Some(done_rx)),
             stats,
-            owner,
+            me,
         })
     }
 
@@ -218,19 +314,14 @@ impl PostgresStore {
         self.next_reader.fetch_add(1, Ordering::Relaxed) % READERS
     }
 
-    /// This server's name in the database's lease.
+    /// This server's id among those sharing the database.
     pub fn node(&self) -> &str {
-        &self.owner.node
+        &self.me.node
     }
 
-    /// The lease's epoch this server holds the database by.
-    pub fn epoch(&self) -> i64 {
-        self.owner.epoch
-    }
-
-    /// Refuses reads and writes once another server took the database, or it is closed.
+    /// Refuses reads and writes once this server was fenced, or the store is closed.
     fn usable(&self) -> Result<(), StoreError> {
-        if self.owner.fenced() {
+        if self.me.fenced() {
             Err(StoreError::Fenced)
         } else if self.closed() {
             Err(StoreError::Closed)
@@ -244,6 +335,36 @@ impl PostgresStore {
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .is_none()
+    }
+
+    /// Hands `job` to the writer; gives it back when the store is closed.
+    fn job(&self, job: Job) -> Result<(), Box<Job>> {
+        let jobs = self.jobs.lock().unwrap_or_else(PoisonError::into_inner);
+        match jobs.as_ref() {
+            Some(jobs) => jobs.send(job).map_err(|e| Box::new(e.0)),
+            None => Err(Box::new(job)),
+        }
+    }
+
+    /// Runs `query` on a reader and waits for its rows.
+    fn read_rows(
+        &self,
+        query: &'static str,
+        params: Vec<String>,
+    ) -> Result<Vec<tokio_postgres::Row>, StoreError> {
+        self.usable()?;
+        let (readers, index) = (Arc::clone(&self.readers), self.reader());
+        wait(&self.handle, async move {
+            let live = readers[index].live().await?;
+            let params: Vec<&(dyn tokio_postgres::types::ToSql + Sync)> = params
+                .iter()
+                .map(|p| p as &(dyn tokio_postgres::types::ToSql + Sync))
+                .collect();
+            live.client
+                .query(query, &params)
+                .await
+                .map_err(|e| failed("read", &e))
+        })
     }
 }
 
@@ -428,6 +549,9 @@ struct Live {
     get: Statement,
     scan: Statement,
     apply: Statement,
+    notify: Statement,
+    claim: Statement,
+    release: Statement,
 }
 
 impl Connection {
@@ -480,10 +604,10 @@ impl Connection {
         .await?;
         // One statement is one transaction: the group commits in one round trip. Its
         // puts and deletes touch different keys (each key's last write only).
-        // Every write joins the fence: none happens unless this server's epoch is still
-        // the lease's, and the lease row stays share-locked until the commit.
+        // Every write joins the fence: none happens once this server is fenced, and its
+        // row stays share-locked until the commit, so no other server fences it meanwhile.
         let apply = prepare(
-            "WITH fence AS (SELECT guildhall_fence($6) AS ok), \
+            "WITH fence AS (SELECT guildhall_node_fence($6) AS ok), \
              gone AS ( \
                  DELETE FROM guildhall_kv k \
                  USING unnest($4::int2[], $5::bytea[]) AS d(tbl, key), fence \
@@ -495,11 +619,23 @@ impl Connection {
              ON CONFLICT (tbl, key) DO UPDATE SET value = EXCLUDED.value",
         )
         .await?;
+        let notify = prepare(
+            "SELECT count(pg_notify(n.channel, n.payload)) \
+             FROM unnest($1::text[], $2::text[]) AS n(channel, payload)",
+        )
+        .await?;
+        let claim = prepare("SELECT o_holder, o_epoch FROM guildhall_claim($1, $2)").await?;
+        let release =
+            prepare("DELETE FROM guildhall_leases WHERE subject = $1 AND node = $2 AND epoch = $3")
+                .await?;
         Ok(Live {
             client,
             get,
             scan,
             apply,
+            notify,
+            claim,
+            release,
         })
     }
 }
@@ -538,22 +674,48 @@ async fn write_loop(
     writer: &Connection,
     mut rx: mpsc::UnboundedReceiver<Job>,
     stats: &CommitCounters,
-    owner: &Ownership,
+    me: &Membership,
 ) {
-    while let Some(first) = rx.recv().await {
-        let mut writes = first.batch.len();
-        let mut group = vec![first];
+    let mut next = None;
+    loop {
+        let job = match next.take() {
+            Some(job) => job,
+            None => match rx.recv().await {
+                Some(job) => job,
+                None => return,
+            },
+        };
+        let (first, first_done) = match job {
+            Job::Commit { batch, done } => (batch, done),
+            Job::Claim { subject, reply } => {
+                let _ = reply.send(claim(writer, &subject, me).await);
+                continue;
+            }
+            Job::Release { subject, epoch } => {
+                release(writer, &subject, epoch, me).await;
+                continue;
+            }
+        };
+        let mut writes = first.len();
+        let (mut batches, mut dones) = (vec![first], vec![first_done]);
+        // The callbacks apart: they are not `Sync`, so the commit must not hold them.
         while writes < MAX_GROUP_WRITES
             && let Ok(job) = rx.try_recv()
         {
-            writes += job.batch.len();
-            group.push(job);
+            match job {
+                Job::Commit { batch, done } => {
+                    writes += batch.len();
+                    batches.push(batch);
+                    dones.push(done);
+                }
+                other => {
+                    next = Some(other);
+                    break;
+                }
+            }
         }
-        // The callbacks apart: they are not `Sync`, so the commit must not hold them.
-        let (batches, dones): (Vec<Batch>, Vec<Done>) =
-            group.into_iter().map(|job| (job.batch, job.done)).unzip();
         let started = Instant::now();
-        let result = commit_group(writer, &batches, owner).await;
+        let result = commit_group(writer, &batches, me).await;
         if result.is_ok() {
             stats.committed(started, batches.len(), writes);
         } else {
@@ -565,13 +727,63 @@ async fn write_loop(
     }
 }
 
-/// Commits every batch of `group` in one transaction.
+/// Claims `subject` for this server: its holder afterwards and the claim's epoch.
+async fn claim(
+    writer: &Connection,
+    subject: &str,
+    me: &Membership,
+) -> Result<(String, i64), StoreError> {
+    if me.fenced() {
+        return Err(StoreError::Fenced);
+    }
+    let live = writer.live().await?;
+    let row = live
+        .client
+        .query_one(&live.claim, &[&subject, &me.node])
+        .await
+        .map_err(|e| fenced_or_failed(me, "claim", &e))?;
+    Ok((row.get(0), row.get(1)))
+}
+
+/// Ends this server's claim `epoch` of `subject` (a newer claim stays).
+async fn release(writer: &Connection, subject: &str, epoch: i64, me: &Membership) {
+    if me.fenced() {
+        return;
+    }
+    let Ok(live) = writer.live().await else {
+        // The database is away: the lease runs out with this server's, or is taken over
+        // when it is asked for and this server no longer answers.
+        return;
+    };
+    if let Err(e) = live
+        .client
+        .execute(&live.release, &[&subject, &me.node, &epoch])
+        .await
+    {
+        tracing::warn!(subject, error = %e, "could not release a subject");
+    }
+}
+
+fn fenced_or_failed(
+    me: &Membership,
+    operation: &'static str,
+    e: &tokio_postgres::Error,
+) -> StoreError {
+    if membership::is_fenced(e) {
+        me.lose();
+        StoreError::Fenced
+    } else {
+        failed(operation, e)
+    }
+}
+
+/// Commits every batch of `group` in one transaction, with the notices they carry.
 async fn commit_group(
     writer: &Connection,
     group: &[Batch],
-    owner: &Ownership,
+    me: &Membership,
 ) -> Result<(), StoreError> {
-    if owner.fenced() {
+    if me.fenced() {
         return Err(StoreError::Fenced);
     }
     // The group's net effect: the last write to each key.
@@ -589,7 +801,16 @@ async fn commit_group(
             }
         }
     }
-    if last.is_empty() {
+    let (mut channels, mut payloads) = (Vec::new(), Vec::new());
+    for note in group.iter().flat_map(Batch::notes) {
+        channels.push(
+            note.to
+                .as_deref()
+                .map_or_else(|| membership::EVERYONE.to_owned(), membership::channel),
+        );
+        payloads.push(note.notice.encode());
+    }
+    if last.is_empty() && channels.is_empty() {
         // A barrier: everything before it has been answered already.
         return Ok(());
     }
@@ -606,40 +827,45 @@ async fn commit_group(
         }
     }
     let live = writer.live().await?;
-    live.client
-        .execute(
-            &live.apply,
-            &[
-                &put_tbl,
-                &put_key,
-                &put_value,
-                &del_tbl,
-                &del_key,
-                &owner.epoch,
-            ],
-        )
-        .await
-        .map_err(|e| {
-            if ownership::is_fenced(&e) {
-                owner.lose();
-                StoreError::Fenced
-            } else {
-                failed("commit", &e)
-            }
-        })?;
+    let fail = |e: tokio_postgres::Error| fenced_or_failed(me, "commit", &e);
+    let apply = [
+        &put_tbl as &(dyn tokio_postgres::types::ToSql + Sync),
+        &put_key,
+        &put_value,
+        &del_tbl,
+        &del_key,
+        &me.node,
+    ];
+    if channels.is_empty() {
+        // One statement, one transaction, one round trip.
+        live.client
+            .execute(&live.apply, &apply)
+            .await
+            .map_err(fail)?;
+        return Ok(());
+    }
+    // Notices are sent at the commit, and only if it happens.
+    live.client.batch_execute("BEGIN").await.map_err(fail)?;
+    let sent = async {
+        live.client.execute(&live.apply, &apply).await?;
+        live.client
+            .execute(&live.notify, &[&channels, &payloads])
+            .await
+    }
+    .await;
+    let end = if sent.is_ok() { "COMMIT" } else { "ROLLBACK" };
+    let ended = live.client.batch_execute(end).await;
+    sent.map_err(fail)?;
+    ended.map_err(fail)?;
     Ok(())
 }
 
 impl Store for PostgresStore {
     fn submit(&self, batch: Batch, done: Done) {
-        let jobs = self.jobs.lock().unwrap_or_else(PoisonError::into_inner);
-        match jobs.as_ref() {
-            Some(jobs) => {
-                if let Err(job) = jobs.send(Job { batch, done }) {
-                    (job.0.done)(Err(StoreError::Closed));
-                }
-            }
-            None => done(Err(StoreError::Closed)),
+        if let Err(job) = self.job(Job::Commit { batch, done })
+            && let Job::Commit { done, .. } = *job
+        {
+            done(Err(StoreError::Closed));
         }
     }
 
@@ -706,14 +932,18 @@ impl Store for PostgresStore {
     }
 
     fn lost(&self) -> Option<StoreError> {
-        self.owner.fenced().then_some(StoreError::Fenced)
+        self.me.fenced().then_some(StoreError::Fenced)
     }
 
     fn describe(&self) -> String {
         format!(
-            "PostgreSQL, owned by this server as {} (epoch {}, lease {:?})",
-            self.owner.node, self.owner.epoch, self.owner.lease
+            "PostgreSQL, shared; this server is {} (lease {:?})",
+            self.me.node, self.me.lease
         )
+    }
+
+    fn cluster(&self) -> Option<&dyn Cluster> {
+        Some(self)
     }
 
     fn stats(&self) -> StoreStats {
@@ -747,6 +977,124 @@ impl Drop for PostgresStore {
                 .unwrap_or_else(PoisonError::into_inner)
                 .take(),
         );
+    }
+}
+
+/// How long a claim waits for a live holder to hand its subject over, beyond the lease
+/// (after which a silent holder's subject is taken), at most.
+const HANDOVER: Duration = Duration::from_secs(2);
+/// The longest a claim waits in all: under the runtime's activation timeout.
+const MAX_CLAIM_WAIT: Duration = Duration::from_secs(8);
+/// How often a claim asks a live holder again while it waits.
+const ASK_AGAIN: Duration = Duration::from_millis(250);
+
+impl Cluster for PostgresStore {
+    fn node(&self) -> &str {
+        &self.me.node
+    }
+
+    fn claim<'a>(&'a self, subject: &'a str) -> BoxFuture<'a, Result<Claimed, StoreError>> {
+        Box::pin(async move {
+            let deadline = Instant::now() + (self.me.lease + HANDOVER).min(MAX_CLAIM_WAIT);
+            let mut asked: Option<Instant> = None;
+            let mut pause = Duration::from_millis(2);
+            loop {
+                self.usable()?;
+                let (reply, answer) = tokio::sync::oneshot::channel();
+                let job = Job::Claim {
+                    subject: subject.to_owned(),
+                    reply,
+                };
+                if self.job(job).is_err() {
+                    return Err(StoreError::Closed);
+                }
+                let (holder, epoch) = answer.await.map_err(|_| StoreError::Closed)??;
+                if holder == self.me.node {
+                    return Ok(Claimed { epoch });
+                }
+                if Instant::now() >= deadline {
+                    return Err(StoreError::Held {
+                        subject: subject.to_owned(),
+                        holder,
+                    });
+                }
+                if asked.is_none_or(|at| at.elapsed() >= ASK_AGAIN) {
+                    let mut ask = Batch::new();
+                    ask.notify(Some(holder.into()), Notice::Release(subject.into()));
+                    super::commit(self, ask).await?;
+                    asked = Some(Instant::now());
+                }
+                tokio::time::sleep(pause).await;
+                pause = (pause * 2).min(Duration::from_millis(25));
+            }
+        })
+    }
+
+    fn release(&self, subject: &str, claimed: Claimed) {
+        let _ = self.job(Job::Release {
+            subject: subject.to_owned(),
+            epoch: claimed.epoch,
+        });
+    }
+
+    fn holder(&self, subject: &str) -> Result<Option<Arc<str>>, StoreError> {
+        let rows = self.read_rows(
+            "SELECT l.node FROM guildhall_leases l JOIN guildhall_nodes n USING (node) \
+             WHERE l.subject = $1 AND l.node <> $2 AND NOT n.fenced AND n.expires_at > now()",
+            vec![subject.to_owned(), self.me.node.clone()],
+        )?;
+        Ok(rows.first().map(|row| Arc::from(row.get::<_, &str>(0))))
+    }
+
+    fn subscribe(&self) -> tokio::sync::broadcast::Receiver<Notice> {
+        self.me.notices.subscribe()
+    }
+
+    fn announce(&self, address: &str) {
+        if self.usable().is_err() {
+            return;
+        }
+        let (readers, index) = (Arc::clone(&self.readers), self.reader());
+        let (address, node) = (address.to_owned(), self.me.node.clone());
+        self.handle.spawn(async move {
+            if let Ok(live) = readers[index].live().await {
+                let _ = live
+                    .client
+                    .execute(
+                        "UPDATE guildhall_nodes SET address = $1 WHERE node = $2",
+                        &[&address, &node],
+                    )
+                    .await;
+            }
+        });
+    }
+
+    fn members(&self) -> Result<Vec<Member>, StoreError> {
+        let rows = self.read_rows(
+            "SELECT n.node, n.host, n.pid, n.address, \
+                    (extract(epoch FROM now() - n.heartbeat_at) * 1000)::bigint, \
+                    n.expires_at > now() AND NOT n.fenced, \
+                    (SELECT count(*) FROM guildhall_leases l WHERE l.node = n.node) \
+             FROM guildhall_nodes n WHERE n.node = $1 OR n.expires_at > now() - interval '1 hour' \
+             ORDER BY n.started_at, n.node",
+            vec![self.me.node.clone()],
+        )?;
+        Ok(rows
+            .iter()
+            .map(|row| {
+                let node: String = row.get(0);
+                Member {
+                    this: node == self.me.node,
+                    node,
+                    host: row.get(1),
+                    pid: row.get(2),
+                    address: row.get(3),
+                    heartbeat_age_ms: row.get(4),
+                    live: row.get(5),
+                    leases: row.get(6),
+                }
+            })
+            .collect())
     }
 }
 

@@ -28,6 +28,7 @@ use super::shared::{BOARD, Shared};
 use super::status::TaskId;
 use super::{TaskError, keys, notify};
 use crate::agents::now_ms;
+use crate::store::cluster::Claimed;
 use crate::store::{self, Batch, StoreError, Table, codec};
 use guildhall_supervision::lazy;
 
@@ -61,7 +62,12 @@ pub(crate) struct BoardState {
     timer_at: Option<u64>,
     /// No time goes backwards on the board, even if the clock does.
     last_ms: u64,
+    /// This server's claim of the board, when servers share the store.
+    claimed: Option<Claimed>,
 }
+
+/// The board's subject among servers sharing the store.
+pub(crate) const BOARD_SUBJECT: &str = "board:tasks";
 
 impl Actor for BoardActor {
     type Msg = BoardMsg;
@@ -79,9 +85,13 @@ impl Actor for BoardActor {
     async fn post_stop(
         &self,
         myself: ActorRef<Self::Msg>,
-        _state: &mut Self::State,
+        state: &mut Self::State,
     ) -> Result<(), ActorProcessingErr> {
         self.shared.slot.unpublish(&myself);
+        if let (Some(cluster), Some(claimed)) = (self.shared.store.cluster(), state.claimed) {
+            // After every change this board submitted: the next holder loads them.
+            cluster.release(BOARD_SUBJECT, claimed);
+        }
         Ok(())
     }
 
@@ -142,8 +152,21 @@ impl BoardActor {
         // Every commit submitted before this start (by a predecessor that crashed) is done
         // once this barrier is.
         store::commit(store, Batch::new()).await?;
+        // Active on one server at a time: another holding it hands it over first, after
+        // its changes, which the scan below then reads.
+        let claimed = match store.cluster() {
+            Some(cluster) => Some(cluster.claim(BOARD_SUBJECT).await?),
+            None => None,
+        };
         let mut tasks = Vec::new();
-        store::scan_values(store, Table::Tasks, &[], |_, task: Task| tasks.push(task))?;
+        if let Err(err) =
+            store::scan_values(store, Table::Tasks, &[], |_, task: Task| tasks.push(task))
+        {
+            if let (Some(cluster), Some(claimed)) = (store.cluster(), claimed) {
+                cluster.release(BOARD_SUBJECT, claimed);
+            }
+            return Err(err.into());
+        }
         let last_ms = tasks.iter().map(|t| t.updated_ms).max().unwrap_or(0);
         self.shared.slot.touch(self.shared.clock.now());
         self.shared.slot.publish(myself);
@@ -156,6 +179,7 @@ impl BoardActor {
             deferred: Vec::new(),
             timer_at: None,
             last_ms,
+            claimed,
         })
     }
 

@@ -60,6 +60,16 @@ impl TaskBoard {
         self.sweep.stop();
     }
 
+    /// What another server sharing the store says: hand the board over.
+    pub(crate) async fn on_notice(&self, notice: &crate::store::Notice) {
+        if let crate::store::Notice::Release(subject) = notice
+            && &**subject == super::actor::BOARD_SUBJECT
+        {
+            // Its `post_stop` releases the claim, after its changes.
+            lazy::stop(&self.shared.partitions, BOARD).await;
+        }
+    }
+
     /// Whether the board's actor runs now.
     pub(crate) fn is_active(&self) -> bool {
         self.shared.slot.actor().is_some()

@@ -17,6 +17,9 @@ mod breaker;
 mod cancellation;
 /// Many concurrent calls with random failures: exactly one reply each.
 mod chaos;
+/// Several servers sharing one PostgreSQL database.
+#[cfg(feature = "postgres")]
+mod cluster;
 /// Command tools from a manifest: argv not shell, process groups, reload, governance.
 mod commands;
 /// Concurrent tools and isolation between tools.

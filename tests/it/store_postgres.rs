@@ -87,8 +87,7 @@ async fn the_last_write_to_a_key_in_a_group_commit_wins_as_if_one_by_one() {
 }
 
 #[tokio::test]
-async fn servers_starting_together_migrate_once_one_owns_the_database_and_a_newer_schema_is_refused()
- {
+async fn servers_starting_together_migrate_once_all_join_and_a_newer_schema_is_refused() {
     let url = pg::fresh_database().await;
     let opens: Vec<_> = (0..4)
         .map(|_| {
@@ -96,38 +95,29 @@ async fn servers_starting_together_migrate_once_one_owns_the_database_and_a_newe
             std::thread::spawn(move || PostgresStore::open(&url))
         })
         .collect();
-    let mut owners = Vec::new();
-    let mut refused = Vec::new();
-    for open in opens {
-        match open.join().unwrap() {
-            Ok(store) => owners.push(store),
-            Err(err) => refused.push(err),
-        }
+    let servers: Vec<PostgresStore> = opens
+        .into_iter()
+        .map(|open| open.join().unwrap().expect("every server joins"))
+        .collect();
+    let members = servers[0].cluster().unwrap().members().unwrap();
+    assert_eq!(members.len(), 4, "{members:?}");
+    assert!(members.iter().all(|m| m.live), "{members:?}");
+    assert_eq!(members.iter().filter(|m| m.this).count(), 1);
+    let mut nodes: Vec<&str> = servers.iter().map(PostgresStore::node).collect();
+    nodes.sort_unstable();
+    nodes.dedup();
+    assert_eq!(nodes.len(), 4, "each server is a node of its own");
+    let gone = servers[3].node().to_owned();
+    for s in &servers[1..] {
+        s.close();
     }
-    assert_eq!(owners.len(), 1, "one server owns the database: {refused:?}");
-    for err in &refused {
-        match err {
-            StoreError::InUse { holder, .. } => assert_eq!(holder, owners[0].node()),
-            other => panic!("the others are told who holds it: {other:?}"),
-        }
-        assert!(
-            err.to_string()
-                .contains("in use by another guildhall server"),
-            "{err}"
-        );
-    }
-    let owner = owners.pop().unwrap();
-    let epoch = owner.epoch();
-    owner.close();
-    // Closed, it gave the database up: the next server takes it at once, a later epoch.
-    let next = PostgresStore::open(&url).unwrap();
-    assert_eq!(next.epoch(), epoch + 1);
-    next.close();
+    // Closed, a server leaves: its row goes with it.
+    let members = servers[0].cluster().unwrap().members().unwrap();
+    assert_eq!(members.len(), 1, "{members:?}");
+    assert!(members.iter().all(|m| m.node != gone));
+    servers[0].close();
 
-    let (client, connection) = tokio_postgres::connect(&url, tokio_postgres::NoTls)
-        .await
-        .unwrap();
-    tokio::spawn(connection);
+    let client = admin(&url).await;
     let applied = client
         .query_one("SELECT count(*) FROM guildhall_migrations", &[])
         .await
@@ -154,6 +144,55 @@ async fn servers_starting_together_migrate_once_one_owns_the_database_and_a_newe
     assert_eq!(versions as usize, store::MIGRATIONS.len() + 1);
 }
 
+#[tokio::test]
+async fn a_subject_is_held_by_one_server_until_released_and_a_live_holder_is_not_robbed() {
+    use std::time::{Duration, Instant};
+    let url = pg::fresh_database().await;
+    let a = PostgresStore::open_url(&url, Duration::from_secs(1)).unwrap();
+    let b = PostgresStore::open_url(&url, Duration::from_secs(1)).unwrap();
+    let (ca, cb) = (a.cluster().unwrap(), b.cluster().unwrap());
+    let mut asked = cb.subscribe();
+    let first = ca.claim("mail:x").await.unwrap();
+    // Claimed again by its holder: still its, a later claim.
+    let again = ca.claim("mail:x").await.unwrap();
+    assert!(again.epoch > first.epoch);
+    assert_eq!(cb.holder("mail:x").unwrap().as_deref(), Some(a.node()));
+    assert_eq!(ca.holder("mail:x").unwrap(), None, "not another server");
+    // `a` is live and, being no runtime, never hands it over: `b` is refused, past the
+    // lease (a live server is never robbed), naming the holder.
+    let mut a_asked = ca.subscribe();
+    let started = Instant::now();
+    let err = cb.claim("mail:x").await.unwrap_err();
+    assert!(started.elapsed() >= Duration::from_secs(1), "it waited");
+    match &err {
+        StoreError::Held { subject, holder } => {
+            assert_eq!(subject, "mail:x");
+            assert_eq!(holder, a.node());
+        }
+        other => panic!("{other:?}"),
+    }
+    assert!(err.to_string().contains("did not hand it over"), "{err}");
+    // It was asked, through a notice to it alone.
+    assert_eq!(
+        a_asked.try_recv().unwrap(),
+        guildhall::store::Notice::Release("mail:x".into())
+    );
+    assert!(asked.try_recv().is_err(), "b was not asked anything");
+    // A stale release (an earlier claim) ends nothing; the current one does.
+    ca.release("mail:x", first);
+    store::commit(&a, Batch::new()).await.unwrap();
+    assert_eq!(cb.holder("mail:x").unwrap().as_deref(), Some(a.node()));
+    ca.release("mail:x", again);
+    let taken = cb.claim("mail:x").await.unwrap();
+    assert!(taken.epoch > again.epoch);
+    assert_eq!(ca.holder("mail:x").unwrap().as_deref(), Some(b.node()));
+    let members = ca.members().unwrap();
+    let leases = |node: &str| members.iter().find(|m| m.node == node).unwrap().leases;
+    assert_eq!((leases(a.node()), leases(b.node())), (0, 1));
+    a.close();
+    b.close();
+}
+
 /// A client of `url`, its connection driven in the background.
 async fn admin(url: &str) -> tokio_postgres::Client {
     let (client, connection) = tokio_postgres::connect(url, tokio_postgres::NoTls)
@@ -164,30 +203,41 @@ async fn admin(url: &str) -> tokio_postgres::Client {
 }
 
 #[tokio::test]
-async fn a_server_whose_lease_was_taken_is_fenced_writes_nothing_and_says_it_must_stop() {
+async fn a_server_past_its_lease_loses_what_it_held_is_fenced_and_writes_nothing() {
+    use std::time::Duration;
     let url = pg::fresh_database().await;
-    let s = PostgresStore::open(&url).unwrap();
+    let old = PostgresStore::open_url(&url, Duration::from_secs(1)).unwrap();
+    let new = PostgresStore::open_url(&url, Duration::from_secs(1)).unwrap();
+    old.cluster().unwrap().claim("ctx:s").await.unwrap();
     let mut batch = Batch::new();
     batch.put(Table::Agents, b"before".to_vec(), b"1".to_vec());
-    store::commit(&s, batch).await.unwrap();
-    assert!(s.lost().is_none());
-    // Another server takes the lease, as one does once this one's lease ran out.
+    store::commit(&old, batch).await.unwrap();
+    assert!(old.lost().is_none());
+    // As if paused past its lease: its row's expiry is in the past (its heartbeat may
+    // renew it first; then try again).
     let admin = admin(&url).await;
-    admin
-        .execute(
-            "UPDATE guildhall_owner SET node = 'thief', epoch = epoch + 1",
-            &[],
-        )
-        .await
-        .unwrap();
+    let node = old.node().to_owned();
+    crate::support::eventually(Duration::from_secs(10), || async {
+        admin
+            .execute(
+                "UPDATE guildhall_nodes SET expires_at = now() - interval '1 second' \
+                 WHERE node = $1",
+                &[&node],
+            )
+            .await
+            .unwrap();
+        new.cluster().unwrap().claim("ctx:s").await.is_ok()
+    })
+    .await;
+    // Taken from it, and it fenced: its next write is refused and leaves nothing.
     let mut batch = Batch::new();
     batch.put(Table::Agents, b"after".to_vec(), b"2".to_vec());
-    let err = store::commit(&s, batch).await.unwrap_err();
+    let err = store::commit(&old, batch).await.unwrap_err();
     assert!(matches!(err, StoreError::Fenced), "{err:?}");
     assert!(err.to_string().contains("must stop"), "{err}");
-    assert!(matches!(s.lost(), Some(StoreError::Fenced)));
+    assert!(matches!(old.lost(), Some(StoreError::Fenced)));
     assert!(matches!(
-        s.get(Table::Agents, b"before"),
+        old.get(Table::Agents, b"before"),
         Err(StoreError::Fenced)
     ));
     let written = admin
@@ -198,14 +248,21 @@ async fn a_server_whose_lease_was_taken_is_fenced_writes_nothing_and_says_it_mus
         .await
         .unwrap();
     assert!(written.is_none(), "a fenced write left nothing");
-    s.close();
-    // Closing a fenced store does not give away a lease it no longer holds.
-    let node: String = admin
-        .query_one("SELECT node FROM guildhall_owner", &[])
+    let members = new.cluster().unwrap().members().unwrap();
+    let old_row = members.iter().find(|m| m.node == node).unwrap();
+    assert!(!old_row.live, "{members:?}");
+    old.close();
+    // Closing a fenced store gives away nothing it no longer holds.
+    let holder: String = admin
+        .query_one(
+            "SELECT node FROM guildhall_leases WHERE subject = 'ctx:s'",
+            &[],
+        )
         .await
         .unwrap()
         .get(0);
-    assert_eq!(node, "thief");
+    assert_eq!(holder, new.node());
+    new.close();
 }
 
 #[test]
@@ -309,16 +366,22 @@ async fn a_server_paused_past_its_lease_steps_down_when_it_wakes_and_the_new_own
         .unwrap();
     let pid = old.id().unwrap().to_string();
     let admin = admin(&url).await;
-    let held = || async {
-        admin
+    let node = Mutex::new(String::new());
+    eventually(Duration::from_secs(30), || async {
+        // Not migrated yet, the table may not be there: look again.
+        let row = admin
             .query_opt(
-                "SELECT 1 FROM guildhall_owner WHERE expires_at > now()",
-                &[],
+                "SELECT node FROM guildhall_nodes WHERE pid = $1 AND expires_at > now()",
+                &[&pid.parse::<i64>().unwrap()],
             )
-            .await
-            .is_ok_and(|row| row.is_some())
-    };
-    eventually(Duration::from_secs(30), held).await;
+            .await;
+        row.ok()
+            .flatten()
+            .map(|row| *node.lock().unwrap() = row.get(0))
+            .is_some()
+    })
+    .await;
+    let node = node.into_inner().unwrap();
     // Serving (its socket is there), not still starting.
     let socket = guildhall::mcp::local::socket_path(dir.path());
     eventually(Duration::from_secs(30), || async { socket.exists() }).await;
@@ -330,9 +393,16 @@ async fn a_server_paused_past_its_lease_steps_down_when_it_wakes_and_the_new_own
         .unwrap();
     let status = String::from_utf8_lossy(&status.stdout);
     assert!(
-        status.contains("store        PostgreSQL, owned by this server as"),
+        status.contains(&format!(
+            "store        PostgreSQL, shared; this server is {node}"
+        )),
         "{status}"
     );
+    assert!(
+        status.contains("cluster      1 servers share the database"),
+        "{status}"
+    );
+    assert!(status.contains("(this server)"), "{status}");
     let signal = |name: &str| {
         let status = std::process::Command::new("kill")
             .args([name, &pid])
@@ -340,25 +410,30 @@ async fn a_server_paused_past_its_lease_steps_down_when_it_wakes_and_the_new_own
             .unwrap();
         assert!(status.success(), "kill {name} {pid}");
     };
+    // It holds a subject, as a server does whose agent's mailbox runs there.
+    admin
+        .execute(
+            "INSERT INTO guildhall_leases (subject, node, epoch) VALUES ('mail:held', $1, 1)",
+            &[&node],
+        )
+        .await
+        .unwrap();
     signal("-STOP");
-    // Paused, its lease runs out; another server takes the database and writes.
-    let new = Mutex::new(None);
+    // Paused, its lease runs out; another server takes what it held (fencing it) and writes.
+    let new = PostgresStore::open_url(&url, Duration::from_secs(1)).unwrap();
+    let cluster = new.cluster().unwrap();
     eventually(Duration::from_secs(10), || async {
-        match PostgresStore::open_url(&url, Duration::from_secs(1)) {
-            Ok(store) => {
-                *new.lock().unwrap() = Some(store);
-                true
-            }
-            Err(StoreError::InUse { .. }) => false,
+        match cluster.claim("mail:held").await {
+            Ok(_) => true,
+            Err(StoreError::Held { .. }) => false,
             Err(other) => panic!("{other}"),
         }
     })
     .await;
-    let new = new.into_inner().unwrap().unwrap();
     let mut batch = Batch::new();
     batch.put(Table::Agents, b"new owner".to_vec(), b"1".to_vec());
     store::commit(&new, batch).await.unwrap();
-    // Woken, the old server finds its lease taken and steps down.
+    // Woken, the old server finds itself fenced and steps down.
     signal("-CONT");
     let out = tokio::time::timeout(Duration::from_secs(20), old.wait_with_output())
         .await

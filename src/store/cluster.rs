@@ -1,0 +1,173 @@
+//! Servers sharing one store: which server runs which actor, and the notices they send each
+//! other through the store.
+//!
+//! A store one process owns (redb, memory) has no [`Cluster`]: every actor is local. A
+//! shared database (PostgreSQL) has one. An actor whose state others may also reach (an
+//! agent's mailbox, a context session, the task board) is a *subject*: before it loads,
+//! its server [claims](Cluster::claim) the subject, and it is active on that server only
+//! until it stops and [releases](Cluster::release) it. A server that needs a subject
+//! another live server holds asks that server to hand it over (a [`Notice::Release`]) and
+//! waits for it. A server gone silent past its lease is fenced by the first server that
+//! takes one of its subjects: none of its writes commit from then on.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+
+use serde::Serialize;
+
+use super::StoreError;
+
+/// A subject's name: what an actor serves, the same on every server.
+pub fn subject(kind: &str, id: &str) -> String {
+    format!("{kind}:{id}")
+}
+
+/// A notice sent to one server, or to all, committed with a batch (see
+/// [`Batch::notify`](super::Batch::notify)): delivered only if the batch commits.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Note {
+    /// The server to tell; `None` tells every server but the sender.
+    pub to: Option<Arc<str>>,
+    /// What to tell it.
+    pub notice: Notice,
+}
+
+/// What servers tell each other.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Notice {
+    /// Hand the subject over: stop its actor, so that its lease is released.
+    Release(Arc<str>),
+    /// A message was stored into an agent's inbox by another server.
+    Mail {
+        /// The recipient.
+        agent: Arc<str>,
+        /// The message's id.
+        id: uuid::Uuid,
+    },
+    /// Something every server keeps in memory changed (`agents`, `sessions`): read it again.
+    Changed(Arc<str>),
+    /// Notices may have been missed (the listening connection broke, or a subscriber fell
+    /// behind): whatever a notice would have said, look again.
+    Resync,
+}
+
+impl Notice {
+    /// The notice as sent through the database.
+    pub fn encode(&self) -> String {
+        match self {
+            Notice::Release(subject) => format!("release\n{subject}"),
+            Notice::Mail { agent, id } => format!("mail\n{agent}\n{id}"),
+            Notice::Changed(what) => format!("changed\n{what}"),
+            Notice::Resync => "resync".into(),
+        }
+    }
+
+    /// A notice as received; `None` for one this build does not know.
+    pub fn decode(text: &str) -> Option<Self> {
+        let mut parts = text.splitn(3, '\n');
+        match (parts.next()?, parts.next(), parts.next()) {
+            ("release", Some(subject), None) => Some(Notice::Release(subject.into())),
+            ("mail", Some(agent), Some(id)) => Some(Notice::Mail {
+                agent: agent.into(),
+                id: id.parse().ok()?,
+            }),
+            ("changed", Some(what), None) => Some(Notice::Changed(what.into())),
+            ("resync", None, None) => Some(Notice::Resync),
+            _ => None,
+        }
+    }
+}
+
+/// A claimed subject: held by this server until released with this epoch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Claimed {
+    /// Grows at every claim of the subject, by any server: a release names the claim it
+    /// ends, so a late release never ends a newer one.
+    pub epoch: i64,
+}
+
+/// One server sharing the store, as `guildhall status` lists it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Member {
+    /// Its id.
+    pub node: String,
+    /// The host it runs on and its process id.
+    pub host: String,
+    /// Its process id.
+    pub pid: i64,
+    /// The address it serves on, once it said (empty until then).
+    pub address: String,
+    /// Milliseconds since its last heartbeat.
+    pub heartbeat_age_ms: i64,
+    /// Whether its lease is live (it is up and may write).
+    pub live: bool,
+    /// How many subjects it holds.
+    pub leases: i64,
+    /// Whether this is the server asking.
+    pub this: bool,
+}
+
+/// A boxed future, as a dyn-compatible trait returns it.
+pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+
+/// The servers sharing a store. See the [module documentation](self).
+pub trait Cluster: Send + Sync {
+    /// This server's id.
+    fn node(&self) -> &str;
+
+    /// Claims `subject` for this server. A subject held by another live server is asked
+    /// for (a [`Notice::Release`] to it) and waited for; one held by a server gone past its
+    /// lease is taken at once, and that server fenced.
+    ///
+    /// # Errors
+    /// [`StoreError::Held`] when its holder did not hand it over in time; the store's
+    /// errors otherwise.
+    fn claim<'a>(&'a self, subject: &'a str) -> BoxFuture<'a, Result<Claimed, StoreError>>;
+
+    /// Ends the claim `claimed` of `subject`, after every batch submitted before.
+    fn release(&self, subject: &str, claimed: Claimed);
+
+    /// The live server other than this one that holds `subject`, if any.
+    ///
+    /// # Errors
+    /// The store's.
+    fn holder(&self, subject: &str) -> Result<Option<Arc<str>>, StoreError>;
+
+    /// Notices for this server, from now on. A subscriber that falls behind gets
+    /// [`Notice::Resync`].
+    fn subscribe(&self) -> tokio::sync::broadcast::Receiver<Notice>;
+
+    /// Says where this server can be reached, for the member list.
+    fn announce(&self, address: &str);
+
+    /// The servers sharing the store, this one included.
+    ///
+    /// # Errors
+    /// The store's.
+    fn members(&self) -> Result<Vec<Member>, StoreError>;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn notices_read_back_as_sent_and_unknown_ones_are_none() {
+        let id = uuid::Uuid::now_v7();
+        for notice in [
+            Notice::Release("mail:a b".into()),
+            Notice::Mail {
+                agent: "dev-1".into(),
+                id,
+            },
+            Notice::Changed("agents".into()),
+            Notice::Resync,
+        ] {
+            assert_eq!(Notice::decode(&notice.encode()), Some(notice));
+        }
+        assert_eq!(Notice::decode("mail\nx\nnot-a-uuid"), None);
+        assert_eq!(Notice::decode("later\nsomething"), None);
+    }
+}
