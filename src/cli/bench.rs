@@ -576,6 +576,12 @@ struct ClusterArgs {
     /// Rounds (figures are medians).
     #[arg(long, default_value_t = 5)]
     rounds: usize,
+    /// Request/reply round trips timed, on one server and across two.
+    #[arg(long, default_value_t = 200)]
+    round_trips: usize,
+    /// Killed mailbox holders timed.
+    #[arg(long, default_value_t = 10)]
+    takeovers: usize,
 }
 
 #[cfg(feature = "postgres")]
@@ -585,6 +591,9 @@ async fn cluster(a: ClusterArgs) -> Result<(), Box<dyn std::error::Error>> {
         agents: a.agents.max(1),
         per_agent: a.per_agent.max(1),
         rounds: a.rounds.max(1),
+        round_trips: a.round_trips.max(1),
+        takeovers: a.takeovers.max(1),
+        program: std::env::current_exe().ok(),
     };
     let bar = progress_bar()?;
     let stage = Bar(bar.clone());
@@ -609,6 +618,37 @@ async fn cluster(a: ClusterArgs) -> Result<(), Box<dyn std::error::Error>> {
             ),
             ("  ratio", report.ratio, ">= 0.7"),
             ("messages per group commit", report.msgs_per_commit, ""),
+            (
+                "round trip, one server, p50 (µs)",
+                report.rtt_one_server_p50_us,
+                "baseline",
+            ),
+            (
+                "round trip, one server, p99 (µs)",
+                report.rtt_one_server_p99_us,
+                "",
+            ),
+            (
+                "round trip, two servers, p50 (µs)",
+                report.rtt_two_servers_p50_us,
+                "",
+            ),
+            (
+                "round trip, two servers, p99 (µs)",
+                report.rtt_two_servers_p99_us,
+                "",
+            ),
+            ("lease (ms)", report.lease_ms, ""),
+            (
+                "takeover after SIGKILL, p50 (ms)",
+                report.takeover_p50_ms.unwrap_or(f64::NAN),
+                "",
+            ),
+            (
+                "takeover after SIGKILL, p99 (ms)",
+                report.takeover_p99_ms.unwrap_or(f64::NAN),
+                "",
+            ),
         ],
     )
 }

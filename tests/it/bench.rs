@@ -258,3 +258,49 @@ fn events_reports_the_lag_of_a_watcher_and_what_watching_costs_a_call() {
         );
     }
 }
+
+#[cfg(feature = "postgres")]
+#[test]
+fn cluster_reports_throughput_round_trips_and_takeovers_against_their_baselines() {
+    let server = crate::pg::server();
+    let url = format!(
+        "host=127.0.0.1 port={} user=guildhall dbname=postgres",
+        server.port
+    );
+    let report = bench(&[
+        "cluster",
+        "--json",
+        "--store",
+        &url,
+        "--agents",
+        "10",
+        "--per-agent",
+        "3",
+        "--rounds",
+        "1",
+        "--round-trips",
+        "10",
+        "--takeovers",
+        "2",
+    ]);
+    let figure = |name: &str| {
+        report[name]
+            .as_f64()
+            .unwrap_or_else(|| panic!("{name}: {report}"))
+    };
+    let ratio = figure("durable_msgs_per_sec") / figure("pg_floor_msgs_per_sec");
+    assert!((figure("ratio") - ratio).abs() < 1e-9, "{report}");
+    for (p50, p99) in [
+        ("rtt_one_server_p50_us", "rtt_one_server_p99_us"),
+        ("rtt_two_servers_p50_us", "rtt_two_servers_p99_us"),
+        ("takeover_p50_ms", "takeover_p99_ms"),
+    ] {
+        assert!(figure(p50) > 0.0 && figure(p50) <= figure(p99), "{report}");
+    }
+    // A takeover waits out what is left of the dead server's lease: at least two thirds
+    // of it (a heartbeat renews it every third).
+    assert!(
+        figure("takeover_p50_ms") >= figure("lease_ms") * 0.6,
+        "{report}"
+    );
+}
