@@ -614,6 +614,17 @@ pub(super) async fn status(
     let runtime = server.runtime();
     let tree = runtime.tree().await.map_err(|err| err.to_string())?;
     let records = runtime.agents();
+    let store = runtime.store();
+    // Which server runs each agent's mailbox, when servers share the store.
+    let servers: std::collections::HashMap<String, String> = match store.cluster() {
+        Some(cluster) => cluster
+            .holders("mail:")
+            .map_err(|err| err.to_string())?
+            .into_iter()
+            .map(|(subject, node)| (subject["mail:".len()..].to_owned(), node))
+            .collect(),
+        None => std::collections::HashMap::new(),
+    };
     let mut agents = Vec::new();
     for record in records.iter().take(max_agents) {
         let unread = match runtime.agent(record.id.as_str()) {
@@ -626,6 +637,7 @@ pub(super) async fn status(
             "parent": record.parent.as_ref().map(ToString::to_string),
             "unread": unread,
             "connections": runtime.connections_of(record.id.as_str()),
+            "server": servers.get(record.id.as_str()),
         }));
     }
     let mut value = serde_json::json!({
@@ -638,7 +650,7 @@ pub(super) async fn status(
         "active_mailboxes": runtime.active_mailboxes(),
         "tools": runtime.tools().iter().map(|t| t.name.clone()).collect::<Vec<_>>(),
     });
-    if let (Some(value), Some(cluster)) = (value.as_object_mut(), runtime.store().cluster()) {
+    if let (Some(value), Some(cluster)) = (value.as_object_mut(), store.cluster()) {
         let members = cluster.members().map_err(|err| err.to_string())?;
         value.insert(
             "cluster".into(),

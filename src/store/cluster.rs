@@ -135,6 +135,13 @@ pub trait Cluster: Send + Sync {
     /// The store's.
     fn holder(&self, subject: &str) -> Result<Option<Arc<str>>, StoreError>;
 
+    /// Every subject starting with `prefix` that a server holds, with its holder (live or
+    /// not), in subject order.
+    ///
+    /// # Errors
+    /// The store's.
+    fn holders(&self, prefix: &str) -> Result<Vec<(String, String)>, StoreError>;
+
     /// Notices for this server, from now on. A subscriber that falls behind gets
     /// [`Notice::Resync`].
     fn subscribe(&self) -> tokio::sync::broadcast::Receiver<Notice>;

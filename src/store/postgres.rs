@@ -99,6 +99,20 @@ pub const MIGRATIONS: &[(i32, &str)] = &[
              END IF;
              RETURN true;
          END $$;
+         -- A group commit that carries notices: the writes and the notices in one call,
+         -- one round trip (the notices are sent at the commit, only if it happens).
+         CREATE FUNCTION guildhall_commit_notify(
+             pt int2[], pk bytea[], pv bytea[], dt int2[], dk bytea[], n text,
+             ch text[], pl text[]) RETURNS void LANGUAGE plpgsql AS $$
+         BEGIN
+             PERFORM guildhall_node_fence(n);
+             DELETE FROM guildhall_kv k USING unnest(dt, dk) AS d(tbl, key)
+                 WHERE k.tbl = d.tbl AND k.key = d.key;
+             INSERT INTO guildhall_kv (tbl, key, value)
+                 SELECT u.tbl, u.key, u.value FROM unnest(pt, pk, pv) AS u(tbl, key, value)
+                 ON CONFLICT (tbl, key) DO UPDATE SET value = EXCLUDED.value;
+             PERFORM pg_notify(c.channel, c.payload) FROM unnest(ch, pl) AS c(channel, payload);
+         END $$;
          -- Claims subject s for server n: its holder afterwards, and the claim's epoch.
          CREATE FUNCTION guildhall_claim(s text, n text, OUT o_holder text, OUT o_epoch bigint)
          LANGUAGE plpgsql AS $$
@@ -619,11 +633,8 @@ impl Connection {
              ON CONFLICT (tbl, key) DO UPDATE SET value = EXCLUDED.value",
         )
         .await?;
-        let notify = prepare(
-            "SELECT count(pg_notify(n.channel, n.payload)) \
-             FROM unnest($1::text[], $2::text[]) AS n(channel, payload)",
-        )
-        .await?;
+        let notify =
+            prepare("SELECT guildhall_commit_notify($1, $2, $3, $4, $5, $6, $7, $8)").await?;
         let claim = prepare("SELECT o_holder, o_epoch FROM guildhall_claim($1, $2)").await?;
         let release =
             prepare("DELETE FROM guildhall_leases WHERE subject = $1 AND node = $2 AND epoch = $3")
@@ -842,21 +853,22 @@ async fn commit_group(
             .execute(&live.apply, &apply)
             .await
             .map_err(fail)?;
-        return Ok(());
-    }
-    // Notices are sent at the commit, and only if it happens.
-    live.client.batch_execute("BEGIN").await.map_err(fail)?;
-    let sent = async {
-        live.client.execute(&live.apply, &apply).await?;
+    } else {
+        let notify = [
+            &put_tbl as &(dyn tokio_postgres::types::ToSql + Sync),
+            &put_key,
+            &put_value,
+            &del_tbl,
+            &del_key,
+            &me.node,
+            &channels,
+            &payloads,
+        ];
         live.client
-            .execute(&live.notify, &[&channels, &payloads])
+            .execute(&live.notify, &notify)
             .await
+            .map_err(fail)?;
     }
-    .await;
-    let end = if sent.is_ok() { "COMMIT" } else { "ROLLBACK" };
-    let ended = live.client.batch_execute(end).await;
-    sent.map_err(fail)?;
-    ended.map_err(fail)?;
     Ok(())
 }
 
@@ -1044,6 +1056,15 @@ impl Cluster for PostgresStore {
             vec![subject.to_owned(), self.me.node.clone()],
         )?;
         Ok(rows.first().map(|row| Arc::from(row.get::<_, &str>(0))))
+    }
+
+    fn holders(&self, prefix: &str) -> Result<Vec<(String, String)>, StoreError> {
+        let rows = self.read_rows(
+            "SELECT subject, node FROM guildhall_leases WHERE starts_with(subject, $1) \
+             ORDER BY subject",
+            vec![prefix.to_owned()],
+        )?;
+        Ok(rows.iter().map(|row| (row.get(0), row.get(1))).collect())
     }
 
     fn subscribe(&self) -> tokio::sync::broadcast::Receiver<Notice> {

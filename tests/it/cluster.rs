@@ -560,6 +560,28 @@ async fn three_servers_one_killed_each_round_lose_and_duplicate_nothing() {
         }
         nodes[victim].start();
     }
+    // The status of any server lists all three, and where the listed agents' mailboxes run.
+    let status = crate::support::guildhall_ok(nodes[0].dir.path(), &["status", "--json"]);
+    let status: serde_json::Value = serde_json::from_str(&status).unwrap();
+    let members = status["cluster"].as_array().unwrap();
+    // The three running (a server killed a moment ago may still look live: its lease has
+    // not run out yet; earlier ones are listed down).
+    for node in &nodes {
+        let pid = node.process.as_ref().unwrap().id();
+        assert!(
+            members.iter().any(|m| m["pid"] == pid && m["live"] == true),
+            "{pid} live in {members:?}"
+        );
+    }
+    assert_eq!(members.iter().filter(|m| m["this"] == true).count(), 1);
+    assert!(members.iter().any(|m| m["live"] == false), "{members:?}");
+    let placed = status["agent_list"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|a| a["server"].is_string())
+        .count();
+    assert!(placed > 0, "{status}");
     for node in &mut nodes {
         node.kill();
     }
