@@ -161,14 +161,19 @@ pub(super) async fn leave(writer: &super::Connection, me: &Membership) {
     let Ok(live) = writer.live().await else {
         return;
     };
-    let _ = live
-        .client
-        .batch_execute(&format!(
-            "DELETE FROM guildhall_leases WHERE node = '{node}'; \
-             DELETE FROM guildhall_nodes WHERE node = '{node}' AND NOT fenced",
-            node = me.node
-        ))
-        .await;
+    let client = &live.client;
+    if client
+        .execute("DELETE FROM guildhall_leases WHERE node = $1", &[&me.node])
+        .await
+        .is_ok()
+    {
+        let _ = client
+            .execute(
+                "DELETE FROM guildhall_nodes WHERE node = $1 AND NOT fenced",
+                &[&me.node],
+            )
+            .await;
+    }
 }
 
 /// Whether `e` is the fence refusing a write.
@@ -191,6 +196,8 @@ pub(super) async fn listen(
     loop {
         let (tx, mut rx) = mpsc::unbounded_channel();
         let connected = match connect_listening(&config, tx).await {
+            // LISTEN takes no parameters: the channel is spliced in, made of this server's
+            // own random hex id only.
             Ok(client) => client
                 .batch_execute(&format!("LISTEN {}; LISTEN {EVERYONE}", channel(&me.node)))
                 .await
