@@ -49,7 +49,7 @@ use crate::humans::{Humans, HumansConfig};
 use crate::options::{CallOptions, ToolOptions};
 use crate::pipeline::{self, Sweeper};
 use crate::registry::{ErasedTool, ToolEntry, ToolHandle};
-use crate::store::{self, MemoryStore, Store};
+use crate::store::{self, Cluster, MemoryStore, Store};
 use crate::tasks::tools::{
     TaskClaim, TaskCreate, TaskGet, TaskHeartbeat, TaskList, TaskRelease, TaskUpdate,
 };
@@ -824,6 +824,9 @@ impl RuntimeBuilder {
         };
         // One event stream for the whole runtime: calls, tools, mail, agents.
         let events = crate::events::Events::default();
+        // Listening before the directory and the sessions are read: a change another
+        // server makes from here on is either read by them or noticed after.
+        let notices = store.cluster().map(Cluster::subscribe);
         let office = PostOffice::open(
             Arc::clone(&store),
             self.mailbox.clone(),
@@ -924,9 +927,9 @@ impl RuntimeBuilder {
         office.start_sweep();
         contexts.start_sweep();
         tasks.start_sweep();
-        if let Some(cluster) = office.shared.store.cluster() {
+        if let Some(notices) = notices {
             tokio::spawn(follow_cluster(
-                cluster.subscribe(),
+                notices,
                 Arc::downgrade(&office),
                 Arc::downgrade(&contexts),
                 Arc::downgrade(&tasks),
@@ -964,8 +967,7 @@ async fn follow_cluster(
 ) {
     use crate::store::Notice;
     use tokio::sync::broadcast::error::{RecvError, TryRecvError};
-    // Whatever changed between the store's opening and this subscription.
-    let mut pending = vec![Notice::Resync];
+    let mut pending = Vec::new();
     loop {
         if pending.is_empty() {
             match notices.recv().await {

@@ -360,16 +360,44 @@ impl Directory {
         Ok(entry)
     }
 
+    /// The agent `id`, read from the store when this directory does not know it (another
+    /// server sharing the store registered it, and its notice has not come yet).
+    ///
+    /// # Errors
+    /// [`MailError::Store`] when the store cannot be read.
+    pub(crate) async fn get_or_load(
+        &self,
+        store: &dyn Store,
+        id: &str,
+    ) -> Result<Option<Arc<AgentEntry>>, MailError> {
+        if let Some(entry) = self.get(id) {
+            return Ok(Some(entry));
+        }
+        let _serial = self.changes.lock().await;
+        if let Some(entry) = self.get(id) {
+            return Ok(Some(entry));
+        }
+        let Some(bytes) = store.get(Table::Agents, id.as_bytes())? else {
+            return Ok(None);
+        };
+        let record: AgentRecord = codec::decode(Table::Agents, &bytes)?;
+        self.index(&record);
+        let entry = Arc::new(AgentEntry::new(record));
+        self.agents.insert(entry.id.clone(), Arc::clone(&entry));
+        self.generation.fetch_add(1, Ordering::Release);
+        Ok(Some(entry))
+    }
+
     /// Reads the directory from the store again (another server sharing it registered or
-    /// removed agents): adds, updates and removes entries to match. Returns the entries
-    /// removed, so their mailboxes can be stopped.
+    /// removed agents): adds, updates and removes entries to match. Returns whether
+    /// anything changed, and the entries removed, so their mailboxes can be stopped.
     ///
     /// # Errors
     /// [`MailError::Store`] when the store cannot be read.
     pub(crate) async fn refresh(
         &self,
         store: &dyn Store,
-    ) -> Result<Vec<Arc<AgentEntry>>, MailError> {
+    ) -> Result<(bool, Vec<Arc<AgentEntry>>), MailError> {
         let _serial = self.changes.lock().await;
         let mut stored = std::collections::HashMap::new();
         store::scan_values(store, Table::Agents, b"", |_, r: AgentRecord| {
@@ -406,7 +434,7 @@ impl Directory {
         if changed {
             self.generation.fetch_add(1, Ordering::Release);
         }
-        Ok(removed)
+        Ok((changed, removed))
     }
 
     /// Grows with every registration and removal.

@@ -31,7 +31,7 @@ use super::message::{DeliveryState, Inbox, InboxQuery, Message};
 use super::protocol::{Arrivals, Committed, MailboxMsg, Op, Reply};
 use super::shared::Shared;
 use crate::sorted::SortedDeque;
-use crate::store::cluster::Claimed;
+use crate::store::cluster::Hold;
 use crate::store::{self, Batch, Done, StoreError, Table, codec};
 
 fn duration_ms(d: Duration) -> u64 {
@@ -69,8 +69,9 @@ pub(crate) struct MailboxState {
     inflight: u32,
     /// Unread messages that carry an expiry (none: no expiry sweep needed).
     expiring: usize,
-    /// This server's claim of the mailbox, when servers share the store.
-    claimed: Option<Claimed>,
+    /// This server's hold on the mailbox, when servers share the store (released with the
+    /// state).
+    hold: Option<Hold>,
 }
 
 impl Actor for MailboxActor {
@@ -85,15 +86,7 @@ impl Actor for MailboxActor {
         myself: ActorRef<Self::Msg>,
         (): (),
     ) -> Result<Self::State, ActorProcessingErr> {
-        let mut claimed = None;
-        let loaded = Box::pin(self.load(myself, &mut claimed)).await;
-        if loaded.is_err()
-            && let (Some(cluster), Some(claimed)) = (self.shared.store.cluster(), claimed)
-        {
-            // Not loaded, not held: another server may try.
-            cluster.release(&self.subject(), claimed);
-        }
-        loaded
+        Box::pin(self.load(myself)).await
     }
 
     async fn post_stop(
@@ -102,14 +95,14 @@ impl Actor for MailboxActor {
         state: &mut Self::State,
     ) -> Result<(), ActorProcessingErr> {
         self.entry.slot.unpublish(&myself);
-        if let (Some(cluster), Some(claimed)) = (self.shared.store.cluster(), state.claimed) {
+        if state.hold.is_some() {
+            // Not running here any more: nothing to keep for it (the hold goes with the
+            // state, after every write this mailbox submitted).
             *self
                 .entry
                 .arrivals
                 .lock()
                 .unwrap_or_else(PoisonError::into_inner) = None;
-            // After every write this mailbox submitted: the next holder loads them.
-            cluster.release(&self.subject(), claimed);
         }
         Ok(())
     }
@@ -190,11 +183,7 @@ impl MailboxState {
 }
 
 impl MailboxActor {
-    async fn load(
-        &self,
-        myself: ActorRef<MailboxMsg>,
-        claimed: &mut Option<Claimed>,
-    ) -> Result<MailboxState, ActorProcessingErr> {
+    async fn load(&self, myself: ActorRef<MailboxMsg>) -> Result<MailboxState, ActorProcessingErr> {
         if self.entry.slot.is_retired() {
             return Err(format!("agent `{}` is deregistered", self.entry.id).into());
         }
@@ -203,11 +192,13 @@ impl MailboxActor {
         // Every commit submitted before this start (by a predecessor that crashed) is done
         // once this barrier is.
         store::commit(&*self.shared.store, Batch::new()).await?;
-        let mut state = MailboxState::default();
-        if let Some(cluster) = self.shared.store.cluster() {
-            // Active on one server at a time: another holding it hands it over first.
-            state.claimed = Some(cluster.claim(&self.subject()).await?);
-            *claimed = state.claimed;
+        // Active on one server at a time: another holding it hands it over first. Should
+        // the load fail, the hold is dropped with the state, and released.
+        let mut state = MailboxState {
+            hold: Hold::take(&self.shared.store, self.subject()).await?,
+            ..MailboxState::default()
+        };
+        if state.hold.is_some() {
             // From here, what other servers store is kept for this mailbox; what they
             // stored before, the scan below finds.
             *self
@@ -250,7 +241,7 @@ impl MailboxActor {
         }
         self.entry.slot.touch(self.shared.clock());
         self.entry.slot.publish(myself.clone());
-        if state.claimed.is_some() {
+        if state.hold.is_some() {
             // Arrivals noticed while loading were not told to anyone: look at them now.
             let _ = myself.cast(MailboxMsg::Arrived);
         }

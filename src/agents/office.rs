@@ -193,12 +193,12 @@ impl PostOffice {
         // Most messages go to one agent by id: a directory hit needs no parsing, and the
         // address is then the recipient's own id, shared rather than copied.
         let mut own_id: Option<Arc<str>> = None;
-        let mut found = self.directory.get(&to);
-        if found.is_none() && self.shared.store.cluster().is_some() && AgentId::parse(&to).is_ok() {
+        let found = if self.shared.store.cluster().is_some() && AgentId::parse(&to).is_ok() {
             // Registered on another server a moment ago, perhaps, and not yet noticed here.
-            self.refresh().await;
-            found = self.directory.get(&to);
-        }
+            self.directory.get_or_load(&*self.shared.store, &to).await?
+        } else {
+            self.directory.get(&to)
+        };
         let recipients = match found {
             Some(entry) => {
                 own_id = Some(entry.id.shared());
@@ -353,7 +353,7 @@ impl PostOffice {
         match notice {
             Notice::Release(subject) => {
                 if let Some(id) = subject.strip_prefix("mail:") {
-                    // Its `post_stop` releases the claim, after its writes.
+                    // Its state goes with it, and its hold is released after its writes.
                     lazy::stop(&self.shared.partitions, id).await;
                 }
             }
@@ -376,11 +376,13 @@ impl PostOffice {
     /// Reads the directory again, stopping the mailboxes of agents removed elsewhere.
     async fn refresh(&self) {
         match self.directory.refresh(&*self.shared.store).await {
-            Ok(removed) => {
+            Ok((changed, removed)) => {
                 for entry in removed {
                     lazy::stop(&self.shared.partitions, entry.id.as_str()).await;
                 }
-                self.shared.changes.changed(&Subject::Agents);
+                if changed {
+                    self.shared.changes.changed(&Subject::Agents);
+                }
             }
             Err(err) => tracing::warn!(%err, "could not read the agent directory again"),
         }

@@ -30,7 +30,7 @@ use super::query;
 use super::session::SessionEntry;
 use super::shared::Shared;
 use crate::agents::{AgentId, now_ms};
-use crate::store::cluster::Claimed;
+use crate::store::cluster::Hold;
 use crate::store::{self, Batch, StoreError, Table, codec};
 use guildhall_supervision::lazy;
 
@@ -60,8 +60,9 @@ pub(crate) struct ContextState {
     base: u64,
     /// The latest snapshot's version and time (0, 0: none).
     snapshot: (u64, u64),
-    /// This server's claim of the session, when servers share the store.
-    claimed: Option<Claimed>,
+    /// This server's hold on the session, when servers share the store: kept only to be
+    /// dropped with the state, which releases it after every batch this actor submitted.
+    _hold: Option<Hold>,
     /// When the last batch was applied.
     last_at_ms: u64,
 }
@@ -93,13 +94,9 @@ impl Actor for ContextActor {
     async fn post_stop(
         &self,
         myself: ActorRef<Self::Msg>,
-        state: &mut Self::State,
+        _state: &mut Self::State,
     ) -> Result<(), ActorProcessingErr> {
         self.entry.slot.unpublish(&myself);
-        if let (Some(cluster), Some(claimed)) = (self.shared.store.cluster(), state.claimed) {
-            // After every batch this actor submitted: the next holder loads them.
-            cluster.release(&subject(self.entry.id.as_str()), claimed);
-        }
         Ok(())
     }
 
@@ -149,26 +146,18 @@ impl ContextActor {
         let store = &*self.shared.store;
         store::commit(store, Batch::new()).await?;
         // Active on one server at a time: another holding it hands it over first, after
-        // its batches, which the restore below then reads.
-        let claimed = match store.cluster() {
-            Some(cluster) => Some(cluster.claim(&subject(id.as_str())).await?),
-            None => None,
-        };
+        // its batches, which the restore below then reads. Should the restore fail, the
+        // hold is dropped here, and released.
+        let hold = Hold::take(&self.shared.store, subject(id.as_str())).await?;
         let restored = match log::restore(store, id, u64::MAX) {
             Ok(restored) => restored,
-            Err(err) => {
-                // Not loaded, not held: another server may try.
-                if let (Some(cluster), Some(claimed)) = (store.cluster(), claimed) {
-                    cluster.release(&subject(id.as_str()), claimed);
+            Err(RestoreError::Store(err)) => return Err(err.into()),
+            Err(RestoreError::Broken(reason)) => {
+                return Err(ContextError::Damaged {
+                    session: id.to_string(),
+                    reason,
                 }
-                return Err(match err {
-                    RestoreError::Store(err) => err.into(),
-                    RestoreError::Broken(reason) => ContextError::Damaged {
-                        session: id.to_string(),
-                        reason,
-                    }
-                    .into(),
-                });
+                .into());
             }
         };
         self.entry.slot.touch(self.shared.clock.now());
@@ -182,7 +171,7 @@ impl ContextActor {
             base: restored.base,
             snapshot: restored.snapshot,
             last_at_ms: restored.last_at_ms,
-            claimed,
+            _hold: hold,
         })
     }
 

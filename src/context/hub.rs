@@ -71,13 +71,12 @@ impl ContextHub {
     /// # Errors
     /// [`ContextError::UnknownSession`] when there is none.
     pub(crate) async fn session(&self, id: &str) -> Result<Arc<SessionEntry>, ContextError> {
-        if let Some(entry) = self.sessions.get(id) {
-            return Ok(entry);
-        }
-        if self.shared.store.cluster().is_some() {
-            self.refresh().await;
-        }
-        self.sessions.require(id)
+        let found = if self.shared.store.cluster().is_some() {
+            self.sessions.get_or_load(&*self.shared.store, id).await?
+        } else {
+            self.sessions.get(id)
+        };
+        found.ok_or_else(|| ContextError::UnknownSession { id: id.to_owned() })
     }
 
     /// What another server sharing the store says: a session to hand over, sessions it
@@ -86,7 +85,7 @@ impl ContextHub {
         match notice {
             Notice::Release(subject) => {
                 if let Some(id) = subject.strip_prefix("ctx:") {
-                    // Its `post_stop` releases the claim, after its batches.
+                    // Its state goes with it, and its hold is released after its batches.
                     lazy::stop(&self.shared.partitions, id).await;
                 }
             }

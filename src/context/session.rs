@@ -167,6 +167,32 @@ impl SessionDirectory {
         })
     }
 
+    /// The session `id`, read from the store when this directory does not know it
+    /// (another server sharing the store created it, and its notice has not come yet).
+    ///
+    /// # Errors
+    /// [`ContextError::Store`] when the store cannot be read.
+    pub(crate) async fn get_or_load(
+        &self,
+        store: &dyn Store,
+        id: &str,
+    ) -> Result<Option<Arc<SessionEntry>>, ContextError> {
+        if let Some(entry) = self.get(id) {
+            return Ok(Some(entry));
+        }
+        let _serial = self.changes.lock().await;
+        if let Some(entry) = self.get(id) {
+            return Ok(Some(entry));
+        }
+        let Some(bytes) = store.get(Table::Sessions, id.as_bytes())? else {
+            return Ok(None);
+        };
+        let record: SessionRecord = codec::decode(Table::Sessions, &bytes)?;
+        let entry = Arc::new(SessionEntry::new(record));
+        self.sessions.insert(entry.id.clone(), Arc::clone(&entry));
+        Ok(Some(entry))
+    }
+
     /// Reads the sessions from the store again (another server sharing it created, changed
     /// or deleted some). Returns the entries removed, so their actors can be stopped.
     ///

@@ -10,13 +10,13 @@
 //! waits for it. A server gone silent past its lease is fenced by the first server that
 //! takes one of its subjects: none of its writes commit from then on.
 
-use std::future::Future;
-use std::pin::Pin;
 use std::sync::Arc;
+
+use futures::future::BoxFuture;
 
 use serde::Serialize;
 
-use super::StoreError;
+use super::{Store, StoreError};
 
 /// A subject's name: what an actor serves, the same on every server.
 pub fn subject(kind: &str, id: &str) -> String {
@@ -88,6 +88,51 @@ pub struct Claimed {
     pub epoch: i64,
 }
 
+/// This server's hold on a subject, kept by the actor that claimed it (in its state) and
+/// released when dropped: when the actor stops, crashes or fails to load, after every batch
+/// it submitted (the writer takes the release in order with them).
+pub struct Hold {
+    store: Arc<dyn Store>,
+    subject: String,
+    claimed: Claimed,
+}
+
+impl Hold {
+    /// Claims `subject` for this server (see [`Cluster::claim`]); `None` when no other
+    /// server shares `store`.
+    ///
+    /// # Errors
+    /// As [`Cluster::claim`].
+    pub async fn take(store: &Arc<dyn Store>, subject: String) -> Result<Option<Self>, StoreError> {
+        let Some(cluster) = store.cluster() else {
+            return Ok(None);
+        };
+        let claimed = cluster.claim(&subject).await?;
+        Ok(Some(Self {
+            store: Arc::clone(store),
+            subject,
+            claimed,
+        }))
+    }
+}
+
+impl Drop for Hold {
+    fn drop(&mut self) {
+        if let Some(cluster) = self.store.cluster() {
+            cluster.release(&self.subject, self.claimed);
+        }
+    }
+}
+
+impl std::fmt::Debug for Hold {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Hold")
+            .field("subject", &self.subject)
+            .field("claimed", &self.claimed)
+            .finish_non_exhaustive()
+    }
+}
+
 /// One server sharing the store, as `guildhall status` lists it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Member {
@@ -108,9 +153,6 @@ pub struct Member {
     /// Whether this is the server asking.
     pub this: bool,
 }
-
-/// A boxed future, as a dyn-compatible trait returns it.
-pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 
 /// The servers sharing a store. See the [module documentation](self).
 pub trait Cluster: Send + Sync {

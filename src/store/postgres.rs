@@ -32,8 +32,9 @@ mod membership;
 
 use membership::Membership;
 
-use super::cluster::{BoxFuture, Claimed, Cluster, Member, Notice};
+use super::cluster::{Claimed, Cluster, Member, Notice};
 use super::{Batch, CommitCounters, Done, Durability, Store, StoreError, StoreStats, Table, Write};
+use futures::future::BoxFuture;
 
 /// The schema, one step per version; never edit a step that shipped, add one.
 pub const MIGRATIONS: &[(i32, &str)] = &[
@@ -409,6 +410,15 @@ fn wait<T: Send + 'static>(
 }
 
 async fn connect(config: &tokio_postgres::Config) -> Result<Client, StoreError> {
+    connect_listening(config, None).await
+}
+
+/// A connection; with `notices`, every notification's payload goes there (and `notices` is
+/// dropped when the connection ends).
+async fn connect_listening(
+    config: &tokio_postgres::Config,
+    notices: Option<mpsc::UnboundedSender<String>>,
+) -> Result<Client, StoreError> {
     use tokio_postgres::config::SslMode;
     let timed_out = |_| unavailable("connecting timed out");
     let client = if config.get_ssl_mode() == SslMode::Require {
@@ -416,23 +426,42 @@ async fn connect(config: &tokio_postgres::Config) -> Result<Client, StoreError> 
             .await
             .map_err(timed_out)?
             .map_err(|e| unavailable(tls_failure(&e)))?;
-        tokio::spawn(log_end(connection));
+        tokio::spawn(drive(connection, notices));
         client
     } else {
         let (client, connection) = tokio::time::timeout(CONNECT_TIMEOUT, config.connect(NoTls))
             .await
             .map_err(timed_out)?
             .map_err(|e| unavailable(&e))?;
-        tokio::spawn(log_end(connection));
+        tokio::spawn(drive(connection, notices));
         client
     };
     Ok(client)
 }
 
-/// Drives a connection until it ends, saying why if it broke.
-async fn log_end<F: Future<Output = Result<(), tokio_postgres::Error>>>(connection: F) {
-    if let Err(e) = connection.await {
-        tracing::warn!(error = %e, "postgres connection ended");
+/// Drives a connection until it ends, handing notifications to `notices` and saying why it
+/// ended if it broke.
+async fn drive<S, T>(
+    mut connection: tokio_postgres::Connection<S, T>,
+    notices: Option<mpsc::UnboundedSender<String>>,
+) where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
+    T: tokio_postgres::tls::TlsStream + Unpin,
+{
+    let mut messages = futures::stream::poll_fn(move |cx| connection.poll_message(cx));
+    while let Some(message) = futures::StreamExt::next(&mut messages).await {
+        match message {
+            Ok(tokio_postgres::AsyncMessage::Notification(n)) => {
+                if let Some(notices) = &notices {
+                    let _ = notices.send(n.payload().to_owned());
+                }
+            }
+            Ok(_) => {}
+            Err(e) => {
+                tracing::warn!(error = %e, "postgres connection ended");
+                return;
+            }
+        }
     }
 }
 
@@ -819,7 +848,8 @@ async fn commit_group(
                 .as_deref()
                 .map_or_else(|| membership::EVERYONE.to_owned(), membership::channel),
         );
-        payloads.push(note.notice.encode());
+        // Signed with the sender: a server skips what it told everyone itself.
+        payloads.push(format!("{}\n{}", me.node, note.notice.encode()));
     }
     if last.is_empty() && channels.is_empty() {
         // A barrier: everything before it has been answered already.
@@ -839,33 +869,25 @@ async fn commit_group(
     }
     let live = writer.live().await?;
     let fail = |e: tokio_postgres::Error| fenced_or_failed(me, "commit", &e);
-    let apply = [
+    let params = [
         &put_tbl as &(dyn tokio_postgres::types::ToSql + Sync),
         &put_key,
         &put_value,
         &del_tbl,
         &del_key,
         &me.node,
+        &channels,
+        &payloads,
     ];
     if channels.is_empty() {
         // One statement, one transaction, one round trip.
         live.client
-            .execute(&live.apply, &apply)
+            .execute(&live.apply, &params[..6])
             .await
             .map_err(fail)?;
     } else {
-        let notify = [
-            &put_tbl as &(dyn tokio_postgres::types::ToSql + Sync),
-            &put_key,
-            &put_value,
-            &del_tbl,
-            &del_key,
-            &me.node,
-            &channels,
-            &payloads,
-        ];
         live.client
-            .execute(&live.notify, &notify)
+            .execute(&live.notify, &params)
             .await
             .map_err(fail)?;
     }

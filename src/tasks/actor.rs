@@ -28,7 +28,7 @@ use super::shared::{BOARD, Shared};
 use super::status::TaskId;
 use super::{TaskError, keys, notify};
 use crate::agents::now_ms;
-use crate::store::cluster::Claimed;
+use crate::store::cluster::Hold;
 use crate::store::{self, Batch, StoreError, Table, codec};
 use guildhall_supervision::lazy;
 
@@ -62,8 +62,9 @@ pub(crate) struct BoardState {
     timer_at: Option<u64>,
     /// No time goes backwards on the board, even if the clock does.
     last_ms: u64,
-    /// This server's claim of the board, when servers share the store.
-    claimed: Option<Claimed>,
+    /// This server's hold on the board, when servers share the store: kept only to be
+    /// dropped with the state, which releases it after every change this actor submitted.
+    _hold: Option<Hold>,
 }
 
 /// The board's subject among servers sharing the store.
@@ -85,13 +86,9 @@ impl Actor for BoardActor {
     async fn post_stop(
         &self,
         myself: ActorRef<Self::Msg>,
-        state: &mut Self::State,
+        _state: &mut Self::State,
     ) -> Result<(), ActorProcessingErr> {
         self.shared.slot.unpublish(&myself);
-        if let (Some(cluster), Some(claimed)) = (self.shared.store.cluster(), state.claimed) {
-            // After every change this board submitted: the next holder loads them.
-            cluster.release(BOARD_SUBJECT, claimed);
-        }
         Ok(())
     }
 
@@ -153,20 +150,11 @@ impl BoardActor {
         // once this barrier is.
         store::commit(store, Batch::new()).await?;
         // Active on one server at a time: another holding it hands it over first, after
-        // its changes, which the scan below then reads.
-        let claimed = match store.cluster() {
-            Some(cluster) => Some(cluster.claim(BOARD_SUBJECT).await?),
-            None => None,
-        };
+        // its changes, which the scan below then reads. Should the scan fail, the hold is
+        // dropped here, and released.
+        let hold = Hold::take(&self.shared.store, BOARD_SUBJECT.to_owned()).await?;
         let mut tasks = Vec::new();
-        if let Err(err) =
-            store::scan_values(store, Table::Tasks, &[], |_, task: Task| tasks.push(task))
-        {
-            if let (Some(cluster), Some(claimed)) = (store.cluster(), claimed) {
-                cluster.release(BOARD_SUBJECT, claimed);
-            }
-            return Err(err.into());
-        }
+        store::scan_values(store, Table::Tasks, &[], |_, task: Task| tasks.push(task))?;
         let last_ms = tasks.iter().map(|t| t.updated_ms).max().unwrap_or(0);
         self.shared.slot.touch(self.shared.clock.now());
         self.shared.slot.publish(myself);
@@ -179,7 +167,7 @@ impl BoardActor {
             deferred: Vec::new(),
             timer_at: None,
             last_ms,
-            claimed,
+            _hold: hold,
         })
     }
 

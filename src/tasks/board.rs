@@ -65,7 +65,7 @@ impl TaskBoard {
         if let crate::store::Notice::Release(subject) = notice
             && &**subject == super::actor::BOARD_SUBJECT
         {
-            // Its `post_stop` releases the claim, after its changes.
+            // Its state goes with it, and its hold is released after its changes.
             lazy::stop(&self.shared.partitions, BOARD).await;
         }
     }

@@ -327,7 +327,7 @@ async fn one_task_board_serves_every_server() {
 struct Node {
     dir: tempfile::TempDir,
     port: u16,
-    process: Option<std::process::Child>,
+    process: Option<crate::support::Background>,
 }
 
 impl Node {
@@ -354,43 +354,20 @@ impl Node {
 
     /// Starts the server and returns once it answers `status`.
     fn start(&mut self) {
-        let child = std::process::Command::new(env!("CARGO_BIN_EXE_guildhall"))
-            .arg("--data-dir")
-            .arg(self.dir.path())
-            .args(["serve", "--listen", &format!("127.0.0.1:{}", self.port)])
-            .env("RUST_LOG", "off")
-            .stdin(std::process::Stdio::null())
-            .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::null())
-            .spawn()
-            .unwrap();
-        self.process = Some(child);
-        let deadline = Instant::now() + Duration::from_secs(30);
-        while !crate::support::guildhall(self.dir.path())
-            .args(["status", "--json"])
-            .output()
-            .is_ok_and(|o| o.status.success())
-        {
-            assert!(Instant::now() < deadline, "the server answers");
-            std::thread::yield_now();
-        }
+        let listen = format!("127.0.0.1:{}", self.port);
+        self.process = Some(crate::support::serve_in_background_with(
+            self.dir.path(),
+            &["--listen", &listen],
+        ));
     }
 
+    /// SIGKILLs the server (when running) and reaps it.
     fn kill(&mut self) {
-        if let Some(mut child) = self.process.take() {
-            child.kill().unwrap();
-            child.wait().unwrap();
-        }
+        drop(self.process.take());
     }
 
     fn url(&self) -> String {
         format!("http://127.0.0.1:{}/mcp", self.port)
-    }
-}
-
-impl Drop for Node {
-    fn drop(&mut self) {
-        self.kill();
     }
 }
 

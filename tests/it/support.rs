@@ -323,11 +323,17 @@ impl Drop for Background {
 
 /// Starts `guildhall serve --no-http` on `dir` and returns once it answers `status`.
 pub fn serve_in_background(dir: &Path) -> Background {
+    serve_in_background_with(dir, &["--no-http"])
+}
+
+/// Starts `guildhall serve` with `args` on `dir` and returns once it answers `status`.
+pub fn serve_in_background_with(dir: &Path, args: &[&str]) -> Background {
     let server = Background(
         Command::new(env!("CARGO_BIN_EXE_guildhall"))
             .arg("--data-dir")
             .arg(dir)
-            .args(["serve", "--no-http"])
+            .arg("serve")
+            .args(args)
             .env("RUST_LOG", "off")
             .stdout(std::process::Stdio::null())
             .stderr(std::process::Stdio::null())

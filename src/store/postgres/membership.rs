@@ -17,7 +17,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use tokio::sync::{broadcast, mpsc};
-use tokio_postgres::{AsyncMessage, Client, NoTls};
+use tokio_postgres::Client;
 
 use super::{RECONNECT, failed};
 use crate::store::StoreError;
@@ -195,7 +195,7 @@ pub(super) async fn listen(
     let mut missed = false;
     loop {
         let (tx, mut rx) = mpsc::unbounded_channel();
-        let connected = match connect_listening(&config, tx).await {
+        let connected = match super::connect_listening(&config, Some(tx)).await {
             // LISTEN takes no parameters: the channel is spliced in, made of this server's
             // own random hex id only.
             Ok(client) => client
@@ -216,11 +216,13 @@ pub(super) async fn listen(
                 loop {
                     tokio::select! {
                         payload = rx.recv() => match payload {
-                            Some(payload) => match Notice::decode(&payload) {
-                                Some(notice) => {
+                            Some(payload) => match payload.split_once('\n') {
+                                // What this server told everyone: it knows already.
+                                Some((from, _)) if from == me.node => {}
+                                Some((_, text)) if let Some(notice) = Notice::decode(text) => {
                                     let _ = me.notices.send(notice);
                                 }
-                                None => tracing::debug!(%payload, "unknown notice ignored"),
+                                _ => tracing::debug!(%payload, "unknown notice ignored"),
                             },
                             // The connection ended.
                             None => break,
@@ -238,55 +240,6 @@ pub(super) async fn listen(
         tokio::select! {
             () = tokio::time::sleep(RECONNECT) => {}
             _ = stop.changed() => return,
-        }
-    }
-}
-
-/// A connection whose notifications' payloads go to `tx`; `tx` is dropped when it ends.
-async fn connect_listening(
-    config: &tokio_postgres::Config,
-    tx: mpsc::UnboundedSender<String>,
-) -> Result<Client, StoreError> {
-    use tokio_postgres::config::SslMode;
-    let timed_out = |_| super::unavailable("connecting timed out");
-    if config.get_ssl_mode() == SslMode::Require {
-        let (client, connection) =
-            tokio::time::timeout(super::CONNECT_TIMEOUT, config.connect(super::tls()?))
-                .await
-                .map_err(timed_out)?
-                .map_err(|e| super::unavailable(super::tls_failure(&e)))?;
-        tokio::spawn(forward(connection, tx));
-        Ok(client)
-    } else {
-        let (client, connection) =
-            tokio::time::timeout(super::CONNECT_TIMEOUT, config.connect(NoTls))
-                .await
-                .map_err(timed_out)?
-                .map_err(|e| super::unavailable(&e))?;
-        tokio::spawn(forward(connection, tx));
-        Ok(client)
-    }
-}
-
-/// Drives `connection`, sending each notification's payload to `tx`, until it ends.
-async fn forward<S, T>(
-    mut connection: tokio_postgres::Connection<S, T>,
-    tx: mpsc::UnboundedSender<String>,
-) where
-    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
-    T: tokio_postgres::tls::TlsStream + Unpin,
-{
-    let mut messages = futures::stream::poll_fn(move |cx| connection.poll_message(cx));
-    while let Some(message) = futures::StreamExt::next(&mut messages).await {
-        match message {
-            Ok(AsyncMessage::Notification(n)) => {
-                let _ = tx.send(n.payload().to_owned());
-            }
-            Ok(_) => {}
-            Err(e) => {
-                tracing::warn!(error = %e, "the listening connection ended");
-                return;
-            }
         }
     }
 }
