@@ -618,6 +618,7 @@ async fn cluster(a: ClusterArgs) -> Result<(), Box<dyn std::error::Error>> {
             ),
             ("  ratio", report.ratio, ">= 0.7"),
             ("messages per group commit", report.msgs_per_commit, ""),
+            ("  one group commit, mean (µs)", report.commit_mean_us, ""),
             (
                 "round trip, one server, p50 (µs)",
                 report.rtt_one_server_p50_us,

@@ -34,6 +34,7 @@ use membership::Membership;
 
 use super::cluster::{Claimed, Cluster, Member, Notice};
 use super::{Batch, CommitCounters, Done, Durability, Store, StoreError, StoreStats, Table, Write};
+use futures::StreamExt;
 use futures::future::BoxFuture;
 
 /// The schema, one step per version; never edit a step that shipped, add one.
@@ -151,6 +152,31 @@ pub const MIGRATIONS: &[(i32, &str)] = &[
              END LOOP;
          END $$",
     ),
+    (
+        4,
+        "-- Deletes by key, one index probe each, whatever the planner believes of the
+         -- table's size: a plan cached while the table was small (or not yet analyzed)
+         -- joined by scanning the whole table, in every commit that deleted anything.
+         CREATE FUNCTION guildhall_delete(dt int2[], dk bytea[]) RETURNS void
+         LANGUAGE sql SET enable_hashjoin = off SET enable_mergejoin = off
+             SET enable_seqscan = off AS $$
+             DELETE FROM guildhall_kv k USING unnest(dt, dk) AS d(tbl, key)
+                 WHERE k.tbl = d.tbl AND k.key = d.key
+         $$;
+         CREATE OR REPLACE FUNCTION guildhall_commit_notify(
+             pt int2[], pk bytea[], pv bytea[], dt int2[], dk bytea[], n text,
+             ch text[], pl text[]) RETURNS void LANGUAGE plpgsql AS $$
+         BEGIN
+             PERFORM guildhall_node_fence(n);
+             IF cardinality(dt) > 0 THEN
+                 PERFORM guildhall_delete(dt, dk);
+             END IF;
+             INSERT INTO guildhall_kv (tbl, key, value)
+                 SELECT u.tbl, u.key, u.value FROM unnest(pt, pk, pv) AS u(tbl, key, value)
+                 ON CONFLICT (tbl, key) DO UPDATE SET value = EXCLUDED.value;
+             PERFORM pg_notify(c.channel, c.payload) FROM unnest(ch, pl) AS c(channel, payload);
+         END $$",
+    ),
 ];
 
 /// How long a server's lease lasts without a heartbeat, by default: the time a killed
@@ -165,6 +191,10 @@ const READERS: usize = 4;
 const SCAN_PAGE: i64 = 256;
 /// The most writes one group commit takes before it commits and starts the next.
 const MAX_GROUP_WRITES: usize = 16 * 1024;
+/// Group commits sent to PostgreSQL at once: the next is sent while the one before it is
+/// being committed, so the database starts on it as soon as that one is done rather than a
+/// round trip and its acknowledgements later.
+const IN_FLIGHT: usize = 2;
 /// The longest a connection attempt may take.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 /// How soon a broken connection is tried again; until then, uses of it fail at once.
@@ -645,16 +675,12 @@ impl Connection {
              ORDER BY key LIMIT $4",
         )
         .await?;
-        // One statement is one transaction: the group commits in one round trip. Its
-        // puts and deletes touch different keys (each key's last write only).
+        // One statement is one transaction: a group of puts alone (most groups: sends)
+        // commits in one round trip, without the function call the other groups make.
         // Every write joins the fence: none happens once this server is fenced, and its
         // row stays share-locked until the commit, so no other server fences it meanwhile.
         let apply = prepare(
-            "WITH fence AS (SELECT guildhall_node_fence($6) AS ok), \
-             gone AS ( \
-                 DELETE FROM guildhall_kv k \
-                 USING unnest($4::int2[], $5::bytea[]) AS d(tbl, key), fence \
-                 WHERE fence.ok AND k.tbl = d.tbl AND k.key = d.key) \
+            "WITH fence AS (SELECT guildhall_node_fence($4) AS ok) \
              INSERT INTO guildhall_kv (tbl, key, value) \
              SELECT u.tbl, u.key, u.value \
              FROM unnest($1::int2[], $2::bytea[], $3::bytea[]) AS u(tbl, key, value), fence \
@@ -710,35 +736,85 @@ fn prefix_end(prefix: &[u8]) -> Option<Vec<u8>> {
     None
 }
 
+/// What a commit in flight gives back: its result, when it started, its batches and writes.
+type Flown = (Result<(), StoreError>, Instant, usize, usize);
+
 async fn write_loop(
     writer: &Connection,
     mut rx: mpsc::UnboundedReceiver<Job>,
     stats: &CommitCounters,
     me: &Membership,
 ) {
-    let mut next = None;
+    // Commits in flight, oldest first, and the callbacks of each (apart: they are not
+    // `Sync`, so the commits must not hold them). One connection runs its statements in
+    // the order they were sent, and the answers come back in that order.
+    let mut flight = futures::stream::FuturesOrdered::new();
+    let mut waiting: std::collections::VecDeque<Vec<Done>> = std::collections::VecDeque::new();
+    let answer = |flown: Option<Flown>, dones: Option<Vec<Done>>| {
+        let (Some((result, started, batches, writes)), Some(dones)) = (flown, dones) else {
+            return;
+        };
+        if result.is_ok() {
+            stats.committed(started, batches, writes);
+        } else {
+            stats.failed();
+        }
+        for done in dones {
+            done(result.clone());
+        }
+    };
+    let (mut next, mut open) = (None, true);
     loop {
         let job = match next.take() {
             Some(job) => job,
-            None => match rx.recv().await {
+            None if flight.len() >= IN_FLIGHT || (!open && !flight.is_empty()) => {
+                answer(flight.next().await, waiting.pop_front());
+                continue;
+            }
+            None if !open => return,
+            None if flight.is_empty() => match rx.recv().await {
                 Some(job) => job,
-                None => return,
+                None => {
+                    open = false;
+                    continue;
+                }
+            },
+            None => tokio::select! {
+                biased;
+                flown = flight.next() => {
+                    answer(flown, waiting.pop_front());
+                    continue;
+                }
+                job = rx.recv() => match job {
+                    Some(job) => job,
+                    None => {
+                        open = false;
+                        continue;
+                    }
+                },
             },
         };
         let (first, first_done) = match job {
             Job::Commit { batch, done } => (batch, done),
-            Job::Claim { subject, reply } => {
-                let _ = reply.send(claim(writer, &subject, me).await);
-                continue;
-            }
-            Job::Release { subject, epoch } => {
-                release(writer, &subject, epoch, me).await;
+            other => {
+                // Claims and releases come after every commit submitted before them.
+                while let Some(flown) = flight.next().await {
+                    answer(Some(flown), waiting.pop_front());
+                }
+                match other {
+                    Job::Claim { subject, reply } => {
+                        let _ = reply.send(claim(writer, &subject, me).await);
+                    }
+                    Job::Release { subject, epoch } => {
+                        release(writer, &subject, epoch, me).await;
+                    }
+                    Job::Commit { .. } => {}
+                }
                 continue;
             }
         };
         let mut writes = first.len();
         let (mut batches, mut dones) = (vec![first], vec![first_done]);
-        // The callbacks apart: they are not `Sync`, so the commit must not hold them.
         while writes < MAX_GROUP_WRITES
             && let Ok(job) = rx.try_recv()
         {
@@ -755,15 +831,11 @@ async fn write_loop(
             }
         }
         let started = Instant::now();
-        let result = commit_group(writer, &batches, me).await;
-        if result.is_ok() {
-            stats.committed(started, batches.len(), writes);
-        } else {
-            stats.failed();
-        }
-        for done in dones {
-            done(result.clone());
-        }
+        waiting.push_back(dones);
+        flight.push_back(async move {
+            let result = commit_group(writer, &batches, me).await;
+            (result, started, batches.len(), writes)
+        });
     }
 }
 
@@ -879,10 +951,9 @@ async fn commit_group(
         &channels,
         &payloads,
     ];
-    if channels.is_empty() {
-        // One statement, one transaction, one round trip.
+    if channels.is_empty() && del_tbl.is_empty() {
         live.client
-            .execute(&live.apply, &params[..6])
+            .execute(&live.apply, &[params[0], params[1], params[2], params[5]])
             .await
             .map_err(fail)?;
     } else {
