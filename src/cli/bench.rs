@@ -570,8 +570,9 @@ struct ClusterArgs {
     /// Agents sending at once.
     #[arg(long, default_value_t = 200)]
     agents: usize,
-    /// Durable messages each agent sends per round.
-    #[arg(long, default_value_t = 50)]
+    /// Durable messages each agent sends per round (250: a round of about half a second,
+    /// long beside its start and its tail, when fewer senders are left).
+    #[arg(long, default_value_t = 250)]
     per_agent: usize,
     /// Rounds (figures are medians).
     #[arg(long, default_value_t = 5)]

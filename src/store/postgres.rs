@@ -794,22 +794,21 @@ async fn write_loop(
                 },
             },
         };
+        // Claims and releases come after every commit submitted before them.
         let (first, first_done) = match job {
             Job::Commit { batch, done } => (batch, done),
-            other => {
-                // Claims and releases come after every commit submitted before them.
+            Job::Claim { subject, reply } => {
                 while let Some(flown) = flight.next().await {
                     answer(Some(flown), waiting.pop_front());
                 }
-                match other {
-                    Job::Claim { subject, reply } => {
-                        let _ = reply.send(claim(writer, &subject, me).await);
-                    }
-                    Job::Release { subject, epoch } => {
-                        release(writer, &subject, epoch, me).await;
-                    }
-                    Job::Commit { .. } => {}
+                let _ = reply.send(claim(writer, &subject, me).await);
+                continue;
+            }
+            Job::Release { subject, epoch } => {
+                while let Some(flown) = flight.next().await {
+                    answer(Some(flown), waiting.pop_front());
                 }
+                release(writer, &subject, epoch, me).await;
                 continue;
             }
         };

@@ -87,6 +87,59 @@ async fn the_last_write_to_a_key_in_a_group_commit_wins_as_if_one_by_one() {
 }
 
 #[tokio::test]
+async fn groups_committed_while_others_are_in_flight_apply_and_answer_in_submitted_order() {
+    let url = pg::fresh_database().await;
+    let s = PostgresStore::open(&url).unwrap();
+    let answered = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    // One key rewritten (and now and then deleted) by each of 2,000 batches, submitted in
+    // bursts while earlier groups are being committed.
+    let mut answers = Vec::new();
+    for i in 0..2_000u32 {
+        let mut batch = Batch::new();
+        if i % 7 == 3 {
+            batch.delete(Table::Agents, b"one".to_vec());
+        } else {
+            batch.put(Table::Agents, b"one".to_vec(), i.to_be_bytes().to_vec());
+        }
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        let answered = std::sync::Arc::clone(&answered);
+        s.submit(
+            batch,
+            Box::new(move |result| {
+                answered.lock().unwrap().push(i);
+                let _ = tx.send(result);
+            }),
+        );
+        answers.push(rx);
+        if i % 100 == 99 {
+            // Let the writer send what gathered before the next burst.
+            answers.last_mut().unwrap().await.unwrap().unwrap();
+            answers.pop();
+        }
+    }
+    for answer in answers {
+        answer.await.unwrap().unwrap();
+    }
+    let answered = answered.lock().unwrap().clone();
+    assert_eq!(
+        answered,
+        (0..2_000).collect::<Vec<_>>(),
+        "answered in order"
+    );
+    assert_eq!(
+        s.get(Table::Agents, b"one").unwrap(),
+        Some(1_999u32.to_be_bytes().to_vec()),
+        "the last batch submitted is the last applied"
+    );
+    let stats = s.stats();
+    assert!(
+        stats.commits >= 20,
+        "one group per burst at least: {stats:?}"
+    );
+    s.close();
+}
+
+#[tokio::test]
 async fn servers_starting_together_migrate_once_all_join_and_a_newer_schema_is_refused() {
     let url = pg::fresh_database().await;
     let opens: Vec<_> = (0..4)
