@@ -215,7 +215,7 @@ pub(crate) fn require_store(data_dir: &std::path::Path, reads_only: bool) -> Res
 
 /// The `[store]` section of the data directory's config file (the default when there is
 /// no file).
-fn store_section(
+pub(crate) fn store_section(
     data_dir: &std::path::Path,
 ) -> Result<guildhall::config::StoreSection, guildhall::config::ConfigError> {
     let file = data_dir.join(guildhall::config::CONFIG_FILE);
@@ -243,6 +243,27 @@ pub(crate) fn offline_runtime(
     #[cfg(not(feature = "postgres"))]
     let _ = store;
     Ok(builder)
+}
+
+/// The store of a command that reads it without a server: the database the data
+/// directory's config names (`[store] url`), else the embedded store in the directory.
+///
+/// # Errors
+/// The config file's error, or the store's when it cannot be opened.
+pub(crate) fn offline_store(
+    data_dir: &std::path::Path,
+) -> Result<std::sync::Arc<dyn guildhall::store::Store>, Box<dyn std::error::Error>> {
+    let store = store_section(data_dir)?;
+    #[cfg(feature = "postgres")]
+    if let Some(url) = store.url {
+        let lease = store.lease.unwrap_or(guildhall::store::DEFAULT_LEASE);
+        return Ok(std::sync::Arc::new(
+            guildhall::store::PostgresStore::open_url(&url, lease)?,
+        ));
+    }
+    #[cfg(not(feature = "postgres"))]
+    let _ = store;
+    Ok(guildhall::store::open(data_dir)?)
 }
 
 /// Runs `agents` and `context` command lines inside a server ([`local::Hello::Admin`]), for

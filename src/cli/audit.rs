@@ -74,14 +74,8 @@ pub(crate) async fn run(args: AuditArgs, data_dir: &Path) -> CliResult {
     {
         Ok(connected) => serde_json::from_value(connected.value)?,
         Err(LocalError::NotRunning { .. }) => {
-            if !data_dir.exists() {
-                return Err(format!(
-                    "no store in {}: nothing was audited there",
-                    data_dir.display()
-                )
-                .into());
-            }
-            let store = guildhall::store::open(data_dir)?;
+            super::require_store(data_dir, true)?;
+            let store = super::offline_store(data_dir)?;
             let records = audit::query(&*store, &query)?;
             store.close();
             records

@@ -48,6 +48,15 @@ pub(crate) async fn run(args: DoctorArgs, data_dir: &Path) -> CliResult {
             .into());
         }
     }
+    if super::store_section(data_dir).is_ok_and(|store| store.url.is_some()) {
+        return Err(format!(
+            "the store of {} is a PostgreSQL database (`[store] url` in its config): the \
+             doctor checks and repairs a redb file; check the database with PostgreSQL's own \
+             tools (`pg_amcheck`, its backups)",
+            data_dir.display()
+        )
+        .into());
+    }
     let mut findings = examine(data_dir).await?;
     if args.repair && !findings.healthy {
         let repair = doctor::repair(data_dir)?;

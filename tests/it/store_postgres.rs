@@ -523,3 +523,59 @@ async fn sslmode_require_verifies_the_servers_certificate_and_refuses_an_untrust
     let plain = PostgresStore::open(&format!("{} sslmode=disable", server.url())).unwrap();
     plain.close();
 }
+
+/// `guildhall audit` and `guildhall doctor` without a server, on a data directory whose
+/// config names the database: the audit is read from the database; the doctor, which
+/// checks a redb file, says so instead of checking one that is not the store.
+#[tokio::test]
+async fn audit_reads_the_database_the_config_names_and_the_doctor_says_it_checks_redb() {
+    let url = pg::fresh_database().await;
+    let rt = Runtime::builder()
+        .store_url(&url)
+        .tool(crate::support::Chaos::new("chaos").0)
+        .build()
+        .await
+        .unwrap();
+    rt.register_agent(AgentSpec::new("dev-1", "dev"))
+        .await
+        .unwrap();
+    let chaos = rt.handle::<crate::support::Chaos>("chaos").unwrap();
+    chaos
+        .call_with(
+            crate::support::input(crate::support::Act::Ok),
+            crate::support::as_agent(&rt, "dev-1"),
+        )
+        .await
+        .unwrap();
+    // Shutting down writes what the audit log holds.
+    rt.shutdown().await;
+
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("guildhall.toml"),
+        format!("[store]\nurl = \"{url}\"\n"),
+    )
+    .unwrap();
+    let lines: Vec<serde_json::Value> =
+        crate::support::guildhall_ok(dir.path(), &["audit", "--json", "--agent", "dev-1"])
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect();
+    assert_eq!(lines.len(), 1, "{lines:?}");
+    assert_eq!(lines[0]["tool"], "chaos");
+    assert_eq!(lines[0]["outcome"], "ok");
+    assert!(
+        !dir.path().join(store::FILE_NAME).exists(),
+        "no redb file was made beside the config"
+    );
+
+    let out = crate::support::guildhall(dir.path())
+        .arg("doctor")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success() && stderr.contains("PostgreSQL database"),
+        "{stderr}"
+    );
+}
