@@ -56,7 +56,7 @@ pub use service::{Governed, GovernedFuture};
 use crate::agents::PostOffice;
 use crate::context::ContextHub;
 use crate::events::Events;
-use crate::store::{self, Batch, Store, StoreError, Table, codec};
+use crate::store::{self, Batch, Notice, Store, StoreError, Table, codec};
 use doom::{LoopConfig, LoopGuard};
 use limits::RateLimits;
 use truncate::{Limits, Spill};
@@ -244,6 +244,22 @@ async fn housekeeping(governance: std::sync::Weak<Governance>) {
     }
 }
 
+/// What a server sharing the store announces when it grants a lasting approval.
+pub(crate) const APPROVALS: &str = "approvals";
+
+/// The lasting approvals in `store`, by agent.
+fn read_lasting(store: &dyn Store) -> Result<HashMap<String, Vec<Rule>>, StoreError> {
+    let mut lasting: HashMap<String, Vec<Rule>> = HashMap::new();
+    store::scan_values(store, Table::Approvals, &[], |key, rule: Rule| {
+        let agent = key.split(|b| *b == 0).next().unwrap_or_default();
+        lasting
+            .entry(String::from_utf8_lossy(agent).into_owned())
+            .or_default()
+            .push(rule);
+    })?;
+    Ok(lasting)
+}
+
 impl Governance {
     pub(crate) fn start(
         config: GovernanceConfig,
@@ -253,14 +269,7 @@ impl Governance {
         data_dir: Option<PathBuf>,
         events: Events,
     ) -> Result<Arc<Self>, StoreError> {
-        let mut lasting: HashMap<String, Vec<Rule>> = HashMap::new();
-        store::scan_values(&*store, Table::Approvals, &[], |key, rule: Rule| {
-            let agent = key.split(|b| *b == 0).next().unwrap_or_default();
-            lasting
-                .entry(String::from_utf8_lossy(agent).into_owned())
-                .or_default()
-                .push(rule);
-        })?;
+        let lasting = read_lasting(&*store)?;
         let spill_dir = config.spill_dir.clone().unwrap_or_else(|| {
             data_dir.map_or_else(
                 || std::env::temp_dir().join("guildhall-spill"),
@@ -549,6 +558,7 @@ impl Governance {
                 key.extend_from_slice(rule.to_string().as_bytes());
                 let mut batch = Batch::new();
                 batch.put(Table::Approvals, key, codec::encode(&rule));
+                batch.notify(None, Notice::Changed(APPROVALS.into()));
                 store::commit(&*self.store, batch).await?;
                 let mut lasting = self.lasting.write().unwrap_or_else(PoisonError::into_inner);
                 let approved = lasting.entry(agent.to_string()).or_default();
@@ -561,6 +571,17 @@ impl Governance {
             Approval::Once | Approval::Deny => {}
         }
         Ok(())
+    }
+
+    /// Reads the lasting approvals again: another server sharing the store granted one.
+    pub(crate) fn reload_approvals(&self) {
+        match read_lasting(&*self.store) {
+            Ok(lasting) => {
+                *self.lasting.write().unwrap_or_else(PoisonError::into_inner) = lasting;
+                self.approvals_generation.fetch_add(1, Ordering::Release);
+            }
+            Err(err) => tracing::warn!(%err, "lasting approvals could not be read again"),
+        }
     }
 
     /// How many times the context a cached result depends on has changed.

@@ -933,6 +933,7 @@ impl RuntimeBuilder {
                 Arc::downgrade(&office),
                 Arc::downgrade(&contexts),
                 Arc::downgrade(&tasks),
+                Arc::downgrade(&governance),
             ));
         }
         Ok(Runtime {
@@ -964,6 +965,7 @@ async fn follow_cluster(
     office: std::sync::Weak<PostOffice>,
     contexts: std::sync::Weak<ContextHub>,
     tasks: std::sync::Weak<TaskBoard>,
+    governance: std::sync::Weak<Governance>,
 ) {
     use crate::store::Notice;
     use tokio::sync::broadcast::error::{RecvError, TryRecvError};
@@ -983,9 +985,12 @@ async fn follow_cluster(
                 Err(TryRecvError::Empty | TryRecvError::Closed) => break,
             }
         }
-        let (Some(office), Some(contexts), Some(tasks)) =
-            (office.upgrade(), contexts.upgrade(), tasks.upgrade())
-        else {
+        let (Some(office), Some(contexts), Some(tasks), Some(governance)) = (
+            office.upgrade(),
+            contexts.upgrade(),
+            tasks.upgrade(),
+            governance.upgrade(),
+        ) else {
             return;
         };
         let mut seen = Vec::new();
@@ -1009,6 +1014,14 @@ async fn follow_cluster(
                 _ => {
                     office.on_notice(&notice).await;
                     contexts.on_notice(&notice).await;
+                    if matches!(&notice, Notice::Resync)
+                        || matches!(&notice, Notice::Changed(what) if &**what == crate::governance::APPROVALS)
+                    {
+                        let governance = Arc::clone(&governance);
+                        // The store's reads block their caller.
+                        let _ = tokio::task::spawn_blocking(move || governance.reload_approvals())
+                            .await;
+                    }
                     seen.push(notice);
                 }
             }

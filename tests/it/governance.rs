@@ -1080,3 +1080,75 @@ async fn guildhall_audit_lists_and_filters_the_log() {
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("unknown outcome `exploded`"));
 }
+
+/// Servers sharing a database: an "always" approved on one lets the call through on the
+/// other, which reads it again when told, not at its next start.
+#[cfg(feature = "postgres")]
+#[tokio::test]
+async fn an_always_approval_granted_on_one_server_holds_on_another() {
+    let url = crate::pg::fresh_database().await;
+    let config = || {
+        let mut config = GovernanceConfig::default();
+        config.roles.insert(
+            "dev".into(),
+            Principal {
+                trust: Some(Trust::Suggest),
+                ..Principal::default()
+            },
+        );
+        config
+    };
+    let server = || async {
+        Runtime::builder()
+            .store_url(&url)
+            .governance(config())
+            .tool(Shell("shell"))
+            .build()
+            .await
+            .unwrap()
+    };
+    let (a, b) = (server().await, server().await);
+    a.register_agent(AgentSpec::new("dev-1", "dev"))
+        .await
+        .unwrap();
+    // B hears of the agent within milliseconds; bounded, in case the notice is slow.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+    while b.agent("dev-1").is_err() {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "B never heard of dev-1"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let call = |rt: &Runtime, asker: Option<Arc<Scripted>>| {
+        let mut options = as_agent(rt, "dev-1");
+        if let Some(asker) = asker {
+            options = options.asker(asker);
+        }
+        let rt = rt.clone();
+        async move { rt.call_json("shell", shell("ls"), options).await }
+    };
+    // Nobody to ask on B: refused.
+    let why = denied_reason(call(&b, None).await);
+    assert!(why.contains("approv"), "{why}");
+    let asker = Scripted::new(&[Approval::Always]);
+    call(&a, Some(asker.clone())).await.unwrap();
+    assert_eq!(asker.asked.load(Ordering::SeqCst), 1);
+    // B hears of it within milliseconds; bounded, in case the notice is slow.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+    loop {
+        match call(&b, None).await {
+            Ok(ran) => {
+                assert_eq!(ran, json!("ran: ls"));
+                break;
+            }
+            Err(err) => assert!(
+                tokio::time::Instant::now() < deadline,
+                "B still refuses after 5 s: {err}"
+            ),
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    a.shutdown().await;
+    b.shutdown().await;
+}
