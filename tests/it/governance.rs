@@ -357,24 +357,26 @@ async fn trust_levels_deny_and_hide_tools() {
     rt.shutdown().await;
 }
 
+/// Governance under which every call of the role `dev` is asked about (`suggest` trust).
+fn devs_are_asked() -> GovernanceConfig {
+    let mut config = GovernanceConfig::default();
+    config.roles.insert(
+        "dev".into(),
+        Principal {
+            trust: Some(Trust::Suggest),
+            ..Principal::default()
+        },
+    );
+    config
+}
+
 #[tokio::test]
 async fn approvals_once_for_the_session_and_always_which_survives_a_restart() {
     let dir = tempfile::tempdir().unwrap();
-    let config = || {
-        let mut config = GovernanceConfig::default();
-        config.roles.insert(
-            "dev".into(),
-            Principal {
-                trust: Some(Trust::Suggest),
-                ..Principal::default()
-            },
-        );
-        config
-    };
     let build = || async {
         Runtime::builder()
             .data_dir(dir.path())
-            .governance(config())
+            .governance(devs_are_asked())
             .tool(Shell("shell"))
             .build()
             .await
@@ -1087,21 +1089,10 @@ async fn guildhall_audit_lists_and_filters_the_log() {
 #[tokio::test]
 async fn an_always_approval_granted_on_one_server_holds_on_another() {
     let url = crate::pg::fresh_database().await;
-    let config = || {
-        let mut config = GovernanceConfig::default();
-        config.roles.insert(
-            "dev".into(),
-            Principal {
-                trust: Some(Trust::Suggest),
-                ..Principal::default()
-            },
-        );
-        config
-    };
     let server = || async {
         Runtime::builder()
             .store_url(&url)
-            .governance(config())
+            .governance(devs_are_asked())
             .tool(Shell("shell"))
             .build()
             .await
