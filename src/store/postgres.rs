@@ -204,7 +204,7 @@ const RECONNECT: Duration = Duration::from_millis(250);
 pub struct PostgresStore {
     /// The runtime that drives every connection (on the thread `guildhall-postgres`).
     handle: tokio::runtime::Handle,
-    readers: Arc<[Connection]>,
+    readers: Arc<[Connection<Reads>]>,
     next_reader: AtomicUsize,
     jobs: Mutex<Option<mpsc::UnboundedSender<Job>>>,
     /// Ends when the writer has committed everything submitted before `close`.
@@ -320,14 +320,14 @@ impl PostgresStore {
             let _ = tokio::time::timeout(CONNECT_TIMEOUT, ready_rx).await;
             Ok(())
         });
-        let readers: Arc<[Connection]> = (0..READERS)
+        let readers: Arc<[Connection<Reads>]> = (0..READERS)
             .map(|_| Connection::new(Arc::clone(&config)))
             .collect();
         let stats = Arc::new(CommitCounters::default());
         let (jobs, rx) = mpsc::unbounded_channel();
         let (done_tx, done_rx) = std::sync::mpsc::channel();
         handle.spawn({
-            let writer = Connection::new(Arc::clone(&config));
+            let writer = Connection::<Writes>::new(Arc::clone(&config));
             let stats = Arc::clone(&stats);
             let me = Arc::clone(&me);
             async move {
@@ -603,39 +603,125 @@ async fn migrate(client: &Client) -> Result<(), StoreError> {
     result
 }
 
-/// One connection, made on first use and again after it broke.
-struct Connection {
+/// One connection, made on first use and again after it broke, with the statements `S` its
+/// use needs prepared.
+struct Connection<S> {
     config: Arc<tokio_postgres::Config>,
-    state: tokio::sync::Mutex<Slot>,
+    state: tokio::sync::Mutex<Slot<S>>,
 }
 
-#[derive(Default)]
-struct Slot {
-    live: Option<Arc<Live>>,
+struct Slot<S> {
+    live: Option<Arc<Live<S>>>,
     /// When the last attempt failed: no new attempt before [`RECONNECT`] has passed.
     failed_at: Option<Instant>,
 }
 
-/// A live connection and its prepared statements.
-struct Live {
+/// A live connection and its prepared statements (reached through it: `live.get`).
+struct Live<S> {
     client: Client,
+    statements: S,
+}
+
+impl<S> std::ops::Deref for Live<S> {
+    type Target = S;
+
+    fn deref(&self) -> &S {
+        &self.statements
+    }
+}
+
+/// The statements a connection prepares as soon as it is made.
+trait Statements: Sized {
+    fn prepare(client: &Client) -> impl Future<Output = Result<Self, StoreError>> + Send;
+}
+
+/// `sql` prepared on `client`.
+async fn prepared(client: &Client, sql: &str) -> Result<Statement, StoreError> {
+    client.prepare(sql).await.map_err(|e| failed("open", &e))
+}
+
+/// A reader's statements.
+struct Reads {
     get: Statement,
     scan: Statement,
+}
+
+impl Statements for Reads {
+    async fn prepare(client: &Client) -> Result<Self, StoreError> {
+        Ok(Self {
+            get: prepared(
+                client,
+                "SELECT value FROM guildhall_kv WHERE tbl = $1 AND key = $2",
+            )
+            .await?,
+            scan: prepared(
+                client,
+                "SELECT key, value FROM guildhall_kv \
+                 WHERE tbl = $1 AND key >= $2 AND ($3::bytea IS NULL OR key < $3) \
+                 ORDER BY key LIMIT $4",
+            )
+            .await?,
+        })
+    }
+}
+
+/// The writer's statements.
+struct Writes {
     apply: Statement,
     notify: Statement,
     claim: Statement,
     release: Statement,
 }
 
-impl Connection {
+impl Statements for Writes {
+    async fn prepare(client: &Client) -> Result<Self, StoreError> {
+        Ok(Self {
+            // One statement is one transaction: a group of puts alone (most groups: sends)
+            // commits in one round trip, without the function call the other groups make.
+            // Every write joins the fence: none happens once this server is fenced, and
+            // its row stays share-locked until the commit, so no other server fences it
+            // meanwhile.
+            apply: prepared(
+                client,
+                "WITH fence AS (SELECT guildhall_node_fence($4) AS ok) \
+                 INSERT INTO guildhall_kv (tbl, key, value) \
+                 SELECT u.tbl, u.key, u.value \
+                 FROM unnest($1::int2[], $2::bytea[], $3::bytea[]) AS u(tbl, key, value), fence \
+                 WHERE fence.ok \
+                 ON CONFLICT (tbl, key) DO UPDATE SET value = EXCLUDED.value",
+            )
+            .await?,
+            notify: prepared(
+                client,
+                "SELECT guildhall_commit_notify($1, $2, $3, $4, $5, $6, $7, $8)",
+            )
+            .await?,
+            claim: prepared(
+                client,
+                "SELECT o_holder, o_epoch FROM guildhall_claim($1, $2)",
+            )
+            .await?,
+            release: prepared(
+                client,
+                "DELETE FROM guildhall_leases WHERE subject = $1 AND node = $2 AND epoch = $3",
+            )
+            .await?,
+        })
+    }
+}
+
+impl<S: Statements> Connection<S> {
     fn new(config: Arc<tokio_postgres::Config>) -> Self {
         Self {
             config,
-            state: tokio::sync::Mutex::new(Slot::default()),
+            state: tokio::sync::Mutex::new(Slot {
+                live: None,
+                failed_at: None,
+            }),
         }
     }
 
-    async fn live(&self) -> Result<Arc<Live>, StoreError> {
+    async fn live(&self) -> Result<Arc<Live<S>>, StoreError> {
         let mut slot = self.state.lock().await;
         if let Some(live) = &slot.live
             && !live.client.is_closed()
@@ -662,47 +748,10 @@ impl Connection {
         }
     }
 
-    async fn open(&self) -> Result<Live, StoreError> {
+    async fn open(&self) -> Result<Live<S>, StoreError> {
         let client = connect(&self.config).await?;
-        let prepare = |sql: &'static str| {
-            let client = &client;
-            async move { client.prepare(sql).await.map_err(|e| failed("open", &e)) }
-        };
-        let get = prepare("SELECT value FROM guildhall_kv WHERE tbl = $1 AND key = $2").await?;
-        let scan = prepare(
-            "SELECT key, value FROM guildhall_kv \
-             WHERE tbl = $1 AND key >= $2 AND ($3::bytea IS NULL OR key < $3) \
-             ORDER BY key LIMIT $4",
-        )
-        .await?;
-        // One statement is one transaction: a group of puts alone (most groups: sends)
-        // commits in one round trip, without the function call the other groups make.
-        // Every write joins the fence: none happens once this server is fenced, and its
-        // row stays share-locked until the commit, so no other server fences it meanwhile.
-        let apply = prepare(
-            "WITH fence AS (SELECT guildhall_node_fence($4) AS ok) \
-             INSERT INTO guildhall_kv (tbl, key, value) \
-             SELECT u.tbl, u.key, u.value \
-             FROM unnest($1::int2[], $2::bytea[], $3::bytea[]) AS u(tbl, key, value), fence \
-             WHERE fence.ok \
-             ON CONFLICT (tbl, key) DO UPDATE SET value = EXCLUDED.value",
-        )
-        .await?;
-        let notify =
-            prepare("SELECT guildhall_commit_notify($1, $2, $3, $4, $5, $6, $7, $8)").await?;
-        let claim = prepare("SELECT o_holder, o_epoch FROM guildhall_claim($1, $2)").await?;
-        let release =
-            prepare("DELETE FROM guildhall_leases WHERE subject = $1 AND node = $2 AND epoch = $3")
-                .await?;
-        Ok(Live {
-            client,
-            get,
-            scan,
-            apply,
-            notify,
-            claim,
-            release,
-        })
+        let statements = S::prepare(&client).await?;
+        Ok(Live { client, statements })
     }
 }
 
@@ -740,7 +789,7 @@ fn prefix_end(prefix: &[u8]) -> Option<Vec<u8>> {
 type Flown = (Result<(), StoreError>, Instant, usize, usize);
 
 async fn write_loop(
-    writer: &Connection,
+    writer: &Connection<Writes>,
     mut rx: mpsc::UnboundedReceiver<Job>,
     stats: &CommitCounters,
     me: &Membership,
@@ -840,7 +889,7 @@ async fn write_loop(
 
 /// Claims `subject` for this server: its holder afterwards and the claim's epoch.
 async fn claim(
-    writer: &Connection,
+    writer: &Connection<Writes>,
     subject: &str,
     me: &Membership,
 ) -> Result<(String, i64), StoreError> {
@@ -857,7 +906,7 @@ async fn claim(
 }
 
 /// Ends this server's claim `epoch` of `subject` (a newer claim stays).
-async fn release(writer: &Connection, subject: &str, epoch: i64, me: &Membership) {
+async fn release(writer: &Connection<Writes>, subject: &str, epoch: i64, me: &Membership) {
     if me.fenced() {
         return;
     }
@@ -890,7 +939,7 @@ fn fenced_or_failed(
 
 /// Commits every batch of `group` in one transaction, with the notices they carry.
 async fn commit_group(
-    writer: &Connection,
+    writer: &Connection<Writes>,
     group: &[Batch],
     me: &Membership,
 ) -> Result<(), StoreError> {

@@ -154,7 +154,7 @@ pub(super) async fn heartbeat(
 /// Leaves the database (a clean shutdown): gives up every subject and the server's row, so
 /// others need not wait for its lease to run out. Through the writer's connection, after
 /// everything it committed.
-pub(super) async fn leave(writer: &super::Connection, me: &Membership) {
+pub(super) async fn leave(writer: &super::Connection<super::Writes>, me: &Membership) {
     if me.fenced() {
         return;
     }
