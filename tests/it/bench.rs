@@ -224,11 +224,9 @@ fn tasks_reports_claims_against_durable_sends_of_the_same_run() {
         ms("direct_first_call_p50_ms"),
         ms("connect_first_call_p50_ms"),
     );
+    // No order between the figures: the connection is timed inside the agent until its
+    // call is answered, the direct start until the call arrives, over other launches.
     assert!(launch > 0.0 && direct > 0.0 && connect > 0.0, "{report}");
-    assert!(
-        connect < direct,
-        "the connection is part of the agent's run: {report}"
-    );
     let share = (launch - direct + connect) / launch;
     assert!(
         (ms("guildhall_share") - share.clamp(0.0, 1.0)).abs() < 1e-9,
