@@ -245,15 +245,20 @@ pub(crate) fn offline_runtime(
     Ok(builder)
 }
 
-/// The store of a command that reads it without a server: the database the data
-/// directory's config names (`[store] url`), else the embedded store in the directory.
+/// The store of a command that only reads it, without a server: the database the data
+/// directory's config names (`[store] url`), else the embedded store in the directory,
+/// which must be there already ([`require_store`]).
 ///
 /// # Errors
-/// The config file's error, or the store's when it cannot be opened.
+/// The config file's error, a directory without a store, or the store's error when it
+/// cannot be opened.
 pub(crate) fn offline_store(
     data_dir: &std::path::Path,
 ) -> Result<std::sync::Arc<dyn guildhall::store::Store>, Box<dyn std::error::Error>> {
     let store = store_section(data_dir)?;
+    if store.url.is_none() {
+        require_store(data_dir, true)?;
+    }
     #[cfg(feature = "postgres")]
     if let Some(url) = store.url {
         let lease = store.lease.unwrap_or(guildhall::store::DEFAULT_LEASE);

@@ -245,7 +245,7 @@ async fn housekeeping(governance: std::sync::Weak<Governance>) {
 }
 
 /// What a server sharing the store announces when it grants a lasting approval.
-pub(crate) const APPROVALS: &str = "approvals";
+const APPROVALS: &str = "approvals";
 
 /// The lasting approvals in `store`, by agent.
 fn read_lasting(store: &dyn Store) -> Result<HashMap<String, Vec<Rule>>, StoreError> {
@@ -573,8 +573,21 @@ impl Governance {
         Ok(())
     }
 
-    /// Reads the lasting approvals again: another server sharing the store granted one.
-    pub(crate) fn reload_approvals(&self) {
+    /// Acts on what another server sharing the store said: it granted a lasting approval,
+    /// or anything may have changed.
+    pub(crate) async fn on_notice(self: &Arc<Self>, notice: &Notice) {
+        match notice {
+            Notice::Changed(what) if &**what == APPROVALS => {}
+            Notice::Resync => {}
+            _ => return,
+        }
+        let governance = Arc::clone(self);
+        // The store's reads block their caller.
+        let _ = tokio::task::spawn_blocking(move || governance.reload_approvals()).await;
+    }
+
+    /// Reads the lasting approvals again.
+    fn reload_approvals(&self) {
         match read_lasting(&*self.store) {
             Ok(lasting) => {
                 *self.lasting.write().unwrap_or_else(PoisonError::into_inner) = lasting;

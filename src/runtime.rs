@@ -1014,14 +1014,7 @@ async fn follow_cluster(
                 _ => {
                     office.on_notice(&notice).await;
                     contexts.on_notice(&notice).await;
-                    if matches!(&notice, Notice::Resync)
-                        || matches!(&notice, Notice::Changed(what) if &**what == crate::governance::APPROVALS)
-                    {
-                        let governance = Arc::clone(&governance);
-                        // The store's reads block their caller.
-                        let _ = tokio::task::spawn_blocking(move || governance.reload_approvals())
-                            .await;
-                    }
+                    governance.on_notice(&notice).await;
                     seen.push(notice);
                 }
             }

@@ -74,7 +74,6 @@ pub(crate) async fn run(args: AuditArgs, data_dir: &Path) -> CliResult {
     {
         Ok(connected) => serde_json::from_value(connected.value)?,
         Err(LocalError::NotRunning { .. }) => {
-            super::require_store(data_dir, true)?;
             let store = super::offline_store(data_dir)?;
             let records = audit::query(&*store, &query)?;
             store.close();

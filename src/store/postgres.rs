@@ -785,8 +785,9 @@ fn prefix_end(prefix: &[u8]) -> Option<Vec<u8>> {
     None
 }
 
-/// What a commit in flight gives back: its result, when it started, its batches and writes.
-type Flown = (Result<(), StoreError>, Instant, usize, usize);
+/// What a commit in flight gives back: its result, when it started, its batches' count,
+/// its writes and the batches' callbacks.
+type Flown = (Result<(), StoreError>, Instant, usize, usize, Vec<Done>);
 
 async fn write_loop(
     writer: &Connection<Writes>,
@@ -794,15 +795,10 @@ async fn write_loop(
     stats: &CommitCounters,
     me: &Membership,
 ) {
-    // Commits in flight, oldest first, and the callbacks of each (apart: they are not
-    // `Sync`, so the commits must not hold them). One connection runs its statements in
-    // the order they were sent, and the answers come back in that order.
+    // Commits in flight, oldest first. One connection runs its statements in the order
+    // they were sent, and the answers come back in that order.
     let mut flight = futures::stream::FuturesOrdered::new();
-    let mut waiting: std::collections::VecDeque<Vec<Done>> = std::collections::VecDeque::new();
-    let answer = |flown: Option<Flown>, dones: Option<Vec<Done>>| {
-        let (Some((result, started, batches, writes)), Some(dones)) = (flown, dones) else {
-            return;
-        };
+    let answer = |(result, started, batches, writes, dones): Flown| {
         if result.is_ok() {
             stats.committed(started, batches, writes);
         } else {
@@ -817,7 +813,9 @@ async fn write_loop(
         let job = match next.take() {
             Some(job) => job,
             None if flight.len() >= IN_FLIGHT || (!open && !flight.is_empty()) => {
-                answer(flight.next().await, waiting.pop_front());
+                if let Some(flown) = flight.next().await {
+                    answer(flown);
+                }
                 continue;
             }
             None if !open => return,
@@ -830,8 +828,8 @@ async fn write_loop(
             },
             None => tokio::select! {
                 biased;
-                flown = flight.next() => {
-                    answer(flown, waiting.pop_front());
+                Some(flown) = flight.next() => {
+                    answer(flown);
                     continue;
                 }
                 job = rx.recv() => match job {
@@ -848,14 +846,14 @@ async fn write_loop(
             Job::Commit { batch, done } => (batch, done),
             Job::Claim { subject, reply } => {
                 while let Some(flown) = flight.next().await {
-                    answer(Some(flown), waiting.pop_front());
+                    answer(flown);
                 }
                 let _ = reply.send(claim(writer, &subject, me).await);
                 continue;
             }
             Job::Release { subject, epoch } => {
                 while let Some(flown) = flight.next().await {
-                    answer(Some(flown), waiting.pop_front());
+                    answer(flown);
                 }
                 release(writer, &subject, epoch, me).await;
                 continue;
@@ -879,10 +877,9 @@ async fn write_loop(
             }
         }
         let started = Instant::now();
-        waiting.push_back(dones);
         flight.push_back(async move {
             let result = commit_group(writer, &batches, me).await;
-            (result, started, batches.len(), writes)
+            (result, started, batches.len(), writes, dones)
         });
     }
 }
