@@ -113,6 +113,17 @@ pub enum Write {
         /// The encoded value.
         value: Vec<u8>,
     },
+    /// Sets `key`, which the writer made new (from a fresh id, as a message's): a store
+    /// may add it without looking for an old value first. A key that existed after all is
+    /// set as by [`Write::Put`], only slower.
+    Insert {
+        /// The table.
+        table: Table,
+        /// The key.
+        key: Vec<u8>,
+        /// The encoded value.
+        value: Vec<u8>,
+    },
     /// Sets `key` to a value shared with other writes (one encoding of a message fanned
     /// out to many mailboxes, held once in memory).
     PutShared {
@@ -152,6 +163,12 @@ impl Batch {
     /// Adds a put.
     pub fn put(&mut self, table: Table, key: Vec<u8>, value: Vec<u8>) -> &mut Self {
         self.writes.push(Write::Put { table, key, value });
+        self
+    }
+
+    /// Adds a put of a key the caller made new ([`Write::Insert`]).
+    pub fn insert(&mut self, table: Table, key: Vec<u8>, value: Vec<u8>) -> &mut Self {
+        self.writes.push(Write::Insert { table, key, value });
         self
     }
 
@@ -224,6 +241,9 @@ pub struct StoreStats {
     pub commit_micros: u64,
     /// Group commits that failed (each failed every batch in it).
     pub failed_commits: u64,
+    /// Group commits refused because a key written as new ([`Write::Insert`]) existed,
+    /// and then written again as puts (rare: each costs a second commit).
+    pub rewritten_commits: u64,
     /// Batches applied.
     pub batches: u64,
     /// Writes applied.
@@ -236,6 +256,7 @@ pub(crate) struct CommitCounters {
     commits: std::sync::atomic::AtomicU64,
     commit_micros: std::sync::atomic::AtomicU64,
     failed_commits: std::sync::atomic::AtomicU64,
+    rewritten_commits: std::sync::atomic::AtomicU64,
     batches: std::sync::atomic::AtomicU64,
     writes: std::sync::atomic::AtomicU64,
 }
@@ -257,6 +278,13 @@ impl CommitCounters {
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     }
 
+    /// Counts a group commit written again as puts (it is counted as committed or failed
+    /// too, once, by how that ends).
+    pub(crate) fn rewritten(&self) {
+        self.rewritten_commits
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    }
+
     /// The counts so far.
     pub(crate) fn snapshot(&self) -> StoreStats {
         use std::sync::atomic::Ordering::Relaxed;
@@ -264,6 +292,7 @@ impl CommitCounters {
             commits: self.commits.load(Relaxed),
             commit_micros: self.commit_micros.load(Relaxed),
             failed_commits: self.failed_commits.load(Relaxed),
+            rewritten_commits: self.rewritten_commits.load(Relaxed),
             batches: self.batches.load(Relaxed),
             writes: self.writes.load(Relaxed),
         }

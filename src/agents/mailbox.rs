@@ -378,7 +378,9 @@ impl MailboxActor {
             }
         }
         let mut batch = Batch::new();
-        batch.put(
+        // The key is new: the message's id is fresh (a second delivery of one message is
+        // still stored, as a put).
+        batch.insert(
             Table::Inbox,
             self.key(&message.id),
             codec::encode(&*message),

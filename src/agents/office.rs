@@ -328,7 +328,7 @@ impl PostOffice {
                 cluster.holder(&store::cluster::subject("mail", entry.id.as_str()))?
         {
             let mut batch = Batch::new();
-            batch.put(
+            batch.insert(
                 Table::Inbox,
                 message_key(entry.id.as_str(), &message.id),
                 codec::encode(&*message),

@@ -221,7 +221,9 @@ impl Shard {
     fn apply(&mut self, write: Write) {
         self.writes += 1;
         match write {
-            Write::Put { table, key, value } => self.tables[table.index()].insert(key, value),
+            Write::Put { table, key, value } | Write::Insert { table, key, value } => {
+                self.tables[table.index()].insert(key, value);
+            }
             Write::PutShared { table, key, value } => {
                 self.tables[table.index()].insert(key, value.to_vec());
             }
@@ -251,7 +253,10 @@ impl Default for MemoryStore {
 
 fn key_of(write: &Write) -> &[u8] {
     match write {
-        Write::Put { key, .. } | Write::PutShared { key, .. } | Write::Delete { key, .. } => key,
+        Write::Put { key, .. }
+        | Write::Insert { key, .. }
+        | Write::PutShared { key, .. }
+        | Write::Delete { key, .. } => key,
     }
 }
 

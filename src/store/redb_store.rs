@@ -393,7 +393,7 @@ fn commit_group(db: &Database, group: &[Job]) -> Result<(), StoreError> {
         for job in group {
             for write in job.batch.writes() {
                 match write {
-                    Write::Put { table, key, value } => {
+                    Write::Put { table, key, value } | Write::Insert { table, key, value } => {
                         tables[table.index()]
                             .insert(key.as_slice(), value.as_slice())
                             .map_err(|e| fail(&e))?;

@@ -334,6 +334,34 @@ async fn batches_apply_atomically_and_scans_stay_within_their_prefix() {
     }
 }
 
+#[tokio::test]
+async fn a_key_written_as_new_that_exists_is_set_as_a_put_would_set_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut stores = vec![Arc::new(store::MemoryStore::new()) as Arc<dyn Store>];
+    for backend in Backend::all(&dir).await {
+        stores.push(backend.open());
+    }
+    for s in stores {
+        let mut batch = Batch::new();
+        batch.insert(Table::Inbox, b"a\0\x01".to_vec(), b"1".to_vec());
+        store::commit(&*s, batch).await.unwrap();
+        // The same key again, beside a key that is new: both land, in one batch.
+        let mut batch = Batch::new();
+        batch
+            .insert(Table::Inbox, b"a\0\x01".to_vec(), b"2".to_vec())
+            .insert(Table::Inbox, b"a\0\x02".to_vec(), b"3".to_vec());
+        store::commit(&*s, batch).await.unwrap();
+        assert_eq!(
+            s.get(Table::Inbox, b"a\0\x01").unwrap(),
+            Some(b"2".to_vec())
+        );
+        assert_eq!(
+            s.get(Table::Inbox, b"a\0\x02").unwrap(),
+            Some(b"3".to_vec())
+        );
+    }
+}
+
 /// What a runtime serves of the damage fixture: each inbox's subjects and the session's
 /// entries, or the error it answered with.
 async fn served(rt: &Runtime) -> Vec<Result<String, String>> {

@@ -140,6 +140,77 @@ async fn groups_committed_while_others_are_in_flight_apply_and_answer_in_submitt
 }
 
 #[tokio::test]
+async fn a_group_refused_for_a_key_written_as_new_that_existed_is_written_again_and_overtakes_nothing()
+ {
+    let url = pg::fresh_database().await;
+    let s = PostgresStore::open(&url).unwrap();
+    let dup = |i: u32| format!("dup-{i}").into_bytes();
+    let mut batch = Batch::new();
+    for i in (0..3_000).step_by(10) {
+        batch.insert(Table::Inbox, dup(i), b"before".to_vec());
+    }
+    store::commit(&s, batch).await.unwrap();
+    let answered = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    // The first batch of each burst writes an existing key as new, refusing its group;
+    // every batch puts the key "shared", so a group refused and a later one committed
+    // while it was in flight write the same key.
+    let mut answers = Vec::new();
+    for i in 0..3_000u32 {
+        let mut batch = Batch::new();
+        let value = i.to_be_bytes().to_vec();
+        if i % 10 == 0 {
+            batch.insert(Table::Inbox, dup(i), value.clone());
+        }
+        batch.put(Table::Inbox, b"shared".to_vec(), value);
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        let answered = std::sync::Arc::clone(&answered);
+        s.submit(
+            batch,
+            Box::new(move |result| {
+                answered.lock().unwrap().push(i);
+                let _ = tx.send(result);
+            }),
+        );
+        answers.push(rx);
+        if i % 10 == 9 {
+            // Everything of the burst is answered with its last batch.
+            answers.last_mut().unwrap().await.unwrap().unwrap();
+            answers.pop();
+            assert_eq!(
+                s.get(Table::Inbox, b"shared").unwrap(),
+                Some(i.to_be_bytes().to_vec()),
+                "the burst's last batch is the last applied"
+            );
+        }
+    }
+    for answer in answers {
+        answer.await.unwrap().expect("every batch commits");
+    }
+    let answered = answered.lock().unwrap().clone();
+    assert_eq!(
+        answered,
+        (0..3_000).collect::<Vec<_>>(),
+        "answered in order"
+    );
+    assert_eq!(
+        s.get(Table::Inbox, b"shared").unwrap(),
+        Some(2_999u32.to_be_bytes().to_vec()),
+        "the last batch submitted is the last applied"
+    );
+    for i in (0..3_000u32).step_by(10) {
+        assert_eq!(
+            s.get(Table::Inbox, &dup(i)).unwrap(),
+            Some(i.to_be_bytes().to_vec()),
+            "batch {i}'s key"
+        );
+    }
+    let stats = s.stats();
+    assert!(stats.rewritten_commits > 0, "{stats:?}");
+    assert_eq!(stats.failed_commits, 0, "{stats:?}");
+    s.close();
+}
+
+#[tokio::test]
 async fn servers_starting_together_migrate_once_all_join_and_a_newer_schema_is_refused() {
     let url = pg::fresh_database().await;
     let opens: Vec<_> = (0..4)
