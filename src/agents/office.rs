@@ -315,8 +315,8 @@ impl PostOffice {
     /// Delivers `message` to `entry`'s mailbox: through the mailbox actor, started here if
     /// need be; or, when another live server sharing the store runs that mailbox, stored
     /// into the inbox directly and that server told (it loads the message from the store).
-    /// The latter is not held to the inbox's capacity (its unread count is on the other
-    /// server), as large fan-outs are not.
+    /// The latter is held to the inbox's capacity by the unread messages the store holds
+    /// (so within the sends in flight at once: the count and the write are not one step).
     async fn deliver(
         &self,
         entry: &Arc<AgentEntry>,
@@ -327,6 +327,13 @@ impl PostOffice {
             && let Some(holder) =
                 cluster.holder(&store::cluster::subject("mail", entry.id.as_str()))?
         {
+            let capacity = self.shared.config.capacity;
+            if self.stored_unread_up_to(entry, capacity)? >= capacity {
+                return Ok(Reply::Failed(MailError::MailboxFull {
+                    agent: entry.id.to_string(),
+                    capacity,
+                }));
+            }
             let mut batch = Batch::new();
             batch.insert(
                 Table::Inbox,
@@ -543,13 +550,18 @@ impl PostOffice {
     /// # Errors
     /// [`MailError::Store`] when the store cannot be read.
     pub(crate) fn stored_unread(&self, entry: &AgentEntry) -> Result<usize, MailError> {
+        self.stored_unread_up_to(entry, usize::MAX)
+    }
+
+    /// As [`stored_unread`](Self::stored_unread), counting no further than `limit`.
+    fn stored_unread_up_to(&self, entry: &AgentEntry, limit: usize) -> Result<usize, MailError> {
         let mut count = 0;
         self.shared.store.scan(
             Table::Inbox,
             &mailbox_prefix(entry.id.as_str()),
             &mut |_, _| {
                 count += 1;
-                true
+                count < limit
             },
         )?;
         Ok(count)

@@ -3,9 +3,9 @@
 
 use std::time::{Duration, Instant};
 
-use guildhall::agents::InboxQuery;
+use guildhall::agents::{InboxQuery, MailError};
 use guildhall::tasks::{TaskQuery, TaskSpec};
-use guildhall::{AgentSpec, Outgoing, Runtime};
+use guildhall::{AgentSpec, MailboxConfig, Outgoing, Runtime};
 
 use crate::pg;
 use crate::support::eventually;
@@ -71,6 +71,54 @@ async fn a_send_on_one_server_wakes_a_check_waiting_on_another_within_millisecon
     // that never came and a wait that ran out instead.
     assert!(lag < Duration::from_secs(5), "woke after {lag:?}");
     // The mailbox stayed where its agent waits: the send did not take it over.
+    held_by(&a, "mail:dev", &b).await;
+    a.shutdown().await;
+    b.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_mailbox_on_another_server_is_held_to_its_capacity() {
+    let url = pg::fresh_database().await;
+    let small = || {
+        Runtime::builder()
+            .store_url(&url)
+            .store_lease(Duration::from_secs(1))
+            .mailbox_config(MailboxConfig {
+                capacity: 3,
+                ..MailboxConfig::default()
+            })
+    };
+    let (a, b) = (
+        small().build().await.unwrap(),
+        small().build().await.unwrap(),
+    );
+    let tl = a.register_agent(AgentSpec::new("tl", "tl")).await.unwrap();
+    let dev = b
+        .register_agent(AgentSpec::new("dev", "dev"))
+        .await
+        .unwrap();
+    let inbox = dev.check_inbox(InboxQuery::default()).await.unwrap();
+    assert!(inbox.messages.is_empty(), "dev's mailbox runs on b");
+    held_by(&a, "mail:dev", &b).await;
+    let mut sent = Vec::new();
+    for i in 0..3 {
+        let receipt = tl.send(Outgoing::to("dev").body(format!("{i}"))).await;
+        sent.push(receipt.expect("room for three").id);
+    }
+    let full = tl.send(Outgoing::to("dev").body("one too many")).await;
+    assert!(
+        matches!(full, Err(MailError::MailboxFull { capacity: 3, .. })),
+        "{full:?}"
+    );
+    // Reading makes room again, and the mailbox stayed on b all along.
+    eventually(Duration::from_secs(10), || async {
+        dev.unread().await.unwrap() == 3
+    })
+    .await;
+    assert_eq!(dev.mark_read(&sent[..1], true).await.unwrap(), 1);
+    tl.send(Outgoing::to("dev").body("room again"))
+        .await
+        .expect("one read, one more fits");
     held_by(&a, "mail:dev", &b).await;
     a.shutdown().await;
     b.shutdown().await;
