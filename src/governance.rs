@@ -590,8 +590,12 @@ impl Governance {
     fn reload_approvals(&self) {
         match read_lasting(&*self.store) {
             Ok(lasting) => {
-                *self.lasting.write().unwrap_or_else(PoisonError::into_inner) = lasting;
-                self.approvals_generation.fetch_add(1, Ordering::Release);
+                let mut current = self.lasting.write().unwrap_or_else(PoisonError::into_inner);
+                // Unchanged (a resync that found nothing new): the cached decisions stand.
+                if *current != lasting {
+                    *current = lasting;
+                    self.approvals_generation.fetch_add(1, Ordering::Release);
+                }
             }
             Err(err) => tracing::warn!(%err, "lasting approvals could not be read again"),
         }
