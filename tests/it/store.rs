@@ -53,6 +53,15 @@ impl Backend {
     }
 }
 
+/// Every store, each empty: the memory store and each durable backend's.
+async fn every_store(dir: &tempfile::TempDir) -> Vec<Arc<dyn Store>> {
+    let mut stores = vec![Arc::new(store::MemoryStore::new()) as Arc<dyn Store>];
+    for backend in Backend::all(dir).await {
+        stores.push(backend.open());
+    }
+    stores
+}
+
 #[tokio::test]
 async fn agents_messages_and_read_state_survive_a_restart() {
     let dir = tempfile::tempdir().unwrap();
@@ -298,11 +307,7 @@ async fn a_store_of_an_unknown_format_is_refused_and_left_untouched() {
 #[tokio::test]
 async fn batches_apply_atomically_and_scans_stay_within_their_prefix() {
     let dir = tempfile::tempdir().unwrap();
-    let mut stores = vec![Arc::new(store::MemoryStore::new()) as Arc<dyn Store>];
-    for backend in Backend::all(&dir).await {
-        stores.push(backend.open());
-    }
-    for s in stores {
+    for s in every_store(&dir).await {
         let mut batch = Batch::new();
         batch
             .put(Table::Inbox, b"a\0\x01".to_vec(), b"1".to_vec())
@@ -337,11 +342,7 @@ async fn batches_apply_atomically_and_scans_stay_within_their_prefix() {
 #[tokio::test]
 async fn a_key_written_as_new_that_exists_is_set_as_a_put_would_set_it() {
     let dir = tempfile::tempdir().unwrap();
-    let mut stores = vec![Arc::new(store::MemoryStore::new()) as Arc<dyn Store>];
-    for backend in Backend::all(&dir).await {
-        stores.push(backend.open());
-    }
-    for s in stores {
+    for s in every_store(&dir).await {
         let mut batch = Batch::new();
         batch.insert(Table::Inbox, b"a\0\x01".to_vec(), b"1".to_vec());
         store::commit(&*s, batch).await.unwrap();

@@ -86,6 +86,25 @@ async fn the_last_write_to_a_key_in_a_group_commit_wins_as_if_one_by_one() {
     s.close();
 }
 
+/// Submits `batch`, numbered `i`: noted in `answered` when it is answered, with its result.
+fn submit_noting(
+    s: &PostgresStore,
+    batch: Batch,
+    i: u32,
+    answered: &std::sync::Arc<std::sync::Mutex<Vec<u32>>>,
+) -> tokio::sync::oneshot::Receiver<Result<(), StoreError>> {
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    let answered = std::sync::Arc::clone(answered);
+    s.submit(
+        batch,
+        Box::new(move |result| {
+            answered.lock().unwrap().push(i);
+            let _ = tx.send(result);
+        }),
+    );
+    rx
+}
+
 #[tokio::test]
 async fn groups_committed_while_others_are_in_flight_apply_and_answer_in_submitted_order() {
     let url = pg::fresh_database().await;
@@ -101,16 +120,7 @@ async fn groups_committed_while_others_are_in_flight_apply_and_answer_in_submitt
         } else {
             batch.put(Table::Agents, b"one".to_vec(), i.to_be_bytes().to_vec());
         }
-        let (tx, rx) = tokio::sync::oneshot::channel();
-        let answered = std::sync::Arc::clone(&answered);
-        s.submit(
-            batch,
-            Box::new(move |result| {
-                answered.lock().unwrap().push(i);
-                let _ = tx.send(result);
-            }),
-        );
-        answers.push(rx);
+        answers.push(submit_noting(&s, batch, i, &answered));
         if i % 100 == 99 {
             // Let the writer send what gathered before the next burst.
             answers.last_mut().unwrap().await.unwrap().unwrap();
@@ -162,16 +172,7 @@ async fn a_group_refused_for_a_key_written_as_new_that_existed_is_written_again_
             batch.insert(Table::Inbox, dup(i), value.clone());
         }
         batch.put(Table::Inbox, b"shared".to_vec(), value);
-        let (tx, rx) = tokio::sync::oneshot::channel();
-        let answered = std::sync::Arc::clone(&answered);
-        s.submit(
-            batch,
-            Box::new(move |result| {
-                answered.lock().unwrap().push(i);
-                let _ = tx.send(result);
-            }),
-        );
-        answers.push(rx);
+        answers.push(submit_noting(&s, batch, i, &answered));
         if i % 10 == 9 {
             // Everything of the burst is answered with its last batch.
             answers.last_mut().unwrap().await.unwrap().unwrap();
