@@ -11,7 +11,7 @@
 //!   them all, as redb's one fsync does. Within the group the last write to a key wins,
 //!   so the group is one statement (a multi-row delete and upsert), one round trip,
 //!   whatever its size. Keys written as new ([`Write::Insert`]: a delivered message's) are
-//!   plainly inserted, which costs a third less than an upsert; a group refused because
+//!   plainly inserted (an upsert of them would cost a third more); a group refused because
 //!   one existed after all is written again as puts, with nothing overtaken.
 //! - **Reads.** [`Store`]'s reads are synchronous. They run on a small pool of connections
 //!   driven by this store's own single-threaded runtime, and the caller's thread waits for
@@ -804,8 +804,6 @@ fn prefix_end(prefix: &[u8]) -> Option<Vec<u8>> {
     None
 }
 
-/// What a commit in flight gives back: its result, when it started, its batches' count,
-/// its writes and the batches' callbacks.
 /// A group commit sent to the database, and what became of it.
 struct Flown {
     result: Result<(), Refused>,
