@@ -143,6 +143,28 @@ pub enum Write {
     },
 }
 
+impl Write {
+    /// The table written.
+    pub fn table(&self) -> Table {
+        match self {
+            Write::Put { table, .. }
+            | Write::Insert { table, .. }
+            | Write::PutShared { table, .. }
+            | Write::Delete { table, .. } => *table,
+        }
+    }
+
+    /// The key written.
+    pub fn key(&self) -> &[u8] {
+        match self {
+            Write::Put { key, .. }
+            | Write::Insert { key, .. }
+            | Write::PutShared { key, .. }
+            | Write::Delete { key, .. } => key,
+        }
+    }
+}
+
 /// Writes that apply together or not at all. An empty batch is a barrier: it completes once
 /// every batch submitted before it has.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]

@@ -251,15 +251,6 @@ impl Default for MemoryStore {
     }
 }
 
-fn key_of(write: &Write) -> &[u8] {
-    match write {
-        Write::Put { key, .. }
-        | Write::Insert { key, .. }
-        | Write::PutShared { key, .. }
-        | Write::Delete { key, .. } => key,
-    }
-}
-
 impl MemoryStore {
     /// An empty store.
     pub fn new() -> Self {
@@ -283,7 +274,7 @@ impl MemoryStore {
         let shards: SmallVec<[usize; 2]> = batch
             .writes()
             .iter()
-            .map(|w| Self::shard_of(key_of(w)))
+            .map(|w| Self::shard_of(w.key()))
             .collect();
         let Some(&first) = shards.first() else {
             self.lock(0).batches += 1;

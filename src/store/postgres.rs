@@ -179,6 +179,28 @@ pub const MIGRATIONS: &[(i32, &str)] = &[
              PERFORM pg_notify(c.channel, c.payload) FROM unnest(ch, pl) AS c(channel, payload);
          END $$",
     ),
+    (
+        5,
+        "-- As before, with the keys written as new (nt, nk, nv) plainly inserted, as the
+         -- statement for groups of puts alone inserts them. The eight-argument function
+         -- stays for servers of the version before, still running during an upgrade.
+         CREATE FUNCTION guildhall_commit_notify(
+             pt int2[], pk bytea[], pv bytea[], nt int2[], nk bytea[], nv bytea[],
+             dt int2[], dk bytea[], n text, ch text[], pl text[]) RETURNS void
+         LANGUAGE plpgsql AS $$
+         BEGIN
+             PERFORM guildhall_node_fence(n);
+             IF cardinality(dt) > 0 THEN
+                 PERFORM guildhall_delete(dt, dk);
+             END IF;
+             INSERT INTO guildhall_kv (tbl, key, value)
+                 SELECT u.tbl, u.key, u.value FROM unnest(nt, nk, nv) AS u(tbl, key, value);
+             INSERT INTO guildhall_kv (tbl, key, value)
+                 SELECT u.tbl, u.key, u.value FROM unnest(pt, pk, pv) AS u(tbl, key, value)
+                 ON CONFLICT (tbl, key) DO UPDATE SET value = EXCLUDED.value;
+             PERFORM pg_notify(c.channel, c.payload) FROM unnest(ch, pl) AS c(channel, payload);
+         END $$",
+    ),
 ];
 
 /// How long a server's lease lasts without a heartbeat, by default: the time a killed
@@ -712,7 +734,7 @@ impl Statements for Writes {
             .await?,
             notify: prepared(
                 client,
-                "SELECT guildhall_commit_notify($1, $2, $3, $4, $5, $6, $7, $8)",
+                "SELECT guildhall_commit_notify($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)",
             )
             .await?,
             claim: prepared(
@@ -937,18 +959,16 @@ impl<'a> Writer<'a> {
         }
         for i in 0..settled.len() {
             if matches!(settled[i].result, Err(Refused::Existed)) {
-                let later: std::collections::HashSet<(i16, Vec<u8>)> = settled[i + 1..]
+                self.stats.rewritten();
+                let later: std::collections::HashSet<Key<'_>> = settled[i + 1..]
                     .iter()
                     .filter(|flown| flown.result.is_ok())
                     .flat_map(|flown| flown.batches.iter().flat_map(Batch::writes))
-                    .map(|write| {
-                        let (table, key) = target(write);
-                        (table_code(table), key.to_vec())
-                    })
+                    .map(key_of)
                     .collect();
-                self.stats.rewritten();
-                settled[i].result =
+                let again =
                     commit_group(self.connection, &settled[i].batches, self.me, Some(&later)).await;
+                settled[i].result = again;
             }
         }
         for flown in settled {
@@ -983,14 +1003,9 @@ impl<'a> Writer<'a> {
 /// A key in `guildhall_kv`: its table's code and its bytes.
 type Key<'a> = (i16, &'a [u8]);
 
-/// The table and key `write` writes.
-fn target(write: &Write) -> (Table, &[u8]) {
-    match write {
-        Write::Put { table, key, .. }
-        | Write::Insert { table, key, .. }
-        | Write::PutShared { table, key, .. }
-        | Write::Delete { table, key } => (*table, key),
-    }
+/// Where `write` writes in `guildhall_kv`.
+fn key_of(write: &Write) -> Key<'_> {
+    (table_code(write.table()), write.key())
 }
 
 /// Claims `subject` for this server: its holder afterwards and the claim's epoch.
@@ -1050,7 +1065,7 @@ async fn commit_group(
     writer: &Connection<Writes>,
     group: &[Batch],
     me: &Membership,
-    again: Option<&std::collections::HashSet<(i16, Vec<u8>)>>,
+    again: Option<&std::collections::HashSet<Key<'_>>>,
 ) -> Result<(), Refused> {
     if me.fenced() {
         return Err(Refused::Failed(StoreError::Fenced));
@@ -1059,9 +1074,8 @@ async fn commit_group(
     // only by one `Insert`, so absent before).
     let mut last: HashMap<Key<'_>, (Option<&[u8]>, bool)> = HashMap::new();
     for write in group.iter().flat_map(Batch::writes) {
-        let (table, key) = target(write);
-        let code = table_code(table);
-        if again.is_some_and(|later| later.contains(&(code, key.to_vec()))) {
+        let key = key_of(write);
+        if again.is_some_and(|later| later.contains(&key)) {
             continue;
         }
         let (value, new) = match write {
@@ -1070,7 +1084,7 @@ async fn commit_group(
             Write::PutShared { value, .. } => (Some(&value[..]), false),
             Write::Delete { .. } => (None, false),
         };
-        last.entry((code, key))
+        last.entry(key)
             .and_modify(|was| *was = (value, false))
             .or_insert((value, new));
     }
@@ -1128,16 +1142,12 @@ async fn commit_group(
             .await
             .map_err(fail)?;
     } else {
-        // Rarer groups (reads marked, notices) go through the function, which upserts all.
-        put_tbl.append(&mut new_tbl);
-        put_key.append(&mut new_key);
-        put_value.append(&mut new_value);
         live.client
             .execute(
                 &live.notify,
                 &[
-                    &put_tbl, &put_key, &put_value, &del_tbl, &del_key, &me.node, &channels,
-                    &payloads,
+                    &put_tbl, &put_key, &put_value, &new_tbl, &new_key, &new_value, &del_tbl,
+                    &del_key, &me.node, &channels, &payloads,
                 ],
             )
             .await

@@ -155,21 +155,27 @@ async fn a_group_refused_for_a_key_written_as_new_that_existed_is_written_again_
     let url = pg::fresh_database().await;
     let s = PostgresStore::open(&url).unwrap();
     let dup = |i: u32| format!("dup-{i}").into_bytes();
+    let gone = |i: u32| format!("gone-{i}").into_bytes();
     let mut batch = Batch::new();
     for i in (0..3_000).step_by(10) {
         batch.insert(Table::Inbox, dup(i), b"before".to_vec());
+        batch.insert(Table::Inbox, gone(i), b"before".to_vec());
     }
     store::commit(&s, batch).await.unwrap();
     let answered = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
     // The first batch of each burst writes an existing key as new, refusing its group;
-    // every batch puts the key "shared", so a group refused and a later one committed
-    // while it was in flight write the same key.
+    // every other one also deletes a key, so that its group takes the function's way
+    // rather than the statement's. Every batch puts the key "shared", so a group refused
+    // and a later one committed while it was in flight write the same key.
     let mut answers = Vec::new();
     for i in 0..3_000u32 {
         let mut batch = Batch::new();
         let value = i.to_be_bytes().to_vec();
         if i % 10 == 0 {
             batch.insert(Table::Inbox, dup(i), value.clone());
+        }
+        if i % 20 == 0 {
+            batch.delete(Table::Inbox, gone(i));
         }
         batch.put(Table::Inbox, b"shared".to_vec(), value);
         answers.push(submit_noting(&s, batch, i, &answered));
@@ -204,6 +210,8 @@ async fn a_group_refused_for_a_key_written_as_new_that_existed_is_written_again_
             Some(i.to_be_bytes().to_vec()),
             "batch {i}'s key"
         );
+        let left = s.get(Table::Inbox, &gone(i)).unwrap();
+        assert_eq!(left.is_none(), i % 20 == 0, "batch {i}'s deleted key");
     }
     let stats = s.stats();
     assert!(stats.rewritten_commits > 0, "{stats:?}");
