@@ -9,6 +9,9 @@
 //! The records of one drain are stored together, in the order their calls ended, as
 //! blocks of at most [`BLOCK`] records, each keyed by the newest call id in it: one
 //! store write per block instead of one per call, which is most of the writer's cost.
+//! A block keeps each agent, session, tool and rule it mentions once ([`IndexedBlock`]):
+//! a record is about 36 bytes instead of about 100, and what the writer costs a call is
+//! mostly the bytes the store copies, checksums and syncs.
 //! A block's key is at least every id in it, so the blocks that can hold calls started at
 //! or after a time are those keyed at or after it. Blocks older than the retention are
 //! pruned hourly.
@@ -31,9 +34,12 @@ const QUEUE: usize = 32_768;
 const CADENCE: Duration = Duration::from_millis(10);
 /// Records stored under one key at most.
 const BLOCK: usize = 512;
-/// The byte after a block's call id in its key. Logs written before blocks have one record
-/// per key: a bare 16-byte call id.
-const BLOCK_MARK: u8 = b'b';
+/// The byte after a block's call id in its key: an [`IndexedBlock`]. Logs written before
+/// 2026-11-27 hold blocks of whole [`AuditRecord`]s, marked [`FULL_BLOCK_MARK`], and from
+/// before blocks, one record per key: a bare 16-byte call id. Every form is read.
+const BLOCK_MARK: u8 = b'i';
+/// The mark of a block of whole records, written before indexed blocks.
+const FULL_BLOCK_MARK: u8 = b'b';
 /// Keys pruned in one batch at most.
 const BATCH: usize = 4096;
 /// How often old records are pruned.
@@ -66,6 +72,21 @@ pub enum Outcome {
 }
 
 impl Outcome {
+    /// Every outcome in declaration order, which is the order of their codes in an
+    /// [`IndexedBlock`]: a new outcome goes last.
+    const ALL: [Self; 10] = [
+        Self::Ok,
+        Self::ToolError,
+        Self::InvalidArguments,
+        Self::Crashed,
+        Self::Timeout,
+        Self::Denied,
+        Self::CircuitOpen,
+        Self::RateLimited,
+        Self::Unavailable,
+        Self::Cancelled,
+    ];
+
     /// The outcome's name (`ok`, `tool_error`, ...).
     pub fn as_str(self) -> &'static str {
         match self {
@@ -168,52 +189,150 @@ pub(crate) struct Entry {
     pub(crate) outcome: Outcome,
 }
 
-impl Entry {
-    /// The record as stored, borrowing this entry's strings.
-    fn as_stored(&self) -> StoredRecord<'_> {
-        StoredRecord {
-            call_id: self.call_id,
-            at_ms: start_ms(self.call_id),
-            agent: self.agent.as_deref(),
-            session: self.session.as_deref(),
-            tool: &self.tool,
-            args_digest: Hex(self.digest),
-            decision: self.decision,
-            rule: self.rule.as_deref().unwrap_or_default(),
-            duration_us: self.duration_us,
-            outcome: self.outcome,
-        }
-    }
+/// A block of records as stored: every distinct string once, in `strings`, and records
+/// that point into it. Read through serde; written by [`encode_block`].
+#[derive(Deserialize)]
+#[cfg_attr(test, derive(Serialize))]
+struct IndexedBlock {
+    strings: Vec<String>,
+    records: Vec<IndexedRecord>,
 }
 
-/// [`AuditRecord`] as the writer encodes it, without copying a string: the same fields in
-/// the same order, so it decodes as an [`AuditRecord`].
-#[derive(Serialize)]
-struct StoredRecord<'a> {
+/// An [`AuditRecord`] in an [`IndexedBlock`]: strings as 1-based indices into the block's
+/// strings (0: none), the digest as a number, the decision and outcome as codes, and no
+/// start time (the call id holds it).
+#[derive(Deserialize)]
+#[cfg_attr(test, derive(Serialize))]
+struct IndexedRecord {
     call_id: Uuid,
-    at_ms: u64,
-    agent: Option<&'a str>,
-    session: Option<&'a str>,
-    tool: &'a str,
-    args_digest: Hex,
-    decision: Action,
-    rule: &'a str,
+    agent: u32,
+    session: u32,
+    tool: u32,
+    digest: u64,
+    decision: u8,
+    rule: u32,
     duration_us: u64,
-    outcome: Outcome,
+    outcome: u8,
 }
 
-/// A digest, serialized as 16 lowercase hex digits.
-struct Hex(u64);
+/// The strings of a block being written, each once.
+#[derive(Default)]
+struct Strings<'a> {
+    list: Vec<&'a str>,
+    index: rustc_hash::FxHashMap<&'a str, u32>,
+    /// The string last looked up in each field (address, length) and its index: the
+    /// records of one block mostly repeat their neighbours' tool, agent and rule, found
+    /// here without hashing them. The entries borrowed are alive, so an address is theirs.
+    last: [(usize, usize, u32); 4],
+}
 
-impl Serialize for Hex {
-    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        const DIGITS: &[u8; 16] = b"0123456789abcdef";
-        let mut text = [0u8; 16];
-        for (i, byte) in text.iter_mut().enumerate() {
-            *byte = DIGITS[((self.0 >> (60 - 4 * i)) & 0xf) as usize];
+impl<'a> Strings<'a> {
+    /// `text`'s 1-based index, added if new; 0 for none. `field` picks the one-entry cache.
+    fn index(&mut self, field: usize, text: Option<&'a str>) -> u32 {
+        let Some(text) = text else {
+            return 0;
+        };
+        let (address, len) = (text.as_ptr() as usize, text.len());
+        if let (a, l, index @ 1..) = self.last[field]
+            && (a, l) == (address, len)
+        {
+            return index;
         }
-        s.serialize_str(std::str::from_utf8(&text).unwrap_or_default())
+        let list = &mut self.list;
+        let index = *self.index.entry(text).or_insert_with(|| {
+            list.push(text);
+            u32::try_from(list.len()).unwrap_or(u32::MAX)
+        });
+        self.last[field] = (address, len, index);
+        index
     }
+}
+
+/// Encodes `entries` as one [`IndexedBlock`], in the value format [`codec::decode`] reads.
+/// Written with `rmp` directly: through serde it cost the writer twice the instructions.
+fn encode_block(entries: &[Entry]) -> Vec<u8> {
+    use rmp::encode::{write_array_len, write_bin, write_str, write_uint};
+    let mut strings = Strings::default();
+    // Most records take 35 to 43 bytes; the Vec grows for the rest.
+    let mut records = Vec::with_capacity(entries.len() * 44);
+    for e in entries {
+        // Writing to a Vec cannot fail.
+        let _ = write_array_len(&mut records, 9);
+        let _ = write_bin(&mut records, e.call_id.as_bytes());
+        for field in [
+            strings.index(0, e.agent.as_deref()),
+            strings.index(1, e.session.as_deref()),
+            strings.index(2, Some(&e.tool)),
+        ] {
+            let _ = write_uint(&mut records, u64::from(field));
+        }
+        let _ = write_uint(&mut records, e.digest);
+        let _ = write_uint(&mut records, e.decision as u64);
+        let _ = write_uint(&mut records, u64::from(strings.index(3, e.rule.as_deref())));
+        let _ = write_uint(&mut records, e.duration_us);
+        let _ = write_uint(&mut records, e.outcome as u64);
+    }
+    let text: usize = strings.list.iter().map(|s| s.len() + 5).sum();
+    let mut value = Vec::with_capacity(16 + text + records.len());
+    value.push(codec::VALUE_FORMAT);
+    let _ = write_array_len(&mut value, 2);
+    let _ = write_array_len(
+        &mut value,
+        u32::try_from(strings.list.len()).unwrap_or(u32::MAX),
+    );
+    for s in &strings.list {
+        let _ = write_str(&mut value, s);
+    }
+    let _ = write_array_len(&mut value, u32::try_from(entries.len()).unwrap_or(u32::MAX));
+    value.extend_from_slice(&records);
+    value
+}
+
+/// Decodes an [`IndexedBlock`] into whole records.
+fn decode_block(value: &[u8]) -> Result<Vec<AuditRecord>, StoreError> {
+    let block: IndexedBlock = codec::decode(Table::Audit, value)?;
+    let bad = |reason: String| StoreError::Decode {
+        table: Table::Audit.name(),
+        reason,
+    };
+    let string = |index: u32| -> Result<Option<String>, StoreError> {
+        match index {
+            0 => Ok(None),
+            i => block
+                .strings
+                .get(i as usize - 1)
+                .cloned()
+                .map(Some)
+                .ok_or_else(|| {
+                    bad(format!(
+                        "an audit record names string {i} of a block that has {}",
+                        block.strings.len()
+                    ))
+                }),
+        }
+    };
+    block
+        .records
+        .iter()
+        .map(|r| {
+            Ok(AuditRecord {
+                call_id: r.call_id,
+                at_ms: start_ms(r.call_id),
+                agent: string(r.agent)?,
+                session: string(r.session)?,
+                tool: string(r.tool)?.ok_or_else(|| bad("an audit record names no tool".into()))?,
+                args_digest: format!("{:016x}", r.digest),
+                decision: Action::from_code(r.decision)
+                    .ok_or_else(|| bad(format!("unknown audit decision code {}", r.decision)))?,
+                rule: string(r.rule)?.unwrap_or_default(),
+                duration_us: r.duration_us,
+                outcome: Outcome::ALL
+                    .get(usize::from(r.outcome))
+                    .copied()
+                    .ok_or_else(|| bad(format!("unknown audit outcome code {}", r.outcome)))?,
+            })
+        })
+        .collect()
 }
 
 /// A UUID v7's start time in ms since the Unix epoch.
@@ -237,17 +356,16 @@ fn put_blocks(batch: &mut Batch, entries: &[Entry]) {
         let mut key = Vec::with_capacity(17);
         key.extend_from_slice(newest.as_bytes());
         key.push(BLOCK_MARK);
-        let records: Vec<StoredRecord<'_>> = block.iter().map(Entry::as_stored).collect();
-        batch.put(Table::Audit, key, codec::encode(&records));
+        batch.put(Table::Audit, key, encode_block(block));
     }
 }
 
 /// The records stored under one key: a block, or a lone record from before blocks.
 fn decode_stored(key: &[u8], value: &[u8]) -> Result<Vec<AuditRecord>, StoreError> {
-    if key.len() == 16 {
-        codec::decode(Table::Audit, value).map(|r| vec![r])
-    } else {
-        codec::decode(Table::Audit, value)
+    match key {
+        [.., FULL_BLOCK_MARK] if key.len() == 17 => codec::decode(Table::Audit, value),
+        [.., BLOCK_MARK] if key.len() == 17 => decode_block(value),
+        _ => codec::decode(Table::Audit, value).map(|r| vec![r]),
     }
 }
 
@@ -556,27 +674,84 @@ mod tests {
         }
     }
 
+    /// `e` as a whole record, the form older logs stored.
+    fn whole(e: &Entry) -> AuditRecord {
+        AuditRecord {
+            call_id: e.call_id,
+            at_ms: start_ms(e.call_id),
+            agent: e.agent.as_deref().map(String::from),
+            session: e.session.as_deref().map(String::from),
+            tool: e.tool.to_string(),
+            args_digest: format!("{:016x}", e.digest),
+            decision: e.decision,
+            rule: e.rule.as_deref().unwrap_or_default().to_string(),
+            duration_us: e.duration_us,
+            outcome: e.outcome,
+        }
+    }
+
     #[test]
-    fn a_stored_record_decodes_as_an_audit_record() {
-        let e = entry(1_700_000_000_123, "shell", Outcome::Denied);
-        let bytes = codec::encode(&e.as_stored());
-        let record: AuditRecord = codec::decode(Table::Audit, &bytes).unwrap();
-        assert_eq!(record.call_id, e.call_id);
-        assert_eq!(record.at_ms, 1_700_000_000_123);
-        assert_eq!(record.agent.as_deref(), Some("a1"));
-        assert_eq!(record.session, None);
-        assert_eq!(record.tool, "shell");
-        assert_eq!(record.args_digest, format!("{:016x}", e.digest));
-        assert_eq!(record.rule, "trust autonomous");
-        assert_eq!(record.outcome, Outcome::Denied);
-        assert_eq!(
-            Hex(0xf).serialize(serde_json::value::Serializer).unwrap(),
-            "000000000000000f"
-        );
+    fn a_block_decodes_into_the_records_written() {
+        let entries: Vec<Entry> = Outcome::ALL
+            .iter()
+            .enumerate()
+            .map(|(i, &outcome)| Entry {
+                agent: (i % 3 != 0).then(|| Arc::from(format!("agent-{}", i % 2))),
+                session: (i % 2 == 0).then(|| Arc::from("s1")),
+                decision: Action::from_code(i as u8 % 3).unwrap(),
+                rule: (i % 4 != 0).then(|| Arc::from(if i == 1 { "" } else { "role pm" })),
+                duration_us: 1 << (i * 6),
+                digest: u64::MAX - i as u64,
+                ..entry(1_700_000_000_000 + i as u64, "shell", outcome)
+            })
+            .collect();
+        let bytes = encode_block(&entries);
+        let decoded = decode_block(&bytes).unwrap();
+        assert_eq!(decoded, entries.iter().map(whole).collect::<Vec<_>>());
+        assert_eq!(decoded[3].at_ms, 1_700_000_000_003);
+        assert_eq!(decoded[0].args_digest, "ffffffffffffffff");
+        // Each string once, whether shared or equal: the records themselves stay small.
+        let shared: Arc<str> = Arc::from("noop");
+        let repeated: Vec<Entry> = (0..BLOCK as u64)
+            .map(|i| Entry {
+                tool: if i % 3 == 0 {
+                    Arc::from("noop")
+                } else {
+                    Arc::clone(&shared)
+                },
+                agent: Some(Arc::from(if i % 2 == 0 { "a1" } else { "a2" })),
+                ..entry(1_700_000_000_000 + i, "", Outcome::Ok)
+            })
+            .collect();
+        let bytes = encode_block(&repeated);
+        assert!(bytes.len() < 40 * BLOCK, "{} bytes", bytes.len());
+        let block: IndexedBlock = codec::decode(Table::Audit, &bytes).unwrap();
+        assert_eq!(block.strings.len(), 4, "{:?}", block.strings);
+        let decoded = decode_block(&bytes).unwrap();
+        assert_eq!(decoded, repeated.iter().map(whole).collect::<Vec<_>>());
+        for (i, outcome) in Outcome::ALL.iter().enumerate() {
+            assert_eq!(*outcome as usize, i, "codes follow declaration order");
+        }
+    }
+
+    #[test]
+    fn a_block_pointing_past_its_strings_is_a_decode_error() {
+        let mut block: IndexedBlock = codec::decode(
+            Table::Audit,
+            &encode_block(&[entry(1_000, "noop", Outcome::Ok)]),
+        )
+        .unwrap();
+        block.records[0].tool = 9;
+        let err = decode_block(&codec::encode(&block)).unwrap_err();
+        assert!(err.to_string().contains("string 9"), "{err}");
+        block.records[0].tool = 1;
+        block.records[0].outcome = 200;
+        let err = decode_block(&codec::encode(&block)).unwrap_err();
+        assert!(err.to_string().contains("outcome code 200"), "{err}");
     }
 
     #[tokio::test]
-    async fn queries_read_blocks_and_lone_records_in_call_order() {
+    async fn queries_read_every_form_of_block_and_lone_records_in_call_order() {
         let store = MemoryStore::new();
         let mut batch = Batch::new();
         // A record from before blocks: keyed by its bare call id.
@@ -584,7 +759,19 @@ mod tests {
         batch.put(
             Table::Audit,
             lone.call_id.as_bytes().to_vec(),
-            codec::encode(&lone.as_stored()),
+            codec::encode(&whole(&lone)),
+        );
+        // A block of whole records, from before indexed blocks.
+        let older = [
+            entry(1_100, "older", Outcome::Ok),
+            entry(1_050, "older", Outcome::Ok),
+        ];
+        let mut key = older[0].call_id.as_bytes().to_vec();
+        key.push(FULL_BLOCK_MARK);
+        batch.put(
+            Table::Audit,
+            key,
+            codec::encode(&older.iter().map(whole).collect::<Vec<_>>()),
         );
         // More than one block, handed over out of order, with a long call started early.
         let mut entries: Vec<Entry> = (0..BLOCK as u64 + 10)
@@ -596,10 +783,11 @@ mod tests {
         store::commit(&store, batch).await.unwrap();
 
         let all = query(&store, &AuditQuery::default()).unwrap();
-        assert_eq!(all.len(), BLOCK + 12);
+        assert_eq!(all.len(), BLOCK + 14);
         assert!(all.windows(2).all(|w| w[0].call_id < w[1].call_id));
-        assert_eq!(all[0].tool, "old");
-        assert_eq!(all[1].tool, "slow");
+        let first: Vec<&str> = all[..4].iter().map(|r| r.tool.as_str()).collect();
+        assert_eq!(first, ["old", "older", "older", "slow"]);
+        assert_eq!(all[1].at_ms, 1_050);
 
         let recent = query(
             &store,

@@ -150,6 +150,7 @@ where
 {
     type Output = Result<Decided<O>, Infallible>;
 
+    #[inline(always)] // See "Built in place" in `layers.rs`.
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let this = self.project();
         let Ok(mut decided) = std::task::ready!(this.inner.poll(cx));

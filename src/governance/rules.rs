@@ -40,6 +40,14 @@ impl Action {
             Self::Deny => "deny",
         }
     }
+
+    /// The action with `code`, as audit blocks store it: its position in declaration order
+    /// (`action as u8`), so a new action goes last.
+    pub(crate) fn from_code(code: u8) -> Option<Self> {
+        [Self::Allow, Self::Ask, Self::Deny]
+            .get(usize::from(code))
+            .copied()
+    }
 }
 
 /// Where a rule comes from, from the least to the most specific.

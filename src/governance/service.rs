@@ -63,6 +63,7 @@ where
     }
 
     /// Makes one call, asking `asker` when a rule says `ask`.
+    #[inline(always)] // See "Built in place" in `layers.rs`.
     pub fn call(
         &self,
         call: ToolCall<I>,
@@ -122,6 +123,7 @@ where
 {
     type Output = Result<O, CallError>;
 
+    #[inline(always)] // See "Built in place" in `layers.rs`.
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let this = self.project();
         let Ok(Decided {

@@ -638,6 +638,46 @@ async fn the_loop_guard_trips_on_the_third_identical_call_but_not_on_waiting_che
 }
 
 #[tokio::test]
+async fn a_loop_guard_set_to_ask_asks_and_one_set_to_allow_lets_the_repeat_run() {
+    let mut config = GovernanceConfig::default();
+    config.doom_loop.action = Action::Ask;
+    let rt = runtime(config, &[("a", "dev")]).await;
+    let asker = Scripted::new(&[Approval::Once, Approval::Deny]);
+    let call = || {
+        rt.call_json(
+            "shell",
+            shell("make"),
+            as_agent(&rt, "a").asker(asker.clone()),
+        )
+    };
+    for _ in 0..2 {
+        call().await.unwrap();
+    }
+    assert_eq!(asker.asked.load(Ordering::SeqCst), 0);
+    // The third is asked about; allowed, it runs and the streak starts over.
+    assert_eq!(call().await.unwrap(), json!("ran: make"));
+    assert_eq!(asker.asked.load(Ordering::SeqCst), 1);
+    for _ in 0..2 {
+        call().await.unwrap();
+    }
+    let why = denied_reason(call().await);
+    assert!(why.contains("approval was refused"), "{why}");
+    assert_eq!(asker.asked.load(Ordering::SeqCst), 2);
+    rt.shutdown().await;
+
+    let mut config = GovernanceConfig::default();
+    config.doom_loop.action = Action::Allow;
+    let rt = runtime(config, &[("a", "dev")]).await;
+    for _ in 0..5 {
+        let ran = rt
+            .call_json("shell", shell("make"), as_agent(&rt, "a"))
+            .await;
+        assert_eq!(ran.unwrap(), json!("ran: make"));
+    }
+    rt.shutdown().await;
+}
+
+#[tokio::test]
 async fn polling_the_inbox_is_not_a_loop_while_new_mail_arrives() {
     let rt = runtime(GovernanceConfig::default(), &[("a", "dev"), ("b", "dev")]).await;
     let poll = || rt.call_json("check_inbox", json!({"limit": 5}), as_agent(&rt, "a"));

@@ -39,6 +39,7 @@ where
         self.inner.poll_ready(cx)
     }
 
+    #[inline(always)] // See "Built in place" in `layers.rs`.
     fn call(&mut self, call: Call<I>) -> Self::Future {
         let trail = Trail::new(
             Arc::clone(&call.gov),
@@ -106,6 +107,7 @@ where
 {
     type Output = Result<Decided<O>, Infallible>;
 
+    #[inline(always)] // See "Built in place" in `layers.rs`.
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let this = self.project();
         let decided = match this.state.project() {

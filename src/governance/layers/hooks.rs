@@ -40,6 +40,7 @@ where
         self.inner.poll_ready(cx)
     }
 
+    #[inline(always)] // See "Built in place" in `layers.rs`.
     fn call(&mut self, mut call: Call<I>) -> Self::Future {
         let before = call.gov.hooks.any(Phase::Before, &call.tool.name);
         let after = call.gov.hooks.any(Phase::After, &call.tool.name);

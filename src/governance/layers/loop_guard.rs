@@ -47,6 +47,7 @@ where
         self.inner.poll_ready(cx)
     }
 
+    #[inline(always)] // See "Built in place" in `layers.rs`.
     fn call(&mut self, mut call: Call<I>) -> Self::Future {
         let guarded = call.gov.loops.is_on() && !(call.tool.polls)(&call.input);
         let Some(agent) = call.scope.ctx.agent_shared().filter(|_| guarded) else {
@@ -76,37 +77,65 @@ where
         let Some(count) = call.gov.loops.count(agent, call.tool.id, call.scope.digest) else {
             return Either::Right(Either::Left(JudgedFuture::unjudged(self.inner.call(call))));
         };
-        let (name, agent) = (Arc::clone(&call.tool.name), Arc::clone(agent));
-        let why = format!(
-            "`{name}` was called {count} times in a row by `{agent}` with the same arguments; \
-             the result will not change. Try different arguments or another approach."
-        );
-        match call.gov.loops.action() {
-            Action::Allow => {
-                tracing::warn!(%agent, tool = %name, count, "repeated call");
+        let agent = Arc::clone(agent);
+        match repeated(&self.inner, call, count, agent) {
+            Repeated::Through(call) => {
                 Either::Right(Either::Left(JudgedFuture::unjudged(self.inner.call(call))))
             }
-            Action::Deny => {
-                let refused = call
-                    .scope
-                    .answer(Err(denied(&name, why)), Some(Arc::from(LOOP_GUARD)));
-                Either::Left(std::future::ready(Ok(refused)))
-            }
-            Action::Ask => {
-                let question = Question::about(&mut call, why, None);
-                let inner = self.inner.clone();
-                Either::Right(Either::Right(Box::pin(async move {
-                    match question.ask().await {
-                        Ok(answer) => {
-                            call.gov.loops.reset(&agent);
-                            let Ok(mut decided) = inner.oneshot(call).await;
-                            decided.rule = Some(answer);
-                            Ok(decided)
-                        }
-                        Err(err) => Ok(call.scope.answer(Err(err), Some(Arc::from(LOOP_GUARD)))),
+            Repeated::Refused(refused) => Either::Left(std::future::ready(Ok(refused))),
+            Repeated::Asking(asking) => Either::Right(Either::Right(asking)),
+        }
+    }
+}
+
+/// What the guard does with a call repeated too often, as its action says.
+enum Repeated<I, O> {
+    /// Let through, with a warning in the log.
+    Through(Call<I>),
+    /// Refused, answered so.
+    Refused(Decided<O>),
+    /// Asked about; runs once allowed.
+    Asking(BoxFuture<'static, Answer<O>>),
+}
+
+/// What becomes of a call the guard saw `count` times in a row from `agent` (`inner` runs
+/// it once an asked person allows it).
+#[cold]
+fn repeated<S, I, O>(inner: &S, mut call: Call<I>, count: u32, agent: Arc<str>) -> Repeated<I, O>
+where
+    S: Service<Call<I>, Response = Decided<O>, Error = Infallible> + Clone + Send + 'static,
+    S::Future: Send,
+    I: Serialize + Send + Sync + 'static,
+    O: Send + 'static,
+{
+    let name = Arc::clone(&call.tool.name);
+    let why = format!(
+        "`{name}` was called {count} times in a row by `{agent}` with the same arguments; \
+         the result will not change. Try different arguments or another approach."
+    );
+    match call.gov.loops.action() {
+        Action::Allow => {
+            tracing::warn!(%agent, tool = %name, count, "repeated call");
+            Repeated::Through(call)
+        }
+        Action::Deny => Repeated::Refused(
+            call.scope
+                .answer(Err(denied(&name, why)), Some(Arc::from(LOOP_GUARD))),
+        ),
+        Action::Ask => {
+            let question = Question::about(&mut call, why, None);
+            let inner = inner.clone();
+            Repeated::Asking(Box::pin(async move {
+                match question.ask().await {
+                    Ok(answer) => {
+                        call.gov.loops.reset(&agent);
+                        let Ok(mut decided) = inner.oneshot(call).await;
+                        decided.rule = Some(answer);
+                        Ok(decided)
                     }
-                })))
-            }
+                    Err(err) => Ok(call.scope.answer(Err(err), Some(Arc::from(LOOP_GUARD)))),
+                }
+            }))
         }
     }
 }
@@ -155,6 +184,7 @@ where
 {
     type Output = Answer<O>;
 
+    #[inline(always)] // See "Built in place" in `layers.rs`.
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Answer<O>> {
         let mut this = self.project();
         loop {

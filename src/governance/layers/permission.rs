@@ -39,6 +39,7 @@ where
         self.inner.poll_ready(cx)
     }
 
+    #[inline(always)] // See "Built in place" in `layers.rs`.
     fn call(&mut self, mut call: Call<I>) -> Self::Future {
         let Call {
             input,
@@ -63,28 +64,50 @@ where
         };
         match action {
             Action::Allow => Either::Right(Either::Left(Ruled::new(self.inner.call(call), why))),
-            Action::Deny => {
-                let err = denied(&call.tool.name, why.to_string());
-                Either::Left(std::future::ready(Ok(call
-                    .scope
-                    .answer(Err(err), Some(why)))))
-            }
+            Action::Deny => Either::Left(std::future::ready(refuse(call, why))),
             Action::Ask => {
-                // An approval covers what the asking rule covered, or else the whole tool.
-                let covering = verdict
-                    .asking_rule
-                    .clone()
-                    .or_else(|| Rule::new(&call.tool.name, Action::Allow).ok());
-                let question = Question::about(&mut call, why.to_string(), covering);
-                let inner = self.inner.clone();
-                // Asking waits for a person: boxed, so other calls' futures stay small.
-                Either::Right(Either::Right(Box::pin(async move {
-                    match question.ask().await {
-                        Ok(answer) => Ruled::new(inner.oneshot(call), answer).await,
-                        Err(err) => Ok(call.scope.answer(Err(err), Some(why))),
-                    }
-                })))
+                let asking_rule = verdict.asking_rule.clone();
+                Either::Right(Either::Right(ask(
+                    self.inner.clone(),
+                    call,
+                    why,
+                    asking_rule,
+                )))
             }
         }
     }
+}
+
+/// Refuses `call`, as `why` says.
+#[cold]
+fn refuse<I, O>(call: Call<I>, why: Arc<str>) -> Answer<O> {
+    let err = denied(&call.tool.name, why.to_string());
+    Ok(call.scope.answer(Err(err), Some(why)))
+}
+
+/// Asks the caller's asker about `call`, which `asking_rule` (or else nothing) asked about,
+/// and runs it through `inner` once allowed. Asking waits for a person: boxed, so other
+/// calls' futures stay small.
+#[cold]
+fn ask<S, I, O>(
+    inner: S,
+    mut call: Call<I>,
+    why: Arc<str>,
+    asking_rule: Option<Rule>,
+) -> BoxFuture<'static, Answer<O>>
+where
+    S: Service<Call<I>, Response = Decided<O>, Error = Infallible> + Send + 'static,
+    S::Future: Send,
+    I: Serialize + Send + Sync + 'static,
+    O: Send + 'static,
+{
+    // An approval covers what the asking rule covered, or else the whole tool.
+    let covering = asking_rule.or_else(|| Rule::new(&call.tool.name, Action::Allow).ok());
+    let question = Question::about(&mut call, why.to_string(), covering);
+    Box::pin(async move {
+        match question.ask().await {
+            Ok(answer) => Ruled::new(inner.oneshot(call), answer).await,
+            Err(err) => Ok(call.scope.answer(Err(err), Some(why))),
+        }
+    })
 }

@@ -62,6 +62,7 @@ where
         Poll::Ready(Ok(()))
     }
 
+    #[inline(always)] // See "Built in place" in `layers.rs`.
     fn call(&mut self, call: Call<I>) -> Self::Future {
         let Call {
             input, tool, scope, ..
@@ -98,6 +99,7 @@ where
 {
     type Output = Answer<O>;
 
+    #[inline(always)] // See "Built in place" in `layers.rs`.
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let this = self.project();
         let response = std::task::ready!(this.inner.poll(cx));

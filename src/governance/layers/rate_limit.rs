@@ -31,6 +31,7 @@ where
         self.inner.poll_ready(cx)
     }
 
+    #[inline(always)] // See "Built in place" in `layers.rs`.
     fn call(&mut self, call: Call<I>) -> Self::Future {
         let limits = &call.gov.limits;
         if !limits.is_empty()
