@@ -301,7 +301,8 @@ impl CommitCounters {
     }
 
     /// Counts a group commit written again as puts (it is counted as committed or failed
-    /// too, once, by how that ends).
+    /// too, once, by how that ends). Only PostgreSQL's writer does that.
+    #[cfg(feature = "postgres")]
     pub(crate) fn rewritten(&self) {
         self.rewritten_commits
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
