@@ -322,17 +322,23 @@ fn decode_block(value: &[u8]) -> Result<Vec<AuditRecord>, StoreError> {
                 session: string(r.session)?,
                 tool: string(r.tool)?.ok_or_else(|| bad("an audit record names no tool".into()))?,
                 args_digest: format!("{:016x}", r.digest),
-                decision: Action::from_code(r.decision)
-                    .ok_or_else(|| bad(format!("unknown audit decision code {}", r.decision)))?,
+                decision: by_code(&Action::ALL, r.decision, "decision")?,
                 rule: string(r.rule)?.unwrap_or_default(),
                 duration_us: r.duration_us,
-                outcome: Outcome::ALL
-                    .get(usize::from(r.outcome))
-                    .copied()
-                    .ok_or_else(|| bad(format!("unknown audit outcome code {}", r.outcome)))?,
+                outcome: by_code(&Outcome::ALL, r.outcome, "outcome")?,
             })
         })
         .collect()
+}
+
+/// The value of a `what` stored as its `code`: its position in `all`.
+fn by_code<T: Copy>(all: &[T], code: u8, what: &str) -> Result<T, StoreError> {
+    all.get(usize::from(code))
+        .copied()
+        .ok_or_else(|| StoreError::Decode {
+            table: Table::Audit.name(),
+            reason: format!("unknown audit {what} code {code}"),
+        })
 }
 
 /// A UUID v7's start time in ms since the Unix epoch.
@@ -698,7 +704,7 @@ mod tests {
             .map(|(i, &outcome)| Entry {
                 agent: (i % 3 != 0).then(|| Arc::from(format!("agent-{}", i % 2))),
                 session: (i % 2 == 0).then(|| Arc::from("s1")),
-                decision: Action::from_code(i as u8 % 3).unwrap(),
+                decision: Action::ALL[i % 3],
                 rule: (i % 4 != 0).then(|| Arc::from(if i == 1 { "" } else { "role pm" })),
                 duration_us: 1 << (i * 6),
                 digest: u64::MAX - i as u64,
@@ -731,6 +737,9 @@ mod tests {
         assert_eq!(decoded, repeated.iter().map(whole).collect::<Vec<_>>());
         for (i, outcome) in Outcome::ALL.iter().enumerate() {
             assert_eq!(*outcome as usize, i, "codes follow declaration order");
+        }
+        for (i, action) in Action::ALL.iter().enumerate() {
+            assert_eq!(*action as usize, i, "codes follow declaration order");
         }
     }
 

@@ -41,13 +41,9 @@ impl Action {
         }
     }
 
-    /// The action with `code`, as audit blocks store it: its position in declaration order
-    /// (`action as u8`), so a new action goes last.
-    pub(crate) fn from_code(code: u8) -> Option<Self> {
-        [Self::Allow, Self::Ask, Self::Deny]
-            .get(usize::from(code))
-            .copied()
-    }
+    /// Every action in declaration order, which is the order of their codes in audit
+    /// blocks (`action as u8`): a new action goes last.
+    pub(crate) const ALL: [Self; 3] = [Self::Allow, Self::Ask, Self::Deny];
 }
 
 /// Where a rule comes from, from the least to the most specific.
