@@ -229,13 +229,28 @@ impl EventStream {
     /// # Cancel safety
     /// Cancel safe: events are taken only once the first is here, and then without waiting.
     pub async fn next_batch(&mut self, max: usize) -> Option<Vec<Arc<ToolEvent>>> {
-        let mut batch = vec![self.next_shared().await?];
-        while batch.len() < max
+        let mut batch = Vec::new();
+        self.next_batch_into(max, &mut batch).await.then_some(batch)
+    }
+
+    /// [`next_batch`](Self::next_batch) into `batch` (appended to), so that a subscriber can
+    /// reuse one; `false` once the runtime is gone.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: events are taken only once the first is here, and then without waiting.
+    pub async fn next_batch_into(&mut self, max: usize, batch: &mut Vec<Arc<ToolEvent>>) -> bool {
+        let Some(first) = self.next_shared().await else {
+            return false;
+        };
+        batch.push(first);
+        let mut taken = 1;
+        while taken < max
             && let Some(event) = self.waiting()
         {
             batch.push(event);
+            taken += 1;
         }
-        Some(batch)
+        true
     }
 
     /// An event already here, without waiting (`None` also once the runtime is gone, which

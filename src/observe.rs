@@ -4,6 +4,7 @@
 //! ([`Watching`]), and the latest events kept for MCP clients ([`RecentEvents`]). Served by the HTTP listener and the local socket (`guildhall watch`); the
 //! routes live with them in `mcp`.
 
+mod line;
 mod metrics;
 mod recent;
 mod traces;

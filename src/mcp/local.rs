@@ -475,6 +475,7 @@ async fn watch(
     let mut watching =
         crate::observe::Watching::new(events, crate::observe::EventFilter::new(None));
     let mut scratch = [0u8; 64];
+    let mut out = Vec::new();
     loop {
         let lines = tokio::select! {
             lines = watching.next() => lines,
@@ -484,11 +485,13 @@ async fn watch(
                 Ok(_) => continue,
             },
         };
-        let Some(mut lines) = lines else {
+        let Some(lines) = lines else {
             return Ok(());
         };
-        lines.push('\n');
-        writer.write_all(lines.as_bytes()).await?;
+        out.clear();
+        out.extend_from_slice(lines.as_bytes());
+        out.push(b'\n');
+        writer.write_all(&out).await?;
     }
 }
 

@@ -87,6 +87,10 @@ pub(crate) fn visible_to(me: &str, event: &ToolEvent, caller: Option<&str>) -> b
 /// Events a watcher takes in one go at most: a batch is one write to its connection.
 const BATCH: usize = 512;
 
+/// The most memory a watcher keeps for its lines between batches: a batch of 512 messages
+/// takes about 120 KiB.
+const KEPT_BYTES: usize = 1 << 20;
+
 /// Events as a watcher shows them (`guildhall watch`, `/events`): each admitted event as a
 /// line of JSON with `at_ms`, preceded by `{"event":"missed","count":N}` when the watcher fell
 /// behind and lost N. Lines come in batches, everything that arrived since the last one, so a
@@ -96,6 +100,10 @@ pub struct Watching {
     events: crate::EventStream,
     missed: u64,
     filter: EventFilter,
+    /// The batch being shown, and its lines: kept from one batch to the next, so a busy
+    /// stream reuses their memory rather than allocating a batch's worth each time.
+    batch: Vec<Arc<ToolEvent>>,
+    lines: Vec<u8>,
 }
 
 impl Watching {
@@ -105,6 +113,8 @@ impl Watching {
             events,
             missed: 0,
             filter,
+            batch: Vec::new(),
+            lines: Vec::new(),
         }
     }
 
@@ -113,17 +123,25 @@ impl Watching {
     ///
     /// # Cancel safety
     /// Cancel safe: events are taken only once the first is here, and then without waiting.
-    pub async fn next(&mut self) -> Option<String> {
-        let mut lines = Vec::new();
+    pub async fn next(&mut self) -> Option<&str> {
+        if self.lines.capacity() > KEPT_BYTES {
+            // A batch of unusually large events: not kept for the rest of the watch.
+            self.lines = Vec::new();
+        }
+        self.lines.clear();
         loop {
-            let batch = self.events.next_batch(BATCH).await?;
-            let at_ms = crate::time::now_ms();
-            for event in &batch {
-                self.show(event, at_ms, &mut lines);
+            if !self.events.next_batch_into(BATCH, &mut self.batch).await {
+                return None;
             }
-            if !lines.is_empty() {
-                // Only serde_json's output and ASCII went in.
-                return Some(String::from_utf8(lines).unwrap_or_default());
+            let at_ms = crate::time::now_ms();
+            let mut batch = std::mem::take(&mut self.batch);
+            for event in batch.drain(..) {
+                self.show(&event, at_ms);
+            }
+            self.batch = batch;
+            if !self.lines.is_empty() {
+                // Only UTF-8 went in: `line::write` copies `str`s or has serde_json escape them.
+                return std::str::from_utf8(&self.lines).ok();
             }
         }
     }
@@ -134,8 +152,9 @@ impl Watching {
     }
 
     /// Adds `event`'s lines to `lines`, if the filter admits it.
-    fn show(&mut self, event: &ToolEvent, at_ms: u64, lines: &mut Vec<u8>) {
+    fn show(&mut self, event: &ToolEvent, at_ms: u64) {
         use std::io::Write;
+        let lines = &mut self.lines;
         let missed = self.events.missed();
         if missed > self.missed {
             push_line(lines);
@@ -147,14 +166,8 @@ impl Watching {
             self.missed = missed;
         }
         if self.filter.admits(event) {
-            let start = lines.len();
             push_line(lines);
-            // The event is a JSON object: `at_ms` goes in before its closing brace.
-            if serde_json::to_writer(&mut *lines, event).is_ok() && lines.pop() == Some(b'}') {
-                let _ = write!(lines, r#","at_ms":{at_ms}}}"#);
-            } else {
-                lines.truncate(start);
-            }
+            super::line::write(event, at_ms, lines);
         }
     }
 }
@@ -192,7 +205,7 @@ mod tests {
         for i in 0..3 {
             events.emit(|| restarted(i));
         }
-        let lines = parse(&watching.next().await.expect("lines"));
+        let lines = parse(watching.next().await.expect("lines"));
         assert_eq!(lines.len(), 3, "{lines:?}");
         for (i, line) in lines.iter().enumerate() {
             assert_eq!(line["event"], "restarted");
@@ -211,7 +224,7 @@ mod tests {
         }
         let mut lines: Vec<serde_json::Value> = Vec::new();
         while lines.len() < 2 || lines.last().expect("a line")["restarts"] != total - 1 {
-            lines.extend(parse(&watching.next().await.expect("lines")));
+            lines.extend(parse(watching.next().await.expect("lines")));
         }
         assert_eq!(lines[0]["event"], "missed");
         let lost = lines[0]["count"].as_u64().expect("a count");
@@ -243,7 +256,7 @@ mod tests {
         };
         call("b");
         call("a");
-        let lines = parse(&watching.next().await.expect("lines"));
+        let lines = parse(watching.next().await.expect("lines"));
         let kinds: Vec<_> = lines.iter().map(|l| l["event"].clone()).collect();
         assert_eq!(kinds, ["invoked", "completed"]);
         assert_eq!(lines[0]["agent"], "a");
