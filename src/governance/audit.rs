@@ -144,8 +144,8 @@ pub struct AuditRecord {
     pub session: Option<String>,
     /// The tool.
     pub tool: String,
-    /// A digest (XXH3-64, hex) of the canonical JSON arguments: equal arguments, equal
-    /// digests; the arguments themselves are not kept.
+    /// A digest (XXH3-64, hex) of the arguments' canonical form (MessagePack, fields by
+    /// name): equal arguments, equal digests; the arguments themselves are not kept.
     pub args_digest: String,
     /// The permission decision the call got (`allow`, or `deny`; an `ask` ends as one of
     /// those and the rule says who answered).
