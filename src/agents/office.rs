@@ -29,7 +29,7 @@ pub(crate) const MAX_EXPIRY: Duration = Duration::from_secs(MAX_EXPIRY_SECS);
 pub(crate) const MAX_EXPIRY_SECS: u64 = 10 * 365 * 86_400;
 
 /// Fan-outs to more recipients than this skip starting the inactive recipients' mailboxes
-/// ([`PostOffice::fan_out`]); smaller ones deliver to each mailbox, capacity checked.
+/// ([`PostOffice::fan_out`]); smaller ones deliver to each mailbox.
 const DIRECT_FAN_OUT: usize = 64;
 
 /// The agents, their mailboxes, and the sweep that passivates idle ones.
@@ -397,9 +397,9 @@ impl PostOffice {
 
     /// Delivers `message` to many recipients without starting their mailboxes: one
     /// encoding, shared by the writes of every inactive recipient, committed in one batch;
-    /// active mailboxes get it the ordinary way. Inactive mailboxes are not held to their
-    /// capacity here (their unread count is not in memory); they load the message when they
-    /// next start.
+    /// active mailboxes get it the ordinary way. An inactive mailbox is held to its capacity
+    /// by the unread messages the store holds for it, as one on another server is (within
+    /// the sends in flight at once); it loads the message when it next starts.
     async fn fan_out(
         &self,
         message: Arc<Message>,
@@ -407,10 +407,24 @@ impl PostOffice {
     ) -> Result<Receipt, MailError> {
         let id = message.id;
         let encoded: Arc<[u8]> = codec::encode(&*message).into();
-        let (active, inactive, committed) = {
+        let capacity = self.shared.config.capacity;
+        let is_full = |entry: &AgentEntry| {
+            self.stored_unread_up_to(entry, capacity)
+                .map(|unread| unread >= capacity)
+        };
+        let full_before = self.full_inboxes(&entries).await?;
+        let (active, inactive, full, committed) = {
             let _gate = self.shared.fan_out_gate.write().await;
-            let (active, inactive): (Vec<_>, Vec<_>) =
-                entries.into_iter().partition(|e| e.mailbox().is_some());
+            let (mut active, mut inactive, mut full) = (Vec::new(), Vec::new(), Vec::new());
+            for (entry, full_before) in entries.into_iter().zip(full_before) {
+                if entry.mailbox().is_some() {
+                    active.push(entry);
+                } else if full_before.map_or_else(|| is_full(&entry), Ok)? {
+                    full.push(entry);
+                } else {
+                    inactive.push(entry);
+                }
+            }
             let mut batch = Batch::new();
             let shared = self.shared.store.cluster().is_some();
             for entry in &inactive {
@@ -438,7 +452,7 @@ impl PostOffice {
                     let _ = tx.send(result);
                 }),
             );
-            (active, inactive, rx)
+            (active, inactive, full, rx)
         };
         let deliveries = active.iter().map(|entry| {
             let op = Op::Deliver(Arc::clone(&message));
@@ -450,9 +464,20 @@ impl PostOffice {
             id,
             thread: message.thread,
             delivered_to: Vec::with_capacity(inactive.len() + active.len()),
-            rejected: Vec::new(),
+            rejected: Vec::with_capacity(full.len()),
         };
         let mut first_error = None;
+        for entry in full {
+            let err = MailError::MailboxFull {
+                agent: entry.id.to_string(),
+                capacity,
+            };
+            receipt.rejected.push(Rejected {
+                agent: entry.id.clone(),
+                reason: err.to_string(),
+            });
+            first_error.get_or_insert(err);
+        }
         match stored.unwrap_or(Err(StoreError::Closed)) {
             Ok(()) => {
                 for entry in &inactive {
@@ -555,16 +580,38 @@ impl PostOffice {
 
     /// As [`stored_unread`](Self::stored_unread), counting no further than `limit`.
     fn stored_unread_up_to(&self, entry: &AgentEntry, limit: usize) -> Result<usize, MailError> {
-        let mut count = 0;
-        self.shared.store.scan(
-            Table::Inbox,
-            &mailbox_prefix(entry.id.as_str()),
-            &mut |_, _| {
-                count += 1;
-                count < limit
-            },
-        )?;
-        Ok(count)
+        Ok(unread_up_to(&*self.shared.store, entry.id.as_str(), limit)?)
+    }
+
+    /// For each of `entries`, whether its inbox, if its mailbox is not running, holds its
+    /// capacity in the store (`None` for a running one). Counted on a blocking thread: a
+    /// fan-out may name thousands. A fan-out counts before its gate, so that the scans hold
+    /// up no mailbox start; a mailbox that stops meanwhile is counted under it.
+    async fn full_inboxes(
+        &self,
+        entries: &[Arc<AgentEntry>],
+    ) -> Result<Vec<Option<bool>>, MailError> {
+        let store = Arc::clone(&self.shared.store);
+        let capacity = self.shared.config.capacity;
+        let idle: Vec<Option<AgentId>> = entries
+            .iter()
+            .map(|e| e.mailbox().is_none().then(|| e.id.clone()))
+            .collect();
+        let counted = tokio::task::spawn_blocking(move || {
+            idle.iter()
+                .map(|id| {
+                    id.as_ref()
+                        .map(|id| Ok(unread_up_to(&*store, id.as_str(), capacity)? >= capacity))
+                        .transpose()
+                })
+                .collect::<Result<Vec<_>, StoreError>>()
+        })
+        .await;
+        match counted {
+            Ok(full) => Ok(full?),
+            Err(err) if err.is_panic() => std::panic::resume_unwind(err.into_panic()),
+            Err(_) => Err(StoreError::Closed.into()),
+        }
     }
 
     /// Runs `op` in `entry`'s mailbox, starting or waiting for the actor as needed, and
@@ -711,4 +758,14 @@ pub(crate) fn unexpected(agent: &AgentId, reply: &Reply) -> MailError {
         agent: agent.to_string(),
         reason: format!("unexpected answer from the mailbox: {reply:?}"),
     }
+}
+
+/// How many messages the store holds in `agent`'s inbox, counting up to `limit` at most.
+fn unread_up_to(store: &dyn Store, agent: &str, limit: usize) -> Result<usize, StoreError> {
+    let mut count = 0;
+    store.scan(Table::Inbox, &mailbox_prefix(agent), &mut |_, _| {
+        count += 1;
+        count < limit
+    })?;
+    Ok(count)
 }

@@ -952,6 +952,71 @@ async fn an_absurd_wait_is_cut_to_the_longest_and_breaks_nothing_for_others() {
 }
 
 #[tokio::test]
+async fn a_large_fan_out_leaves_out_inboxes_that_are_full_though_not_running() {
+    let rt = Runtime::builder()
+        .mailbox_config(MailboxConfig {
+            capacity: 2,
+            ..MailboxConfig::default()
+        })
+        .build()
+        .await
+        .unwrap();
+    let tl = rt.register_agent(AgentSpec::new("tl", "tl")).await.unwrap();
+    let mut agents = Vec::new();
+    for i in 0..70 {
+        agents.push(
+            rt.register_agent(AgentSpec::new(format!("w-{i}"), "worker"))
+                .await
+                .unwrap(),
+        );
+    }
+    for n in 0..2 {
+        let receipt = tl
+            .send(Outgoing::to("role:worker").subject(format!("{n}")))
+            .await
+            .unwrap();
+        assert_eq!(receipt.delivered_to.len(), 70);
+    }
+    // Every inbox holds its capacity, none of them running: nobody takes a third.
+    let err = tl
+        .send(Outgoing::to("role:worker").subject("2"))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(err, MailError::MailboxFull { capacity: 2, .. }),
+        "{err}"
+    );
+    // One reads its two, and only it takes the next; the receipt names the rest as full.
+    let reader = &agents[69];
+    let taken = reader
+        .check_inbox(InboxQuery {
+            limit: usize::MAX,
+            mark_read: true,
+            ..InboxQuery::default()
+        })
+        .await
+        .unwrap();
+    assert_eq!(taken.messages.len(), 2);
+    let receipt = tl
+        .send(Outgoing::to("role:worker").subject("3"))
+        .await
+        .unwrap();
+    assert_eq!(
+        ids(&receipt.delivered_to.iter().collect::<Vec<_>>()),
+        ["w-69"]
+    );
+    assert_eq!(receipt.rejected.len(), 69);
+    assert!(
+        receipt.rejected[0].reason.contains("is full (2 unread"),
+        "{}",
+        receipt.rejected[0].reason
+    );
+    assert_eq!(subjects(reader).await, ["3"]);
+    assert_eq!(subjects(&agents[0]).await, ["0", "1"]);
+    rt.shutdown().await;
+}
+
+#[tokio::test]
 async fn a_large_fan_out_reaches_active_inactive_and_waiting_mailboxes_and_is_bounded() {
     let dir = tempfile::tempdir().unwrap();
     let rt = Runtime::builder()
