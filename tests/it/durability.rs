@@ -7,7 +7,7 @@ use std::io::{BufRead, BufReader, Write};
 use std::path::Path;
 use std::process::Stdio;
 
-use guildhall::{InboxQuery, Runtime};
+use guildhall::Runtime;
 
 use crate::support::guildhall;
 
@@ -133,14 +133,7 @@ fn send_rounds(dir: &Path, rounds: usize, open: &dyn Fn() -> guildhall::RuntimeB
             let rt = reopen(open, round).await;
             let b = rt.agent("b").unwrap();
             // Take this round's messages, so the next round starts with an empty inbox.
-            let inbox = b
-                .check_inbox(InboxQuery {
-                    limit: usize::MAX,
-                    mark_read: true,
-                    ..InboxQuery::default()
-                })
-                .await
-                .unwrap();
+            let inbox = crate::support::take_all(&b).await;
             let stored: HashSet<String> = inbox.messages.iter().map(|m| m.id.to_string()).collect();
             let bodies: HashSet<&str> = inbox.messages.iter().map(|m| &*m.body).collect();
             assert_eq!(

@@ -6,11 +6,11 @@ use guildhall::agents::DeliveryState;
 use guildhall::store::Store as _;
 use guildhall::{
     Agent, AgentSpec, CallOptions, ErrorKind, InboxQuery, MailError, MailboxConfig, Outgoing,
-    Priority, Runtime,
+    Priority, Runtime, RuntimeBuilder,
 };
 use serde_json::json;
 
-use crate::support::{as_agent, eventually, mailbox_restarts, subjects};
+use crate::support::{as_agent, eventually, mailbox_restarts, subjects, take_all};
 
 async fn swarm(config: MailboxConfig) -> (Runtime, Agent, Vec<Agent>, Vec<Agent>) {
     let rt = Runtime::builder()
@@ -951,25 +951,31 @@ async fn an_absurd_wait_is_cut_to_the_longest_and_breaks_nothing_for_others() {
     rt.shutdown().await;
 }
 
-#[tokio::test]
-async fn a_large_fan_out_leaves_out_inboxes_that_are_full_though_not_running() {
-    let rt = Runtime::builder()
-        .mailbox_config(MailboxConfig {
-            capacity: 2,
-            ..MailboxConfig::default()
-        })
-        .build()
-        .await
-        .unwrap();
+/// A runtime built by `builder` with a `tl` and `n` agents `w-0`… of role `worker`.
+async fn tl_and_workers(builder: RuntimeBuilder, n: usize) -> (Runtime, Agent, Vec<Agent>) {
+    let rt = builder.build().await.unwrap();
     let tl = rt.register_agent(AgentSpec::new("tl", "tl")).await.unwrap();
-    let mut agents = Vec::new();
-    for i in 0..70 {
-        agents.push(
+    let mut workers = Vec::new();
+    for i in 0..n {
+        workers.push(
             rt.register_agent(AgentSpec::new(format!("w-{i}"), "worker"))
                 .await
                 .unwrap(),
         );
     }
+    (rt, tl, workers)
+}
+
+#[tokio::test]
+async fn a_large_fan_out_leaves_out_inboxes_that_are_full_though_not_running() {
+    let (rt, tl, agents) = tl_and_workers(
+        Runtime::builder().mailbox_config(MailboxConfig {
+            capacity: 2,
+            ..MailboxConfig::default()
+        }),
+        70,
+    )
+    .await;
     for n in 0..2 {
         let receipt = tl
             .send(Outgoing::to("role:worker").subject(format!("{n}")))
@@ -988,15 +994,7 @@ async fn a_large_fan_out_leaves_out_inboxes_that_are_full_though_not_running() {
     );
     // One reads its two, and only it takes the next; the receipt names the rest as full.
     let reader = &agents[69];
-    let taken = reader
-        .check_inbox(InboxQuery {
-            limit: usize::MAX,
-            mark_read: true,
-            ..InboxQuery::default()
-        })
-        .await
-        .unwrap();
-    assert_eq!(taken.messages.len(), 2);
+    assert_eq!(take_all(reader).await.messages.len(), 2);
     let receipt = tl
         .send(Outgoing::to("role:worker").subject("3"))
         .await
@@ -1019,24 +1017,16 @@ async fn a_large_fan_out_leaves_out_inboxes_that_are_full_though_not_running() {
 #[tokio::test]
 async fn a_large_fan_out_reaches_active_inactive_and_waiting_mailboxes_and_is_bounded() {
     let dir = tempfile::tempdir().unwrap();
-    let rt = Runtime::builder()
-        .data_dir(dir.path())
-        .mailbox_config(MailboxConfig {
-            max_fan_out: 300,
-            ..MailboxConfig::default()
-        })
-        .build()
-        .await
-        .unwrap();
-    let tl = rt.register_agent(AgentSpec::new("tl", "tl")).await.unwrap();
-    let mut agents = Vec::new();
-    for i in 0..300 {
-        agents.push(
-            rt.register_agent(AgentSpec::new(format!("w-{i}"), "worker"))
-                .await
-                .unwrap(),
-        );
-    }
+    let (rt, tl, agents) = tl_and_workers(
+        Runtime::builder()
+            .data_dir(dir.path())
+            .mailbox_config(MailboxConfig {
+                max_fan_out: 300,
+                ..MailboxConfig::default()
+            }),
+        300,
+    )
+    .await;
     // A few mailboxes are active, one of them waiting for mail.
     for a in &agents[..5] {
         a.check_inbox(query()).await.unwrap();

@@ -206,6 +206,18 @@ pub async fn mailbox_restarts(rt: &guildhall::Runtime, id: &str) -> Option<u32> 
         .map(|node| node.restarts)
 }
 
+/// Every unread message of `agent`, taken (marked read).
+pub async fn take_all(agent: &guildhall::Agent) -> guildhall::agents::Inbox {
+    agent
+        .check_inbox(guildhall::InboxQuery {
+            limit: usize::MAX,
+            mark_read: true,
+            ..guildhall::InboxQuery::default()
+        })
+        .await
+        .unwrap()
+}
+
 /// The subjects of every unread message of `agent`, in listing order.
 pub async fn subjects(agent: &guildhall::Agent) -> Vec<String> {
     let inbox = agent
