@@ -203,14 +203,22 @@ pub(crate) fn local_time(ms: u64) -> String {
 /// of a new, empty store.
 pub(crate) fn require_store(data_dir: &std::path::Path, reads_only: bool) -> Result<(), String> {
     let in_database = store_section(data_dir).is_ok_and(|store| store.url.is_some());
-    if reads_only && !in_database && !data_dir.join(guildhall::store::FILE_NAME).exists() {
-        return Err(format!(
-            "no guildhall store in {} (is --data-dir right? `guildhall serve`, `guildhall mcp` \
-             and commands that write create one)",
-            data_dir.display()
-        ));
+    if reads_only && !in_database {
+        require_embedded_store(data_dir)?;
     }
     Ok(())
+}
+
+/// An error naming `data_dir` unless it holds an embedded store.
+fn require_embedded_store(data_dir: &std::path::Path) -> Result<(), String> {
+    if data_dir.join(guildhall::store::FILE_NAME).exists() {
+        return Ok(());
+    }
+    Err(format!(
+        "no guildhall store in {} (is --data-dir right? `guildhall serve`, `guildhall mcp` \
+         and commands that write create one)",
+        data_dir.display()
+    ))
 }
 
 /// The `[store]` section of the data directory's config file (the default when there is
@@ -257,7 +265,7 @@ pub(crate) fn offline_store(
 ) -> Result<std::sync::Arc<dyn guildhall::store::Store>, Box<dyn std::error::Error>> {
     let store = store_section(data_dir)?;
     if store.url.is_none() {
-        require_store(data_dir, true)?;
+        require_embedded_store(data_dir)?;
     }
     #[cfg(feature = "postgres")]
     if let Some(url) = store.url {

@@ -411,6 +411,7 @@ fn read_only_commands_never_create_a_store() {
         &["agents", "list"][..],
         &["inbox", "--agent", "tl"],
         &["context", "list"],
+        &["audit"],
     ] {
         let out = crate::support::guildhall(&typo)
             .args(args)
