@@ -328,7 +328,7 @@ impl PostOffice {
                 cluster.holder(&store::cluster::subject("mail", entry.id.as_str()))?
         {
             let capacity = self.shared.config.capacity;
-            if self.stored_unread_up_to(entry, capacity)? >= capacity {
+            if inbox_full(&*self.shared.store, entry.id.as_str(), capacity)? {
                 return Ok(Reply::Failed(MailError::MailboxFull {
                     agent: entry.id.to_string(),
                     capacity,
@@ -408,10 +408,8 @@ impl PostOffice {
         let id = message.id;
         let encoded: Arc<[u8]> = codec::encode(&*message).into();
         let capacity = self.shared.config.capacity;
-        let is_full = |entry: &AgentEntry| {
-            self.stored_unread_up_to(entry, capacity)
-                .map(|unread| unread >= capacity)
-        };
+        let is_full =
+            |entry: &AgentEntry| inbox_full(&*self.shared.store, entry.id.as_str(), capacity);
         let full_before = self.full_inboxes(&entries).await?;
         let (active, inactive, full, committed) = {
             let _gate = self.shared.fan_out_gate.write().await;
@@ -575,12 +573,11 @@ impl PostOffice {
     /// # Errors
     /// [`MailError::Store`] when the store cannot be read.
     pub(crate) fn stored_unread(&self, entry: &AgentEntry) -> Result<usize, MailError> {
-        self.stored_unread_up_to(entry, usize::MAX)
-    }
-
-    /// As [`stored_unread`](Self::stored_unread), counting no further than `limit`.
-    fn stored_unread_up_to(&self, entry: &AgentEntry, limit: usize) -> Result<usize, MailError> {
-        Ok(unread_up_to(&*self.shared.store, entry.id.as_str(), limit)?)
+        Ok(unread_up_to(
+            &*self.shared.store,
+            entry.id.as_str(),
+            usize::MAX,
+        )?)
     }
 
     /// For each of `entries`, whether its inbox, if its mailbox is not running, holds its
@@ -601,7 +598,7 @@ impl PostOffice {
             idle.iter()
                 .map(|id| {
                     id.as_ref()
-                        .map(|id| Ok(unread_up_to(&*store, id.as_str(), capacity)? >= capacity))
+                        .map(|id| inbox_full(&*store, id.as_str(), capacity))
                         .transpose()
                 })
                 .collect::<Result<Vec<_>, StoreError>>()
@@ -758,6 +755,12 @@ pub(crate) fn unexpected(agent: &AgentId, reply: &Reply) -> MailError {
         agent: agent.to_string(),
         reason: format!("unexpected answer from the mailbox: {reply:?}"),
     }
+}
+
+/// Whether the store holds `capacity` messages in `agent`'s inbox: the capacity check of a
+/// mailbox not running here.
+fn inbox_full(store: &dyn Store, agent: &str, capacity: usize) -> Result<bool, StoreError> {
+    Ok(unread_up_to(store, agent, capacity)? >= capacity)
 }
 
 /// How many messages the store holds in `agent`'s inbox, counting up to `limit` at most.
