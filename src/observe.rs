@@ -1,15 +1,18 @@
 //! What a running server tells the people and tools watching it: the dashboard page,
 //! Prometheus metrics ([`Metrics`]), tool calls as OpenTelemetry spans over OTLP
 //! (`Traces`, feature `otlp`), the event stream as one watcher may see it
-//! ([`Watching`]), and the latest events kept for MCP clients ([`RecentEvents`]). Served by the HTTP listener and the local socket (`guildhall watch`); the
+//! ([`Watching`]) and the operator's view rendered once for all its watchers
+//! ([`OperatorFeed`]), and the latest events kept for MCP clients ([`RecentEvents`]). Served by the HTTP listener and the local socket (`guildhall watch`); the
 //! routes live with them in `mcp`.
 
+mod feed;
 mod line;
 mod metrics;
 mod recent;
 mod traces;
 mod watching;
 
+pub use feed::OperatorFeed;
 pub use metrics::{CONTENT_TYPE, Metrics};
 pub use recent::{EventsPage, KEPT, RecentEvents};
 #[cfg(feature = "otlp")]

@@ -54,7 +54,9 @@ pub struct MailboxReport {
     /// The same, with the dashboard open and `guildhall watch` attached (two watchers taking
     /// every event as JSON lines), measured in the same rounds.
     pub roundtrip_watched_msgs_per_sec: f64,
-    /// `1 - roundtrip_watched / roundtrip`: the share of round trips watching costs.
+    /// The share of round trips watching costs: `1 - watched / unwatched` of each round's
+    /// pair, measured back to back (which of the two first alternates), the median over
+    /// rounds. Paired so that the machine's load drifting between rounds cancels out.
     pub roundtrip_watched_drop: f64,
     /// Durable sends acknowledged per second (each one committed and synced).
     pub durable_msgs_per_sec: f64,
@@ -232,12 +234,19 @@ pub async fn mailbox(config: MailboxBenchConfig, dir: &Path, stage: &dyn Stage) 
 
     stage.phase("round trips", rounds as u64);
     let pairs = config.pairs.min(n / 2).max(1);
-    let (mut trips, mut watched) = (Vec::new(), Vec::new());
-    for _ in 0..rounds {
-        trips.push(round_trips(&agents, pairs, config.trips).await);
+    let (mut trips, mut watched, mut drops) = (Vec::new(), Vec::new(), Vec::new());
+    for round in 0..rounds {
+        let unwatched_first = round % 2 == 0;
+        if unwatched_first {
+            trips.push(round_trips(&agents, pairs, config.trips).await);
+        }
         let watching = super::watchers::dashboard_and_watch(&rt);
         watched.push(round_trips(&agents, pairs, config.trips).await);
         drop(watching);
+        if !unwatched_first {
+            trips.push(round_trips(&agents, pairs, config.trips).await);
+        }
+        drops.push(1.0 - watched[round] / trips[round]);
         stage.step();
     }
     rt.shutdown().await;
@@ -277,7 +286,7 @@ pub async fn mailbox(config: MailboxBenchConfig, dir: &Path, stage: &dyn Stage) 
         inmem_slowdown: raw / inmem,
         roundtrip_msgs_per_sec: trips,
         roundtrip_watched_msgs_per_sec: watched,
-        roundtrip_watched_drop: 1.0 - watched / trips,
+        roundtrip_watched_drop: median(&mut drops),
         durable_msgs_per_sec: median(&mut durable),
         fsyncs_per_sec: median(&mut fsyncs),
         msgs_per_fsync: median(&mut per_fsync),

@@ -4,19 +4,19 @@
 use std::time::Instant;
 
 use crate::Runtime;
-use crate::observe::{EventFilter, Watching};
+use crate::observe::OperatorFeed;
 
-/// A watcher as `guildhall watch` and the dashboard's `/events` are: the lines of
-/// [`Watching`], every event as JSON, written out in batches. Returns when the runtime stops
-/// or `stop` fires; its count of events and of those missed.
+/// A watcher as `guildhall watch` and the dashboard's `/events` are: the operator's lines of
+/// `feed`, every event as JSON, taken in batches. Returns when the runtime stops or `stop`
+/// fires; its count of events and of those missed.
 pub(super) fn watcher(
-    runtime: &Runtime,
+    feed: &OperatorFeed,
     mut on_invoked: impl FnMut(Instant) + Send + 'static,
 ) -> (
     tokio::task::JoinHandle<(u64, u64)>,
     tokio_util::sync::DropGuard,
 ) {
-    let mut watching = Watching::new(runtime.governance().events(), EventFilter::new(None));
+    let mut watching = feed.watch();
     let stop = tokio_util::sync::CancellationToken::new();
     let until = stop.clone();
     let task = tokio::spawn(async move {
@@ -43,7 +43,8 @@ pub(super) fn watcher(
 }
 
 /// What the "dashboard open and `watch` attached" is: two watchers of every event,
-/// until the guard drops.
+/// sharing one rendering as a server's do, until the guards drop.
 pub(super) fn dashboard_and_watch(runtime: &Runtime) -> Vec<tokio_util::sync::DropGuard> {
-    (0..2).map(|_| watcher(runtime, |_| {}).1).collect()
+    let feed = OperatorFeed::new(runtime);
+    (0..2).map(|_| watcher(&feed, |_| {}).1).collect()
 }

@@ -70,6 +70,9 @@ struct Shared {
     added_prompts: tokio::sync::watch::Sender<u64>,
     /// The latest events for `guildhall://events`, kept from the first time a client asks.
     recent: std::sync::OnceLock<Arc<crate::observe::RecentEvents>>,
+    /// The operator's view of the events, rendered once for the dashboard's `/events` and
+    /// every `guildhall watch` of this server.
+    feed: crate::observe::OperatorFeed,
 }
 
 impl Shared {
@@ -90,6 +93,7 @@ impl McpServer {
         let alive = CancellationToken::new();
         Self {
             shared: Arc::new(Shared {
+                feed: crate::observe::OperatorFeed::new(&runtime),
                 runtime,
                 fixtures: false,
                 tasks: CallTasks::default(),
@@ -117,6 +121,7 @@ impl McpServer {
             listing: Mutex::new(None),
             added_prompts: tokio::sync::watch::Sender::new(0),
             recent: std::sync::OnceLock::new(),
+            feed: self.shared.feed.clone(),
         });
         Self { shared, ..self }
     }
@@ -221,6 +226,11 @@ impl McpServer {
     /// The runtime behind this server.
     pub fn runtime(&self) -> &Runtime {
         &self.shared.runtime
+    }
+
+    /// The operator's view of the events, shared by every watcher of this server.
+    pub fn operator_feed(&self) -> &crate::observe::OperatorFeed {
+        &self.shared.feed
     }
 
     /// Every tool this connection may see, in name order, as `tools/list` shows them.

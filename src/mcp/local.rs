@@ -439,9 +439,9 @@ async fn handle(
         }
         Hello::Watch => {
             // Subscribed before the answer: what happens after `ok` is seen.
-            let events = server.runtime().governance().events();
+            let watching = server.operator_feed().watch();
             answer(&mut writer, Reply::Ok(Value::Null)).await?;
-            watch(events, reader, writer).await
+            watch(watching, reader, writer).await
         }
         Hello::Call {
             agent,
@@ -465,15 +465,13 @@ async fn handle(
     }
 }
 
-/// Writes `events` to a watching client as JSON lines until it leaves (closes its end) or
-/// the runtime stops.
+/// Writes `watching`'s lines to a watching client until it leaves (closes its end) or the
+/// runtime stops.
 async fn watch(
-    events: crate::EventStream,
+    mut watching: crate::observe::Watching,
     mut reader: BufReader<OwnedReadHalf>,
     mut writer: OwnedWriteHalf,
 ) -> std::io::Result<()> {
-    let mut watching =
-        crate::observe::Watching::new(events, crate::observe::EventFilter::new(None));
     let mut scratch = [0u8; 64];
     let mut out = Vec::new();
     loop {

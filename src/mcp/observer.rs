@@ -18,7 +18,7 @@ use tokio_util::sync::CancellationToken;
 use super::McpServer;
 use super::local::Control;
 use crate::context::{ContextError, HistoryQuery, Select};
-use crate::observe::{EventFilter, Metrics, Watching};
+use crate::observe::{EventFilter, Metrics, OperatorFeed, Watching};
 
 /// The path of the metrics.
 pub const METRICS_PATH: &str = "/metrics";
@@ -59,8 +59,8 @@ pub(super) struct Observer {
 }
 
 impl Observer {
-    /// The routes, behind the `Host` check.
-    pub(super) fn routes(self, runtime: crate::Runtime) -> axum::Router {
+    /// The routes, behind the `Host` check; `/events` shows the operator's view from `feed`.
+    pub(super) fn routes(self, runtime: crate::Runtime, feed: OperatorFeed) -> axum::Router {
         let Observer {
             dashboard,
             metrics,
@@ -70,8 +70,8 @@ impl Observer {
         let mut router = axum::Router::new().route(
             EVENTS_PATH,
             get(move |request: Request| {
-                let (runtime, stop) = (runtime.clone(), stop.clone());
-                async move { serve_events(&runtime, &request, stop) }
+                let (runtime, feed, stop) = (runtime.clone(), feed.clone(), stop.clone());
+                async move { serve_events(&runtime, &feed, &request, stop) }
             }),
         );
         if let Some((server, control)) = dashboard {
@@ -345,7 +345,12 @@ async fn show_version(sessions: &crate::context::Sessions, id: &str, version: u6
 /// `GET /events`: the runtime's events as server-sent events (`data:` the event's JSON with
 /// `at_ms`), as the agent `Guildhall-Agent` names may see them (with its token when it has
 /// one), or all of them for a request that names none.
-fn serve_events(runtime: &crate::Runtime, request: &Request, stop: CancellationToken) -> Response {
+fn serve_events(
+    runtime: &crate::Runtime,
+    feed: &OperatorFeed,
+    request: &Request,
+    stop: CancellationToken,
+) -> Response {
     let header_text = |name: &str| {
         request
             .headers()
@@ -367,8 +372,13 @@ fn serve_events(runtime: &crate::Runtime, request: &Request, stop: CancellationT
                 .into_response();
         }
     }
-    let filter = EventFilter::new(agent.map(Arc::from));
-    let watching = Watching::new(runtime.governance().events(), filter);
+    let watching = match agent {
+        Some(agent) => Watching::new(
+            runtime.governance().events(),
+            EventFilter::new(Some(Arc::from(agent))),
+        ),
+        None => feed.watch(),
+    };
     let stream = futures::stream::unfold(watching, |mut watching| async move {
         let lines = watching.next().await?;
         let sse = axum::response::sse::Event::default().data(lines);

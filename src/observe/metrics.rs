@@ -128,7 +128,7 @@ impl Metrics {
             loop {
                 let event = tokio::select! {
                     () = until.cancelled() => return,
-                    event = events.next_shared() => event,
+                    event = events.next() => event,
                 };
                 let Some(event) = event else { return };
                 if events.missed() > seen_missed {
@@ -142,7 +142,7 @@ impl Metrics {
                     tool: tool.to_owned(),
                     outcome: outcome.to_owned(),
                 };
-                match &*event {
+                match &event {
                     ToolEvent::Completed {
                         tool, duration_us, ..
                     } => {

@@ -25,7 +25,7 @@ struct Kept {
     seq: u64,
     at_ms: u64,
     caller: Option<Arc<str>>,
-    event: Arc<ToolEvent>,
+    event: ToolEvent,
 }
 
 #[derive(Default)]
@@ -38,7 +38,7 @@ struct Ring {
 }
 
 impl Ring {
-    fn push(&mut self, event: Arc<ToolEvent>, at_ms: u64) {
+    fn push(&mut self, event: ToolEvent, at_ms: u64) {
         let caller = self.callers.of(&event, |_| true);
         self.last += 1;
         if self.kept.len() == KEPT {

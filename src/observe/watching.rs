@@ -89,80 +89,138 @@ const BATCH: usize = 512;
 
 /// The most memory a watcher keeps for its lines between batches: a batch of 512 messages
 /// takes about 120 KiB.
-const KEPT_BYTES: usize = 1 << 20;
+pub(super) const KEPT_BYTES: usize = 1 << 20;
 
 /// Events as a watcher shows them (`guildhall watch`, `/events`): each admitted event as a
 /// line of JSON with `at_ms`, preceded by `{"event":"missed","count":N}` when the watcher fell
 /// behind and lost N. Lines come in batches, everything that arrived since the last one, so a
 /// busy stream costs one write per batch rather than one per event.
+///
+/// A watcher made with [`new`](Self::new) renders its own lines (an agent's view is its
+/// own); the operator's watchers of a server share one rendering through an
+/// [`OperatorFeed`](super::OperatorFeed).
 #[derive(Debug)]
-pub struct Watching {
-    events: crate::EventStream,
-    missed: u64,
-    filter: EventFilter,
-    /// The batch being shown, and its lines: kept from one batch to the next, so a busy
-    /// stream reuses their memory rather than allocating a batch's worth each time.
-    batch: Vec<Arc<ToolEvent>>,
-    lines: Vec<u8>,
+pub struct Watching(Source);
+
+#[derive(Debug)]
+enum Source {
+    /// Renders its lines itself, kept from one batch to the next so that a busy stream
+    /// reuses their memory rather than allocating a batch's worth each time.
+    Own { render: Render, lines: Vec<u8> },
+    /// Follows lines rendered once for every watcher of the operator's feed.
+    Shared(Follower),
 }
 
 impl Watching {
     /// Watches `events`, showing what `filter` admits.
     pub fn new(events: crate::EventStream, filter: EventFilter) -> Self {
-        Self {
-            events,
-            missed: 0,
-            filter,
-            batch: Vec::new(),
+        Self(Source::Own {
+            render: Render::new(events, filter),
             lines: Vec::new(),
-        }
+        })
+    }
+
+    /// Follows the lines of an operator's feed.
+    pub(super) fn shared(follower: Follower) -> Self {
+        Self(Source::Shared(follower))
     }
 
     /// The next lines to show, newline-separated (no trailing newline); `None` once the
     /// runtime is gone.
     ///
     /// # Cancel safety
-    /// Cancel safe: events are taken only once the first is here, and then without waiting.
+    /// Cancel safe: events are taken only once the first is here, and then without waiting
+    /// (a shared feed's batch is taken whole, once here).
     pub async fn next(&mut self) -> Option<&str> {
-        if self.lines.capacity() > KEPT_BYTES {
-            // A batch of unusually large events: not kept for the rest of the watch.
-            self.lines = Vec::new();
-        }
-        self.lines.clear();
-        loop {
-            if !self.events.next_batch_into(BATCH, &mut self.batch).await {
-                return None;
-            }
-            let at_ms = crate::time::now_ms();
-            let mut batch = std::mem::take(&mut self.batch);
-            for event in batch.drain(..) {
-                self.show(&event, at_ms);
-            }
-            self.batch = batch;
-            if !self.lines.is_empty() {
+        match &mut self.0 {
+            Source::Own { render, lines } => {
+                if lines.capacity() > KEPT_BYTES {
+                    // A batch of unusually large events: not kept for the rest of the watch.
+                    *lines = Vec::new();
+                }
+                if !render.next_into(lines).await {
+                    return None;
+                }
                 // Only UTF-8 went in: `line::write` copies `str`s or has serde_json escape them.
-                return std::str::from_utf8(&self.lines).ok();
+                std::str::from_utf8(lines).ok()
             }
+            Source::Shared(follower) => follower.next().await,
         }
     }
 
     /// Events this watcher lost by falling behind (each told in a `missed` line).
     pub fn missed(&self) -> u64 {
+        match &self.0 {
+            Source::Own { render, .. } => render.missed(),
+            Source::Shared(follower) => follower.missed(),
+        }
+    }
+}
+
+/// Events made into a watcher's lines: those its filter admits, each a line of JSON.
+#[derive(Debug)]
+pub(super) struct Render {
+    events: crate::EventStream,
+    filter: EventFilter,
+    /// Events lost from the stream that a `missed` line told so far.
+    missed: u64,
+    /// Events taken from the stream so far, shown or not.
+    taken: u64,
+    /// The batch being rendered: kept from one batch to the next for its memory.
+    batch: Vec<ToolEvent>,
+}
+
+impl Render {
+    pub(super) fn new(events: crate::EventStream, filter: EventFilter) -> Self {
+        Self {
+            events,
+            filter,
+            missed: 0,
+            taken: 0,
+            batch: Vec::new(),
+        }
+    }
+
+    /// Clears `lines` and writes the next lines into it, waiting until some event is
+    /// admitted; `false` once the runtime is gone.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: events are taken only once the first is here, and then without waiting.
+    pub(super) async fn next_into(&mut self, lines: &mut Vec<u8>) -> bool {
+        lines.clear();
+        loop {
+            if !self.events.next_batch_into(BATCH, &mut self.batch).await {
+                return false;
+            }
+            let at_ms = crate::time::now_ms();
+            let mut batch = std::mem::take(&mut self.batch);
+            self.taken += batch.len() as u64;
+            for event in batch.drain(..) {
+                self.show(&event, at_ms, lines);
+            }
+            self.batch = batch;
+            if !lines.is_empty() {
+                return true;
+            }
+        }
+    }
+
+    /// Events lost from the stream so far, each told in a `missed` line.
+    pub(super) fn missed(&self) -> u64 {
         self.missed
     }
 
+    /// Events taken from the stream or lost from it so far: a position in the stream.
+    pub(super) fn seen(&self) -> u64 {
+        self.taken + self.events.missed()
+    }
+
     /// Adds `event`'s lines to `lines`, if the filter admits it.
-    fn show(&mut self, event: &ToolEvent, at_ms: u64) {
-        use std::io::Write;
-        let lines = &mut self.lines;
+    fn show(&mut self, event: &ToolEvent, at_ms: u64, lines: &mut Vec<u8>) {
         let missed = self.events.missed();
         if missed > self.missed {
             push_line(lines);
-            let _ = write!(
-                lines,
-                r#"{{"event":"missed","count":{}}}"#,
-                missed - self.missed
-            );
+            missed_line(missed - self.missed, lines);
             self.missed = missed;
         }
         if self.filter.admits(event) {
@@ -172,8 +230,88 @@ impl Watching {
     }
 }
 
+/// One batch of lines rendered for every watcher of an operator's feed, and where in the
+/// event stream it stands, so that a watcher that fell behind can tell what it lost.
+#[derive(Debug)]
+pub(super) struct Rendered {
+    /// The stream's position ([`Render::seen`]) before the batch and after it.
+    pub(super) from: u64,
+    pub(super) to: u64,
+    /// Events lost from the stream that the batch's own `missed` lines tell.
+    pub(super) missed: u64,
+    pub(super) lines: String,
+}
+
+/// A watcher of lines rendered once for many ([`Rendered`] batches).
+#[derive(Debug)]
+pub(super) struct Follower {
+    batches: tokio::sync::broadcast::Receiver<Arc<Rendered>>,
+    /// The stream's position after the last batch taken (at first, where the batch being
+    /// rendered when the watcher came starts).
+    reached: u64,
+    missed: u64,
+    /// The batch being shown, held until the next is asked for.
+    current: Option<Arc<Rendered>>,
+    /// A batch after a gap: its lines behind the `missed` line that tells the gap.
+    joined: String,
+}
+
+impl Follower {
+    /// Follows `batches` from the stream's position `at`.
+    pub(super) fn new(batches: tokio::sync::broadcast::Receiver<Arc<Rendered>>, at: u64) -> Self {
+        Self {
+            batches,
+            reached: at,
+            missed: 0,
+            current: None,
+            joined: String::new(),
+        }
+    }
+
+    /// As [`Watching::next`].
+    async fn next(&mut self) -> Option<&str> {
+        use tokio::sync::broadcast::error::RecvError;
+        // Let go of the last batch, so its memory can go back to the rendering.
+        self.current = None;
+        let batch = loop {
+            match self.batches.recv().await {
+                Ok(batch) => break batch,
+                // The gap shows in the next batch's position.
+                Err(RecvError::Lagged(_)) => {}
+                Err(RecvError::Closed) => return None,
+            }
+        };
+        let lost = batch.from.saturating_sub(self.reached);
+        self.reached = batch.to;
+        self.missed += lost + batch.missed;
+        if lost == 0 {
+            return Some(&self.current.insert(batch).lines);
+        }
+        let mut joined = std::mem::take(&mut self.joined).into_bytes();
+        if joined.capacity() > KEPT_BYTES {
+            joined = Vec::new();
+        }
+        joined.clear();
+        missed_line(lost, &mut joined);
+        push_line(&mut joined);
+        joined.extend_from_slice(batch.lines.as_bytes());
+        self.joined = String::from_utf8(joined).unwrap_or_default();
+        Some(&self.joined)
+    }
+
+    fn missed(&self) -> u64 {
+        self.missed
+    }
+}
+
+/// Writes the line that tells a watcher it lost `count` events.
+pub(super) fn missed_line(count: u64, lines: &mut Vec<u8>) {
+    use std::io::Write;
+    let _ = write!(lines, r#"{{"event":"missed","count":{count}}}"#);
+}
+
 /// Starts a new line in `lines`, unless it is the first.
-fn push_line(lines: &mut Vec<u8>) {
+pub(super) fn push_line(lines: &mut Vec<u8>) {
     if !lines.is_empty() {
         lines.push(b'\n');
     }
