@@ -23,7 +23,7 @@ use serde::Serialize;
 use tokio::sync::broadcast;
 
 /// Events kept for a slow subscriber before the oldest are dropped.
-const CAPACITY: usize = 4096;
+pub(crate) const CAPACITY: usize = 4096;
 
 /// How long a subscriber that just took events lets more gather before it waits again: the
 /// most a busy stream adds to an event's lag (watchers are promised 100 ms).

@@ -2,25 +2,20 @@
 //! for everyone watching it.
 //!
 //! The dashboard's tabs and each `guildhall watch` of a server all show the operator's
-//! view, the same lines. Rendered by each, every watcher paid its own pass over every
-//! event (taking it from the stream, reading its strings, writing its line): at a few
-//! hundred thousand events a second, each watcher took about a tenth of a two-core
-//! machine's mail round trips (`bench mailbox`). Rendered once and shared, a second watcher
-//! costs one write per batch.
+//! view, the same lines. Rendered by each, every watcher made its own pass over every event
+//! (taking it from the stream, reading its strings, writing its line), so ten open tabs cost
+//! ten passes. Rendered once and shared, a further watcher costs a look at each batch and
+//! the write of it to its connection.
+//!
+//! The batches are kept for the watchers by events and bytes, not by count: at a few events
+//! a second a batch holds one, and a watcher may fall as far behind as the event stream
+//! lets one subscriber (see `SharedLines`).
 
-use std::collections::VecDeque;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, Weak};
-
-use tokio::sync::broadcast;
 
 use crate::events::Events;
 
-use super::watching::{EventFilter, Follower, KEPT_BYTES, Render, Rendered, Watching};
-
-/// Batches a watcher may fall behind by before it loses some: with up to 512 events a
-/// batch, more than the event stream itself keeps for a subscriber.
-const KEPT_BATCHES: usize = 16;
+use super::watching::{EventFilter, KEPT_BYTES, Render, Rendered, SharedLines, Watching};
 
 /// The operator's view of a runtime's events, rendered once for all its watchers (see the
 /// module's doc). The rendering runs while someone watches and stops when the last watcher
@@ -33,17 +28,8 @@ pub struct OperatorFeed {
 #[derive(Debug)]
 struct Inner {
     events: Events,
-    /// The rendering running; `None` while nobody watches.
-    rendering: Mutex<Option<Rendering>>,
-}
-
-#[derive(Debug)]
-struct Rendering {
-    /// Where it publishes its batches.
-    publish: broadcast::Sender<Arc<Rendered>>,
-    /// Where in the stream the batch it renders starts: a new watcher's starting point, so
-    /// that it can tell a gap in the first batches it gets.
-    at: Arc<AtomicU64>,
+    /// Where the running rendering puts its batches; `None` while nobody watches.
+    rendering: Mutex<Option<Arc<SharedLines>>>,
 }
 
 impl OperatorFeed {
@@ -71,78 +57,64 @@ impl OperatorFeed {
             .rendering
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
-        let follower = match &*rendering {
-            Some(running) => Follower::new(
-                running.publish.subscribe(),
-                running.at.load(Ordering::Acquire),
-            ),
+        let lines = match &*rendering {
+            Some(lines) => Arc::clone(lines),
             None => {
-                let (publish, batches) = broadcast::channel(KEPT_BATCHES);
-                let at = Arc::new(AtomicU64::new(0));
+                let lines = Arc::new(SharedLines::new());
                 // Subscribed here, before the watcher is handed out: it sees what happens
                 // from now on.
                 let render = Render::new(self.inner.events.subscribe(), EventFilter::new(None));
                 tokio::spawn(render_for_all(
                     render,
-                    publish.clone(),
-                    Arc::clone(&at),
+                    Arc::clone(&lines),
                     Arc::downgrade(&self.inner),
                 ));
-                *rendering = Some(Rendering { publish, at });
-                Follower::new(batches, 0)
+                *rendering = Some(Arc::clone(&lines));
+                lines
             }
         };
-        Watching::shared(follower)
+        Watching::shared(lines.follow())
     }
 }
 
 /// Renders the events into batches for every watcher until none is left (or the runtime or
 /// the feed is gone).
-async fn render_for_all(
-    mut render: Render,
-    publish: broadcast::Sender<Arc<Rendered>>,
-    at: Arc<AtomicU64>,
-    feed: Weak<Inner>,
-) {
-    // Batches sent, oldest first: once every watcher is done with one (the channel's slot
-    // too, `KEPT_BATCHES` later), its memory renders a later batch.
-    let mut sent: VecDeque<Arc<Rendered>> = VecDeque::with_capacity(KEPT_BATCHES + 2);
-    let mut spare = Vec::new();
+async fn render_for_all(mut render: Render, lines: Arc<SharedLines>, feed: Weak<Inner>) {
+    let (mut spare, mut last_len) = (Vec::new(), 0);
     loop {
         let (from, told) = (render.seen(), render.missed());
-        let mut lines = std::mem::take(&mut spare);
-        if !render.next_into(&mut lines).await {
+        let mut batch = std::mem::take(&mut spare);
+        // No memory came back (a watcher still shows that batch): sized as the last one
+        // rather than grown step by step.
+        batch.reserve(last_len.min(KEPT_BYTES));
+        if !render.next_into(&mut batch).await {
             break;
         }
-        let to = render.seen();
-        // Moved on before the batch goes out: a watcher that comes in between takes this
-        // batch as the start of what it sees, not as a gap.
-        at.store(to, Ordering::Release);
-        let batch = Arc::new(Rendered {
+        last_len = batch.len();
+        let old = lines.push(Rendered {
             from,
-            to,
+            to: render.seen(),
             missed: render.missed() - told,
             // Only UTF-8 went in: `line::write` copies `str`s or has serde_json escape them.
-            lines: String::from_utf8(lines).unwrap_or_default(),
+            lines: String::from_utf8(batch).unwrap_or_default(),
         });
-        if publish.send(Arc::clone(&batch)).is_err() && nobody_watches(&feed, &publish) {
+        if let Some(old) = old
+            && old.lines.capacity() <= KEPT_BYTES
+        {
+            spare = old.lines.into_bytes();
+        }
+        if lines.followers() == 0 && end(&feed, &lines, false) {
             return;
         }
-        sent.push_back(batch);
-        if sent.len() > KEPT_BATCHES + 1
-            && let Some(oldest) = sent.pop_front()
-            && let Ok(done) = Arc::try_unwrap(oldest)
-            && done.lines.capacity() <= KEPT_BYTES
-        {
-            spare = done.lines.into_bytes();
-        }
     }
-    nobody_watches(&feed, &publish);
+    end(&feed, &lines, true);
+    lines.close();
 }
 
-/// Whether the rendering publishing to `publish` should end: nobody watches, or the feed is
-/// gone. When so, the feed forgets it (a later watcher starts another).
-fn nobody_watches(feed: &Weak<Inner>, publish: &broadcast::Sender<Arc<Rendered>>) -> bool {
+/// Whether the rendering into `lines` ends: nobody follows it (checked under the feed's
+/// lock, so a watcher either follows already or starts a rendering anew), the feed is gone,
+/// or `anyway` (the runtime is gone). When so, the feed forgets it.
+fn end(feed: &Weak<Inner>, lines: &Arc<SharedLines>, anyway: bool) -> bool {
     let Some(feed) = feed.upgrade() else {
         return true;
     };
@@ -150,13 +122,12 @@ fn nobody_watches(feed: &Weak<Inner>, publish: &broadcast::Sender<Arc<Rendered>>
         .rendering
         .lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner);
-    // Under the lock: a watcher either subscribed before (and is counted) or starts anew.
-    if publish.receiver_count() > 0 {
+    if !anyway && lines.followers() > 0 {
         return false;
     }
     if rendering
         .as_ref()
-        .is_some_and(|current| current.publish.same_channel(publish))
+        .is_some_and(|current| Arc::ptr_eq(current, lines))
     {
         *rendering = None;
     }
@@ -165,15 +136,8 @@ fn nobody_watches(feed: &Weak<Inner>, publish: &broadcast::Sender<Arc<Rendered>>
 
 #[cfg(test)]
 mod tests {
+    use super::super::watching::restarted;
     use super::*;
-    use crate::events::ToolEvent;
-
-    fn restarted(restarts: u64) -> ToolEvent {
-        ToolEvent::Restarted {
-            tool: Arc::from("t"),
-            restarts,
-        }
-    }
 
     fn restarts(lines: &str) -> Vec<serde_json::Value> {
         lines
@@ -228,15 +192,16 @@ mod tests {
         let feed = OperatorFeed::of(events.clone());
         let (mut keeping_up, mut behind) = (feed.watch(), feed.watch());
         // Emitted in runs the rendering takes one by one, each waited for by the watcher
-        // keeping up, until the one behind has more batches waiting than are kept.
-        let runs = (KEPT_BATCHES + 4) as u64;
+        // keeping up, until the one behind has more events waiting than are kept.
+        const RUN: u64 = 500;
+        let runs = crate::events::CAPACITY as u64 / RUN + 3;
         for run in 0..runs {
-            for i in 0..10 {
-                events.emit(|| restarted(run * 10 + i));
+            for i in 0..RUN {
+                events.emit(|| restarted(run * RUN + i));
             }
-            until(&mut keeping_up, run * 10 + 9).await;
+            until(&mut keeping_up, run * RUN + RUN - 1).await;
         }
-        let last = runs * 10 - 1;
+        let last = runs * RUN - 1;
         let lines: Vec<_> = until(&mut behind, last)
             .await
             .iter()
@@ -250,9 +215,31 @@ mod tests {
             serde_json::json!(lost),
             "the first kept follows the lost"
         );
-        assert_eq!(lines.len() as u64, 1 + runs * 10 - lost);
+        assert_eq!(lines.len() as u64, 1 + runs * RUN - lost);
         assert_eq!(behind.missed(), lost);
         assert_eq!(keeping_up.missed(), 0);
+    }
+
+    #[tokio::test]
+    async fn a_watcher_behind_by_many_small_batches_loses_none_of_them() {
+        let events = Events::default();
+        let feed = OperatorFeed::of(events.clone());
+        let (mut keeping_up, mut behind) = (feed.watch(), feed.watch());
+        // One event a batch, as a quiet swarm makes them: what is kept is bounded by events,
+        // not by batches.
+        let batches = 300;
+        for i in 0..batches {
+            events.emit(|| restarted(i));
+            until(&mut keeping_up, i).await;
+        }
+        let lines: Vec<_> = until(&mut behind, batches - 1)
+            .await
+            .iter()
+            .flat_map(|lines| restarts(lines))
+            .collect();
+        let expected: Vec<_> = (0..batches).map(serde_json::Value::from).collect();
+        assert_eq!(lines, expected);
+        assert_eq!(behind.missed(), 0);
     }
 
     #[tokio::test]

@@ -242,10 +242,107 @@ pub(super) struct Rendered {
     pub(super) lines: String,
 }
 
-/// A watcher of lines rendered once for many ([`Rendered`] batches).
+/// Events' worth of batches kept for the watchers of an operator's feed: as many as the
+/// event stream keeps for one subscriber, so a watcher may fall as far behind as before.
+const KEPT_EVENTS: u64 = crate::events::CAPACITY as u64;
+
+/// The most bytes of lines kept for them, whatever the count (long error messages).
+const KEPT_LINES_BYTES: usize = 16 << 20;
+
+/// The batches rendered for the watchers of an operator's feed: the latest, bounded by
+/// events and bytes rather than by batches (at a few events a second a batch holds one), and
+/// a wake-up for watchers waiting on the next.
+#[derive(Debug)]
+pub(super) struct SharedLines {
+    log: std::sync::Mutex<Log>,
+    /// The number of batches pushed so far; a watcher waits on its change.
+    pushed: tokio::sync::watch::Sender<u64>,
+}
+
+#[derive(Debug, Default)]
+struct Log {
+    batches: std::collections::VecDeque<Arc<Rendered>>,
+    /// The number of the first batch kept.
+    first: u64,
+    events: u64,
+    bytes: usize,
+    /// Where the next batch starts in the stream: the last one's end.
+    at: u64,
+    /// The rendering ended (the runtime is gone): no batch will come.
+    closed: bool,
+}
+
+impl SharedLines {
+    pub(super) fn new() -> Self {
+        Self {
+            log: std::sync::Mutex::default(),
+            pushed: tokio::sync::watch::Sender::new(0),
+        }
+    }
+
+    fn log(&self) -> std::sync::MutexGuard<'_, Log> {
+        self.log
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// A watcher of the batches from the next one on.
+    pub(super) fn follow(self: &Arc<Self>) -> Follower {
+        let log = self.log();
+        Follower {
+            shared: Arc::clone(self),
+            pushed: self.pushed.subscribe(),
+            next: log.first + log.batches.len() as u64,
+            reached: log.at,
+            missed: 0,
+            current: None,
+            joined: String::new(),
+        }
+    }
+
+    /// Watchers following.
+    pub(super) fn followers(&self) -> usize {
+        self.pushed.receiver_count()
+    }
+
+    /// Adds `batch` for the watchers, letting go of the oldest past the bounds; what it let
+    /// go of and nobody else holds comes back, for its memory.
+    pub(super) fn push(&self, batch: Rendered) -> Option<Rendered> {
+        let mut spare = None;
+        let mut log = self.log();
+        log.at = batch.to;
+        log.events += batch.to - batch.from;
+        log.bytes += batch.lines.len();
+        log.batches.push_back(Arc::new(batch));
+        while log.batches.len() > 1
+            && (log.events > KEPT_EVENTS || log.bytes > KEPT_LINES_BYTES)
+            && let Some(oldest) = log.batches.pop_front()
+        {
+            log.first += 1;
+            log.events -= oldest.to - oldest.from;
+            log.bytes -= oldest.lines.len();
+            spare = Arc::try_unwrap(oldest).ok();
+        }
+        let pushed = log.first + log.batches.len() as u64;
+        drop(log);
+        self.pushed.send_replace(pushed);
+        spare
+    }
+
+    /// No batch will come: watchers end once they have taken those kept.
+    pub(super) fn close(&self) {
+        self.log().closed = true;
+        self.pushed.send_modify(|_| {});
+    }
+}
+
+/// A watcher of lines rendered once for many ([`SharedLines`]).
 #[derive(Debug)]
 pub(super) struct Follower {
-    batches: tokio::sync::broadcast::Receiver<Arc<Rendered>>,
+    shared: Arc<SharedLines>,
+    pushed: tokio::sync::watch::Receiver<u64>,
+    /// The number of the next batch to take.
+    next: u64,
     /// The stream's position after the last batch taken (at first, where the batch being
     /// rendered when the watcher came starts).
     reached: u64,
@@ -257,28 +354,28 @@ pub(super) struct Follower {
 }
 
 impl Follower {
-    /// Follows `batches` from the stream's position `at`.
-    pub(super) fn new(batches: tokio::sync::broadcast::Receiver<Arc<Rendered>>, at: u64) -> Self {
-        Self {
-            batches,
-            reached: at,
-            missed: 0,
-            current: None,
-            joined: String::new(),
-        }
-    }
-
     /// As [`Watching::next`].
     async fn next(&mut self) -> Option<&str> {
-        use tokio::sync::broadcast::error::RecvError;
         // Let go of the last batch, so its memory can go back to the rendering.
         self.current = None;
         let batch = loop {
-            match self.batches.recv().await {
-                Ok(batch) => break batch,
-                // The gap shows in the next batch's position.
-                Err(RecvError::Lagged(_)) => {}
-                Err(RecvError::Closed) => return None,
+            // Marked seen before looking, so a batch pushed after the look wakes the wait.
+            self.pushed.borrow_and_update();
+            {
+                let log = self.shared.log();
+                // Fell behind past what is kept: on from the oldest kept, the gap shown by
+                // its position.
+                let next = self.next.max(log.first);
+                if let Some(batch) = log.batches.get((next - log.first) as usize) {
+                    self.next = next + 1;
+                    break Arc::clone(batch);
+                }
+                if log.closed {
+                    return None;
+                }
+            }
+            if self.pushed.changed().await.is_err() {
+                return None;
             }
         };
         let lost = batch.from.saturating_sub(self.reached);
@@ -317,17 +414,19 @@ pub(super) fn push_line(lines: &mut Vec<u8>) {
     }
 }
 
+/// An event for the watchers' tests: tool `t` restarted, `restarts` counting them.
+#[cfg(test)]
+pub(super) fn restarted(restarts: u64) -> ToolEvent {
+    ToolEvent::Restarted {
+        tool: Arc::from("t"),
+        restarts,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::events::Events;
-
-    fn restarted(restarts: u64) -> ToolEvent {
-        ToolEvent::Restarted {
-            tool: Arc::from("t"),
-            restarts,
-        }
-    }
 
     fn parse(lines: &str) -> Vec<serde_json::Value> {
         lines
