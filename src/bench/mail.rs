@@ -68,6 +68,10 @@ pub struct MailboxReport {
     pub inmem_rounds: Vec<f64>,
     /// `raw_ractor_msgs_per_sec` of each round, in order.
     pub raw_ractor_rounds: Vec<f64>,
+    /// Each round's round trips (msgs/s), unwatched.
+    pub roundtrip_rounds: Vec<f64>,
+    /// Each round's round trips (msgs/s), watched, paired with the same round unwatched.
+    pub roundtrip_watched_rounds: Vec<f64>,
 }
 
 fn config(capacity: usize) -> MailboxConfig {
@@ -277,6 +281,7 @@ pub async fn mailbox(config: MailboxBenchConfig, dir: &Path, stage: &dyn Stage) 
     let _ = std::fs::remove_dir_all(&dir);
 
     let (inmem_rounds, raw_ractor_rounds) = (inmem.clone(), raw.clone());
+    let (roundtrip_rounds, roundtrip_watched_rounds) = (trips.clone(), watched.clone());
     let (trips, watched) = (median(&mut trips), median(&mut watched));
     let inmem = median(&mut inmem);
     let raw = median(&mut raw);
@@ -292,6 +297,8 @@ pub async fn mailbox(config: MailboxBenchConfig, dir: &Path, stage: &dyn Stage) 
         msgs_per_fsync: median(&mut per_fsync),
         inmem_rounds,
         raw_ractor_rounds,
+        roundtrip_rounds,
+        roundtrip_watched_rounds,
     }
 }
 
