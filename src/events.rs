@@ -162,7 +162,12 @@ impl Events {
 
     /// Whether anyone listens.
     pub fn has_subscribers(&self) -> bool {
-        self.listening.load(Ordering::Acquire) > 0
+        self.subscribers() > 0
+    }
+
+    /// How many listen: one a rendering shared by many watchers.
+    pub(crate) fn subscribers(&self) -> usize {
+        self.listening.load(Ordering::Acquire)
     }
 
     /// A new subscriber, seeing events from now on.

@@ -9,6 +9,7 @@ mod feed;
 mod line;
 mod metrics;
 mod recent;
+mod shared_lines;
 mod traces;
 mod watching;
 

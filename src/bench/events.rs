@@ -69,6 +69,10 @@ pub struct EventsReport {
     pub governed_ratio: f64,
     /// `governed_watched_ns / pipeline_ns`.
     pub governed_watched_ratio: f64,
+    /// Events the two watchers of the watched calls showed, summed over both.
+    pub governed_watched_events: u64,
+    /// Events they lost by falling behind, summed over both.
+    pub governed_watched_missed: u64,
 }
 
 /// Runs both measurements.
@@ -100,6 +104,7 @@ pub async fn events(config: EventsBenchConfig, stage: &dyn Stage) -> EventsRepor
     // The cost: rounds alternate the three calls, the watcher only during its own batch.
     stage.phase("cost", config.rounds as u64);
     let (mut pipe, mut gov, mut watched) = (Vec::new(), Vec::new(), Vec::new());
+    let mut seen = super::watchers::Watched::default();
     let mut n = 0u64;
     // Arguments change per call, as a working agent's do: the loop guard trips on none.
     let mut governed_call = || {
@@ -119,7 +124,7 @@ pub async fn events(config: EventsBenchConfig, stage: &dyn Stage) -> EventsRepor
         gov.push(batch(config.batch, &mut governed_call).await);
         let watching = dashboard_and_watch(&governed_rt);
         watched.push(batch(config.batch, &mut governed_call).await);
-        drop(watching);
+        seen += watching.stop().await;
         stage.step();
     }
 
@@ -195,5 +200,7 @@ pub async fn events(config: EventsBenchConfig, stage: &dyn Stage) -> EventsRepor
         governed_watched_ns,
         governed_ratio: governed_ns / pipeline_ns,
         governed_watched_ratio: governed_watched_ns / pipeline_ns,
+        governed_watched_events: seen.taken,
+        governed_watched_missed: seen.missed,
     }
 }

@@ -58,6 +58,11 @@ pub struct MailboxReport {
     /// pair, measured back to back (which of the two first alternates), the median over
     /// rounds. Paired so that the machine's load drifting between rounds cancels out.
     pub roundtrip_watched_drop: f64,
+    /// Events the two watchers showed over all the watched round trips, summed over both:
+    /// what watching cost this much for.
+    pub roundtrip_watched_events: u64,
+    /// Events they lost by falling behind (each told in a `missed` line), summed over both.
+    pub roundtrip_watched_missed: u64,
     /// Durable sends acknowledged per second (each one committed and synced).
     pub durable_msgs_per_sec: f64,
     /// Group commits (one fsync each) per second during the durable run.
@@ -239,6 +244,7 @@ pub async fn mailbox(config: MailboxBenchConfig, dir: &Path, stage: &dyn Stage) 
     stage.phase("round trips", rounds as u64);
     let pairs = config.pairs.min(n / 2).max(1);
     let (mut trips, mut watched, mut drops) = (Vec::new(), Vec::new(), Vec::new());
+    let mut seen = super::watchers::Watched::default();
     for round in 0..rounds {
         let unwatched_first = round % 2 == 0;
         if unwatched_first {
@@ -246,7 +252,7 @@ pub async fn mailbox(config: MailboxBenchConfig, dir: &Path, stage: &dyn Stage) 
         }
         let watching = super::watchers::dashboard_and_watch(&rt);
         watched.push(round_trips(&agents, pairs, config.trips).await);
-        drop(watching);
+        seen += watching.stop().await;
         if !unwatched_first {
             trips.push(round_trips(&agents, pairs, config.trips).await);
         }
@@ -292,6 +298,8 @@ pub async fn mailbox(config: MailboxBenchConfig, dir: &Path, stage: &dyn Stage) 
         roundtrip_msgs_per_sec: trips,
         roundtrip_watched_msgs_per_sec: watched,
         roundtrip_watched_drop: median(&mut drops),
+        roundtrip_watched_events: seen.taken,
+        roundtrip_watched_missed: seen.missed,
         durable_msgs_per_sec: median(&mut durable),
         fsyncs_per_sec: median(&mut fsyncs),
         msgs_per_fsync: median(&mut per_fsync),

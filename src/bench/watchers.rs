@@ -43,8 +43,45 @@ pub(super) fn watcher(
 }
 
 /// What the "dashboard open and `watch` attached" is: two watchers of every event,
-/// sharing one rendering as a server's do, until the guards drop.
-pub(super) fn dashboard_and_watch(runtime: &Runtime) -> Vec<tokio_util::sync::DropGuard> {
+/// sharing one rendering as a server's do, until [`Watchers::stop`].
+pub(super) fn dashboard_and_watch(runtime: &Runtime) -> Watchers {
     let feed = OperatorFeed::new(runtime);
-    (0..2).map(|_| watcher(&feed, |_| {}).1).collect()
+    let (tasks, stops) = (0..2).map(|_| watcher(&feed, |_| {})).unzip();
+    Watchers { tasks, stops }
+}
+
+/// Watchers running until stopped (or dropped, uncounted).
+pub(super) struct Watchers {
+    tasks: Vec<tokio::task::JoinHandle<(u64, u64)>>,
+    stops: Vec<tokio_util::sync::DropGuard>,
+}
+
+/// What watchers took between their start and their stop.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub(super) struct Watched {
+    /// Events shown, summed over the watchers.
+    pub(super) taken: u64,
+    /// Events they lost by falling behind, summed over the watchers.
+    pub(super) missed: u64,
+}
+
+impl std::ops::AddAssign for Watched {
+    fn add_assign(&mut self, other: Self) {
+        self.taken += other.taken;
+        self.missed += other.missed;
+    }
+}
+
+impl Watchers {
+    /// Stops the watchers and sums what they took and lost. Lines rendered but not yet
+    /// taken when they stop count as neither.
+    pub(super) async fn stop(self) -> Watched {
+        drop(self.stops);
+        let mut watched = Watched::default();
+        for task in self.tasks {
+            let (taken, missed) = task.await.unwrap_or_default();
+            watched += Watched { taken, missed };
+        }
+        watched
+    }
 }

@@ -487,6 +487,16 @@ async fn mailbox(
                 "<= 0.10",
             ),
             (
+                "  events the watchers showed",
+                report.roundtrip_watched_events as f64,
+                "",
+            ),
+            (
+                "  events they lost",
+                report.roundtrip_watched_missed as f64,
+                "",
+            ),
+            (
                 "durable, acknowledged (msgs/s)",
                 report.durable_msgs_per_sec,
                 ">= 30,000",
@@ -549,6 +559,16 @@ async fn events(a: EventsArgs) -> Result<(), Box<dyn std::error::Error>> {
                 "",
             ),
             ("  watched ratio", report.governed_watched_ratio, "<= 1.5"),
+            (
+                "  events the watchers showed",
+                report.governed_watched_events as f64,
+                "",
+            ),
+            (
+                "  events they lost",
+                report.governed_watched_missed as f64,
+                "",
+            ),
         ],
     )
 }

@@ -15,7 +15,9 @@ use std::sync::{Arc, Mutex, Weak};
 
 use crate::events::Events;
 
-use super::watching::{EventFilter, KEPT_BYTES, Render, Rendered, SharedLines, Watching};
+use super::line::KEPT_BYTES;
+use super::shared_lines::{Rendered, SharedLines};
+use super::watching::{EventFilter, Render, Watching};
 
 /// The operator's view of a runtime's events, rendered once for all its watchers (see the
 /// module's doc). The rendering runs while someone watches and stops when the last watcher
@@ -175,6 +177,7 @@ mod tests {
         let events = Events::default();
         let feed = OperatorFeed::of(events.clone());
         let (mut one, mut two) = (feed.watch(), feed.watch());
+        assert_eq!(events.subscribers(), 1, "one rendering for both watchers");
         for i in 0..100 {
             events.emit(|| restarted(i));
         }

@@ -11,6 +11,23 @@ use uuid::Uuid;
 
 use crate::events::ToolEvent;
 
+/// The most memory a watcher keeps for its lines between batches: a batch of 512 messages
+/// takes about 120 KiB.
+pub(super) const KEPT_BYTES: usize = 1 << 20;
+
+/// Writes the line that tells a watcher it lost `count` events.
+pub(super) fn missed_line(count: u64, lines: &mut Vec<u8>) {
+    use std::io::Write;
+    let _ = write!(lines, r#"{{"event":"missed","count":{count}}}"#);
+}
+
+/// Starts a new line in `lines`, unless it is the first.
+pub(super) fn push_line(lines: &mut Vec<u8>) {
+    if !lines.is_empty() {
+        lines.push(b'\n');
+    }
+}
+
 /// Appends `event` as one line (no newline) with `at_ms` to `out`.
 pub(super) fn write(event: &ToolEvent, at_ms: u64, out: &mut Vec<u8>) {
     // Destructured whole (no `..`), so a field added to an event fails to compile here.

@@ -86,6 +86,12 @@ fn mailbox_reports_every_round_and_their_medians() {
         (report["roundtrip_watched_drop"].as_f64().unwrap() - drops[1]).abs() < 1e-9,
         "{report}"
     );
+    // What the watchers did is reported beside what they cost: they showed the mail.
+    assert!(
+        report["roundtrip_watched_events"].as_u64().unwrap() > 0,
+        "{report}"
+    );
+    assert!(report["roundtrip_watched_missed"].is_u64(), "{report}");
 }
 
 #[test]
@@ -263,6 +269,11 @@ fn events_reports_the_lag_of_a_watcher_and_what_watching_costs_a_call() {
         get("lag_p50_ms") > 0.0 && get("lag_p99_ms") >= get("lag_p50_ms"),
         "{report}"
     );
+    assert!(
+        report["governed_watched_events"].as_u64().unwrap_or(0) > 0,
+        "{report}"
+    );
+    assert!(report["governed_watched_missed"].is_u64(), "{report}");
     for (ratio, ns) in [
         ("governed_ratio", "governed_ns"),
         ("governed_watched_ratio", "governed_watched_ns"),
