@@ -2,7 +2,7 @@
 //! Prometheus metrics ([`Metrics`]), tool calls as OpenTelemetry spans over OTLP
 //! (`Traces`, feature `otlp`), the event stream as one watcher may see it
 //! ([`Watching`]) and the operator's view rendered once for all its watchers
-//! ([`OperatorFeed`]), and the latest events kept for MCP clients ([`RecentEvents`]). Served by the HTTP listener and the local socket (`guildhall watch`); the
+//! ([`Feed`], and each agent's share likewise), and the latest events kept for MCP clients ([`RecentEvents`]). Served by the HTTP listener and the local socket (`guildhall watch`); the
 //! routes live with them in `mcp`.
 
 mod feed;
@@ -13,7 +13,7 @@ mod shared_lines;
 mod traces;
 mod watching;
 
-pub use feed::OperatorFeed;
+pub use feed::{Feed, Feeds};
 pub use metrics::{CONTENT_TYPE, Metrics};
 pub use recent::{EventsPage, KEPT, RecentEvents};
 #[cfg(feature = "otlp")]

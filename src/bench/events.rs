@@ -18,7 +18,7 @@ use serde::Serialize;
 use super::watchers::{dashboard_and_watch, watcher};
 use super::{Noop, Number, Stage, batch, median, percentile};
 use crate::governance::GovernanceConfig;
-use crate::observe::OperatorFeed;
+use crate::observe::Feed;
 use crate::{AgentSpec, CallOptions, Runtime};
 
 /// What `bench events` does.
@@ -135,7 +135,7 @@ pub async fn events(config: EventsBenchConfig, stage: &dyn Stage) -> EventsRepor
     let (task, stop) = {
         let starts = Arc::clone(&starts);
         let lags = Arc::clone(&lags);
-        watcher(&OperatorFeed::new(&governed_rt), move |at| {
+        watcher(&Feed::operator(&governed_rt), move |at| {
             let start = starts
                 .lock()
                 .unwrap_or_else(PoisonError::into_inner)

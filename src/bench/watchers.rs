@@ -4,13 +4,13 @@
 use std::time::Instant;
 
 use crate::Runtime;
-use crate::observe::OperatorFeed;
+use crate::observe::Feed;
 
 /// A watcher as `guildhall watch` and the dashboard's `/events` are: the operator's lines of
 /// `feed`, every event as JSON, taken in batches. Returns when the runtime stops or `stop`
 /// fires; its count of events and of those missed.
 pub(super) fn watcher(
-    feed: &OperatorFeed,
+    feed: &Feed,
     mut on_invoked: impl FnMut(Instant) + Send + 'static,
 ) -> (
     tokio::task::JoinHandle<(u64, u64)>,
@@ -45,7 +45,7 @@ pub(super) fn watcher(
 /// What the "dashboard open and `watch` attached" is: two watchers of every event,
 /// sharing one rendering as a server's do, until [`Watchers::stop`].
 pub(super) fn dashboard_and_watch(runtime: &Runtime) -> Watchers {
-    let feed = OperatorFeed::new(runtime);
+    let feed = Feed::operator(runtime);
     let (tasks, stops) = (0..2).map(|_| watcher(&feed, |_| {})).unzip();
     Watchers { tasks, stops }
 }

@@ -70,9 +70,10 @@ struct Shared {
     added_prompts: tokio::sync::watch::Sender<u64>,
     /// The latest events for `guildhall://events`, kept from the first time a client asks.
     recent: std::sync::OnceLock<Arc<crate::observe::RecentEvents>>,
-    /// The operator's view of the events, rendered once for the dashboard's `/events` and
-    /// every `guildhall watch` of this server.
-    feed: crate::observe::OperatorFeed,
+    /// The views of the events, each rendered once for its watchers: the operator's for the
+    /// dashboard's `/events` and every `guildhall watch` of this server, and each agent's for
+    /// the `/events` streams it opens.
+    feeds: crate::observe::Feeds,
 }
 
 impl Shared {
@@ -93,7 +94,7 @@ impl McpServer {
         let alive = CancellationToken::new();
         Self {
             shared: Arc::new(Shared {
-                feed: crate::observe::OperatorFeed::new(&runtime),
+                feeds: crate::observe::Feeds::new(&runtime),
                 runtime,
                 fixtures: false,
                 tasks: CallTasks::default(),
@@ -121,7 +122,7 @@ impl McpServer {
             listing: Mutex::new(None),
             added_prompts: tokio::sync::watch::Sender::new(0),
             recent: std::sync::OnceLock::new(),
-            feed: self.shared.feed.clone(),
+            feeds: self.shared.feeds.clone(),
         });
         Self { shared, ..self }
     }
@@ -228,9 +229,9 @@ impl McpServer {
         &self.shared.runtime
     }
 
-    /// The operator's view of the events, shared by every watcher of this server.
-    pub fn operator_feed(&self) -> &crate::observe::OperatorFeed {
-        &self.shared.feed
+    /// The views of the events, shared by every watcher of this server.
+    pub fn feeds(&self) -> &crate::observe::Feeds {
+        &self.shared.feeds
     }
 
     /// Every tool this connection may see, in name order, as `tools/list` shows them.

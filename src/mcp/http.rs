@@ -149,7 +149,7 @@ pub fn router(
     session_config.keep_alive = Some(options.session_idle);
     sessions.session_config = session_config;
     let sessions = Arc::new(sessions);
-    let (server_runtime, feed) = (server.runtime().clone(), server.operator_feed().clone());
+    let (server_runtime, feed) = (server.runtime().clone(), server.feeds().clone());
     let dashboard_server = server.connection(None, ToolFilter::all());
     let service = StreamableHttpService::new(
         move || Ok(server.connection(None, ToolFilter::all())),

@@ -439,7 +439,7 @@ async fn handle(
         }
         Hello::Watch => {
             // Subscribed before the answer: what happens after `ok` is seen.
-            let watching = server.operator_feed().watch();
+            let watching = server.feeds().operator().watch();
             answer(&mut writer, Reply::Ok(Value::Null)).await?;
             watch(watching, reader, writer).await
         }

@@ -18,7 +18,7 @@ use tokio_util::sync::CancellationToken;
 use super::McpServer;
 use super::local::Control;
 use crate::context::{ContextError, HistoryQuery, Select};
-use crate::observe::{EventFilter, Metrics, OperatorFeed, Watching};
+use crate::observe::{Feeds, Metrics};
 
 /// The path of the metrics.
 pub const METRICS_PATH: &str = "/metrics";
@@ -59,8 +59,8 @@ pub(super) struct Observer {
 }
 
 impl Observer {
-    /// The routes, behind the `Host` check; `/events` shows the operator's view from `feed`.
-    pub(super) fn routes(self, runtime: crate::Runtime, feed: OperatorFeed) -> axum::Router {
+    /// The routes, behind the `Host` check; `/events` shows the views in `feeds`.
+    pub(super) fn routes(self, runtime: crate::Runtime, feeds: Feeds) -> axum::Router {
         let Observer {
             dashboard,
             metrics,
@@ -70,8 +70,8 @@ impl Observer {
         let mut router = axum::Router::new().route(
             EVENTS_PATH,
             get(move |request: Request| {
-                let (runtime, feed, stop) = (runtime.clone(), feed.clone(), stop.clone());
-                async move { serve_events(&runtime, &feed, &request, stop) }
+                let (runtime, feeds, stop) = (runtime.clone(), feeds.clone(), stop.clone());
+                async move { serve_events(&runtime, &feeds, &request, stop) }
             }),
         );
         if let Some((server, control)) = dashboard {
@@ -347,7 +347,7 @@ async fn show_version(sessions: &crate::context::Sessions, id: &str, version: u6
 /// one), or all of them for a request that names none.
 fn serve_events(
     runtime: &crate::Runtime,
-    feed: &OperatorFeed,
+    feeds: &Feeds,
     request: &Request,
     stop: CancellationToken,
 ) -> Response {
@@ -372,12 +372,11 @@ fn serve_events(
                 .into_response();
         }
     }
+    // Every stream of one agent follows that agent's one rendering: however many it
+    // opens, the server makes one pass over the events for it.
     let watching = match agent {
-        Some(agent) => Watching::new(
-            runtime.governance().events(),
-            EventFilter::new(Some(Arc::from(agent))),
-        ),
-        None => feed.watch(),
+        Some(agent) => feeds.agent(&agent).watch(),
+        None => feeds.operator().watch(),
     };
     let stream = futures::stream::unfold(watching, |mut watching| async move {
         let lines = watching.next().await?;

@@ -1,11 +1,12 @@
-//! [`OperatorFeed`]: the operator's view of the events, every event unfiltered, rendered once
-//! for everyone watching it.
+//! [`Feed`]: one view of the events (the operator's, every event, or one agent's share),
+//! rendered once for everyone watching it; [`Feeds`], a server's feeds.
 //!
 //! The dashboard's tabs and each `guildhall watch` of a server all show the operator's
-//! view, the same lines. Rendered by each, every watcher made its own pass over every event
-//! (taking it from the stream, reading its strings, writing its line), so ten open tabs cost
-//! ten passes. Rendered once and shared, a further watcher costs a look at each batch and
-//! the write of it to its connection.
+//! view, the same lines; the streams one agent opens all show that agent's share. Rendered
+//! by each, every watcher made its own pass over every event (taking it from the stream,
+//! reading its strings, writing its line), so ten open tabs cost ten passes, and an agent
+//! opening a hundred streams cost the server a hundred. Rendered once and shared, a further
+//! watcher costs a look at each batch and the write of it to its connection.
 //!
 //! The batches are kept for the watchers by events and bytes, not by count: at a few events
 //! a second a batch holds one, and a watcher may fall as far behind as the event stream
@@ -13,59 +14,69 @@
 
 use std::sync::{Arc, Mutex, Weak};
 
+use dashmap::DashMap;
+
 use crate::events::Events;
 
 use super::line::KEPT_BYTES;
 use super::shared_lines::{Rendered, SharedLines};
 use super::watching::{EventFilter, Render, Watching};
 
-/// The operator's view of a runtime's events, rendered once for all its watchers (see the
-/// module's doc). The rendering runs while someone watches and stops when the last watcher
-/// goes. Cheap to clone: clones share the rendering.
+/// A view of a runtime's events, rendered once for all its watchers (see the module's doc):
+/// the operator's, or one agent's share as [`EventFilter`] admits it. The rendering runs
+/// while someone watches and stops when the last watcher goes. Cheap to clone: clones share
+/// the rendering.
 #[derive(Debug, Clone)]
-pub struct OperatorFeed {
+pub struct Feed {
     inner: Arc<Inner>,
 }
 
 #[derive(Debug)]
 struct Inner {
     events: Events,
+    /// Whose share: `None` for the operator's view, every event.
+    agent: Option<Arc<str>>,
     /// Where the running rendering puts its batches; `None` while nobody watches.
     rendering: Mutex<Option<Arc<SharedLines>>>,
 }
 
-impl OperatorFeed {
-    /// The feed of `runtime`'s events.
-    pub fn new(runtime: &crate::Runtime) -> Self {
-        Self::of(runtime.governance().events_sender())
+impl Feed {
+    /// The operator's view of `runtime`'s events: every one.
+    pub fn operator(runtime: &crate::Runtime) -> Self {
+        Self::of(runtime.governance().events_sender(), None)
     }
 
-    pub(crate) fn of(events: Events) -> Self {
+    /// What `agent` may see of `runtime`'s events (the caller checks that it may watch).
+    pub fn of_agent(runtime: &crate::Runtime, agent: Arc<str>) -> Self {
+        Self::of(runtime.governance().events_sender(), Some(agent))
+    }
+
+    pub(crate) fn of(events: Events, agent: Option<Arc<str>>) -> Self {
         Self {
             inner: Arc::new(Inner {
                 events,
+                agent,
                 rendering: Mutex::new(None),
             }),
         }
     }
 
-    /// A watcher of every event from now on, as [`Watching`] shows them.
+    /// A watcher of the feed's events from now on, as [`Watching`] shows them.
     ///
     /// # Panics
     /// Outside a tokio runtime, when nobody watched before (the rendering is spawned).
     pub fn watch(&self) -> Watching {
-        let mut rendering = self
-            .inner
-            .rendering
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut rendering = self.inner.rendering();
         let lines = match &*rendering {
             Some(lines) => Arc::clone(lines),
             None => {
                 let lines = Arc::new(SharedLines::new());
                 // Subscribed here, before the watcher is handed out: it sees what happens
                 // from now on.
-                let render = Render::new(self.inner.events.subscribe(), EventFilter::new(None));
+                let render = Render::new(
+                    self.inner.events.subscribe(),
+                    EventFilter::new(self.inner.agent.clone()),
+                );
                 tokio::spawn(render_for_all(
                     render,
                     Arc::clone(&lines),
@@ -76,6 +87,66 @@ impl OperatorFeed {
             }
         };
         Watching::shared(lines.follow())
+    }
+
+    /// Whether anyone watches (its rendering runs).
+    fn is_watched(&self) -> bool {
+        self.inner.rendering().is_some()
+    }
+}
+
+impl Inner {
+    fn rendering(&self) -> std::sync::MutexGuard<'_, Option<Arc<SharedLines>>> {
+        self.rendering
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+}
+
+/// Agents' feeds kept while nobody watches them, at most: past it, those are let go when
+/// another agent starts watching (each is a few hundred bytes; a feed watched is never let
+/// go).
+const IDLE_AGENT_FEEDS: usize = 1024;
+
+/// A server's feeds: the operator's, and each agent's that watches. Cheap to clone.
+#[derive(Debug, Clone)]
+pub struct Feeds {
+    operator: Feed,
+    agents: Arc<DashMap<Arc<str>, Feed>>,
+}
+
+impl Feeds {
+    /// The feeds of `runtime`'s events.
+    pub fn new(runtime: &crate::Runtime) -> Self {
+        Self::of(runtime.governance().events_sender())
+    }
+
+    pub(crate) fn of(events: Events) -> Self {
+        Self {
+            operator: Feed::of(events, None),
+            agents: Arc::default(),
+        }
+    }
+
+    /// The operator's view, shared by the dashboard and every `guildhall watch`.
+    pub fn operator(&self) -> &Feed {
+        &self.operator
+    }
+
+    /// `agent`'s share, shared by every stream it opens. The caller checks that the agent
+    /// exists and may watch: an entry is kept for each name asked for.
+    pub fn agent(&self, agent: &str) -> Feed {
+        if let Some(feed) = self.agents.get(agent) {
+            return feed.clone();
+        }
+        if self.agents.len() >= IDLE_AGENT_FEEDS {
+            self.agents.retain(|_, feed| feed.is_watched());
+        }
+        let (events, agent) = (self.operator.inner.events.clone(), Arc::<str>::from(agent));
+        self.agents
+            .entry(Arc::clone(&agent))
+            .or_insert_with(|| Feed::of(events, Some(agent)))
+            .clone()
     }
 }
 
@@ -120,10 +191,7 @@ fn end(feed: &Weak<Inner>, lines: &Arc<SharedLines>, anyway: bool) -> bool {
     let Some(feed) = feed.upgrade() else {
         return true;
     };
-    let mut rendering = feed
-        .rendering
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    let mut rendering = feed.rendering();
     if !anyway && lines.followers() > 0 {
         return false;
     }
@@ -175,7 +243,7 @@ mod tests {
     #[tokio::test]
     async fn every_watcher_of_the_feed_gets_the_same_lines_rendered_once() {
         let events = Events::default();
-        let feed = OperatorFeed::of(events.clone());
+        let feed = Feed::of(events.clone(), None);
         let (mut one, mut two) = (feed.watch(), feed.watch());
         assert_eq!(events.subscribers(), 1, "one rendering for both watchers");
         for i in 0..100 {
@@ -192,7 +260,7 @@ mod tests {
     #[tokio::test]
     async fn a_watcher_that_fell_behind_the_others_is_told_how_many_it_lost() {
         let events = Events::default();
-        let feed = OperatorFeed::of(events.clone());
+        let feed = Feed::of(events.clone(), None);
         let (mut keeping_up, mut behind) = (feed.watch(), feed.watch());
         // Emitted in runs the rendering takes one by one, each waited for by the watcher
         // keeping up, until the one behind has more events waiting than are kept.
@@ -226,7 +294,7 @@ mod tests {
     #[tokio::test]
     async fn a_watcher_behind_by_many_small_batches_loses_none_of_them() {
         let events = Events::default();
-        let feed = OperatorFeed::of(events.clone());
+        let feed = Feed::of(events.clone(), None);
         let (mut keeping_up, mut behind) = (feed.watch(), feed.watch());
         // One event a batch, as a quiet swarm makes them: what is kept is bounded by events,
         // not by batches.
@@ -245,10 +313,52 @@ mod tests {
         assert_eq!(behind.missed(), 0);
     }
 
+    fn call(events: &Events, agent: &str, n: u64) {
+        let call_id = uuid::Uuid::from_u64_pair(0, n);
+        events.emit(|| crate::events::ToolEvent::Invoked {
+            call_id,
+            tool: Arc::from("t"),
+            agent: Some(Arc::from(agent)),
+            trace: None,
+        });
+    }
+
+    #[tokio::test]
+    async fn every_stream_of_one_agent_follows_one_rendering_of_its_share() {
+        let events = Events::default();
+        let feeds = Feeds::of(events.clone());
+        let (mut one, mut two) = (feeds.agent("a").watch(), feeds.agent("a").watch());
+        assert_eq!(events.subscribers(), 1, "one rendering for both streams");
+        call(&events, "b", 1);
+        call(&events, "a", 2);
+        for watching in [&mut one, &mut two] {
+            let lines = watching.next().await.expect("lines");
+            let line: serde_json::Value = serde_json::from_str(lines).expect("one line");
+            assert_eq!(line["agent"], "a", "{lines}");
+        }
+        let _other = feeds.agent("b").watch();
+        assert_eq!(events.subscribers(), 2, "another agent, another rendering");
+    }
+
+    #[tokio::test]
+    async fn agents_feeds_nobody_watches_are_let_go_past_a_bound() {
+        let feeds = Feeds::of(Events::default());
+        let _watched = feeds.agent("watched").watch();
+        for i in 0..IDLE_AGENT_FEEDS + 10 {
+            let _ = feeds.agent(&format!("idle-{i}"));
+        }
+        assert!(
+            feeds.agents.len() <= IDLE_AGENT_FEEDS,
+            "{}",
+            feeds.agents.len()
+        );
+        assert!(feeds.agents.contains_key("watched"), "a watched feed stays");
+    }
+
     #[tokio::test]
     async fn the_rendering_stops_when_the_last_watcher_goes_and_starts_again_for_the_next() {
         let events = Events::default();
-        let feed = OperatorFeed::of(events.clone());
+        let feed = Feed::of(events.clone(), None);
         let watching = feed.watch();
         assert!(events.has_subscribers());
         drop(watching);

@@ -1,4 +1,4 @@
-//! [`SharedLines`]: the batches of lines an [`OperatorFeed`](super::OperatorFeed) renders
+//! [`SharedLines`]: the batches of lines an [`Feed`](super::Feed) renders
 //! once, kept for its watchers, and [`Follower`], one watcher's place in them.
 //!
 //! Kept by events and bytes rather than by count: at a few events a second a batch holds

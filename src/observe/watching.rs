@@ -97,7 +97,7 @@ const BATCH: usize = 512;
 ///
 /// A watcher made with [`new`](Self::new) renders its own lines (an agent's view is its
 /// own); the operator's watchers of a server share one rendering through an
-/// [`OperatorFeed`](super::OperatorFeed).
+/// [`Feed`](super::Feed).
 #[derive(Debug)]
 pub struct Watching(Source);
 

@@ -1449,6 +1449,8 @@ async fn http_streams_events_each_agent_sees_only_its_share_of() {
             .unwrap()
             .starts_with("text/event-stream")
     );
+    // A second stream of bob's follows the same rendering of bob's share.
+    let mut bob_again = open(Some("bob")).await.unwrap();
     let mut operator = open(None).await.unwrap();
     let alice = crate::support::as_agent(&rt, "alice");
     rt.call_json("gate", json!({ "mode": "progress" }), alice)
@@ -1469,6 +1471,8 @@ async fn http_streams_events_each_agent_sees_only_its_share_of() {
     assert_eq!(kinds, ["mailed", "invoked", "completed"], "{seen:?}");
     assert_eq!(seen[0]["from"], "alice");
     assert_eq!(seen[1]["agent"], "bob");
+    let again = sse_until(&mut bob_again, |events| done(events) >= 1).await;
+    assert_eq!(again, seen, "both of bob's streams show the same");
     let all = sse_until(&mut operator, |events| done(events) >= 2).await;
     assert!(
         all.iter()
