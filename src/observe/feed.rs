@@ -46,11 +46,6 @@ impl Feed {
         Self::of(runtime.governance().events_sender(), None)
     }
 
-    /// What `agent` may see of `runtime`'s events (the caller checks that it may watch).
-    pub fn of_agent(runtime: &crate::Runtime, agent: Arc<str>) -> Self {
-        Self::of(runtime.governance().events_sender(), Some(agent))
-    }
-
     pub(crate) fn of(events: Events, agent: Option<Arc<str>>) -> Self {
         Self {
             inner: Arc::new(Inner {
