@@ -179,7 +179,7 @@ pub async fn events(config: EventsBenchConfig, stage: &dyn Stage) -> EventsRepor
     }
     let elapsed = began.elapsed().as_secs_f64();
     drop(stop);
-    let (taken, missed) = task.await.unwrap_or_default();
+    let super::watchers::Watched { taken, missed } = task.await.unwrap_or_default();
     plain.shutdown().await;
     governed_rt.shutdown().await;
     let _ = std::fs::remove_dir_all(&audit_dir);

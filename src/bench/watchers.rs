@@ -8,12 +8,12 @@ use crate::observe::Feed;
 
 /// A watcher as `guildhall watch` and the dashboard's `/events` are: the operator's lines of
 /// `feed`, every event as JSON, taken in batches. Returns when the runtime stops or `stop`
-/// fires; its count of events and of those missed.
+/// fires; what it showed and lost.
 pub(super) fn watcher(
     feed: &Feed,
     mut on_invoked: impl FnMut(Instant) + Send + 'static,
 ) -> (
-    tokio::task::JoinHandle<(u64, u64)>,
+    tokio::task::JoinHandle<Watched>,
     tokio_util::sync::DropGuard,
 ) {
     let mut watching = feed.watch();
@@ -37,7 +37,10 @@ pub(super) fn watcher(
                 taken += u64::from(!line.starts_with(r#"{"event":"missed""#));
             }
         }
-        (taken, watching.missed())
+        Watched {
+            taken,
+            missed: watching.missed(),
+        }
     });
     (task, stop.drop_guard())
 }
@@ -52,12 +55,12 @@ pub(super) fn dashboard_and_watch(runtime: &Runtime) -> Watchers {
 
 /// Watchers running until stopped (or dropped, uncounted).
 pub(super) struct Watchers {
-    tasks: Vec<tokio::task::JoinHandle<(u64, u64)>>,
+    tasks: Vec<tokio::task::JoinHandle<Watched>>,
     stops: Vec<tokio_util::sync::DropGuard>,
 }
 
 /// What watchers took between their start and their stop.
-#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Default, Clone, Copy)]
 pub(super) struct Watched {
     /// Events shown, summed over the watchers.
     pub(super) taken: u64,
@@ -79,8 +82,7 @@ impl Watchers {
         drop(self.stops);
         let mut watched = Watched::default();
         for task in self.tasks {
-            let (taken, missed) = task.await.unwrap_or_default();
-            watched += Watched { taken, missed };
+            watched += task.await.unwrap_or_default();
         }
         watched
     }

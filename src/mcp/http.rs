@@ -149,7 +149,7 @@ pub fn router(
     session_config.keep_alive = Some(options.session_idle);
     sessions.session_config = session_config;
     let sessions = Arc::new(sessions);
-    let (server_runtime, feed) = (server.runtime().clone(), server.feeds().clone());
+    let (server_runtime, feeds) = (server.runtime().clone(), server.feeds().clone());
     let dashboard_server = server.connection(None, ToolFilter::all());
     let service = StreamableHttpService::new(
         move || Ok(server.connection(None, ToolFilter::all())),
@@ -173,7 +173,7 @@ pub fn router(
         hosts: observer_hosts,
         stop: shutdown_events,
     };
-    router = router.merge(observer.routes(server_runtime, feed));
+    router = router.merge(observer.routes(server_runtime, feeds));
     if let Some(token) = options.token {
         let expected: Arc<str> = Arc::from(format!("Bearer {token}"));
         router = router.layer(middleware::from_fn(move |request: Request, next: Next| {

@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use crate::events::ToolEvent;
 
-use super::line::{self, KEPT_BYTES, missed_line, push_line};
+use super::line::{self, missed_line, push_line};
 use super::shared_lines::Follower;
 
 /// Which events one subscriber may see. The operator (no agent) sees all. An agent sees its
@@ -95,64 +95,29 @@ const BATCH: usize = 512;
 /// behind and lost N. Lines come in batches, everything that arrived since the last one, so a
 /// busy stream costs one write per batch rather than one per event.
 ///
-/// A watcher made with [`new`](Self::new) renders its own lines (an agent's view is its
-/// own); the operator's watchers of a server share one rendering through an
-/// [`Feed`](super::Feed).
+/// A watcher follows the lines of a [`Feed`](super::Feed), rendered once for all the
+/// feed's watchers: [`Feed::watch`](super::Feed::watch) makes one.
 #[derive(Debug)]
-pub struct Watching(Source);
-
-#[derive(Debug)]
-enum Source {
-    /// Renders its lines itself, kept from one batch to the next so that a busy stream
-    /// reuses their memory rather than allocating a batch's worth each time.
-    Own { render: Render, lines: Vec<u8> },
-    /// Follows lines rendered once for every watcher of the operator's feed.
-    Shared(Follower),
-}
+pub struct Watching(Follower);
 
 impl Watching {
-    /// Watches `events`, showing what `filter` admits.
-    pub fn new(events: crate::EventStream, filter: EventFilter) -> Self {
-        Self(Source::Own {
-            render: Render::new(events, filter),
-            lines: Vec::new(),
-        })
-    }
-
-    /// Follows the lines of an operator's feed.
+    /// Follows the lines of a feed.
     pub(super) fn shared(follower: Follower) -> Self {
-        Self(Source::Shared(follower))
+        Self(follower)
     }
 
     /// The next lines to show, newline-separated (no trailing newline); `None` once the
     /// runtime is gone.
     ///
     /// # Cancel safety
-    /// Cancel safe: events are taken only once the first is here, and then without waiting
-    /// (a shared feed's batch is taken whole, once here).
+    /// Cancel safe: a batch is taken whole, synchronously, once it is here.
     pub async fn next(&mut self) -> Option<&str> {
-        match &mut self.0 {
-            Source::Own { render, lines } => {
-                if lines.capacity() > KEPT_BYTES {
-                    // A batch of unusually large events: not kept for the rest of the watch.
-                    *lines = Vec::new();
-                }
-                if !render.next_into(lines).await {
-                    return None;
-                }
-                // Only UTF-8 went in: `line::write` copies `str`s or has serde_json escape them.
-                std::str::from_utf8(lines).ok()
-            }
-            Source::Shared(follower) => follower.next().await,
-        }
+        self.0.next().await
     }
 
     /// Events this watcher lost by falling behind (each told in a `missed` line).
     pub fn missed(&self) -> u64 {
-        match &self.0 {
-            Source::Own { render, .. } => render.missed(),
-            Source::Shared(follower) => follower.missed(),
-        }
+        self.0.missed()
     }
 }
 
@@ -240,6 +205,7 @@ pub(super) fn restarted(restarts: u64) -> ToolEvent {
 
 #[cfg(test)]
 mod tests {
+    use super::super::Feed;
     use super::*;
     use crate::events::Events;
 
@@ -253,7 +219,7 @@ mod tests {
     #[tokio::test]
     async fn a_run_of_events_comes_as_one_batch_of_lines_each_with_its_time() {
         let events = Events::default();
-        let mut watching = Watching::new(events.subscribe(), EventFilter::new(None));
+        let mut watching = Feed::of(events.clone(), None).watch();
         for i in 0..3 {
             events.emit(|| restarted(i));
         }
@@ -269,7 +235,7 @@ mod tests {
     #[tokio::test]
     async fn a_watcher_that_fell_behind_is_told_how_many_it_lost_then_gets_the_rest() {
         let events = Events::default();
-        let mut watching = Watching::new(events.subscribe(), EventFilter::new(None));
+        let mut watching = Feed::of(events.clone(), None).watch();
         let total = 5_000u64; // more than the stream keeps
         for i in 0..total {
             events.emit(|| restarted(i));
@@ -291,7 +257,7 @@ mod tests {
     #[tokio::test]
     async fn an_agent_sees_its_own_calls_and_not_another_agents() {
         let events = Events::default();
-        let mut watching = Watching::new(events.subscribe(), EventFilter::new(Some("a".into())));
+        let mut watching = Feed::of(events.clone(), Some("a".into())).watch();
         let call = |agent: &str| {
             let call_id = uuid::Uuid::new_v4();
             events.emit(|| ToolEvent::Invoked {
