@@ -149,14 +149,26 @@ impl Feeds {
 /// the feed is gone).
 async fn render_for_all(mut render: Render, lines: Arc<SharedLines>, feed: Weak<Inner>) {
     let (mut spare, mut last_len) = (Vec::new(), 0);
+    // Where the next batch starts in the stream: events its filter did not admit since the
+    // last batch are in its span, not taken for lost.
+    let (mut from, mut told) = (render.seen(), render.missed());
     loop {
-        let (from, told) = (render.seen(), render.missed());
         let mut batch = std::mem::take(&mut spare);
         // No memory came back (a watcher still shows that batch): sized as the last one
         // rather than grown step by step.
         batch.reserve(last_len.min(KEPT_BYTES));
         if !render.next_into(&mut batch).await {
             break;
+        }
+        if batch.is_empty() {
+            // None of these events is the feed's (another agent's calls): nothing to show,
+            // but still the time to notice that nobody watches, or a quiet agent's feed
+            // would keep taking every event after its last watcher left.
+            spare = batch;
+            if lines.followers() == 0 && end(&feed, &lines, false) {
+                return;
+            }
+            continue;
         }
         last_len = batch.len();
         let old = lines.push(Rendered {
@@ -166,6 +178,7 @@ async fn render_for_all(mut render: Render, lines: Arc<SharedLines>, feed: Weak<
             // Only UTF-8 went in: `line::write` copies `str`s or has serde_json escape them.
             lines: String::from_utf8(batch).unwrap_or_default(),
         });
+        (from, told) = (render.seen(), render.missed());
         if let Some(old) = old
             && old.lines.capacity() <= KEPT_BYTES
         {
@@ -333,6 +346,40 @@ mod tests {
         }
         let _other = feeds.agent("b").watch();
         assert_eq!(events.subscribers(), 2, "another agent, another rendering");
+    }
+
+    #[tokio::test]
+    async fn an_agents_feed_stops_after_its_last_watcher_though_none_of_the_events_is_its() {
+        let events = Events::default();
+        let feeds = Feeds::of(events.clone());
+        drop(feeds.agent("quiet").watch());
+        // Only another agent's calls flow: the rendering shows none of them, and still
+        // notices that nobody watches.
+        let mut emitted = 0;
+        while events.has_subscribers() {
+            assert!(emitted < 1_000, "the quiet agent's rendering still runs");
+            call(&events, "busy", emitted);
+            emitted += 1;
+            tokio::task::yield_now().await;
+            tokio::time::sleep(crate::events::COALESCE).await;
+        }
+    }
+
+    #[tokio::test]
+    async fn a_share_with_gaps_between_its_events_is_not_told_it_lost_them() {
+        let events = Events::default();
+        let feeds = Feeds::of(events.clone());
+        let mut watching = feeds.agent("a").watch();
+        for n in 0..3 {
+            call(&events, "b", n);
+            tokio::task::yield_now().await;
+            tokio::time::sleep(crate::events::COALESCE).await;
+        }
+        call(&events, "a", 9);
+        let lines = watching.next().await.expect("lines");
+        let line: serde_json::Value = serde_json::from_str(lines).expect("one line, no missed");
+        assert_eq!(line["agent"], "a");
+        assert_eq!(watching.missed(), 0);
     }
 
     #[tokio::test]

@@ -145,28 +145,25 @@ impl Render {
         }
     }
 
-    /// Clears `lines` and writes the next lines into it, waiting until some event is
-    /// admitted; `false` once the runtime is gone.
+    /// Clears `lines` and writes into it the lines of the next events the stream has,
+    /// waiting for some; `lines` stays empty when the filter admitted none of them. `false`
+    /// once the runtime is gone.
     ///
     /// # Cancel safety
     /// Cancel safe: events are taken only once the first is here, and then without waiting.
     pub(super) async fn next_into(&mut self, lines: &mut Vec<u8>) -> bool {
         lines.clear();
-        loop {
-            if !self.events.next_batch_into(BATCH, &mut self.batch).await {
-                return false;
-            }
-            let at_ms = crate::time::now_ms();
-            let mut batch = std::mem::take(&mut self.batch);
-            self.taken += batch.len() as u64;
-            for event in batch.drain(..) {
-                self.show(&event, at_ms, lines);
-            }
-            self.batch = batch;
-            if !lines.is_empty() {
-                return true;
-            }
+        if !self.events.next_batch_into(BATCH, &mut self.batch).await {
+            return false;
         }
+        let at_ms = crate::time::now_ms();
+        let mut batch = std::mem::take(&mut self.batch);
+        self.taken += batch.len() as u64;
+        for event in batch.drain(..) {
+            self.show(&event, at_ms, lines);
+        }
+        self.batch = batch;
+        true
     }
 
     /// Events lost from the stream so far, each told in a `missed` line.
