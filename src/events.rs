@@ -15,9 +15,17 @@
 //! after taking a run of events the subscriber pauses that long before waiting again, and an
 //! emit into a channel nobody waits on wakes no one. Waking a task per event would cost each
 //! call a cross-thread wake-up, which on a loaded machine is most of what watching costs.
+//!
+//! A subscriber may also rest ([`EventStream::rest`]): take nothing for a while, and lose
+//! what comes meanwhile. While every subscriber rests, an emit builds and sends nothing: it
+//! counts the event on a counter of its thread's own (`Unsent`), which the subscribers read
+//! as missed when they wake. Sending into the ring costs the emitting call more than
+//! building the event: its lock, and the slot's old event dropped, are memory another core
+//! wrote last.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::time::Duration;
 
 use serde::Serialize;
 use tokio::sync::broadcast;
@@ -139,24 +147,41 @@ pub enum ToolEvent {
 #[derive(Debug, Clone)]
 pub struct Events {
     tx: broadcast::Sender<ToolEvent>,
-    /// Subscribers alive: read on every call, so an atomic rather than the channel's lock.
-    listening: Arc<AtomicUsize>,
+    listeners: Arc<Listeners>,
+}
+
+/// Who listens, read on every call: atomics rather than the channel's lock.
+#[derive(Debug, Default)]
+struct Listeners {
+    /// Subscribers alive.
+    alive: AtomicUsize,
+    /// Of those, resting: taking nothing for a while.
+    resting: AtomicUsize,
+    /// Events not sent because every subscriber rested.
+    unsent: Unsent,
 }
 
 impl Default for Events {
     fn default() -> Self {
         Self {
             tx: broadcast::Sender::new(CAPACITY),
-            listening: Arc::default(),
+            listeners: Arc::default(),
         }
     }
 }
 
 impl Events {
-    /// Publishes the event `make` builds, building it only if someone listens.
+    /// Publishes the event `make` builds, building it only if someone listens and is awake
+    /// (see the module's doc on resting).
     pub fn emit(&self, make: impl FnOnce() -> ToolEvent) {
-        if self.has_subscribers() {
+        let alive = self.subscribers();
+        if alive == 0 {
+            return;
+        }
+        if self.listeners.resting.load(Ordering::Acquire) < alive {
             let _ = self.tx.send(make());
+        } else {
+            self.listeners.unsent.count_one();
         }
     }
 
@@ -167,18 +192,50 @@ impl Events {
 
     /// How many listen: one a rendering shared by many watchers.
     pub(crate) fn subscribers(&self) -> usize {
-        self.listening.load(Ordering::Acquire)
+        self.listeners.alive.load(Ordering::Acquire)
     }
 
     /// A new subscriber, seeing events from now on.
     pub fn subscribe(&self) -> EventStream {
-        self.listening.fetch_add(1, Ordering::AcqRel);
+        self.listeners.alive.fetch_add(1, Ordering::AcqRel);
         EventStream {
             rx: self.tx.subscribe(),
             missed: 0,
             taking: false,
-            listening: Arc::clone(&self.listening),
+            listeners: Arc::clone(&self.listeners),
         }
+    }
+}
+
+/// Counters of a few shards, each on its own cache line, that threads add to each its own:
+/// an emit while everyone rests then writes only memory its core holds already, where one
+/// shared counter would move between the cores on every call.
+#[derive(Debug, Default)]
+struct Unsent([Padded; UNSENT_SHARDS]);
+
+const UNSENT_SHARDS: usize = 8;
+
+#[derive(Debug, Default)]
+#[repr(align(128))]
+struct Padded(AtomicU64);
+
+impl Unsent {
+    fn count_one(&self) {
+        thread_local! {
+            static SHARD: usize = {
+                static NEXT: AtomicUsize = AtomicUsize::new(0);
+                NEXT.fetch_add(1, Ordering::Relaxed) % UNSENT_SHARDS
+            };
+        }
+        let shard = SHARD.with(|shard| *shard);
+        self.0[shard].0.fetch_add(1, Ordering::Relaxed);
+    }
+
+    fn total(&self) -> u64 {
+        self.0
+            .iter()
+            .map(|shard| shard.0.load(Ordering::Relaxed))
+            .sum()
     }
 }
 
@@ -189,12 +246,30 @@ pub struct EventStream {
     missed: u64,
     /// The last call returned an event: the stream is busy, so pause before waiting.
     taking: bool,
-    listening: Arc<AtomicUsize>,
+    listeners: Arc<Listeners>,
 }
 
 impl Drop for EventStream {
     fn drop(&mut self) {
-        self.listening.fetch_sub(1, Ordering::AcqRel);
+        self.listeners.alive.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+/// A subscriber's rest under way: ends it, counting what went unsent meanwhile as missed,
+/// however the rest ends (a dropped rest included).
+struct Resting<'a> {
+    listeners: &'a Listeners,
+    unsent_before: u64,
+    missed: &'a mut u64,
+}
+
+impl Drop for Resting<'_> {
+    fn drop(&mut self) {
+        self.listeners.resting.fetch_sub(1, Ordering::AcqRel);
+        // An emit that saw everyone resting just before this may count its event only
+        // after this read: that one goes untold. Rests are taken under load, where the
+        // count is of thousands.
+        *self.missed += self.listeners.unsent.total() - self.unsent_before;
     }
 }
 
@@ -245,14 +320,21 @@ impl EventStream {
             return false;
         };
         batch.push(first);
-        let mut taken = 1;
+        self.take_waiting(max.saturating_sub(1), batch);
+        true
+    }
+
+    /// Takes into `batch` (appended to) the events already here, `max` at most, without
+    /// waiting; how many it took.
+    pub(crate) fn take_waiting(&mut self, max: usize, batch: &mut Vec<ToolEvent>) -> usize {
+        let mut taken = 0;
         while taken < max
             && let Some(event) = self.waiting()
         {
             batch.push(event);
             taken += 1;
         }
-        true
+        taken
     }
 
     /// An event already here, without waiting (`None` also once the runtime is gone, which
@@ -270,15 +352,88 @@ impl EventStream {
         }
     }
 
-    /// How many events this subscriber has missed by falling behind.
+    /// How many events this subscriber has missed by falling behind or resting.
     pub fn missed(&self) -> u64 {
         self.missed
+    }
+
+    /// Takes nothing for `how_long`, losing what comes meanwhile (counted in
+    /// [`missed`](Self::missed)). While every subscriber rests, emitting costs the calls
+    /// next to nothing; events already in the stream's ring stay there to be taken.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: a dropped rest ends there, its losses counted.
+    pub(crate) async fn rest(&mut self, how_long: Duration) {
+        let unsent_before = self.listeners.unsent.total();
+        self.listeners.resting.fetch_add(1, Ordering::AcqRel);
+        let _resting = Resting {
+            listeners: &self.listeners,
+            unsent_before,
+            missed: &mut self.missed,
+        };
+        tokio::time::sleep(how_long).await;
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn restarted(restarts: u64) -> ToolEvent {
+        ToolEvent::Restarted {
+            tool: Arc::from("t"),
+            restarts,
+        }
+    }
+
+    #[tokio::test]
+    async fn while_every_subscriber_rests_events_are_not_built_and_count_as_missed() {
+        let events = Events::default();
+        let mut resting = events.subscribe();
+        events.emit(|| restarted(0));
+        let mut built = 0;
+        tokio::join!(resting.rest(Duration::from_millis(20)), async {
+            tokio::task::yield_now().await;
+            for i in 1..=5 {
+                events.emit(|| {
+                    built += 1;
+                    restarted(i)
+                });
+            }
+        });
+        events.emit(|| restarted(6));
+        assert_eq!(built, 0, "nobody awake: nothing built");
+        assert_eq!(resting.next().await, Some(restarted(0)), "the ring kept it");
+        assert_eq!(resting.next().await, Some(restarted(6)));
+        assert_eq!(resting.missed(), 5);
+    }
+
+    #[tokio::test]
+    async fn beside_an_awake_subscriber_a_resting_one_loses_nothing_the_ring_keeps() {
+        let events = Events::default();
+        let (mut resting, mut awake) = (events.subscribe(), events.subscribe());
+        tokio::join!(resting.rest(Duration::from_millis(20)), async {
+            tokio::task::yield_now().await;
+            events.emit(|| restarted(1));
+        });
+        assert_eq!(awake.next().await, Some(restarted(1)));
+        assert_eq!(resting.next().await, Some(restarted(1)));
+        assert_eq!(resting.missed(), 0);
+    }
+
+    #[tokio::test]
+    async fn a_rest_cut_short_ends_there() {
+        let events = Events::default();
+        let mut stream = events.subscribe();
+        tokio::select! {
+            biased;
+            () = stream.rest(Duration::from_secs(3_600)) => unreachable!("an hour passed"),
+            () = tokio::task::yield_now() => {}
+        }
+        events.emit(|| restarted(1));
+        assert_eq!(stream.next().await, Some(restarted(1)), "awake again");
+        assert_eq!(stream.missed(), 0);
+    }
 
     #[tokio::test]
     async fn a_slow_subscriber_loses_old_events_and_counts_them() {

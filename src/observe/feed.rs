@@ -12,11 +12,13 @@
 //! a second a batch holds one, and a watcher may fall as far behind as the event stream
 //! lets one subscriber (see `SharedLines`).
 
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, Weak};
+use std::time::Duration;
 
 use dashmap::DashMap;
 
-use crate::events::Events;
+use crate::events::{COALESCE, Events};
 
 use super::line::KEPT_BYTES;
 use super::shared_lines::{Rendered, SharedLines};
@@ -98,9 +100,9 @@ impl Inner {
     }
 }
 
-/// Agents' feeds kept while nobody watches them, at most: past it, those are let go when
-/// another agent starts watching (each is a few hundred bytes; a feed watched is never let
-/// go).
+/// Agents' feeds kept while nobody watches them, about: past it, those are let go when
+/// another agent starts watching (each is a few hundred bytes; a feed watched, or held by a
+/// caller about to watch it, is never let go).
 const IDLE_AGENT_FEEDS: usize = 1024;
 
 /// A server's feeds: the operator's, and each agent's that watches. Cheap to clone.
@@ -108,6 +110,10 @@ const IDLE_AGENT_FEEDS: usize = 1024;
 pub struct Feeds {
     operator: Feed,
     agents: Arc<DashMap<Arc<str>, Feed>>,
+    /// How many agents' feeds are kept before the idle ones are let go: raised past twice
+    /// those a sweep could not let go, so that with many feeds watched at once a new agent's
+    /// stream does not sweep the whole map each time.
+    sweep_at: Arc<AtomicUsize>,
 }
 
 impl Feeds {
@@ -120,6 +126,7 @@ impl Feeds {
         Self {
             operator: Feed::of(events, None),
             agents: Arc::default(),
+            sweep_at: Arc::new(AtomicUsize::new(IDLE_AGENT_FEEDS)),
         }
     }
 
@@ -134,8 +141,15 @@ impl Feeds {
         if let Some(feed) = self.agents.get(agent) {
             return feed.clone();
         }
-        if self.agents.len() >= IDLE_AGENT_FEEDS {
-            self.agents.retain(|_, feed| feed.is_watched());
+        if self.agents.len() >= self.sweep_at.load(Ordering::Relaxed) {
+            // A feed is let go only when the map holds the last handle to it: a caller that
+            // has just taken it (under the shard's lock the sweep now holds) and not yet
+            // watched keeps it, or that agent would get a second rendering.
+            self.agents
+                .retain(|_, feed| feed.is_watched() || Arc::strong_count(&feed.inner) > 1);
+            let kept = self.agents.len();
+            self.sweep_at
+                .store(IDLE_AGENT_FEEDS.max(2 * kept), Ordering::Relaxed);
         }
         let (events, agent) = (self.operator.inner.events.clone(), Arc::<str>::from(agent));
         self.agents
@@ -143,6 +157,32 @@ impl Feeds {
             .or_insert_with(|| Feed::of(events, Some(agent)))
             .clone()
     }
+}
+
+/// A feed's rendering that falls behind works at most one part in this many of the time:
+/// after each batch it rests the other parts (see [`rest_after`]).
+const WORK_SHARE: u32 = 20;
+
+/// The longest a rendering rests after a batch: within the 100 ms lag watchers are promised.
+const MOST_REST: Duration = Duration::from_millis(50);
+
+/// How long a rendering that fell behind rests after a batch that took it `busy`, if longer
+/// than the event stream's own pause ([`COALESCE`]): nineteen times `busy`, at most
+/// [`MOST_REST`].
+///
+/// Watching must not slow what it watches. At full mail speed a swarm makes a few hundred
+/// thousand events a second; taking and writing each as JSON had cost the senders a fifth to
+/// a third of their round trips on a two-core machine (`bench mailbox`), and the watchers
+/// still lost a sixth of the events to the stream's ring. A rendering whose batch came full
+/// (more events waited than one batch takes) would lose events anyway; rather than chase the
+/// stream at the calls' cost it rests, and shows a sample: it then takes about a twentieth of
+/// one core however busy the swarm. What comes while it rests is lost and told in a `missed`
+/// line, as for any watcher that falls behind, and while every subscriber of the stream
+/// rests the calls do not even build their events (see [`crate::events`]). A rendering that
+/// keeps up never rests and shows every event.
+fn rest_after(busy: Duration) -> Option<Duration> {
+    let rest = busy.saturating_mul(WORK_SHARE - 1).min(MOST_REST);
+    (rest > COALESCE).then_some(rest)
 }
 
 /// Renders the events into batches for every watcher until none is left (or the runtime or
@@ -168,6 +208,7 @@ async fn render_for_all(mut render: Render, lines: Arc<SharedLines>, feed: Weak<
             if lines.followers() == 0 && end(&feed, &lines, false) {
                 return;
             }
+            rest(&mut render).await;
             continue;
         }
         last_len = batch.len();
@@ -187,9 +228,19 @@ async fn render_for_all(mut render: Render, lines: Arc<SharedLines>, feed: Weak<
         if lines.followers() == 0 && end(&feed, &lines, false) {
             return;
         }
+        rest(&mut render).await;
     }
     end(&feed, &lines, true);
     lines.close();
+}
+
+/// Rests after the batch `render` took, if it fell behind, as [`rest_after`] says.
+async fn rest(render: &mut Render) {
+    if render.behind()
+        && let Some(rest) = rest_after(render.busy())
+    {
+        render.rest(rest).await;
+    }
 }
 
 /// Whether the rendering into `lines` ends: nobody follows it (checked under the feed's
@@ -299,6 +350,62 @@ mod tests {
         assert_eq!(keeping_up.missed(), 0);
     }
 
+    #[test]
+    fn a_rendering_rests_nineteen_times_its_work_within_the_promised_lag() {
+        assert_eq!(
+            rest_after(Duration::from_micros(50)),
+            None,
+            "under the pause"
+        );
+        assert_eq!(
+            rest_after(Duration::from_millis(1)),
+            Some(Duration::from_millis(19))
+        );
+        assert_eq!(rest_after(Duration::from_millis(10)), Some(MOST_REST));
+    }
+
+    #[tokio::test]
+    async fn a_rendering_that_falls_behind_rests_and_accounts_for_every_event() {
+        let events = Events::default();
+        let feed = Feed::of(events.clone(), None);
+        let mut watching = feed.watch();
+        let (total, mut built) = (50_000u64, 0u64);
+        // Emitted in runs larger than a batch, the rendering's turn between them.
+        for run in 0..total / 1_000 {
+            for i in 0..1_000 {
+                events.emit(|| {
+                    built += 1;
+                    restarted(run * 1_000 + i)
+                });
+            }
+            tokio::task::yield_now().await;
+        }
+        // A last event to wait for, again until one comes while the rendering is awake.
+        let (mut lines, mut last) = (Vec::new(), total);
+        'shown: loop {
+            assert!(last < total + 100, "the rendering never woke");
+            events.emit(|| restarted(last));
+            while let Ok(batch) = tokio::time::timeout(MOST_REST * 2, watching.next()).await {
+                lines.extend(restarts(batch.expect("the runtime is here")));
+                if lines.last() == Some(&serde_json::json!(last)) {
+                    break 'shown;
+                }
+            }
+            last += 1;
+        }
+        let missed: u64 = lines
+            .iter()
+            .filter_map(|line| line.get("count").and_then(serde_json::Value::as_u64))
+            .sum();
+        let shown = lines.iter().filter(|line| line.is_u64()).count() as u64;
+        assert!(
+            built < total,
+            "resting, it spared the calls building events"
+        );
+        assert_eq!(shown + missed, last + 1, "each event shown or told lost");
+        assert_eq!(watching.missed(), missed);
+    }
+
     #[tokio::test]
     async fn a_watcher_behind_by_many_small_batches_loses_none_of_them() {
         let events = Events::default();
@@ -386,6 +493,7 @@ mod tests {
     async fn agents_feeds_nobody_watches_are_let_go_past_a_bound() {
         let feeds = Feeds::of(Events::default());
         let _watched = feeds.agent("watched").watch();
+        let held = feeds.agent("held");
         for i in 0..IDLE_AGENT_FEEDS + 10 {
             let _ = feeds.agent(&format!("idle-{i}"));
         }
@@ -395,6 +503,23 @@ mod tests {
             feeds.agents.len()
         );
         assert!(feeds.agents.contains_key("watched"), "a watched feed stays");
+        let _watching = held.watch();
+        assert!(
+            Arc::ptr_eq(&feeds.agent("held").inner, &held.inner),
+            "a feed taken and not yet watched stays: one rendering per agent"
+        );
+    }
+
+    #[tokio::test]
+    async fn with_many_feeds_watched_a_new_agent_does_not_sweep_them_all_again() {
+        let feeds = Feeds::of(Events::default());
+        let watching: Vec<_> = (0..IDLE_AGENT_FEEDS + 1)
+            .map(|i| feeds.agent(&format!("w-{i}")).watch())
+            .collect();
+        let sweep_at = feeds.sweep_at.load(Ordering::Relaxed);
+        assert!(sweep_at > watching.len(), "{sweep_at}");
+        let _ = feeds.agent("new");
+        assert_eq!(feeds.sweep_at.load(Ordering::Relaxed), sweep_at, "no sweep");
     }
 
     #[tokio::test]

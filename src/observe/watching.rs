@@ -39,8 +39,11 @@ impl EventFilter {
     }
 }
 
-/// Calls in flight whose caller is remembered at most; past that, their ends go
-/// unattributed (shown to no agent, only to the operator) rather than the map growing.
+/// Calls in flight whose caller is remembered at most. Past that the memory is emptied, and
+/// the calls then in flight end unattributed (shown to no agent, only to the operator),
+/// rather than the map growing. Not kept full: a call whose end was lost from the stream
+/// (its watcher fell behind, or rested) stays here, and a full map would leave every later
+/// call of the agent unattributed.
 const MAX_CALLS: usize = 65_536;
 
 /// Who made each call in flight, noted from its `invoked` event, so that the events ending
@@ -59,9 +62,11 @@ impl Callers {
         match event {
             ToolEvent::Invoked { call_id, agent, .. } => {
                 if let Some(agent) = agent
-                    && self.0.len() < MAX_CALLS
                     && keep(agent)
                 {
+                    if self.0.len() >= MAX_CALLS {
+                        self.0.clear();
+                    }
                     self.0.insert(*call_id, Arc::clone(agent));
                 }
                 agent.clone()
@@ -132,6 +137,10 @@ pub(super) struct Render {
     taken: u64,
     /// The batch being rendered: kept from one batch to the next for its memory.
     batch: Vec<ToolEvent>,
+    /// How long taking and rendering the last batch took, its wait for events left out.
+    busy: std::time::Duration,
+    /// The last batch was as large as one can be: more events waited than it took.
+    behind: bool,
 }
 
 impl Render {
@@ -142,6 +151,8 @@ impl Render {
             missed: 0,
             taken: 0,
             batch: Vec::new(),
+            busy: std::time::Duration::ZERO,
+            behind: false,
         }
     }
 
@@ -153,17 +164,42 @@ impl Render {
     /// Cancel safe: events are taken only once the first is here, and then without waiting.
     pub(super) async fn next_into(&mut self, lines: &mut Vec<u8>) -> bool {
         lines.clear();
-        if !self.events.next_batch_into(BATCH, &mut self.batch).await {
+        let Some(first) = self.events.next().await else {
             return false;
-        }
-        let at_ms = crate::time::now_ms();
+        };
+        let started = std::time::Instant::now();
         let mut batch = std::mem::take(&mut self.batch);
+        batch.push(first);
+        self.events.take_waiting(BATCH - 1, &mut batch);
+        let at_ms = crate::time::now_ms();
         self.taken += batch.len() as u64;
+        self.behind = batch.len() == BATCH;
         for event in batch.drain(..) {
             self.show(&event, at_ms, lines);
         }
         self.batch = batch;
+        self.busy = started.elapsed();
         true
+    }
+
+    /// How long taking and rendering the last batch took, its wait for events left out.
+    pub(super) fn busy(&self) -> std::time::Duration {
+        self.busy
+    }
+
+    /// Whether the last batch was as large as one can be: the stream comes faster than one
+    /// batch per pause takes.
+    pub(super) fn behind(&self) -> bool {
+        self.behind
+    }
+
+    /// Takes no events for `how_long`: those that come meanwhile are lost, and told in a
+    /// `missed` line with the next batch.
+    ///
+    /// # Cancel safety
+    /// Cancel safe, as [`EventStream::rest`](crate::EventStream::rest).
+    pub(super) async fn rest(&mut self, how_long: std::time::Duration) {
+        self.events.rest(how_long).await;
     }
 
     /// Events lost from the stream so far, each told in a `missed` line.
@@ -249,6 +285,29 @@ mod tests {
         );
         assert_eq!(lines.len() as u64, 1 + total - lost);
         assert_eq!(watching.missed(), lost);
+    }
+
+    #[test]
+    fn a_memory_of_callers_full_of_lost_ends_is_emptied_rather_than_kept_full() {
+        let mut callers = Callers::default();
+        let invoked = |n: u64| ToolEvent::Invoked {
+            call_id: uuid::Uuid::from_u64_pair(0, n),
+            tool: Arc::from("t"),
+            agent: Some(Arc::from("a")),
+            trace: None,
+        };
+        // Calls whose ends were lost: never completed.
+        for n in 0..=MAX_CALLS as u64 {
+            callers.of(&invoked(n), |_| true);
+        }
+        let last = MAX_CALLS as u64 + 1;
+        callers.of(&invoked(last), |_| true);
+        let completed = ToolEvent::Completed {
+            call_id: uuid::Uuid::from_u64_pair(0, last),
+            tool: Arc::from("t"),
+            duration_us: 1,
+        };
+        assert_eq!(callers.of(&completed, |_| true).as_deref(), Some("a"));
     }
 
     #[tokio::test]
