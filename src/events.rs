@@ -325,8 +325,8 @@ impl EventStream {
     }
 
     /// Takes into `batch` (appended to) the events already here, `max` at most, without
-    /// waiting; how many it took.
-    pub(crate) fn take_waiting(&mut self, max: usize, batch: &mut Vec<ToolEvent>) -> usize {
+    /// waiting.
+    pub(crate) fn take_waiting(&mut self, max: usize, batch: &mut Vec<ToolEvent>) {
         let mut taken = 0;
         while taken < max
             && let Some(event) = self.waiting()
@@ -334,7 +334,6 @@ impl EventStream {
             batch.push(event);
             taken += 1;
         }
-        taken
     }
 
     /// An event already here, without waiting (`None` also once the runtime is gone, which
@@ -431,7 +430,8 @@ mod tests {
             () = tokio::task::yield_now() => {}
         }
         events.emit(|| restarted(1));
-        assert_eq!(stream.next().await, Some(restarted(1)), "awake again");
+        let next = tokio::time::timeout(Duration::from_secs(10), stream.next()).await;
+        assert_eq!(next, Ok(Some(restarted(1))), "awake again");
         assert_eq!(stream.missed(), 0);
     }
 

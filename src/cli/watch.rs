@@ -116,7 +116,7 @@ fn describe(line: &str) -> String {
         "agent_connected" => format!("joined     {}", text("agent")),
         "agent_left" => format!("left       {}", text("agent")),
         "missed" => format!(
-            "(missed {} events: this terminal fell behind)",
+            "(missed {} events: more came than are shown)",
             event["count"]
         ),
         _ => line.to_owned(),
