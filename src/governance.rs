@@ -143,8 +143,42 @@ impl Default for GovernanceConfig {
 
 /// An agent and its session, if any.
 type AgentSession = (Arc<str>, Option<Arc<str>>);
-/// A caller (none: the embedding program) and a tool (its interned name's address).
-type CallerTool = (Option<Arc<str>>, u64);
+/// A tool ([`ToolMeta::id`]) and a hash of its caller's id (0: the embedding program). A
+/// lookup builds it without cloning the caller's id, whose count every call of that agent
+/// writes; the entry holds the id itself, compared on a hit.
+type CallerTool = (u64, u64);
+
+/// A decision kept for a caller and a tool.
+struct Remembered {
+    /// The caller (none: the embedding program).
+    agent: Option<Arc<str>>,
+    /// The approvals' and modes' generation it was made in.
+    generation: u64,
+    verdict: Arc<Verdict>,
+}
+
+/// What the permission layer needs of a [`Verdict`], taken from the cached one without
+/// touching its count (each call to a tool would write it).
+pub(crate) struct Ruling {
+    pub(crate) action: Action,
+    pub(crate) label: Arc<str>,
+    pub(crate) asking_rule: Option<Rule>,
+}
+
+impl Ruling {
+    fn of(verdict: &Verdict) -> Self {
+        Self {
+            action: verdict.action,
+            label: Arc::clone(&verdict.label),
+            asking_rule: verdict.asking_rule.clone(),
+        }
+    }
+}
+
+/// The caller half of a [`CallerTool`].
+fn caller_hash(agent: Option<&Arc<str>>) -> u64 {
+    agent.map_or(0, |a| xxhash_rust::xxh3::xxh3_64(a.as_bytes()))
+}
 
 impl GovernanceConfig {
     /// No governance stage does anything: no rules, no hooks, no loop guard, no audit. Calls
@@ -199,7 +233,7 @@ pub struct Governance {
     /// Bumped when lasting approvals change.
     approvals_generation: AtomicU64,
     /// Decisions that depend on no argument, by caller and tool.
-    decided: DashMap<CallerTool, (u64, Arc<Verdict>), FxBuildHasher>,
+    decided: DashMap<CallerTool, Remembered, FxBuildHasher>,
     /// Modes set with `set_mode`, by agent (the config's otherwise).
     modes: DashMap<Arc<str>, Mode, FxBuildHasher>,
     /// Bumped when a mode is set.
@@ -456,20 +490,21 @@ impl Governance {
         tool: &ToolSpec,
         tool_id: u64,
         args: &mut dyn FnMut() -> Option<Value>,
-    ) -> Arc<Verdict> {
+    ) -> Ruling {
         let any_session = self.any_session_approval.load(Ordering::Acquire);
         let session_rules = agent.filter(|_| any_session).and_then(|a| {
             self.session
                 .get(&(Arc::clone(a), session.cloned()))
                 .map(|r| r.value().clone())
         });
-        let key = (agent.cloned(), tool_id);
+        let key = (tool_id, caller_hash(agent));
         let generation = self.generation();
         if session_rules.is_none()
             && let Some(hit) = self.decided.get(&key)
-            && hit.0 == generation
+            && hit.generation == generation
+            && hit.agent.as_deref() == agent.map(|a| &**a)
         {
-            return Arc::clone(&hit.1);
+            return Ruling::of(&hit.verdict);
         }
         let (trust, role, agent_rules) = self.principal(agent.map(|a| &**a));
         let session_rules = session_rules.unwrap_or_default();
@@ -480,10 +515,11 @@ impl Governance {
             session: &session_rules,
         };
         let verdict = scoped.decide(trust, tool, args);
-        let verdict = Arc::new(match agent {
+        let verdict = match agent {
             Some(agent) => self.in_mode(agent, tool, verdict),
             None => verdict,
-        });
+        };
+        let ruling = Ruling::of(&verdict);
         let reads_args = [&self.config.rules, &role, &agent_rules]
             .iter()
             .any(|rules| {
@@ -492,9 +528,18 @@ impl Governance {
                     .any(|r| r.arg.is_some() && r.tool.matches(&tool.name))
             });
         if session_rules.is_empty() && !reads_args {
-            self.decided.insert(key, (generation, Arc::clone(&verdict)));
+            // Two callers whose ids hash alike take turns in the entry: misses, never a
+            // wrong decision.
+            self.decided.insert(
+                key,
+                Remembered {
+                    agent: agent.cloned(),
+                    generation,
+                    verdict: Arc::new(verdict),
+                },
+            );
         }
-        verdict
+        ruling
     }
 
     /// The role the config gives `agent`, if any: a client may not register it in another.
@@ -613,5 +658,60 @@ impl Governance {
         {
             tracing::warn!(%err, "audit records could not be flushed");
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use guildhall_actors::{Annotations, Concurrency};
+    use serde_json::json;
+
+    #[tokio::test]
+    async fn a_remembered_decision_is_only_ever_its_own_callers() {
+        let rule = |action| Rule::new("noop", action).expect("valid rule");
+        let mut config = GovernanceConfig::default();
+        for (agent, action) in [("a", Action::Allow), ("b", Action::Deny)] {
+            config.agents.insert(
+                agent.into(),
+                Principal {
+                    rules: vec![rule(action)],
+                    ..Principal::default()
+                },
+            );
+        }
+        let rt = crate::Runtime::builder()
+            .governance(config)
+            .build()
+            .await
+            .expect("runtime starts");
+        let gov = rt.governance();
+        let spec = ToolSpec {
+            name: "noop".into(),
+            description: String::new(),
+            input_schema: Arc::new(json!({"type": "object"})),
+            output_schema: Arc::new(json!({"type": "object"})),
+            annotations: Annotations::default(),
+            concurrency: Concurrency::Sequential,
+        };
+        let (a, b): (Arc<str>, Arc<str>) = (Arc::from("a"), Arc::from("b"));
+        let decide = |agent: &Arc<str>| gov.decide(Some(agent), None, &spec, 7, &mut || None);
+        assert_eq!(decide(&a).action, Action::Allow);
+        assert_eq!(decide(&b).action, Action::Deny);
+        // The two ids as if they hashed alike: `a`'s decision under `b`'s key.
+        let planted = gov
+            .decided
+            .remove(&(7, caller_hash(Some(&a))))
+            .expect("a's kept")
+            .1;
+        gov.decided.insert((7, caller_hash(Some(&b))), planted);
+        assert_eq!(
+            decide(&b).action,
+            Action::Deny,
+            "b is judged as b, not as a"
+        );
+        assert_eq!(decide(&a).action, Action::Allow);
+        assert_eq!(decide(&b).action, Action::Deny);
+        rt.shutdown().await;
     }
 }

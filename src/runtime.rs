@@ -1090,14 +1090,14 @@ fn prepare<T: InitState>(
         idempotent,
         governance.events_sender(),
     );
-    let meta = Arc::new(ToolMeta::new(Arc::clone(&name), spec.clone(), T::polls));
-    // A typed result has no room for the hooks' notes; a model's reply carries them.
-    let typed = Governed::new(
-        layers::typed(service.clone()),
+    let meta = Arc::new(ToolMeta::new(
+        Arc::clone(&name),
+        spec.clone(),
+        T::polls,
         Arc::clone(governance),
-        Arc::clone(&meta),
-        |_, _| {},
-    );
+    ));
+    // A typed result has no room for the hooks' notes; a model's reply carries them.
+    let typed = Governed::new(layers::typed(service.clone()), Arc::clone(&meta), |_, _| {});
     let encode = |output, tool: &str| {
         serde_json::to_value(output)
             .map(ToolReply::new)
@@ -1108,7 +1108,6 @@ fn prepare<T: InitState>(
     };
     let json = Governed::new(
         layers::json(service.clone(), encode),
-        Arc::clone(governance),
         meta,
         |reply: &mut ToolReply, notes| reply.notes.extend(notes),
     );

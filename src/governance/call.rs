@@ -25,15 +25,24 @@ use super::rules::Action;
 pub struct Call<I> {
     /// The arguments, as the tool will get them (the before-hooks may rewrite them).
     pub input: I,
-    /// The tool called.
+    /// The tool called, and the governance that judges it.
     pub tool: Arc<ToolMeta<I>>,
-    /// The rules, hooks, guards and logs that judge it.
-    pub gov: Arc<Governance>,
     /// Who calls, and what the layers above learned.
     pub scope: CallScope,
 }
 
+impl<I> Call<I> {
+    /// The rules, hooks, guards and logs that judge the call.
+    pub fn gov(&self) -> &Arc<Governance> {
+        &self.tool.gov
+    }
+}
+
 /// What governance knows of one tool. Shared by its typed and JSON stacks.
+///
+/// It holds the governance too, so a call takes one shared handle rather than two: each
+/// clone of an `Arc` writes its count, a line every call to the tool shares, and the line
+/// moves between the cores the calls run on.
 pub struct ToolMeta<I> {
     /// A number no other tool of this process had or will have: what the loop guard and
     /// the decision cache compare (a name can be registered again after a failure).
@@ -44,17 +53,25 @@ pub struct ToolMeta<I> {
     pub spec: ToolSpec,
     /// Whether a call waits or polls by design (exempt from the loop guard).
     pub polls: fn(&I) -> bool,
+    /// The rules, hooks, guards and logs that judge its calls.
+    pub gov: Arc<Governance>,
 }
 
 impl<I> ToolMeta<I> {
     /// The meta of a tool being registered, with a fresh [`id`](Self::id).
-    pub fn new(name: Arc<str>, spec: ToolSpec, polls: fn(&I) -> bool) -> Self {
+    pub fn new(
+        name: Arc<str>,
+        spec: ToolSpec,
+        polls: fn(&I) -> bool,
+        gov: Arc<Governance>,
+    ) -> Self {
         static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
         Self {
             id: NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
             name,
             spec,
             polls,
+            gov,
         }
     }
 }

@@ -21,7 +21,6 @@ use crate::pipeline::ToolCall;
 /// A tool's governance stack `L`, with what its calls bring down it.
 pub struct Governed<L, I, O> {
     stack: L,
-    gov: Arc<Governance>,
     tool: Arc<ToolMeta<I>>,
     /// Where the hooks' notes go in a result: nowhere in a typed one, into a model's reply.
     attach: fn(&mut O, Vec<String>),
@@ -31,7 +30,6 @@ impl<L: Clone, I, O> Clone for Governed<L, I, O> {
     fn clone(&self) -> Self {
         Self {
             stack: self.stack.clone(),
-            gov: Arc::clone(&self.gov),
             tool: Arc::clone(&self.tool),
             attach: self.attach,
         }
@@ -42,16 +40,11 @@ impl<L, I, O> Governed<L, I, O>
 where
     L: Service<Call<I>, Response = Decided<O>, Error = Infallible> + Clone,
 {
-    /// Governs calls to `tool` through `stack`; `attach` puts the hooks' notes in a result.
-    pub fn new(
-        stack: L,
-        gov: Arc<Governance>,
-        tool: Arc<ToolMeta<I>>,
-        attach: fn(&mut O, Vec<String>),
-    ) -> Self {
+    /// Governs calls to `tool` through `stack`, by the tool's governance; `attach` puts
+    /// the hooks' notes in a result.
+    pub fn new(stack: L, tool: Arc<ToolMeta<I>>, attach: fn(&mut O, Vec<String>)) -> Self {
         Self {
             stack,
-            gov,
             tool,
             attach,
         }
@@ -59,7 +52,7 @@ where
 
     /// The governance the stack judges by.
     pub(crate) fn governance(&self) -> &Governance {
-        &self.gov
+        &self.tool.gov
     }
 
     /// Makes one call, asking `asker` when a rule says `ask`.
@@ -73,7 +66,6 @@ where
         let call = Call {
             input,
             tool: Arc::clone(&self.tool),
-            gov: Arc::clone(&self.gov),
             scope: CallScope::new(ctx, asker),
         };
         let mut stack = self.stack.clone();
@@ -93,14 +85,9 @@ where
     /// Records a call refused before this stack could run (arguments that do not decode):
     /// audited and announced like any other, then answered with `err`.
     pub(crate) fn refuse(&self, ctx: &CallContext, err: CallError) -> Result<O, CallError> {
-        announce(&self.gov, &self.tool.name, ctx);
-        let decided = Decided::new(Err(err), Some(Arc::from("argument check")), 0);
-        Trail::new(
-            Arc::clone(&self.gov),
-            Arc::clone(&self.tool.name),
-            ctx.clone(),
-        )
-        .finish(&decided);
+        announce(&self.tool, ctx);
+        let mut decided = Decided::new(Err(err), Some(Arc::from("argument check")), 0);
+        Trail::new(Arc::clone(&self.tool), ctx.clone()).finish(&mut decided);
         decided.result
     }
 }

@@ -12,10 +12,10 @@ use futures::future::BoxFuture;
 use guildhall_actors::{CallContext, CallError};
 use tower::{Service, ServiceExt};
 
+use crate::governance::ToolEvent;
 use crate::governance::audit::{Entry, Outcome};
-use crate::governance::call::{Call, Decided};
+use crate::governance::call::{Call, Decided, ToolMeta};
 use crate::governance::rules::Action;
-use crate::governance::{Governance, ToolEvent};
 
 thin_layer!(
     /// Adds [`Audit`] to a stack.
@@ -33,7 +33,7 @@ where
 {
     type Response = Decided<O>;
     type Error = Infallible;
-    type Future = AuditFuture<S::Future, O>;
+    type Future = AuditFuture<S::Future, I, O>;
 
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
         self.inner.poll_ready(cx)
@@ -41,12 +41,8 @@ where
 
     #[inline(always)] // See "Built in place" in `layers.rs`.
     fn call(&mut self, call: Call<I>) -> Self::Future {
-        let trail = Trail::new(
-            Arc::clone(&call.gov),
-            Arc::clone(&call.tool.name),
-            call.scope.ctx.clone(),
-        );
-        let state = match call.gov.audit() {
+        let trail = Trail::new(Arc::clone(&call.tool), call.scope.ctx.clone());
+        let state = match call.gov().audit() {
             // The writer is far behind: wait for room before the call starts (boxed: rare),
             // so a record is never held back once its call is done.
             Some(audit) if !audit.has_room() => {
@@ -54,31 +50,28 @@ where
                 State::Waiting {
                     wait: Box::pin(async move {
                         audit.room().await;
-                        announce(&call.gov, &call.tool.name, &call.scope.ctx);
+                        announce(&call.tool, &call.scope.ctx);
                         let Ok(decided) = inner.oneshot(call).await;
                         decided
                     }),
                 }
             }
             _ => {
-                announce(&call.gov, &call.tool.name, &call.scope.ctx);
+                announce(&call.tool, &call.scope.ctx);
                 State::Running {
                     inner: self.inner.call(call),
                 }
             }
         };
-        AuditFuture {
-            state,
-            trail: Some(trail),
-        }
+        AuditFuture { state, trail }
     }
 }
 
 /// Announces that a call to `tool` starts.
-pub(crate) fn announce(gov: &Governance, tool: &Arc<str>, ctx: &CallContext) {
-    gov.emit(|| ToolEvent::Invoked {
+pub(crate) fn announce<I>(tool: &ToolMeta<I>, ctx: &CallContext) {
+    tool.gov.emit(|| ToolEvent::Invoked {
         call_id: ctx.call_id(),
-        tool: Arc::clone(tool),
+        tool: Arc::clone(&tool.name),
         agent: ctx.agent_shared().cloned(),
         trace: ctx.trace(),
     });
@@ -86,10 +79,10 @@ pub(crate) fn announce(gov: &Governance, tool: &Arc<str>, ctx: &CallContext) {
 
 pin_project_lite::pin_project! {
     /// The future of an [`Audit`] call.
-    pub struct AuditFuture<F, O> {
+    pub struct AuditFuture<F, I, O> {
         #[pin]
         state: State<F, O>,
-        trail: Option<Trail>,
+        trail: Trail<I>,
     }
 }
 
@@ -101,7 +94,7 @@ pin_project_lite::pin_project! {
     }
 }
 
-impl<F, O> Future for AuditFuture<F, O>
+impl<F, I, O> Future for AuditFuture<F, I, O>
 where
     F: Future<Output = Result<Decided<O>, Infallible>>,
 {
@@ -110,45 +103,47 @@ where
     #[inline(always)] // See "Built in place" in `layers.rs`.
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let this = self.project();
-        let decided = match this.state.project() {
+        let mut decided = match this.state.project() {
             StateProj::Running { inner } => {
                 let Ok(decided) = std::task::ready!(inner.poll(cx));
                 decided
             }
             StateProj::Waiting { wait } => std::task::ready!(wait.as_mut().poll(cx)),
         };
-        if let Some(trail) = this.trail.take() {
-            trail.finish(&decided);
-        }
+        this.trail.finish(&mut decided);
         Poll::Ready(Ok(decided))
     }
 }
 
 /// A call's audit record in the making. Dropped unfinished (the caller went away), it is
 /// recorded as `cancelled`.
-pub(crate) struct Trail {
-    gov: Arc<Governance>,
-    tool: Arc<str>,
-    ctx: CallContext,
-    finished: bool,
+pub(crate) struct Trail<I> {
+    /// The tool, its name and its governance: one shared handle (see [`ToolMeta`]).
+    tool: Arc<ToolMeta<I>>,
+    /// The call's context; taken when the record is made.
+    ctx: Option<CallContext>,
 }
 
-impl Trail {
-    pub(crate) fn new(gov: Arc<Governance>, tool: Arc<str>, ctx: CallContext) -> Self {
+impl<I> Trail<I> {
+    pub(crate) fn new(tool: Arc<ToolMeta<I>>, ctx: CallContext) -> Self {
         Self {
-            gov,
             tool,
-            ctx,
-            finished: false,
+            ctx: Some(ctx),
         }
     }
 
-    fn entry(&self, outcome: Outcome, rule: Option<Arc<str>>, digest: u64) -> Entry {
+    fn entry(
+        &self,
+        ctx: &CallContext,
+        outcome: Outcome,
+        rule: Option<Arc<str>>,
+        digest: u64,
+    ) -> Entry {
         Entry {
-            call_id: self.ctx.call_id(),
-            agent: self.ctx.agent_shared().cloned(),
-            session: self.ctx.session_shared().cloned(),
-            tool: Arc::clone(&self.tool),
+            call_id: ctx.call_id(),
+            agent: ctx.agent_shared().cloned(),
+            session: ctx.session_shared().cloned(),
+            tool: Arc::clone(&self.tool.name),
             digest,
             decision: if outcome == Outcome::Denied {
                 Action::Deny
@@ -156,20 +151,24 @@ impl Trail {
                 Action::Allow
             },
             rule,
-            duration_us: duration_us(self.ctx.started().elapsed()),
+            duration_us: duration_us(ctx.started().elapsed()),
             outcome,
         }
     }
 
-    /// Records the call's end and announces it.
-    pub(crate) fn finish<O>(mut self, decided: &Decided<O>) {
-        self.finished = true;
+    /// Records the call's end and announces it, once. The rule moves from `decided` into
+    /// the record: nothing above the audit reads it.
+    pub(crate) fn finish<O>(&mut self, decided: &mut Decided<O>) {
+        let Some(ctx) = self.ctx.take() else {
+            return;
+        };
         let outcome = match &decided.result {
             Ok(_) => Outcome::Ok,
             Err(err) => Outcome::of(err),
         };
-        let entry = self.entry(outcome, decided.rule.clone(), decided.digest);
-        self.gov.emit(|| match &decided.result {
+        let entry = self.entry(&ctx, outcome, decided.rule.take(), decided.digest);
+        let gov = &self.tool.gov;
+        gov.emit(|| match &decided.result {
             Ok(_) => ToolEvent::Completed {
                 call_id: entry.call_id,
                 tool: Arc::clone(&entry.tool),
@@ -187,18 +186,18 @@ impl Trail {
                 message: err.to_string(),
             },
         });
-        if let Some(audit) = self.gov.audit() {
+        if let Some(audit) = gov.audit() {
             audit.append(entry);
         }
     }
 }
 
-impl Drop for Trail {
+impl<I> Drop for Trail<I> {
     fn drop(&mut self) {
-        if !self.finished
-            && let Some(audit) = self.gov.audit()
+        if let Some(ctx) = self.ctx.take()
+            && let Some(audit) = self.tool.gov.audit()
         {
-            audit.append(self.entry(Outcome::Cancelled, None, 0));
+            audit.append(self.entry(&ctx, Outcome::Cancelled, None, 0));
         }
     }
 }

@@ -40,7 +40,7 @@ where
 
     fn call(&mut self, call: Call<I>) -> Self::Future {
         let Some(ttl) = call
-            .gov
+            .gov()
             .tool_policy(&call.tool.name)
             .and_then(|policy| policy.cache_ttl)
         else {
@@ -50,18 +50,18 @@ where
             });
         };
         let session = call.scope.ctx.session_shared().cloned();
-        let generation = call.gov.context_generation(session.as_deref());
+        let generation = call.gov().context_generation(session.as_deref());
         let digest = call.scope.digest;
-        if let Some(hit) = call
-            .gov
-            .cache
-            .get(&call.tool.name, session.as_ref(), digest, generation)
+        if let Some(hit) =
+            call.gov()
+                .cache
+                .get(&call.tool.name, session.as_ref(), digest, generation)
         {
             let reply = ToolReply::new(Value::clone(&hit));
             return Either::Left(std::future::ready(Ok(call.scope.answer(Ok(reply), None))));
         }
         let put = Put {
-            gov: Arc::clone(&call.gov),
+            gov: Arc::clone(call.gov()),
             tool: Arc::clone(&call.tool.name),
             session,
             digest,

@@ -42,8 +42,8 @@ where
 
     #[inline(always)] // See "Built in place" in `layers.rs`.
     fn call(&mut self, mut call: Call<I>) -> Self::Future {
-        let before = call.gov.hooks.any(Phase::Before, &call.tool.name);
-        let after = call.gov.hooks.any(Phase::After, &call.tool.name);
+        let before = call.gov().hooks.any(Phase::Before, &call.tool.name);
+        let after = call.gov().hooks.any(Phase::After, &call.tool.name);
         if !before && !after {
             call.scope.digest = digest(&call.input);
             return Either::Left(self.inner.call(call));
@@ -62,7 +62,7 @@ where
     I: Serialize + DeserializeOwned,
     O: Serialize,
 {
-    let (gov, tool) = (Arc::clone(&call.gov), Arc::clone(&call.tool.name));
+    let (gov, tool) = (Arc::clone(call.gov()), Arc::clone(&call.tool.name));
     let mut notes = Vec::new();
     if before {
         let arguments = serde_json::to_value(&call.input).unwrap_or(Value::Null);

@@ -49,7 +49,7 @@ where
 
     #[inline(always)] // See "Built in place" in `layers.rs`.
     fn call(&mut self, mut call: Call<I>) -> Self::Future {
-        let guarded = call.gov.loops.is_on() && !(call.tool.polls)(&call.input);
+        let guarded = call.gov().loops.is_on() && !(call.tool.polls)(&call.input);
         let Some(agent) = call.scope.ctx.agent_shared().filter(|_| guarded) else {
             return Either::Right(Either::Left(JudgedFuture::unjudged(self.inner.call(call))));
         };
@@ -57,10 +57,10 @@ where
             // Judged after it ran. The question is made now, while the call is at hand, and
             // only when a tripped guard would ask; its reason is known only then.
             let agent = Arc::clone(agent);
-            let question = (call.gov.loops.action() == Action::Ask)
+            let question = (call.gov().loops.action() == Action::Ask)
                 .then(|| Box::new(Question::about(&mut call, String::new(), None)));
             let judge = Judge {
-                gov: Arc::clone(&call.gov),
+                gov: Arc::clone(call.gov()),
                 tool: Arc::clone(&call.tool.name),
                 tool_id: call.tool.id,
                 agent,
@@ -74,7 +74,11 @@ where
                 judge: Some(judge),
             }));
         }
-        let Some(count) = call.gov.loops.count(agent, call.tool.id, call.scope.digest) else {
+        let Some(count) = call
+            .gov()
+            .loops
+            .count(agent, call.tool.id, call.scope.digest)
+        else {
             return Either::Right(Either::Left(JudgedFuture::unjudged(self.inner.call(call))));
         };
         let agent = Arc::clone(agent);
@@ -113,7 +117,7 @@ where
         "`{name}` was called {count} times in a row by `{agent}` with the same arguments; \
          the result will not change. Try different arguments or another approach."
     );
-    match call.gov.loops.action() {
+    match call.gov().loops.action() {
         Action::Allow => {
             tracing::warn!(%agent, tool = %name, count, "repeated call");
             Repeated::Through(call)
@@ -128,7 +132,7 @@ where
             Repeated::Asking(Box::pin(async move {
                 match question.ask().await {
                     Ok(answer) => {
-                        call.gov.loops.reset(&agent);
+                        call.gov().loops.reset(&agent);
                         let Ok(mut decided) = inner.oneshot(call).await;
                         decided.rule = Some(answer);
                         Ok(decided)

@@ -41,14 +41,9 @@ where
 
     #[inline(always)] // See "Built in place" in `layers.rs`.
     fn call(&mut self, mut call: Call<I>) -> Self::Future {
-        let Call {
-            input,
-            tool,
-            gov,
-            scope,
-        } = &mut call;
+        let Call { input, tool, scope } = &mut call;
         let json = &mut scope.json;
-        let verdict = gov.decide(
+        let ruling = tool.gov.decide(
             scope.ctx.agent_shared(),
             scope.ctx.session_shared(),
             &tool.spec,
@@ -57,23 +52,20 @@ where
         );
         let (action, why): (Action, Arc<str>) = match scope.hook_decision.take() {
             Some((Action::Deny, why)) => (Action::Deny, Arc::from(why)),
-            _ if verdict.action == Action::Deny => (Action::Deny, Arc::clone(&verdict.label)),
+            _ if ruling.action == Action::Deny => (Action::Deny, ruling.label),
             Some((Action::Allow, why)) => (Action::Allow, Arc::from(why)),
             Some((Action::Ask, why)) => (Action::Ask, Arc::from(why)),
-            None => (verdict.action, Arc::clone(&verdict.label)),
+            None => (ruling.action, ruling.label),
         };
         match action {
             Action::Allow => Either::Right(Either::Left(Ruled::new(self.inner.call(call), why))),
             Action::Deny => Either::Left(std::future::ready(refuse(call, why))),
-            Action::Ask => {
-                let asking_rule = verdict.asking_rule.clone();
-                Either::Right(Either::Right(ask(
-                    self.inner.clone(),
-                    call,
-                    why,
-                    asking_rule,
-                )))
-            }
+            Action::Ask => Either::Right(Either::Right(ask(
+                self.inner.clone(),
+                call,
+                why,
+                ruling.asking_rule,
+            ))),
         }
     }
 }

@@ -35,7 +35,7 @@ impl Question {
         covering: Option<Rule>,
     ) -> Self {
         Self {
-            gov: Arc::clone(&call.gov),
+            gov: Arc::clone(call.gov()),
             tool: Arc::clone(&call.tool.name),
             ctx: call.scope.ctx.clone(),
             asker: call.scope.asker.clone(),

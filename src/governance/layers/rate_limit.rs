@@ -33,7 +33,7 @@ where
 
     #[inline(always)] // See "Built in place" in `layers.rs`.
     fn call(&mut self, call: Call<I>) -> Self::Future {
-        let limits = &call.gov.limits;
+        let limits = &call.gov().limits;
         if !limits.is_empty()
             && let Err(err) = limits.check(&call.tool.name, call.scope.ctx.agent_shared())
         {

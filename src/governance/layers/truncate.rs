@@ -38,7 +38,7 @@ where
 
     fn call(&mut self, call: Call<I>) -> Self::Future {
         let cut = (
-            Arc::clone(&call.gov),
+            Arc::clone(call.gov()),
             Arc::clone(&call.tool.name),
             call.scope.ctx.call_id(),
         );
