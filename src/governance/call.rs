@@ -122,6 +122,7 @@ pub struct Decided<O> {
     pub result: Result<O, CallError>,
     /// The rule or stage that decided the call. The innermost layer that decided wins: a
     /// loop guard's approval names the call, not the rule that let it reach the guard.
+    /// The audit layer, outermost, moves it into its record: above that layer it is `None`.
     pub rule: Option<Arc<str>>,
     /// The arguments' digest.
     pub digest: u64,
