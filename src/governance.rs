@@ -259,11 +259,16 @@ impl Drop for Governance {
     }
 }
 
+/// Remembered decisions kept at most: far beyond a swarm's callers times its tools (one
+/// entry, about 80 bytes, per pair), so reaching it means something churns.
+const DECISIONS_KEPT: usize = 65_536;
+
 /// How often old spill files and idle rate-limit state are cleared.
 const HOUSEKEEPING_EVERY: Duration = Duration::from_secs(3600);
 
-/// Now and every hour: deletes old spill files and forgets agents whose rate limits have
-/// fully recovered, so neither grows over weeks.
+/// Now and every hour: deletes old spill files, forgets agents whose rate limits have
+/// fully recovered, and forgets what was remembered of departed agents and tools, so none
+/// of it grows over weeks of agents and servers coming and going.
 async fn housekeeping(governance: std::sync::Weak<Governance>) {
     let mut every = tokio::time::interval(HOUSEKEEPING_EVERY);
     loop {
@@ -272,6 +277,7 @@ async fn housekeeping(governance: std::sync::Weak<Governance>) {
             return;
         };
         live.limits.forget_idle();
+        live.forget_departed();
         let spill = live.spill.clone();
         drop(live);
         let _ = tokio::task::spawn_blocking(move || spill.sweep()).await;
@@ -528,6 +534,11 @@ impl Governance {
                     .any(|r| r.arg.is_some() && r.tool.matches(&tool.name))
             });
         if session_rules.is_empty() && !reads_args {
+            if self.decided.len() >= DECISIONS_KEPT {
+                // Only a swarm far larger than any seen gets here: start over rather than
+                // grow (the next call of each caller decides afresh).
+                self.decided.clear();
+            }
             // Two callers whose ids hash alike take turns in the entry: misses, never a
             // wrong decision.
             self.decided.insert(
@@ -540,6 +551,16 @@ impl Governance {
             );
         }
         ruling
+    }
+
+    /// Forgets what was remembered of agents that left and tools that are gone: every
+    /// remembered decision (each is made again on the caller's next call; an entry names
+    /// its tool by a number no new tool reuses, so one of a tool that went would stay for
+    /// ever) and the loop-guard streaks of agents no longer registered.
+    pub(crate) fn forget_departed(&self) {
+        self.decided.clear();
+        let directory = &self.office.directory;
+        self.loops.retain(|agent| directory.get(agent).is_some());
     }
 
     /// The role the config gives `agent`, if any: a client may not register it in another.
@@ -712,6 +733,58 @@ mod tests {
         );
         assert_eq!(decide(&a).action, Action::Allow);
         assert_eq!(decide(&b).action, Action::Deny);
+        rt.shutdown().await;
+    }
+
+    #[tokio::test]
+    async fn what_was_remembered_of_a_departed_agent_is_forgotten() {
+        let rt = crate::Runtime::builder()
+            .governance(GovernanceConfig::default())
+            .build()
+            .await
+            .expect("runtime starts");
+        let gov = rt.governance();
+        let spec = ToolSpec {
+            name: "noop".into(),
+            description: String::new(),
+            input_schema: Arc::new(json!({"type": "object"})),
+            output_schema: Arc::new(json!({"type": "object"})),
+            annotations: Annotations::default(),
+            concurrency: Concurrency::Sequential,
+        };
+        for id in ["stays", "leaves"] {
+            rt.register_agent(crate::AgentSpec::new(id, "worker"))
+                .await
+                .expect("registers");
+        }
+        let (stays, leaves): (Arc<str>, Arc<str>) = (Arc::from("stays"), Arc::from("leaves"));
+        // Each one call short of tripping the loop guard (three in a row).
+        for agent in [&stays, &leaves] {
+            gov.decide(Some(agent), None, &spec, 7, &mut || None);
+            for _ in 0..2 {
+                assert_eq!(gov.loops.count(agent, 7, 1), None);
+            }
+        }
+        assert_eq!(gov.decided.len(), 2);
+        // Tools that come and go (a server reconnecting) leave entries until the sweep, but
+        // never more than the bound.
+        for tool in 100..100 + DECISIONS_KEPT as u64 {
+            gov.decide(Some(&stays), None, &spec, tool, &mut || None);
+        }
+        assert!(gov.decided.len() <= DECISIONS_KEPT);
+        rt.deregister_agent("leaves").await.expect("deregisters");
+        gov.forget_departed();
+        assert_eq!(gov.decided.len(), 0, "decisions are made again, not kept");
+        assert_eq!(
+            gov.loops.count(&stays, 7, 1),
+            Some(3),
+            "a staying streak goes on"
+        );
+        assert_eq!(
+            gov.loops.count(&leaves, 7, 1),
+            None,
+            "a departed agent's streak starts over"
+        );
         rt.shutdown().await;
     }
 }

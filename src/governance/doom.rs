@@ -153,6 +153,11 @@ impl LoopGuard {
         self.config.action
     }
 
+    /// Keeps the streaks of the agents `keep` says yes to.
+    pub(crate) fn retain(&self, keep: impl Fn(&str) -> bool) {
+        self.streaks.retain(|agent, _| keep(agent));
+    }
+
     /// Forgets `agent`'s streak (an approval given after the guard asked).
     pub fn reset(&self, agent: &str) {
         self.streaks.remove(agent);
