@@ -1,165 +1,50 @@
 //! Run: `cargo run --example custom_tool`
 //!
-//! Writing a tool: a typed input and output (their JSON Schemas come from the types, doc
-//! comments included), per-actor state that survives between calls, a tool error the caller
-//! can act on, and calls both typed and by JSON.
+//! The smallest tool: typed input and output (their JSON Schemas come from the types), no
+//! state, and an agent calling it as itself. State and errors: `examples/stateful_tool.rs`.
 
-// An example talks to its reader on stdout.
-#![allow(clippy::print_stdout)]
+#![allow(clippy::print_stdout)] // An example talks to its reader on stdout.
 
-use guildhall::{
-    AgentSpec, Annotations, CallContext, CallError, CallOptions, InitState, Runtime, Tool,
-};
+use guildhall::{AgentSpec, CallContext, CallOptions, Runtime, Tool};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
-use serde_json::json;
 
-/// Keeps a small key–value notebook in the tool actor's state.
-struct Notebook;
-
-/// What to do with the notebook.
+/// What to repeat.
 #[derive(Clone, Serialize, Deserialize, JsonSchema)]
-#[serde(tag = "op", rename_all = "snake_case", deny_unknown_fields)]
-enum NotebookInput {
-    /// Store `text` under `key`, replacing what was there.
-    Write {
-        /// The note's name.
-        key: String,
-        /// The note itself.
-        text: String,
-    },
-    /// Read the note stored under `key`.
-    Read {
-        /// The note's name.
-        key: String,
-    },
-}
-
-/// The note read or written.
-#[derive(Serialize, JsonSchema)]
-struct Note {
-    /// The note's name.
-    key: String,
-    /// Its text.
+struct Say {
     text: String,
-    /// How many notes the notebook holds now.
-    notes: usize,
 }
 
-/// The tool's own failure: reported to the caller, not a crash.
-#[derive(Debug, thiserror::Error)]
-#[error("no note named `{0}`; write one first with op=write")]
-struct NoSuchNote(String);
+struct Echo;
 
-impl Tool for Notebook {
-    type Input = NotebookInput;
-    type Output = Note;
-    type Error = NoSuchNote;
-    type State = std::collections::HashMap<String, String>;
+impl Tool for Echo {
+    type Input = Say;
+    type Output = Say;
+    type Error = std::convert::Infallible;
+    type State = ();
 
     fn name(&self) -> &str {
-        "notebook"
+        "echo"
     }
 
     fn description(&self) -> &str {
-        "Writes and reads short notes kept by the tool."
+        "Repeats what it is told."
     }
 
-    fn annotations(&self) -> Annotations {
-        Annotations::default().destructive(false).open_world(false)
-    }
-
-    async fn call(
-        &self,
-        notes: &mut Self::State,
-        input: NotebookInput,
-        _ctx: CallContext,
-    ) -> Result<Note, NoSuchNote> {
-        match input {
-            NotebookInput::Write { key, text } => {
-                notes.insert(key.clone(), text.clone());
-                Ok(Note {
-                    key,
-                    text,
-                    notes: notes.len(),
-                })
-            }
-            NotebookInput::Read { key } => match notes.get(&key) {
-                Some(text) => Ok(Note {
-                    text: text.clone(),
-                    key,
-                    notes: notes.len(),
-                }),
-                None => Err(NoSuchNote(key)),
-            },
-        }
-    }
-}
-
-impl InitState for Notebook {
-    async fn init(&self) -> Result<Self::State, NoSuchNote> {
-        Ok(Self::State::new())
+    async fn call(&self, (): &mut (), say: Say, _: CallContext) -> Result<Say, Self::Error> {
+        Ok(say)
     }
 }
 
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let runtime = Runtime::builder().tool(Notebook).build().await?;
-
-    // What an MCP client will see.
-    let spec = runtime.tool("notebook").ok_or("notebook missing")?;
-    println!(
-        "input schema:\n{}\n",
-        serde_json::to_string_pretty(&spec.input_schema)?
-    );
-
-    // A typed call.
-    let notebook = runtime.handle::<Notebook>("notebook")?;
-    let note = notebook
-        .call(NotebookInput::Write {
-            key: "plan".into(),
-            text: "ship the runtime".into(),
-        })
-        .await?;
-    println!("typed write  -> {} notes", note.notes);
-
-    // A JSON call as an agent, as a protocol front end makes it; the state is still there.
+    let runtime = Runtime::builder().tool(Echo).build().await?;
     let tl = runtime.register_agent(AgentSpec::new("tl", "tl")).await?;
-    let read = runtime
-        .call_json(
-            "notebook",
-            json!({"op": "read", "key": "plan"}),
-            CallOptions::new().as_agent(&tl),
-        )
+    let echo = runtime.handle::<Echo>("echo")?;
+    let said = echo
+        .call_with(Say { text: "hi".into() }, CallOptions::new().as_agent(&tl))
         .await?;
-    println!("json read    -> {read}");
-
-    // The tool's own error, with a message a model can act on.
-    match runtime
-        .call_json(
-            "notebook",
-            json!({"op": "read", "key": "nope"}),
-            CallOptions::new(),
-        )
-        .await
-    {
-        Err(err @ CallError::Tool { .. }) => println!("tool error   -> {err}"),
-        other => println!("unexpected   -> {other:?}"),
-    }
-
-    // Bad arguments never reach the tool; the error names the field.
-    match runtime
-        .call_json(
-            "notebook",
-            json!({"op": "write", "key": 3}),
-            CallOptions::new(),
-        )
-        .await
-    {
-        Err(err) => println!("bad args     -> {err}"),
-        Ok(v) => println!("unexpected   -> {v}"),
-    }
-
+    println!("tl was told: {}", said.text);
     runtime.shutdown().await;
     Ok(())
 }
