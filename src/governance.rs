@@ -688,6 +688,18 @@ mod tests {
     use guildhall_actors::{Annotations, Concurrency};
     use serde_json::json;
 
+    /// A tool with no arguments to read, as rules see it.
+    fn noop_spec() -> ToolSpec {
+        ToolSpec {
+            name: "noop".into(),
+            description: String::new(),
+            input_schema: Arc::new(json!({"type": "object"})),
+            output_schema: Arc::new(json!({"type": "object"})),
+            annotations: Annotations::default(),
+            concurrency: Concurrency::Sequential,
+        }
+    }
+
     #[tokio::test]
     async fn a_remembered_decision_is_only_ever_its_own_callers() {
         let rule = |action| Rule::new("noop", action).expect("valid rule");
@@ -707,14 +719,7 @@ mod tests {
             .await
             .expect("runtime starts");
         let gov = rt.governance();
-        let spec = ToolSpec {
-            name: "noop".into(),
-            description: String::new(),
-            input_schema: Arc::new(json!({"type": "object"})),
-            output_schema: Arc::new(json!({"type": "object"})),
-            annotations: Annotations::default(),
-            concurrency: Concurrency::Sequential,
-        };
+        let spec = noop_spec();
         let (a, b): (Arc<str>, Arc<str>) = (Arc::from("a"), Arc::from("b"));
         let decide = |agent: &Arc<str>| gov.decide(Some(agent), None, &spec, 7, &mut || None);
         assert_eq!(decide(&a).action, Action::Allow);
@@ -744,14 +749,7 @@ mod tests {
             .await
             .expect("runtime starts");
         let gov = rt.governance();
-        let spec = ToolSpec {
-            name: "noop".into(),
-            description: String::new(),
-            input_schema: Arc::new(json!({"type": "object"})),
-            output_schema: Arc::new(json!({"type": "object"})),
-            annotations: Annotations::default(),
-            concurrency: Concurrency::Sequential,
-        };
+        let spec = noop_spec();
         for id in ["stays", "leaves"] {
             rt.register_agent(crate::AgentSpec::new(id, "worker"))
                 .await
