@@ -99,6 +99,10 @@ impl Commands {
     /// # Errors
     /// [`CommandsError::Manifest`] for an invalid manifest (nothing is registered), or
     /// [`CommandsError::Unavailable`].
+    ///
+    /// # Cancel safety
+    /// Dropping the future may leave the tools of a reload that began registered, with no
+    /// `Commands` left to reload or remove them; they end with the runtime.
     pub async fn start(
         runtime: &Runtime,
         config_file: PathBuf,
@@ -117,6 +121,9 @@ impl Commands {
     ///
     /// # Errors
     /// [`CommandsError::Unavailable`] when the runtime has stopped.
+    ///
+    /// # Cancel safety
+    /// Dropping the future may leave the watcher started or not; it is supervised either way.
     pub async fn watch(self: &Arc<Self>, period: Duration) -> Result<(), CommandsError> {
         let runtime = self.runtime()?;
         let commands = Arc::downgrade(self);
@@ -134,7 +141,20 @@ impl Commands {
     /// # Errors
     /// [`CommandsError::Manifest`] naming the file, line and field of a problem, or a name
     /// another tool has; then nothing changes.
-    pub async fn reload(&self) -> Result<Reloaded, CommandsError> {
+    ///
+    /// # Cancel safety
+    /// Cancel safe: the reload runs on a task of its own to its end whether or not the
+    /// caller waits (stopped halfway, a tool could be deregistered and still listed here, or
+    /// registered and not listed, and the next reload would refuse its name).
+    pub async fn reload(self: &Arc<Self>) -> Result<Reloaded, CommandsError> {
+        let this = Arc::clone(self);
+        crate::detached::run_to_end(async move { this.apply().await })
+            .await
+            .unwrap_or_else(|| Err(CommandsError::Unavailable("the runtime stopped".into())))
+    }
+
+    /// [`reload`](Self::reload)'s work.
+    async fn apply(&self) -> Result<Reloaded, CommandsError> {
         let mut state = self.state.lock().await;
         // Taken before reading, so an edit made while reading is seen by the next check.
         state.stamp = stamp(&self.config_file);
@@ -204,6 +224,9 @@ impl Commands {
     }
 
     /// The command tools registered now, by name.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: it only reads.
     pub async fn list(&self) -> Vec<CommandInfo> {
         self.state
             .lock()

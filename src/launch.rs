@@ -271,6 +271,10 @@ impl Launcher {
     ///
     /// # Errors
     /// An invalid `config`, or the runtime refusing the supervisor.
+    ///
+    /// # Cancel safety
+    /// Dropping the future may leave the `launched` supervisor started and the two tools
+    /// registered or not, with no `Launcher` to use them; nothing is launched.
     pub async fn start(
         runtime: &Runtime,
         config: LaunchConfig,
@@ -521,6 +525,9 @@ impl Launcher {
     }
 
     /// Every launched agent, alive or not, by id.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: it only reads.
     pub async fn list(&self) -> Vec<LaunchInfo> {
         self.launched
             .lock()

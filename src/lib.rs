@@ -67,6 +67,7 @@ pub mod changes;
 pub mod commands;
 pub mod config;
 pub mod context;
+mod detached;
 mod error;
 pub mod events;
 #[cfg(feature = "fetch")]

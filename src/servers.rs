@@ -148,6 +148,9 @@ impl Servers {
     ///
     /// # Errors
     /// [`ServerError::Unavailable`] when the runtime has stopped.
+    ///
+    /// # Cancel safety
+    /// Dropping the future may leave the `servers` supervisor started, with no servers.
     pub async fn start(
         runtime: &Runtime,
         base_dir: PathBuf,
@@ -174,7 +177,24 @@ impl Servers {
     /// # Errors
     /// [`ServerError::InvalidName`], [`ServerError::Duplicate`], or
     /// [`ServerError::Unavailable`].
-    pub async fn add(&self, name: &str, config: ServerConfig) -> Result<(), ServerError> {
+    ///
+    /// # Cancel safety
+    /// Cancel safe: the server is added on a task of its own, to its end, whether or not
+    /// the caller waits (stopped halfway, copies already started would run unlisted, out of
+    /// reach of `remove`).
+    pub async fn add(
+        self: &Arc<Self>,
+        name: &str,
+        config: ServerConfig,
+    ) -> Result<(), ServerError> {
+        let (this, name) = (Arc::clone(self), name.to_owned());
+        crate::detached::run_to_end(async move { this.add_now(&name, config).await })
+            .await
+            .unwrap_or_else(stopped)
+    }
+
+    /// [`add`](Self::add)'s work.
+    async fn add_now(&self, name: &str, config: ServerConfig) -> Result<(), ServerError> {
         validate_server_name(name).map_err(ServerError::InvalidName)?;
         config.validate().map_err(|reason| ServerError::Invalid {
             name: name.to_owned(),
@@ -245,7 +265,19 @@ impl Servers {
     ///
     /// # Errors
     /// [`ServerError::Unknown`].
-    pub async fn remove(&self, name: &str) -> Result<(), ServerError> {
+    ///
+    /// # Cancel safety
+    /// Cancel safe: the server is removed on a task of its own, to its end, whether or not
+    /// the caller waits.
+    pub async fn remove(self: &Arc<Self>, name: &str) -> Result<(), ServerError> {
+        let (this, name) = (Arc::clone(self), name.to_owned());
+        crate::detached::run_to_end(async move { this.remove_now(&name).await })
+            .await
+            .unwrap_or_else(stopped)
+    }
+
+    /// [`remove`](Self::remove)'s work.
+    async fn remove_now(&self, name: &str) -> Result<(), ServerError> {
         let specs = self
             .servers
             .lock()
@@ -269,7 +301,19 @@ impl Servers {
     ///
     /// # Errors
     /// [`ServerError::Unknown`] or [`ServerError::Unavailable`].
-    pub async fn restart(&self, name: &str) -> Result<(), ServerError> {
+    ///
+    /// # Cancel safety
+    /// Cancel safe: the restart runs on a task of its own, to its end, whether or not the
+    /// caller waits (stopped halfway, a copy could be stopped and not started again).
+    pub async fn restart(self: &Arc<Self>, name: &str) -> Result<(), ServerError> {
+        let (this, name) = (Arc::clone(self), name.to_owned());
+        crate::detached::run_to_end(async move { this.restart_now(&name).await })
+            .await
+            .unwrap_or_else(stopped)
+    }
+
+    /// [`restart`](Self::restart)'s work.
+    async fn restart_now(&self, name: &str) -> Result<(), ServerError> {
         let servers = self.servers.lock().await;
         let specs = servers
             .get(name)
@@ -288,6 +332,9 @@ impl Servers {
 
     /// Waits until no server is still starting (each serves, or has failed and says why),
     /// or `limit` passes.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: it only waits.
     pub async fn settled(&self, limit: Duration) {
         let links: Vec<Arc<Link>> = self
             .servers
@@ -310,6 +357,9 @@ impl Servers {
 
     /// Every server, by name; with `instances = N` each copy after the first is listed
     /// after it as `NAME#i` (the first holds the tools).
+    ///
+    /// # Cancel safety
+    /// Cancel safe: it only reads.
     pub async fn list(&self) -> Vec<ServerInfo> {
         let servers = self.servers.lock().await;
         let mut infos = Vec::with_capacity(servers.len());
@@ -366,4 +416,9 @@ fn child_spec(spec: &Arc<ServerSpec>) -> ChildSpec {
     })
     .restart(spec.restart())
     .breaker(Arc::clone(&spec.link.breaker))
+}
+
+/// The answer of a change the runtime's shutdown cut short.
+fn stopped() -> Result<(), ServerError> {
+    Err(ServerError::Unavailable("the runtime stopped".into()))
 }

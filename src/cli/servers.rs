@@ -96,7 +96,7 @@ pub(crate) async fn run(_: ServersArgs, data_dir: &Path) -> CliResult {
 }
 
 pub(crate) async fn run_with(
-    servers: &Servers,
+    servers: &std::sync::Arc<Servers>,
     args: ServersArgs,
     out: &mut impl Write,
 ) -> CliResult {

@@ -18,6 +18,7 @@ use super::template::Arg;
 const MAX_TIMEOUT: Duration = Duration::from_secs(24 * 3600);
 
 /// A manifest that cannot be used: where and why.
+#[non_exhaustive]
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{}:{line}: {}{reason}", path.display(), field.as_ref().map(|f| format!("`{f}`: ")).unwrap_or_default())]
 pub struct ManifestError {

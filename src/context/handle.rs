@@ -266,6 +266,9 @@ impl Context {
     ///
     /// # Errors
     /// [`ContextError::Unavailable`] or a store failure loading the session.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: it only reads.
     pub async fn get(&self, key: &str) -> Result<Option<Entry>, ContextError> {
         let view = self.read(Select::Keys(vec![key.to_owned()]), 1).await?;
         Ok(view.entries.into_iter().next())

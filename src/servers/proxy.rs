@@ -21,6 +21,7 @@ use super::link::{Link, Phase};
 pub struct Arguments(pub serde_json::Map<String, Value>);
 
 /// Why a proxied call failed.
+#[non_exhaustive]
 #[derive(Debug, thiserror::Error)]
 pub enum ProxyError {
     /// The server answered with an error (an `isError` result or a JSON-RPC error).

@@ -103,6 +103,11 @@ impl Hold {
     ///
     /// # Errors
     /// As [`Cluster::claim`].
+    ///
+    /// # Cancel safety
+    /// Not cancel safe: dropped after the store recorded the claim, the subject stays this
+    /// server's with no `Hold` to release it, and another server asking for it waits out
+    /// its claim time in vain. Its callers, actors' starts, run it to its end.
     pub async fn take(store: &Arc<dyn Store>, subject: String) -> Result<Option<Self>, StoreError> {
         let Some(cluster) = store.cluster() else {
             return Ok(None);

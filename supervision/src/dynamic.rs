@@ -287,6 +287,9 @@ impl Supervisor {
     ///
     /// # Errors
     /// [`SupervisorError::StartFailed`] if the actor fails to spawn.
+    ///
+    /// # Cancel safety
+    /// As [`spawn`](Self::spawn).
     pub async fn spawn_dynamic(
         spec: DynamicSpec,
         parent: Option<ActorCell>,

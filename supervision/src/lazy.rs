@@ -172,6 +172,7 @@ fn partition_of(key: &str, partitions: usize) -> usize {
 pub const RESTART_POLL: Duration = Duration::from_millis(50);
 
 /// Why an actor could not be started.
+#[non_exhaustive]
 #[derive(Debug)]
 pub enum StartError {
     /// Its slot is retired: what it serves is being deleted.
@@ -182,6 +183,13 @@ pub enum StartError {
 
 /// Asks `key`'s partition to start the actor of `slot` from `spec`. One already there
 /// (starting, or waiting out a restart backoff) is fine: the caller looks at the slot again.
+///
+/// # Errors
+/// [`StartError::Retired`] when the slot is being deleted; [`StartError::Failed`] otherwise.
+///
+/// # Cancel safety
+/// Cancel safe: a start the dropped future asked for goes on, and the next request finds
+/// its actor in the slot.
 pub async fn start<M: ractor::Message>(
     slot: &Slot<M>,
     partitions: &Partitions,
@@ -346,6 +354,9 @@ where
 
 /// Stops the actor keyed `key` for good (ahead of deleting what it serves); one not running
 /// is fine.
+///
+/// # Cancel safety
+/// A stop the dropped future asked for goes on; calling again is harmless.
 pub async fn stop(partitions: &Partitions, key: &str) {
     if let Some(supervisor) = partitions.supervisor(key) {
         match Supervisor::from_ref(supervisor).terminate_child(key).await {

@@ -507,6 +507,10 @@ impl Supervisor {
     ///
     /// # Errors
     /// [`SupervisorError::StartFailed`] when a child (or the supervisor) fails to start.
+    ///
+    /// # Cancel safety
+    /// Dropping the future may leave the supervisor spawned, with no handle to it; linked to
+    /// `parent`, it stops with it.
     pub async fn spawn(
         spec: SupervisorSpec,
         parent: Option<ActorCell>,

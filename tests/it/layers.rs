@@ -11,6 +11,7 @@ use std::path::{Path, PathBuf};
 const ORDER: &[&str] = &[
     // Leaves every layer may use.
     "time",
+    "detached",
     "sorted",
     "private_fs",
     "process_group",

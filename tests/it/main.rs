@@ -71,6 +71,8 @@ mod store;
 mod store_postgres;
 /// Supervision strategies, restart types, intensity and escalation (supervision crate).
 mod supervision;
+/// The public surface: cancel safety documented, error types non-exhaustive.
+mod surface;
 /// The task board: concurrent claims, leases, dependencies, notices, history, the CLI.
 mod tasks;
 /// Tool calls as OpenTelemetry spans, received by an OTLP/HTTP collector in the test.
