@@ -51,21 +51,6 @@ fn src() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("src")
 }
 
-fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
-    let mut entries: Vec<_> = std::fs::read_dir(dir)
-        .expect("src is readable")
-        .map(|e| e.expect("a directory entry").path())
-        .collect();
-    entries.sort();
-    for path in entries {
-        if path.is_dir() {
-            rust_files(&path, out);
-        } else if path.extension().is_some_and(|e| e == "rs") {
-            out.push(path);
-        }
-    }
-}
-
 /// The code of a file: comments and the trailing test module removed (a test module's
 /// `super::` is its own file, and tests may reach anywhere).
 fn code(path: &Path) -> String {
@@ -192,8 +177,7 @@ fn reexports(root: &str, submodules: &BTreeSet<String>) -> BTreeMap<String, Stri
 #[test]
 fn modules_depend_on_lower_layers_only() {
     let src = src();
-    let mut files = Vec::new();
-    rust_files(&src, &mut files);
+    let files = crate::support::rust_files(&src);
     let lib = code(&src.join("lib.rs"));
     let modules: BTreeSet<String> = ORDER.iter().map(|m| (*m).to_owned()).collect();
     let from_root = reexports(&lib, &modules);

@@ -419,3 +419,24 @@ pub async fn increment_counter(ctx: &guildhall::context::Context, times: u64) ->
     }
     conflicts
 }
+
+/// Every `.rs` file under `dir`, in a stable order (the source checks read them).
+pub fn rust_files(dir: &Path) -> Vec<std::path::PathBuf> {
+    fn walk(dir: &Path, out: &mut Vec<std::path::PathBuf>) {
+        let mut entries: Vec<_> = std::fs::read_dir(dir)
+            .expect("a source directory is readable")
+            .map(|e| e.expect("a directory entry").path())
+            .collect();
+        entries.sort();
+        for path in entries {
+            if path.is_dir() {
+                walk(&path, out);
+            } else if path.extension().is_some_and(|e| e == "rs") {
+                out.push(path);
+            }
+        }
+    }
+    let mut out = Vec::new();
+    walk(dir, &mut out);
+    out
+}

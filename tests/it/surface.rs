@@ -9,10 +9,10 @@ use std::path::{Path, PathBuf};
 /// benchmarks are programs, not handles an embedder holds.
 fn library_files() -> Vec<PathBuf> {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let mut files = Vec::new();
-    for dir in ["src", "actors/src", "supervision/src"] {
-        collect(&root.join(dir), &mut files);
-    }
+    let mut files: Vec<PathBuf> = ["src", "actors/src", "supervision/src"]
+        .iter()
+        .flat_map(|dir| crate::support::rust_files(&root.join(dir)))
+        .collect();
     files.retain(|f| {
         let rel = f.strip_prefix(root).expect("under the crate");
         !(rel.starts_with("src/cli")
@@ -22,21 +22,6 @@ fn library_files() -> Vec<PathBuf> {
             || rel == Path::new("src/main.rs"))
     });
     files
-}
-
-fn collect(dir: &Path, out: &mut Vec<PathBuf>) {
-    let mut entries: Vec<_> = std::fs::read_dir(dir)
-        .expect("a source directory is readable")
-        .map(|e| e.expect("a directory entry").path())
-        .collect();
-    entries.sort();
-    for path in entries {
-        if path.is_dir() {
-            collect(&path, out);
-        } else if path.extension().is_some_and(|e| e == "rs") {
-            out.push(path);
-        }
-    }
 }
 
 /// A file's text without its trailing test module.
