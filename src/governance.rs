@@ -534,14 +534,9 @@ impl Governance {
                     .any(|r| r.arg.is_some() && r.tool.matches(&tool.name))
             });
         if session_rules.is_empty() && !reads_args {
-            if self.decided.len() >= DECISIONS_KEPT {
-                // Only a swarm far larger than any seen gets here: start over rather than
-                // grow (the next call of each caller decides afresh).
-                self.decided.clear();
-            }
             // Two callers whose ids hash alike take turns in the entry: misses, never a
             // wrong decision.
-            self.decided.insert(
+            let replaced = self.decided.insert(
                 key,
                 Remembered {
                     agent: agent.cloned(),
@@ -549,6 +544,13 @@ impl Governance {
                     verdict: Arc::new(verdict),
                 },
             );
+            // Counted (a look at every shard) only when the map grew: a decision made again
+            // after a registration or an approval replaces its entry.
+            if replaced.is_none() && self.decided.len() > DECISIONS_KEPT {
+                // Only a swarm far larger than any seen gets here: start over rather than
+                // grow (the next call of each caller decides afresh).
+                self.decided.clear();
+            }
         }
         ruling
     }

@@ -187,10 +187,22 @@ impl Servers {
         name: &str,
         config: ServerConfig,
     ) -> Result<(), ServerError> {
-        let (this, name) = (Arc::clone(self), name.to_owned());
-        crate::detached::run_to_end(async move { this.add_now(&name, config).await })
+        let name = name.to_owned();
+        self.to_end(|this| async move { this.add_now(&name, config).await })
             .await
-            .unwrap_or_else(stopped)
+    }
+
+    /// Runs `work` to its end on a task of its own, whether or not the caller waits.
+    async fn to_end<F>(
+        self: &Arc<Self>,
+        work: impl FnOnce(Arc<Self>) -> F,
+    ) -> Result<(), ServerError>
+    where
+        F: std::future::Future<Output = Result<(), ServerError>> + Send + 'static,
+    {
+        crate::detached::run_to_end(work(Arc::clone(self)))
+            .await
+            .unwrap_or_else(|| Err(ServerError::Unavailable("the runtime stopped".into())))
     }
 
     /// [`add`](Self::add)'s work.
@@ -270,10 +282,9 @@ impl Servers {
     /// Cancel safe: the server is removed on a task of its own, to its end, whether or not
     /// the caller waits.
     pub async fn remove(self: &Arc<Self>, name: &str) -> Result<(), ServerError> {
-        let (this, name) = (Arc::clone(self), name.to_owned());
-        crate::detached::run_to_end(async move { this.remove_now(&name).await })
+        let name = name.to_owned();
+        self.to_end(|this| async move { this.remove_now(&name).await })
             .await
-            .unwrap_or_else(stopped)
     }
 
     /// [`remove`](Self::remove)'s work.
@@ -306,10 +317,9 @@ impl Servers {
     /// Cancel safe: the restart runs on a task of its own, to its end, whether or not the
     /// caller waits (stopped halfway, a copy could be stopped and not started again).
     pub async fn restart(self: &Arc<Self>, name: &str) -> Result<(), ServerError> {
-        let (this, name) = (Arc::clone(self), name.to_owned());
-        crate::detached::run_to_end(async move { this.restart_now(&name).await })
+        let name = name.to_owned();
+        self.to_end(|this| async move { this.restart_now(&name).await })
             .await
-            .unwrap_or_else(stopped)
     }
 
     /// [`restart`](Self::restart)'s work.
@@ -416,9 +426,4 @@ fn child_spec(spec: &Arc<ServerSpec>) -> ChildSpec {
     })
     .restart(spec.restart())
     .breaker(Arc::clone(&spec.link.breaker))
-}
-
-/// The answer of a change the runtime's shutdown cut short.
-fn stopped() -> Result<(), ServerError> {
-    Err(ServerError::Unavailable("the runtime stopped".into()))
 }
