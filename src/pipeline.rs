@@ -33,8 +33,9 @@ use tower::util::Either;
 pub use tool_options::ToolOptions;
 
 pub use breaker::{Breaker, BreakerFuture, BreakerLayer};
-pub use deadline::{Deadline, DeadlineFuture, DeadlineLayer, Sweeper};
+pub use deadline::{Deadline, DeadlineFuture, DeadlineLayer};
 pub use dispatch::Dispatch;
+pub use guildhall_actors::deadline::Sweeper;
 pub use limit::{Limit, LimitFuture, LimitLayer};
 pub use retry::{RetryLayer, RetryPolicy};
 

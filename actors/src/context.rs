@@ -182,27 +182,23 @@ impl CallContext {
         self.cancellation().cancel();
     }
 
-    /// Where the runtime's deadline watcher keeps this call (`u64::MAX`: not watched).
-    #[doc(hidden)]
-    pub fn deadline_slot(&self) -> u64 {
+    /// Where the [`Sweeper`](crate::deadline::Sweeper) keeps this call (`u64::MAX`: not watched).
+    pub(crate) fn deadline_slot(&self) -> u64 {
         self.inner.deadline_slot.load(Ordering::Acquire)
     }
 
     /// Records where the runtime's deadline watcher keeps this call.
-    #[doc(hidden)]
-    pub fn set_deadline_slot(&self, slot: u64) {
+    pub(crate) fn set_deadline_slot(&self, slot: u64) {
         self.inner.deadline_slot.store(slot, Ordering::Release);
     }
 
     /// Registers the task waiting for the reply, to be woken at the deadline.
-    #[doc(hidden)]
-    pub fn register_deadline_waiter(&self, waker: &Waker) {
+    pub(crate) fn register_deadline_waiter(&self, waker: &Waker) {
         self.inner.deadline_waiter.register(waker);
     }
 
     /// Fires the deadline: cancels the call and wakes its waiting caller.
-    #[doc(hidden)]
-    pub fn expire(&self) {
+    pub(crate) fn expire(&self) {
         self.cancel();
         self.inner.deadline_waiter.wake();
     }

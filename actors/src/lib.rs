@@ -3,6 +3,8 @@
 //! - [`tool`]: the [`Tool`] trait users implement, with [`Annotations`] and [`Concurrency`].
 //! - [`context`]: the [`CallContext`] handed to every call (ids, deadline, cancellation,
 //!   progress and events).
+//! - [`deadline`]: the [`Sweeper`](deadline::Sweeper) that watches calls' deadlines and
+//!   fires them; only it may move or fire a call's deadline state.
 //! - [`spec`]: [`ToolSpec`], a tool's public description with its JSON Schemas, and name
 //!   validation.
 //! - [`args`]: decoding JSON arguments into a tool's typed input, naming the bad field.
@@ -14,6 +16,7 @@
 
 pub mod args;
 pub mod context;
+pub mod deadline;
 mod error;
 pub mod spec;
 pub mod tool;
