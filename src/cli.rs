@@ -178,7 +178,7 @@ pub(crate) fn main() -> ExitCode {
             ExitCode::SUCCESS
         }
         Err(err) => {
-            eprintln!("error: {err}");
+            eprintln!("error: {}", guildhall::ErrorChain(&*err));
             ExitCode::FAILURE
         }
     }

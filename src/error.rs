@@ -12,12 +12,12 @@ pub enum BuildError {
     #[error(transparent)]
     Store(#[from] crate::store::StoreError),
     /// The agent directory could not be loaded.
-    #[error("the agent directory could not be loaded: {0}")]
+    #[error("the agent directory could not be loaded")]
     Agents(#[from] crate::agents::MailError),
     /// The sessions could not be loaded.
-    #[error("the sessions could not be loaded: {0}")]
+    #[error("the sessions could not be loaded")]
     Sessions(#[from] crate::context::ContextError),
     /// The supervision tree could not be started.
-    #[error("supervision tree failed to start: {0}")]
+    #[error("the supervision tree failed to start")]
     Supervision(#[from] SupervisorError),
 }

@@ -18,7 +18,7 @@ use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use guildhall_actors::{Annotations, CallContext, Tool};
+use guildhall_actors::{Annotations, CallContext, ErrorChain, Tool};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
@@ -352,7 +352,7 @@ impl Fetch {
             .connect_timeout(Duration::from_secs(config.timeout_secs.min(10)))
             .user_agent(concat!("guildhall/", env!("CARGO_PKG_VERSION")))
             .build()
-            .map_err(|err| FetchError::Invalid(format!("no HTTP client: {}", chain(&err))))?;
+            .map_err(|err| FetchError::Invalid(format!("no HTTP client: {}", ErrorChain(&err))))?;
         Ok(Arc::new(Self {
             client,
             policy,
@@ -392,7 +392,7 @@ impl Fetch {
         let failed = |err: reqwest::Error| {
             lift(&err).unwrap_or_else(|| FetchError::Request {
                 url: url.to_string(),
-                reason: chain(&err),
+                reason: ErrorChain(&err).to_string(),
             })
         };
         let mut response = self.client.get(url.clone()).send().await.map_err(failed)?;
@@ -504,21 +504,6 @@ fn lift(err: &reqwest::Error) -> Option<FetchError> {
         source = e.source();
     }
     None
-}
-
-/// An error and its causes, outermost first.
-fn chain(err: &dyn std::error::Error) -> String {
-    let mut text = err.to_string();
-    let mut source = err.source();
-    while let Some(e) = source {
-        let next = e.to_string();
-        if !text.contains(&next) {
-            text.push_str(": ");
-            text.push_str(&next);
-        }
-        source = e.source();
-    }
-    text
 }
 
 /// `web_fetch`.

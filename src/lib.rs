@@ -108,7 +108,8 @@ pub use error::BuildError;
 pub use events::{EventStream, ToolEvent};
 pub use guildhall_actors::{
     self as actors, Annotations, CallContext, CallError, CallEvent, CallObserver, Concurrency,
-    Elicitation, ErrorKind, InitState, Progress, RegistrationError, Tool, ToolSpec, TraceParent,
+    Elicitation, ErrorChain, ErrorKind, InitState, Progress, RegistrationError, Tool, ToolSpec,
+    TraceParent,
 };
 pub use guildhall_supervision::{self as supervision, BreakerStatus, ChildSnapshot, ChildStatus};
 pub use options::{CallOptions, ToolOptions};

@@ -106,7 +106,7 @@ pub enum ShellError {
         pattern: String,
     },
     /// The working directory may not be used (see the file tools' confinement).
-    #[error("{0}")]
+    #[error(transparent)]
     Directory(#[from] crate::files::FileError),
     /// The shell could not be started.
     #[error("could not start bash: {0}")]

@@ -22,17 +22,20 @@ pub enum CallError {
         reason: String,
     },
     /// The tool ran and returned its own error.
+    ///
+    /// `message` holds the tool error's whole chain (it crosses MCP and the audit as text), so
+    /// the error is not also this one's [`source`](std::error::Error::source), which would
+    /// print it twice: get the typed value with [`CallError::tool_error`].
     #[error("`{tool}` failed: {message}")]
     Tool {
         /// The tool.
         tool: String,
-        /// The tool error's message.
+        /// The tool error's message, with its causes.
         message: String,
         /// Whether the tool says a retry may succeed.
         transient: bool,
         /// The tool's error value, for typed callers to downcast.
-        #[source]
-        source: Arc<dyn std::error::Error + Send + Sync>,
+        error: Arc<dyn std::error::Error + Send + Sync>,
     },
     /// The tool panicked (or its actor died) while handling this call; it is being restarted.
     #[error("`{tool}` crashed while handling the call and is being restarted: {reason}")]
@@ -178,9 +181,40 @@ impl CallError {
     /// The tool's own error, if this is a [`CallError::Tool`] of type `E`.
     pub fn tool_error<E: std::error::Error + 'static>(&self) -> Option<&E> {
         match self {
-            Self::Tool { source, .. } => source.downcast_ref::<E>(),
+            Self::Tool { error, .. } => error.downcast_ref::<E>(),
             _ => None,
         }
+    }
+}
+
+/// Shows an error with its causes, outermost first, joined by `: `.
+///
+/// No message of guildhall's repeats its source, so `{err}` alone shows only the outermost
+/// part; print `ErrorChain(&err)` where a person reads the whole story (the command line, a
+/// tool's error text, logs). A cause whose text the story already holds is left out, since
+/// some crates' messages do repeat their sources.
+#[derive(Clone, Copy)]
+pub struct ErrorChain<'a>(pub &'a (dyn std::error::Error + 'static));
+
+impl std::fmt::Display for ErrorChain<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let mut text = self.0.to_string();
+        let mut source = self.0.source();
+        while let Some(cause) = source {
+            let next = cause.to_string();
+            if !text.contains(&next) {
+                text.push_str(": ");
+                text.push_str(&next);
+            }
+            source = cause.source();
+        }
+        f.write_str(&text)
+    }
+}
+
+impl std::fmt::Debug for ErrorChain<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        std::fmt::Display::fmt(self, f)
     }
 }
 
@@ -226,7 +260,26 @@ fn circuit_open_message(tool: &str, retry_after: Duration, own: bool) -> String 
 
 #[cfg(test)]
 mod tests {
-    use super::ErrorKind;
+    use super::{ErrorChain, ErrorKind};
+
+    #[derive(Debug, thiserror::Error)]
+    #[error("outer")]
+    struct Outer(#[source] std::io::Error);
+
+    #[derive(Debug, thiserror::Error)]
+    #[error("repeats: {0}")]
+    struct Repeats(#[source] std::io::Error);
+
+    #[test]
+    fn a_chain_shows_every_cause_once() {
+        let inner = || std::io::Error::other("disk full");
+        assert_eq!(ErrorChain(&Outer(inner())).to_string(), "outer: disk full");
+        // A foreign error that prints its source is not repeated.
+        assert_eq!(
+            ErrorChain(&Repeats(inner())).to_string(),
+            "repeats: disk full"
+        );
+    }
 
     #[test]
     fn names_match_the_serialized_form() {

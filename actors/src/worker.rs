@@ -26,7 +26,7 @@ use ractor::{Actor, ActorId, ActorProcessingErr, ActorRef};
 use tokio::sync::{Notify, oneshot};
 
 use crate::context::CallContext;
-use crate::error::CallError;
+use crate::error::{CallError, ErrorChain};
 use crate::tool::{InitState, Tool};
 
 /// The message a [`ToolActor`] handles: one call.
@@ -424,12 +424,14 @@ impl<T: Tool> WorkerPool<T> {
     ) -> Result<T::Output, CallError> {
         match outcome {
             Ok(Outcome::Done(Ok(output))) => Ok(output),
-            Ok(Outcome::Done(Err(err))) if T::is_crash(&err) => Err(self.crashed(err.to_string())),
+            Ok(Outcome::Done(Err(err))) if T::is_crash(&err) => {
+                Err(self.crashed(ErrorChain(&err).to_string()))
+            }
             Ok(Outcome::Done(Err(err))) => Err(CallError::Tool {
                 tool: self.inner.name.clone(),
-                message: err.to_string(),
+                message: ErrorChain(&err).to_string(),
                 transient: T::is_transient(&err),
-                source: Arc::new(err),
+                error: Arc::new(err),
             }),
             Ok(Outcome::Crashed(reason)) => Err(self.crashed(reason)),
             Ok(Outcome::Overran) => Err(CallError::Timeout {

@@ -8,7 +8,7 @@ use clap::Args;
 use guildhall::context::Select;
 use guildhall::mcp::local::{self, Hello, LocalError};
 use guildhall::store::doctor::{self, Inspection, Integrity};
-use guildhall::{InboxQuery, Runtime};
+use guildhall::{ErrorChain, InboxQuery, Runtime};
 use serde::Serialize;
 
 type CliResult = Result<(), Box<dyn std::error::Error>>;
@@ -83,7 +83,7 @@ async fn examine(data_dir: &Path) -> Result<Findings, Box<dyn std::error::Error>
     let mut damaged = Vec::new();
     if !matches!(inspection.integrity, Integrity::Unreadable(_)) {
         match Runtime::builder().data_dir(data_dir).build().await {
-            Err(err) => damaged.push(format!("the store does not open: {err}")),
+            Err(err) => damaged.push(format!("the store does not open: {}", ErrorChain(&err))),
             Ok(rt) => {
                 for record in rt.agents() {
                     let id = record.id.as_str();
@@ -96,8 +96,8 @@ async fn examine(data_dir: &Path) -> Result<Findings, Box<dyn std::error::Error>
                             })
                             .await
                             .map(drop)
-                            .map_err(|e| e.to_string()),
-                        Err(err) => Err(err.to_string()),
+                            .map_err(|e| ErrorChain(&e).to_string()),
+                        Err(err) => Err(ErrorChain(&err).to_string()),
                     };
                     if let Err(err) = listed {
                         damaged.push(format!("inbox of `{id}`: {err}"));
@@ -111,7 +111,7 @@ async fn examine(data_dir: &Path) -> Result<Findings, Box<dyn std::error::Error>
                         Err(err) => Err(err),
                     };
                     if let Err(err) = read {
-                        damaged.push(format!("session `{id}`: {err}"));
+                        damaged.push(format!("session `{id}`: {}", ErrorChain(&err)));
                     }
                 }
                 rt.shutdown().await;

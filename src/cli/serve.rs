@@ -13,7 +13,7 @@ use guildhall::mcp::http::{self, HttpOptions};
 use guildhall::mcp::local::{self, Hello};
 use guildhall::mcp::{McpServer, ToolFilter};
 use guildhall::servers::{ServerState, Servers};
-use guildhall::{ChildSnapshot, Runtime, RuntimeBuilder};
+use guildhall::{ChildSnapshot, ErrorChain, Runtime, RuntimeBuilder};
 use tokio_util::sync::CancellationToken;
 
 use super::tree::print_tree;
@@ -154,8 +154,9 @@ pub(crate) async fn serve(args: ServeArgs, data_dir: &Path) -> CliResult {
     }
     let runtime = builder.build().await.map_err(|err| {
         format!(
-            "{err}\n(is a server already running for {}? `guildhall status` tells; \
+            "{}\n(is a server already running for {}? `guildhall status` tells; \
              agents reach it with `guildhall mcp`)",
+            ErrorChain(&err),
             data_dir.display()
         )
     })?;

@@ -115,7 +115,7 @@ pub type RoleTools = BTreeMap<String, ToolFilter>;
 #[derive(Debug, thiserror::Error)]
 pub enum LocalError {
     /// Nothing is listening on the socket.
-    #[error("no guildhall server is running for {path}: {source}")]
+    #[error("no guildhall server is running for {path}")]
     NotRunning {
         /// The socket path.
         path: PathBuf,
@@ -126,7 +126,7 @@ pub enum LocalError {
     #[error("the server refused: {0}")]
     Refused(String),
     /// The conversation broke off.
-    #[error("talking to the server at {path}: {source}")]
+    #[error("talking to the server at {path} failed")]
     Io {
         /// The socket path.
         path: PathBuf,

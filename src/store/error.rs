@@ -39,7 +39,7 @@ pub enum StoreError {
         supported: u32,
     },
     /// The file or directory could not be accessed.
-    #[error("cannot open the store at {path}: {source}")]
+    #[error("cannot open the store at {path}")]
     Io {
         /// The path involved.
         path: PathBuf,

@@ -27,6 +27,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
+use guildhall_actors::ErrorChain;
 use tokio::sync::mpsc;
 use tokio_postgres::{Client, NoTls, Statement};
 
@@ -485,7 +486,7 @@ async fn connect_listening(
         let (client, connection) = tokio::time::timeout(CONNECT_TIMEOUT, config.connect(tls()?))
             .await
             .map_err(timed_out)?
-            .map_err(|e| unavailable(tls_failure(&e)))?;
+            .map_err(|e| unavailable(ErrorChain(&e)))?;
         tokio::spawn(drive(connection, notices));
         client
     } else {
@@ -543,21 +544,6 @@ fn tls() -> Result<tokio_postgres_rustls::MakeRustlsConnect, StoreError> {
     })
     .clone()
     .map_err(unavailable)
-}
-
-/// A failed TLS connection's message, with the cause a bare "error performing TLS
-/// handshake" would hide.
-fn tls_failure(e: &tokio_postgres::Error) -> String {
-    let mut message = e.to_string();
-    let mut source = std::error::Error::source(e);
-    while let Some(cause) = source {
-        let text = cause.to_string();
-        if !message.contains(&text) {
-            message = format!("{message}: {text}");
-        }
-        source = cause.source();
-    }
-    message
 }
 
 fn unavailable(reason: impl std::fmt::Display) -> StoreError {

@@ -119,6 +119,6 @@ pub enum TaskError {
         reason: String,
     },
     /// The store failed; nothing was acknowledged.
-    #[error("the store failed: {0}")]
+    #[error(transparent)]
     Store(#[from] StoreError),
 }

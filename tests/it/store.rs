@@ -214,6 +214,31 @@ async fn a_store_in_use_is_refused_not_shared() {
     RedbStore::open(dir.path()).unwrap();
 }
 
+#[tokio::test]
+async fn a_store_that_cannot_be_opened_says_why_once() {
+    let dir = tempfile::tempdir().unwrap();
+    // A file where the data directory should be.
+    let file = dir.path().join("not-a-directory");
+    std::fs::write(&file, b"").unwrap();
+    let err = Runtime::builder()
+        .data_dir(file.join("data"))
+        .build()
+        .await
+        .err()
+        .unwrap();
+    assert!(
+        matches!(err, BuildError::Store(StoreError::Io { .. })),
+        "{err:?}"
+    );
+    let io = std::error::Error::source(&err).expect("the io error is the source");
+    // No level repeats its cause, so a reporter that prints every level (anyhow's `{:#}`)
+    // says it once.
+    assert!(!err.to_string().contains(&io.to_string()), "{err}");
+    let told = guildhall::ErrorChain(&err).to_string();
+    assert!(told.starts_with("cannot open the store at "), "{told}");
+    assert!(told.ends_with(&format!(": {io}")), "{told}");
+}
+
 #[test]
 fn a_corrupt_store_is_refused_and_left_untouched() {
     let dir = tempfile::tempdir().unwrap();
