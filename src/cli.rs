@@ -301,7 +301,7 @@ impl guildhall::mcp::local::Admin for ServerAdmin {
             let result = match cli.command {
                 Command::Agents(args) => mail::agents_with(&runtime, args, &mut out)
                     .await
-                    .map_err(|err| err.to_string()),
+                    .map_err(|err| guildhall::ErrorChain(&*err).to_string()),
                 Command::Context(args) => match args.needs_own_stdin() {
                     Some(command) => Err(format!(
                         "`{command}` reads its own stdin, which cannot reach a running server: \
@@ -309,7 +309,7 @@ impl guildhall::mcp::local::Admin for ServerAdmin {
                     )),
                     None => context::run_with(&runtime, args, &mut out, &cwd)
                         .await
-                        .map_err(|err| err.to_string()),
+                        .map_err(|err| guildhall::ErrorChain(&*err).to_string()),
                 },
                 Command::Tasks(args) => match args.needs_own_stdin() {
                     Some(command) => Err(format!(
@@ -318,12 +318,12 @@ impl guildhall::mcp::local::Admin for ServerAdmin {
                     )),
                     None => tasks::run_with(&runtime, args, &mut out)
                         .await
-                        .map_err(|err| err.to_string()),
+                        .map_err(|err| guildhall::ErrorChain(&*err).to_string()),
                 },
                 Command::Servers(args) => match &servers {
                     Some(servers) => servers::run_with(servers, args, &mut out)
                         .await
-                        .map_err(|err| err.to_string()),
+                        .map_err(|err| guildhall::ErrorChain(&*err).to_string()),
                     None => Err("this server proxies no MCP servers".into()),
                 },
                 _ => Err(

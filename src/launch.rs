@@ -93,9 +93,15 @@ pub enum LaunchError {
         /// What failed.
         reason: String,
     },
-    /// The runtime has stopped, or its supervisor refused.
+    /// The runtime has stopped.
     #[error("{0}")]
     Unavailable(String),
+    /// The `launched` supervisor refused to start or stop an agent's actor.
+    #[error("the `launched` supervisor refused")]
+    Supervisor(#[from] guildhall_supervision::SupervisorError),
+    /// The launcher's tools could not be registered.
+    #[error(transparent)]
+    Registration(#[from] crate::BuildError),
 }
 
 /// What `spawn_agent` asks for.
@@ -285,10 +291,7 @@ impl Launcher {
         config.validate().map_err(LaunchError::Profile)?;
         // An agent's crash loop must never escalate to the root: each agent's own intensity
         // gives it up instead.
-        let supervisor = runtime
-            .supervise_subsystem(LAUNCHED)
-            .await
-            .map_err(|err| LaunchError::Unavailable(err.to_string()))?;
+        let supervisor = runtime.supervise_subsystem(LAUNCHED).await?;
         let launcher = Arc::new(Self {
             runtime: runtime.downgrade(),
             config,
@@ -308,7 +311,7 @@ impl Launcher {
                 .await
                 .map(drop),
         ] {
-            registered.map_err(|err| LaunchError::Unavailable(err.to_string()))?;
+            registered?;
         }
         Ok(launcher)
     }
@@ -486,10 +489,7 @@ impl Launcher {
             // spec; this launch replaces it.
             let _ = supervisor.terminate_child(agent.clone()).await;
         }
-        supervisor
-            .start_child(child_spec(&launch))
-            .await
-            .map_err(|err| LaunchError::Unavailable(err.to_string()))?;
+        supervisor.start_child(child_spec(&launch)).await?;
         runtime.attach_process(&agent, Arc::clone(&launch) as Arc<dyn ProcessReport>);
         launched.insert(agent, Arc::clone(&launch));
         Ok(launch.info())

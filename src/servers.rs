@@ -65,9 +65,12 @@ pub enum ServerError {
     /// No server has that name.
     #[error("no server named `{0}`; `guildhall servers list` shows them")]
     Unknown(String),
-    /// The runtime has stopped, or its supervisor refused.
+    /// The runtime has stopped.
     #[error("{0}")]
     Unavailable(String),
+    /// The `servers` supervisor refused to start or stop a server's actor.
+    #[error("the `servers` supervisor refused")]
+    Supervisor(#[from] guildhall_supervision::SupervisorError),
 }
 
 /// The proxied servers of one runtime: add, remove, restart and list them.
@@ -147,7 +150,8 @@ impl Servers {
     /// `base_dir`; stderr logs go to `log_dir` when given.
     ///
     /// # Errors
-    /// [`ServerError::Unavailable`] when the runtime has stopped.
+    /// [`ServerError::Supervisor`] when the runtime's root refuses the supervisor (it has
+    /// stopped).
     ///
     /// # Cancel safety
     /// Dropping the future may leave the `servers` supervisor started, with no servers.
@@ -158,10 +162,7 @@ impl Servers {
     ) -> Result<Arc<Self>, ServerError> {
         // A server's crash loop must never escalate to the root; its breaker and its
         // backoff bound it instead.
-        let supervisor = runtime
-            .supervise_subsystem(SERVERS)
-            .await
-            .map_err(|err| ServerError::Unavailable(err.to_string()))?;
+        let supervisor = runtime.supervise_subsystem(SERVERS).await?;
         Ok(Arc::new(Self {
             runtime: runtime.downgrade(),
             base_dir,
@@ -176,7 +177,7 @@ impl Servers {
     ///
     /// # Errors
     /// [`ServerError::InvalidName`], [`ServerError::Duplicate`], or
-    /// [`ServerError::Unavailable`].
+    /// [`ServerError::Unavailable`] or [`ServerError::Supervisor`] when the runtime stopped.
     ///
     /// # Cancel safety
     /// Cancel safe: the server is added on a task of its own, to its end, whether or not
@@ -266,7 +267,7 @@ impl Servers {
                 for spec in &specs[..started] {
                     let _ = supervisor.terminate_child(&*spec.name).await;
                 }
-                return Err(ServerError::Unavailable(err.to_string()));
+                return Err(err.into());
             }
         }
         servers.insert(name.to_owned(), specs);
@@ -311,7 +312,8 @@ impl Servers {
     /// one end `crashed`), whatever its restart type.
     ///
     /// # Errors
-    /// [`ServerError::Unknown`] or [`ServerError::Unavailable`].
+    /// [`ServerError::Unknown`], or [`ServerError::Unavailable`] or
+    /// [`ServerError::Supervisor`] when the runtime stopped.
     ///
     /// # Cancel safety
     /// Cancel safe: the restart runs on a task of its own, to its end, whether or not the
@@ -332,10 +334,7 @@ impl Servers {
         for spec in specs {
             let _ = supervisor.terminate_child(&*spec.name).await;
             spec.link.down("restarted by request");
-            supervisor
-                .start_child(child_spec(spec))
-                .await
-                .map_err(|err| ServerError::Unavailable(err.to_string()))?;
+            supervisor.start_child(child_spec(spec)).await?;
         }
         Ok(())
     }

@@ -35,8 +35,8 @@ pub enum TelemetryError {
     #[error("[telemetry] otlp_endpoint `{0}` is not an http:// or https:// URL")]
     Endpoint(String),
     /// The exporter could not be built.
-    #[error("the OTLP exporter could not be built: {0}")]
-    Exporter(String),
+    #[error("the OTLP exporter could not be built")]
+    Exporter(#[source] Box<dyn std::error::Error + Send + Sync>),
 }
 
 #[cfg(feature = "otlp")]
@@ -143,7 +143,7 @@ mod exporting {
             let client = reqwest::Client::builder()
                 .timeout(Duration::from_secs(10))
                 .build()
-                .map_err(|e| TelemetryError::Exporter(e.to_string()))?;
+                .map_err(|e| TelemetryError::Exporter(Box::new(e)))?;
             let headers: HashMap<String, String> = config
                 .otlp_headers
                 .iter()
@@ -156,7 +156,7 @@ mod exporting {
                 .with_endpoint(url)
                 .with_headers(headers)
                 .build()
-                .map_err(|e| TelemetryError::Exporter(e.to_string()))?;
+                .map_err(|e| TelemetryError::Exporter(Box::new(e)))?;
             exporter.set_resource(
                 &Resource::builder_empty()
                     .with_service_name("guildhall")
