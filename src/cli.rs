@@ -299,31 +299,25 @@ impl guildhall::mcp::local::Admin for ServerAdmin {
                 .map_err(|err| err.to_string())?;
             let mut out = Vec::new();
             let result = match cli.command {
-                Command::Agents(args) => mail::agents_with(&runtime, args, &mut out)
-                    .await
-                    .map_err(|err| guildhall::ErrorChain(&*err).to_string()),
+                Command::Agents(args) => mail::agents_with(&runtime, args, &mut out).await,
                 Command::Context(args) => match args.needs_own_stdin() {
                     Some(command) => Err(format!(
                         "`{command}` reads its own stdin, which cannot reach a running server: \
                          stop it first (`guildhall stop`), or give a file"
-                    )),
-                    None => context::run_with(&runtime, args, &mut out, &cwd)
-                        .await
-                        .map_err(|err| guildhall::ErrorChain(&*err).to_string()),
+                    )
+                    .into()),
+                    None => context::run_with(&runtime, args, &mut out, &cwd).await,
                 },
                 Command::Tasks(args) => match args.needs_own_stdin() {
                     Some(command) => Err(format!(
                         "`{command}` reads its own stdin, which cannot reach a running server: \
                          stop it first (`guildhall stop`)"
-                    )),
-                    None => tasks::run_with(&runtime, args, &mut out)
-                        .await
-                        .map_err(|err| guildhall::ErrorChain(&*err).to_string()),
+                    )
+                    .into()),
+                    None => tasks::run_with(&runtime, args, &mut out).await,
                 },
                 Command::Servers(args) => match &servers {
-                    Some(servers) => servers::run_with(servers, args, &mut out)
-                        .await
-                        .map_err(|err| guildhall::ErrorChain(&*err).to_string()),
+                    Some(servers) => servers::run_with(servers, args, &mut out).await,
                     None => Err("this server proxies no MCP servers".into()),
                 },
                 _ => Err(
@@ -331,7 +325,8 @@ impl guildhall::mcp::local::Admin for ServerAdmin {
                         .into(),
                 ),
             };
-            result?;
+            // Whatever failed, the client is told the whole chain.
+            result.map_err(|err| guildhall::ErrorChain(&*err).to_string())?;
             String::from_utf8(out).map_err(|err| err.to_string())
         })
     }
