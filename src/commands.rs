@@ -26,6 +26,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Weak};
 use std::time::{Duration, SystemTime};
 
+use guildhall_actors::ErrorChain;
 use guildhall_supervision::ChildSpec;
 use ractor::{Actor, ActorProcessingErr, ActorRef};
 use serde::Serialize;
@@ -131,7 +132,7 @@ impl Commands {
         runtime
             .supervise(child)
             .await
-            .map_err(|err| CommandsError::Unavailable(err.to_string()))
+            .map_err(|err| CommandsError::Unavailable(ErrorChain(&err).to_string()))
     }
 
     /// Reads the manifests again and applies what changed: new tools registered, changed
@@ -211,7 +212,9 @@ impl Commands {
             runtime
                 .register_with(CommandTool(manifest.clone()), options)
                 .await
-                .map_err(|err| CommandsError::Unavailable(format!("`{name}`: {err}")))?;
+                .map_err(|err| {
+                    CommandsError::Unavailable(format!("`{name}`: {}", ErrorChain(&err)))
+                })?;
             if !reloaded.changed.contains(&name) {
                 reloaded.added.push(name.clone());
             }

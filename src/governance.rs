@@ -665,7 +665,9 @@ impl Governance {
                     self.approvals_generation.fetch_add(1, Ordering::Release);
                 }
             }
-            Err(err) => tracing::warn!(%err, "lasting approvals could not be read again"),
+            Err(err) => {
+                tracing::warn!(error = %guildhall_actors::ErrorChain(&err), "lasting approvals could not be read again")
+            }
         }
     }
 
@@ -679,7 +681,7 @@ impl Governance {
         if let Some(audit) = &self.audit
             && let Err(err) = audit.flush().await
         {
-            tracing::warn!(%err, "audit records could not be flushed");
+            tracing::warn!(error = %guildhall_actors::ErrorChain(&err), "audit records could not be flushed");
         }
     }
 }

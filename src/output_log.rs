@@ -83,7 +83,7 @@ impl OutputLog {
             && let Err(err) = self.append(path, line, file)
         {
             *file = None;
-            tracing::debug!(%err, path = %path.display(), "could not write a process's output log");
+            tracing::debug!(error = %guildhall_actors::ErrorChain(&err), path = %path.display(), "could not write a process's output log");
         }
     }
 

@@ -28,7 +28,7 @@ use dashmap::DashMap;
 use guildhall_actors::{CallError, InitState, RegistrationError, Tool, ToolSpec, WorkerPool};
 use guildhall_supervision::{
     Backoff, ChildKind, ChildSnapshot, ChildSpec, ChildStatus, RestartIntensity, SharedBreaker,
-    Strategy, Supervisor, SupervisorError, SupervisorSpec,
+    Strategy, Supervisor, SupervisorError, SupervisorSpec, Unreachable,
 };
 use serde_json::Value;
 
@@ -323,7 +323,7 @@ impl Runtime {
         if let Ok(tools_sup) = self.tools_supervisor() {
             for id in entry.actor_ids() {
                 if let Err(err) = tools_sup.terminate_child(&**id).await {
-                    tracing::debug!(%err, tool = name, "tool actor already gone");
+                    tracing::debug!(error = %guildhall_actors::ErrorChain(&err), tool = name, "tool actor already gone");
                 }
             }
         }
@@ -418,8 +418,8 @@ impl Runtime {
             .unwrap_or_else(PoisonError::into_inner)
             .clone()
             .filter(|sup| ractor::ACTIVE_STATES.contains(&sup.cell().get_status()))
-            .ok_or_else(|| SupervisorError::Unavailable {
-                reason: format!("the `{TOOLS}` supervisor is not running"),
+            .ok_or(SupervisorError::Unavailable {
+                why: Unreachable::Stopped,
             })
     }
 
@@ -604,7 +604,7 @@ impl Runtime {
             entry.value().close();
         }
         if let Err(err) = self.inner.root.shutdown().await {
-            tracing::debug!(%err, "root supervisor already stopped");
+            tracing::debug!(error = %guildhall_actors::ErrorChain(&err), "root supervisor already stopped");
         }
         // No call is left to audit: write what the audit log holds.
         self.inner.governance.flush().await;

@@ -221,7 +221,7 @@ impl Servers {
         let log_dir = self.log_dir.as_ref().filter(|dir| match std::fs::create_dir_all(dir) {
             Ok(()) => true,
             Err(err) => {
-                tracing::warn!(%err, dir = %dir.display(), "no directory for server logs; keeping the stderr of `{name}` in memory");
+                tracing::warn!(error = %guildhall_actors::ErrorChain(&err), dir = %dir.display(), "no directory for server logs; keeping the stderr of `{name}` in memory");
                 false
             }
         });
@@ -300,7 +300,7 @@ impl Servers {
             if let Ok(supervisor) = self.supervisor()
                 && let Err(err) = supervisor.terminate_child(&*spec.name).await
             {
-                tracing::debug!(%err, server = %spec.name, "server actor already gone");
+                tracing::debug!(error = %guildhall_actors::ErrorChain(&err), server = %spec.name, "server actor already gone");
             }
             spec.link.stopped("the server was removed");
             spec.deregister_all().await;

@@ -108,14 +108,27 @@ pub enum ShellError {
     /// The working directory may not be used (see the file tools' confinement).
     #[error(transparent)]
     Directory(#[from] crate::files::FileError),
-    /// The shell could not be started.
-    #[error("could not start bash: {0}")]
-    Spawn(String),
+    /// The shell could not be started, or its output not read (shared, so the error stays
+    /// `Clone`).
+    #[error("could not start bash")]
+    Spawn(#[source] Arc<std::io::Error>),
+    /// Background shells are not running: the runtime is stopping.
+    #[error("background shells are not running (the runtime is stopping)")]
+    Stopping,
+    /// A background shell's actor could not be started under its supervisor.
+    #[error("could not start the background shell")]
+    Supervisor(#[source] Arc<guildhall_supervision::SupervisorError>),
     /// No background shell of this agent has the id.
     #[error(
         "no background shell `{0}` of this agent (ids come from shell_start; a killed shell is forgotten)"
     )]
     UnknownShell(String),
+}
+
+impl From<std::io::Error> for ShellError {
+    fn from(error: std::io::Error) -> Self {
+        Self::Spawn(Arc::new(error))
+    }
 }
 
 /// The shell's shared state: its settings, the roots commands run in, the background

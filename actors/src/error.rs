@@ -187,37 +187,6 @@ impl CallError {
     }
 }
 
-/// Shows an error with its causes, outermost first, joined by `: `.
-///
-/// No message of guildhall's repeats its source, so `{err}` alone shows only the outermost
-/// part; print `ErrorChain(&err)` where a person reads the whole story (the command line, a
-/// tool's error text, logs). A cause whose text the story already holds is left out, since
-/// some crates' messages do repeat their sources.
-#[derive(Clone, Copy)]
-pub struct ErrorChain<'a>(pub &'a (dyn std::error::Error + 'static));
-
-impl std::fmt::Display for ErrorChain<'_> {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let mut text = self.0.to_string();
-        let mut source = self.0.source();
-        while let Some(cause) = source {
-            let next = cause.to_string();
-            if !text.contains(&next) {
-                text.push_str(": ");
-                text.push_str(&next);
-            }
-            source = cause.source();
-        }
-        f.write_str(&text)
-    }
-}
-
-impl std::fmt::Debug for ErrorChain<'_> {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        std::fmt::Display::fmt(self, f)
-    }
-}
-
 /// Why a tool could not be registered.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
@@ -260,26 +229,7 @@ fn circuit_open_message(tool: &str, retry_after: Duration, own: bool) -> String 
 
 #[cfg(test)]
 mod tests {
-    use super::{ErrorChain, ErrorKind};
-
-    #[derive(Debug, thiserror::Error)]
-    #[error("outer")]
-    struct Outer(#[source] std::io::Error);
-
-    #[derive(Debug, thiserror::Error)]
-    #[error("repeats: {0}")]
-    struct Repeats(#[source] std::io::Error);
-
-    #[test]
-    fn a_chain_shows_every_cause_once() {
-        let inner = || std::io::Error::other("disk full");
-        assert_eq!(ErrorChain(&Outer(inner())).to_string(), "outer: disk full");
-        // A foreign error that prints its source is not repeated.
-        assert_eq!(
-            ErrorChain(&Repeats(inner())).to_string(),
-            "repeats: disk full"
-        );
-    }
+    use super::ErrorKind;
 
     #[test]
     fn names_match_the_serialized_form() {

@@ -24,7 +24,8 @@ mod trace;
 pub mod worker;
 
 pub use context::{CallContext, CallEvent, CallObserver, Elicitation, Progress};
-pub use error::{CallError, ErrorChain, ErrorKind, RegistrationError};
+pub use error::{CallError, ErrorKind, RegistrationError};
+pub use guildhall_supervision::ErrorChain;
 pub use spec::{ToolSpec, validate_name};
 pub use tool::{Annotations, Concurrency, InitState, Tool};
 pub use trace::TraceParent;

@@ -26,8 +26,9 @@ use ractor::{Actor, ActorId, ActorProcessingErr, ActorRef};
 use tokio::sync::{Notify, oneshot};
 
 use crate::context::CallContext;
-use crate::error::{CallError, ErrorChain};
+use crate::error::CallError;
 use crate::tool::{InitState, Tool};
+use guildhall_supervision::ErrorChain;
 
 /// The message a [`ToolActor`] handles: one call.
 pub struct ToolMsg<T: Tool>(Invocation<T>);

@@ -633,7 +633,7 @@ impl MailboxActor {
         match self.shared.store.try_commit(batch) {
             Ok(result) => {
                 if let Err(err) = &result {
-                    tracing::error!(agent = %self.entry.id, %err, "mailbox write failed");
+                    tracing::error!(agent = %self.entry.id, error = %guildhall_actors::ErrorChain(err), "mailbox write failed");
                 }
                 if let Some(done) = done {
                     done(result);
@@ -647,7 +647,7 @@ impl MailboxActor {
                     batch,
                     Box::new(move |result| {
                         if let Err(err) = &result {
-                            tracing::error!(%agent, %err, "mailbox write failed");
+                            tracing::error!(%agent, error = %guildhall_actors::ErrorChain(err), "mailbox write failed");
                         }
                         if let Some(done) = done {
                             done(result);

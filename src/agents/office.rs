@@ -4,6 +4,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use guildhall_actors::ErrorChain;
 use guildhall_supervision::ChildSpec;
 use tokio::sync::oneshot;
 
@@ -297,7 +298,7 @@ impl PostOffice {
                 Err(err) => {
                     receipt.rejected.push(Rejected {
                         agent: entry.id.clone(),
-                        reason: err.to_string(),
+                        reason: ErrorChain(&err).to_string(),
                     });
                     first_error.get_or_insert(err);
                 }
@@ -391,7 +392,9 @@ impl PostOffice {
                     self.shared.changes.changed(&Subject::Agents);
                 }
             }
-            Err(err) => tracing::warn!(%err, "could not read the agent directory again"),
+            Err(err) => {
+                tracing::warn!(error = %guildhall_actors::ErrorChain(&err), "could not read the agent directory again")
+            }
         }
     }
 
@@ -472,7 +475,7 @@ impl PostOffice {
             };
             receipt.rejected.push(Rejected {
                 agent: entry.id.clone(),
-                reason: err.to_string(),
+                reason: ErrorChain(&err).to_string(),
             });
             first_error.get_or_insert(err);
         }
@@ -489,7 +492,7 @@ impl PostOffice {
                 let err = MailError::from(err);
                 receipt.rejected.extend(inactive.iter().map(|e| Rejected {
                     agent: e.id.clone(),
-                    reason: err.to_string(),
+                    reason: ErrorChain(&err).to_string(),
                 }));
                 first_error = Some(err);
             }
@@ -504,7 +507,7 @@ impl PostOffice {
                 Err(err) => {
                     receipt.rejected.push(Rejected {
                         agent: entry.id.clone(),
-                        reason: err.to_string(),
+                        reason: ErrorChain(&err).to_string(),
                     });
                     first_error.get_or_insert(err);
                 }

@@ -221,7 +221,7 @@ pub(crate) async fn serve(args: ServeArgs, data_dir: &Path) -> CliResult {
     let result = tokio::select! {
         result = serving => result,
         lost = store_lost(runtime.store()) => {
-            tracing::error!(error = %lost, "stepping down");
+            tracing::error!(error = %guildhall_actors::ErrorChain(&lost), "stepping down");
             Err(format!("stepping down: {lost}").into())
         }
     };

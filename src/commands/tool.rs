@@ -38,12 +38,22 @@ pub enum CommandError {
     #[error("invalid input: {0}")]
     Invalid(String),
     /// The program could not be started.
-    #[error("`{program}` could not be started: {reason}")]
+    #[error("`{program}` could not be started")]
     Spawn {
         /// The program.
         program: String,
-        /// Why.
-        reason: String,
+        /// The system's error.
+        #[source]
+        error: std::io::Error,
+    },
+    /// The program started, but its exit could not be waited for.
+    #[error("`{program}` could not be waited for")]
+    Wait {
+        /// The program.
+        program: String,
+        /// The system's error.
+        #[source]
+        error: std::io::Error,
     },
     /// The program ended with an exit code (or signal) the manifest does not count as
     /// success.
@@ -132,13 +142,13 @@ impl Tool for CommandTool {
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .kill_on_drop(true);
-        let mut child = command.spawn().map_err(|err| CommandError::Spawn {
+        let mut child = command.spawn().map_err(|error| CommandError::Spawn {
             program: if spec.shell {
                 "/bin/sh".into()
             } else {
                 spec.program.clone()
             },
-            reason: err.to_string(),
+            error,
         })?;
         // Killed whole when this call ends in any way but the program's own exit.
         let group = child
@@ -197,9 +207,9 @@ impl Tool for CommandTool {
             status = run => status,
         };
         let (out, out_dropped, err) = (out.kept, out.dropped, err.kept);
-        let status = status.map_err(|err| CommandError::Spawn {
+        let status = status.map_err(|error| CommandError::Wait {
             program: spec.program.clone(),
-            reason: format!("it could not be waited for: {err}"),
+            error,
         })?;
         if !status
             .code()

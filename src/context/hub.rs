@@ -103,7 +103,9 @@ impl ContextHub {
                     lazy::stop(&self.shared.partitions, entry.id.as_str()).await;
                 }
             }
-            Err(err) => tracing::warn!(%err, "could not read the sessions again"),
+            Err(err) => {
+                tracing::warn!(error = %guildhall_actors::ErrorChain(&err), "could not read the sessions again")
+            }
         }
     }
 

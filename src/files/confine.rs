@@ -142,7 +142,7 @@ impl Roots {
         let mut parent = root
             .dir
             .try_clone()
-            .map_err(|err| FileError::io(path, &err))?;
+            .map_err(|err| FileError::io(path, err))?;
         let mut shown = root.path.clone();
         for name in dirs {
             shown.push(name);
@@ -151,12 +151,12 @@ impl Roots {
                 Err(err) if err.kind() == std::io::ErrorKind::NotFound && create_dirs => {
                     parent
                         .create_dir(name)
-                        .map_err(|err| FileError::io(path, &err))?;
+                        .map_err(|err| FileError::io(path, err))?;
                     parent
                         .open_dir_nofollow(name)
-                        .map_err(|err| FileError::io(path, &err))?
+                        .map_err(|err| FileError::io(path, err))?
                 }
-                Err(err) => return Err(step_error(path, &shown, &parent, name, &err)),
+                Err(err) => return Err(step_error(path, &shown, &parent, name, err)),
             };
         }
         shown.push(last);
@@ -174,7 +174,7 @@ impl Roots {
             r.dir
                 .try_clone()
                 .map(|dir| (dir, r.path.clone()))
-                .map_err(|err| FileError::io(path.unwrap_or("."), &err))
+                .map_err(|err| FileError::io(path.unwrap_or("."), err))
         };
         let Some(path) = path.filter(|p| !p.is_empty() && *p != "." && *p != "./") else {
             return root(&self.roots[0]);
@@ -185,7 +185,7 @@ impl Roots {
         let at = self.locate(path, false)?;
         match at.parent.open_dir_nofollow(&at.name) {
             Ok(dir) => Ok((dir, at.shown)),
-            Err(err) => Err(step_error(path, &at.shown, &at.parent, &at.name, &err)),
+            Err(err) => Err(step_error(path, &at.shown, &at.parent, &at.name, err)),
         }
     }
 
@@ -247,7 +247,7 @@ fn step_error(
     shown: &Path,
     parent: &Dir,
     name: &OsStr,
-    err: &std::io::Error,
+    err: std::io::Error,
 ) -> FileError {
     if let Some(refusal) = symlink_refusal(path, parent, name, shown) {
         return refusal;

@@ -1,6 +1,8 @@
 //! [`FileError`]: why a file tool refused or failed. Every variant names the path and what
 //! to do about it.
 
+use std::sync::Arc;
+
 /// Why a file tool call was refused or failed. Nothing was written when one is returned.
 #[derive(Debug, Clone, thiserror::Error)]
 #[non_exhaustive]
@@ -50,20 +52,21 @@ pub enum FileError {
     #[error("file tools: {0}")]
     Config(String),
     /// The operating system refused or failed.
-    #[error("{path}: {reason}")]
+    #[error("{path}")]
     Io {
         /// The path given.
         path: String,
-        /// The system's error.
-        reason: String,
+        /// The system's error (shared, so the error stays `Clone`).
+        #[source]
+        error: Arc<std::io::Error>,
     },
 }
 
 impl FileError {
-    pub(crate) fn io(path: &str, err: &std::io::Error) -> Self {
+    pub(crate) fn io(path: &str, error: std::io::Error) -> Self {
         Self::Io {
             path: path.to_owned(),
-            reason: err.to_string(),
+            error: Arc::new(error),
         }
     }
 }

@@ -103,7 +103,7 @@ impl Tool for ListDir {
         blocking(move || {
             let shown_path = input.path.as_deref().unwrap_or(".");
             let (dir, path) = files.roots.locate_dir(input.path.as_deref())?;
-            let io = |err: std::io::Error| FileError::io(shown_path, &err);
+            let io = |err: std::io::Error| FileError::io(shown_path, err);
             let mut entries = Vec::new();
             for entry in dir.entries().map_err(io)? {
                 let entry = entry.map_err(io)?;

@@ -46,9 +46,9 @@ fn read_existing(path: &str, at: &Located) -> Result<Option<Vec<u8>>, FileError>
     let mut file = match at.parent.open_with(&at.name, &read_options()) {
         Ok(file) => file,
         Err(err) if err.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-        Err(err) => return Err(open_error(path, at, &err)),
+        Err(err) => return Err(open_error(path, at, err)),
     };
-    let meta = file.metadata().map_err(|err| FileError::io(path, &err))?;
+    let meta = file.metadata().map_err(|err| FileError::io(path, err))?;
     if meta.is_dir() {
         return Err(FileError::NotText {
             path: path.to_owned(),
@@ -78,7 +78,7 @@ fn read_existing(path: &str, at: &Located) -> Result<Option<Vec<u8>>, FileError>
     }
     let mut content = Vec::with_capacity(usize::try_from(meta.len()).unwrap_or(0));
     file.read_to_end(&mut content)
-        .map_err(|err| FileError::io(path, &err))?;
+        .map_err(|err| FileError::io(path, err))?;
     Ok(Some(content))
 }
 
@@ -93,7 +93,7 @@ pub(super) fn read_options() -> OpenOptions {
 }
 
 /// Why a file could not be opened, with a symlink at its name called one.
-fn open_error(path: &str, at: &Located, err: &std::io::Error) -> FileError {
+fn open_error(path: &str, at: &Located, err: std::io::Error) -> FileError {
     symlink_refusal(path, &at.parent, &at.name, &at.shown)
         .unwrap_or_else(|| FileError::io(path, err))
 }
@@ -166,7 +166,7 @@ fn replace_atomically(
                 why: "a file was created there meanwhile; read it with read_file first".into(),
             });
         }
-        return Err(FileError::io(path, &err));
+        return Err(FileError::io(path, err));
     }
     sync_dir(&at.parent);
     Ok(())
@@ -485,7 +485,7 @@ fn kept_of(path: &str, at: &Located) -> Result<Kept, FileError> {
             uid: m.uid(),
             gid: m.gid(),
         })
-        .map_err(|err| FileError::io(path, &err))
+        .map_err(|err| FileError::io(path, err))
 }
 
 /// `edit_file`.

@@ -620,7 +620,7 @@ async fn write_loop(
                 batch,
                 Box::new(|result| {
                     if let Err(err) = result {
-                        tracing::error!(%err, "audit records could not be written");
+                        tracing::error!(error = %guildhall_actors::ErrorChain(&err), "audit records could not be written");
                     }
                 }),
             );
@@ -656,7 +656,7 @@ async fn prune_older_than(store: &dyn Store, retention: Duration) {
             true
         });
         if let Err(err) = scanned {
-            tracing::warn!(%err, "audit pruning could not read the log");
+            tracing::warn!(error = %guildhall_actors::ErrorChain(&err), "audit pruning could not read the log");
             return;
         }
         let full = batch.len() >= BATCH;
@@ -664,7 +664,7 @@ async fn prune_older_than(store: &dyn Store, retention: Duration) {
             return;
         }
         if let Err(err) = store::commit(store, batch).await {
-            tracing::warn!(%err, "audit pruning could not delete old records");
+            tracing::warn!(error = %guildhall_actors::ErrorChain(&err), "audit pruning could not delete old records");
             return;
         }
         if !full {

@@ -223,7 +223,7 @@ async fn tell_parent(launch: &Launch, event: &str, detail: &str, code: Option<i3
         .body(body)
         .payload(json!({ "agent": launch.agent, "event": event, "exit_code": code }));
     if let Err(err) = agent.send(message).await {
-        tracing::warn!(agent = %launch.agent, %parent, %err, "could not tell the parent");
+        tracing::warn!(agent = %launch.agent, %parent, error = %guildhall_actors::ErrorChain(&err), "could not tell the parent");
     }
 }
 

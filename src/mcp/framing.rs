@@ -290,7 +290,7 @@ where
                 }
                 Ok(None) => return None,
                 Err(err) => {
-                    tracing::debug!(%err, "reading the stream failed");
+                    tracing::debug!(error = %guildhall_actors::ErrorChain(&err), "reading the stream failed");
                     return None;
                 }
             }

@@ -607,7 +607,7 @@ impl Asker for ElicitingAsker {
                 Ok(Some(form)) => form.approve.into(),
                 Ok(None) => Approval::Deny,
                 Err(err) => {
-                    tracing::info!(%err, tool = %request.tool, "approval request failed; the call is denied");
+                    tracing::info!(error = %guildhall_actors::ErrorChain(&err), tool = %request.tool, "approval request failed; the call is denied");
                     Approval::Deny
                 }
             }

@@ -234,7 +234,7 @@ async fn screen(state: &Screen, request: Request, next: Next) -> Response {
             return rpc_error(StatusCode::PAYLOAD_TOO_LARGE, &refusal);
         }
         Err(BodyError::Read(err)) => {
-            tracing::debug!(%err, "an HTTP request body could not be read");
+            tracing::debug!(error = %guildhall_actors::ErrorChain(&err), "an HTTP request body could not be read");
             return StatusCode::BAD_REQUEST.into_response();
         }
     };
@@ -351,7 +351,7 @@ pub async fn serve(
     // sequential calls then stall 40 ms at a time.
     let listener = listener.tap_io(|tcp| {
         if let Err(err) = tcp.set_nodelay(true) {
-            tracing::debug!(%err, "TCP_NODELAY could not be set");
+            tracing::debug!(error = %guildhall_actors::ErrorChain(&err), "TCP_NODELAY could not be set");
         }
     });
     axum::serve(listener, router)

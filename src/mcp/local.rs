@@ -348,7 +348,7 @@ pub async fn serve(
             accepted = listener.accept() => match accepted {
                 Ok((stream, _)) => stream,
                 Err(err) => {
-                    tracing::warn!(%err, "local socket accept failed");
+                    tracing::warn!(error = %guildhall_actors::ErrorChain(&err), "local socket accept failed");
                     continue;
                 }
             },
@@ -358,7 +358,7 @@ pub async fn serve(
         let control = control.clone();
         tokio::spawn(async move {
             if let Err(err) = handle(stream, server, &roles, &control).await {
-                tracing::debug!(%err, "local connection ended with an error");
+                tracing::debug!(error = %guildhall_actors::ErrorChain(&err), "local connection ended with an error");
             }
         });
     }

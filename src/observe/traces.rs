@@ -237,7 +237,7 @@ mod exporting {
         let spans = std::mem::take(done);
         let n = spans.len();
         if let Err(err) = exporter.export(spans).await {
-            tracing::warn!(%err, spans = n, "OTLP export failed; these spans are lost");
+            tracing::warn!(error = %guildhall_actors::ErrorChain(&err), spans = n, "OTLP export failed; these spans are lost");
         }
     }
 

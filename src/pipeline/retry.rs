@@ -46,7 +46,7 @@ impl<I: Clone, O> tower::retry::Policy<ToolCall<I>, O, CallError> for RetryPolic
             return None;
         }
         self.retries += 1;
-        tracing::debug!(error = %err, retry = self.retries, "retrying transient failure");
+        tracing::debug!(error = %guildhall_actors::ErrorChain(err), retry = self.retries, "retrying transient failure");
         Some(tokio::time::sleep(delay))
     }
 

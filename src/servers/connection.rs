@@ -655,7 +655,7 @@ async fn reconcile(spec: &ServerSpec, peer: &Peer<RoleClient>) -> Result<(), Str
                 registered.insert(remote, (name, fingerprint));
             }
             Err(err) => {
-                tracing::warn!(server = %spec.name, tool = %remote, %err, "server tool not registered");
+                tracing::warn!(server = %spec.name, tool = %remote, error = %guildhall_actors::ErrorChain(&err), "server tool not registered");
             }
         }
     }

@@ -502,9 +502,7 @@ impl Tool for ShellStart {
             ));
         }
         let jobs = &shell.jobs;
-        let supervisor = jobs.supervisor().ok_or_else(|| {
-            ShellError::Spawn("background shells are not running (the runtime is stopping)".into())
-        })?;
+        let supervisor = jobs.supervisor().ok_or(ShellError::Stopping)?;
         let owner = ctx.agent_shared().cloned();
         let _starting = jobs.starting.lock().await;
         let (running, finished) = jobs.counts(owner.as_deref());
@@ -524,12 +522,11 @@ impl Tool for ShellStart {
             }
         }
         let command = process::command(shell, ctx.agent(), &input.command, input.cwd.as_deref())?;
-        let (reader, writer) = std::io::pipe().map_err(|err| ShellError::Spawn(err.to_string()))?;
+        let (reader, writer) = std::io::pipe()?;
         let (child, group) = command.spawn(&shell.bash, writer.as_fd(), writer.as_fd())?;
         // Our copy of the pipe's writing end goes, so its end of file is the group's.
         drop((command, writer));
-        let output = tokio::net::unix::pipe::Receiver::from_owned_fd(OwnedFd::from(reader))
-            .map_err(|err| ShellError::Spawn(format!("its output could not be read: {err}")))?;
+        let output = tokio::net::unix::pipe::Receiver::from_owned_fd(OwnedFd::from(reader))?;
         let n = jobs.next.fetch_add(1, Ordering::Relaxed) + 1;
         let id: Arc<str> = Arc::from(format!("sh{n}"));
         let job = Arc::new(Job {
@@ -560,7 +557,7 @@ impl Tool for ShellStart {
         if let Err(err) = supervisor.start_child(spec).await {
             // Its launch (and group) died with the spec, unstarted.
             jobs.jobs.remove(&id);
-            return Err(ShellError::Spawn(err.to_string()));
+            return Err(ShellError::Supervisor(Arc::new(err)));
         }
         // The agent left while this call was starting it: it goes the way of its others.
         if !jobs.jobs.contains_key(&id)

@@ -99,16 +99,14 @@ impl Tool for Bash {
             )));
         }
         let command = process::command(shell, ctx.agent(), &input.command, input.cwd.as_deref())?;
-        let spawn_error = |err: std::io::Error| ShellError::Spawn(err.to_string());
-        let (stdout, stdout_writer) = std::io::pipe().map_err(spawn_error)?;
-        let (stderr, stderr_writer) = std::io::pipe().map_err(spawn_error)?;
+        let (stdout, stdout_writer) = std::io::pipe()?;
+        let (stderr, stderr_writer) = std::io::pipe()?;
         let (mut child, mut group) =
             command.spawn(&shell.bash, stdout_writer.as_fd(), stderr_writer.as_fd())?;
         // Our copies of the writing ends go, so each pipe's end of file is the group's.
         drop((command, stdout_writer, stderr_writer));
         let reader = |pipe: std::io::PipeReader| {
-            Receiver::from_owned_fd(OwnedFd::from(pipe))
-                .map_err(|err| ShellError::Spawn(format!("its output could not be read: {err}")))
+            Receiver::from_owned_fd(OwnedFd::from(pipe)).map_err(ShellError::from)
         };
         let (stdout, stderr) = (reader(stdout)?, reader(stderr)?);
         let progress = Progress::new(&ctx);
@@ -142,7 +140,7 @@ impl Tool for Bash {
             }
             let timed_out = matches!(stopped, Err(true));
             let status = match stopped {
-                Ok(status) => Some(status.map_err(spawn_error)?),
+                Ok(status) => Some(status?),
                 Err(_) => tokio::time::timeout(TERM_GRACE, child.wait())
                     .await
                     .ok()

@@ -73,8 +73,7 @@ impl Command {
             stdout,
             stderr,
         }
-        .spawn()
-        .map_err(|err| ShellError::Spawn(err.to_string()))?;
+        .spawn()?;
         // The child leads its own session and group: its pid is the group's id.
         let group = Group::new(child.id());
         Ok((child, group))

@@ -58,7 +58,7 @@ impl Spool {
                     self.disk.insert(file)
                 }
                 Err(err) => {
-                    tracing::warn!(%err, "background shell output could not spill to disk");
+                    tracing::warn!(error = %guildhall_actors::ErrorChain(&err), "background shell output could not spill to disk");
                     self.fail(keep.len());
                     return;
                 }

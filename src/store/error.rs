@@ -47,12 +47,13 @@ pub enum StoreError {
         source: Arc<std::io::Error>,
     },
     /// A read or a commit failed.
-    #[error("store {operation} failed: {reason}")]
+    #[error("store {operation} failed")]
     Backend {
-        /// `read` or `commit`.
+        /// `open`, `read`, `commit` and the like.
         operation: &'static str,
-        /// The backend's message.
-        reason: String,
+        /// The backend's error (redb's, tokio-postgres's), or what guildhall found wrong.
+        #[source]
+        error: Arc<dyn std::error::Error + Send + Sync>,
     },
     /// A stored value could not be decoded.
     #[error("a stored value in `{table}` could not be decoded: {reason}")]
@@ -92,4 +93,17 @@ pub enum StoreError {
     /// The store has shut down.
     #[error("the store is closed")]
     Closed,
+}
+
+impl StoreError {
+    /// A failed `operation`, for `error`: the backend's own error, or a message.
+    pub(crate) fn backend(
+        operation: &'static str,
+        error: impl Into<Box<dyn std::error::Error + Send + Sync>>,
+    ) -> Self {
+        Self::Backend {
+            operation,
+            error: Arc::from(error.into()),
+        }
+    }
 }

@@ -283,10 +283,10 @@ impl PostgresStore {
     /// As [`open`](Self::open).
     pub fn open_with(config: tokio_postgres::Config, lease: Duration) -> Result<Self, StoreError> {
         if lease < Duration::from_millis(300) {
-            return Err(StoreError::Backend {
-                operation: "open",
-                reason: format!("a lease of {lease:?} is too short (300 ms at least)"),
-            });
+            return Err(StoreError::backend(
+                "open",
+                format!("a lease of {lease:?} is too short (300 ms at least)"),
+            ));
         }
         // A current-thread runtime runs only while someone drives it: one thread does.
         let driver = tokio::runtime::Builder::new_current_thread()
@@ -439,7 +439,7 @@ impl PostgresStore {
             live.client
                 .query(query, &params)
                 .await
-                .map_err(|e| failed("read", &e))
+                .map_err(|e| failed("read", e))
         })
     }
 }
@@ -452,10 +452,7 @@ impl std::fmt::Debug for PostgresStore {
 
 /// `url` as connection settings.
 fn parse(url: &str) -> Result<tokio_postgres::Config, StoreError> {
-    url.parse().map_err(|e| StoreError::Backend {
-        operation: "open",
-        reason: format!("not a PostgreSQL connection string: {e}"),
-    })
+    url.parse().map_err(|e| StoreError::backend("open", e))
 }
 
 /// Runs `work` on the store's runtime and waits for it on this thread.
@@ -519,7 +516,7 @@ async fn drive<S, T>(
             }
             Ok(_) => {}
             Err(e) => {
-                tracing::warn!(error = %e, "postgres connection ended");
+                tracing::warn!(error = %guildhall_actors::ErrorChain(&e), "postgres connection ended");
                 return;
             }
         }
@@ -552,22 +549,21 @@ fn unavailable(reason: impl std::fmt::Display) -> StoreError {
     }
 }
 
-/// A failed statement: the database gone is `Unavailable`, anything else the backend's word,
-/// with PostgreSQL's own message (tokio-postgres alone says only "db error").
-fn failed(operation: &'static str, e: &tokio_postgres::Error) -> StoreError {
-    match e.as_db_error() {
-        Some(db) if !e.is_closed() => StoreError::Backend {
-            operation,
-            reason: format!("{} ({})", db.message(), db.code().code()),
-        },
-        _ => unavailable(e),
+/// A failed statement: the database gone is `Unavailable`, anything else the backend's word
+/// (tokio-postgres's error, with PostgreSQL's own as its source; its `code()` is the
+/// SQLSTATE).
+fn failed(operation: &'static str, e: tokio_postgres::Error) -> StoreError {
+    if e.as_db_error().is_some() && !e.is_closed() {
+        StoreError::backend(operation, e)
+    } else {
+        unavailable(ErrorChain(&e))
     }
 }
 
 /// Applies the migrations this database lacks, refusing one migrated by a newer build.
 async fn migrate(client: &Client) -> Result<(), StoreError> {
     let known = MIGRATIONS.last().map_or(0, |(v, _)| *v);
-    let fail = |e: tokio_postgres::Error| failed("migrate", &e);
+    let fail = |e: tokio_postgres::Error| failed("migrate", e);
     client.batch_execute("BEGIN").await.map_err(fail)?;
     let result = async {
         // Taken first, so servers starting together create and migrate one at a time (DDL
@@ -653,7 +649,7 @@ trait Statements: Sized {
 
 /// `sql` prepared on `client`.
 async fn prepared(client: &Client, sql: &str) -> Result<Statement, StoreError> {
-    client.prepare(sql).await.map_err(|e| failed("open", &e))
+    client.prepare(sql).await.map_err(|e| failed("open", e))
 }
 
 /// A reader's statements.
@@ -973,10 +969,9 @@ impl<'a> Writer<'a> {
                 self.stats.failed();
                 Err(match refused {
                     Refused::Failed(err) => err,
-                    Refused::Existed => StoreError::Backend {
-                        operation: "commit",
-                        reason: "a key written as new existed".into(),
-                    },
+                    Refused::Existed => {
+                        StoreError::backend("commit", "a key written as new existed")
+                    }
                 })
             }
         };
@@ -1008,7 +1003,7 @@ async fn claim(
         .client
         .query_one(&live.claim, &[&subject, &me.node])
         .await
-        .map_err(|e| fenced_or_failed(me, "claim", &e))?;
+        .map_err(|e| fenced_or_failed(me, "claim", e))?;
     Ok((row.get(0), row.get(1)))
 }
 
@@ -1027,16 +1022,16 @@ async fn release(writer: &Connection<Writes>, subject: &str, epoch: i64, me: &Me
         .execute(&live.release, &[&subject, &me.node, &epoch])
         .await
     {
-        tracing::warn!(subject, error = %e, "could not release a subject");
+        tracing::warn!(subject, error = %guildhall_actors::ErrorChain(&e), "could not release a subject");
     }
 }
 
 fn fenced_or_failed(
     me: &Membership,
     operation: &'static str,
-    e: &tokio_postgres::Error,
+    e: tokio_postgres::Error,
 ) -> StoreError {
-    if membership::is_fenced(e) {
+    if membership::is_fenced(&e) {
         me.lose();
         StoreError::Fenced
     } else {
@@ -1114,7 +1109,7 @@ async fn commit_group(
         if e.code() == Some(&tokio_postgres::error::SqlState::UNIQUE_VIOLATION) {
             Refused::Existed
         } else {
-            Refused::Failed(fenced_or_failed(me, "commit", &e))
+            Refused::Failed(fenced_or_failed(me, "commit", e))
         }
     };
     if channels.is_empty() && del_tbl.is_empty() {
@@ -1161,7 +1156,7 @@ impl Store for PostgresStore {
                 .client
                 .query_opt(&live.get, &[&table_code(table), &key])
                 .await
-                .map_err(|e| failed("read", &e))?;
+                .map_err(|e| failed("read", e))?;
             Ok(row.map(|row| row.get::<_, Vec<u8>>(0)))
         })
     }
@@ -1189,7 +1184,7 @@ impl Store for PostgresStore {
                         &[&table_code(table), &page_from, &page_end, &SCAN_PAGE],
                     )
                     .await
-                    .map_err(|e| failed("read", &e))?;
+                    .map_err(|e| failed("read", e))?;
                 Ok(rows.into_iter().map(|r| (r.get(0), r.get(1))).collect())
             })?;
             let full = rows.len() as i64 == SCAN_PAGE;

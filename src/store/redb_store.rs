@@ -356,16 +356,13 @@ fn write_loop(db: &Database, jobs: &mpsc::Receiver<Job>, stats: &CommitCounters)
             let started = std::time::Instant::now();
             let committed = std::panic::catch_unwind(AssertUnwindSafe(|| commit_group(db, &group)))
                 .unwrap_or_else(|_| {
-                    Err(StoreError::Backend {
-                        operation: "commit",
-                        reason: "the storage engine panicked".into(),
-                    })
+                    Err(StoreError::backend("commit", "the storage engine panicked"))
                 });
             if committed.is_ok() {
                 stats.committed(started, group.len(), writes);
             } else if let Err(err) = &committed {
                 stats.failed();
-                tracing::error!(%err, batches = group.len(), "group commit failed");
+                tracing::error!(error = %guildhall_actors::ErrorChain(err), batches = group.len(), "group commit failed");
             }
             committed
         };
@@ -376,11 +373,8 @@ fn write_loop(db: &Database, jobs: &mpsc::Receiver<Job>, stats: &CommitCounters)
 }
 
 fn commit_group(db: &Database, group: &[Job]) -> Result<(), StoreError> {
-    let fail = |e: &dyn std::fmt::Display| StoreError::Backend {
-        operation: "commit",
-        reason: e.to_string(),
-    };
-    let mut txn = db.begin_write().map_err(|e| fail(&e))?;
+    let fail = |e: redb::Error| StoreError::backend("commit", e);
+    let mut txn = db.begin_write().map_err(|e| fail(e.into()))?;
     // Two fsyncs per commit (data, then the header that points at it), shared by the whole
     // group: a crash mid-commit then never leaves the newest header damaged, so a damaged
     // one at open is damage, never a crash, and is refused (see `open_checked`).
@@ -388,7 +382,10 @@ fn commit_group(db: &Database, group: &[Job]) -> Result<(), StoreError> {
     {
         let mut tables = Vec::with_capacity(Table::ALL.len());
         for table in Table::ALL {
-            tables.push(txn.open_table(definition(table)).map_err(|e| fail(&e))?);
+            tables.push(
+                txn.open_table(definition(table))
+                    .map_err(|e| fail(e.into()))?,
+            );
         }
         for job in group {
             for write in job.batch.writes() {
@@ -396,23 +393,23 @@ fn commit_group(db: &Database, group: &[Job]) -> Result<(), StoreError> {
                     Write::Put { table, key, value } | Write::Insert { table, key, value } => {
                         tables[table.index()]
                             .insert(key.as_slice(), value.as_slice())
-                            .map_err(|e| fail(&e))?;
+                            .map_err(|e| fail(e.into()))?;
                     }
                     Write::PutShared { table, key, value } => {
                         tables[table.index()]
                             .insert(key.as_slice(), &value[..])
-                            .map_err(|e| fail(&e))?;
+                            .map_err(|e| fail(e.into()))?;
                     }
                     Write::Delete { table, key } => {
                         tables[table.index()]
                             .remove(key.as_slice())
-                            .map_err(|e| fail(&e))?;
+                            .map_err(|e| fail(e.into()))?;
                     }
                 }
             }
         }
     }
-    txn.commit().map_err(|e| fail(&e))
+    txn.commit().map_err(|e| fail(e.into()))
 }
 
 impl Store for RedbStore {
@@ -469,9 +466,6 @@ impl Store for RedbStore {
     }
 }
 
-fn read_error(e: impl std::fmt::Display) -> StoreError {
-    StoreError::Backend {
-        operation: "read",
-        reason: e.to_string(),
-    }
+fn read_error(e: impl Into<redb::Error>) -> StoreError {
+    StoreError::backend("read", e.into())
 }

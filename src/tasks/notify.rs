@@ -24,7 +24,7 @@ pub(crate) async fn deliver(office: Arc<PostOffice>, notices: Vec<Notice>) {
             .body(body)
             .payload(json!({"task": notice.task, "event": notice.event}));
         if let Err(err) = office.send(&sender, out).await {
-            tracing::warn!(task = notice.task, to = %notice.to, %err, "task notice not delivered");
+            tracing::warn!(task = notice.task, to = %notice.to, error = %guildhall_actors::ErrorChain(&err), "task notice not delivered");
         }
     }
 }

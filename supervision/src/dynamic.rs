@@ -164,13 +164,12 @@ impl DynamicState {
                 id: spec.id.to_string(),
             });
         }
-        let cell =
-            (spec.start)(myself.get_cell())
-                .await
-                .map_err(|e| SupervisorError::StartFailed {
-                    id: spec.id.to_string(),
-                    reason: e.to_string(),
-                })?;
+        let cell = (spec.start)(myself.get_cell()).await.map_err(|error| {
+            SupervisorError::StartFailed {
+                id: spec.id.to_string(),
+                error,
+            }
+        })?;
         self.by_actor.insert(cell.get_id(), Arc::clone(&spec.id));
         self.children.insert(
             Arc::clone(&spec.id),
@@ -298,9 +297,9 @@ impl Supervisor {
             Some(parent) => Actor::spawn_linked(None, DynamicSupervisorActor, spec, parent).await,
             None => Actor::spawn(None, DynamicSupervisorActor, spec).await,
         };
-        let (actor, handle) = spawned.map_err(|e| SupervisorError::StartFailed {
+        let (actor, handle) = spawned.map_err(|error| SupervisorError::StartFailed {
             id: "dynamic supervisor".into(),
-            reason: e.to_string(),
+            error,
         })?;
         Ok((Self::from_ref(actor), handle))
     }

@@ -20,8 +20,8 @@ use tokio::sync::{Notify, oneshot};
 use tokio::time::Instant;
 
 use crate::{
-    Backoff, ChildSpec, DynamicSpec, Restart, Shutdown, Strategy, Supervisor, SupervisorError,
-    SupervisorMsg, SupervisorSpec,
+    Backoff, ChildSpec, DynamicSpec, ErrorChain, Restart, Shutdown, Strategy, Supervisor,
+    SupervisorError, SupervisorMsg, SupervisorSpec,
 };
 
 /// Where a lazily started actor runs, when it last did something, and whether it may start.
@@ -211,7 +211,7 @@ pub async fn start<M: ractor::Message>(
             Ok(())
         }
         Err(_) if slot.is_retired() => Err(StartError::Retired),
-        Err(err) => Err(StartError::Failed(err.to_string())),
+        Err(err) => Err(StartError::Failed(ErrorChain(&err).to_string())),
     }
 }
 
@@ -361,7 +361,9 @@ pub async fn stop(partitions: &Partitions, key: &str) {
     if let Some(supervisor) = partitions.supervisor(key) {
         match Supervisor::from_ref(supervisor).terminate_child(key).await {
             Ok(()) | Err(SupervisorError::UnknownChild { .. }) => {}
-            Err(err) => tracing::warn!(key, %err, "stopping a lazily started actor failed"),
+            Err(err) => {
+                tracing::warn!(key, error = %ErrorChain(&err), "stopping a lazily started actor failed")
+            }
         }
     }
 }

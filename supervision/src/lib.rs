@@ -32,7 +32,7 @@ pub mod supervisor;
 pub use backoff::Backoff;
 pub use breaker::{BreakerConfig, BreakerStatus, CircuitBreaker, CircuitOpen, SharedBreaker};
 pub use dynamic::{DynamicSpec, DynamicSupervisorActor};
-pub use error::SupervisorError;
+pub use error::{ErrorChain, SupervisorError, Unreachable};
 pub use intensity::{IntensityExceeded, RestartIntensity, RestartWindow};
 pub use snapshot::{ChildSnapshot, ChildStatus};
 pub use spec::{ChildKind, ChildSpec, Restart, Shutdown, StartFn};

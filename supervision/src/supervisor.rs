@@ -24,7 +24,7 @@ use std::time::Duration;
 use ractor::{Actor, ActorCell, ActorProcessingErr, ActorRef, RpcReplyPort, SupervisionEvent};
 
 use crate::backoff::Backoff;
-use crate::error::SupervisorError;
+use crate::error::{SupervisorError, Unreachable};
 use crate::intensity::{IntensityExceeded, RestartIntensity, RestartWindow};
 use crate::snapshot::{ChildSnapshot, ChildStatus};
 use crate::spec::{ChildKind, ChildSpec, Restart, Shutdown};
@@ -254,13 +254,12 @@ impl SupervisorState {
                 id: spec.id.to_string(),
             });
         }
-        let cell =
-            (spec.start)(myself.get_cell())
-                .await
-                .map_err(|e| SupervisorError::StartFailed {
-                    id: spec.id.to_string(),
-                    reason: e.to_string(),
-                })?;
+        let cell = (spec.start)(myself.get_cell()).await.map_err(|error| {
+            SupervisorError::StartFailed {
+                id: spec.id.to_string(),
+                error,
+            }
+        })?;
         self.ids.insert(Arc::clone(&spec.id));
         self.children.push(Child {
             spec,
@@ -519,9 +518,9 @@ impl Supervisor {
             Some(parent) => Actor::spawn_linked(None, SupervisorActor, spec, parent).await,
             None => Actor::spawn(None, SupervisorActor, spec).await,
         };
-        let (actor, handle) = spawned.map_err(|e| SupervisorError::StartFailed {
+        let (actor, handle) = spawned.map_err(|error| SupervisorError::StartFailed {
             id: "supervisor".into(),
-            reason: e.to_string(),
+            error,
         })?;
         Ok((Self { actor }, handle))
     }
@@ -593,12 +592,12 @@ impl Supervisor {
         self.actor
             .call(msg, None)
             .await
-            .map_err(|e| SupervisorError::Unavailable {
-                reason: e.to_string(),
+            .map_err(|_| SupervisorError::Unavailable {
+                why: Unreachable::Stopped,
             })?
             .success_or(())
             .map_err(|_| SupervisorError::Unavailable {
-                reason: "no reply".into(),
+                why: Unreachable::NoReply,
             })
     }
 }

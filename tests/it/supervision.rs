@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use guildhall::supervision::{
     Backoff, ChildSpec, ChildStatus, DynamicSpec, Restart, RestartIntensity, Shutdown, Strategy,
-    Supervisor, SupervisorError, SupervisorSpec,
+    Supervisor, SupervisorError, SupervisorSpec, Unreachable,
 };
 use ractor::{Actor, ActorProcessingErr, ActorRef};
 
@@ -400,4 +400,45 @@ async fn dynamic_supervisor_escalates_when_its_intensity_is_exceeded() {
     .await;
     assert!(root.snapshot().await.unwrap()[0].children.is_empty());
     root.shutdown().await.unwrap();
+}
+
+/// Refuses to start, saying why.
+struct Refuses;
+
+impl Actor for Refuses {
+    type Msg = ();
+    type State = ();
+    type Arguments = ();
+
+    async fn pre_start(&self, _: ActorRef<()>, _: ()) -> Result<(), ActorProcessingErr> {
+        Err("the disk is full".into())
+    }
+}
+
+#[tokio::test]
+async fn a_failed_start_keeps_the_childs_own_error_and_a_gone_supervisor_says_so() {
+    let (sup, _) = Supervisor::spawn_dynamic(dynamic(1), None).await.unwrap();
+    let err = sup
+        .start_child(ChildSpec::actor("refuses", || (Refuses, ())))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&err, SupervisorError::StartFailed { id, .. } if id == "refuses"),
+        "{err:?}"
+    );
+    // The child's reason is a source, not a copy in the message, and the chain shows it once.
+    assert_eq!(err.to_string(), "child `refuses` failed to start");
+    let chain = guildhall::ErrorChain(&err).to_string();
+    assert_eq!(chain.matches("the disk is full").count(), 1, "{chain}");
+    sup.shutdown().await.unwrap();
+    let gone = sup.snapshot().await.unwrap_err();
+    assert!(
+        matches!(
+            gone,
+            SupervisorError::Unavailable {
+                why: Unreachable::Stopped
+            }
+        ),
+        "{gone:?}"
+    );
 }

@@ -90,7 +90,7 @@ impl Question {
         {
             rule.action = Action::Allow;
             if let Err(err) = gov.grant(agent, session, rule, approval).await {
-                tracing::warn!(%err, "an approval could not be stored; it holds for this call only");
+                tracing::warn!(error = %guildhall_actors::ErrorChain(&err), "an approval could not be stored; it holds for this call only");
             }
         }
         Ok(Arc::from(format!("approved {}", label(approval))))

@@ -106,7 +106,7 @@ where
                                 match cut {
                                     Ok(cut) => reply.truncated = cut,
                                     Err(err) => tracing::warn!(
-                                        %tool, %err,
+                                        %tool, error = %guildhall_actors::ErrorChain(&err),
                                         "a long result could not be spilled to a file; it is returned whole"
                                     ),
                                 }

@@ -79,7 +79,7 @@ pub(super) async fn join(client: &Client, lease: Duration) -> Result<Arc<Members
     let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
         .map(|h| h.trim().to_owned())
         .unwrap_or_else(|_| "host".into());
-    let fail = |e: tokio_postgres::Error| failed("open", &e);
+    let fail = |e: tokio_postgres::Error| failed("open", e);
     client
         .execute(
             "DELETE FROM guildhall_nodes n WHERE n.expires_at < now() - interval '1 day' \
@@ -146,7 +146,9 @@ pub(super) async fn heartbeat(
                 return;
             }
             Ok(_) => {}
-            Err(e) => tracing::warn!(error = %e, "could not renew this server's lease"),
+            Err(e) => {
+                tracing::warn!(error = %guildhall_actors::ErrorChain(&e), "could not renew this server's lease")
+            }
         }
     }
 }
@@ -202,7 +204,7 @@ pub(super) async fn listen(
                 .batch_execute(&format!("LISTEN {}; LISTEN {EVERYONE}", channel(&me.node)))
                 .await
                 .map(|()| client)
-                .map_err(|e| failed("listen", &e)),
+                .map_err(|e| failed("listen", e)),
             Err(e) => Err(e),
         };
         match connected {
@@ -233,7 +235,7 @@ pub(super) async fn listen(
                 missed = true;
             }
             Err(e) => {
-                tracing::warn!(error = %e, "cannot listen for other servers' notices");
+                tracing::warn!(error = %guildhall_actors::ErrorChain(&e), "cannot listen for other servers' notices");
                 missed = true;
             }
         }
