@@ -240,6 +240,16 @@ pub struct CallsReport {
     pub governed_ns: f64,
     /// `governed_ns / pipeline_ns`.
     pub governed_ratio: f64,
+    /// The same governed call in a runtime of its own watched all along by the dashboard's
+    /// event stream and `guildhall watch` (two watchers sharing one rendering, as a
+    /// server's do).
+    pub governed_watched_ns: f64,
+    /// `governed_watched_ns / pipeline_ns`.
+    pub governed_watched_ratio: f64,
+    /// Events the two watchers showed, summed over both.
+    pub governed_watched_events: u64,
+    /// Events they lost by falling behind (each loss told in a `missed` line).
+    pub governed_watched_missed: u64,
     /// One breaker admission plus one outcome record.
     pub breaker_check_ns: f64,
     /// Median time from a caller receiving `crashed` to the next call succeeding.
@@ -353,20 +363,13 @@ pub async fn calls(config: CallsConfig, stage: &dyn Stage) -> CallsReport {
         .await
         .expect("bench runtime starts");
     let handle = rt.handle::<Noop>("noop").expect("noop registered");
-    let audit_dir = mail::tempfile_in(&std::env::temp_dir());
-    let governed_rt = Runtime::builder()
-        .data_dir(&audit_dir)
-        .governance(governed_config())
-        .tool(Noop::named("noop"))
-        .build()
-        .await
-        .expect("governed bench runtime starts");
-    let agent = governed_rt
-        .register_agent(crate::AgentSpec::new("bench-1", "bench"))
-        .await
-        .expect("bench agent registers");
+    let (governed_rt, audit_dir, agent) = governed_runtime().await;
     let governed = governed_rt.handle::<Noop>("noop").expect("noop registered");
-    let as_agent = || CallOptions::new().as_agent(&agent);
+    // Watched: a runtime of its own, so that the dashboard and `watch` stay attached for the
+    // whole run (as they are on a server) and the unwatched runtime emits nothing.
+    let (watched_rt, watched_dir, watched_agent) = governed_runtime().await;
+    let watched = watched_rt.handle::<Noop>("noop").expect("noop registered");
+    let watchers = watchers::dashboard_and_watch(&watched_rt);
     let mut n = 0u64;
     let (raw, _) = Actor::spawn(None, RawEcho, ())
         .await
@@ -377,8 +380,8 @@ pub async fn calls(config: CallsConfig, stage: &dyn Stage) -> CallsReport {
     let json_args = serde_json::json!({ "n": 7 });
 
     stage.phase("calls", config.rounds as u64);
-    let (mut direct, mut raw_ns, mut pipe, mut json, mut brk, mut gov) =
-        (vec![], vec![], vec![], vec![], vec![], vec![]);
+    let (mut direct, mut raw_ns, mut pipe, mut json, mut brk, mut gov, mut gov_watched) =
+        (vec![], vec![], vec![], vec![], vec![], vec![], vec![]);
     for _ in 0..config.rounds {
         direct.push(
             batch(config.batch, || async {
@@ -403,7 +406,20 @@ pub async fn calls(config: CallsConfig, stage: &dyn Stage) -> CallsReport {
                 // Arguments change per call, as a working agent's do: the loop guard counts
                 // every call and trips none.
                 n += 1;
-                let call = governed.call_with(Number { n }, as_agent());
+                let call = governed.call_with(Number { n }, CallOptions::new().as_agent(&agent));
+                async move {
+                    black_box(call.await.ok());
+                }
+            })
+            .await,
+        );
+        // Before the JSON calls: what the watchers render after this batch ends falls on
+        // them, whose figure has no bound, rather than on the baselines.
+        gov_watched.push(
+            batch(config.batch, || {
+                n += 1;
+                let options = CallOptions::new().as_agent(&watched_agent);
+                let call = watched.call_with(Number { n }, options);
                 async move {
                     black_box(call.await.ok());
                 }
@@ -434,13 +450,17 @@ pub async fn calls(config: CallsConfig, stage: &dyn Stage) -> CallsReport {
     stage.phase("crash recovery", config.crashes as u64);
     let recovery = crash_recovery(&rt, config.crashes, stage).await;
 
+    let seen = watchers.stop().await;
     raw.stop(None);
     rt.shutdown().await;
-    governed_rt.shutdown().await;
-    let _ = std::fs::remove_dir_all(&audit_dir);
+    for (runtime, dir) in [(governed_rt, audit_dir), (watched_rt, watched_dir)] {
+        runtime.shutdown().await;
+        let _ = std::fs::remove_dir_all(&dir);
+    }
     let raw_ractor_ns = median(&mut raw_ns);
     let pipeline_ns = median(&mut pipe);
     let governed_ns = median(&mut gov);
+    let governed_watched_ns = median(&mut gov_watched);
     CallsReport {
         direct_ns: median(&mut direct),
         raw_ractor_ns,
@@ -449,10 +469,32 @@ pub async fn calls(config: CallsConfig, stage: &dyn Stage) -> CallsReport {
         overhead_ratio: pipeline_ns / raw_ractor_ns,
         governed_ns,
         governed_ratio: governed_ns / pipeline_ns,
+        governed_watched_ns,
+        governed_watched_ratio: governed_watched_ns / pipeline_ns,
+        governed_watched_events: seen.taken,
+        governed_watched_missed: seen.missed,
         breaker_check_ns: median(&mut brk),
         crash_recovery_p50_us: percentile(&recovery, 0.50),
         crash_recovery_p99_us: percentile(&recovery, 0.99),
     }
+}
+
+/// A runtime governed by [`governed_config`], its audit in a fresh directory (returned, to
+/// remove after), with the agent its calls are made as.
+async fn governed_runtime() -> (Runtime, std::path::PathBuf, crate::Agent) {
+    let audit_dir = mail::tempfile_in(&std::env::temp_dir());
+    let runtime = Runtime::builder()
+        .data_dir(&audit_dir)
+        .governance(governed_config())
+        .tool(Noop::named("noop"))
+        .build()
+        .await
+        .expect("governed bench runtime starts");
+    let agent = runtime
+        .register_agent(crate::AgentSpec::new("bench-1", "bench"))
+        .await
+        .expect("bench agent registers");
+    (runtime, audit_dir, agent)
 }
 
 /// Governance as a careful deployment has it: rules in the config, role and agent scopes

@@ -1085,6 +1085,22 @@ fn table(out: &mut impl Write, r: &Report) -> std::io::Result<()> {
             c.governed_ratio,
             "<= 1.5",
         ),
+        (
+            "governed call, dashboard and watch attached (ns)",
+            c.governed_watched_ns,
+            "",
+        ),
+        (
+            "watched ratio (watched governed / pipeline)",
+            c.governed_watched_ratio,
+            "<= 1.5",
+        ),
+        (
+            "  events the watchers showed",
+            c.governed_watched_events as f64,
+            "",
+        ),
+        ("  events they lost", c.governed_watched_missed as f64, ""),
         ("breaker check (ns)", c.breaker_check_ns, "< 100"),
         ("crash -> serving p50 (us)", c.crash_recovery_p50_us, ""),
         (

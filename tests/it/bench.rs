@@ -258,6 +258,44 @@ fn tasks_reports_claims_against_durable_sends_of_the_same_run() {
 }
 
 #[test]
+fn calls_reports_the_governed_call_watched_and_unwatched_against_the_same_pipeline() {
+    let report = bench(&[
+        "calls",
+        "--json",
+        "--rounds",
+        "3",
+        "--batch",
+        "200",
+        "--crashes",
+        "5",
+        "--spawn",
+        "10",
+    ]);
+    let get = |k: &str| report[k].as_f64().unwrap_or(-1.0);
+    for (ratio, ns, over) in [
+        ("overhead_ratio", "pipeline_ns", "raw_ractor_ns"),
+        ("governed_ratio", "governed_ns", "pipeline_ns"),
+        (
+            "governed_watched_ratio",
+            "governed_watched_ns",
+            "pipeline_ns",
+        ),
+    ] {
+        assert!(get(ns) > 0.0, "{ns}: {report}");
+        assert!(
+            (get(ratio) - get(ns) / get(over)).abs() < 1e-9,
+            "{ratio}: {report}"
+        );
+    }
+    // Every watched call gives two events, which the two watchers show or tell as lost.
+    let shown = report["governed_watched_events"].as_u64().unwrap_or(0);
+    let lost = report["governed_watched_missed"]
+        .as_u64()
+        .unwrap_or(u64::MAX);
+    assert!(shown > 0 && shown + lost <= 2 * 2 * 3 * 200, "{report}");
+}
+
+#[test]
 fn events_reports_the_lag_of_a_watcher_and_what_watching_costs_a_call() {
     let report = bench(&[
         "events", "--json", "--rate", "1000", "--secs", "0.5", "--rounds", "2", "--batch", "200",
