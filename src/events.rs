@@ -30,6 +30,9 @@ use std::time::Duration;
 use serde::Serialize;
 use tokio::sync::broadcast;
 
+mod tally;
+pub use tally::{Tally, TallyReading};
+
 /// Events kept for a slow subscriber before the oldest are dropped.
 pub(crate) const CAPACITY: usize = 4096;
 
@@ -148,6 +151,7 @@ pub enum ToolEvent {
 pub struct Events {
     tx: broadcast::Sender<ToolEvent>,
     listeners: Arc<Listeners>,
+    tally: Arc<Tally>,
 }
 
 /// Who listens, read on every call: atomics rather than the channel's lock.
@@ -166,6 +170,7 @@ impl Default for Events {
         Self {
             tx: broadcast::Sender::new(CAPACITY),
             listeners: Arc::default(),
+            tally: Arc::default(),
         }
     }
 }
@@ -173,7 +178,39 @@ impl Default for Events {
 impl Events {
     /// Publishes the event `make` builds, building it only if someone listens and is awake
     /// (see the module's doc on resting).
+    /// Counted by the [`tally`](Self::tally) once it started, listened to or not.
     pub fn emit(&self, make: impl FnOnce() -> ToolEvent) {
+        let alive = self.subscribers();
+        let counting = self.tally.counting();
+        if alive == 0 && !counting {
+            return;
+        }
+        if alive > 0 && self.listeners.resting.load(Ordering::Acquire) < alive {
+            let event = make();
+            if counting {
+                self.tally.add(&event);
+            }
+            let _ = self.tx.send(event);
+        } else {
+            if counting {
+                self.tally.add(&make());
+            }
+            if alive > 0 {
+                self.listeners.unsent.count_one();
+            }
+        }
+    }
+
+    /// The counts of the events that are not a call's own, for the metrics.
+    pub fn tally(&self) -> &Tally {
+        &self.tally
+    }
+
+    /// Publishes a call's own event (`invoked`, `completed`, `failed`, `denied`), built only
+    /// if someone listens and is awake. Never tallied: calls are counted by
+    /// [`call_stats`](crate::governance::call_stats), so that a call emits nothing while
+    /// nobody watches.
+    pub(crate) fn emit_call(&self, make: impl FnOnce() -> ToolEvent) {
         let alive = self.subscribers();
         if alive == 0 {
             return;
@@ -433,6 +470,43 @@ mod tests {
         let next = tokio::time::timeout(Duration::from_secs(10), stream.next()).await;
         assert_eq!(next, Ok(Some(restarted(1))), "awake again");
         assert_eq!(stream.missed(), 0);
+    }
+
+    fn invoked() -> ToolEvent {
+        ToolEvent::Invoked {
+            call_id: uuid::Uuid::nil(),
+            tool: Arc::from("t"),
+            agent: None,
+            trace: None,
+        }
+    }
+
+    #[test]
+    fn the_tally_counts_what_is_emitted_once_started_with_or_without_subscribers() {
+        let events = Events::default();
+        let mailed = |recipients| ToolEvent::Mailed {
+            id: uuid::Uuid::nil(),
+            thread: uuid::Uuid::nil(),
+            from: Arc::from("a"),
+            to: Arc::from("b"),
+            subject: Arc::from("s"),
+            recipients,
+        };
+        events.emit(|| mailed(1));
+        assert_eq!(events.tally().read().messages, 0, "not counting yet");
+        events.tally().start();
+        events.emit(|| mailed(3));
+        let _subscriber = events.subscribe();
+        events.emit(|| restarted(1));
+        events.emit(|| restarted(2));
+        events.emit(|| ToolEvent::CircuitOpened {
+            tool: Arc::from("t"),
+        });
+        events.emit_call(invoked);
+        let read = events.tally().read();
+        assert_eq!((read.messages, read.deliveries), (1, 3));
+        assert_eq!(read.restarts, [(Arc::from("t"), 2)]);
+        assert_eq!(read.breakers, [(Arc::from("t"), true)]);
     }
 
     #[tokio::test]

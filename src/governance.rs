@@ -21,6 +21,7 @@ pub mod asker;
 pub mod audit;
 pub mod cache;
 mod call;
+pub mod call_stats;
 pub mod doom;
 pub mod hooks;
 pub mod layers;
@@ -243,6 +244,8 @@ pub struct Governance {
     cache: cache::ResultCache,
     audit: Option<AuditLog>,
     events: Events,
+    /// Calls counted by tool and outcome, for the metrics.
+    call_stats: call_stats::CallStats,
     spill: Spill,
     /// Nothing to do for typed calls (see [`GovernanceConfig::is_off`]), unless approvals
     /// were stored by an earlier, governed run.
@@ -348,6 +351,7 @@ impl Governance {
             cache: cache::ResultCache::default(),
             audit,
             events,
+            call_stats: call_stats::CallStats::default(),
             spill,
         });
         let task = tokio::spawn(housekeeping(Arc::downgrade(&governance)));
@@ -371,8 +375,33 @@ impl Governance {
         self.events.subscribe()
     }
 
+    /// Calls counted by tool and outcome, once [`start_counting`](Self::start_counting)
+    /// was called.
+    pub fn call_stats(&self) -> &call_stats::CallStats {
+        &self.call_stats
+    }
+
+    /// The other events counted (restarts, breakers, messages, …), once
+    /// [`start_counting`](Self::start_counting) was called.
+    pub fn event_tally(&self) -> &crate::events::Tally {
+        self.events.tally()
+    }
+
+    /// Starts counting calls in [`call_stats`](Self::call_stats) (each call then adds to
+    /// two or three counters of its tool) and the other events in
+    /// [`event_tally`](Self::event_tally), for the metrics.
+    pub fn start_counting(&self) {
+        self.call_stats.start();
+        self.events.tally().start();
+    }
+
     pub(crate) fn emit(&self, make: impl FnOnce() -> ToolEvent) {
         self.events.emit(make);
+    }
+
+    /// Emits a call's own event, built only if a subscriber that takes calls is awake.
+    pub(crate) fn emit_call(&self, make: impl FnOnce() -> ToolEvent) {
+        self.events.emit_call(make);
     }
 
     /// Where the pipeline's own layers (the breaker) publish events.

@@ -45,18 +45,26 @@ pub(super) fn watcher(
     (task, stop.drop_guard())
 }
 
-/// What the "dashboard open and `watch` attached" is: two watchers of every event,
-/// sharing one rendering as a server's do, until [`Watchers::stop`].
+/// What the "dashboard open and `watch` attached" is on a server: two watchers of
+/// every event, sharing one rendering as a server's do, beside the `/metrics` aggregator
+/// every server with an HTTP listener runs, until [`Watchers::stop`].
 pub(super) fn dashboard_and_watch(runtime: &Runtime) -> Watchers {
+    let metrics = crate::observe::Metrics::start(runtime);
     let feed = Feed::operator(runtime);
     let (tasks, stops) = (0..2).map(|_| watcher(&feed, |_| {})).unzip();
-    Watchers { tasks, stops }
+    Watchers {
+        tasks,
+        stops,
+        _metrics: metrics,
+    }
 }
 
 /// Watchers running until stopped (or dropped, uncounted).
 pub(super) struct Watchers {
     tasks: Vec<tokio::task::JoinHandle<Watched>>,
     stops: Vec<tokio_util::sync::DropGuard>,
+    /// Aggregating while it lives.
+    _metrics: std::sync::Arc<crate::observe::Metrics>,
 }
 
 /// What watchers took between their start and their stop.
@@ -79,6 +87,7 @@ impl Watchers {
     /// Stops the watchers and sums what they took and lost. Lines rendered but not yet
     /// taken when they stop count as neither.
     pub(super) async fn stop(self) -> Watched {
+        drop(self._metrics);
         drop(self.stops);
         let mut watched = Watched::default();
         for task in self.tasks {

@@ -55,6 +55,8 @@ pub struct ToolMeta<I> {
     pub polls: fn(&I) -> bool,
     /// The rules, hooks, guards and logs that judge its calls.
     pub gov: Arc<Governance>,
+    /// Its calls' counters (see [`Governance::call_stats`]).
+    pub(crate) stats: Arc<super::call_stats::ToolCallStats>,
 }
 
 impl<I> ToolMeta<I> {
@@ -68,6 +70,7 @@ impl<I> ToolMeta<I> {
         static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
         Self {
             id: NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
+            stats: gov.call_stats().of(&name),
             name,
             spec,
             polls,

@@ -1,27 +1,31 @@
 //! Prometheus metrics (`GET /metrics` on the HTTP listener, OpenMetrics text).
 //!
-//! [`Metrics`] follows the runtime's event stream ([`crate::events`]) on its own task and
-//! aggregates it (calls by tool and outcome, their latency, restarts, breakers, messages,
-//! context batches, agents connected). A scrape adds what is read at that moment: agents
-//! and tools registered, sessions, mailboxes and sessions active, each agent's unread mail
-//! (a passive mailbox is counted in the store, not woken), MCP connections, and the store's
-//! commits (each one fsync on a durable store) with the time they took.
-//! It never slows a call: the stream is a bounded broadcast, and events the aggregator
-//! misses are counted (`guildhall_events_missed_total`).
+//! [`Metrics`] reads everything at the scrape: calls by tool and outcome and the latency
+//! of those that succeeded (counted by the calls as they end, see
+//! [`call_stats`](crate::governance::call_stats)); restarts and breakers by tool, messages,
+//! deliveries and context batches (counted as they are emitted, see
+//! [`Tally`](crate::events::Tally)); and what is read at that moment: agents registered and
+//! connected, tools registered, sessions, mailboxes and sessions active, each agent's unread mail (a passive
+//! mailbox is counted in the store, not woken), MCP connections, and the store's commits
+//! (each one fsync on a durable store) with the time they took.
+//!
+//! It does not subscribe to the event stream: a subscriber costs every call the stream's
+//! hand-over (about a tenth of a governed call), and loses counts when it falls behind.
+//! Counting costs a call two or three relaxed additions to its tool's counters, and nothing
+//! is ever missed.
 
 use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 
 use prometheus_client::collector::Collector;
-use prometheus_client::encoding::{DescriptorEncoder, EncodeLabelSet, EncodeMetric};
-use prometheus_client::metrics::counter::{ConstCounter, Counter};
-use prometheus_client::metrics::family::Family;
-use prometheus_client::metrics::gauge::{ConstGauge, Gauge};
-use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use prometheus_client::encoding::{DescriptorEncoder, EncodeLabelSet, EncodeMetric, NoLabelSet};
+use prometheus_client::metrics::MetricType;
+use prometheus_client::metrics::counter::ConstCounter;
+use prometheus_client::metrics::gauge::ConstGauge;
 use prometheus_client::registry::Registry;
 use tokio::sync::watch;
-use tokio_util::sync::{CancellationToken, DropGuard};
 
-use crate::events::ToolEvent;
+use crate::events::TallyReading;
+use crate::governance::call_stats::ToolCalls;
 use crate::runtime::{Runtime, WeakRuntime};
 use crate::store::StoreStats;
 
@@ -30,22 +34,12 @@ pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; cha
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct CallLabels {
-    tool: String,
-    /// `ok`, `denied`, or the failure's kind (`tool_error`, `crashed`, `timeout`, …).
-    outcome: String,
+    tool: Arc<str>,
+    /// `ok`, `denied`, `cancelled`, or the failure's kind (`tool_error`, `crashed`, …).
+    outcome: &'static str,
 }
 
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct ToolLabels {
-    tool: String,
-}
-
-fn latency() -> Histogram {
-    // 50 µs to about 52 s, doubling.
-    Histogram::new(exponential_buckets(0.000_05, 2.0, 21))
-}
-
-/// A runtime's metrics, aggregated from its events while the value lives.
+/// A runtime's metrics, read at each scrape.
 pub struct Metrics {
     registry: Mutex<Registry>,
     runtime: WeakRuntime,
@@ -53,7 +47,6 @@ pub struct Metrics {
     reading: Arc<Mutex<Reading>>,
     /// The server's live MCP connections, when it counts them.
     connections: OnceLock<watch::Receiver<usize>>,
-    _aggregating: DropGuard,
 }
 
 impl std::fmt::Debug for Metrics {
@@ -63,132 +56,20 @@ impl std::fmt::Debug for Metrics {
 }
 
 impl Metrics {
-    /// Starts following `runtime`'s events. Must be called within a Tokio runtime.
+    /// Starts counting `runtime`'s calls and events ([`Governance::start_counting`]); they
+    /// are counted from then on, even after this value is dropped.
+    ///
+    /// [`Governance::start_counting`]: crate::governance::Governance::start_counting
     pub fn start(runtime: &Runtime) -> Arc<Self> {
-        let mut registry = Registry::default();
-        let calls = Family::<CallLabels, Counter>::default();
-        let durations =
-            Family::<ToolLabels, Histogram>::new_with_constructor(latency as fn() -> Histogram);
-        let restarts = Family::<ToolLabels, Counter>::default();
-        let breakers = Family::<ToolLabels, Gauge>::default();
-        let messages = Counter::<u64>::default();
-        let deliveries = Counter::<u64>::default();
-        let connected = Gauge::<i64>::default();
-        let missed = Counter::<u64>::default();
-        let context_batches = Counter::<u64>::default();
-        registry.register(
-            "guildhall_calls",
-            "Tool calls ended, by tool and outcome (ok, denied, or the failure's kind)",
-            calls.clone(),
-        );
-        registry.register(
-            "guildhall_call_duration_seconds",
-            "Duration of the tool calls that succeeded",
-            durations.clone(),
-        );
-        registry.register(
-            "guildhall_tool_restarts",
-            "Restarts of a tool's actors by their supervisor",
-            restarts.clone(),
-        );
-        registry.register(
-            "guildhall_breaker_open",
-            "Whether a tool's circuit breaker is open (1) or closed (0)",
-            breakers.clone(),
-        );
-        registry.register("guildhall_messages", "Messages sent", messages.clone());
-        registry.register(
-            "guildhall_message_deliveries",
-            "Copies of sent messages delivered to recipients",
-            deliveries.clone(),
-        );
-        registry.register(
-            "guildhall_agents_connected",
-            "Agents with at least one live connection",
-            connected.clone(),
-        );
-        registry.register(
-            "guildhall_events_missed",
-            "Runtime events the metrics aggregator missed by falling behind",
-            missed.clone(),
-        );
-        registry.register(
-            "guildhall_context_batches",
-            "Batches of context changes committed",
-            context_batches.clone(),
-        );
+        runtime.governance().start_counting();
         let reading = Arc::new(Mutex::new(Reading::default()));
+        let mut registry = Registry::default();
         registry.register_collector(Box::new(Scraped(Arc::clone(&reading))));
-
-        let stop = CancellationToken::new();
-        let mut events = runtime.governance().events();
-        let until = stop.clone();
-        tokio::spawn(async move {
-            let mut seen_missed = 0;
-            loop {
-                let event = tokio::select! {
-                    () = until.cancelled() => return,
-                    event = events.next() => event,
-                };
-                let Some(event) = event else { return };
-                if events.missed() > seen_missed {
-                    missed.inc_by(events.missed() - seen_missed);
-                    seen_missed = events.missed();
-                }
-                let tool_labels = |tool: &str| ToolLabels {
-                    tool: tool.to_owned(),
-                };
-                let call = |tool: &str, outcome: &str| CallLabels {
-                    tool: tool.to_owned(),
-                    outcome: outcome.to_owned(),
-                };
-                match &event {
-                    ToolEvent::Completed {
-                        tool, duration_us, ..
-                    } => {
-                        calls.get_or_create(&call(tool, "ok")).inc();
-                        durations
-                            .get_or_create(&tool_labels(tool))
-                            .observe(*duration_us as f64 / 1e6);
-                    }
-                    ToolEvent::Failed { tool, kind, .. } => {
-                        calls.get_or_create(&call(tool, kind)).inc();
-                    }
-                    ToolEvent::Denied { tool, .. } => {
-                        calls.get_or_create(&call(tool, "denied")).inc();
-                    }
-                    ToolEvent::Restarted { tool, .. } => {
-                        restarts.get_or_create(&tool_labels(tool)).inc();
-                    }
-                    ToolEvent::CircuitOpened { tool } => {
-                        breakers.get_or_create(&tool_labels(tool)).set(1);
-                    }
-                    ToolEvent::CircuitClosed { tool } => {
-                        breakers.get_or_create(&tool_labels(tool)).set(0);
-                    }
-                    ToolEvent::Mailed { recipients, .. } => {
-                        messages.inc();
-                        deliveries.inc_by(*recipients as u64);
-                    }
-                    ToolEvent::ContextChanged { .. } => {
-                        context_batches.inc();
-                    }
-                    ToolEvent::AgentConnected { .. } => {
-                        connected.inc();
-                    }
-                    ToolEvent::AgentLeft { .. } => {
-                        connected.dec();
-                    }
-                    _ => {}
-                }
-            }
-        });
         Arc::new(Self {
             registry: Mutex::new(registry),
             runtime: runtime.downgrade(),
             reading,
             connections: OnceLock::new(),
-            _aggregating: stop.drop_guard(),
         })
     }
 
@@ -220,12 +101,18 @@ impl Metrics {
 #[derive(Debug, Default)]
 struct Reading {
     agents: usize,
+    /// Agents with at least one live connection.
+    connected: usize,
     tools: usize,
     sessions: usize,
     sessions_active: usize,
     mailboxes_active: usize,
     /// Each agent's unread messages (`None`: the store could not be read).
     unread: Vec<(Arc<str>, usize)>,
+    /// Each tool's calls.
+    calls: Vec<ToolCalls>,
+    /// The other events counted.
+    tally: TallyReading,
     connections: Option<usize>,
     store: StoreStats,
 }
@@ -234,6 +121,10 @@ impl Reading {
     async fn of(runtime: &Runtime, connections: Option<&watch::Receiver<usize>>) -> Self {
         let agents = runtime.agents();
         let mut unread = Vec::with_capacity(agents.len());
+        let connected = agents
+            .iter()
+            .filter(|record| runtime.connections_of(record.id.as_str()) > 0)
+            .count();
         for record in &agents {
             if let Ok(agent) = runtime.agent(record.id.as_str())
                 && let Ok(n) = agent.unread().await
@@ -244,15 +135,113 @@ impl Reading {
         let sessions = runtime.sessions();
         Self {
             agents: agents.len(),
+            connected,
             tools: runtime.tools().len(),
             sessions: sessions.list().len(),
             sessions_active: sessions.active(),
             mailboxes_active: runtime.active_mailboxes(),
             unread,
+            calls: runtime.governance().call_stats().read(),
+            tally: runtime.governance().event_tally().read(),
             connections: connections.map(|live| *live.borrow()),
             store: runtime.store().stats(),
         }
     }
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ToolLabels {
+    tool: Arc<str>,
+}
+
+/// Each tool's calls by outcome, and the latency of those that succeeded.
+fn encode_calls(
+    encoder: &mut DescriptorEncoder<'_>,
+    calls: &[ToolCalls],
+) -> Result<(), std::fmt::Error> {
+    let mut family = encoder.encode_descriptor(
+        "guildhall_calls",
+        "Tool calls ended, by tool and outcome (ok, denied, cancelled, or the failure's kind)",
+        None,
+        MetricType::Counter,
+    )?;
+    for tool in calls {
+        for &(outcome, n) in &tool.outcomes {
+            let labels = CallLabels {
+                tool: Arc::clone(&tool.tool),
+                outcome,
+            };
+            ConstCounter::new(n).encode(family.encode_family(&labels)?)?;
+        }
+    }
+    let mut family = encoder.encode_descriptor(
+        "guildhall_call_duration_seconds",
+        "Duration of the tool calls that succeeded",
+        None,
+        MetricType::Histogram,
+    )?;
+    for tool in calls {
+        let count = tool.ok_buckets.iter().map(|(_, n)| n).sum::<u64>();
+        if count == 0 {
+            continue;
+        }
+        let labels = ToolLabels {
+            tool: Arc::clone(&tool.tool),
+        };
+        family
+            .encode_family(&labels)?
+            .encode_histogram::<NoLabelSet>(tool.ok_seconds, count, &tool.ok_buckets, None)?;
+    }
+    Ok(())
+}
+
+/// Restarts and breakers by tool, messages, deliveries, context batches.
+fn encode_tally(
+    encoder: &mut DescriptorEncoder<'_>,
+    tally: &TallyReading,
+) -> Result<(), std::fmt::Error> {
+    let mut family = encoder.encode_descriptor(
+        "guildhall_tool_restarts",
+        "Restarts of a tool's actors (or a proxied server's process) by their supervisor",
+        None,
+        MetricType::Counter,
+    )?;
+    for (tool, n) in &tally.restarts {
+        let labels = ToolLabels {
+            tool: Arc::clone(tool),
+        };
+        ConstCounter::new(*n).encode(family.encode_family(&labels)?)?;
+    }
+    let mut family = encoder.encode_descriptor(
+        "guildhall_breaker_open",
+        "Whether a tool's circuit breaker is open (1) or closed (0)",
+        None,
+        MetricType::Gauge,
+    )?;
+    for (tool, open) in &tally.breakers {
+        let labels = ToolLabels {
+            tool: Arc::clone(tool),
+        };
+        ConstGauge::new(i64::from(*open)).encode(family.encode_family(&labels)?)?;
+    }
+    counter(
+        encoder,
+        "guildhall_messages",
+        "Messages sent",
+        tally.messages,
+    )?;
+    counter(
+        encoder,
+        "guildhall_message_deliveries",
+        "Copies of sent messages delivered to recipients",
+        tally.deliveries,
+    )?;
+    counter(
+        encoder,
+        "guildhall_context_batches",
+        "Batches of context changes committed",
+        tally.context_batches,
+    )
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -288,7 +277,15 @@ impl Collector for Scraped {
     fn encode(&self, mut encoder: DescriptorEncoder<'_>) -> Result<(), std::fmt::Error> {
         let r = self.0.lock().unwrap_or_else(PoisonError::into_inner);
         let e = &mut encoder;
+        encode_calls(e, &r.calls)?;
+        encode_tally(e, &r.tally)?;
         gauge(e, "guildhall_agents", "Agents registered", r.agents)?;
+        gauge(
+            e,
+            "guildhall_agents_connected",
+            "Agents with at least one live connection",
+            r.connected,
+        )?;
         gauge(e, "guildhall_tools", "Tools registered", r.tools)?;
         gauge(e, "guildhall_sessions", "Context sessions", r.sessions)?;
         gauge(

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use guildhall::mcp::http::{self, HttpOptions};
 use guildhall::mcp::{McpServer, ToolFilter};
-use guildhall::{AgentSpec, CallContext, Outgoing, Runtime, Tool};
+use guildhall::{AgentSpec, CallContext, CallOptions, Outgoing, Runtime, Tool};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
@@ -1378,6 +1378,37 @@ async fn http_serves_metrics_a_prometheus_parser_reads() {
         Some(1.0)
     );
     assert_eq!(sample(&scrape, "guildhall_agents", &[]), Some(2.0));
+    // Calls are counted by the calls themselves: none is lost, even when more end at once
+    // than the event stream keeps for a subscriber that falls behind.
+    let burst = 5_000;
+    // Made by no agent: the loop guard would stop one agent repeating a call.
+    let calls =
+        (0..burst).map(|_| rt.call_json("gate", json!({ "mode": "progress" }), CallOptions::new()));
+    for result in futures::future::join_all(calls).await {
+        result.unwrap();
+    }
+    let text = client
+        .get(&metrics_url)
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let after = prometheus_parse::Scrape::parse(text.lines().map(|l| Ok(l.to_owned()))).unwrap();
+    assert_eq!(
+        sample(&after, "guildhall_calls_total", &ok),
+        Some(f64::from(burst + 1)),
+        "{text}"
+    );
+    assert_eq!(
+        sample(
+            &after,
+            "guildhall_call_duration_seconds_count",
+            &[("tool", "gate")]
+        ),
+        Some(f64::from(burst + 1))
+    );
     assert_eq!(
         sample(&scrape, "guildhall_message_deliveries_total", &[]),
         Some(1.0)

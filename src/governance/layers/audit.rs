@@ -15,6 +15,7 @@ use tower::{Service, ServiceExt};
 use crate::governance::ToolEvent;
 use crate::governance::audit::{Entry, Outcome};
 use crate::governance::call::{Call, Decided, ToolMeta};
+use crate::governance::call_stats::Ended;
 use crate::governance::rules::Action;
 
 thin_layer!(
@@ -69,7 +70,7 @@ where
 
 /// Announces that a call to `tool` starts.
 pub(crate) fn announce<I>(tool: &ToolMeta<I>, ctx: &CallContext) {
-    tool.gov.emit(|| ToolEvent::Invoked {
+    tool.gov.emit_call(|| ToolEvent::Invoked {
         call_id: ctx.call_id(),
         tool: Arc::clone(&tool.name),
         agent: ctx.agent_shared().cloned(),
@@ -168,7 +169,14 @@ impl<I> Trail<I> {
         };
         let entry = self.entry(&ctx, outcome, decided.rule.take(), decided.digest);
         let gov = &self.tool.gov;
-        gov.emit(|| match &decided.result {
+        let ended = match &decided.result {
+            Ok(_) => Ended::Ok {
+                duration_us: entry.duration_us,
+            },
+            Err(err) => Ended::Failed(err.kind()),
+        };
+        gov.call_stats().record(&self.tool.stats, ended);
+        gov.emit_call(|| match &decided.result {
             Ok(_) => ToolEvent::Completed {
                 call_id: entry.call_id,
                 tool: Arc::clone(&entry.tool),
@@ -194,9 +202,12 @@ impl<I> Trail<I> {
 
 impl<I> Drop for Trail<I> {
     fn drop(&mut self) {
-        if let Some(ctx) = self.ctx.take()
-            && let Some(audit) = self.tool.gov.audit()
-        {
+        let Some(ctx) = self.ctx.take() else {
+            return;
+        };
+        let gov = &self.tool.gov;
+        gov.call_stats().record(&self.tool.stats, Ended::Cancelled);
+        if let Some(audit) = gov.audit() {
             audit.append(self.entry(&ctx, Outcome::Cancelled, None, 0));
         }
     }
