@@ -129,6 +129,20 @@ pub enum ErrorKind {
 }
 
 impl ErrorKind {
+    /// Every kind, in declaration order.
+    pub const ALL: [Self; 10] = [
+        Self::UnknownTool,
+        Self::InvalidArguments,
+        Self::ToolError,
+        Self::Crashed,
+        Self::Timeout,
+        Self::CircuitOpen,
+        Self::Unavailable,
+        Self::InvalidOutput,
+        Self::Denied,
+        Self::RateLimited,
+    ];
+
     /// The kind's stable name, as it is serialized (`tool_error`, `circuit_open`, ...).
     pub fn as_str(self) -> &'static str {
         match self {
@@ -233,18 +247,7 @@ mod tests {
 
     #[test]
     fn names_match_the_serialized_form() {
-        for kind in [
-            ErrorKind::UnknownTool,
-            ErrorKind::InvalidArguments,
-            ErrorKind::ToolError,
-            ErrorKind::Crashed,
-            ErrorKind::Timeout,
-            ErrorKind::CircuitOpen,
-            ErrorKind::Unavailable,
-            ErrorKind::InvalidOutput,
-            ErrorKind::Denied,
-            ErrorKind::RateLimited,
-        ] {
+        for kind in ErrorKind::ALL {
             assert_eq!(
                 serde_json::to_value(kind).ok(),
                 Some(serde_json::Value::from(kind.as_str()))

@@ -14,24 +14,14 @@ use dashmap::DashMap;
 use guildhall_actors::ErrorKind;
 
 /// Every kind of failure, in the order of their counters (after `ok`).
-const KINDS: [ErrorKind; 10] = [
-    ErrorKind::UnknownTool,
-    ErrorKind::InvalidArguments,
-    ErrorKind::ToolError,
-    ErrorKind::Crashed,
-    ErrorKind::Timeout,
-    ErrorKind::CircuitOpen,
-    ErrorKind::Unavailable,
-    ErrorKind::InvalidOutput,
-    ErrorKind::Denied,
-    ErrorKind::RateLimited,
-];
+const KINDS: [ErrorKind; 10] = ErrorKind::ALL;
 
 /// Counters of outcomes: `ok`, each kind of [`KINDS`], and `cancelled` (the caller went
 /// away first).
 const OUTCOMES: usize = KINDS.len() + 2;
 /// Where a kind not in [`KINDS`] is counted: `unavailable`.
 const UNLISTED_KIND: usize = 6;
+const _: () = assert!(matches!(KINDS[UNLISTED_KIND], ErrorKind::Unavailable));
 const CANCELLED: usize = OUTCOMES - 1;
 
 /// The latency buckets' upper bounds: 50 µs, doubling, 21 of them (to about 52 s), then
@@ -106,7 +96,7 @@ impl ToolCallStats {
                 self.ok_micros.fetch_add(duration_us, Ordering::Relaxed);
                 return;
             }
-            // A kind added to the actors crate and not yet listed here counts as
+            // A kind added to the actors crate but not to `ErrorKind::ALL` counts as
             // `unavailable` rather than as another kind.
             Ended::Failed(kind) => {
                 1 + KINDS
