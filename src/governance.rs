@@ -359,10 +359,10 @@ impl Governance {
         Ok(governance)
     }
 
-    /// Whether a typed call may go straight to its tool's pipeline: nothing is configured
-    /// and nobody listens to events, so no stage would do anything.
+    /// Whether a typed call may go straight to its tool's pipeline: nothing is configured,
+    /// nobody listens to events and no metrics count calls, so no stage would do anything.
     pub(crate) fn lets_typed_calls_pass(&self) -> bool {
-        self.passive && !self.events.has_subscribers()
+        self.passive && !self.events.has_subscribers() && !self.call_stats.counting()
     }
 
     /// The audit log, unless auditing is off.

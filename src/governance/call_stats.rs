@@ -54,6 +54,11 @@ impl CallStats {
         self.counting.store(true, Ordering::Release);
     }
 
+    /// Whether calls are counted.
+    pub(crate) fn counting(&self) -> bool {
+        self.counting.load(Ordering::Relaxed)
+    }
+
     /// The counters of tool `name`, made on first use.
     pub(crate) fn of(&self, name: &Arc<str>) -> Arc<ToolCallStats> {
         Arc::clone(self.tools.entry(Arc::clone(name)).or_default().value())
@@ -62,7 +67,7 @@ impl CallStats {
     /// Counts a call to the tool whose counters are `tool`, if counting started.
     #[inline]
     pub(crate) fn record(&self, tool: &ToolCallStats, ended: Ended) {
-        if self.counting.load(Ordering::Relaxed) {
+        if self.counting() {
             tool.record(ended);
         }
     }

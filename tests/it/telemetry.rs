@@ -220,3 +220,29 @@ async fn a_call_naming_its_trace_in_meta_is_a_span_of_that_trace_unless_unsample
     stop.cancel();
     rt.shutdown().await;
 }
+
+#[tokio::test]
+async fn an_ungoverned_runtimes_typed_calls_are_counted_once_metrics_start() {
+    use crate::support::{Act, Chaos, ChaosInput};
+    let (tool, _) = Chaos::new("chaos");
+    let rt = guildhall::Runtime::builder()
+        .governance(guildhall::governance::GovernanceConfig::off())
+        .tool(tool)
+        .build()
+        .await
+        .unwrap();
+    let chaos = rt.handle::<Chaos>("chaos").unwrap();
+    let call = |act| chaos.call(ChaosInput { act, id: 0 });
+    call(Act::Ok).await.unwrap();
+    assert!(
+        rt.governance().call_stats().read()[0].outcomes.is_empty(),
+        "nothing counted before the metrics start"
+    );
+    let _metrics = guildhall::observe::Metrics::start(&rt);
+    call(Act::Ok).await.unwrap();
+    call(Act::Fail).await.unwrap_err();
+    let counted = rt.governance().call_stats().read();
+    assert_eq!(counted[0].tool.as_ref(), "chaos");
+    assert_eq!(counted[0].outcomes, [("ok", 1), ("tool_error", 1)]);
+    rt.shutdown().await;
+}
