@@ -180,25 +180,12 @@ impl Events {
     /// (see the module's doc on resting).
     /// Counted by the [`tally`](Self::tally) once it started, listened to or not.
     pub fn emit(&self, make: impl FnOnce() -> ToolEvent) {
-        let alive = self.subscribers();
-        let counting = self.tally.counting();
-        if alive == 0 && !counting {
-            return;
+        if !self.tally.counting() {
+            return self.emit_call(make);
         }
-        if alive > 0 && self.listeners.resting.load(Ordering::Acquire) < alive {
-            let event = make();
-            if counting {
-                self.tally.add(&event);
-            }
-            let _ = self.tx.send(event);
-        } else {
-            if counting {
-                self.tally.add(&make());
-            }
-            if alive > 0 {
-                self.listeners.unsent.count_one();
-            }
-        }
+        let event = make();
+        self.tally.add(&event);
+        self.emit_call(|| event);
     }
 
     /// The counts of the events that are not a call's own, for the metrics.
@@ -207,8 +194,9 @@ impl Events {
     }
 
     /// Publishes a call's own event (`invoked`, `completed`, `failed`, `denied`), built only
-    /// if someone listens and is awake. Never tallied: calls are counted by
-    /// [`call_stats`](crate::governance::call_stats), so that a call emits nothing while
+    /// if someone listens and is awake (what [`emit`](Self::emit) does besides counting).
+    /// Never tallied: calls are counted by
+    /// governance's call counters, so that a call emits nothing while
     /// nobody watches.
     pub(crate) fn emit_call(&self, make: impl FnOnce() -> ToolEvent) {
         let alive = self.subscribers();

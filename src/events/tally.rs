@@ -5,7 +5,7 @@
 //! receives every event, the calls' too, and so costs every call the stream's hand-over
 //! while a server answers `/metrics` whether anyone scrapes it or not; and a subscriber that
 //! falls behind loses counts. Here an event is counted when emitted, always, and calls are
-//! counted by [`call_stats`](crate::governance::call_stats).
+//! counted by governance's call counters.
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
