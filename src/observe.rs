@@ -8,6 +8,7 @@
 mod feed;
 mod line;
 mod metrics;
+mod pace;
 mod recent;
 mod shared_lines;
 mod traces;

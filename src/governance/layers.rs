@@ -51,6 +51,10 @@ macro_rules! thin_layer {
     };
 }
 
+mod either;
+
+pub use either::Either;
+
 mod audit;
 mod cache;
 mod hooks;

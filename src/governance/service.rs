@@ -7,7 +7,7 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
-use futures::future::Either;
+use super::layers::Either;
 use guildhall_actors::{CallContext, CallError};
 use tower::util::Oneshot;
 use tower::{Service, ServiceExt};
@@ -73,8 +73,8 @@ where
         // always is: call at once rather than carry the stack and the call in a `Oneshot`
         // to the first poll. A stack that is not ready yet waits in one.
         let inner = match stack.poll_ready(&mut Context::from_waker(std::task::Waker::noop())) {
-            Poll::Ready(Ok(())) => Either::Left(stack.call(call)),
-            Poll::Pending => Either::Right(stack.oneshot(call)),
+            Poll::Ready(Ok(())) => Either::left(stack.call(call)),
+            Poll::Pending => Either::right(stack.oneshot(call)),
         };
         GovernedFuture {
             inner,

@@ -14,13 +14,14 @@
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, Weak};
-use std::time::Duration;
+use std::time::Instant;
 
 use dashmap::DashMap;
 
-use crate::events::{COALESCE, Events};
+use crate::events::Events;
 
 use super::line::KEPT_BYTES;
+use super::pace::{Batch, Pace};
 use super::shared_lines::{Rendered, SharedLines};
 use super::watching::{EventFilter, Render, Watching};
 
@@ -159,32 +160,6 @@ impl Feeds {
     }
 }
 
-/// A feed's rendering that falls behind works at most one part in this many of the time:
-/// after each batch it rests the other parts (see [`rest_after`]).
-const WORK_SHARE: u32 = 20;
-
-/// The longest a rendering rests after a batch: within the 100 ms lag watchers are promised.
-const MOST_REST: Duration = Duration::from_millis(50);
-
-/// How long a rendering that fell behind rests after a batch that took it `busy`, if longer
-/// than the event stream's own pause ([`COALESCE`]): nineteen times `busy`, at most
-/// [`MOST_REST`].
-///
-/// Watching must not slow what it watches. At full mail speed a swarm makes a few hundred
-/// thousand events a second; taking and writing each as JSON had cost the senders a fifth to
-/// a third of their round trips on a two-core machine (`bench mailbox`), and the watchers
-/// still lost a sixth of the events to the stream's ring. A rendering whose batch came full
-/// (more events waited than one batch takes) would lose events anyway; rather than chase the
-/// stream at the calls' cost it rests, and shows a sample: it then takes about a twentieth of
-/// one core however busy the swarm. What comes while it rests is lost and told in a `missed`
-/// line, as for any watcher that falls behind, and while every subscriber of the stream
-/// rests the calls do not even build their events (see [`crate::events`]). A rendering that
-/// keeps up never rests and shows every event.
-fn rest_after(busy: Duration) -> Option<Duration> {
-    let rest = busy.saturating_mul(WORK_SHARE - 1).min(MOST_REST);
-    (rest > COALESCE).then_some(rest)
-}
-
 /// Renders the events into batches for every watcher until none is left (or the runtime or
 /// the feed is gone).
 async fn render_for_all(mut render: Render, lines: Arc<SharedLines>, feed: Weak<Inner>) {
@@ -192,6 +167,7 @@ async fn render_for_all(mut render: Render, lines: Arc<SharedLines>, feed: Weak<
     // Where the next batch starts in the stream: events its filter did not admit since the
     // last batch are in its span, not taken for lost.
     let (mut from, mut told) = (render.seen(), render.missed());
+    let mut pace = Pace::new(Instant::now());
     loop {
         let mut batch = std::mem::take(&mut spare);
         // No memory came back (a watcher still shows that batch): sized as the last one
@@ -208,7 +184,7 @@ async fn render_for_all(mut render: Render, lines: Arc<SharedLines>, feed: Weak<
             if lines.followers() == 0 && end(&feed, &lines, false) {
                 return;
             }
-            rest(&mut render).await;
+            rest(&mut render, &mut pace).await;
             continue;
         }
         last_len = batch.len();
@@ -228,17 +204,20 @@ async fn render_for_all(mut render: Render, lines: Arc<SharedLines>, feed: Weak<
         if lines.followers() == 0 && end(&feed, &lines, false) {
             return;
         }
-        rest(&mut render).await;
+        rest(&mut render, &mut pace).await;
     }
     end(&feed, &lines, true);
     lines.close();
 }
 
-/// Rests after the batch `render` took, if it fell behind, as [`rest_after`] says.
-async fn rest(render: &mut Render) {
-    if render.behind()
-        && let Some(rest) = rest_after(render.busy())
-    {
+/// Rests after the batch `render` took, as its [`Pace`] says.
+async fn rest(render: &mut Render, pace: &mut Pace) {
+    let batch = Batch {
+        taken: render.last_taken(),
+        busy: render.busy(),
+        full: render.behind(),
+    };
+    if let Some(rest) = pace.rest_after(batch, Instant::now()) {
         render.rest(rest).await;
     }
 }
@@ -350,20 +329,6 @@ mod tests {
         assert_eq!(keeping_up.missed(), 0);
     }
 
-    #[test]
-    fn a_rendering_rests_nineteen_times_its_work_within_the_promised_lag() {
-        assert_eq!(
-            rest_after(Duration::from_micros(50)),
-            None,
-            "under the pause"
-        );
-        assert_eq!(
-            rest_after(Duration::from_millis(1)),
-            Some(Duration::from_millis(19))
-        );
-        assert_eq!(rest_after(Duration::from_millis(10)), Some(MOST_REST));
-    }
-
     #[tokio::test]
     async fn a_rendering_that_falls_behind_rests_and_accounts_for_every_event() {
         let events = Events::default();
@@ -385,7 +350,9 @@ mod tests {
         'shown: loop {
             assert!(last < total + 100, "the rendering never woke");
             events.emit(|| restarted(last));
-            while let Ok(batch) = tokio::time::timeout(MOST_REST * 2, watching.next()).await {
+            while let Ok(batch) =
+                tokio::time::timeout(super::super::pace::MOST_REST * 2, watching.next()).await
+            {
                 lines.extend(restarts(batch.expect("the runtime is here")));
                 if lines.last() == Some(&serde_json::json!(last)) {
                     break 'shown;

@@ -135,6 +135,8 @@ pub(super) struct Render {
     missed: u64,
     /// Events taken from the stream so far, shown or not.
     taken: u64,
+    /// Of those, in the last batch.
+    last_taken: u64,
     /// The batch being rendered: kept from one batch to the next for its memory.
     batch: Vec<ToolEvent>,
     /// How long taking and rendering the last batch took, its wait for events left out.
@@ -150,6 +152,7 @@ impl Render {
             filter,
             missed: 0,
             taken: 0,
+            last_taken: 0,
             batch: Vec::new(),
             busy: std::time::Duration::ZERO,
             behind: false,
@@ -172,7 +175,8 @@ impl Render {
         batch.push(first);
         self.events.take_waiting(BATCH - 1, &mut batch);
         let at_ms = crate::time::now_ms();
-        self.taken += batch.len() as u64;
+        self.last_taken = batch.len() as u64;
+        self.taken += self.last_taken;
         self.behind = batch.len() == BATCH;
         for event in batch.drain(..) {
             self.show(&event, at_ms, lines);
@@ -185,6 +189,11 @@ impl Render {
     /// How long taking and rendering the last batch took, its wait for events left out.
     pub(super) fn busy(&self) -> std::time::Duration {
         self.busy
+    }
+
+    /// How many events the last batch took from the stream, shown or not.
+    pub(super) fn last_taken(&self) -> u64 {
+        self.last_taken
     }
 
     /// Whether the last batch was as large as one can be: the stream comes faster than one

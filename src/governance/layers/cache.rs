@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
-use futures::future::Either;
+use super::Either;
 use serde_json::Value;
 use tower::Service;
 
@@ -44,7 +44,7 @@ where
             .tool_policy(&call.tool.name)
             .and_then(|policy| policy.cache_ttl)
         else {
-            return Either::Right(CacheFuture {
+            return Either::right(CacheFuture {
                 inner: self.inner.call(call),
                 put: None,
             });
@@ -58,7 +58,7 @@ where
                 .get(&call.tool.name, session.as_ref(), digest, generation)
         {
             let reply = ToolReply::new(Value::clone(&hit));
-            return Either::Left(std::future::ready(Ok(call.scope.answer(Ok(reply), None))));
+            return Either::left(std::future::ready(Ok(call.scope.answer(Ok(reply), None))));
         }
         let put = Put {
             gov: Arc::clone(call.gov()),
@@ -68,7 +68,7 @@ where
             generation,
             ttl,
         };
-        Either::Right(CacheFuture {
+        Either::right(CacheFuture {
             inner: self.inner.call(call),
             put: Some(put),
         })

@@ -7,7 +7,9 @@ use std::convert::Infallible;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
-use futures::future::{BoxFuture, Either};
+use futures::future::BoxFuture;
+
+use super::Either;
 use guildhall_actors::CallError;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
@@ -46,11 +48,11 @@ where
         let after = call.gov().hooks.any(Phase::After, &call.tool.name);
         if !before && !after {
             call.scope.digest = digest(&call.input);
-            return Either::Left(self.inner.call(call));
+            return Either::left(self.inner.call(call));
         }
         // Hooks run programs or callbacks: boxed, so calls without hooks stay small.
         let inner = self.inner.clone();
-        Either::Right(Box::pin(async move {
+        Either::right(Box::pin(async move {
             Ok(run(inner, call, before, after).await)
         }))
     }

@@ -9,7 +9,9 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
-use futures::future::{BoxFuture, Either};
+use futures::future::BoxFuture;
+
+use super::Either;
 use serde::Serialize;
 use tower::{Service, ServiceExt};
 
@@ -51,7 +53,7 @@ where
     fn call(&mut self, mut call: Call<I>) -> Self::Future {
         let guarded = call.gov().loops.is_on() && !(call.tool.polls)(&call.input);
         let Some(agent) = call.scope.ctx.agent_shared().filter(|_| guarded) else {
-            return Either::Right(Either::Left(JudgedFuture::unjudged(self.inner.call(call))));
+            return Either::right(Either::left(JudgedFuture::unjudged(self.inner.call(call))));
         };
         if call.tool.spec.annotations.read_only_hint {
             // Judged after it ran. The question is made now, while the call is at hand, and
@@ -67,7 +69,7 @@ where
                 digest: call.scope.digest,
                 question,
             };
-            return Either::Right(Either::Left(JudgedFuture {
+            return Either::right(Either::left(JudgedFuture {
                 state: State::Running {
                     inner: self.inner.call(call),
                 },
@@ -79,15 +81,15 @@ where
             .loops
             .count(agent, call.tool.id, call.scope.digest)
         else {
-            return Either::Right(Either::Left(JudgedFuture::unjudged(self.inner.call(call))));
+            return Either::right(Either::left(JudgedFuture::unjudged(self.inner.call(call))));
         };
         let agent = Arc::clone(agent);
         match repeated(&self.inner, call, count, agent) {
             Repeated::Through(call) => {
-                Either::Right(Either::Left(JudgedFuture::unjudged(self.inner.call(call))))
+                Either::right(Either::left(JudgedFuture::unjudged(self.inner.call(call))))
             }
-            Repeated::Refused(refused) => Either::Left(std::future::ready(Ok(refused))),
-            Repeated::Asking(asking) => Either::Right(Either::Right(asking)),
+            Repeated::Refused(refused) => Either::left(std::future::ready(Ok(refused))),
+            Repeated::Asking(asking) => Either::right(Either::right(asking)),
         }
     }
 }

@@ -6,7 +6,9 @@ use std::future::Ready;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
-use futures::future::{BoxFuture, Either};
+use futures::future::BoxFuture;
+
+use super::Either;
 use serde::Serialize;
 use tower::{Service, ServiceExt};
 
@@ -58,9 +60,9 @@ where
             None => (ruling.action, ruling.label),
         };
         match action {
-            Action::Allow => Either::Right(Either::Left(Ruled::new(self.inner.call(call), why))),
-            Action::Deny => Either::Left(std::future::ready(refuse(call, why))),
-            Action::Ask => Either::Right(Either::Right(ask(
+            Action::Allow => Either::right(Either::left(Ruled::new(self.inner.call(call), why))),
+            Action::Deny => Either::left(std::future::ready(refuse(call, why))),
+            Action::Ask => Either::right(Either::right(ask(
                 self.inner.clone(),
                 call,
                 why,

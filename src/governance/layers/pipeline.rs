@@ -8,7 +8,7 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
-use futures::future::Either;
+use super::Either;
 use guildhall_actors::CallError;
 use tower::Service;
 
@@ -68,9 +68,9 @@ where
             input, tool, scope, ..
         } = call;
         if let Some(err) = self.unready.take() {
-            return Either::Left(std::future::ready(Ok(scope.answer(Err(err), None))));
+            return Either::left(std::future::ready(Ok(scope.answer(Err(err), None))));
         }
-        Either::Right(PipelineFuture {
+        Either::right(PipelineFuture {
             inner: self.inner.call(ToolCall {
                 input,
                 ctx: scope.ctx,

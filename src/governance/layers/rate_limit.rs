@@ -5,7 +5,7 @@ use std::future::Ready;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
-use futures::future::Either;
+use super::Either;
 use tower::Service;
 
 use crate::governance::call::{Call, Decided};
@@ -38,8 +38,8 @@ where
             && let Err(err) = limits.check(&call.tool.name, call.scope.ctx.agent_shared())
         {
             let refused = call.scope.answer(Err(err), Some(Arc::from("rate limit")));
-            return Either::Left(std::future::ready(Ok(refused)));
+            return Either::left(std::future::ready(Ok(refused)));
         }
-        Either::Right(self.inner.call(call))
+        Either::right(self.inner.call(call))
     }
 }
