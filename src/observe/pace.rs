@@ -1,5 +1,5 @@
-//! [`Pace`]: how long a feed's rendering rests after a batch, so that watching does not slow
-//! what it watches.
+//! [`Pace`]: how long a feed's rendering (or the ring behind `guildhall://events`) rests
+//! after a batch, so that watching does not slow what it watches.
 //!
 //! Taking an event costs the call that emits it more than the event costs to build: its
 //! hand-over through the stream's ring (the ring's locks on the caller's core, the copy and
@@ -147,7 +147,10 @@ mod tests {
         let elapsed = (now - start - owed).as_secs_f64();
         let expected = 1.0 - 2.0 * f64::from(SAMPLE_RATE) / 1_000.0 / 512.0;
         let share = resting.as_secs_f64() / elapsed;
-        assert!((share - expected).abs() < 0.01, "{share} resting, {expected} expected");
+        assert!(
+            (share - expected).abs() < 0.01,
+            "{share} resting, {expected} expected"
+        );
         let rate = f64::from(took) / elapsed;
         assert!(
             (rate / f64::from(SAMPLE_RATE) - 1.0).abs() < 0.02,

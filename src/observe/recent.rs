@@ -5,7 +5,10 @@
 //! One ring per server, [`KEPT`] events long, fed by one subscriber of the event stream;
 //! each reader sees only its share ([`visible_to`]), so the ring remembers who made each
 //! call. It runs from the first time a client asks for events until the server stops: a
-//! server nobody asks pays nothing for it.
+//! server nobody asks pays nothing for it. It keeps pace as a feed's rendering does
+//! ([`Pace`]): past 10,000 events a second it keeps a sample, so that one client's read
+//! does not cost every later call the hand-over of its event for the server's life. The
+//! events numbered but not kept are told to readers as missed.
 
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex, PoisonError};
@@ -13,6 +16,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use serde_json::{Value, json};
 use tokio_util::sync::{CancellationToken, DropGuard};
 
+use super::pace::{Batch, Pace};
 use super::watching::{Callers, visible_to};
 use crate::changes::{Changes, Subject};
 use crate::events::{EventStream, ToolEvent};
@@ -38,6 +42,12 @@ struct Ring {
 }
 
 impl Ring {
+    /// Numbers `lost` events that were not taken from the stream (sampled away, or lost
+    /// falling behind): readers are told of the gap.
+    fn skip(&mut self, lost: u64) {
+        self.last += lost;
+    }
+
     fn push(&mut self, event: ToolEvent, at_ms: u64) {
         let caller = self.callers.of(&event, |_| true);
         self.last += 1;
@@ -60,7 +70,8 @@ pub struct EventsPage {
     pub events: Vec<Value>,
     /// Where the next read starts (`guildhall://events?after=NEXT`): the last event looked at.
     pub next: u64,
-    /// Events after the reader's `after` that left the ring before this read (of anyone's).
+    /// Events after the reader's `after`, up to `next`, that the reader cannot see because
+    /// they left the ring before this read or were never kept (sampled away); of anyone's.
     pub missed: u64,
 }
 
@@ -84,19 +95,37 @@ impl RecentEvents {
         let stop = CancellationToken::new();
         let (kept, until) = (Arc::clone(&ring), stop.clone());
         tokio::spawn(async move {
+            let (mut pace, mut told) = (Pace::new(std::time::Instant::now()), 0);
             loop {
                 let batch = tokio::select! {
                     () = until.cancelled() => return,
                     batch = events.next_batch(KEPT) => batch,
                 };
                 let Some(batch) = batch else { return };
+                let started = std::time::Instant::now();
                 let at_ms = crate::time::now_ms();
-                let mut ring = kept.lock().unwrap_or_else(PoisonError::into_inner);
-                for event in batch {
-                    ring.push(event, at_ms);
+                let taken = batch.len() as u64;
+                {
+                    let mut ring = kept.lock().unwrap_or_else(PoisonError::into_inner);
+                    ring.skip(events.missed() - told);
+                    for event in batch {
+                        ring.push(event, at_ms);
+                    }
                 }
-                drop(ring);
+                told = events.missed();
                 changes.changed(&Subject::Events);
+                let now = std::time::Instant::now();
+                let done = Batch {
+                    taken,
+                    busy: now - started,
+                    full: taken == KEPT as u64,
+                };
+                if let Some(rest) = pace.rest_after(done, now) {
+                    tokio::select! {
+                        () = until.cancelled() => return,
+                        () = events.rest(rest) => {}
+                    }
+                }
             }
         });
         Self {
@@ -110,28 +139,33 @@ impl RecentEvents {
     pub fn read(&self, reader: &str, after: Option<u64>, limit: usize) -> EventsPage {
         let ring = self.ring.lock().unwrap_or_else(PoisonError::into_inner);
         let visible = |k: &&Kept| visible_to(reader, &k.event, k.caller.as_deref());
-        let first = ring.kept.front().map_or(ring.last + 1, |k| k.seq);
-        let (chosen, missed): (Vec<&Kept>, u64) = match after {
+        let (chosen, next, missed): (Vec<&Kept>, u64, u64) = match after {
             None => {
                 let mut latest: Vec<&Kept> =
                     ring.kept.iter().rev().filter(visible).take(limit).collect();
                 latest.reverse();
-                (latest, 0)
+                (latest, ring.last, 0)
             }
-            Some(after) => (
-                ring.kept
-                    .iter()
-                    .filter(|k| k.seq > after)
-                    .filter(visible)
-                    .take(limit)
-                    .collect(),
-                first.saturating_sub(after.saturating_add(1)),
-            ),
-        };
-        // A full page ends at its last event; otherwise every kept event was looked at.
-        let next = match chosen.last() {
-            Some(last) if chosen.len() == limit => last.seq,
-            _ => ring.last.max(after.unwrap_or(0)),
+            Some(after) => {
+                let (mut chosen, mut kept) = (Vec::new(), 0);
+                for k in ring.kept.iter().filter(|k| k.seq > after) {
+                    kept += 1;
+                    if visible(&k) {
+                        chosen.push(k);
+                        if chosen.len() == limit {
+                            break;
+                        }
+                    }
+                }
+                // A full page ends at its last event; otherwise every kept event was
+                // looked at. Between `after` and there, numbered events not kept are
+                // missed.
+                let next = match chosen.last() {
+                    Some(last) if chosen.len() == limit => last.seq,
+                    _ => ring.last.max(after),
+                };
+                (chosen, next, (next - after) - kept)
+            }
         };
         let events = chosen
             .into_iter()
@@ -201,5 +235,73 @@ mod tests {
         let seqs: Vec<_> = latest.events.iter().map(|e| e["seq"].clone()).collect();
         assert_eq!(seqs, [1_495, 1_498]);
         assert!(recent.read("nobody", Some(0), 10).events.is_empty());
+    }
+
+    #[test]
+    fn a_reader_is_told_of_the_events_numbered_but_not_kept() {
+        let mut ring = Ring::default();
+        for _ in 0..3 {
+            ring.push(mailed("x", "a"), 0);
+        }
+        ring.skip(5);
+        ring.push(mailed("x", "b"), 0);
+        ring.push(mailed("x", "a"), 0);
+        let recent = RecentEvents {
+            ring: Arc::new(Mutex::new(ring)),
+            _stop: CancellationToken::new().drop_guard(),
+        };
+        let page = recent.read("a", Some(1), 10);
+        let seqs: Vec<_> = page.events.iter().map(|e| e["seq"].clone()).collect();
+        assert_eq!(seqs, [2, 3, 10], "b's event 9 is not a's to see");
+        assert_eq!((page.missed, page.next), (5, 10), "4..=8 were skipped");
+        let page = recent.read("a", Some(1), 2);
+        assert_eq!(
+            (page.missed, page.next),
+            (0, 3),
+            "the page ends before the gap"
+        );
+    }
+
+    #[tokio::test]
+    async fn past_its_rate_the_ring_keeps_a_sample_and_numbers_every_event() {
+        let events = Events::default();
+        let recent = RecentEvents::start(events.subscribe(), Arc::default());
+        // 100 events a millisecond for a while, ten times the rate kept, then one at a
+        // time until the ring has numbered them all (the last is taken after its rest).
+        let (mut emitted, mut built) = (0, 0);
+        for _ in 0..300 {
+            for _ in 0..100 {
+                events.emit(|| {
+                    built += 1;
+                    mailed("x", "a")
+                });
+            }
+            emitted += 100;
+            tokio::time::sleep(std::time::Duration::from_millis(1)).await;
+        }
+        let last = loop {
+            events.emit(|| mailed("x", "a"));
+            emitted += 1;
+            tokio::time::sleep(super::super::pace::MOST_REST).await;
+            let last = recent.ring.lock().unwrap().last;
+            if last == emitted {
+                break last;
+            }
+            assert!(
+                emitted < 30_100,
+                "the ring never caught up: {last} of {emitted}"
+            );
+        };
+        let page = recent.read("a", Some(0), usize::MAX);
+        assert_eq!(page.next, last);
+        assert_eq!(
+            page.events.len() as u64 + page.missed,
+            last,
+            "each shown or told"
+        );
+        assert!(
+            built < 30_000,
+            "the ring rested, and calls built nothing meanwhile: {built} built"
+        );
     }
 }
