@@ -4,7 +4,7 @@
 //! trust = "bounded"                 # agents' default trust level
 //!
 //! [[rules]]                         # config-scope permission rules, in order
-//! tool = "shell"
+//! tool = "bash"
 //! arg = "command"
 //! pattern = "git *"
 //! action = "allow"
@@ -22,7 +22,7 @@
 //!                                   # then takes this token (docs/security.md)
 //!
 //! [[hooks]]
-//! tools = "shell"
+//! tools = "bash"
 //! phase = "before"                  # or "after"
 //! command = ["sh", "hooks/no-rm.sh"] # run in this file's directory
 //! timeout = "5s"
@@ -38,7 +38,7 @@
 //! max_bytes = 51200
 //! retention = "7d"
 //!
-//! [tools.shell]
+//! [tools.bash]
 //! max_lines = 500
 //! rate = "100/min"
 //! cache_ttl = "30s"                 # declares the tool deterministic
@@ -571,6 +571,66 @@ impl Config {
         }
     }
 
+    /// Checks that every tool a rule, hook, `[tools.NAME]` section or role's tool set names
+    /// can exist: it matches one of `known` (the tools the server registered), or it is a
+    /// pattern over proxied servers' tools (`mcp__…`), whose tools come and go. A rule about
+    /// a tool that does not exist protects nothing (the README once said `tool = "shell"`
+    /// for `bash`), so it is refused, with its line in the file at `path` and the names it
+    /// could mean.
+    ///
+    /// # Errors
+    /// The first name that matches no tool.
+    pub fn check_tool_names(&self, path: &Path, known: &[String]) -> Result<(), ConfigError> {
+        let mut named: Vec<(String, String)> = Vec::new();
+        let rules = |scope: &str, rules: &[Rule], named: &mut Vec<(String, String)>| {
+            for rule in rules {
+                named.push((format!("{scope}rule's tool"), rule.tool.as_str().to_owned()));
+            }
+        };
+        rules("a ", &self.rules, &mut named);
+        for (role, config) in &self.roles {
+            rules(&format!("[roles.{role}] "), &config.rules, &mut named);
+            for tool in config.tools.iter().flatten() {
+                named.push((format!("[roles.{role}] tools"), tool.clone()));
+            }
+        }
+        for (agent, config) in &self.agents {
+            rules(&format!("[agents.{agent}] "), &config.rules, &mut named);
+        }
+        for hook in &self.hooks {
+            named.push(("a hook's tools".into(), hook.tools.as_str().to_owned()));
+        }
+        for tool in self.tools.keys() {
+            named.push((format!("[tools.{tool}]"), tool.clone()));
+        }
+        for (what, pattern) in named {
+            if pattern.starts_with("mcp__") {
+                continue;
+            }
+            let Ok(glob) = Glob::new(&pattern) else {
+                continue;
+            };
+            if known.iter().any(|tool| glob.matches(tool)) {
+                continue;
+            }
+            let text = std::fs::read_to_string(path).unwrap_or_default();
+            let line = [format!("[tools.{pattern}]"), format!("\"{pattern}\"")]
+                .iter()
+                .find_map(|needle| text.find(needle.as_str()))
+                .map(|at| text[..at].matches('\n').count() + 1);
+            return Err(ConfigError {
+                path: path.to_owned(),
+                line,
+                reason: format!(
+                    "{what} names `{pattern}`, which is no tool this server has, so it would \
+                     apply to nothing{}",
+                    could_mean(&pattern, known)
+                ),
+            });
+        }
+        Ok(())
+    }
+
     /// The agents' tokens, read from their variables and files.
     ///
     /// # Errors
@@ -628,9 +688,97 @@ impl Config {
     }
 }
 
+/// The tools a name that matches none could mean, as a message's end: names that contain it
+/// or are close to it, and the shell tool for the shell's usual names.
+fn could_mean(pattern: &str, known: &[String]) -> String {
+    let lower = pattern.to_ascii_lowercase();
+    let mut near: Vec<&str> = known
+        .iter()
+        .map(String::as_str)
+        .filter(|tool| {
+            tool.contains(lower.as_str())
+                || (lower.len() > 2 && lower.contains(*tool))
+                || strsim::normalized_levenshtein(tool, &lower) >= 0.6
+        })
+        .collect();
+    if ["shell", "sh", "exec", "run", "command", "terminal"].contains(&lower.as_str())
+        && known.iter().any(|t| t == "bash")
+    {
+        near.insert(0, "bash");
+    }
+    near.dedup();
+    near.truncate(6);
+    if near.is_empty() {
+        "; `guildhall tools` lists the tools".into()
+    } else {
+        format!(
+            "; did you mean {}? (`guildhall tools` lists them all)",
+            near.iter()
+                .map(|t| format!("`{t}`"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        )
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_rule_or_setting_naming_no_tool_is_refused_with_its_line_and_what_it_could_mean() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join(CONFIG_FILE);
+        let known: Vec<String> = ["bash", "shell_start", "shell_output", "read_file"]
+            .map(String::from)
+            .to_vec();
+        for (text, line, named) in [
+            (
+                "[[rules]]\ntool = \"shell\"\narg = \"command\"\npattern = \"rm *\"\naction = \"deny\"\n",
+                2,
+                "`bash`",
+            ),
+            (
+                "trust = \"bounded\"\n[tools.reed_file]\nmax_lines = 5\n",
+                2,
+                "`read_file`",
+            ),
+            (
+                "[roles.dev]\ntools = [\"read_file\", \"grpe\"]\n",
+                2,
+                "lists the tools",
+            ),
+            (
+                "[[hooks]]\ntools = \"shel*\"\nphase = \"before\"\ncommand = [\"true\"]\n",
+                0,
+                "",
+            ),
+        ] {
+            std::fs::write(&path, text).expect("write");
+            let config = Config::load(&path, true).expect("parses");
+            let checked = config.check_tool_names(&path, &known);
+            if line == 0 {
+                assert!(
+                    checked.is_ok(),
+                    "{text}: a glob that matches a tool is fine"
+                );
+                continue;
+            }
+            let err = checked.expect_err(text);
+            assert_eq!(err.line, Some(line), "{text}: {err}");
+            assert!(err.reason.contains(named), "{text}: {err}");
+        }
+        std::fs::write(
+            &path,
+            "[[rules]]\ntool = \"mcp__every__*\"\naction = \"deny\"\n",
+        )
+        .expect("write");
+        let config = Config::load(&path, true).expect("parses");
+        assert!(
+            config.check_tool_names(&path, &known).is_ok(),
+            "proxied tools come later"
+        );
+    }
 
     #[test]
     fn the_file_and_shell_tools_are_on_only_with_their_sections() {

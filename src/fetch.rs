@@ -14,6 +14,8 @@
 //! Off unless configured: `[fetch]` in `guildhall.toml`, or
 //! [`RuntimeBuilder::fetch`](crate::RuntimeBuilder::fetch).
 
+pub mod html;
+
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -176,6 +178,13 @@ fn private_v4(v4: Ipv4Addr) -> Option<&'static str> {
         Some("an IETF protocol assignment address")
     } else if a == 198 && (18..20).contains(&b) {
         Some("a benchmarking address")
+    } else if matches!(
+        (a, b, v4.octets()[2]),
+        (192, 0, 2) | (198, 51, 100) | (203, 0, 113)
+    ) {
+        // TEST-NET-1..3: never routed on the Internet, so an address of theirs is local
+        // (a machine here had 192.0.2.2 on its own interface).
+        Some("a documentation (TEST-NET) address")
     } else {
         None
     }
@@ -186,9 +195,67 @@ fn private_v4(v4: Ipv4Addr) -> Option<&'static str> {
 struct Policy {
     allow_private: bool,
     allow_hosts: Vec<String>,
+    /// The addresses of this machine's own interfaces, whatever their range: a public one
+    /// on an interface here still reaches this host's listeners.
+    own: Vec<IpAddr>,
+}
+
+/// The addresses of this machine's network interfaces (none where they cannot be read).
+#[cfg(all(target_os = "linux", target_env = "gnu"))]
+#[allow(unsafe_code)]
+fn own_addresses() -> Vec<IpAddr> {
+    let mut found = Vec::new();
+    let mut list: *mut libc::ifaddrs = std::ptr::null_mut();
+    // SAFETY: getifaddrs fills `list` with a linked list it allocates, which is read here
+    // only while it lives and freed once with freeifaddrs; each `ifa_addr` is null or a
+    // sockaddr of the family it names.
+    unsafe {
+        if libc::getifaddrs(&raw mut list) != 0 {
+            return found;
+        }
+        let mut at = list;
+        while !at.is_null() {
+            let addr = (*at).ifa_addr;
+            if !addr.is_null() {
+                match i32::from((*addr).sa_family) {
+                    libc::AF_INET => {
+                        let v4 = &*addr.cast::<libc::sockaddr_in>();
+                        found.push(IpAddr::V4(Ipv4Addr::from(u32::from_be(v4.sin_addr.s_addr))));
+                    }
+                    libc::AF_INET6 => {
+                        let v6 = &*addr.cast::<libc::sockaddr_in6>();
+                        found.push(IpAddr::V6(std::net::Ipv6Addr::from(v6.sin6_addr.s6_addr)));
+                    }
+                    _ => {}
+                }
+            }
+            at = (*at).ifa_next;
+        }
+        libc::freeifaddrs(list);
+    }
+    found
+}
+
+#[cfg(not(all(target_os = "linux", target_env = "gnu")))]
+fn own_addresses() -> Vec<IpAddr> {
+    Vec::new()
 }
 
 impl Policy {
+    /// What kind of address `ip` is, if one a fetch may not reach: not public, or this
+    /// machine's own.
+    fn refused_kind(&self, ip: IpAddr) -> Option<&'static str> {
+        private_kind(ip).or_else(|| {
+            let plain = match ip {
+                IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(ip, IpAddr::V4),
+                IpAddr::V4(_) => ip,
+            };
+            self.own
+                .contains(&plain)
+                .then_some("an address of this machine")
+        })
+    }
+
     fn host_allowed(&self, host: &str) -> bool {
         self.allow_private
             || self
@@ -214,7 +281,7 @@ impl Policy {
             url::Host::Ipv6(v6) => IpAddr::V6(v6),
         };
         let written = url.host_str().unwrap_or_default();
-        match private_kind(ip) {
+        match self.refused_kind(ip) {
             Some(why) if !self.host_allowed(written) => Err(FetchError::Refused {
                 host: written.to_owned(),
                 address: ip.to_string(),
@@ -241,7 +308,7 @@ impl reqwest::dns::Resolve for Guard {
             let mut refused = None;
             let public: Vec<SocketAddr> = found
                 .into_iter()
-                .filter(|addr| match private_kind(addr.ip()) {
+                .filter(|addr| match policy.refused_kind(addr.ip()) {
                     Some(why) => {
                         refused.get_or_insert((addr.ip(), why));
                         false
@@ -298,9 +365,13 @@ pub struct Fetch {
     policy: Arc<Policy>,
     config: FetchConfig,
     cache: quick_cache::sync::Cache<String, (Instant, Arc<Fetched>)>,
-    /// HTML to Markdown, without scripts, styles and other parts no reader sees.
-    html: htmd::HtmlToMarkdown,
+    /// Pages being converted at once: a page's tree takes many times its bytes, so
+    /// conversions wait their turn rather than add up.
+    converting: Arc<tokio::sync::Semaphore>,
 }
+
+/// Pages converted at once ([`Fetch`]'s `converting`).
+const CONVERSIONS: usize = 2;
 
 impl Fetch {
     /// A fetcher with `config`.
@@ -322,6 +393,7 @@ impl Fetch {
         let policy = Arc::new(Policy {
             allow_private: config.allow_private,
             allow_hosts: config.allow_hosts.clone(),
+            own: own_addresses(),
         });
         let redirects = {
             let (policy, max) = (Arc::clone(&policy), config.max_redirects);
@@ -357,11 +429,7 @@ impl Fetch {
             client,
             policy,
             cache: quick_cache::sync::Cache::new(config.cache_entries.max(1)),
-            html: htmd::HtmlToMarkdown::builder()
-                .skip_tags(vec![
-                    "script", "style", "noscript", "template", "head", "svg", "iframe",
-                ])
-                .build(),
+            converting: Arc::new(tokio::sync::Semaphore::new(CONVERSIONS)),
             config,
         }))
     }
@@ -452,13 +520,29 @@ impl Fetch {
         }
         let text = String::from_utf8_lossy(&body);
         let (title, content) = if html {
-            // The parser recovers from any input; should conversion still fail, the text
-            // is better than nothing.
-            let md = self
-                .html
-                .convert(&text)
-                .unwrap_or_else(|_| text.to_string());
-            (title_of(&text), md)
+            let title = title_of(&text);
+            let turn = Arc::clone(&self.converting)
+                .acquire_owned()
+                .await
+                .map_err(|_| FetchError::Invalid("the fetcher is closing".into()))?;
+            let converted = html::convert_off_thread(Arc::from(text.as_ref()), turn).await;
+            let content = match converted {
+                Ok(page) if page.as_text => format!(
+                    "(this page nests {} elements deep, past the {} web_fetch turns into \
+                     Markdown; its text follows)\n\n{}",
+                    page.depth,
+                    html::MAX_DEPTH,
+                    page.content
+                ),
+                Ok(page) => page.content,
+                Err(err) => {
+                    return Err(FetchError::Request {
+                        url: final_url,
+                        reason: format!("the page could not be converted: {err}"),
+                    });
+                }
+            };
+            (title, content)
         } else {
             (None, text.into_owned())
         };
@@ -567,6 +651,11 @@ mod tests {
             ("::ffff:127.0.0.1", "loopback"),
             ("::ffff:10.0.0.1", "private"),
             ("64:ff9b::a9fe:a9fe", "link-local"),
+            ("192.0.2.2", "documentation"),
+            ("198.51.100.7", "documentation"),
+            ("203.0.113.9", "documentation"),
+            ("::ffff:192.0.2.2", "documentation"),
+            ("::ffff:203.0.113.1", "documentation"),
         ] {
             let found = private_kind(ip.parse().unwrap());
             assert!(found.is_some_and(|k| k.contains(kind)), "{ip}: {found:?}");
@@ -579,6 +668,31 @@ mod tests {
         ] {
             assert_eq!(private_kind(ip.parse().unwrap()), None, "{ip}");
         }
+    }
+
+    #[test]
+    fn this_machines_own_addresses_are_refused_whatever_their_range() {
+        let own = own_addresses();
+        assert!(
+            own.iter().any(IpAddr::is_loopback),
+            "the loopback interface is listed: {own:?}"
+        );
+        let public: IpAddr = "93.184.216.34".parse().unwrap();
+        let policy = Policy {
+            allow_private: false,
+            allow_hosts: Vec::new(),
+            own: vec![public],
+        };
+        assert_eq!(
+            policy.refused_kind(public),
+            Some("an address of this machine")
+        );
+        let mapped: IpAddr = "::ffff:93.184.216.34".parse().unwrap();
+        assert_eq!(
+            policy.refused_kind(mapped),
+            Some("an address of this machine")
+        );
+        assert_eq!(policy.refused_kind("1.1.1.1".parse().unwrap()), None);
     }
 
     #[test]

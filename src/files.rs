@@ -21,6 +21,7 @@
 
 mod confine;
 mod error;
+mod lanes;
 mod ledger;
 mod listing;
 mod search;
@@ -41,6 +42,7 @@ pub use tools::{
 };
 
 use confine::Roots;
+use lanes::Lanes;
 use ledger::Ledger;
 
 /// Locks that serialize the check and the replace of one file (by hash of its path).
@@ -91,6 +93,7 @@ pub struct Files {
     ledger: Arc<Ledger>,
     stripes: Arc<[Mutex<()>]>,
     scopes: Arc<Scopes>,
+    lanes: Arc<Lanes>,
 }
 
 impl Files {
@@ -128,6 +131,7 @@ impl Files {
                 roles: scoped("roles", &config.roles)?,
                 role_of: OnceLock::new(),
             }),
+            lanes: Arc::new(Lanes::new()),
         }))
     }
 
@@ -161,6 +165,7 @@ impl Files {
                 ledger: Arc::clone(&self.ledger),
                 stripes: Arc::clone(&self.stripes),
                 scopes: Arc::clone(&self.scopes),
+                lanes: Arc::clone(&self.lanes),
             }),
         }
     }

@@ -82,6 +82,7 @@ pub mod observe;
 pub mod options;
 #[cfg(all(target_os = "linux", target_env = "gnu"))]
 mod output_log;
+pub mod paged;
 pub mod pipeline;
 pub mod private_fs;
 #[cfg(all(target_os = "linux", target_env = "gnu"))]

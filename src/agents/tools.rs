@@ -224,6 +224,15 @@ pub struct InboxView {
     /// Pass as `since` to list only messages that arrive after these.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub cursor: Option<String>,
+    /// Messages that matched but were left out to keep the answer under 40 KiB: list
+    /// again with a smaller `limit`, a `thread` or `min_priority`, or read them one by one
+    /// with `read_message`.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub left_out: usize,
+}
+
+fn is_zero(n: &usize) -> bool {
+    *n == 0
 }
 
 impl Tool for CheckInbox {
@@ -284,14 +293,25 @@ impl Tool for CheckInbox {
         };
         let inbox = agent.check_inbox(query).await?;
         let full = input.full.unwrap_or(false);
+        let views: Vec<MessageView> = inbox
+            .messages
+            .iter()
+            .map(|m| MessageView::of(m, full))
+            .collect();
+        let (messages, left_out) =
+            crate::paged::within(views, crate::paged::ANSWER_BYTES, crate::paged::Keep::First);
+        // The cursor is the newest of those shown; those left out stay unread, so the next
+        // listing of unread mail shows them.
+        let cursor = inbox.messages[..messages.len()]
+            .iter()
+            .map(|m| m.id)
+            .max()
+            .map(|id| id.to_string());
         Ok(InboxView {
-            cursor: inbox.cursor().map(|id| id.to_string()),
-            messages: inbox
-                .messages
-                .iter()
-                .map(|m| MessageView::of(m, full))
-                .collect(),
+            cursor,
+            messages,
             unread: inbox.unread,
+            left_out,
         })
     }
 }

@@ -168,7 +168,7 @@ pub(crate) async fn serve(args: ServeArgs, data_dir: &Path) -> CliResult {
         }
     };
     // Held while serving: the watcher reloads through it.
-    let _commands = match start_commands(&runtime, config_file).await {
+    let _commands = match start_commands(&runtime, config_file.clone()).await {
         Ok(commands) => commands,
         Err(err) => {
             runtime.shutdown().await;
@@ -182,6 +182,16 @@ pub(crate) async fn serve(args: ServeArgs, data_dir: &Path) -> CliResult {
             return Err(err);
         }
     };
+    // Every tool is registered now but proxied servers' (`mcp__…`, which come and go).
+    let known: Vec<String> = runtime
+        .tools()
+        .into_iter()
+        .map(|t| t.name.to_string())
+        .collect();
+    if let Err(err) = config.check_tool_names(&config_file, &known) {
+        runtime.shutdown().await;
+        return Err(err.into());
+    }
     // Held while serving: dropping it sends the last spans.
     #[cfg(feature = "otlp")]
     let traces = match guildhall::observe::Traces::start(&runtime, &config.telemetry) {

@@ -359,8 +359,9 @@ fn check(
                 command_at,
                 "command",
                 format!(
-                    "`{program} -c` would read a value as shell code; set `shell = true`, make the script the first entry, \
-                     and pass values as the entries after it (\"$1\", \"$2\", … in the script)"
+                    "`{program}` would read a value as code (a placeholder in its `-c`/`-e` script or through `env`); \
+                     set `shell = true`, make the script the first entry, and pass values as the entries after it \
+                     (\"$1\", \"$2\", … in the script), or give the interpreter a script file"
                 ),
             ));
         }

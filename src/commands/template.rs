@@ -109,23 +109,108 @@ impl Arg {
 
 /// Programs that run their `-c` argument as a script.
 const SHELLS: &[&str] = &[
-    "sh", "bash", "dash", "zsh", "ksh", "mksh", "fish", "csh", "tcsh",
+    "sh", "bash", "dash", "zsh", "ksh", "mksh", "fish", "csh", "tcsh", "busybox", "ash",
 ];
 
-/// Whether `program` is a shell run with `-c` whose script (the entry after it in `args`)
-/// holds a placeholder: a value there would be read as shell code, which templates exist to
-/// prevent. Values go in the entries after the script, as `$1`, `$2`, ….
-pub(crate) fn script_has_placeholder(program: &str, args: &[Arg]) -> bool {
-    let base_name = std::path::Path::new(program)
+/// The short flags after which `program` takes code to run, and its long ones (`--eval`).
+fn code_flags(program: &str) -> Option<(&'static [char], &'static [&'static str])> {
+    let interpreter = program.trim_end_matches(|c: char| c.is_ascii_digit() || c == '.');
+    if SHELLS.contains(&program) {
+        return Some((&['c'], &[]));
+    }
+    match interpreter {
+        "python" | "pypy" => Some((&['c'], &[])),
+        "perl" | "ruby" => Some((&['e', 'E'], &[])),
+        "node" | "nodejs" | "deno" | "bun" => Some((&['e', 'p'], &["--eval", "--print"])),
+        "php" => Some((&['r'], &[])),
+        "lua" | "luajit" | "tclsh" => Some((&['e'], &[])),
+        _ => None,
+    }
+}
+
+fn base_name(program: &str) -> String {
+    std::path::Path::new(program)
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_default();
-    SHELLS.contains(&base_name.as_str())
-        && args
-            .iter()
-            .position(|a| *a == Arg::Literal("-c".into()))
-            .and_then(|c| args.get(c + 1))
-            .is_some_and(|script| !script.fields().is_empty())
+        .unwrap_or_default()
+}
+
+/// Whether `program` is a shell or an interpreter given code to run (`sh -c`, `bash -lc`,
+/// `python3 -c`, `perl -e`, `node --eval`, through `env` or not) whose code holds a
+/// placeholder: a value there would be read as code, which templates exist to prevent.
+/// Values go in the entries after the script, as `$1`, `$2`, ….
+pub(crate) fn script_has_placeholder(program: &str, args: &[Arg]) -> bool {
+    let mut program = base_name(program);
+    let mut rest = args;
+    // `env [-i] [-u NAME] [NAME=value]... program args`: the program is the one env runs.
+    while program == "env" {
+        let mut at = 0;
+        while let Some(Arg::Literal(text)) = rest.get(at) {
+            if text == "-u" || text == "--unset" || text == "-C" || text == "--chdir" {
+                at += 2;
+            } else if text.starts_with('-') || text.contains('=') {
+                at += 1;
+            } else {
+                break;
+            }
+        }
+        match rest.get(at) {
+            Some(Arg::Literal(next)) => {
+                program = base_name(next);
+                rest = &rest[at + 1..];
+            }
+            // A placeholder as the program: any value would run as anything.
+            Some(_) => return true,
+            None => return false,
+        }
+    }
+    let Some((short, long)) = code_flags(&program) else {
+        return false;
+    };
+    for (i, arg) in rest.iter().enumerate() {
+        let Arg::Literal(text) = arg else {
+            continue;
+        };
+        if text == "--" {
+            return false;
+        }
+        if long.iter().any(|flag| text == flag) {
+            return rest
+                .get(i + 1)
+                .is_some_and(|code| !code.fields().is_empty());
+        }
+        let cluster = text.strip_prefix('-').filter(|flags| {
+            !flags.starts_with('-') && flags.chars().all(|c| c.is_ascii_alphabetic())
+        });
+        if cluster.is_some_and(|flags| flags.contains(short)) {
+            // The code is the first argument after the flags that is no option (past `--`).
+            for code in &rest[i + 1..] {
+                match code {
+                    Arg::Literal(t) if t.starts_with('-') && t != "-" => {}
+                    other => return !other.fields().is_empty(),
+                }
+            }
+            return false;
+        }
+    }
+    // `--eval=CODE` with a placeholder in CODE.
+    rest.iter().any(|arg| {
+        matches!(arg, Arg::Mixed(_))
+            && long
+                .iter()
+                .any(|flag| arg_starts_with(arg, &format!("{flag}=")))
+    })
+}
+
+/// Whether a mixed argument's text begins with `prefix`.
+fn arg_starts_with(arg: &Arg, prefix: &str) -> bool {
+    match arg {
+        Arg::Mixed(pieces) => {
+            matches!(pieces.first(), Some(Piece::Text(text)) if text.starts_with(prefix))
+        }
+        Arg::Literal(text) => text.starts_with(prefix),
+        Arg::Whole(_) => false,
+    }
 }
 
 fn is_field_name(name: &str) -> bool {
@@ -198,6 +283,42 @@ fn text_of(name: &str, value: &Value) -> Result<String, String> {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn code_with_a_placeholder_is_found_however_the_interpreter_is_started() {
+        let refused = |program: &str, args: &[&str]| {
+            let args: Vec<Arg> = args.iter().map(|a| Arg::parse(a).unwrap()).collect();
+            script_has_placeholder(program, &args)
+        };
+        for (program, args) in [
+            ("sh", &["-c", "{x}"][..]),
+            ("bash", &["-lc", "{x}"]),
+            ("sh", &["-ec", "{x}"]),
+            ("env", &["sh", "-c", "{x}"]),
+            ("/usr/bin/env", &["bash", "-c", "{x}"]),
+            ("env", &["-i", "A=1", "bash", "-c", "echo {x}"]),
+            ("bash", &["-c", "--", "{x}"]),
+            ("bash", &["-x", "-c", "-e", "{x}"]),
+            ("python3", &["-c", "{x}"]),
+            ("python3.11", &["-Bc", "print({x})"]),
+            ("perl", &["-ne", "{x}"]),
+            ("node", &["--eval", "{x}"]),
+            ("node", &["--eval={x}"]),
+            ("ruby", &["-e", "{x}"]),
+            ("env", &["{x}"]),
+        ] {
+            assert!(refused(program, args), "{program} {args:?}");
+        }
+        for (program, args) in [
+            ("sh", &["-c", "echo \"$1\"", "sh", "{x}"][..]),
+            ("bash", &["script.sh", "{x}"]),
+            ("python3", &["tool.py", "{x}"]),
+            ("env", &["A=1", "grep", "-e", "{x}"]),
+            ("grep", &["-c", "{x}"]),
+        ] {
+            assert!(!refused(program, args), "{program} {args:?}");
+        }
+    }
 
     fn fill(template: &[&str], input: Value) -> Result<Vec<String>, String> {
         let args: Vec<Arg> = template.iter().map(|a| Arg::parse(a).unwrap()).collect();

@@ -315,6 +315,15 @@ pub struct HistoryOutput {
     pub oldest_version: u64,
     /// The batches, oldest first.
     pub batches: Vec<BatchView>,
+    /// Batches that matched but were left out to keep the answer under 40 KiB: the oldest
+    /// of the latest ones, or the newest of those after `after_version` (read on from the
+    /// last version shown).
+    #[serde(skip_serializing_if = "is_zero")]
+    pub left_out: usize,
+}
+
+fn is_zero(n: &usize) -> bool {
+    *n == 0
 }
 
 impl Tool for ContextHistory {
@@ -355,31 +364,39 @@ impl Tool for ContextHistory {
         let values = input.values.unwrap_or(false);
         let entry = self.0.session(&input.session).await?;
         let history = self.0.history(&entry, &query).await?;
+        let batches: Vec<BatchView> = history
+            .batches
+            .into_iter()
+            .map(|batch| BatchView {
+                version: batch.version,
+                author: batch.author.map(|a| a.to_string()),
+                at: rfc3339(batch.at_ms),
+                changes: batch
+                    .changes
+                    .into_iter()
+                    .zip(batch.versions)
+                    .map(|(c, [before, after])| ChangeView {
+                        key: c.key,
+                        strategy: c.strategy,
+                        before,
+                        after,
+                        value: values.then_some(c.value),
+                    })
+                    .collect(),
+            })
+            .collect();
+        let keep = if query.after.is_some() {
+            crate::paged::Keep::First
+        } else {
+            crate::paged::Keep::Last
+        };
+        let (batches, left_out) = crate::paged::within(batches, crate::paged::ANSWER_BYTES, keep);
         Ok(HistoryOutput {
             session: input.session,
             version: history.version,
             oldest_version: history.oldest,
-            batches: history
-                .batches
-                .into_iter()
-                .map(|batch| BatchView {
-                    version: batch.version,
-                    author: batch.author.map(|a| a.to_string()),
-                    at: rfc3339(batch.at_ms),
-                    changes: batch
-                        .changes
-                        .into_iter()
-                        .zip(batch.versions)
-                        .map(|(c, [before, after])| ChangeView {
-                            key: c.key,
-                            strategy: c.strategy,
-                            before,
-                            after,
-                            value: values.then_some(c.value),
-                        })
-                        .collect(),
-                })
-                .collect(),
+            batches,
+            left_out,
         })
     }
 }

@@ -45,6 +45,19 @@ pub enum FileError {
         /// How the text was (not) found, with the nearest lines.
         why: String,
     },
+    /// The change would make the file larger than the file tools handle; nothing was
+    /// written.
+    #[error(
+        "{path}: not written: the result would be {bytes} bytes, past the {limit} bytes the file tools handle (read_file would refuse it); change less at once"
+    )]
+    TooLarge {
+        /// The path given.
+        path: String,
+        /// The size the result would have had.
+        bytes: u64,
+        /// The largest file the tools write.
+        limit: u64,
+    },
     /// Bad arguments that are not about the path.
     #[error("{0}")]
     Invalid(String),

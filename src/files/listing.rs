@@ -100,7 +100,7 @@ impl Tool for ListDir {
     ) -> Result<Listing, FileError> {
         let limit = limit(input.limit)?;
         let files = self.0.scoped(ctx.agent());
-        blocking(move || {
+        blocking(&self.0, &ctx, move || {
             let shown_path = input.path.as_deref().unwrap_or(".");
             let (dir, path) = files.roots.locate_dir(input.path.as_deref())?;
             let io = |err: std::io::Error| FileError::io(shown_path, err);
@@ -204,7 +204,7 @@ impl Tool for GlobFiles {
             .map_err(|err| FileError::Invalid(format!("pattern {:?}: {err}", input.pattern)))?
             .compile_matcher();
         let files = self.0.scoped(ctx.agent());
-        blocking(move || {
+        blocking(&self.0, &ctx, move || {
             let (_, base) = files.roots.locate_dir(input.path.as_deref())?;
             let walk_files = Arc::clone(&files);
             let walker = ignore::WalkBuilder::new(&base)

@@ -168,7 +168,7 @@ impl Tool for Grep {
             }
         };
         let files = self.0.scoped(ctx.agent());
-        blocking(move || {
+        blocking(&self.0, &ctx, move || {
             let base = start(&files, input.path.as_deref())?;
             let mut walker = ignore::WalkBuilder::new(&base);
             let walk_files = Arc::clone(&files);

@@ -31,13 +31,24 @@ fn caller(ctx: &CallContext) -> Arc<str> {
     ctx.agent_shared().cloned().unwrap_or_else(|| Arc::from(""))
 }
 
-/// Runs `work` on the blocking pool: file systems block.
+/// Runs `work` on the blocking pool (file systems block), within the calling agent's lane
+/// ([`Lanes`](super::lanes::Lanes)): the lane is held by the work itself, so a call
+/// dropped while its work runs still counts until the work ends.
 pub(super) async fn blocking<T: Send + 'static>(
+    files: &Files,
+    ctx: &CallContext,
     work: impl FnOnce() -> Result<T, FileError> + Send + 'static,
 ) -> Result<T, FileError> {
-    tokio::task::spawn_blocking(work)
-        .await
-        .unwrap_or_else(|err| Err(FileError::Invalid(format!("the file work failed: {err}"))))
+    let agent = caller(ctx);
+    let lane = files.lanes.enter(&agent).await;
+    let done = tokio::task::spawn_blocking(move || {
+        let _lane = lane;
+        work()
+    })
+    .await
+    .unwrap_or_else(|err| Err(FileError::Invalid(format!("the file work failed: {err}"))));
+    files.lanes.tidy(&agent);
+    done
 }
 
 /// A regular file's whole content, opened without following a symlink at its name.
@@ -266,7 +277,7 @@ impl Tool for ReadFile {
             )));
         }
         let (files, agent) = (self.0.scoped(ctx.agent()), caller(&ctx));
-        blocking(move || {
+        blocking(&self.0, &ctx, move || {
             let path = input.path.as_str();
             let at = files.roots.locate(path, false)?;
             let content = read_existing(path, &at)?.ok_or_else(|| FileError::NotFound {
@@ -441,8 +452,15 @@ impl Tool for WriteFile {
         input: WriteInput,
         ctx: CallContext,
     ) -> Result<Written, FileError> {
+        if input.content.len() as u64 > MAX_FILE {
+            return Err(FileError::TooLarge {
+                path: input.path,
+                bytes: input.content.len() as u64,
+                limit: MAX_FILE,
+            });
+        }
         let (files, agent) = (self.0.scoped(ctx.agent()), caller(&ctx));
-        blocking(move || {
+        blocking(&self.0, &ctx, move || {
             let path = input.path.as_str();
             let at = files.roots.locate(path, true)?;
             let _guard = files.lock(&at.shown);
@@ -552,24 +570,50 @@ fn check_edit(edit: &Edit, which: &str) -> Result<(), FileError> {
     Ok(())
 }
 
-/// `text` with `edit` applied, and how many occurrences it replaced.
-fn apply(path: &str, text: &str, edit: &Edit, which: &str) -> Result<(String, usize), FileError> {
+/// Why an edit could not be applied: a refusal ready to return, or text that does not
+/// occur, whose explanation (a search for the nearest lines) is left until the file's
+/// write lock is released.
+enum Unapplied {
+    Refused(FileError),
+    NotFound { which: String, old: String },
+}
+
+impl From<FileError> for Unapplied {
+    fn from(err: FileError) -> Self {
+        Self::Refused(err)
+    }
+}
+
+/// `text` with `edit` applied, and how many occurrences it replaced. The result's size is
+/// checked before it is built: an edit may not make the file larger than [`MAX_FILE`].
+fn apply(path: &str, text: &str, edit: &Edit, which: &str) -> Result<(String, usize), Unapplied> {
     let found = text.matches(edit.old_string.as_str()).count();
     if found == 0 {
-        return Err(FileError::NoMatch {
-            path: path.to_owned(),
-            why: format!("{which}{}", not_found(text, &edit.old_string)),
+        return Err(Unapplied::NotFound {
+            which: which.to_owned(),
+            old: edit.old_string.clone(),
         });
     }
     if found > 1 && !edit.replace_all {
         return Err(FileError::NoMatch {
             path: path.to_owned(),
             why: format!(
-                "{which}old_string occurs {found} times (at lines {}); add surrounding lines \
-                 to make it unique, or set replace_all",
+                "{which}old_string occurs {found} times ({}); add surrounding lines to make \
+                 it unique, or set replace_all",
                 lines_of(text, &edit.old_string)
             ),
-        });
+        }
+        .into());
+    }
+    let replaced = if edit.replace_all { found } else { 1 };
+    let bytes = edited_size(text.len(), edit, replaced);
+    if bytes > MAX_FILE {
+        return Err(FileError::TooLarge {
+            path: path.to_owned(),
+            bytes,
+            limit: MAX_FILE,
+        }
+        .into());
     }
     let edited = if edit.replace_all {
         text.replace(&edit.old_string, &edit.new_string)
@@ -579,7 +623,18 @@ fn apply(path: &str, text: &str, edit: &Edit, which: &str) -> Result<(String, us
     Ok((edited, found))
 }
 
+/// The size of a text of `len` bytes once `replaced` occurrences of the edit's old string
+/// are replaced, counted without building it (saturating: a size past `u64` is past any
+/// bound).
+fn edited_size(len: usize, edit: &Edit, replaced: usize) -> u64 {
+    let (old, new) = (edit.old_string.len() as u64, edit.new_string.len() as u64);
+    let replaced = replaced as u64;
+    (len as u64 - old.saturating_mul(replaced)).saturating_add(new.saturating_mul(replaced))
+}
+
 /// Applies `edits` in order to the file at `path`, all or none, after the read check.
+/// The write lock is held only while the file is checked, edited and replaced; a failed
+/// edit's search for the nearest lines runs after it is released.
 fn edit_file(
     files: &Files,
     agent: &Arc<str>,
@@ -587,32 +642,54 @@ fn edit_file(
     edits: &[Edit],
 ) -> Result<Edited, FileError> {
     let at = files.roots.locate(path, false)?;
-    let _guard = files.lock(&at.shown);
-    let content = read_existing(path, &at)?.ok_or_else(|| FileError::NotFound {
-        path: path.to_owned(),
-    })?;
-    check_read(files, agent, path, &at, &content)?;
-    let mut text = as_text(path, &content)?;
-    let mut replacements = 0;
-    for (i, edit) in edits.iter().enumerate() {
-        let which = if edits.len() > 1 {
-            format!("edit {} of {}: ", i + 1, edits.len())
-        } else {
-            String::new()
-        };
-        let (edited, found) = apply(path, &text, edit, &which)?;
-        text = edited;
-        replacements += found;
-    }
-    let kept = kept_of(path, &at)?;
-    replace_atomically(path, &at, text.as_bytes(), Some(kept), true)?;
-    files
-        .ledger
-        .record(agent, at.shown.clone(), text.as_bytes());
-    Ok(Edited {
-        path: at.shown.display().to_string(),
-        replacements,
-        bytes: text.len(),
+    let (text, unapplied) = {
+        let _guard = files.lock(&at.shown);
+        let content = read_existing(path, &at)?.ok_or_else(|| FileError::NotFound {
+            path: path.to_owned(),
+        })?;
+        check_read(files, agent, path, &at, &content)?;
+        let mut text = as_text(path, &content)?;
+        drop(content);
+        let mut replacements = 0;
+        let mut unapplied = None;
+        for (i, edit) in edits.iter().enumerate() {
+            let which = if edits.len() > 1 {
+                format!("edit {} of {}: ", i + 1, edits.len())
+            } else {
+                String::new()
+            };
+            match apply(path, &text, edit, &which) {
+                Ok((edited, found)) => {
+                    text = edited;
+                    replacements += found;
+                }
+                Err(failed) => {
+                    unapplied = Some(failed);
+                    break;
+                }
+            }
+        }
+        if unapplied.is_none() {
+            let kept = kept_of(path, &at)?;
+            replace_atomically(path, &at, text.as_bytes(), Some(kept), true)?;
+            files
+                .ledger
+                .record(agent, at.shown.clone(), text.as_bytes());
+            return Ok(Edited {
+                path: at.shown.display().to_string(),
+                replacements,
+                bytes: text.len(),
+            });
+        }
+        (text, unapplied)
+    };
+    Err(match unapplied {
+        Some(Unapplied::NotFound { which, old }) => FileError::NoMatch {
+            path: path.to_owned(),
+            why: format!("{which}{}", not_found(&text, &old)),
+        },
+        Some(Unapplied::Refused(err)) => err,
+        None => FileError::Invalid("no edit was given".into()),
     })
 }
 
@@ -656,7 +733,10 @@ impl Tool for EditFile {
         };
         check_edit(&edit, "")?;
         let (files, agent) = (self.0.scoped(ctx.agent()), caller(&ctx));
-        blocking(move || edit_file(&files, &agent, &input.path, &[edit])).await
+        blocking(&self.0, &ctx, move || {
+            edit_file(&files, &agent, &input.path, &[edit])
+        })
+        .await
     }
 }
 
@@ -716,17 +796,41 @@ impl Tool for MultiEdit {
             check_edit(edit, &format!("edit {} of {}: ", i + 1, input.edits.len()))?;
         }
         let (files, agent) = (self.0.scoped(ctx.agent()), caller(&ctx));
-        blocking(move || edit_file(&files, &agent, &input.path, &input.edits)).await
+        blocking(&self.0, &ctx, move || {
+            edit_file(&files, &agent, &input.path, &input.edits)
+        })
+        .await
     }
 }
 
-/// The line numbers where `needle` starts in `text`, the first few.
+/// The lines where `needle` starts in `text`, the first few, each line named once
+/// (several occurrences on one line are one line).
 fn lines_of(text: &str, needle: &str) -> String {
-    let mut lines = Vec::new();
-    for (offset, _) in text.match_indices(needle).take(10) {
-        lines.push((text[..offset].matches('\n').count() + 1).to_string());
+    const SHOWN: usize = 10;
+    let (mut lines, mut line, mut counted) = (Vec::<usize>::new(), 1, 0);
+    let mut more = false;
+    for (offset, _) in text.match_indices(needle) {
+        line += text[counted..offset].matches('\n').count();
+        counted = offset;
+        if lines.last() == Some(&line) {
+            continue;
+        }
+        if lines.len() == SHOWN {
+            more = true;
+            break;
+        }
+        lines.push(line);
     }
-    lines.join(", ")
+    let listed = lines
+        .iter()
+        .map(usize::to_string)
+        .collect::<Vec<_>>()
+        .join(", ");
+    match (lines.len(), more) {
+        (1, _) => format!("all on line {listed}"),
+        (_, false) => format!("on lines {listed}"),
+        (_, true) => format!("on lines {listed} and more"),
+    }
 }
 
 /// Why `old` was not found, with the lines of `text` nearest to its first line.
@@ -743,36 +847,82 @@ fn not_found(text: &str, old: &str) -> String {
                 breaks); copy it exactly as read_file shows it (without the line numbers)"
             .into();
     }
-    let first = old
+    let first: String = old
         .lines()
         .map(str::trim)
         .find(|l| !l.is_empty())
-        .unwrap_or("");
-    let mut near: Vec<(f64, usize, &str)> = text
-        .lines()
-        .enumerate()
-        .map(|(i, line)| {
-            (
-                strsim::normalized_levenshtein(line.trim(), first),
-                i + 1,
-                line,
-            )
-        })
-        .filter(|(score, _, _)| *score >= 0.5)
+        .unwrap_or("")
+        .chars()
+        .take(NEAR_CHARS)
         .collect();
-    near.sort_by(|a, b| b.0.total_cmp(&a.0).then(a.1.cmp(&b.1)));
+    let (near, searched) = nearest_lines(text, &first);
+    let partly = if searched < text.lines().count() {
+        format!(" (of the first {searched} lines, as far as the search looks)")
+    } else {
+        String::new()
+    };
     if near.is_empty() {
-        return "old_string does not occur in the file, and no line resembles its first \
-                line; read the file again with read_file"
-            .into();
+        return format!(
+            "old_string does not occur in the file, and no line{partly} resembles its first \
+             line; read the file again with read_file"
+        );
     }
     let shown: Vec<String> = near
         .iter()
-        .take(CANDIDATES)
-        .map(|(_, n, line)| format!("line {n}: {line}"))
+        .map(|(_, n, line)| {
+            let line: String = line.chars().take(NEAR_SHOWN).collect();
+            format!("line {n}: {line}")
+        })
         .collect();
     format!(
-        "old_string does not occur in the file; the nearest lines to its first line are:\n{}",
+        "old_string does not occur in the file; the nearest lines{partly} to its first line \
+         are:\n{}",
         shown.join("\n")
     )
+}
+
+/// Characters of old_string's first line, and of each line, compared: lines are compared
+/// by their starts, so a long line costs no more than a short one.
+const NEAR_CHARS: usize = 256;
+/// Characters of a near line shown.
+const NEAR_SHOWN: usize = 300;
+/// Edit-distance cells a failed edit's search may compute in all: under a tenth of a
+/// second of one core, whatever the file (16 MiB of long lines compared whole took
+/// minutes).
+const NEAR_BUDGET: usize = 64_000_000;
+
+/// The lines of `text` most like `first` (normalized edit distance at least 0.5), best
+/// first, at most [`CANDIDATES`], and how many lines were searched within the budget.
+///
+/// A line is compared only if its length could reach the threshold: the distance is at
+/// least the difference of the lengths, so a line (start) more than twice as long as
+/// `first` or less than half as long never resembles it, and costs only its count.
+fn nearest_lines<'t>(text: &'t str, first: &str) -> (Vec<(f64, usize, &'t str)>, usize) {
+    let want = first.chars().count();
+    let mut budget = NEAR_BUDGET;
+    let mut near: Vec<(f64, usize, &str)> = Vec::new();
+    let mut searched = 0;
+    for (i, line) in text.lines().enumerate() {
+        let trimmed = line.trim();
+        let start = trimmed
+            .char_indices()
+            .nth(NEAR_CHARS)
+            .map_or(trimmed, |(end, _)| &trimmed[..end]);
+        let len = start.chars().count();
+        if 2 * len >= want && len <= 2 * want {
+            let cost = want.max(1) * len.max(1);
+            if cost > budget {
+                break;
+            }
+            budget -= cost;
+            let score = strsim::normalized_levenshtein(start, first);
+            if score >= 0.5 {
+                near.push((score, i + 1, line));
+                near.sort_by(|a, b| b.0.total_cmp(&a.0).then(a.1.cmp(&b.1)));
+                near.truncate(CANDIDATES);
+            }
+        }
+        searched = i + 1;
+    }
+    (near, searched)
 }

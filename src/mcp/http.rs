@@ -131,6 +131,7 @@ pub fn router(
         "http://[::1]:*".into(),
     ];
     origins.extend(options.allowed_origins.iter().cloned());
+    let observer_origins: Arc<[String]> = origins.clone().into();
     // The observer's routes: any Host once a token guards a server off loopback, as for /mcp.
     let observer_hosts: Option<Arc<[String]>> = (!off_loopback).then(|| hosts.clone().into());
     let mut config = StreamableHttpServerConfig::default()
@@ -171,6 +172,8 @@ pub fn router(
         dashboard: options.dashboard.map(|control| (dashboard_server, control)),
         metrics: options.metrics,
         hosts: observer_hosts,
+        origins: observer_origins,
+        authenticated: options.token.is_some(),
         stop: shutdown_events,
     };
     router = router.merge(observer.routes(server_runtime, feeds));

@@ -54,6 +54,12 @@ pub(super) struct Observer {
     pub(super) metrics: Option<Arc<Metrics>>,
     /// The `Host` values admitted (`None`: any; a token guards the listener).
     pub(super) hosts: Option<Arc<[String]>>,
+    /// The browser origins admitted (`scheme://host:*` for any port): a request from a page
+    /// of another origin is refused, as on `/mcp`.
+    pub(super) origins: Arc<[String]>,
+    /// Whether the listener requires its bearer token, so every request here carries it:
+    /// the operator's, who may read every agent's mail and events.
+    pub(super) authenticated: bool,
     /// Ends the event streams when the server stops (a graceful shutdown would wait on them).
     pub(super) stop: CancellationToken,
 }
@@ -65,13 +71,15 @@ impl Observer {
             dashboard,
             metrics,
             hosts,
+            origins,
+            authenticated,
             stop,
         } = self;
         let mut router = axum::Router::new().route(
             EVENTS_PATH,
             get(move |request: Request| {
                 let (runtime, feeds, stop) = (runtime.clone(), feeds.clone(), stop.clone());
-                async move { serve_events(&runtime, &feeds, &request, stop) }
+                async move { serve_events(&runtime, &feeds, &request, authenticated, stop) }
             }),
         );
         if let Some((server, control)) = dashboard {
@@ -106,6 +114,11 @@ impl Observer {
                     get(move |Path(id): Path<String>, request: Request| {
                         let runtime = mail_of.clone();
                         async move {
+                            if let Some(refusal) =
+                                refused_mail(&runtime, &id, &request, authenticated)
+                            {
+                                return refusal;
+                            }
                             match MailQuery::parse(request.uri().query().unwrap_or_default()) {
                                 Ok(query) => show_mail(&runtime, &id, &query).await,
                                 Err(err) => (StatusCode::BAD_REQUEST, err).into_response(),
@@ -131,12 +144,15 @@ impl Observer {
             );
         }
         router.route_layer(middleware::from_fn(move |request: Request, next: Next| {
-            let allowed = host_ok(hosts.as_deref(), &request);
+            let host = host_ok(hosts.as_deref(), &request);
+            let origin = origin_ok(&origins, &request);
             async move {
-                if allowed {
-                    next.run(request).await
-                } else {
+                if !host {
                     (StatusCode::FORBIDDEN, "this Host is not allowed\n").into_response()
+                } else if !origin {
+                    (StatusCode::FORBIDDEN, "this Origin is not allowed\n").into_response()
+                } else {
+                    next.run(request).await
                 }
             }
         }))
@@ -152,6 +168,60 @@ fn host_ok(hosts: Option<&[String]>, request: &Request) -> bool {
             .and_then(|h| h.to_str().ok())
             .unwrap_or_default();
         host_allowed(host, hosts)
+    })
+}
+
+/// Whether the request's `Origin`, when it has one, is one of `origins` (`scheme://host`, or
+/// `scheme://host:*` for any port). A request without one is no browser's cross-origin
+/// request (browsers send it on those) and passes.
+fn origin_ok(origins: &[String], request: &Request) -> bool {
+    let Some(origin) = request.headers().get(header::ORIGIN) else {
+        return true;
+    };
+    let Ok(origin) = origin.to_str() else {
+        return false;
+    };
+    origins
+        .iter()
+        .any(|allowed| match allowed.strip_suffix('*') {
+            Some(prefix) => origin
+                .strip_prefix(prefix)
+                .is_some_and(|port| !port.is_empty() && port.bytes().all(|b| b.is_ascii_digit())),
+            None => allowed.eq_ignore_ascii_case(origin),
+        })
+}
+
+/// Whether this request may read `agent`'s mail: anyone may read an agent's that has no
+/// token; an agent's that has one needs that token (`Guildhall-Agent-Token`), or the
+/// listener's bearer token, which makes every request the operator's. The loopback
+/// dashboard without `--token` is reachable by every local process, agents' commands
+/// among them, so it does not stand in for an agent's token.
+///
+/// The refusal when it may not; `None` when it may.
+fn refused_mail(
+    runtime: &crate::Runtime,
+    agent: &str,
+    request: &Request,
+    authenticated: bool,
+) -> Option<Response> {
+    if authenticated || !runtime.credentials().protects(agent) {
+        return None;
+    }
+    let token = request
+        .headers()
+        .get(crate::agents::TOKEN_HEADER)
+        .and_then(|v| v.to_str().ok());
+    let checked = runtime.credentials().check(agent, token);
+    checked.err().map(|err| {
+        (
+            StatusCode::FORBIDDEN,
+            format!(
+                "{err}\nagent `{agent}` has a token: its mail is shown with that token in \
+                 {}, or to every request once the server runs with --token\n",
+                crate::agents::TOKEN_HEADER
+            ),
+        )
+            .into_response()
     })
 }
 
@@ -349,6 +419,7 @@ fn serve_events(
     runtime: &crate::Runtime,
     feeds: &Feeds,
     request: &Request,
+    authenticated: bool,
     stop: CancellationToken,
 ) -> Response {
     let header_text = |name: &str| {
@@ -371,6 +442,21 @@ fn serve_events(
             )
                 .into_response();
         }
+    }
+    // The operator's view shows every agent's calls (with their arguments) and mail: with
+    // agents protected by tokens, only to the operator, whom the listener's token names.
+    if agent.is_none() && !authenticated && !runtime.credentials().is_empty() {
+        return (
+            StatusCode::FORBIDDEN,
+            format!(
+                "some agents have tokens, so every agent's events are shown only with the \
+                 server's --token; name an agent in {} (with its token in {}) to see its \
+                 share\n",
+                super::AGENT_HEADER,
+                crate::agents::TOKEN_HEADER
+            ),
+        )
+            .into_response();
     }
     // Every stream of one agent follows that agent's one rendering: however many it
     // opens, the server makes one pass over the events for it.

@@ -9,6 +9,7 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::process::Stdio;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use guildhall_actors::Annotations;
@@ -104,8 +105,11 @@ pub(crate) enum ServerMsg {
     },
     /// The connection of `generation` did not answer a probe after a cancelled call.
     Hung { generation: u64 },
-    /// The server said its tool list changed.
-    Relist,
+    /// The server said its tool list changed. The flag is its connection's "a relist is
+    /// pending", cleared as the relist starts: however many notifications the server sends,
+    /// at most one relist waits in the mailbox (a flood of 2,000 a call once queued a
+    /// relist each, 42 → 830 MB).
+    Relist(Arc<AtomicBool>),
 }
 
 /// A live connection. Dropping it (the actor stopping, failing or being killed) kills the
@@ -206,7 +210,8 @@ impl Actor for ServerActor {
                 *state = None;
                 return Err(reason.into());
             }
-            ServerMsg::Relist => {
+            ServerMsg::Relist(pending) => {
+                pending.store(false, Ordering::Release);
                 if let Some(running) = state.as_ref().filter(|_| spec.instance == 1) {
                     let peer = running.peer.clone();
                     if let Err(err) = reconcile(spec, &peer).await {
@@ -258,6 +263,7 @@ impl ServerActor {
         let client = Client {
             link: Arc::clone(&self.0.link),
             actor: myself.clone(),
+            relist_pending: Arc::new(AtomicBool::new(false)),
         };
         match &self.0.config.url {
             Some(url) => self.start_http(myself, client, url).await,
@@ -539,6 +545,8 @@ fn with_stderr(reason: &str, stderr: &OutputLog) -> String {
 struct Client {
     link: Arc<Link>,
     actor: ActorRef<ServerMsg>,
+    /// A relist is in the actor's mailbox and has not started.
+    relist_pending: Arc<AtomicBool>,
 }
 
 impl ClientHandler for Client {
@@ -592,7 +600,11 @@ impl ClientHandler for Client {
     }
 
     async fn on_tool_list_changed(&self, _: NotificationContext<RoleClient>) {
-        let _ = self.actor.send_message(ServerMsg::Relist);
+        if !self.relist_pending.swap(true, Ordering::AcqRel) {
+            let _ = self
+                .actor
+                .send_message(ServerMsg::Relist(Arc::clone(&self.relist_pending)));
+        }
     }
 }
 

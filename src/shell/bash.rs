@@ -18,6 +18,8 @@ use super::{Shell, ShellError};
 const KEPT: usize = 1024 * 1024;
 /// Progress messages sent per call at most (each one output line).
 const PROGRESS_LINES: u64 = 1_000;
+/// Bytes of one output line a progress message shows (a longer line is cut there).
+const PROGRESS_LINE: usize = 4 * 1024;
 
 /// `bash`.
 pub struct Bash(pub(super) Arc<Shell>);
@@ -217,7 +219,10 @@ impl<'a> Progress<'a> {
     }
 }
 
-/// Reads `stream` to its end into `into`, each line reported as progress.
+/// Reads `stream` to its end into `into`, each line reported as progress. Memory stays
+/// bounded whatever the command writes: output is kept as it arrives (up to [`KEPT`]), and
+/// a line is held only as far as its progress message shows it ([`PROGRESS_LINE`] bytes),
+/// so a line of gigabytes without a newline costs its reader's buffer, not its length.
 async fn collect(
     stream: impl AsyncRead + Unpin,
     progress: &Progress<'_>,
@@ -226,15 +231,37 @@ async fn collect(
 ) {
     let mut reader = BufReader::new(stream);
     let mut line = Vec::new();
-    loop {
-        line.clear();
-        match reader.read_until(b'\n', &mut line).await {
-            Ok(0) | Err(_) => break,
-            Ok(_) => {
-                into.add(&line);
-                let text = String::from_utf8_lossy(&line);
-                progress.line(name, text.trim_end_matches(['\n', '\r']));
-            }
+    let mut cut = false;
+    let report = |line: &mut Vec<u8>, cut: &mut bool| {
+        let text = String::from_utf8_lossy(line);
+        let text = text.trim_end_matches(['\n', '\r']);
+        if *cut {
+            progress.line(name, &format!("{text}…"));
+        } else {
+            progress.line(name, text);
         }
+        line.clear();
+        *cut = false;
+    };
+    loop {
+        let chunk = match reader.fill_buf().await {
+            Ok([]) | Err(_) => break,
+            Ok(chunk) => chunk,
+        };
+        let (take, ended) = match chunk.iter().position(|&b| b == b'\n') {
+            Some(at) => (at + 1, true),
+            None => (chunk.len(), false),
+        };
+        into.add(&chunk[..take]);
+        let room = PROGRESS_LINE.saturating_sub(line.len());
+        line.extend_from_slice(&chunk[..take.min(room)]);
+        cut |= take > room;
+        reader.consume(take);
+        if ended {
+            report(&mut line, &mut cut);
+        }
+    }
+    if !line.is_empty() {
+        report(&mut line, &mut cut);
     }
 }

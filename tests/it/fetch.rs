@@ -88,6 +88,20 @@ async fn site() -> Site {
             get(|| async { (StatusCode::NOT_FOUND, "no such page").into_response() }),
         )
         .route("/hang", get(std::future::pending::<String>))
+        .route(
+            "/deep",
+            get(|| async {
+                Html(format!(
+                    "<title>Deep</title>{}<p>at the bottom</p>{}",
+                    "<div>".repeat(3_000),
+                    "</div>".repeat(3_000)
+                ))
+            }),
+        )
+        .route(
+            "/very-deep",
+            get(|| async { Html(format!("{}core", "<div><span>".repeat(100_000))) }),
+        )
         .layer(axum::middleware::from_fn_with_state(
             shared.clone(),
             |State(s): State<Shared>,
@@ -148,6 +162,31 @@ async fn html_comes_back_as_markdown_without_scripts() {
     assert_eq!(page["title"], json!("The Guild hall"));
     assert_eq!(page["status"], json!(200));
     assert_eq!(page["truncated"], json!(false));
+    rt.shutdown().await;
+}
+
+/// 3,000 nested `<div>`s once overflowed a runtime thread's stack in the Markdown
+/// conversion and aborted the process; 200,000 elements nested without an end are past any
+/// stack. Each page comes back as its text, named as such, and the runtime answers on.
+#[tokio::test]
+async fn a_page_nested_past_any_stack_comes_back_as_its_text() {
+    let site = site().await;
+    let rt = runtime(open()).await;
+    for (path, words) in [("deep", "at the bottom"), ("very-deep", "core")] {
+        let page = fetch(&rt, &format!("http://{}/{path}", site.addr))
+            .await
+            .unwrap();
+        let content = page["content"].as_str().unwrap();
+        assert!(
+            content.contains("elements deep, past the 512"),
+            "{content:.200}"
+        );
+        assert!(content.ends_with(words), "{path}: {content:.200}");
+    }
+    let page = fetch(&rt, &format!("http://{}/page", site.addr))
+        .await
+        .unwrap();
+    assert!(page["content"].as_str().unwrap().contains("# Hello"));
     rt.shutdown().await;
 }
 

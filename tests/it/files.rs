@@ -376,7 +376,7 @@ async fn an_edit_that_does_not_match_says_why() {
         .await
         .unwrap_err()
         .to_string();
-    assert!(err.contains("occurs 2 times (at lines 2, 5)"), "{err}");
+    assert!(err.contains("occurs 2 times (on lines 2, 5)"), "{err}");
     let err = edit("fn  alpha()  {", "x", false)
         .await
         .unwrap_err()
@@ -398,6 +398,140 @@ async fn an_edit_that_does_not_match_says_why() {
     assert_eq!(
         std::fs::read_to_string(tree.root.join("src/lib.rs")).unwrap(),
         "fn alpha() {\n    let total = 2;\n}\nfn gamma() {\n    let total = 2;\n}\n"
+    );
+    rt.shutdown().await;
+}
+
+/// 30 edits doubling every `a` of a 1,000-byte file once built a 2 GB string and aborted the
+/// server; a 64 KiB file edited with `replace_all` wrote 19.6 MB that read_file refused.
+/// Each result is bounded before it is built, and nothing is written.
+#[tokio::test]
+async fn no_edit_or_write_makes_a_file_larger_than_the_tools_handle() {
+    let tree = tree();
+    let rt = runtime(&tree).await;
+    let small = "a".repeat(1_000);
+    std::fs::write(tree.root.join("grow.txt"), &small).unwrap();
+    call(&rt, "alice", "read_file", json!({ "path": "grow.txt" }))
+        .await
+        .unwrap();
+    let doubling: Vec<Value> = (0..30)
+        .map(|_| json!({ "old_string": "a", "new_string": "aa", "replace_all": true }))
+        .collect();
+    let err = call(
+        &rt,
+        "alice",
+        "multi_edit",
+        json!({ "path": "grow.txt", "edits": doubling }),
+    )
+    .await
+    .unwrap_err()
+    .to_string();
+    assert!(err.contains("edit"), "{err}");
+    assert!(err.contains("past the 16777216 bytes"), "{err}");
+    assert_eq!(
+        std::fs::read_to_string(tree.root.join("grow.txt")).unwrap(),
+        small
+    );
+
+    let wide = "ab".repeat(32 * 1024);
+    std::fs::write(tree.root.join("wide.txt"), &wide).unwrap();
+    call(&rt, "alice", "read_file", json!({ "path": "wide.txt" }))
+        .await
+        .unwrap();
+    let err = call(
+        &rt,
+        "alice",
+        "edit_file",
+        json!({ "path": "wide.txt", "old_string": "a", "new_string": "x".repeat(600), "replace_all": true }),
+    )
+    .await
+    .unwrap_err()
+    .to_string();
+    assert!(err.contains("the result would be 19693568 bytes"), "{err}");
+    assert_eq!(
+        std::fs::read_to_string(tree.root.join("wide.txt")).unwrap(),
+        wide
+    );
+
+    let err = call(
+        &rt,
+        "alice",
+        "write_file",
+        json!({ "path": "huge.txt", "content": "z".repeat(16 * 1024 * 1024 + 1) }),
+    )
+    .await
+    .unwrap_err()
+    .to_string();
+    assert!(err.contains("past the 16777216 bytes"), "{err}");
+    assert!(!tree.root.join("huge.txt").exists());
+    // The same growth within the bound is made.
+    let done = call(
+        &rt,
+        "alice",
+        "edit_file",
+        json!({ "path": "grow.txt", "old_string": "a", "new_string": "aa", "replace_all": true }),
+    )
+    .await
+    .unwrap();
+    assert_eq!(done["bytes"], json!(2_000));
+    rt.shutdown().await;
+}
+
+/// A failed edit of 16 MiB of long lines once spent minutes comparing every line while it
+/// held a write lock other files share. The search for the nearest lines is bounded (about
+/// 64 M cells of edit distance) and runs after the lock is let go: the answer comes, names
+/// how far it looked, and another agent's writes go on meanwhile.
+#[tokio::test]
+async fn a_failed_edit_of_a_huge_file_answers_with_a_bounded_search() {
+    let tree = tree();
+    let rt = runtime(&tree).await;
+    let line = "q".repeat(7_999);
+    let text: String = (0..2_000).map(|i| format!("{i}{line}\n")).collect();
+    std::fs::write(tree.root.join("long.txt"), &text).unwrap();
+    call(
+        &rt,
+        "alice",
+        "read_file",
+        json!({ "path": "long.txt", "limit": 1 }),
+    )
+    .await
+    .unwrap();
+    let near = format!("{}r", "q".repeat(300));
+    let failed = call(
+        &rt,
+        "alice",
+        "edit_file",
+        json!({ "path": "long.txt", "old_string": near, "new_string": "x" }),
+    );
+    let meanwhile = async {
+        for i in 0..20 {
+            let path = format!("bob-{i}.txt");
+            call(
+                &rt,
+                "bob",
+                "write_file",
+                json!({ "path": path, "content": "b" }),
+            )
+            .await
+            .unwrap();
+        }
+    };
+    let (failed, ()) = tokio::time::timeout(std::time::Duration::from_secs(60), async {
+        tokio::join!(failed, meanwhile)
+    })
+    .await
+    .expect("a failed edit's search is bounded");
+    let err = failed.unwrap_err().to_string();
+    assert!(err.contains("nearest lines"), "{err:.300}");
+    assert!(err.contains("as far as the search looks"), "{err:.300}");
+    assert!(
+        err.len() < 2_000,
+        "the lines shown are cut: {} bytes",
+        err.len()
+    );
+    assert_eq!(
+        std::fs::read_to_string(tree.root.join("long.txt")).unwrap(),
+        text
     );
     rt.shutdown().await;
 }

@@ -13,6 +13,7 @@ const ORDER: &[&str] = &[
     "time",
     "detached",
     "sorted",
+    "paged",
     "private_fs",
     "process_group",
     "output_log",

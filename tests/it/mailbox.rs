@@ -1081,3 +1081,38 @@ async fn a_large_fan_out_reaches_active_inactive_and_waiting_mailboxes_and_is_bo
     assert_eq!(subjects(&last).await, ["all hands"]);
     rt.shutdown().await;
 }
+
+/// `check_inbox` with `limit: 200`, its documented maximum, once answered 53 KB, past the
+/// 50 KiB truncation, and came back as cut text without the structured content its output
+/// schema promises (the official Python SDK then failed the call). The listing keeps what
+/// fits under 40 KiB and counts the rest; those left out stay unread.
+#[tokio::test]
+async fn a_listing_past_the_truncation_keeps_its_structure() {
+    let rt = Runtime::builder().build().await.unwrap();
+    let pm = rt.register_agent(AgentSpec::new("pm", "pm")).await.unwrap();
+    rt.register_agent(AgentSpec::new("dev", "dev")).await.unwrap();
+    for i in 0..200 {
+        pm.send(
+            Outgoing::to("dev")
+                .subject(format!("report {i}"))
+                .body("x".repeat(900)),
+        )
+        .await
+        .unwrap();
+    }
+    let listed = rt
+        .call_json(
+            "check_inbox",
+            json!({ "limit": 200, "full": true }),
+            as_agent(&rt, "dev"),
+        )
+        .await
+        .unwrap();
+    let shown = listed["messages"].as_array().expect("structured, not cut text");
+    let left_out = listed["left_out"].as_u64().unwrap();
+    assert!(!shown.is_empty() && left_out > 0, "{left_out}");
+    assert_eq!(shown.len() as u64 + left_out, 200);
+    assert!(serde_json::to_string(&listed).unwrap().len() < 50 * 1024);
+    assert_eq!(listed["unread"], json!(200), "nothing was taken");
+    rt.shutdown().await;
+}

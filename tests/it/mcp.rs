@@ -1671,7 +1671,71 @@ async fn the_dashboard_reads_sessions_their_history_and_what_a_version_changed()
             .await
             .unwrap();
         assert_eq!(foreign.status(), 403, "{path}");
+        // And the Origin: a page of another site reading them is refused, as on /mcp.
+        let cross = client
+            .get(format!("{base}{path}"))
+            .header("origin", "https://evil.example")
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(cross.status(), 403, "{path}");
     }
+    stop.cancel();
+    rt.shutdown().await;
+}
+
+/// An agent's token protects its mail on the dashboard too: without the listener's token
+/// (every local process reaches a loopback dashboard, agents' commands among them), a
+/// protected agent's mail needs its own token, and the operator's event stream, which shows
+/// every agent's calls and mail, is refused while any agent has a token.
+#[tokio::test]
+async fn a_token_protects_its_agents_mail_and_events_on_the_dashboard() {
+    let rt = Runtime::builder()
+        .credentials(guildhall::agents::Credentials::new([(
+            "pm".to_owned(),
+            "pm-secret".to_owned(),
+        )]))
+        .build()
+        .await
+        .unwrap();
+    for id in ["pm", "dev"] {
+        rt.register_agent(guildhall::AgentSpec::new(id, "dev"))
+            .await
+            .unwrap();
+    }
+    rt.agent("dev")
+        .unwrap()
+        .send(Outgoing::to("pm").subject("private").body("for pm only"))
+        .await
+        .unwrap();
+    let (base, stop) = dashboard_endpoint(&rt).await;
+    let client = crate::support::http_client();
+    let mail = |agent: &str, token: Option<&str>| {
+        let mut request = client.get(format!("{base}{}/{agent}/mail", http::AGENTS_PATH));
+        if let Some(token) = token {
+            request = request.header("guildhall-agent-token", token);
+        }
+        request.send()
+    };
+    let refused = mail("pm", None).await.unwrap();
+    assert_eq!(refused.status(), 403);
+    let said = refused.text().await.unwrap();
+    assert!(
+        said.contains("has a token") && !said.contains("for pm only"),
+        "{said}"
+    );
+    assert_eq!(mail("pm", Some("wrong")).await.unwrap().status(), 403);
+    let shown = mail("pm", Some("pm-secret")).await.unwrap();
+    assert_eq!(shown.status(), 200);
+    assert!(shown.text().await.unwrap().contains("for pm only"));
+    assert_eq!(mail("dev", None).await.unwrap().status(), 200);
+    let events = client
+        .get(format!("{base}{}", http::EVENTS_PATH))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(events.status(), 403);
+    assert!(events.text().await.unwrap().contains("--token"));
     stop.cancel();
     rt.shutdown().await;
 }

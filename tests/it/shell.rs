@@ -192,6 +192,34 @@ async fn resource_limits_stop_a_memory_hog() {
     rt.shutdown().await;
 }
 
+/// 500 MB on one line once took the server to 1 GB (the line was read whole before the
+/// 1 MiB cap applied); 3.5 GB aborted it. The cap holds while reading: the first MiB is
+/// kept, the rest counted, whatever the lines.
+#[tokio::test]
+async fn a_line_of_hundreds_of_megabytes_is_kept_to_its_first_mib_as_it_is_read() {
+    let governance = GovernanceConfig {
+        truncate: guildhall::governance::truncate::Limits {
+            max_lines: usize::MAX,
+            max_bytes: usize::MAX,
+        },
+        ..GovernanceConfig::default()
+    };
+    let (rt, _project) = runtime_governed(ShellConfig::default(), governance).await;
+    let total: u64 = 300_000_000;
+    let out = bash(
+        &rt,
+        json!({ "command": format!("head -c {total} /dev/zero | tr '\\0' a; echo; echo end >&2") }),
+    )
+    .await
+    .unwrap();
+    assert_eq!(out["exit_code"], json!(0));
+    let kept = out["stdout"].as_str().unwrap().len() as u64;
+    assert_eq!(kept, 1024 * 1024);
+    assert_eq!(out["dropped_bytes"], json!(total + 1 - kept));
+    assert_eq!(out["stderr"], json!("end\n"));
+    rt.shutdown().await;
+}
+
 #[tokio::test]
 async fn a_command_leads_its_own_session_with_default_signals_and_no_input() {
     let (rt, _project) = runtime(ShellConfig::default()).await;
