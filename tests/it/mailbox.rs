@@ -1090,7 +1090,9 @@ async fn a_large_fan_out_reaches_active_inactive_and_waiting_mailboxes_and_is_bo
 async fn a_listing_past_the_truncation_keeps_its_structure() {
     let rt = Runtime::builder().build().await.unwrap();
     let pm = rt.register_agent(AgentSpec::new("pm", "pm")).await.unwrap();
-    rt.register_agent(AgentSpec::new("dev", "dev")).await.unwrap();
+    rt.register_agent(AgentSpec::new("dev", "dev"))
+        .await
+        .unwrap();
     for i in 0..200 {
         pm.send(
             Outgoing::to("dev")
@@ -1108,7 +1110,9 @@ async fn a_listing_past_the_truncation_keeps_its_structure() {
         )
         .await
         .unwrap();
-    let shown = listed["messages"].as_array().expect("structured, not cut text");
+    let shown = listed["messages"]
+        .as_array()
+        .expect("structured, not cut text");
     let left_out = listed["left_out"].as_u64().unwrap();
     assert!(!shown.is_empty() && left_out > 0, "{left_out}");
     assert_eq!(shown.len() as u64 + left_out, 200);
