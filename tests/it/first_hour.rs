@@ -23,8 +23,9 @@ struct Client {
 }
 
 /// `guildhall mcp <args>` on `data`, its stdio piped, logs off, killed when dropped.
-fn mcp_process(data: &Path, args: &[&str]) -> Child {
+fn mcp_process(data: &Path, args: &[&str], env: &[(&str, &str)]) -> Child {
     tokio::process::Command::new(env!("CARGO_BIN_EXE_guildhall"))
+        .envs(env.iter().copied())
         .arg("--data-dir")
         .arg(data)
         .arg("mcp")
@@ -44,7 +45,12 @@ fn mcp_process(data: &Path, args: &[&str]) -> Child {
 impl Client {
     /// Starts a client and makes the handshake; its answer is kept in `init`.
     async fn start(data: &Path, args: &[&str]) -> Self {
-        let mut child = mcp_process(data, args);
+        Self::start_with(data, args, &[]).await
+    }
+
+    /// [`Client::start`] with `env` added to the client's (and so the server's) environment.
+    async fn start_with(data: &Path, args: &[&str], env: &[(&str, &str)]) -> Self {
+        let mut child = mcp_process(data, args, env);
         let stdin = child.stdin.take().unwrap();
         let lines = BufReader::new(child.stdout.take().unwrap()).lines();
         let mut client = Self {
@@ -162,6 +168,43 @@ async fn clients_start_in_any_order_and_each_hears_who_it_is() {
     stop_server(&data);
 }
 
+/// `tr '\0' '\n' < /proc/$PPID/environ` in `bash` once printed a `token_env` token, which
+/// then sent mail as its agent. The server wipes its environment's values from what the
+/// kernel shows (and is non-dumpable, so no other process of its user reads it at all; this
+/// test may run as root, which still may).
+#[tokio::test]
+async fn a_command_cannot_read_an_agents_token_from_the_servers_environment() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    std::fs::create_dir(&data).unwrap();
+    std::fs::write(
+        data.join("guildhall.toml"),
+        format!(
+            "[files]\nroots = [{:?}]\n[shell]\n[agents.tl]\ntoken_env = \"GUILDHALL_TL_TOKEN\"\n",
+            dir.path().display().to_string()
+        ),
+    )
+    .unwrap();
+    let secret = "tl-secret-5a1b9c";
+    let mut dev = Client::start_with(
+        &data,
+        &["--agent", "dev"],
+        &[("GUILDHALL_TL_TOKEN", secret)],
+    )
+    .await;
+    let out = dev
+        .call(
+            "bash",
+            json!({ "command": "tr '\\0' '\\n' < /proc/$PPID/environ 2>&1; echo; cat /proc/$PPID/status | grep -c . ; echo done" }),
+        )
+        .await;
+    let stdout = out["stdout"].as_str().unwrap();
+    assert!(stdout.ends_with("done\n"), "{out}");
+    assert!(!stdout.contains(secret), "{stdout}");
+    drop(dev);
+    stop_server(&data);
+}
+
 #[tokio::test]
 async fn the_handshake_tells_the_model_its_agent_role_and_parent() {
     let dir = tempfile::tempdir().unwrap();
@@ -223,7 +266,7 @@ fn a_server_that_cannot_start_is_reported_at_once_with_its_error() {
 async fn a_started_server_exits_once_its_last_client_has_been_gone_for_the_idle_time() {
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("data");
-    let mut child = mcp_process(&data, &["--agent", "tl", "--idle-exit", "1s"]);
+    let mut child = mcp_process(&data, &["--agent", "tl", "--idle-exit", "1s"], &[]);
     // Connected once the bridge's server answers status.
     crate::support::eventually(LIMIT, || async {
         crate::support::guildhall(&data)
