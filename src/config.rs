@@ -581,54 +581,69 @@ impl Config {
     /// # Errors
     /// The first name that matches no tool.
     pub fn check_tool_names(&self, path: &Path, known: &[String]) -> Result<(), ConfigError> {
-        let mut named: Vec<(String, String)> = Vec::new();
-        let rules = |scope: &str, rules: &[Rule], named: &mut Vec<(String, String)>| {
-            for rule in rules {
-                named.push((format!("{scope}rule's tool"), rule.tool.as_str().to_owned()));
-            }
-        };
-        rules("a ", &self.rules, &mut named);
-        for (role, config) in &self.roles {
-            rules(&format!("[roles.{role}] "), &config.rules, &mut named);
-            for tool in config.tools.iter().flatten() {
-                named.push((format!("[roles.{role}] tools"), tool.clone()));
-            }
+        // What names a tool, and where: rules and hooks hold their patterns parsed; the
+        // others are names (or globs) as written, which `load` has checked.
+        let mut named: Vec<(String, Glob)> = Vec::new();
+        let scopes = std::iter::once((String::from("a "), &self.rules))
+            .chain(
+                self.roles
+                    .iter()
+                    .map(|(role, c)| (format!("[roles.{role}] "), &c.rules)),
+            )
+            .chain(
+                self.agents
+                    .iter()
+                    .map(|(agent, c)| (format!("[agents.{agent}] "), &c.rules)),
+            );
+        for (scope, rules) in scopes {
+            named.extend(
+                rules
+                    .iter()
+                    .map(|rule| (format!("{scope}rule's tool"), rule.tool.clone())),
+            );
         }
-        for (agent, config) in &self.agents {
-            rules(&format!("[agents.{agent}] "), &config.rules, &mut named);
-        }
-        for hook in &self.hooks {
-            named.push(("a hook's tools".into(), hook.tools.as_str().to_owned()));
-        }
-        for tool in self.tools.keys() {
-            named.push((format!("[tools.{tool}]"), tool.clone()));
-        }
-        for (what, pattern) in named {
-            if pattern.starts_with("mcp__") {
-                continue;
-            }
-            let Ok(glob) = Glob::new(&pattern) else {
-                continue;
-            };
-            if known.iter().any(|tool| glob.matches(tool)) {
-                continue;
-            }
-            let text = std::fs::read_to_string(path).unwrap_or_default();
-            let line = [format!("[tools.{pattern}]"), format!("\"{pattern}\"")]
+        named.extend(
+            self.hooks
                 .iter()
-                .find_map(|needle| text.find(needle.as_str()))
-                .map(|at| text[..at].matches('\n').count() + 1);
-            return Err(ConfigError {
-                path: path.to_owned(),
-                line,
-                reason: format!(
-                    "{what} names `{pattern}`, which is no tool this server has, so it would \
-                     apply to nothing{}",
-                    could_mean(&pattern, known)
-                ),
-            });
-        }
-        Ok(())
+                .map(|hook| ("a hook's tools".to_owned(), hook.tools.clone())),
+        );
+        let written = self
+            .roles
+            .iter()
+            .flat_map(|(role, c)| {
+                c.tools
+                    .iter()
+                    .flatten()
+                    .map(move |tool| (format!("[roles.{role}] tools"), tool))
+            })
+            .chain(
+                self.tools
+                    .keys()
+                    .map(|tool| (format!("[tools.{tool}]"), tool)),
+            );
+        named.extend(written.filter_map(|(what, tool)| Some((what, Glob::new(tool.trim()).ok()?))));
+        let unknown = named.into_iter().find(|(_, glob)| {
+            !glob.as_str().starts_with("mcp__") && !known.iter().any(|tool| glob.matches(tool))
+        });
+        let Some((what, glob)) = unknown else {
+            return Ok(());
+        };
+        let pattern = glob.as_str();
+        // Read again for the line, only when there is something to refuse.
+        let text = std::fs::read_to_string(path).unwrap_or_default();
+        let line = [format!("[tools.{pattern}]"), format!("\"{pattern}\"")]
+            .iter()
+            .find_map(|needle| text.find(needle.as_str()))
+            .map(|at| text[..at].matches('\n').count() + 1);
+        Err(ConfigError {
+            path: path.to_owned(),
+            line,
+            reason: format!(
+                "{what} names `{pattern}`, which is no tool this server has, so it would apply \
+                 to nothing{}",
+                could_mean(pattern, known)
+            ),
+        })
     }
 
     /// The agents' tokens, read from their variables and files.

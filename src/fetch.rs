@@ -518,33 +518,28 @@ impl Fetch {
                 bytes,
             });
         }
-        let text = String::from_utf8_lossy(&body);
+        // Valid UTF-8 (most pages) is taken as it is, not copied.
+        let text = String::from_utf8(body)
+            .unwrap_or_else(|err| String::from_utf8_lossy(err.as_bytes()).into_owned());
         let (title, content) = if html {
-            let title = title_of(&text);
             let turn = Arc::clone(&self.converting)
                 .acquire_owned()
                 .await
                 .map_err(|_| FetchError::Invalid("the fetcher is closing".into()))?;
-            let converted = html::convert_off_thread(Arc::from(text.as_ref()), turn).await;
-            let content = match converted {
-                Ok(page) if page.as_text => format!(
-                    "(this page nests {} elements deep, past the {} web_fetch turns into \
-                     Markdown; its text follows)\n\n{}",
-                    page.depth,
-                    html::MAX_DEPTH,
-                    page.content
-                ),
-                Ok(page) => page.content,
-                Err(err) => {
-                    return Err(FetchError::Request {
-                        url: final_url,
+            let page =
+                html::convert_off_thread(text, turn)
+                    .await
+                    .map_err(|err| FetchError::Request {
+                        url: final_url.clone(),
                         reason: format!("the page could not be converted: {err}"),
-                    });
-                }
+                    })?;
+            let content = match page.note {
+                Some(note) => format!("({note})\n\n{}", page.content),
+                None => page.content,
             };
-            (title, content)
+            (page.title, content)
         } else {
-            (None, text.into_owned())
+            (None, text)
         };
         let page = Fetched {
             url: final_url,
@@ -562,20 +557,6 @@ impl Fetch {
         }
         Ok(page)
     }
-}
-
-/// The text of the first `<title>`, if any.
-fn title_of(html: &str) -> Option<String> {
-    let lower = html.to_ascii_lowercase();
-    let open = lower.find("<title")?;
-    let start = open + lower[open..].find('>')? + 1;
-    let end = start + lower[start..].find("</title")?;
-    let title = html
-        .get(start..end)?
-        .split_whitespace()
-        .collect::<Vec<_>>()
-        .join(" ");
-    (!title.is_empty()).then_some(title)
 }
 
 /// Our own error, if one of ours (a refused address, a redirect limit) caused `err`.
@@ -693,14 +674,5 @@ mod tests {
             Some("an address of this machine")
         );
         assert_eq!(policy.refused_kind("1.1.1.1".parse().unwrap()), None);
-    }
-
-    #[test]
-    fn titles_are_read_from_html() {
-        assert_eq!(
-            title_of("<html><head><TITLE>\n A  page </title></head>").as_deref(),
-            Some("A page")
-        );
-        assert_eq!(title_of("<p>no title</p>"), None);
     }
 }

@@ -23,31 +23,58 @@ pub enum Keep {
 
 /// `items` cut to those whose compact JSON fits in `budget` bytes together (always at
 /// least one: a single item past the budget is the truncation's to cut), and how many were
-/// left out.
+/// left out. Items are measured as they would be written, without being written anywhere,
+/// and only until the budget is spent.
 pub fn within<T: Serialize>(mut items: Vec<T>, budget: usize, keep: Keep) -> (Vec<T>, usize) {
     let total = items.len();
-    let size = |item: &T| serde_json::to_vec(item).map_or(0, |v| v.len() + 1);
-    let mut used = 0;
-    let mut fit = 0;
-    let order: Box<dyn Iterator<Item = &T>> = match keep {
-        Keep::First => Box::new(items.iter()),
-        Keep::Last => Box::new(items.iter().rev()),
+    let fit = match keep {
+        Keep::First => fitting(items.iter(), budget),
+        Keep::Last => fitting(items.iter().rev(), budget),
     };
-    for item in order {
-        let n = size(item);
-        if fit > 0 && used + n > budget {
-            break;
-        }
-        used += n;
-        fit += 1;
-    }
     match keep {
         Keep::First => items.truncate(fit),
-        Keep::Last => {
-            items.drain(..total - fit);
-        }
+        Keep::Last => drop(items.drain(..total - fit)),
     }
     (items, total - fit)
+}
+
+/// How many of `items`, in order, fit in `budget` bytes of compact JSON (at least one).
+fn fitting<'a, T: Serialize + 'a>(items: impl Iterator<Item = &'a T>, budget: usize) -> usize {
+    let mut used = 0;
+    let mut fit = 0;
+    for item in items {
+        // The comma or bracket beside it, and the item.
+        let mut size = Counted(1);
+        // Serializing into a counter fails only for values JSON cannot hold, which an
+        // answer would fail on too: counted as nothing, they are the answer's to refuse.
+        let _ = serde_json::to_writer(&mut size, item);
+        if fit > 0 && used + size.0 > budget {
+            break;
+        }
+        used += size.0;
+        fit += 1;
+    }
+    fit
+}
+
+/// Bytes written to it, counted and dropped.
+struct Counted(usize);
+
+impl std::io::Write for Counted {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0 += buf.len();
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// Whether a count of items left out is zero (`skip_serializing_if` of the answers'
+/// `left_out`).
+pub fn none_left(left_out: &usize) -> bool {
+    *left_out == 0
 }
 
 #[cfg(test)]

@@ -227,12 +227,8 @@ pub struct InboxView {
     /// Messages that matched but were left out to keep the answer under 40 KiB: list
     /// again with a smaller `limit`, a `thread` or `min_priority`, or read them one by one
     /// with `read_message`.
-    #[serde(default, skip_serializing_if = "is_zero")]
+    #[serde(default, skip_serializing_if = "crate::paged::none_left")]
     pub left_out: usize,
-}
-
-fn is_zero(n: &usize) -> bool {
-    *n == 0
 }
 
 impl Tool for CheckInbox {
@@ -291,7 +287,7 @@ impl Tool for CheckInbox {
             wait,
             mark_read: false,
         };
-        let inbox = agent.check_inbox(query).await?;
+        let mut inbox = agent.check_inbox(query).await?;
         let full = input.full.unwrap_or(false);
         let views: Vec<MessageView> = inbox
             .messages
@@ -302,11 +298,8 @@ impl Tool for CheckInbox {
             crate::paged::within(views, crate::paged::ANSWER_BYTES, crate::paged::Keep::First);
         // The cursor is the newest of those shown; those left out stay unread, so the next
         // listing of unread mail shows them.
-        let cursor = inbox.messages[..messages.len()]
-            .iter()
-            .map(|m| m.id)
-            .max()
-            .map(|id| id.to_string());
+        inbox.messages.truncate(messages.len());
+        let cursor = inbox.cursor().map(|id| id.to_string());
         Ok(InboxView {
             cursor,
             messages,

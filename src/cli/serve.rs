@@ -160,13 +160,6 @@ pub(crate) async fn serve(args: ServeArgs, data_dir: &Path) -> CliResult {
             data_dir.display()
         )
     })?;
-    let servers = match start_servers(&runtime, &config, &args, data_dir).await {
-        Ok(servers) => servers,
-        Err(err) => {
-            runtime.shutdown().await;
-            return Err(err);
-        }
-    };
     // Held while serving: the watcher reloads through it.
     let _commands = match start_commands(&runtime, config_file.clone()).await {
         Ok(commands) => commands,
@@ -182,7 +175,8 @@ pub(crate) async fn serve(args: ServeArgs, data_dir: &Path) -> CliResult {
             return Err(err);
         }
     };
-    // Every tool is registered now but proxied servers' (`mcp__…`, which come and go).
+    // Every tool is registered now but proxied servers' (`mcp__…`, which come and go): the
+    // names are checked before any server's process is started.
     let known: Vec<String> = runtime
         .tools()
         .into_iter()
@@ -192,6 +186,13 @@ pub(crate) async fn serve(args: ServeArgs, data_dir: &Path) -> CliResult {
         runtime.shutdown().await;
         return Err(err.into());
     }
+    let servers = match start_servers(&runtime, &config, &args, data_dir).await {
+        Ok(servers) => servers,
+        Err(err) => {
+            runtime.shutdown().await;
+            return Err(err);
+        }
+    };
     // Held while serving: dropping it sends the last spans.
     #[cfg(feature = "otlp")]
     let traces = match guildhall::observe::Traces::start(&runtime, &config.telemetry) {

@@ -318,12 +318,8 @@ pub struct HistoryOutput {
     /// Batches that matched but were left out to keep the answer under 40 KiB: the oldest
     /// of the latest ones, or the newest of those after `after_version` (read on from the
     /// last version shown).
-    #[serde(skip_serializing_if = "is_zero")]
+    #[serde(skip_serializing_if = "crate::paged::none_left")]
     pub left_out: usize,
-}
-
-fn is_zero(n: &usize) -> bool {
-    *n == 0
 }
 
 impl Tool for ContextHistory {

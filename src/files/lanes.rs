@@ -82,22 +82,48 @@ impl Lanes {
 mod tests {
     use super::*;
 
+    /// What `enter` gives when polled once, outside tokio's cooperative budget (a test that
+    /// takes 64 lanes in one poll would otherwise see its budget run out, not a lane).
+    fn now(enter: impl std::future::Future<Output = Lane>) -> Option<Lane> {
+        futures::FutureExt::now_or_never(tokio::task::unconstrained(enter))
+    }
+
     #[tokio::test]
     async fn an_agent_over_its_share_waits_while_another_enters() {
         let lanes = Lanes::new();
         let (busy, other): (Arc<str>, Arc<str>) = (Arc::from("busy"), Arc::from("other"));
         let mut held = Vec::new();
         for _ in 0..PER_AGENT {
-            held.push(lanes.enter(&busy).await);
+            held.push(now(lanes.enter(&busy)).expect("a free lane"));
         }
-        let waiting =
-            tokio::time::timeout(std::time::Duration::from_millis(20), lanes.enter(&busy));
-        assert!(waiting.await.is_err(), "a fifth call of one agent waits");
-        let entered = tokio::time::timeout(std::time::Duration::from_secs(5), lanes.enter(&other));
-        let lane = entered.await.expect("another agent enters at once");
+        assert!(
+            now(lanes.enter(&busy)).is_none(),
+            "a fifth call of one agent waits"
+        );
+        let lane = now(lanes.enter(&other)).expect("another agent enters at once");
+        drop(held.pop());
+        assert!(
+            now(lanes.enter(&busy)).is_some(),
+            "a lane given back is taken"
+        );
         drop((lane, held));
         lanes.tidy(&busy);
         lanes.tidy(&other);
         assert_eq!(lanes.agents(), 0, "idle agents' lanes are forgotten");
+    }
+
+    #[tokio::test]
+    async fn all_agents_together_stop_at_the_shared_count() {
+        let lanes = Lanes::new();
+        let held: Vec<Lane> = (0..IN_ALL)
+            .map(|i| {
+                let agent: Arc<str> = Arc::from(format!("a{}", i / PER_AGENT));
+                now(lanes.enter(&agent)).expect("room in all")
+            })
+            .collect();
+        let newcomer: Arc<str> = Arc::from("newcomer");
+        assert!(now(lanes.enter(&newcomer)).is_none());
+        drop(held);
+        assert!(now(lanes.enter(&newcomer)).is_some());
     }
 }

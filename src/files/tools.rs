@@ -571,11 +571,16 @@ fn check_edit(edit: &Edit, which: &str) -> Result<(), FileError> {
 }
 
 /// Why an edit could not be applied: a refusal ready to return, or text that does not
-/// occur, whose explanation (a search for the nearest lines) is left until the file's
-/// write lock is released.
+/// occur, whose explanation (a search for the nearest lines) waits until the file's write
+/// lock is released.
 enum Unapplied {
     Refused(FileError),
-    NotFound { which: String, old: String },
+    /// Edit `index` (counting from 0) did not occur in `text`, the file as the edits
+    /// before it left it.
+    NotFound {
+        index: usize,
+        text: String,
+    },
 }
 
 impl From<FileError> for Unapplied {
@@ -584,15 +589,27 @@ impl From<FileError> for Unapplied {
     }
 }
 
-/// `text` with `edit` applied, and how many occurrences it replaced. The result's size is
-/// checked before it is built: an edit may not make the file larger than [`MAX_FILE`].
-fn apply(path: &str, text: &str, edit: &Edit, which: &str) -> Result<(String, usize), Unapplied> {
+/// How a message names edit `index` of `count` (nothing for a single edit).
+fn which(index: usize, count: usize) -> String {
+    if count > 1 {
+        format!("edit {} of {count}: ", index + 1)
+    } else {
+        String::new()
+    }
+}
+
+/// `text` with `edit` applied, and how many occurrences it replaced (`None` when it does
+/// not occur). The result's size is checked before it is built: an edit may not make the
+/// file larger than [`MAX_FILE`].
+fn apply(
+    path: &str,
+    text: &str,
+    edit: &Edit,
+    which: &str,
+) -> Result<Option<(String, usize)>, FileError> {
     let found = text.matches(edit.old_string.as_str()).count();
     if found == 0 {
-        return Err(Unapplied::NotFound {
-            which: which.to_owned(),
-            old: edit.old_string.clone(),
-        });
+        return Ok(None);
     }
     if found > 1 && !edit.replace_all {
         return Err(FileError::NoMatch {
@@ -602,8 +619,7 @@ fn apply(path: &str, text: &str, edit: &Edit, which: &str) -> Result<(String, us
                  it unique, or set replace_all",
                 lines_of(text, &edit.old_string)
             ),
-        }
-        .into());
+        });
     }
     let replaced = if edit.replace_all { found } else { 1 };
     let bytes = edited_size(text.len(), edit, replaced);
@@ -612,15 +628,14 @@ fn apply(path: &str, text: &str, edit: &Edit, which: &str) -> Result<(String, us
             path: path.to_owned(),
             bytes,
             limit: MAX_FILE,
-        }
-        .into());
+        });
     }
     let edited = if edit.replace_all {
         text.replace(&edit.old_string, &edit.new_string)
     } else {
         text.replacen(&edit.old_string, &edit.new_string, 1)
     };
-    Ok((edited, found))
+    Ok(Some((edited, found)))
 }
 
 /// The size of a text of `len` bytes once `replaced` occurrences of the edit's old string
@@ -633,63 +648,61 @@ fn edited_size(len: usize, edit: &Edit, replaced: usize) -> u64 {
 }
 
 /// Applies `edits` in order to the file at `path`, all or none, after the read check.
-/// The write lock is held only while the file is checked, edited and replaced; a failed
-/// edit's search for the nearest lines runs after it is released.
+/// A failed edit's search for the nearest lines runs after the write lock is released.
 fn edit_file(
     files: &Files,
     agent: &Arc<str>,
     path: &str,
     edits: &[Edit],
 ) -> Result<Edited, FileError> {
+    match edit_locked(files, agent, path, edits) {
+        Ok(edited) => Ok(edited),
+        Err(Unapplied::Refused(err)) => Err(err),
+        Err(Unapplied::NotFound { index, text }) => Err(FileError::NoMatch {
+            path: path.to_owned(),
+            why: format!(
+                "{}{}",
+                which(index, edits.len()),
+                not_found(&text, &edits[index].old_string)
+            ),
+        }),
+    }
+}
+
+/// [`edit_file`]'s work under the file's write lock: check, edit, replace.
+fn edit_locked(
+    files: &Files,
+    agent: &Arc<str>,
+    path: &str,
+    edits: &[Edit],
+) -> Result<Edited, Unapplied> {
     let at = files.roots.locate(path, false)?;
-    let (text, unapplied) = {
-        let _guard = files.lock(&at.shown);
-        let content = read_existing(path, &at)?.ok_or_else(|| FileError::NotFound {
-            path: path.to_owned(),
-        })?;
-        check_read(files, agent, path, &at, &content)?;
-        let mut text = as_text(path, &content)?;
-        drop(content);
-        let mut replacements = 0;
-        let mut unapplied = None;
-        for (i, edit) in edits.iter().enumerate() {
-            let which = if edits.len() > 1 {
-                format!("edit {} of {}: ", i + 1, edits.len())
-            } else {
-                String::new()
-            };
-            match apply(path, &text, edit, &which) {
-                Ok((edited, found)) => {
-                    text = edited;
-                    replacements += found;
-                }
-                Err(failed) => {
-                    unapplied = Some(failed);
-                    break;
-                }
+    let _guard = files.lock(&at.shown);
+    let content = read_existing(path, &at)?.ok_or_else(|| FileError::NotFound {
+        path: path.to_owned(),
+    })?;
+    check_read(files, agent, path, &at, &content)?;
+    let mut text = as_text(path, &content)?;
+    drop(content);
+    let mut replacements = 0;
+    for (index, edit) in edits.iter().enumerate() {
+        match apply(path, &text, edit, &which(index, edits.len()))? {
+            Some((edited, found)) => {
+                text = edited;
+                replacements += found;
             }
+            None => return Err(Unapplied::NotFound { index, text }),
         }
-        if unapplied.is_none() {
-            let kept = kept_of(path, &at)?;
-            replace_atomically(path, &at, text.as_bytes(), Some(kept), true)?;
-            files
-                .ledger
-                .record(agent, at.shown.clone(), text.as_bytes());
-            return Ok(Edited {
-                path: at.shown.display().to_string(),
-                replacements,
-                bytes: text.len(),
-            });
-        }
-        (text, unapplied)
-    };
-    Err(match unapplied {
-        Some(Unapplied::NotFound { which, old }) => FileError::NoMatch {
-            path: path.to_owned(),
-            why: format!("{which}{}", not_found(&text, &old)),
-        },
-        Some(Unapplied::Refused(err)) => err,
-        None => FileError::Invalid("no edit was given".into()),
+    }
+    let kept = kept_of(path, &at)?;
+    replace_atomically(path, &at, text.as_bytes(), Some(kept), true)?;
+    files
+        .ledger
+        .record(agent, at.shown.clone(), text.as_bytes());
+    Ok(Edited {
+        path: at.shown.display().to_string(),
+        replacements,
+        bytes: text.len(),
     })
 }
 
@@ -835,7 +848,18 @@ fn lines_of(text: &str, needle: &str) -> String {
 
 /// Why `old` was not found, with the lines of `text` nearest to its first line.
 fn not_found(text: &str, old: &str) -> String {
-    let squeeze = |s: &str| s.split_whitespace().collect::<Vec<_>>().join(" ");
+    // One copy of the text at most (no list of its words): 16 MiB of one-letter words
+    // would otherwise be 8 M slices.
+    let squeeze = |s: &str| {
+        let mut out = String::with_capacity(s.len());
+        for word in s.split_whitespace() {
+            if !out.is_empty() {
+                out.push(' ');
+            }
+            out.push_str(word);
+        }
+        out
+    };
     if text.contains(old.trim()) {
         return "old_string is not in the file as given, but it is without its leading or \
                 trailing whitespace; copy it exactly as read_file shows it (without the \
@@ -855,11 +879,10 @@ fn not_found(text: &str, old: &str) -> String {
         .chars()
         .take(NEAR_CHARS)
         .collect();
-    let (near, searched) = nearest_lines(text, &first);
-    let partly = if searched < text.lines().count() {
-        format!(" (of the first {searched} lines, as far as the search looks)")
-    } else {
-        String::new()
+    let (near, stopped) = nearest_lines(text, &first);
+    let partly = match stopped {
+        Some(searched) => format!(" (of the first {searched} lines, as far as the search looks)"),
+        None => String::new(),
     };
     if near.is_empty() {
         return format!(
@@ -886,22 +909,22 @@ fn not_found(text: &str, old: &str) -> String {
 const NEAR_CHARS: usize = 256;
 /// Characters of a near line shown.
 const NEAR_SHOWN: usize = 300;
-/// Edit-distance cells a failed edit's search may compute in all: under a tenth of a
-/// second of one core, whatever the file (16 MiB of long lines compared whole took
-/// minutes).
-const NEAR_BUDGET: usize = 64_000_000;
+/// Edit-distance cells a failed edit's search may compute in all, whatever the file (16 MiB
+/// of long lines compared whole took minutes): about 50 ms of one core in a release build
+/// (2 ns a cell, measured with strsim 0.11), 1.4 s in a debug build.
+const NEAR_BUDGET: usize = 25_000_000;
 
 /// The lines of `text` most like `first` (normalized edit distance at least 0.5), best
-/// first, at most [`CANDIDATES`], and how many lines were searched within the budget.
+/// first, at most [`CANDIDATES`], and, when the budget ran out first, how many lines were
+/// searched.
 ///
 /// A line is compared only if its length could reach the threshold: the distance is at
 /// least the difference of the lengths, so a line (start) more than twice as long as
 /// `first` or less than half as long never resembles it, and costs only its count.
-fn nearest_lines<'t>(text: &'t str, first: &str) -> (Vec<(f64, usize, &'t str)>, usize) {
+fn nearest_lines<'t>(text: &'t str, first: &str) -> (Vec<(f64, usize, &'t str)>, Option<usize>) {
     let want = first.chars().count();
     let mut budget = NEAR_BUDGET;
     let mut near: Vec<(f64, usize, &str)> = Vec::new();
-    let mut searched = 0;
     for (i, line) in text.lines().enumerate() {
         let trimmed = line.trim();
         let start = trimmed
@@ -912,7 +935,7 @@ fn nearest_lines<'t>(text: &'t str, first: &str) -> (Vec<(f64, usize, &'t str)>,
         if 2 * len >= want && len <= 2 * want {
             let cost = want.max(1) * len.max(1);
             if cost > budget {
-                break;
+                return (near, Some(i));
             }
             budget -= cost;
             let score = strsim::normalized_levenshtein(start, first);
@@ -922,7 +945,6 @@ fn nearest_lines<'t>(text: &'t str, first: &str) -> (Vec<(f64, usize, &'t str)>,
                 near.truncate(CANDIDATES);
             }
         }
-        searched = i + 1;
     }
-    (near, searched)
+    (near, None)
 }

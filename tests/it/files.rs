@@ -478,9 +478,10 @@ async fn no_edit_or_write_makes_a_file_larger_than_the_tools_handle() {
 }
 
 /// A failed edit of 16 MiB of long lines once spent minutes comparing every line while it
-/// held a write lock other files share. The search for the nearest lines is bounded (about
-/// 64 M cells of edit distance) and runs after the lock is let go: the answer comes, names
-/// how far it looked, and another agent's writes go on meanwhile.
+/// held a write lock other files share. The search for the nearest lines is bounded (25 M
+/// cells of edit distance): the answer comes, says how far it looked, and shows each line
+/// cut. (That the search runs after the lock is let go is `edit_file`'s structure: no call
+/// can observe it without timing.)
 #[tokio::test]
 async fn a_failed_edit_of_a_huge_file_answers_with_a_bounded_search() {
     let tree = tree();
@@ -497,28 +498,15 @@ async fn a_failed_edit_of_a_huge_file_answers_with_a_bounded_search() {
     .await
     .unwrap();
     let near = format!("{}r", "q".repeat(300));
-    let failed = call(
-        &rt,
-        "alice",
-        "edit_file",
-        json!({ "path": "long.txt", "old_string": near, "new_string": "x" }),
-    );
-    let meanwhile = async {
-        for i in 0..20 {
-            let path = format!("bob-{i}.txt");
-            call(
-                &rt,
-                "bob",
-                "write_file",
-                json!({ "path": path, "content": "b" }),
-            )
-            .await
-            .unwrap();
-        }
-    };
-    let (failed, ()) = tokio::time::timeout(std::time::Duration::from_secs(60), async {
-        tokio::join!(failed, meanwhile)
-    })
+    let failed = tokio::time::timeout(
+        std::time::Duration::from_secs(60),
+        call(
+            &rt,
+            "alice",
+            "edit_file",
+            json!({ "path": "long.txt", "old_string": near, "new_string": "x" }),
+        ),
+    )
     .await
     .expect("a failed edit's search is bounded");
     let err = failed.unwrap_err().to_string();
