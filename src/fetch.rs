@@ -9,7 +9,8 @@
 //! resolves only to such addresses, or a redirect that leads to one, is refused with the
 //! address and the reason. Connections are made directly, never through a proxy from the
 //! environment (a proxy would hide the address from the check). `[fetch] allow_private =
-//! true` lifts the check; `allow_hosts` lifts it for named hosts only.
+//! true` lifts the check; `allow_hosts` lifts it for named hosts only, each on the ports it
+//! names (a bare host: its scheme's default port).
 //!
 //! Off unless configured: `[fetch]` in `guildhall.toml`, or
 //! [`RuntimeBuilder::fetch`](crate::RuntimeBuilder::fetch).
@@ -41,7 +42,8 @@ pub struct FetchConfig {
     /// Allow loopback, private and link-local addresses (off: refused).
     pub allow_private: bool,
     /// Host names (or addresses, as written in URLs) reachable whatever their addresses,
-    /// for a known internal server.
+    /// for a known internal server: `host` on its scheme's default port (80, 443), or
+    /// `host:port`.
     pub allow_hosts: Vec<String>,
 }
 
@@ -78,6 +80,16 @@ pub enum FetchError {
         address: String,
         /// What kind of address it is.
         why: &'static str,
+    },
+    /// A host `allow_hosts` names, on a port it does not name for it.
+    #[error(
+        "refused: {host}:{port}: `[fetch] allow_hosts` names {host} for other ports (a bare host is its default port, 80 or 443); add `{host}:{port}` to reach this one"
+    )]
+    PortNotAllowed {
+        /// The host as written.
+        host: String,
+        /// The port asked for.
+        port: u16,
     },
     /// Redirects went past the limit or in a circle.
     #[error("{0}")]
@@ -256,16 +268,32 @@ impl Policy {
         })
     }
 
+    /// Whether the resolver may give `host` any address: the check is off, or
+    /// `allow_hosts` names the host (with a port or without). Which port it may be reached
+    /// on is [`check_url`](Self::check_url)'s, before any connection.
     fn host_allowed(&self, host: &str) -> bool {
         self.allow_private
             || self
                 .allow_hosts
                 .iter()
-                .any(|h| h.eq_ignore_ascii_case(host))
+                .any(|entry| split_port(entry).0.eq_ignore_ascii_case(host))
     }
 
-    /// Checks a URL before it is requested or followed: its scheme, and its host when the
-    /// host is an address (names are checked as they resolve).
+    /// Whether `allow_hosts` lets a request reach `host` on `port`: an entry `host` for the
+    /// scheme's default port (80 or 443), `host:port` for that port. A server allowed on
+    /// one port could otherwise be used, by URL or by its own redirect, to reach every other
+    /// service on its host.
+    fn port_allowed(&self, host: &str, port: u16, default: u16) -> bool {
+        self.allow_private
+            || self.allow_hosts.iter().any(|entry| {
+                let (name, entry_port) = split_port(entry);
+                name.eq_ignore_ascii_case(host) && entry_port.unwrap_or(default) == port
+            })
+    }
+
+    /// Checks a URL before it is requested or followed: its scheme, the port of a host
+    /// `allow_hosts` names, and its host when the host is an address (names are checked as
+    /// they resolve).
     fn check_url(&self, url: &reqwest::Url) -> Result<(), FetchError> {
         if !matches!(url.scheme(), "http" | "https") {
             return Err(FetchError::Invalid(format!(
@@ -275,12 +303,20 @@ impl Policy {
         let Some(host) = url.host() else {
             return Err(FetchError::Invalid(format!("`{url}` has no host")));
         };
+        let written = url.host_str().unwrap_or_default();
+        let default = if url.scheme() == "https" { 443 } else { 80 };
+        let port = url.port().unwrap_or(default);
+        if self.host_allowed(written) && !self.port_allowed(written, port, default) {
+            return Err(FetchError::PortNotAllowed {
+                host: written.to_owned(),
+                port,
+            });
+        }
         let ip = match host {
             url::Host::Domain(_) => return Ok(()),
             url::Host::Ipv4(v4) => IpAddr::V4(v4),
             url::Host::Ipv6(v6) => IpAddr::V6(v6),
         };
-        let written = url.host_str().unwrap_or_default();
         match self.refused_kind(ip) {
             Some(why) if !self.host_allowed(written) => Err(FetchError::Refused {
                 host: written.to_owned(),
@@ -289,6 +325,22 @@ impl Policy {
             }),
             _ => Ok(()),
         }
+    }
+}
+
+/// An `allow_hosts` entry as its host and its port, if it names one (`docs.internal`,
+/// `docs.internal:8080`, `[::1]:8080`, `10.0.0.5:8443`).
+fn split_port(entry: &str) -> (&str, Option<u16>) {
+    let Some((host, port)) = entry.rsplit_once(':') else {
+        return (entry, None);
+    };
+    // An IPv6 address without brackets has colons of its own, and no port.
+    if host.contains(':') && !host.ends_with(']') {
+        return (entry, None);
+    }
+    match port.parse() {
+        Ok(port) => (host, Some(port)),
+        Err(_) => (entry, None),
     }
 }
 
@@ -649,6 +701,40 @@ mod tests {
         ] {
             assert_eq!(private_kind(ip.parse().unwrap()), None, "{ip}");
         }
+    }
+
+    #[test]
+    fn allowed_hosts_are_reached_on_the_ports_they_name() {
+        let policy = Policy {
+            allow_private: false,
+            allow_hosts: vec![
+                "docs.internal".into(),
+                "api.internal:8080".into(),
+                "[::1]:9000".into(),
+            ],
+            own: Vec::new(),
+        };
+        let check = |url: &str| policy.check_url(&reqwest::Url::parse(url).unwrap());
+        for url in [
+            "http://docs.internal/",
+            "https://docs.internal/a",
+            "http://api.internal:8080/",
+            "http://[::1]:9000/",
+        ] {
+            assert!(check(url).is_ok(), "{url}");
+        }
+        for url in [
+            "http://docs.internal:5432/",
+            "https://docs.internal:80/",
+            "http://api.internal/",
+            "http://api.internal:6379/",
+            "http://[::1]:9001/",
+        ] {
+            let err = check(url).unwrap_err().to_string();
+            assert!(err.contains("allow_hosts` names"), "{url}: {err}");
+        }
+        assert_eq!(split_port("fd00::1"), ("fd00::1", None));
+        assert_eq!(split_port("[fd00::1]"), ("[fd00::1]", None));
     }
 
     #[test]

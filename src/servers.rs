@@ -19,6 +19,7 @@
 //! its deadline is cancelled on the server (`notifications/cancelled`), and a server that
 //! then does not answer a probe is killed and restarted.
 
+mod answer_limit;
 pub mod config;
 mod connection;
 mod link;

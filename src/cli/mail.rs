@@ -76,6 +76,7 @@ pub(super) async fn through_server(data_dir: &Path) -> Option<CliResult> {
             .map(|a| a.to_string_lossy().into_owned())
             .collect(),
         cwd: std::env::current_dir().unwrap_or_default(),
+        token: std::env::var(guildhall::agents::TOKEN_ENV).ok(),
     };
     match local::connect(data_dir, &hello).await {
         Ok(connected) => Some((|| {

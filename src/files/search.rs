@@ -254,6 +254,14 @@ fn start(files: &Files, path: Option<&str>) -> Result<PathBuf, FileError> {
     let at = files.roots.locate(path, false)?;
     match at.parent.symlink_metadata(&at.name) {
         Ok(meta) if meta.is_file() => Ok(at.shown),
+        // A named pipe, socket or device: say so, rather than the directory walk's "Not a
+        // directory".
+        Ok(meta) if !meta.is_dir() && !meta.is_symlink() => Err(FileError::NotText {
+            path: path.to_owned(),
+            why: "is not a regular file or a directory (a named pipe, socket or device); \
+                  grep searches files and directories"
+                .into(),
+        }),
         _ => Err(dir_err),
     }
 }

@@ -70,6 +70,10 @@ pub enum Hello {
         args: Vec<String>,
         /// The client's working directory, which relative paths in `args` are taken from.
         cwd: PathBuf,
+        /// The token of the agent the command acts as (`--as`), when the config gives it
+        /// one: acting as an agent through the socket takes its token, as through MCP.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        token: Option<String>,
     },
     /// Answer with the audit records the query selects (every call finished so far).
     Audit {
@@ -417,10 +421,13 @@ async fn handle(
             control.stop.cancel();
             answered
         }
-        Hello::Admin { args, cwd } => {
-            let reply = match &control.admin {
-                None => Reply::Error("this server runs no administrative commands".into()),
-                Some(admin) => match admin.run(server.runtime().clone(), cwd, args).await {
+        Hello::Admin { args, cwd, token } => {
+            let refused =
+                acting_as(&args).find_map(|agent| prove(&server, agent, token.as_deref()).err());
+            let reply = match (&control.admin, refused) {
+                (_, Some(reason)) => Reply::Error(reason),
+                (None, None) => Reply::Error("this server runs no administrative commands".into()),
+                (Some(admin), None) => match admin.run(server.runtime().clone(), cwd, args).await {
                     Ok(printed) => Reply::Ok(Value::String(printed)),
                     Err(reason) => Reply::Error(reason),
                 },
@@ -513,6 +520,18 @@ pub fn open(data_dir: &Path, server: McpServer, control: Control) -> std::io::Re
         control,
     ));
     Ok(stop.drop_guard())
+}
+
+/// The agents an administrative command line acts as: every value of `--as` (`--as tl`,
+/// `--as=tl`), the one flag by which the commands act as an agent.
+fn acting_as(args: &[String]) -> impl Iterator<Item = &str> {
+    args.iter()
+        .enumerate()
+        .filter_map(|(i, arg)| match arg.strip_prefix("--as") {
+            Some("") => args.get(i + 1).map(String::as_str),
+            Some(value) => value.strip_prefix('='),
+            None => None,
+        })
 }
 
 /// Checks that a socket client may act as `agent` (its token, when it has one).

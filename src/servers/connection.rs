@@ -25,6 +25,7 @@ use rmcp::service::{NotificationContext, RequestContext, RoleClient, RunningServ
 use rmcp::{ClientHandler, Peer, ServiceExt};
 use serde_json::Value;
 
+use super::answer_limit::AnswerLimit;
 use super::config::{RestartType, ServerConfig};
 use super::link::Link;
 use super::proxy::{Pool, ProxyTool};
@@ -369,24 +370,25 @@ impl ServerActor {
         let (Some(stdout), Some(stdin)) = (child.stdout.take(), child.stdin.take()) else {
             return Err("its standard input and output could not be opened".into());
         };
-        let service: RunningService<RoleClient, Client> = match client.serve((stdout, stdin)).await
-        {
-            Ok(service) => service,
-            Err(err) => {
-                // Most often it exited before answering: say how, after reading what it said
-                // (bounded: something it started may hold its stderr open).
-                let status = tokio::time::timeout(Duration::from_millis(500), child.wait()).await;
-                if let Some(reading) = stderr {
-                    let _ = tokio::time::timeout(Duration::from_millis(500), reading).await;
-                }
-                return Err(match status {
-                    Ok(Ok(status)) => {
-                        format!("it {} before the handshake ({err})", exit_text(status))
+        let service: RunningService<RoleClient, Client> =
+            match client.serve((AnswerLimit::new(stdout), stdin)).await {
+                Ok(service) => service,
+                Err(err) => {
+                    // Most often it exited before answering: say how, after reading what it said
+                    // (bounded: something it started may hold its stderr open).
+                    let status =
+                        tokio::time::timeout(Duration::from_millis(500), child.wait()).await;
+                    if let Some(reading) = stderr {
+                        let _ = tokio::time::timeout(Duration::from_millis(500), reading).await;
                     }
-                    _ => format!("the MCP handshake failed: {err}"),
-                });
-            }
-        };
+                    return Err(match status {
+                        Ok(Ok(status)) => {
+                            format!("it {} before the handshake ({err})", exit_text(status))
+                        }
+                        _ => format!("the MCP handshake failed: {err}"),
+                    });
+                }
+            };
         let peer = service.peer().clone();
         let generation = spec.link.next_generation();
         let monitor = tokio::spawn(monitor(

@@ -63,6 +63,12 @@ async fn site() -> Site {
             }),
         )
         .route(
+            "/to-other-port",
+            get(|State(s): State<Shared>| async move {
+                Redirect::temporary(&format!("http://localhost:{}/page", s.port.wrapping_add(1)))
+            }),
+        )
+        .route(
             "/to-loopback",
             get(|State(s): State<Shared>| async move {
                 Redirect::temporary(&format!("http://127.0.0.1:{}/page", s.port))
@@ -298,9 +304,10 @@ async fn private_addresses_are_refused_without_a_connection() {
         "no request reached the site"
     );
 
-    // A host allowed by name is reachable; a redirect from it to an address is checked.
+    // A host allowed by name and port is reachable; a redirect from it to an address, or to
+    // another of its ports, is checked; the bare name is its default port only.
     let rt = runtime(FetchConfig {
-        allow_hosts: vec!["localhost".into()],
+        allow_hosts: vec![format!("localhost:{port}")],
         ..FetchConfig::default()
     })
     .await;
@@ -312,11 +319,32 @@ async fn private_addresses_are_refused_without_a_connection() {
         .unwrap_err()
         .to_string();
     assert!(err.contains("refused: 127.0.0.1"), "{err}");
+    let err = fetch(&rt, &format!("http://localhost:{port}/to-other-port"))
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("allow_hosts` names"), "{err}");
     assert_eq!(
         site.hits.load(Ordering::SeqCst),
-        2,
-        "the page and the redirect, not its target"
+        3,
+        "the page and the two redirects, not their targets"
     );
+    let bare = runtime(FetchConfig {
+        allow_hosts: vec!["localhost".into()],
+        ..FetchConfig::default()
+    })
+    .await;
+    let err = fetch(&bare, &format!("http://localhost:{port}/page"))
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("allow_hosts` names"), "{err}");
+    assert_eq!(
+        site.hits.load(Ordering::SeqCst),
+        3,
+        "refused before connecting"
+    );
+    bare.shutdown().await;
     rt.shutdown().await;
 }
 

@@ -917,6 +917,17 @@ async fn a_named_pipe_is_refused_without_waiting_for_a_writer() {
         .await
         .unwrap();
     assert_eq!(found["truncated"], json!(false));
+    // Named, it is called what it is (it once came back as "Not a directory").
+    let err = call(
+        &rt,
+        "alice",
+        "grep",
+        json!({ "pattern": "x", "path": "pipe" }),
+    )
+    .await
+    .unwrap_err()
+    .to_string();
+    assert!(err.contains("not a regular file or a directory"), "{err}");
     rt.shutdown().await;
 }
 

@@ -12,7 +12,7 @@ use tokio::process::{Child, ChildStdin, ChildStdout};
 const LIMIT: Duration = Duration::from_secs(20);
 
 /// One `guildhall mcp` process, spoken to over its stdio as an MCP client would.
-struct Client {
+pub(crate) struct Client {
     /// Held so the process is killed when the client is dropped.
     _child: Child,
     stdin: ChildStdin,
@@ -22,9 +22,20 @@ struct Client {
     init: Value,
 }
 
-/// `guildhall mcp <args>` on `data`, its stdio piped, logs off, killed when dropped.
-fn mcp_process(data: &Path, args: &[&str], env: &[(&str, &str)]) -> Child {
-    tokio::process::Command::new(env!("CARGO_BIN_EXE_guildhall"))
+/// `guildhall mcp <args>` on `data`, its stdio piped, logs off, killed when dropped; run
+/// by `wrapper` (a program and its arguments, such as `prlimit --as=N --`) when given.
+fn mcp_process(data: &Path, args: &[&str], env: &[(&str, &str)], wrapper: &[&str]) -> Child {
+    let mut command = match wrapper.split_first() {
+        Some((program, wrapper_args)) => {
+            let mut command = tokio::process::Command::new(program);
+            command
+                .args(wrapper_args)
+                .arg(env!("CARGO_BIN_EXE_guildhall"));
+            command
+        }
+        None => tokio::process::Command::new(env!("CARGO_BIN_EXE_guildhall")),
+    };
+    command
         .envs(env.iter().copied())
         .arg("--data-dir")
         .arg(data)
@@ -50,7 +61,18 @@ impl Client {
 
     /// [`Client::start`] with `env` added to the client's (and so the server's) environment.
     async fn start_with(data: &Path, args: &[&str], env: &[(&str, &str)]) -> Self {
-        let mut child = mcp_process(data, args, env);
+        Self::start_wrapped(data, args, env, &[]).await
+    }
+
+    /// [`Client::start_with`], run by `wrapper`: what it sets (rlimits) holds for the server
+    /// the client starts too.
+    pub(crate) async fn start_wrapped(
+        data: &Path,
+        args: &[&str],
+        env: &[(&str, &str)],
+        wrapper: &[&str],
+    ) -> Self {
+        let mut child = mcp_process(data, args, env, wrapper);
         let stdin = child.stdin.take().unwrap();
         let lines = BufReader::new(child.stdout.take().unwrap()).lines();
         let mut client = Self {
@@ -79,7 +101,7 @@ impl Client {
         self.stdin.write_all(&line).await.unwrap();
     }
 
-    async fn request(&mut self, method: &str, params: Value) -> Value {
+    pub(crate) async fn request(&mut self, method: &str, params: Value) -> Value {
         let id = self.next_id;
         self.next_id += 1;
         self.send(json!({ "jsonrpc": "2.0", "id": id, "method": method, "params": params }))
@@ -97,7 +119,7 @@ impl Client {
         }
     }
 
-    async fn call(&mut self, tool: &str, arguments: Value) -> Value {
+    pub(crate) async fn call(&mut self, tool: &str, arguments: Value) -> Value {
         let response = self
             .request(
                 "tools/call",
@@ -110,7 +132,7 @@ impl Client {
 }
 
 /// Stops the server `guildhall mcp` started in the background for `data`, as a user would.
-fn stop_server(data: &Path) {
+pub(crate) fn stop_server(data: &Path) {
     let said = crate::support::guildhall_ok(data, &["stop"]);
     assert!(said.starts_with("stopped the server (pid "), "{said}");
     assert!(!data.join("guildhall.sock").exists(), "the socket is gone");
@@ -273,7 +295,7 @@ fn a_server_that_cannot_start_is_reported_at_once_with_its_error() {
 async fn a_started_server_exits_once_its_last_client_has_been_gone_for_the_idle_time() {
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("data");
-    let mut child = mcp_process(&data, &["--agent", "tl", "--idle-exit", "1s"], &[]);
+    let mut child = mcp_process(&data, &["--agent", "tl", "--idle-exit", "1s"], &[], &[]);
     // Connected once the bridge's server answers status.
     crate::support::eventually(LIMIT, || async {
         crate::support::guildhall(&data)
@@ -724,4 +746,48 @@ fn watch_shows_a_servers_calls_and_messages_as_they_happen() {
         (&json!("pm"), &json!("dev"), &json!("parse"))
     );
     assert!(events.iter().all(|e| e["at_ms"].as_u64().unwrap() > 0));
+}
+
+/// `guildhall tasks add --as tl` through a running server once acted as a token-protected
+/// `tl` without its token (`mail send --as` already asked for it). Acting as an agent
+/// through the socket takes its token, from `GUILDHALL_AGENT_TOKEN`, as through MCP.
+#[test]
+fn an_admin_command_acting_as_a_protected_agent_needs_its_token() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    std::fs::create_dir(&data).unwrap();
+    std::fs::write(data.join("tl.token"), "tl-secret\n").unwrap();
+    std::fs::write(
+        data.join("guildhall.toml"),
+        "[agents.tl]\ntoken_file = \"tl.token\"\n",
+    )
+    .unwrap();
+    let _server = crate::support::serve_in_background(&data);
+    crate::support::guildhall_ok(&data, &["agents", "register", "tl", "--role", "tl"]);
+    let add = |token: Option<&str>, by: &[&str]| {
+        let mut cmd = crate::support::guildhall(&data);
+        cmd.args(["tasks", "add", "review the plan"]).args(by);
+        match token {
+            Some(token) => cmd.env("GUILDHALL_AGENT_TOKEN", token),
+            None => cmd.env_remove("GUILDHALL_AGENT_TOKEN"),
+        };
+        cmd.output().unwrap()
+    };
+    for by in [&["--as", "tl"][..], &["--as=tl"]] {
+        let refused = add(None, by);
+        assert!(!refused.status.success(), "{by:?}");
+        let err = String::from_utf8_lossy(&refused.stderr);
+        assert!(err.contains("token"), "{by:?}: {err}");
+        assert!(!add(Some("wrong"), by).status.success(), "{by:?}");
+    }
+    let made = add(Some("tl-secret"), &["--as", "tl"]);
+    assert!(
+        made.status.success(),
+        "{}",
+        String::from_utf8_lossy(&made.stderr)
+    );
+    assert!(String::from_utf8_lossy(&made.stdout).starts_with("created task"));
+    // Acting as no one, or as an agent without a token, is as before.
+    assert!(add(None, &[]).status.success());
+    stop_server(&data);
 }

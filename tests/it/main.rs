@@ -11,6 +11,8 @@ mod support;
 
 /// `guildhall bench` from the outside: its figures are present and consistent.
 mod bench;
+/// What one call may cost, held under a lowered address space for the server.
+mod bounds;
 /// The circuit breaker as seen through runtime calls.
 mod breaker;
 /// Deadlines, cancellation and tools that ignore it.

@@ -838,3 +838,96 @@ timeout = "10min"
     servers.remove("inner").await.unwrap();
     rt.shutdown().await;
 }
+
+/// A hostile stdio server, in Python without an SDK: `big` answers 17 MiB on one line,
+/// with its id last (as the TypeScript SDK writes it); `flood` sends 2,000
+/// `tools/list_changed` before it answers; `small` answers after a tenth of a second. It
+/// counts the `tools/list` it is sent in `lists` beside it.
+const HOSTILE: &str = r#"
+import json, os, sys, time
+lists = os.path.join(os.path.dirname(os.path.abspath(__file__)), "lists")
+def send(message):
+    sys.stdout.write(json.dumps(message) + "\n")
+    sys.stdout.flush()
+for line in sys.stdin:
+    request = json.loads(line)
+    method, rid = request.get("method"), request.get("id")
+    if method == "initialize":
+        send({"jsonrpc": "2.0", "id": rid, "result": {
+            "protocolVersion": request["params"]["protocolVersion"],
+            "capabilities": {"tools": {"listChanged": True}},
+            "serverInfo": {"name": "hostile", "version": "1"}}})
+    elif method == "tools/list":
+        with open(lists, "a") as f:
+            f.write("x")
+        tool = lambda name: {"name": name, "inputSchema": {"type": "object"}}
+        send({"jsonrpc": "2.0", "id": rid,
+              "result": {"tools": [tool("big"), tool("flood"), tool("small")]}})
+    elif method == "tools/call":
+        name = request["params"]["name"]
+        if name == "big":
+            text = "x" * (17 * 1024 * 1024)
+            sys.stdout.write('{"result":{"content":[{"type":"text","text":"%s"}]},"jsonrpc":"2.0","id":%s}\n' % (text, json.dumps(rid)))
+            sys.stdout.flush()
+            continue
+        if name == "small":
+            time.sleep(0.1)
+        if name == "flood":
+            for _ in range(2000):
+                sys.stdout.write('{"jsonrpc":"2.0","method":"notifications/tools/list_changed"}\n')
+            sys.stdout.flush()
+        send({"jsonrpc": "2.0", "id": rid,
+              "result": {"content": [{"type": "text", "text": name}]}})
+    elif rid is not None:
+        send({"jsonrpc": "2.0", "id": rid, "result": {}})
+"#;
+
+/// An answer past rmcp's 16 MiB line limit was dropped, and its caller waited out the whole
+/// timeout to hear "timed out"; 2,000 `tools/list_changed` queued 2,000 relists (42 → 830
+/// MB). The oversized answer comes back at once as an error naming its size, the server
+/// serves on, and the flood costs a relist or two.
+#[tokio::test]
+async fn a_hostile_server_s_huge_answer_and_notification_flood_are_bounded() {
+    let dir = tempfile::tempdir().unwrap();
+    let script = dir.path().join("hostile.py");
+    std::fs::write(&script, HOSTILE).unwrap();
+    let mut config = ServerConfig::command("python3", [script.display().to_string()]);
+    config.timeout = Duration::from_secs(120);
+    let (rt, servers) = with_servers(GovernanceConfig::default()).await;
+    servers.add("hostile", config).await.unwrap();
+    running(&servers, "hostile", 1).await;
+
+    let err = rt
+        .call_json("mcp__hostile__big", json!({}), CallOptions::new())
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("past the 16777215 bytes"), "{err}");
+    assert!(!err.contains("timed out"), "{err}");
+    let small = rt
+        .call_json("mcp__hostile__small", json!({}), CallOptions::new())
+        .await
+        .unwrap();
+    assert!(small.to_string().contains("small"), "{small}");
+
+    let lists = dir.path().join("lists");
+    let before = std::fs::read_to_string(&lists).unwrap().len();
+    rt.call_json("mcp__hostile__flood", json!({}), CallOptions::new())
+        .await
+        .unwrap();
+    eventually(Duration::from_secs(30), || async {
+        std::fs::read_to_string(&lists).unwrap().len() > before
+    })
+    .await;
+    // Half a second of the server's answers: one relist a notification went on relisting
+    // through it (a round trip each), coalesced relists are done.
+    for _ in 0..5 {
+        rt.call_json("mcp__hostile__small", json!({}), CallOptions::new())
+            .await
+            .unwrap();
+    }
+    let relists = std::fs::read_to_string(&lists).unwrap().len() - before;
+    assert!(relists <= 3, "{relists} relists for 2,000 notifications");
+    servers.remove("hostile").await.unwrap();
+    rt.shutdown().await;
+}
