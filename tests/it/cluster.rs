@@ -477,7 +477,14 @@ async fn three_servers_one_killed_each_round_lose_and_duplicate_nothing() {
     use std::collections::{HashMap, HashSet};
     let url = pg::fresh_database().await;
     let mut nodes: Vec<Node> = (0..3).map(|_| Node::new(&url)).collect();
-    let client = crate::support::http_client();
+    // Each call is bounded: a request caught by a SIGKILL mid-flight must end as an error
+    // (its outcome unknown, as the checks below allow), never hold the round for ever (a
+    // full CI run once hung here with no connection left open).
+    let _ = crate::support::http_client();
+    let client = reqwest::Client::builder()
+        .timeout(Duration::from_secs(60))
+        .build()
+        .unwrap();
     let agent = |i: usize| format!("agent-{i:03}");
     let home = |i: usize| i % 3;
     let seed = std::env::var("CHAOS_SEED")
@@ -569,7 +576,10 @@ async fn three_servers_one_killed_each_round_lose_and_duplicate_nothing() {
             due.notified().await;
             victim_node.kill();
         };
-        let (outcomes, ()) = tokio::join!(work, kill);
+        let (outcomes, ()) =
+            tokio::time::timeout(Duration::from_secs(600), async { tokio::join!(work, kill) })
+                .await
+                .unwrap_or_else(|_| panic!("round {round} did not end in 10 minutes"));
         for (message, increment) in outcomes {
             if let Some((id, body)) = message {
                 assert!(
