@@ -210,7 +210,10 @@ impl Commands {
                 ..ToolOptions::default()
             };
             runtime
-                .register_with(CommandTool(manifest.clone()), options)
+                .register_with(
+                    CommandTool(manifest.clone(), runtime.confiner().cloned()),
+                    options,
+                )
                 .await
                 .map_err(|err| {
                     CommandsError::Unavailable(format!("`{name}`: {}", ErrorChain(&err)))

@@ -143,6 +143,10 @@ pub struct Config {
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
     #[serde(default)]
     pub shell: Option<crate::shell::ShellConfig>,
+    /// The sandbox of every process started for an agent (on by default).
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    #[serde(default)]
+    pub sandbox: crate::sandbox::SandboxConfig,
     /// The `web_fetch` tool: served only when this section is present.
     #[cfg(feature = "fetch")]
     #[serde(default)]
@@ -684,6 +688,26 @@ impl Config {
             tokens.push((agent.clone(), token.to_owned()));
         }
         Ok(Credentials::new(tokens))
+    }
+
+    /// What no sandbox may reach: the data directory `data_dir` (the store, the local
+    /// socket, spilled output, logs), the config file `file` and the agents' token files.
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    pub fn protected(&self, file: &Path, data_dir: &Path) -> crate::sandbox::Protected {
+        let absolute = |p: &Path| std::path::absolute(p).unwrap_or_else(|_| p.to_path_buf());
+        let mut files = vec![absolute(file)];
+        files.extend(
+            self.agents
+                .values()
+                .filter_map(|c| c.token_file.as_ref())
+                .map(|f| absolute(&self.dir.join(f))),
+        );
+        // Manifests beside the config define command tools, and what they may reach.
+        let manifests = absolute(&self.dir.join("tools"));
+        crate::sandbox::Protected {
+            dirs: vec![absolute(data_dir), manifests],
+            files,
+        }
     }
 
     /// Each role's tool filter.

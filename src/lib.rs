@@ -90,6 +90,8 @@ mod process_group;
 pub mod registry;
 pub mod runtime;
 #[cfg(all(target_os = "linux", target_env = "gnu"))]
+pub mod sandbox;
+#[cfg(all(target_os = "linux", target_env = "gnu"))]
 pub mod servers;
 #[cfg(all(target_os = "linux", target_env = "gnu"))]
 pub mod shell;

@@ -85,6 +85,9 @@ struct Inner {
     /// connection.
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
     shell: Option<Arc<crate::shell::Shell>>,
+    /// What every process started for an agent is confined by, and whose roots it gets.
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    confiner: Option<crate::sandbox::Confiner>,
 }
 
 /// How late a timeout may fire: the deadline sweeper's tick.
@@ -109,6 +112,11 @@ pub struct RuntimeBuilder {
     pending: Vec<Pending>,
     /// File roots that may depend on the calling agent's role, told how to find it.
     by_role: Vec<Arc<crate::files::Files>>,
+    /// Sandboxes whose network may depend on the agent's role, told the same way.
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    sandboxes: Vec<Arc<crate::sandbox::Sandbox>>,
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    confiner: Option<crate::sandbox::Confiner>,
     /// With [`humans`](Self::humans): `ask_human` and `confirm`, and who answers them.
     humans: Option<HumansConfig>,
     /// Subsystems started under the root after the built-in ones.
@@ -158,6 +166,10 @@ impl Runtime {
             sweeper: Sweeper::new(DEADLINE_RESOLUTION),
             pending: Vec::new(),
             by_role: Vec::new(),
+            #[cfg(all(target_os = "linux", target_env = "gnu"))]
+            sandboxes: Vec::new(),
+            #[cfg(all(target_os = "linux", target_env = "gnu"))]
+            confiner: None,
             humans: None,
             subsystems: Vec::new(),
             #[cfg(all(target_os = "linux", target_env = "gnu"))]
@@ -503,6 +515,19 @@ impl Runtime {
             .unwrap_or_default()
     }
 
+    /// The sandbox processes started for agents run in: the one given to
+    /// [`RuntimeBuilder::sandbox`], else the shell's.
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    pub fn sandbox(&self) -> Option<&Arc<crate::sandbox::Sandbox>> {
+        self.inner.confiner.as_ref().map(|c| &c.sandbox)
+    }
+
+    /// The sandbox and the roots processes started for agents get.
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    pub(crate) fn confiner(&self) -> Option<&crate::sandbox::Confiner> {
+        self.inner.confiner.as_ref()
+    }
+
     /// Every registered agent, sorted by id.
     pub fn agents(&self) -> Vec<Arc<AgentRecord>> {
         self.inner.office.directory.list()
@@ -764,11 +789,29 @@ impl RuntimeBuilder {
         let (start, output, kill) = shell.background_tools();
         self.subsystems.push(shell.supervisor_spec());
         self.by_role.push(Arc::clone(shell.files()));
+        self.sandboxes.push(Arc::clone(shell.sandbox()));
         self.shell = Some(Arc::clone(shell));
         self.tool_with(shell.tool(), once.clone().timeout(shell.max_call()))
             .tool_with(start, once.clone())
             .tool_with(output, once.clone().timeout(shell.max_output_wait()))
             .tool_with(kill, once)
+    }
+
+    /// Confines every process started for an agent (command tools, proxied servers,
+    /// launched agents; the shell has its own) with `sandbox`, read-write in the agent's
+    /// roots of `files` (else in the process's own directory).
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    pub fn sandbox(
+        mut self,
+        sandbox: &Arc<crate::sandbox::Sandbox>,
+        files: Option<&Arc<crate::files::Files>>,
+    ) -> Self {
+        self.sandboxes.push(Arc::clone(sandbox));
+        self.confiner = Some(crate::sandbox::Confiner {
+            sandbox: Arc::clone(sandbox),
+            files: files.map(Arc::clone),
+        });
+        self
     }
 
     /// Adds the `web_fetch` tool. Its deadline allows for the fetch's own timeout.
@@ -796,6 +839,27 @@ impl RuntimeBuilder {
     pub fn default_tool_options(mut self, options: ToolOptions) -> Self {
         self.defaults = options;
         self
+    }
+
+    /// What `whoami` says of an agent's sandbox: the one processes started for agents run
+    /// in, when there is one.
+    fn sandbox_of(&self) -> Option<crate::agents::roster::SandboxOf> {
+        #[cfg(all(target_os = "linux", target_env = "gnu"))]
+        {
+            let sandbox = match (&self.confiner, &self.shell) {
+                (Some(confiner), _) => Arc::clone(&confiner.sandbox),
+                (None, Some(shell)) => Arc::clone(shell.sandbox()),
+                (None, None) => return None,
+            };
+            Some(Arc::new(move |agent: &str| {
+                serde_json::json!({
+                    "applied": sandbox.describe(),
+                    "network": sandbox.network_of(Some(agent)),
+                })
+            }))
+        }
+        #[cfg(not(all(target_os = "linux", target_env = "gnu")))]
+        None
     }
 
     /// Validates every tool and starts the tree.
@@ -839,6 +903,14 @@ impl RuntimeBuilder {
             Arc::clone(&office),
         )?;
         let tasks = TaskBoard::open(Arc::clone(&store), self.tasks.clone(), Arc::clone(&office));
+        #[cfg(all(target_os = "linux", target_env = "gnu"))]
+        for sandbox in std::mem::take(&mut self.sandboxes) {
+            let office = Arc::downgrade(&office);
+            sandbox.resolve_roles_with(Box::new(move |agent| {
+                let entry = office.upgrade()?.directory.get(agent)?;
+                Some(entry.record().role.clone())
+            }));
+        }
         for files in std::mem::take(&mut self.by_role) {
             let office = Arc::downgrade(&office);
             files.resolve_roles_with(Box::new(move |agent| {
@@ -859,12 +931,13 @@ impl RuntimeBuilder {
             .defaults
             .clone()
             .timeout(self.mailbox.max_wait + Duration::from_secs(10));
+        let sandbox_of = self.sandbox_of();
         self = self
             .tool_with(SendMessage(Arc::clone(&office)), mail_options.clone())
             .tool_with(CheckInbox(Arc::clone(&office)), mail_options.clone())
             .tool_with(ReadMessage(Arc::clone(&office)), mail_options.clone())
             .tool_with(MarkRead(Arc::clone(&office)), mail_options)
-            .tool(WhoAmI(Arc::clone(&office)))
+            .tool(WhoAmI(Arc::clone(&office), sandbox_of))
             .tool(crate::governance::SetMode(Arc::clone(&governance)))
             .tool(ListAgents(Arc::clone(&office)))
             .tool(ContextGet(Arc::clone(&contexts)))
@@ -950,6 +1023,13 @@ impl RuntimeBuilder {
                 stopping: AtomicBool::new(false),
                 tool_set: tokio::sync::watch::Sender::new(0),
                 credentials: self.credentials,
+                #[cfg(all(target_os = "linux", target_env = "gnu"))]
+                confiner: self.confiner.or_else(|| {
+                    self.shell.as_ref().map(|shell| crate::sandbox::Confiner {
+                        sandbox: Arc::clone(shell.sandbox()),
+                        files: Some(Arc::clone(shell.files())),
+                    })
+                }),
                 #[cfg(all(target_os = "linux", target_env = "gnu"))]
                 shell: self.shell,
             }),

@@ -32,6 +32,7 @@ pub use bash::{Bash, BashInput, BashOutput};
 pub(crate) use process::environment;
 
 use crate::files::Files;
+use crate::sandbox::{Protected, Sandbox, SandboxConfig};
 
 /// Settings of the shell tools.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -108,6 +109,9 @@ pub enum ShellError {
     /// The working directory may not be used (see the file tools' confinement).
     #[error(transparent)]
     Directory(#[from] crate::files::FileError),
+    /// The command's sandbox could not be set up (or `[sandbox] require` refused it).
+    #[error(transparent)]
+    Sandbox(#[from] crate::sandbox::SandboxError),
     /// The shell could not be started, or its output not read (shared, so the error stays
     /// `Clone`).
     #[error("could not start bash")]
@@ -139,16 +143,33 @@ pub struct Shell {
     /// Where `bash` is (commands are started by path).
     bash: std::ffi::CString,
     files: Arc<Files>,
+    sandbox: Arc<Sandbox>,
     jobs: background::Jobs,
 }
 
 impl Shell {
-    /// The `bash` tool with `config`, running commands inside `files`' roots.
+    /// The `bash` tool with `config`, running commands inside `files`' roots, in the
+    /// default sandbox (no network, nothing protected beyond what is outside the roots).
+    ///
+    /// # Errors
+    /// As [`with_sandbox`](Self::with_sandbox), and [`ShellError::Sandbox`] when the
+    /// sandbox's private directory cannot be made.
+    pub fn new(config: ShellConfig, files: Arc<Files>) -> Result<Arc<Self>, ShellError> {
+        let sandbox = Sandbox::new(SandboxConfig::default(), Protected::default())?;
+        Self::with_sandbox(config, files, sandbox)
+    }
+
+    /// The `bash` tool with `config`, running commands inside `files`' roots confined by
+    /// `sandbox`.
     ///
     /// # Errors
     /// [`ShellError::Invalid`] for an unusable setting (a deny glob that does not parse, a
     /// zero timeout or limit), or when `PATH` has no `bash`.
-    pub fn new(config: ShellConfig, files: Arc<Files>) -> Result<Arc<Self>, ShellError> {
+    pub fn with_sandbox(
+        config: ShellConfig,
+        files: Arc<Files>,
+        sandbox: Arc<Sandbox>,
+    ) -> Result<Arc<Self>, ShellError> {
         let zero = [
             ("timeout_secs", config.timeout_secs),
             ("max_timeout_secs", config.max_timeout_secs),
@@ -185,8 +206,14 @@ impl Shell {
             deny,
             bash: process::find_bash()?,
             files,
+            sandbox,
             jobs: background::Jobs::default(),
         }))
+    }
+
+    /// The sandbox its commands run in.
+    pub fn sandbox(&self) -> &Arc<Sandbox> {
+        &self.sandbox
     }
 
     /// The longest a `bash` call may take, kill included: what its deadline allows for.

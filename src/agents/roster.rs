@@ -32,7 +32,10 @@ pub(crate) fn shared_identity_warning(agent: &str, connections: u32) -> String {
 }
 
 /// `whoami`.
-pub struct WhoAmI(pub(crate) Arc<PostOffice>);
+pub struct WhoAmI(pub(crate) Arc<PostOffice>, pub(crate) Option<SandboxOf>);
+
+/// What the sandbox of an agent's commands is, as `whoami` shows it.
+pub(crate) type SandboxOf = Arc<dyn Fn(&str) -> serde_json::Value + Send + Sync>;
 
 /// Input of `whoami`: nothing.
 #[derive(Debug, Clone, Default, Serialize, Deserialize, JsonSchema)]
@@ -60,6 +63,9 @@ pub struct Identity {
     /// Something to fix, such as two clients sharing your identity.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub warning: Option<String>,
+    /// The sandbox your commands run in: the mechanisms applied and your network.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub sandbox: Option<serde_json::Value>,
 }
 
 impl Tool for WhoAmI {
@@ -112,6 +118,7 @@ impl Tool for WhoAmI {
             unread: unread(&self.0, entry).await?,
             connections,
             warning: (connections > 1).then(|| shared_identity_warning(id, connections)),
+            sandbox: self.1.as_ref().map(|sandbox_of| sandbox_of(id)),
         })
     }
 }

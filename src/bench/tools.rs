@@ -2,7 +2,8 @@
 //! replace. `grep` over a generated tree against ripgrep (`rg`, run on the same tree in
 //! the same rounds); `read_file` and `edit_file` through the whole runtime (governance,
 //! pipeline, actor, blocking pool) against the same read and write done directly; `bash`
-//! running `true` against a bare `tokio::process::Command`.
+//! running `true` against a bare `tokio::process::Command`, and sandboxed against the same
+//! tool with its sandbox off.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -77,6 +78,14 @@ pub struct ToolsReport {
     pub bash_direct_p50_us: f64,
     /// `bash_p50_us / bash_direct_p50_us`.
     pub bash_ratio: f64,
+    /// `bash {command: "true"}` through the runtime with the sandbox off, p50 µs.
+    pub bash_unsandboxed_p50_us: f64,
+    /// `bash_p50_us / bash_unsandboxed_p50_us`: what confinement costs a command.
+    pub sandboxed_bash_ratio: f64,
+    /// `bash_p50_us - bash_unsandboxed_p50_us`: the sandbox's own cost per command, µs.
+    pub sandbox_cost_us: f64,
+    /// The mechanisms the sandboxed `bash` ran under.
+    pub sandbox: String,
 }
 
 /// Runs every measurement of `guildhall bench tools` in a tree generated under `dir`
@@ -121,6 +130,31 @@ async fn measure(
     .map_err(|e| e.to_string())?;
     let shell = crate::shell::Shell::new(crate::shell::ShellConfig::default(), files.clone())
         .map_err(|e| e.to_string())?;
+    // The same shell with its sandbox off, in a runtime of its own (both serve `bash`).
+    let unconfined = crate::sandbox::Sandbox::new(
+        crate::sandbox::SandboxConfig {
+            enabled: false,
+            ..Default::default()
+        },
+        crate::sandbox::Protected::default(),
+    )
+    .map_err(|e| e.to_string())?;
+    let plain_shell = crate::shell::Shell::with_sandbox(
+        crate::shell::ShellConfig::default(),
+        files.clone(),
+        unconfined,
+    )
+    .map_err(|e| e.to_string())?;
+    let plain = Runtime::builder()
+        .shell(&plain_shell)
+        .build()
+        .await
+        .map_err(|e| e.to_string())?;
+    let plain_agent = plain
+        .register_agent(AgentSpec::new("bench", "bench"))
+        .await
+        .map_err(|e| e.to_string())?;
+    let sandbox_level = shell.sandbox().describe();
     let rt = Runtime::builder()
         .files(&files)
         .shell(&shell)
@@ -203,17 +237,21 @@ async fn measure(
     stage.step();
     let shell_calls = (config.io_calls / 4).max(1);
     let mut bash = Vec::with_capacity(shell_calls);
+    let mut bash_plain = Vec::with_capacity(shell_calls);
     let mut bash_direct = Vec::with_capacity(shell_calls);
     for i in 0..shell_calls {
-        // Alternating, so both see the same machine; the timeout varies only so that the
-        // loop guard sees different calls.
+        // Alternating, so all three see the same machine; the timeout varies only so that
+        // the loop guard sees different calls.
+        let args = json!({ "command": "true", "timeout_secs": 60 + i % 60 });
         let started = Instant::now();
-        call(
-            "bash",
-            json!({ "command": "true", "timeout_secs": 60 + i % 60 }),
-        )
-        .await?;
+        call("bash", args.clone()).await?;
         bash.push(started.elapsed().as_secs_f64() * 1e6);
+        let started = Instant::now();
+        plain
+            .call_json("bash", args, CallOptions::new().as_agent(&plain_agent))
+            .await
+            .map_err(|e| format!("bash unsandboxed: {e}"))?;
+        bash_plain.push(started.elapsed().as_secs_f64() * 1e6);
         let started = Instant::now();
         tokio::process::Command::new("bash")
             .args(["-c", "true"])
@@ -225,6 +263,7 @@ async fn measure(
     stage.step();
     stage.step();
     rt.shutdown().await;
+    plain.shutdown().await;
 
     let p50 = |v: &mut Vec<f64>| {
         v.sort_by(f64::total_cmp);
@@ -234,6 +273,7 @@ async fn measure(
     let (read_p50_us, read_direct_p50_us) = (p50(&mut read), p50(&mut read_direct));
     let (edit_p50_us, edit_direct_p50_us) = (p50(&mut edit), p50(&mut edit_direct));
     let (bash_p50_us, bash_direct_p50_us) = (p50(&mut bash), p50(&mut bash_direct));
+    let bash_unsandboxed_p50_us = p50(&mut bash_plain);
     Ok(ToolsReport {
         files: config.files,
         bytes,
@@ -251,6 +291,10 @@ async fn measure(
         bash_p50_us,
         bash_direct_p50_us,
         bash_ratio: bash_p50_us / bash_direct_p50_us,
+        bash_unsandboxed_p50_us,
+        sandboxed_bash_ratio: bash_p50_us / bash_unsandboxed_p50_us,
+        sandbox_cost_us: bash_p50_us - bash_unsandboxed_p50_us,
+        sandbox: sandbox_level,
     })
 }
 

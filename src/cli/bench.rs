@@ -814,6 +814,17 @@ async fn tools(a: ToolsArgs) -> Result<(), Box<dyn std::error::Error>> {
             ),
             ("bash tool running true, p50 (µs)", report.bash_p50_us, ""),
             ("  bash / bare", report.bash_ratio, "<= 1.5"),
+            (
+                "bash tool, sandbox off, p50 (µs)",
+                report.bash_unsandboxed_p50_us,
+                "baseline",
+            ),
+            (
+                "  sandboxed / unsandboxed",
+                report.sandboxed_bash_ratio,
+                "<= 1.5",
+            ),
+            ("  the sandbox's own cost (µs)", report.sandbox_cost_us, ""),
         ],
     )
 }

@@ -34,6 +34,9 @@ struct Findings {
     #[serde(skip_serializing_if = "Option::is_none")]
     repair: Option<doctor::Repair>,
     healthy: bool,
+    /// What this machine's kernel lets the sandbox apply.
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    sandbox: guildhall::sandbox::Level,
 }
 
 pub(crate) async fn run(args: DoctorArgs, data_dir: &Path) -> CliResult {
@@ -124,6 +127,8 @@ async fn examine(data_dir: &Path) -> Result<Findings, Box<dyn std::error::Error>
         damaged,
         repair: None,
         healthy,
+        #[cfg(all(target_os = "linux", target_env = "gnu"))]
+        sandbox: guildhall::sandbox::Level::probe(),
     })
 }
 
@@ -160,6 +165,8 @@ fn print(out: &mut impl Write, findings: &Findings) -> std::io::Result<()> {
     for part in &findings.damaged {
         writeln!(out, "damaged: {part}")?;
     }
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    writeln!(out, "sandbox: {}", findings.sandbox)?;
     writeln!(
         out,
         "{}",

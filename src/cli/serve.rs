@@ -148,7 +148,7 @@ pub(crate) async fn serve(args: ServeArgs, data_dir: &Path) -> CliResult {
             builder = builder.store_lease(lease);
         }
     }
-    builder = with_work_tools(builder, &config)?;
+    builder = with_work_tools(builder, &config, &config_file, data_dir)?;
     if let Some(humans) = &config.humans {
         builder = builder.humans(humans.clone());
     }
@@ -537,6 +537,8 @@ fn config_dir(config: &Config) -> std::io::Result<PathBuf> {
 fn with_work_tools(
     mut builder: RuntimeBuilder,
     config: &Config,
+    config_file: &Path,
+    data_dir: &Path,
 ) -> Result<RuntimeBuilder, Box<dyn std::error::Error>> {
     // Opened once: the shell runs in the file tools' roots when they are on.
     let files = config
@@ -549,14 +551,20 @@ fn with_work_tools(
         builder = builder.files(files);
     }
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
-    if let Some(shell) = &config.shell {
-        let files = match files {
-            Some(files) => files,
-            None => guildhall::files::Files::open(&Default::default())?,
-        };
-        let shell = guildhall::shell::Shell::new(shell.clone(), files)?;
-        tracing::info!("shell tools on");
-        builder = builder.shell(&shell);
+    {
+        // One sandbox for every process started for an agent: commands of the shell,
+        // command tools, proxied servers.
+        let sandbox = sandbox(config, config_file, data_dir)?;
+        builder = builder.sandbox(&sandbox, files.as_ref());
+        if let Some(shell) = &config.shell {
+            let files = match files {
+                Some(files) => files,
+                None => guildhall::files::Files::open(&Default::default())?,
+            };
+            let shell = guildhall::shell::Shell::with_sandbox(shell.clone(), files, sandbox)?;
+            tracing::info!("shell tools on");
+            builder = builder.shell(&shell);
+        }
     }
     #[cfg(feature = "fetch")]
     if let Some(fetch) = &config.fetch {
@@ -567,13 +575,38 @@ fn with_work_tools(
     Ok(builder)
 }
 
+/// The sandbox of every process started for an agent: `[sandbox]`, hiding the data
+/// directory, the config file and the token files. Its level goes to the log.
+#[cfg(all(target_os = "linux", target_env = "gnu"))]
+pub(crate) fn sandbox(
+    config: &Config,
+    config_file: &Path,
+    data_dir: &Path,
+) -> Result<Arc<guildhall::sandbox::Sandbox>, Box<dyn std::error::Error>> {
+    let sandbox = guildhall::sandbox::Sandbox::new(
+        config.sandbox.clone(),
+        config.protected(config_file, data_dir),
+    )?;
+    match sandbox.level().missing() {
+        _ if !sandbox.config().enabled => tracing::warn!(
+            "sandbox off ([sandbox] enabled = false): commands run with the server's rights"
+        ),
+        None => tracing::info!(applied = %sandbox.describe(), "sandbox on"),
+        Some(missing) => tracing::warn!(
+            applied = %sandbox.describe(),
+            "sandbox partial: the kernel lacks {missing}"
+        ),
+    }
+    Ok(sandbox)
+}
+
 pub(crate) async fn tools(args: ToolsArgs, data_dir: &Path) -> CliResult {
     let config_file = args
         .config
         .clone()
         .unwrap_or_else(|| data_dir.join(CONFIG_FILE));
     let config = Config::load(&config_file, args.config.is_some())?;
-    let mut builder = with_work_tools(Runtime::builder(), &config)?;
+    let mut builder = with_work_tools(Runtime::builder(), &config, &config_file, data_dir)?;
     if let Some(humans) = &config.humans {
         builder = builder.humans(humans.clone());
     }

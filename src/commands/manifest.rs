@@ -85,6 +85,8 @@ pub struct CommandSpec {
     pub annotations: Annotations,
     /// Calls running at once at most.
     pub concurrency: usize,
+    /// What it may reach besides its agent's roots (relative paths are the manifest's).
+    pub sandbox: crate::sandbox::Extra,
 }
 
 /// A checked command tool, ready to register.
@@ -147,6 +149,8 @@ struct Raw {
     open_world: Option<bool>,
     #[serde(default)]
     concurrency: Option<Spanned<usize>>,
+    #[serde(default)]
+    sandbox: crate::sandbox::Extra,
 }
 
 /// The `[commands.*]` of `guildhall.toml`; the file's other sections are its own business.
@@ -508,6 +512,11 @@ fn check(
             ok_exit_codes: raw.ok_exit_codes.unwrap_or_else(|| vec![0]),
             annotations,
             concurrency,
+            sandbox: crate::sandbox::Extra {
+                read: raw.sandbox.read.iter().map(|p| base.join(p)).collect(),
+                write: raw.sandbox.write.iter().map(|p| base.join(p)).collect(),
+                network: raw.sandbox.network,
+            },
         },
         validator: Arc::new(validator),
         path: at.path.to_owned(),

@@ -65,13 +65,19 @@ pub enum CommandError {
     /// `output = "json"`, and standard output is not JSON.
     #[error("its output is not JSON: {0}")]
     NotJson(String),
+    /// Its sandbox could not be set up (or `[sandbox] require` refused it).
+    #[error(transparent)]
+    Sandbox(crate::sandbox::SandboxError),
     /// The call was cancelled (its deadline, its caller gone); the group was killed.
     #[error("cancelled; its process group was killed")]
     Cancelled,
 }
 
-/// One command tool.
-pub(crate) struct CommandTool(pub(crate) Manifest);
+/// One command tool, confined when the runtime has a sandbox.
+pub(crate) struct CommandTool(
+    pub(crate) Manifest,
+    pub(crate) Option<crate::sandbox::Confiner>,
+);
 
 impl Tool for CommandTool {
     type Input = CommandInput;
@@ -109,6 +115,12 @@ impl Tool for CommandTool {
         ctx: CallContext,
     ) -> Result<Value, CommandError> {
         let spec = &self.0.spec;
+        let confinement = match &self.1 {
+            Some(confiner) => confiner
+                .confine(ctx.agent(), &spec.cwd, &spec.sandbox)
+                .map_err(CommandError::Sandbox)?,
+            None => None,
+        };
         let input = Value::Object(input.0);
         self.0
             .validator
@@ -128,10 +140,16 @@ impl Tool for CommandTool {
         } else {
             tokio::process::Command::new(&spec.program)
         };
+        let env = match &self.1 {
+            Some(confiner) => confiner
+                .sandbox
+                .environment(confinement.as_deref(), crate::shell::environment(&[])),
+            None => crate::shell::environment(&[]),
+        };
         command
             .args(&args)
             .env_clear()
-            .envs(crate::shell::environment(&[]))
+            .envs(env)
             .envs(&spec.env)
             .current_dir(&spec.cwd)
             .process_group(0)
@@ -142,6 +160,14 @@ impl Tool for CommandTool {
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .kill_on_drop(true);
+        if let Some(confinement) = confinement {
+            // SAFETY: the hook makes only system calls on what was prepared before the
+            // fork (see sandbox::child).
+            #[allow(unsafe_code)]
+            unsafe {
+                command.pre_exec(confinement.pre_exec());
+            }
+        }
         let mut child = command.spawn().map_err(|error| CommandError::Spawn {
             program: if spec.shell {
                 "/bin/sh".into()

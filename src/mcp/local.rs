@@ -683,6 +683,16 @@ pub(super) async fn status(
             "shells".into(),
             serde_json::to_value(runtime.background_shells()).unwrap_or_default(),
         );
+        if let Some(sandbox) = runtime.sandbox() {
+            value.insert(
+                "sandbox".into(),
+                serde_json::json!({
+                    "applied": sandbox.describe(),
+                    "level": sandbox.level(),
+                    "network": sandbox.config().network,
+                }),
+            );
+        }
         if let Some(servers) = &control.servers {
             value.insert(
                 "servers".into(),

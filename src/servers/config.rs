@@ -64,6 +64,41 @@ pub struct ServerConfig {
     /// (one, unless set). Default 1.
     #[serde(default = "one", skip_serializing_if = "is_one")]
     pub instances: usize,
+    /// Its sandbox (stdio only): on by default, with `[sandbox]`'s network, writing in its
+    /// directory and the default file roots, reading what its program needs
+    /// ([`ServerSandbox`]).
+    #[serde(default)]
+    pub sandbox: ServerSandbox,
+}
+
+/// `[servers.NAME] sandbox = { ... }`: what a proxied stdio server may reach.
+///
+/// Besides what every sandbox reads, it reads its program's installation (the directory
+/// above the one its program is in: `/usr`, a virtualenv, `node_modules`) and each argument
+/// that names an existing path; it writes in its working directory and the default file
+/// roots. Never the data directory.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ServerSandbox {
+    /// Confined at all (default `true`).
+    pub enabled: bool,
+    /// More paths it reads (relative ones are the config file's).
+    pub read: Vec<PathBuf>,
+    /// More paths it writes.
+    pub write: Vec<PathBuf>,
+    /// Its network, over `[sandbox] network`.
+    pub network: Option<crate::sandbox::Network>,
+}
+
+impl Default for ServerSandbox {
+    fn default() -> Self {
+        Self {
+            enabled: true,
+            read: Vec::new(),
+            write: Vec::new(),
+            network: None,
+        }
+    }
 }
 
 /// The most copies of one server.
@@ -121,6 +156,7 @@ impl ServerConfig {
             concurrency: None,
             max_rss_mib: None,
             instances: 1,
+            sandbox: ServerSandbox::default(),
         }
     }
 

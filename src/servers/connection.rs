@@ -340,16 +340,67 @@ impl ServerActor {
     ) -> Result<Running, String> {
         let spec = &self.0;
         let config = &spec.config;
+        let cwd = match &config.cwd {
+            Some(dir) => spec.base_dir.join(dir),
+            None => spec.base_dir.clone(),
+        };
+        let confiner = config
+            .sandbox
+            .enabled
+            .then(|| spec.runtime.upgrade())
+            .flatten()
+            .and_then(|runtime| runtime.confiner().cloned());
+        let confinement = match &confiner {
+            Some(confiner) => {
+                let reach = crate::sandbox::Extra {
+                    read: config
+                        .sandbox
+                        .read
+                        .iter()
+                        .map(|p| spec.base_dir.join(p))
+                        .chain(crate::sandbox::program_reach(&config.command, &cwd))
+                        .chain(crate::sandbox::argument_paths(&config.args, &cwd))
+                        .filter(|p| !confiner.sandbox.protects(p))
+                        .collect(),
+                    write: config
+                        .sandbox
+                        .write
+                        .iter()
+                        .map(|p| spec.base_dir.join(p))
+                        // Its directory, unless that is the data directory (the config
+                        // file's, by default): covered, it runs there with nothing to see.
+                        .chain(Some(cwd.clone()).filter(|d| !confiner.sandbox.protects(d)))
+                        .collect(),
+                    network: config.sandbox.network,
+                };
+                confiner
+                    .confine(None, &cwd, &reach)
+                    .map_err(|err| format!("its sandbox: {err}"))?
+            }
+            None => None,
+        };
+        let env: Vec<(String, String)> = std::env::vars()
+            .filter(|(name, _)| !name.starts_with("GUILDHALL_"))
+            .collect();
+        let env = match &confiner {
+            Some(confiner) => confiner.sandbox.environment(confinement.as_deref(), env),
+            None => env,
+        };
         let mut command = tokio::process::Command::new(&config.command);
+        if let Some(confinement) = confinement {
+            // SAFETY: the hook makes only system calls on what was prepared before the
+            // fork (see sandbox::child).
+            #[allow(unsafe_code)]
+            unsafe {
+                command.pre_exec(confinement.pre_exec());
+            }
+        }
         command
             .args(&config.args)
             .env_clear()
-            .envs(std::env::vars().filter(|(name, _)| !name.starts_with("GUILDHALL_")))
+            .envs(env)
             .envs(&config.env)
-            .current_dir(match &config.cwd {
-                Some(dir) => spec.base_dir.join(dir),
-                None => spec.base_dir.clone(),
-            })
+            .current_dir(&cwd)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())

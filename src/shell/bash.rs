@@ -57,6 +57,10 @@ pub struct BashOutput {
     pub stderr: String,
     /// Bytes of output past the first MiB of each stream, not kept.
     pub dropped_bytes: u64,
+    /// When it failed with a refusal (permission denied, not permitted, read-only): what
+    /// the sandbox lets a command reach, and where that is set.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub sandbox: Option<String>,
 }
 
 impl Tool for Bash {
@@ -105,6 +109,7 @@ impl Tool for Bash {
         let (stderr, stderr_writer) = std::io::pipe()?;
         let (mut child, mut group) =
             command.spawn(&shell.bash, stdout_writer.as_fd(), stderr_writer.as_fd())?;
+        let hint = command.hint.clone();
         // Our copies of the writing ends go, so each pipe's end of file is the group's.
         drop((command, stdout_writer, stderr_writer));
         let reader = |pipe: std::io::PipeReader| {
@@ -157,7 +162,10 @@ impl Tool for Bash {
                 "\n[guildhall: killed after {timeout} s with its whole process group]\n"
             ));
         }
+        let failed = !status.is_some_and(|s| s.success());
+        let sandbox = hint.filter(|_| failed && crate::sandbox::looks_refused(&stderr));
         Ok(BashOutput {
+            sandbox,
             exit_code: status.and_then(|s| s.code()),
             signal: status
                 .and_then(|s| std::os::unix::process::ExitStatusExt::signal(&s))

@@ -7,6 +7,7 @@ use std::os::fd::{AsFd, BorrowedFd};
 
 use super::spawn::{Child, Spawn};
 use super::{Shell, ShellConfig, ShellError};
+use crate::sandbox::{Confinement, Extra};
 
 pub(super) use crate::process_group::{ProcessGroup as Group, TERM_GRACE};
 
@@ -17,6 +18,11 @@ pub(super) struct Command {
     /// Opened through the confined walk: the child enters it by descriptor, so no path is
     /// resolved again.
     dir: cap_std::fs::Dir,
+    dir_path: CString,
+    /// Its agent's sandbox; `None` when `[sandbox] enabled = false`.
+    confinement: Option<Confinement>,
+    /// What a refusal of the sandbox means, in words.
+    pub(super) hint: Option<String>,
 }
 
 /// `line` as a command in directory `cwd` inside `agent`'s roots, after the shell's checks
@@ -38,7 +44,13 @@ pub(super) fn command(
             pattern: pattern.clone(),
         });
     }
-    let (dir, _) = shell.files.scoped(agent).open_dir(cwd)?;
+    let files = shell.files.scoped(agent);
+    let roots = files.roots();
+    let (dir, dir_path) = files.open_dir(cwd)?;
+    let dir_path = CString::new(dir_path.into_os_string().into_encoded_bytes())
+        .map_err(|_| ShellError::Invalid("the working directory's path has a NUL byte".into()))?;
+    let confinement = shell.sandbox.confine(agent, &roots, &Extra::default())?;
+    let hint = confinement.as_ref().map(|c| shell.sandbox.hint(c, &roots));
     // The limits are set by the shell itself before it reads the command: posix_spawn
     // cannot set them, and setting them from here after the start would leave a window.
     // On the same line, so a syntax error in the command stops it before anything runs and
@@ -49,11 +61,20 @@ pub(super) fn command(
         .map(CString::new)
         .collect::<Result<_, _>>()
         .map_err(|_| ShellError::Invalid("command contains a NUL byte".into()))?;
-    let env = environment(&shell.config.env)
+    let env = shell
+        .sandbox
+        .environment(confinement.as_ref(), environment(&shell.config.env))
         .into_iter()
         .filter_map(|(name, value)| CString::new(format!("{name}={value}")).ok())
         .collect();
-    Ok(Command { args, env, dir })
+    Ok(Command {
+        args,
+        env,
+        dir,
+        dir_path,
+        confinement,
+        hint,
+    })
 }
 
 impl Command {
@@ -66,10 +87,12 @@ impl Command {
         stderr: BorrowedFd<'_>,
     ) -> Result<(Child, Group), ShellError> {
         let child = Spawn {
+            confinement: self.confinement.as_ref(),
             program: bash,
             args: &self.args,
             env: &self.env,
             dir: self.dir.as_fd(),
+            dir_path: &self.dir_path,
             stdout,
             stderr,
         }

@@ -22,14 +22,20 @@ use std::process::ExitStatus;
 
 use tokio::signal::unix::{SignalKind, signal};
 
+use crate::sandbox::{Confinement, Program};
+
 /// What to start: an absolute program path, its arguments (the first is its name) and its
 /// whole environment (`NAME=value`).
 pub(super) struct Spawn<'a> {
+    /// Its sandbox: started by [`Confinement::spawn`] (the same vfork-like start, with the
+    /// namespaces and the confinement), else by `posix_spawn`.
+    pub confinement: Option<&'a Confinement>,
     pub program: &'a CStr,
     pub args: &'a [CString],
     pub env: &'a [CString],
-    /// The directory it starts in.
+    /// The directory it starts in, and its path.
     pub dir: BorrowedFd<'a>,
+    pub dir_path: &'a CStr,
     /// Its standard output and error (standard input is `/dev/null`).
     pub stdout: BorrowedFd<'a>,
     pub stderr: BorrowedFd<'a>,
@@ -50,6 +56,18 @@ impl Spawn<'_> {
     pub(super) fn spawn(&self) -> io::Result<Child> {
         let argv = null_terminated(self.args);
         let envp = null_terminated(self.env);
+        if let Some(confinement) = self.confinement {
+            let pid = confinement.spawn(&Program {
+                path: self.program,
+                argv: &argv,
+                envp: &envp,
+                dir: self.dir.as_raw_fd(),
+                dir_path: self.dir_path,
+                stdout: self.stdout.as_raw_fd(),
+                stderr: self.stderr.as_raw_fd(),
+            })?;
+            return Ok(Child { pid, status: None });
+        }
         let actions = FileActions::new()?;
         let attributes = Attributes::new()?;
         // SAFETY: every pointer handed over is valid for the call: the actions and

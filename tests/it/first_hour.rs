@@ -25,15 +25,30 @@ pub(crate) struct Client {
 /// `guildhall mcp <args>` on `data`, its stdio piped, logs off, killed when dropped; run
 /// by `wrapper` (a program and its arguments, such as `prlimit --as=N --`) when given.
 fn mcp_process(data: &Path, args: &[&str], env: &[(&str, &str)], wrapper: &[&str]) -> Child {
+    mcp_process_of(
+        Path::new(env!("CARGO_BIN_EXE_guildhall")),
+        data,
+        args,
+        env,
+        wrapper,
+    )
+}
+
+/// [`mcp_process`] of the `guildhall` binary at `binary`.
+fn mcp_process_of(
+    binary: &Path,
+    data: &Path,
+    args: &[&str],
+    env: &[(&str, &str)],
+    wrapper: &[&str],
+) -> Child {
     let mut command = match wrapper.split_first() {
         Some((program, wrapper_args)) => {
             let mut command = tokio::process::Command::new(program);
-            command
-                .args(wrapper_args)
-                .arg(env!("CARGO_BIN_EXE_guildhall"));
+            command.args(wrapper_args).arg(binary);
             command
         }
-        None => tokio::process::Command::new(env!("CARGO_BIN_EXE_guildhall")),
+        None => tokio::process::Command::new(binary),
     };
     command
         .envs(env.iter().copied())
@@ -72,7 +87,26 @@ impl Client {
         env: &[(&str, &str)],
         wrapper: &[&str],
     ) -> Self {
-        let mut child = mcp_process(data, args, env, wrapper);
+        Self::start_binary(
+            Path::new(env!("CARGO_BIN_EXE_guildhall")),
+            data,
+            args,
+            env,
+            wrapper,
+        )
+        .await
+    }
+
+    /// [`Client::start_wrapped`] of the `guildhall` binary at `binary` (a copy another user
+    /// can run).
+    pub(crate) async fn start_binary(
+        binary: &Path,
+        data: &Path,
+        args: &[&str],
+        env: &[(&str, &str)],
+        wrapper: &[&str],
+    ) -> Self {
+        let mut child = mcp_process_of(binary, data, args, env, wrapper);
         let stdin = child.stdin.take().unwrap();
         let lines = BufReader::new(child.stdout.take().unwrap()).lines();
         let mut client = Self {
@@ -214,21 +248,34 @@ async fn a_command_cannot_read_an_agents_token_from_the_servers_environment() {
         &[("GUILDHALL_TL_TOKEN", secret)],
     )
     .await;
+    // Inside the sandbox the server is not even in /proc.
     let out = dev
         .call(
             "bash",
-            json!({ "command": "id -u; tr '\\0' '\\n' < /proc/$PPID/environ" }),
+            json!({ "command": "id -u; cat /proc/*/environ | tr '\\0' '\\n'" }),
         )
         .await;
     let stdout = out["stdout"].as_str().unwrap();
     assert!(!stdout.contains(secret), "{stdout}");
-    if stdout.starts_with("0\n") {
-        assert!(
-            stdout.lines().any(|l| l == "GUILDHALL_TL_TOKEN="),
-            "root reads the names, wiped: {stdout}"
-        );
-    } else {
-        assert_ne!(out["exit_code"], json!(0), "non-dumpable: {out}");
+    // Outside it (a sandbox turned off, another process of the user), the values are
+    // wiped: root reads the names and no value; another user cannot read the file at all.
+    let status: Value =
+        serde_json::from_str(&crate::support::guildhall_ok(&data, &["status", "--json"])).unwrap();
+    let pid = status["pid"].as_u64().unwrap();
+    match std::fs::read(format!("/proc/{pid}/environ")) {
+        Ok(environ) => {
+            let environ = String::from_utf8_lossy(&environ);
+            assert!(!environ.contains(secret), "{environ}");
+            assert!(
+                environ.split('\0').any(|l| l == "GUILDHALL_TL_TOKEN="),
+                "root reads the names, wiped: {environ}"
+            );
+        }
+        Err(err) => assert_eq!(
+            err.kind(),
+            std::io::ErrorKind::PermissionDenied,
+            "non-dumpable"
+        ),
     }
     drop(dev);
     stop_server(&data);

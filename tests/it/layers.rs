@@ -23,6 +23,8 @@ const ORDER: &[&str] = &[
     // The domains, each on the ones before it.
     "store",
     "files",
+    // What every process started for an agent is confined by: the file roots' paths.
+    "sandbox",
     "shell",
     "fetch",
     "agents",

@@ -60,6 +60,9 @@ mod mcp_tasks;
 mod resources;
 /// Registration, lookup, snapshots and shutdown of the runtime.
 mod runtime;
+/// The sandbox every started process runs in, tried as a hostile agent.
+#[cfg(all(target_os = "linux", target_env = "gnu"))]
+mod sandbox;
 /// Tool schemas are standard JSON Schema that clients' validators accept, results included.
 mod schemas;
 /// Other MCP servers proxied as supervised tools: crashes, hangs, failed starts, the CLI.

@@ -623,6 +623,10 @@ async fn instances_run_copies_that_each_take_one_call_at_a_time() {
     std::fs::write(
         &inner_config,
         r#"
+# $PPID is the serving process only outside a sandbox (inside, the parent is not in the
+# command's PID namespace).
+[sandbox]
+enabled = false
 [commands.serving_pid]
 description = "The serving process, and whether another call overlapped on it"
 shell = true
@@ -796,6 +800,9 @@ async fn a_call_cancelled_here_is_cancelled_on_the_server() {
     std::fs::write(
         &inner_config,
         r#"
+# The sleeper's pid as the test sees it: outside a PID namespace.
+[sandbox]
+enabled = false
 [commands.linger]
 description = "Starts a sleeper, writes its pid, and waits"
 shell = true

@@ -12,6 +12,7 @@ use std::time::Duration;
 use guildhall::files::{Files, FilesConfig};
 use guildhall::governance::{Action, GovernanceConfig, Rule};
 use guildhall::mcp::{McpServer, ToolFilter};
+use guildhall::sandbox::{Protected, Sandbox, SandboxConfig};
 use guildhall::shell::{Shell, ShellConfig};
 use guildhall::{AgentSpec, CallContext, CallError, CallObserver, CallOptions, Progress, Runtime};
 use serde_json::{Value, json};
@@ -42,7 +43,9 @@ async fn runtime_governed(config: ShellConfig, governance: GovernanceConfig) -> 
         ..FilesConfig::default()
     })
     .unwrap();
-    let shell = Shell::new(config, files).unwrap();
+    // The sandbox off: these tests follow the commands' pids from outside, which a PID
+    // namespace would renumber (tests/it/sandbox.rs tests the shell sandboxed).
+    let shell = Shell::with_sandbox(config, files, unconfined()).unwrap();
     let rt = Runtime::builder()
         .governance(governance)
         .shell(&shell)
@@ -53,6 +56,14 @@ async fn runtime_governed(config: ShellConfig, governance: GovernanceConfig) -> 
         rt.register_agent(AgentSpec::new(id, "dev")).await.unwrap();
     }
     (rt, project)
+}
+
+fn unconfined() -> Arc<Sandbox> {
+    let off = SandboxConfig {
+        enabled: false,
+        ..SandboxConfig::default()
+    };
+    Sandbox::new(off, Protected::default()).unwrap()
 }
 
 async fn bash(rt: &Runtime, args: Value) -> Result<Value, CallError> {

@@ -340,12 +340,18 @@ pub fn serve_in_background(dir: &Path) -> Background {
 
 /// Starts `guildhall serve` with `args` on `dir` and returns once it answers `status`.
 pub fn serve_in_background_with(dir: &Path, args: &[&str]) -> Background {
+    serve_in_background_env(dir, args, &[])
+}
+
+/// [`serve_in_background_with`], `env` added to the server's environment.
+pub fn serve_in_background_env(dir: &Path, args: &[&str], env: &[(&str, &str)]) -> Background {
     let server = Background(
         Command::new(env!("CARGO_BIN_EXE_guildhall"))
             .arg("--data-dir")
             .arg(dir)
             .arg("serve")
             .args(args)
+            .envs(env.iter().copied())
             .env("RUST_LOG", "off")
             .stdout(std::process::Stdio::null())
             .stderr(std::process::Stdio::null())

@@ -1,0 +1,930 @@
+//! The sandbox, tried as a hostile agent would: every attempt is an MCP call of agent
+//! `mallory` to a real `guildhall serve` (HTTP on, a token file for `tl`, another agent's
+//! roots beside its own), through `bash`, a background shell, a command tool and a proxied
+//! stdio server. Each test names one escape and checks, from outside the sandbox, that it
+//! did not happen (the file is not there, the secret never came back, the listener saw no
+//! connection). Then the ordinary work that must still run inside, the fallback when the
+//! kernel lacks a mechanism, and the same escapes with the server run by an unprivileged
+//! user. docs/security.md maps each attack to the mechanism that stops it and its test.
+
+use std::net::{TcpListener, UdpSocket};
+use std::path::{Path, PathBuf};
+
+use serde_json::{Value, json};
+
+use crate::first_hour::Client;
+use crate::support::{Background, guildhall_ok, serve_in_background_env};
+
+/// What only the files outside the roots hold: never in an answer.
+const SECRET: &str = "outside-secret-5f1c";
+/// `tl`'s token, in a token file in the data directory.
+const TOKEN: &str = "tl-token-9e27d3";
+/// What another agent's root holds.
+const BOBS: &str = "bobs-notes-41aa";
+
+/// A server with `[files]`, `[shell]`, a command tool and (when asked) a proxied server,
+/// and `mallory` connected.
+struct Sandboxed {
+    dir: tempfile::TempDir,
+    data: PathBuf,
+    server: Background,
+    mallory: Client,
+    http: String,
+}
+
+impl Sandboxed {
+    fn project(&self) -> PathBuf {
+        self.dir.path().join("project")
+    }
+    fn data(&self) -> PathBuf {
+        self.data.clone()
+    }
+    fn outside(&self) -> PathBuf {
+        self.dir.path().join("outside")
+    }
+    fn other(&self) -> PathBuf {
+        self.dir.path().join("other")
+    }
+
+    async fn start() -> Self {
+        Self::start_with("", &[]).await
+    }
+
+    /// With `extra` appended to the config and `env` in the server's environment.
+    async fn start_with(extra: &str, env: &[(&str, &str)]) -> Self {
+        Self::start_laid_out(false, extra, env).await
+    }
+
+    /// [`start_with`](Self::start_with), the data directory in the project (`.guildhall`,
+    /// as `guildhall init` makes it) when `inside`.
+    async fn start_laid_out(inside: bool, extra: &str, env: &[(&str, &str)]) -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        let data = if inside {
+            root.join("project/.guildhall")
+        } else {
+            root.join("data")
+        };
+        for sub in ["project", "outside", "other", "probe"] {
+            std::fs::create_dir_all(root.join(sub)).unwrap();
+        }
+        std::fs::create_dir_all(&data).unwrap();
+        std::fs::write(root.join("outside/secret.txt"), SECRET).unwrap();
+        std::fs::write(root.join("other/notes.txt"), BOBS).unwrap();
+        std::fs::write(data.join("tl.token"), TOKEN).unwrap();
+        std::fs::write(root.join("probe/server.py"), PROBE_SERVER).unwrap();
+        let config = format!(
+            r#"[files]
+roots = [{project:?}]
+[files.agents]
+bob = [{other:?}]
+[shell]
+[agents.tl]
+token_file = "tl.token"
+[commands.run]
+description = "Runs a line of bash, as an agent's own tool might"
+shell = true
+command = ['eval "$1"; echo "rc=$?"', "{{line}}"]
+input_schema = {{ type = "object", properties = {{ line = {{ type = "string" }} }}, required = ["line"] }}
+[servers.probe]
+command = "/usr/bin/python3"
+args = [{script:?}]
+{extra}
+"#,
+            project = root.join("project").display().to_string(),
+            other = root.join("other").display().to_string(),
+            script = root.join("probe/server.py").display().to_string(),
+        );
+        std::fs::write(data.join("guildhall.toml"), config).unwrap();
+        let server = serve_in_background_env(&data, &["--listen", "127.0.0.1:0"], env);
+        let status: Value =
+            serde_json::from_str(&guildhall_ok(&data, &["status", "--json"])).unwrap();
+        let http = status["http"].as_str().unwrap_or_default().to_owned();
+        let mallory = Client::start_wrapped(&data, &["--agent", "mallory"], &[], &[]).await;
+        Self {
+            dir,
+            data,
+            server,
+            mallory,
+            http,
+        }
+    }
+
+    /// `bash` as mallory: stdout and stderr together, whatever the exit.
+    async fn bash(&mut self, command: &str) -> String {
+        let result = self.result("bash", json!({ "command": command })).await;
+        let out = &result["structuredContent"];
+        format!(
+            "{}{}exit {}\n{}",
+            out["stdout"].as_str().unwrap_or_default(),
+            out["stderr"].as_str().unwrap_or_default(),
+            out["exit_code"],
+            out["sandbox"].as_str().unwrap_or_default(),
+        )
+    }
+
+    /// The whole result of a call as mallory, error or not, as text.
+    async fn result(&mut self, tool: &str, arguments: Value) -> Value {
+        let answer = self
+            .mallory
+            .request(
+                "tools/call",
+                json!({ "name": tool, "arguments": arguments }),
+            )
+            .await;
+        answer["result"].clone()
+    }
+
+    async fn text(&mut self, tool: &str, arguments: Value) -> String {
+        self.result(tool, arguments).await.to_string()
+    }
+
+    /// A background shell's whole output.
+    async fn background(&mut self, command: &str) -> String {
+        let started = self
+            .mallory
+            .call("shell_start", json!({ "command": command }))
+            .await;
+        let id = started["id"].as_str().unwrap().to_owned();
+        let mut all = String::new();
+        for _ in 0..60 {
+            let out = self
+                .mallory
+                .call("shell_output", json!({ "id": id, "wait_secs": 5 }))
+                .await;
+            all.push_str(out["output"].as_str().unwrap_or_default());
+            if out["running"] == false {
+                return all;
+            }
+        }
+        panic!("the background shell did not end: {all}");
+    }
+
+    async fn command_tool(&mut self, line: &str) -> String {
+        self.text("run", json!({ "line": line })).await
+    }
+
+    /// Calls the proxied server's `run` once its tools are registered (it starts with the
+    /// server, in the background).
+    async fn proxied(&mut self, line: &str) -> String {
+        let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(30);
+        loop {
+            let tools = self.mallory.request("tools/list", json!({})).await;
+            if tools.to_string().contains("mcp__probe__run") {
+                break;
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "the proxied server's tools never came: {tools}"
+            );
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        }
+        self.text("mcp__probe__run", json!({ "line": line })).await
+    }
+
+    fn server_pid(&self) -> u32 {
+        self.server.id()
+    }
+}
+
+/// A stdio MCP server with one tool, `run`, that runs a line of bash: what a community
+/// server that shells out can be made to do.
+const PROBE_SERVER: &str = r#"
+import json, subprocess, sys
+for line in sys.stdin:
+    msg = json.loads(line)
+    if "id" not in msg:
+        continue
+    method, rid = msg.get("method"), msg["id"]
+    if method == "initialize":
+        result = {"protocolVersion": msg["params"]["protocolVersion"], "capabilities": {"tools": {}},
+                  "serverInfo": {"name": "probe", "version": "1"}}
+    elif method == "tools/list":
+        result = {"tools": [{"name": "run", "description": "runs a line",
+                             "inputSchema": {"type": "object", "properties": {"line": {"type": "string"}}}}]}
+    elif method == "tools/call":
+        done = subprocess.run(["bash", "-c", msg["params"]["arguments"]["line"]], capture_output=True, text=True)
+        result = {"content": [{"type": "text", "text": done.stdout + done.stderr + "rc=%d" % done.returncode}]}
+    else:
+        result = {}
+    sys.stdout.write(json.dumps({"jsonrpc": "2.0", "id": rid, "result": result}) + "\n")
+    sys.stdout.flush()
+"#;
+
+fn absent(path: &Path) {
+    assert!(!path.exists(), "{} was written from inside", path.display());
+}
+
+// ---- files outside the roots ----
+
+#[tokio::test]
+async fn reading_outside_the_roots_by_absolute_path_is_refused() {
+    let mut s = Sandboxed::start().await;
+    let path = s.outside().join("secret.txt");
+    let out = s.bash(&format!("cat {}", path.display())).await;
+    assert!(!out.contains(SECRET), "{out}");
+    assert!(out.contains("Permission denied"), "{out}");
+    // The command's own error stays, and the line naming the policy follows.
+    assert!(out.contains("[sandbox] in guildhall.toml"), "{out}");
+    assert!(out.contains(&s.project().display().to_string()), "{out}");
+}
+
+#[tokio::test]
+async fn reading_outside_the_roots_through_dotdot_is_refused() {
+    let mut s = Sandboxed::start().await;
+    let out = s
+        .bash("cat ../outside/secret.txt; cat ../../*/outside/secret.txt")
+        .await;
+    assert!(!out.contains(SECRET), "{out}");
+}
+
+#[tokio::test]
+async fn writing_outside_the_roots_is_refused() {
+    let mut s = Sandboxed::start().await;
+    let planted = s.outside().join("planted");
+    let out = s
+        .bash(&format!(
+            "echo x > {p}; touch ../outside/planted2; mkdir {p}.d",
+            p = planted.display()
+        ))
+        .await;
+    absent(&planted);
+    absent(&s.outside().join("planted2"));
+    absent(&s.outside().join("planted.d"));
+    assert!(out.contains("Permission denied"), "{out}");
+}
+
+#[tokio::test]
+async fn a_symlink_planted_in_the_root_does_not_lead_out() {
+    let mut s = Sandboxed::start().await;
+    let secret = s.outside().join("secret.txt");
+    let out = s
+        .bash(&format!(
+            "ln -s {} link && cat link; ln -s {} dirlink && cat dirlink/secret.txt",
+            secret.display(),
+            s.outside().display()
+        ))
+        .await;
+    assert!(!out.contains(SECRET), "{out}");
+}
+
+#[tokio::test]
+async fn a_hard_link_planted_in_the_root_does_not_lead_out() {
+    let mut s = Sandboxed::start().await;
+    let secret = s.outside().join("secret.txt");
+    let out = s
+        .bash(&format!("ln {} hard; cat hard", secret.display()))
+        .await;
+    assert!(!out.contains(SECRET), "{out}");
+    absent(&s.project().join("hard"));
+}
+
+#[tokio::test]
+async fn proc_self_root_does_not_lead_out() {
+    let mut s = Sandboxed::start().await;
+    let secret = s.outside().join("secret.txt");
+    let out = s
+        .bash(&format!("cat /proc/self/root{}", secret.display()))
+        .await;
+    assert!(!out.contains(SECRET), "{out}");
+}
+
+#[tokio::test]
+async fn the_servers_proc_root_and_environ_are_out_of_reach() {
+    let mut s = Sandboxed::start_with("", &[("GUILDHALL_PROBE_VALUE", TOKEN)]).await;
+    let pid = s.server_pid();
+    let secret = s.outside().join("secret.txt");
+    let out = s
+        .bash(&format!(
+            "cat /proc/{pid}/root{}; cat /proc/{pid}/environ; ls /proc/{pid}/fd; \
+             ls /proc | grep -c '^[0-9]'",
+            secret.display()
+        ))
+        .await;
+    assert!(!out.contains(SECRET), "{out}");
+    assert!(!out.contains(TOKEN), "{out}");
+    assert!(!out.contains("guildhall.sock"), "{out}");
+}
+
+#[tokio::test]
+async fn the_servers_home_directory_is_out_of_reach() {
+    let mut s = Sandboxed::start().await;
+    let home = std::env::var("HOME").unwrap();
+    let out = s
+        .bash(&format!("ls -a {home}; echo x > {home}/.planted"))
+        .await;
+    assert!(out.contains("Permission denied"), "{out}");
+    absent(&Path::new(&home).join(".planted"));
+}
+
+#[tokio::test]
+async fn the_shared_tmp_is_out_of_reach_and_each_agent_has_its_own() {
+    let mut s = Sandboxed::start().await;
+    let out = s
+        .bash("echo x > /tmp/guildhall-planted; echo mine > $TMPDIR/note; cat $TMPDIR/note; echo $TMPDIR")
+        .await;
+    absent(Path::new("/tmp/guildhall-planted"));
+    assert!(out.contains("mine"), "{out}");
+    let mallorys = out
+        .lines()
+        .find(|l| l.contains("guildhall-sandbox-"))
+        .unwrap()
+        .to_owned();
+    let mut bob = Client::start_wrapped(&s.data(), &["--agent", "bob"], &[], &[]).await;
+    let answer = bob
+        .request(
+            "tools/call",
+            json!({ "name": "bash", "arguments": { "command": format!("cat {mallorys}/note; echo $TMPDIR") } }),
+        )
+        .await;
+    let text = answer["result"].to_string();
+    assert!(!text.contains("mine"), "{text}");
+}
+
+#[tokio::test]
+async fn etc_shadow_is_covered_when_the_server_is_root() {
+    let mut s = Sandboxed::start().await;
+    let out = s.bash("cat /etc/shadow | wc -c").await;
+    // SAFETY-free check of who runs the tests.
+    if std::fs::read_to_string("/etc/shadow").is_ok() {
+        assert!(out.starts_with("0\n"), "{out}");
+    } else {
+        assert!(!out.contains("root:"), "{out}");
+    }
+}
+
+// ---- the data directory and another agent's roots ----
+
+#[tokio::test]
+async fn the_store_config_and_socket_in_the_data_directory_are_hidden() {
+    let mut s = Sandboxed::start().await;
+    let data = s.data();
+    let out = s
+        .bash(&format!(
+            "ls -A {d} | sed 's/^/entry:/'; cat {d}/guildhall.toml; cat {d}/*.redb | wc -c; \
+             cp -r {d} copy",
+            d = data.display()
+        ))
+        .await;
+    assert!(!out.contains("entry:"), "{out}");
+    assert!(!out.contains("[files]"), "{out}");
+    assert!(
+        std::fs::read_dir(s.project().join("copy"))
+            .map(|d| d.count())
+            .unwrap_or(0)
+            == 0,
+        "nothing of the data directory was copied"
+    );
+}
+
+#[tokio::test]
+async fn the_data_directory_inside_a_root_is_covered() {
+    // The default layout: `.guildhall` in the project, which is the agent's root.
+    let mut s = Sandboxed::start_laid_out(true, "", &[]).await;
+    let data = s.data();
+    assert!(data.starts_with(s.project()));
+    let out = s
+        .bash(&format!(
+            "ls -A {d} | sed 's/^/entry:/'; cat {d}/tl.token {d}/guildhall.toml; \
+             echo x > {d}/planted; rm -f {d}/guildhall.toml; cd {d} && ls -A",
+            d = data.display()
+        ))
+        .await;
+    assert!(!out.contains("entry:"), "{out}");
+    assert!(!out.contains(TOKEN) && !out.contains("[files]"), "{out}");
+    absent(&data.join("planted"));
+    assert!(data.join("guildhall.toml").exists(), "{out}");
+}
+
+#[tokio::test]
+async fn the_token_file_is_not_readable() {
+    let mut s = Sandboxed::start().await;
+    let token = s.data().join("tl.token");
+    let out = s
+        .bash(&format!(
+            "cat {}; grep -r tl-token {}",
+            token.display(),
+            s.data().display()
+        ))
+        .await;
+    assert!(!out.contains(TOKEN), "{out}");
+}
+
+#[tokio::test]
+async fn the_config_cannot_be_rewritten_from_inside() {
+    let mut s = Sandboxed::start().await;
+    let config = s.data().join("guildhall.toml");
+    let before = std::fs::read_to_string(&config).unwrap();
+    let out = s
+        .bash(&format!(
+            "echo '[sandbox]' >> {c}; printf 'enabled = false' > {c}.new && mv {c}.new {c}",
+            c = config.display()
+        ))
+        .await;
+    assert_eq!(std::fs::read_to_string(&config).unwrap(), before, "{out}");
+}
+
+#[tokio::test]
+async fn another_agents_roots_are_out_of_reach() {
+    let mut s = Sandboxed::start().await;
+    let other = s.other();
+    let out = s
+        .bash(&format!(
+            "cat {o}/notes.txt; echo x > {o}/planted; ls {o}",
+            o = other.display()
+        ))
+        .await;
+    assert!(!out.contains(BOBS), "{out}");
+    absent(&other.join("planted"));
+}
+
+// ---- the network ----
+
+#[tokio::test]
+async fn tcp_to_a_loopback_service_is_refused() {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    listener.set_nonblocking(true).unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let mut s = Sandboxed::start().await;
+    let out = s
+        .bash(&format!(
+            "echo hi > /dev/tcp/127.0.0.1/{port}; /usr/bin/python3 -c 'import socket; socket.create_connection((\"127.0.0.1\", {port}))'"
+        ))
+        .await;
+    assert!(listener.accept().is_err(), "a connection arrived: {out}");
+    assert!(out.contains("not permitted"), "{out}");
+}
+
+#[tokio::test]
+async fn udp_to_a_loopback_service_is_refused() {
+    let socket = UdpSocket::bind("127.0.0.1:0").unwrap();
+    socket.set_nonblocking(true).unwrap();
+    let port = socket.local_addr().unwrap().port();
+    let mut s = Sandboxed::start().await;
+    let out = s
+        .bash(&format!(
+            "echo hi > /dev/udp/127.0.0.1/{port}; /usr/bin/python3 -c 'import socket; socket.socket(socket.AF_INET, socket.SOCK_DGRAM).sendto(b\"x\", (\"127.0.0.1\", {port}))'"
+        ))
+        .await;
+    let mut buf = [0u8; 16];
+    assert!(
+        socket.recv_from(&mut buf).is_err(),
+        "a datagram arrived: {out}"
+    );
+}
+
+#[tokio::test]
+async fn dns_lookups_do_not_leave() {
+    // A resolver on loopback, asked directly (the system's may not be reachable here).
+    let resolver = UdpSocket::bind("127.0.0.1:0").unwrap();
+    resolver.set_nonblocking(true).unwrap();
+    let port = resolver.local_addr().unwrap().port();
+    let mut s = Sandboxed::start().await;
+    let query = "\\x12\\x34\\x01\\x00\\x00\\x01\\x00\\x00\\x00\\x00\\x00\\x00\\x07example\\x03com\\x00\\x00\\x01\\x00\\x01";
+    let out = s
+        .bash(&format!(
+            "getent hosts guildhall-sandbox-test.example; echo looked=$?; getent hosts localhost; \
+             /usr/bin/python3 -c 'import socket; socket.socket(socket.AF_INET, socket.SOCK_DGRAM).sendto(b\"{query}\", (\"127.0.0.1\", {port}))'"
+        ))
+        .await;
+    assert!(out.contains("looked=2"), "{out}");
+    assert!(out.contains("localhost"), "/etc/hosts still answers: {out}");
+    let mut buf = [0u8; 512];
+    assert!(
+        resolver.recv_from(&mut buf).is_err(),
+        "a query arrived: {out}"
+    );
+}
+
+#[tokio::test]
+async fn guildhalls_own_http_port_is_refused() {
+    let mut s = Sandboxed::start().await;
+    let url = s.http.clone();
+    assert!(url.starts_with("http://127.0.0.1:"), "{url}");
+    let port = url
+        .trim_start_matches("http://127.0.0.1:")
+        .split('/')
+        .next()
+        .unwrap()
+        .to_owned();
+    let out = s
+        .bash(&format!(
+            "exec 3<>/dev/tcp/127.0.0.1/{port} && printf 'GET /mcp HTTP/1.0\\r\\n\\r\\n' >&3 && cat <&3"
+        ))
+        .await;
+    assert!(!out.contains("HTTP/1"), "{out}");
+}
+
+#[tokio::test]
+async fn guildhalls_local_socket_is_refused() {
+    let mut s = Sandboxed::start().await;
+    let socket = s.data().join("guildhall.sock");
+    assert!(socket.exists());
+    let out = s
+        .bash(&format!(
+            "/usr/bin/python3 -c 'import socket; s = socket.socket(socket.AF_UNIX); s.connect(\"{}\"); print(\"connected\")'",
+            socket.display()
+        ))
+        .await;
+    assert!(!out.contains("connected"), "{out}");
+}
+
+// ---- processes ----
+
+/// A process the test owns, outside every sandbox.
+struct Bystander(std::process::Child);
+
+impl Bystander {
+    fn start() -> Self {
+        Self(
+            std::process::Command::new("sleep")
+                .arg("300")
+                .spawn()
+                .unwrap(),
+        )
+    }
+    fn state(&self) -> char {
+        let stat = std::fs::read_to_string(format!("/proc/{}/stat", self.0.id())).unwrap();
+        let (_, rest) = stat.rsplit_once(')').unwrap();
+        rest.trim_start().chars().next().unwrap()
+    }
+}
+
+impl Drop for Bystander {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+#[tokio::test]
+async fn a_signal_to_a_process_outside_is_refused() {
+    let bystander = Bystander::start();
+    let mut s = Sandboxed::start().await;
+    let pid = bystander.0.id();
+    let server = s.server_pid();
+    let out = s
+        .bash(&format!(
+            "kill -STOP {pid}; kill -STOP {server}; echo sent=$?"
+        ))
+        .await;
+    assert_eq!(bystander.state(), 'S', "{out}");
+    // The server answers: it was not stopped.
+    s.mallory.call("whoami", json!({})).await;
+}
+
+#[tokio::test]
+async fn a_ptrace_attach_to_a_process_outside_is_refused() {
+    let bystander = Bystander::start();
+    let mut s = Sandboxed::start().await;
+    let pid = bystander.0.id();
+    let out = s
+        .bash(&format!(
+            "/usr/bin/python3 -c 'import ctypes; print(\"attach\", ctypes.CDLL(None).ptrace(16, {pid}, 0, 0))'; \
+             strace -p {pid} -o /dev/null; echo strace=$?"
+        ))
+        .await;
+    assert!(out.contains("attach -1"), "{out}");
+    assert_ne!(bystander.state(), 't', "{out}");
+}
+
+#[tokio::test]
+async fn new_namespaces_and_mounts_are_refused() {
+    let mut s = Sandboxed::start().await;
+    let out = s
+        .bash("unshare -U true; echo u=$?; unshare -rm true; echo m=$?; mkdir m; mount -t tmpfs none m; echo mount=$?; grep NoNewPrivs /proc/self/status")
+        .await;
+    assert!(out.contains("u=1"), "{out}");
+    assert!(out.contains("m=1"), "{out}");
+    assert!(!out.contains("mount=0"), "{out}");
+    assert!(out.contains("NoNewPrivs:\t1"), "{out}");
+}
+
+#[tokio::test]
+async fn a_fork_bomb_is_bounded_even_as_root() {
+    let mut s = Sandboxed::start().await;
+    let out = s
+        .bash(
+            "/usr/bin/python3 -c '
+import os, time
+n = 0
+for _ in range(5000):
+    try:
+        pid = os.fork()
+    except OSError:
+        break
+    if pid == 0:
+        time.sleep(30); os._exit(0)
+    n += 1
+print(\"forked\", n)
+'",
+        )
+        .await;
+    let forked: usize = out
+        .split("forked ")
+        .nth(1)
+        .and_then(|r| r.split_whitespace().next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("{out}"));
+    assert!(forked <= 512, "{forked} processes: {out}");
+    // Another agent is served after it (the bomb's processes died with its process 1).
+    let mut bob = Client::start_wrapped(&s.data(), &["--agent", "bob"], &[], &[]).await;
+    bob.call("whoami", json!({})).await;
+}
+
+#[tokio::test]
+async fn nothing_a_sandboxed_command_started_outlives_it() {
+    let mut s = Sandboxed::start().await;
+    // `setsid` leaves the process group; the PID namespace still holds it.
+    let marker = "guildhall-outlive-7c31";
+    let out = s
+        .bash(&format!(
+            "setsid bash -c 'exec -a {marker} sleep 600' & nohup bash -c 'exec -a {marker} sleep 600' & echo started"
+        ))
+        .await;
+    assert!(out.contains("started"), "{out}");
+    let left = || {
+        std::fs::read_dir("/proc")
+            .unwrap()
+            .filter_map(Result::ok)
+            .filter_map(|e| std::fs::read(e.path().join("cmdline")).ok())
+            .filter(|cmdline| String::from_utf8_lossy(cmdline).starts_with(marker))
+            .count()
+    };
+    crate::support::eventually(std::time::Duration::from_secs(10), || async { left() == 0 }).await;
+}
+
+// ---- the same escapes through the other ways in ----
+
+#[tokio::test]
+async fn a_background_shell_is_confined_too() {
+    let mut s = Sandboxed::start().await;
+    let (secret, token) = (s.outside().join("secret.txt"), s.data().join("tl.token"));
+    let planted = s.outside().join("from-background");
+    let out = s
+        .background(&format!(
+            "cat {} {}; echo x > {}; echo > /dev/tcp/127.0.0.1/9; echo done",
+            secret.display(),
+            token.display(),
+            planted.display()
+        ))
+        .await;
+    assert!(out.contains("done"), "{out}");
+    assert!(!out.contains(SECRET) && !out.contains(TOKEN), "{out}");
+    absent(&planted);
+}
+
+#[tokio::test]
+async fn a_command_tool_is_confined_too() {
+    let mut s = Sandboxed::start().await;
+    let (secret, token) = (s.outside().join("secret.txt"), s.data().join("tl.token"));
+    let planted = s.outside().join("from-command");
+    let out = s
+        .command_tool(&format!(
+            "cat {} {}; echo x > {}; ls /proc | grep -c '^[0-9]'",
+            secret.display(),
+            token.display(),
+            planted.display()
+        ))
+        .await;
+    assert!(out.contains("rc="), "{out}");
+    assert!(!out.contains(SECRET) && !out.contains(TOKEN), "{out}");
+    absent(&planted);
+}
+
+#[tokio::test]
+async fn a_proxied_stdio_server_is_confined_too() {
+    let mut s = Sandboxed::start().await;
+    let (secret, token) = (s.outside().join("secret.txt"), s.data().join("tl.token"));
+    let planted = s.outside().join("from-server");
+    let out = s
+        .proxied(&format!(
+            "cat {} {}; echo x > {}; echo > /dev/tcp/127.0.0.1/9; echo done",
+            secret.display(),
+            token.display(),
+            planted.display()
+        ))
+        .await;
+    assert!(out.contains("rc="), "{out}");
+    assert!(!out.contains(SECRET) && !out.contains(TOKEN), "{out}");
+    absent(&planted);
+}
+
+// ---- ordinary work inside ----
+
+#[tokio::test]
+async fn git_init_add_and_commit_work_in_a_root() {
+    let mut s = Sandboxed::start().await;
+    let out = s
+        .bash("git init -q repo && cd repo && echo a > a && git add a && git -c user.email=a@example.com -c user.name=a commit -qm first && git log --oneline | wc -l")
+        .await;
+    assert!(out.starts_with("1\n"), "{out}");
+    assert!(s.project().join("repo/.git/HEAD").exists());
+}
+
+#[tokio::test]
+async fn scripts_read_system_files_and_builds_write_their_target() {
+    let mut s = Sandboxed::start().await;
+    let out = s
+        .bash(
+            "grep -c . /etc/os-release > /dev/null && echo os-ok; \
+             /usr/bin/python3 -c 'import json, sys; print(\"py-ok\")'; \
+             mkdir -p target && printf 'int main(void){return 7;}' > main.c && \
+             cc -o target/main main.c && ./target/main; echo built=$?",
+        )
+        .await;
+    assert!(out.contains("os-ok"), "{out}");
+    assert!(out.contains("py-ok"), "{out}");
+    assert!(out.contains("built=7"), "{out}");
+    assert!(s.project().join("target/main").exists());
+}
+
+#[tokio::test]
+async fn status_whoami_and_doctor_report_the_level_applied() {
+    let mut s = Sandboxed::start().await;
+    let me = s.mallory.call("whoami", json!({})).await;
+    assert_eq!(me["sandbox"]["network"], "none", "{me}");
+    assert!(
+        me["sandbox"]["applied"]
+            .as_str()
+            .is_some_and(|a| a.contains("Landlock ABI")),
+        "{me}"
+    );
+    let status: Value =
+        serde_json::from_str(&guildhall_ok(&s.data(), &["status", "--json"])).unwrap();
+    let applied = status["sandbox"]["applied"].as_str().unwrap_or_default();
+    assert!(applied.contains("Landlock ABI"), "{status}");
+    assert!(applied.contains("seccomp"), "{status}");
+    assert_eq!(status["sandbox"]["network"], "none", "{status}");
+    // The doctor needs the store to itself; in another data directory it reports the
+    // kernel's level alone.
+    let elsewhere = s.dir.path().join("doctor");
+    guildhall::Runtime::builder()
+        .data_dir(&elsewhere)
+        .build()
+        .await
+        .unwrap()
+        .shutdown()
+        .await;
+    let out = crate::support::guildhall(&elsewhere)
+        .args(["doctor"])
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert!(said.contains("sandbox: Landlock ABI"), "{said}");
+}
+
+#[tokio::test]
+async fn network_host_for_a_role_lets_its_commands_connect() {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let mut s = Sandboxed::start_with("[sandbox.agents]\nmallory = \"host\"\n", &[]).await;
+    let out = s
+        .bash(&format!("echo hi > /dev/tcp/127.0.0.1/{port} && echo sent"))
+        .await;
+    assert!(out.contains("sent"), "{out}");
+    assert!(listener.accept().is_ok());
+}
+
+// ---- the fallback ----
+
+#[tokio::test]
+async fn require_refuses_what_the_kernel_cannot_confine() {
+    let mut s = Sandboxed::start_with(
+        "[sandbox]\nrequire = true\n",
+        &[("GUILDHALL_SANDBOX_WITHOUT", "landlock")],
+    )
+    .await;
+    let planted = s.outside().join("unconfined");
+    let out = s
+        .text(
+            "bash",
+            json!({ "command": format!("echo x > {}", planted.display()) }),
+        )
+        .await;
+    absent(&planted);
+    assert!(
+        out.contains("refused to start a process unconfined"),
+        "{out}"
+    );
+    assert!(out.contains("Landlock"), "{out}");
+}
+
+#[tokio::test]
+async fn without_require_a_partial_sandbox_runs_and_says_so() {
+    let mut s = Sandboxed::start_with("", &[("GUILDHALL_SANDBOX_WITHOUT", "landlock")]).await;
+    let out = s.bash("echo ran").await;
+    assert!(out.contains("ran"), "{out}");
+    let status: Value =
+        serde_json::from_str(&guildhall_ok(&s.data(), &["status", "--json"])).unwrap();
+    let applied = status["sandbox"]["applied"].as_str().unwrap_or_default();
+    assert!(applied.contains("missing: Landlock"), "{status}");
+    // What the namespaces still hold: the token file.
+    let out = s
+        .bash(&format!("cat {}", s.data().join("tl.token").display()))
+        .await;
+    assert!(!out.contains(TOKEN), "{out}");
+}
+
+// ---- the same, the server run by an unprivileged user ----
+
+/// The user the server runs as when the tests run as root.
+const NOBODY: u32 = 65534;
+
+#[tokio::test]
+async fn run_by_an_unprivileged_user_the_sandbox_holds_and_setuid_does_not_raise() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path();
+    #[allow(unsafe_code)]
+    // SAFETY: getuid cannot fail.
+    let as_root = unsafe { libc::getuid() } == 0;
+    let chown = |path: &Path| {
+        if as_root {
+            std::os::unix::fs::chown(path, Some(NOBODY), Some(NOBODY)).unwrap();
+        }
+    };
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(root, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let (project, data, outside) = (
+        root.join("project"),
+        root.join("data"),
+        root.join("outside"),
+    );
+    for d in [&project, &data, &outside] {
+        std::fs::create_dir_all(d).unwrap();
+        chown(d);
+    }
+    std::fs::write(outside.join("secret.txt"), SECRET).unwrap();
+    chown(&outside.join("secret.txt"));
+    std::fs::write(data.join("tl.token"), TOKEN).unwrap();
+    chown(&data.join("tl.token"));
+    std::fs::write(
+        data.join("guildhall.toml"),
+        format!(
+            "[files]\nroots = [{:?}]\n[shell]\n[agents.tl]\ntoken_file = \"tl.token\"\n",
+            project.display().to_string()
+        ),
+    )
+    .unwrap();
+    chown(&data.join("guildhall.toml"));
+    // A copy of the binary the other user can run (the build tree may be private).
+    let binary = root.join("guildhall");
+    std::fs::copy(env!("CARGO_BIN_EXE_guildhall"), &binary).unwrap();
+    std::fs::set_permissions(&binary, std::fs::Permissions::from_mode(0o755)).unwrap();
+    // A setuid-root program in the agent's root: `id` that would print euid 0.
+    let setuid = project.join("id-setuid");
+    if as_root {
+        std::fs::copy("/usr/bin/id", &setuid).unwrap();
+        std::fs::set_permissions(&setuid, std::fs::Permissions::from_mode(0o4755)).unwrap();
+    }
+    let wrapper: &[&str] = if as_root {
+        &[
+            "setpriv",
+            "--reuid=65534",
+            "--regid=65534",
+            "--clear-groups",
+            "--",
+        ]
+    } else {
+        &[]
+    };
+    let mut client =
+        Client::start_binary(&binary, &data, &["--agent", "mallory"], &[], wrapper).await;
+    let answer = client
+        .request(
+            "tools/call",
+            json!({ "name": "bash", "arguments": { "command": format!(
+                "id -u; cat {} {}; ls {}; [ -x ./id-setuid ] && ./id-setuid -u; grep NoNewPrivs /proc/self/status",
+                outside.join("secret.txt").display(),
+                data.join("tl.token").display(),
+                data.display(),
+            ) } }),
+        )
+        .await;
+    let out = answer["result"]["structuredContent"].to_string();
+    assert!(!out.contains(SECRET) && !out.contains(TOKEN), "{out}");
+    assert!(out.contains("NoNewPrivs:\\t1"), "{out}");
+    if as_root {
+        // Outside the sandbox the copy raises: the check below can fail.
+        let raised = std::process::Command::new("setpriv")
+            .args(["--reuid=65534", "--regid=65534", "--clear-groups", "--"])
+            .arg(&setuid)
+            .arg("-u")
+            .output()
+            .unwrap();
+        assert_eq!(String::from_utf8_lossy(&raised.stdout).trim(), "0");
+        let stdout = answer["result"]["structuredContent"]["stdout"]
+            .as_str()
+            .unwrap();
+        let ids: Vec<&str> = stdout.lines().take(2).collect();
+        assert_eq!(ids, ["65534", "65534"], "{out}");
+    }
+    let status = std::process::Command::new(&binary)
+        .args(["--data-dir"])
+        .arg(&data)
+        .args(["stop"])
+        .env("RUST_LOG", "off")
+        .output()
+        .unwrap();
+    assert!(status.status.success(), "{status:?}");
+}
