@@ -47,7 +47,8 @@ enum Which {
     /// The file tools: `grep` over a generated tree of 10,000 files (200 MiB) against
     /// ripgrep (`rg`) on the same tree, and `read_file` / `edit_file` through the runtime
     /// against the same read and write done directly, and `bash` running `true` against a
-    /// bare tokio `Command`. About 30 s at the defaults.
+    /// bare tokio `Command` and sandboxed against its sandbox off (`sandboxed_bash_ratio`).
+    /// About 30 s at the defaults.
     Tools(ToolsArgs),
     /// A tool call to a bare rmcp stdio server directly against the same call through
     /// guildhall's proxy (`mcp__floor__echo`), throughput with concurrent callers, and the
