@@ -64,23 +64,26 @@ pub struct ServerConfig {
     /// (one, unless set). Default 1.
     #[serde(default = "one", skip_serializing_if = "is_one")]
     pub instances: usize,
-    /// Its sandbox (stdio only): on by default, with `[sandbox]`'s network, writing in its
-    /// directory and the default file roots, reading what its program needs
-    /// ([`ServerSandbox`]).
+    /// Its sandbox (stdio only), when `sandbox = { enabled = true }`: `[sandbox]`'s
+    /// network, writing in its directory and the default file roots, reading what its
+    /// program needs ([`ServerSandbox`]).
     #[serde(default)]
     pub sandbox: ServerSandbox,
 }
 
 /// `[servers.NAME] sandbox = { ... }`: what a proxied stdio server may reach.
 ///
-/// Besides what every sandbox reads, it reads its program's installation (the directory
-/// above the one its program is in: `/usr`, a virtualenv, `node_modules`) and each argument
-/// that names an existing path; it writes in its working directory and the default file
-/// roots. Never the data directory.
+/// Off unless `enabled = true`: a package a server loads from beside its script (a
+/// `node_modules` tree), or a script kept in the data directory, is not yet found for it,
+/// and such servers would stop at their start. Confined, besides what every sandbox reads,
+/// it reads its program's installation (the directory above the one its program is in:
+/// `/usr`, a virtualenv) and each argument that names an existing path (a file's whole
+/// directory); it writes in its working directory and the default file roots. Never the
+/// data directory.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct ServerSandbox {
-    /// Confined at all (default `true`).
+    /// Confined at all (default `false`, for now: see above).
     pub enabled: bool,
     /// More paths it reads (relative ones are the config file's).
     pub read: Vec<PathBuf>,
@@ -93,7 +96,7 @@ pub struct ServerSandbox {
 impl Default for ServerSandbox {
     fn default() -> Self {
         Self {
-            enabled: true,
+            enabled: false,
             read: Vec::new(),
             write: Vec::new(),
             network: None,

@@ -89,6 +89,7 @@ input_schema = {{ type = "object", properties = {{ line = {{ type = "string" }} 
 [servers.probe]
 command = "/usr/bin/python3"
 args = [{script:?}]
+sandbox = {{ enabled = true }}
 {extra}
 "#,
             project = root.join("project").display().to_string(),
