@@ -80,7 +80,7 @@ pub struct ServerConfig {
 /// `/usr`, a virtualenv) and each argument that names an existing path (a file's whole
 /// directory); it writes in its working directory and the default file roots. Never the
 /// data directory.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct ServerSandbox {
     /// Confined at all (default `false`, for now: see above).
@@ -91,17 +91,6 @@ pub struct ServerSandbox {
     pub write: Vec<PathBuf>,
     /// Its network, over `[sandbox] network`.
     pub network: Option<crate::sandbox::Network>,
-}
-
-impl Default for ServerSandbox {
-    fn default() -> Self {
-        Self {
-            enabled: false,
-            read: Vec::new(),
-            write: Vec::new(),
-            network: None,
-        }
-    }
 }
 
 /// The most copies of one server.
