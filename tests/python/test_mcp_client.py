@@ -477,7 +477,10 @@ async def long_calls_as_tasks(data_dir):
     """A question outlives its client's connection as a task; a cancelled task's command is
     killed."""
     with open(os.path.join(data_dir, "guildhall.toml"), "w") as config:
-        config.write('[humans]\nids = ["ada"]\n[shell]\ntimeout_secs = 120\n')
+        # The sandbox off: the command's pid is followed from here, outside any PID
+        # namespace, and written where the data directory is (which a sandbox covers).
+        config.write('[humans]\nids = ["ada"]\n[shell]\ntimeout_secs = 120\n'
+                     '[sandbox]\nenabled = false\n')
     dev = params(data_dir, "mcp", "--agent", "dev", "--role", "dev")
     async with Client(dev, mode="2026-07-28", extensions=[tasks_extension()]) as c:
         created = await c.session.call_tool("ask_human", {
