@@ -240,9 +240,7 @@ impl Sandbox {
                 )));
             }
         }
-        #[allow(unsafe_code)]
-        // SAFETY: getuid and getgid cannot fail and touch no memory.
-        let ids = unsafe { (libc::getuid(), libc::getgid()) };
+        let ids = probe::current_ids();
         if ids.0 == 0 {
             protected.files.extend(
                 ROOT_SECRETS
@@ -375,23 +373,9 @@ impl Sandbox {
             .map(PathBuf::as_path)
             .collect();
         let ruleset = rules::build(&self.level, network, &readable, &writable)?;
-        let cstr = |path: &Path| {
-            CString::new(path.as_os_str().as_encoded_bytes())
-                .map_err(|_| SandboxError::Prepare(format!("`{}` has a NUL", path.display())))
-        };
         let namespaces = self.level.namespaces;
-        let hide_dirs = self
-            .protected
-            .dirs
-            .iter()
-            .map(|d| cstr(d))
-            .collect::<Result<_, _>>()?;
-        let hide_files = self
-            .protected
-            .files
-            .iter()
-            .map(|f| cstr(f))
-            .collect::<Result<_, _>>()?;
+        let hide_dirs = c_paths(&self.protected.dirs)?;
+        let hide_files = c_paths(&self.protected.files)?;
         let (uid, gid) = self.ids;
         Ok(Some(Confinement {
             network,
@@ -564,6 +548,17 @@ impl PrivateDirs {
             .map_err(|e| SandboxError::Prepare(format!("cannot make `{}`: {e}", dir.display())))?;
         Ok(dir)
     }
+}
+
+/// `paths` as the C strings the new process's system calls take.
+fn c_paths(paths: &[PathBuf]) -> Result<Vec<CString>, SandboxError> {
+    paths
+        .iter()
+        .map(|path| {
+            CString::new(path.as_os_str().as_encoded_bytes())
+                .map_err(|_| SandboxError::Prepare(format!("`{}` has a NUL", path.display())))
+        })
+        .collect()
 }
 
 /// An agent's name as one safe file name: letters, digits, `-`, `_` and `.` kept, anything

@@ -133,6 +133,7 @@ pub(super) fn probe() -> Level {
             level.pid_limit = false;
         }
     }
+    let ids = current_ids();
     // Each failure takes away what failed and tries again: at most four rounds.
     for _ in 0..4 {
         if !level.namespaces {
@@ -145,8 +146,8 @@ pub(super) fn probe() -> Level {
             ruleset: None,
             proc_access: 0,
             filters: Arc::new([]),
-            uid_map: ids_map(current_ids().0),
-            gid_map: ids_map(current_ids().1),
+            uid_map: ids_map(ids.0),
+            gid_map: ids_map(ids.1),
             pid_max: level.pid_limit.then(|| c"400".to_owned()),
             hide_dirs: Vec::new(),
             hide_files: Vec::new(),
@@ -176,8 +177,9 @@ fn ids_map(id: u32) -> CString {
     CString::new(format!("{id} {id} 1")).expect("digits")
 }
 
+/// The server's uid and gid.
 #[allow(unsafe_code)]
-fn current_ids() -> (u32, u32) {
+pub(super) fn current_ids() -> (u32, u32) {
     // SAFETY: getuid and getgid cannot fail and touch no memory.
     unsafe { (libc::getuid(), libc::getgid()) }
 }

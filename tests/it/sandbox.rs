@@ -345,13 +345,9 @@ async fn the_shared_tmp_is_out_of_reach_and_each_agent_has_its_own() {
 #[tokio::test]
 async fn etc_shadow_is_covered_when_the_server_is_root() {
     let mut s = Sandboxed::start().await;
+    // Root reads it outside (the check can fail); not root, it is unreadable anyway.
     let out = s.bash("cat /etc/shadow | wc -c").await;
-    // SAFETY-free check of who runs the tests.
-    if std::fs::read_to_string("/etc/shadow").is_ok() {
-        assert!(out.starts_with("0\n"), "{out}");
-    } else {
-        assert!(!out.contains("root:"), "{out}");
-    }
+    assert!(out.starts_with("0\n"), "{out}");
 }
 
 // ---- the data directory and another agent's roots ----
@@ -638,77 +634,86 @@ async fn nothing_a_sandboxed_command_started_outlives_it() {
     let mut s = Sandboxed::start().await;
     // `setsid` leaves the process group; the PID namespace still holds it.
     let marker = "guildhall-outlive-7c31";
+    // The command ends only once both run as the marker: a check before they exist could
+    // not fail.
     let out = s
         .bash(&format!(
-            "setsid bash -c 'exec -a {marker} sleep 600' & nohup bash -c 'exec -a {marker} sleep 600' & echo started"
+            "setsid bash -c 'exec -a {marker} sleep 600' & nohup bash -c 'exec -a {marker} sleep 600' & \
+             for _ in $(seq 200); do [ \"$(pgrep -c -f '^{marker}')\" -ge 2 ] && break; sleep 0.05; done; \
+             echo started $(pgrep -c -f '^{marker}')"
         ))
         .await;
-    assert!(out.contains("started"), "{out}");
-    let left = || {
+    assert!(out.contains("started 2"), "{out}");
+    let left = || -> Vec<i32> {
         std::fs::read_dir("/proc")
             .unwrap()
             .filter_map(Result::ok)
-            .filter_map(|e| std::fs::read(e.path().join("cmdline")).ok())
-            .filter(|cmdline| String::from_utf8_lossy(cmdline).starts_with(marker))
-            .count()
+            .filter_map(|e| {
+                let pid = e.file_name().to_str()?.parse().ok()?;
+                let cmdline = std::fs::read(e.path().join("cmdline")).ok()?;
+                String::from_utf8_lossy(&cmdline)
+                    .starts_with(marker)
+                    .then_some(pid)
+            })
+            .collect()
     };
-    crate::support::eventually(std::time::Duration::from_secs(10), || async { left() == 0 }).await;
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while !left().is_empty() && std::time::Instant::now() < deadline {
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    let survivors = left();
+    for pid in &survivors {
+        // Ours (started by this test's server): not left behind when the check fails.
+        #[allow(unsafe_code)]
+        // SAFETY: kill touches no memory.
+        unsafe {
+            libc::kill(*pid, libc::SIGKILL);
+        }
+    }
+    assert!(survivors.is_empty(), "outlived its command: {survivors:?}");
 }
 
 // ---- the same escapes through the other ways in ----
 
+/// The escapes every way in is tried with: read outside, read the token, write outside,
+/// connect out; `done` at the end.
+fn escapes(s: &Sandboxed, planted: &Path) -> String {
+    format!(
+        "cat {} {}; echo x > {}; echo > /dev/tcp/127.0.0.1/9; echo done",
+        s.outside().join("secret.txt").display(),
+        s.data().join("tl.token").display(),
+        planted.display()
+    )
+}
+
+fn held(out: &str, planted: &Path) {
+    assert!(out.contains("done"), "the line ran to its end: {out}");
+    assert!(!out.contains(SECRET) && !out.contains(TOKEN), "{out}");
+    absent(planted);
+}
+
 #[tokio::test]
 async fn a_background_shell_is_confined_too() {
     let mut s = Sandboxed::start().await;
-    let (secret, token) = (s.outside().join("secret.txt"), s.data().join("tl.token"));
     let planted = s.outside().join("from-background");
-    let out = s
-        .background(&format!(
-            "cat {} {}; echo x > {}; echo > /dev/tcp/127.0.0.1/9; echo done",
-            secret.display(),
-            token.display(),
-            planted.display()
-        ))
-        .await;
-    assert!(out.contains("done"), "{out}");
-    assert!(!out.contains(SECRET) && !out.contains(TOKEN), "{out}");
-    absent(&planted);
+    let out = s.background(&escapes(&s, &planted)).await;
+    held(&out, &planted);
 }
 
 #[tokio::test]
 async fn a_command_tool_is_confined_too() {
     let mut s = Sandboxed::start().await;
-    let (secret, token) = (s.outside().join("secret.txt"), s.data().join("tl.token"));
     let planted = s.outside().join("from-command");
-    let out = s
-        .command_tool(&format!(
-            "cat {} {}; echo x > {}; ls /proc | grep -c '^[0-9]'",
-            secret.display(),
-            token.display(),
-            planted.display()
-        ))
-        .await;
-    assert!(out.contains("rc="), "{out}");
-    assert!(!out.contains(SECRET) && !out.contains(TOKEN), "{out}");
-    absent(&planted);
+    let out = s.command_tool(&escapes(&s, &planted)).await;
+    held(&out, &planted);
 }
 
 #[tokio::test]
 async fn a_proxied_stdio_server_is_confined_too() {
     let mut s = Sandboxed::start().await;
-    let (secret, token) = (s.outside().join("secret.txt"), s.data().join("tl.token"));
     let planted = s.outside().join("from-server");
-    let out = s
-        .proxied(&format!(
-            "cat {} {}; echo x > {}; echo > /dev/tcp/127.0.0.1/9; echo done",
-            secret.display(),
-            token.display(),
-            planted.display()
-        ))
-        .await;
-    assert!(out.contains("rc="), "{out}");
-    assert!(!out.contains(SECRET) && !out.contains(TOKEN), "{out}");
-    absent(&planted);
+    let out = s.proxied(&escapes(&s, &planted)).await;
+    held(&out, &planted);
 }
 
 // ---- ordinary work inside ----
