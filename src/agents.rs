@@ -30,7 +30,7 @@ use std::time::Duration;
 
 pub use agent::Agent;
 pub use credentials::{
-    Credentials, IdentityError, TOKEN_ENV, TOKEN_HEADER, checked_role, constant_time_eq,
+    Credentials, IdentityError, SOCKET_ENV, TOKEN_ENV, TOKEN_HEADER, checked_role, constant_time_eq,
 };
 pub(crate) use directory::Connection;
 pub use directory::{AgentRecord, AgentSpec, ProcessReport, ProcessView};

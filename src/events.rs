@@ -144,6 +144,32 @@ pub enum ToolEvent {
         /// The keys it changed, in order.
         keys: Vec<String>,
     },
+    /// The egress proxy of a sandbox with `network = "proxy"` let a connection through or
+    /// refused it.
+    Egress {
+        /// Whose sandbox asked.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        agent: Option<Arc<str>>,
+        /// The host asked for, as the program named it.
+        host: Arc<str>,
+        /// Its port.
+        port: u16,
+        /// Whether the connection was let through.
+        allowed: bool,
+        /// The `[sandbox.proxy]` entry that allowed it, or why it was refused.
+        rule: Arc<str>,
+    },
+    /// A sandboxed process met a refusal of its sandbox (a path, a host), and its result
+    /// said so.
+    SandboxRefused {
+        /// Whose process it was.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        agent: Option<Arc<str>>,
+        /// The tool that ran it.
+        tool: Arc<str>,
+        /// The line its result got.
+        hint: Arc<str>,
+    },
 }
 
 /// Where events are published.

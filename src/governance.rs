@@ -29,6 +29,8 @@ pub mod limits;
 pub mod mode;
 mod reply;
 pub mod rules;
+#[cfg(all(target_os = "linux", target_env = "gnu"))]
+pub(crate) mod sandboxed;
 mod service;
 pub mod truncate;
 

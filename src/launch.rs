@@ -184,6 +184,25 @@ pub struct LaunchInfo {
     pub tail: Vec<String>,
 }
 
+/// Opens the socket a launched agent in a sandbox reaches its server through, serving that
+/// agent alone (the binary's MCP server provides it: the runtime below does not speak the
+/// socket's protocol). Listening stops when the returned guard is dropped.
+pub trait AgentSockets: Send + Sync {
+    /// Opens a socket at `path` for `agent`.
+    ///
+    /// # Errors
+    /// Why it could not be opened.
+    fn open(&self, agent: &str, path: &Path) -> std::io::Result<Box<dyn Send + Sync>>;
+}
+
+/// How one launched agent is confined: the sandbox, what it reaches besides its roots, and
+/// the socket it reaches guildhall through (closed with the launch).
+pub(crate) struct Confined {
+    pub(crate) confiner: crate::sandbox::Confiner,
+    pub(crate) extra: crate::sandbox::Extra,
+    pub(crate) _socket: Box<dyn Send + Sync>,
+}
+
 /// One launched agent: what its actor needs across restarts.
 pub(crate) struct Launch {
     pub(crate) agent: String,
@@ -198,6 +217,8 @@ pub(crate) struct Launch {
     pub(crate) runtime: WeakRuntime,
     pub(crate) launcher: std::sync::Weak<Launcher>,
     pub(crate) status: Mutex<Status>,
+    /// Its sandbox; `None` runs it with the server's rights.
+    pub(crate) confined: Option<Confined>,
 }
 
 /// What changes over a launched agent's life.
@@ -266,6 +287,7 @@ pub struct Launcher {
     program: PathBuf,
     launched: tokio::sync::Mutex<BTreeMap<String, Arc<Launch>>>,
     supervisor: Arc<RwLock<Option<Supervisor>>>,
+    sockets: std::sync::OnceLock<Arc<dyn AgentSockets>>,
 }
 
 impl Launcher {
@@ -300,6 +322,7 @@ impl Launcher {
             program,
             launched: tokio::sync::Mutex::default(),
             supervisor,
+            sockets: std::sync::OnceLock::new(),
         });
         for registered in [
             runtime
@@ -314,6 +337,12 @@ impl Launcher {
             registered?;
         }
         Ok(launcher)
+    }
+
+    /// Opens each sandboxed agent's own socket with `sockets` (once; later calls do
+    /// nothing). Without it, a profile whose agents would be sandboxed cannot launch.
+    pub fn serve_agents_with(&self, sockets: Arc<dyn AgentSockets>) {
+        let _ = self.sockets.set(sockets);
     }
 
     /// The profiles' names.
@@ -431,7 +460,12 @@ impl Launcher {
             }
             (prompt, None) => prompt,
         };
-        let prepared = self.prepare(&agent, &request.role, parent.as_deref(), &profile)?;
+        let confiner = runtime
+            .confiner()
+            .filter(|c| profile.sandbox.enabled && c.sandbox.config().enabled)
+            .cloned();
+        let prepared =
+            self.prepare(&agent, &request.role, parent.as_deref(), &profile, confiner)?;
         let mut fields = Map::new();
         fields.insert("agent".into(), json!(agent));
         fields.insert("role".into(), json!(request.role));
@@ -455,8 +489,16 @@ impl Launcher {
         if let Some(parent) = &parent {
             env.push(("GUILDHALL_PARENT".into(), parent.clone()));
         }
-        if let Some(dir) = &self.data_dir {
-            env.push(("GUILDHALL_DATA_DIR".into(), dir.display().to_string()));
+        match &prepared.socket {
+            Some(socket) => env.push((
+                crate::agents::SOCKET_ENV.to_owned(),
+                socket.display().to_string(),
+            )),
+            None => {
+                if let Some(dir) = &self.data_dir {
+                    env.push(("GUILDHALL_DATA_DIR".into(), dir.display().to_string()));
+                }
+            }
         }
         env.extend(profile.env.iter().map(|(k, v)| (k.clone(), v.clone())));
         let launch = Arc::new(Launch {
@@ -482,6 +524,7 @@ impl Launcher {
                 )),
             }),
             profile,
+            confined: prepared.confined,
         });
         let supervisor = self.supervisor()?;
         if launched.contains_key(&agent) {
@@ -632,13 +675,15 @@ impl Launcher {
         }
     }
 
-    /// The agent's working directory, log file and MCP config.
+    /// The agent's working directory, log file and MCP config; and, confined, its socket
+    /// and its sandbox's reach.
     fn prepare(
         &self,
         agent: &str,
         role: &str,
         parent: Option<&str>,
         profile: &Profile,
+        confiner: Option<crate::sandbox::Confiner>,
     ) -> Result<Prepared, LaunchError> {
         let failed = |reason: String| LaunchError::Prepare {
             agent: agent.to_owned(),
@@ -653,12 +698,14 @@ impl Launcher {
                 cwd,
                 log: None,
                 mcp_config: None,
+                socket: None,
+                confined: None,
             });
         };
         let dir = data_dir.join("launched");
         crate::private_fs::create_dir_all(&dir)
             .map_err(|e| failed(format!("{}: {e}", dir.display())))?;
-        let mcp_config = dir.join(format!("{agent}.mcp.json"));
+        let log = Some(dir.join(format!("{agent}.log")));
         let mut args = vec![
             "--data-dir".to_owned(),
             data_dir.display().to_string(),
@@ -671,22 +718,93 @@ impl Launcher {
         if let Some(parent) = parent {
             args.extend(["--parent".to_owned(), parent.to_owned()]);
         }
+        let Some(confiner) = confiner else {
+            let mcp_config = dir.join(format!("{agent}.mcp.json"));
+            let config = json!({ "mcpServers": { "guildhall": {
+                "command": self.program, "args": args } } });
+            crate::private_fs::write(
+                &mcp_config,
+                &serde_json::to_vec_pretty(&config).unwrap_or_default(),
+            )
+            .map_err(|e| failed(format!("{}: {e}", mcp_config.display())))?;
+            let cwd = if profile.worktree {
+                worktree(&cwd, &data_dir.join("worktrees").join(agent)).map_err(failed)?
+            } else {
+                cwd
+            };
+            return Ok(Prepared {
+                cwd,
+                log,
+                mcp_config: Some(mcp_config),
+                socket: None,
+                confined: None,
+            });
+        };
+        if profile.worktree {
+            return Err(failed(
+                "its worktree would live in the data directory, which its sandbox cannot reach: \
+                 give the profile worktree = false, or sandbox = { enabled = false }"
+                    .into(),
+            ));
+        }
+        let Some(sockets) = self.sockets.get() else {
+            return Err(failed(
+                "it would run in the sandbox, and this embedding opens no socket of its own for \
+                 it to connect back through (Launcher::serve_agents_with): give the profile \
+                 sandbox = { enabled = false }"
+                    .into(),
+            ));
+        };
+        // Its own directory (its HOME and TMPDIR inside), outside the data directory: its
+        // socket and its MCP config are there.
+        let private = confiner
+            .sandbox
+            .private_dir(Some(agent))
+            .map_err(|e| failed(e.to_string()))?;
+        let socket = private.join("guildhall.sock");
+        let opened = sockets
+            .open(agent, &socket)
+            .map_err(|e| failed(format!("its socket {}: {e}", socket.display())))?;
+        let mcp_config = private.join("guildhall.mcp.json");
+        // Named in the arguments too: some clients give a server only the variables they
+        // know of.
+        args.extend(["--socket".to_owned(), socket.display().to_string()]);
         let config = json!({ "mcpServers": { "guildhall": {
-            "command": self.program, "args": args } } });
+            "command": self.program,
+            "args": args,
+            "env": { crate::agents::SOCKET_ENV: socket } } } });
         crate::private_fs::write(
             &mcp_config,
             &serde_json::to_vec_pretty(&config).unwrap_or_default(),
         )
         .map_err(|e| failed(format!("{}: {e}", mcp_config.display())))?;
-        let cwd = if profile.worktree {
-            worktree(&cwd, &data_dir.join("worktrees").join(agent)).map_err(failed)?
-        } else {
-            cwd
-        };
+        let program = profile
+            .command
+            .first()
+            .map(String::as_str)
+            .unwrap_or_default();
+        let guildhall = self.program.display().to_string();
+        let extra = profile
+            .sandbox
+            .reach(
+                &confiner.sandbox,
+                &self.base_dir,
+                &cwd,
+                &[program, &guildhall],
+                profile.command.get(1..).unwrap_or_default(),
+                true,
+            )
+            .map_err(failed)?;
         Ok(Prepared {
             cwd,
-            log: Some(dir.join(format!("{agent}.log"))),
+            log,
             mcp_config: Some(mcp_config),
+            socket: Some(socket),
+            confined: Some(Confined {
+                confiner,
+                extra,
+                _socket: opened,
+            }),
         })
     }
 
@@ -711,6 +829,8 @@ struct Prepared {
     cwd: PathBuf,
     log: Option<PathBuf>,
     mcp_config: Option<PathBuf>,
+    socket: Option<PathBuf>,
+    confined: Option<Confined>,
 }
 
 /// A fresh worktree of the repository at `repo`, detached at its `HEAD`, at `at` (an

@@ -59,6 +59,7 @@
 //! # }
 //! ```
 
+mod addresses;
 pub mod agents;
 #[cfg(feature = "bench")]
 pub mod bench;

@@ -904,7 +904,9 @@ impl RuntimeBuilder {
         )?;
         let tasks = TaskBoard::open(Arc::clone(&store), self.tasks.clone(), Arc::clone(&office));
         #[cfg(all(target_os = "linux", target_env = "gnu"))]
-        for sandbox in std::mem::take(&mut self.sandboxes) {
+        let sandboxes = std::mem::take(&mut self.sandboxes);
+        #[cfg(all(target_os = "linux", target_env = "gnu"))]
+        for sandbox in &sandboxes {
             let office = Arc::downgrade(&office);
             sandbox.resolve_roles_with(Box::new(move |agent| {
                 let entry = office.upgrade()?.directory.get(agent)?;
@@ -926,6 +928,12 @@ impl RuntimeBuilder {
             data_dir,
             events,
         )?;
+        #[cfg(all(target_os = "linux", target_env = "gnu"))]
+        for sandbox in sandboxes {
+            sandbox.report_to(Arc::new(crate::governance::sandboxed::SandboxReport(
+                Arc::downgrade(&governance),
+            )));
+        }
         // The mailbox tools wait up to `max_wait` by design; their deadline allows for it.
         let mail_options = self
             .defaults

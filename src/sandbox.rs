@@ -25,6 +25,7 @@
 //! `[sandbox] require = true` a process is not started unconfined.
 
 mod child;
+mod egress;
 mod filter;
 mod probe;
 mod rules;
@@ -34,6 +35,7 @@ use std::ffi::CString;
 use std::fmt;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, OnceLock};
+use std::time::Instant;
 
 use serde::{Deserialize, Serialize};
 
@@ -67,6 +69,9 @@ pub enum Network {
     /// No socket but a `socketpair`: no TCP, UDP, DNS, netlink or Unix socket by path.
     #[default]
     None,
+    /// Out only through guildhall's egress proxy (`HTTP_PROXY`, `HTTPS_PROXY`), to the
+    /// hosts `[sandbox.proxy]` allows: TCP to the proxy's port alone, no other socket.
+    Proxy,
     /// The server's own network (every socket). guildhall's HTTP port is reachable then,
     /// and answers only what the agent's own token allows.
     Host,
@@ -76,6 +81,7 @@ impl fmt::Display for Network {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(match self {
             Self::None => "none",
+            Self::Proxy => "proxy",
             Self::Host => "host",
         })
     }
@@ -106,6 +112,48 @@ pub struct SandboxConfig {
     /// Processes at once in one sandbox, root included (at least 300: the kernel's floor
     /// for a PID namespace's `pid_max`).
     pub processes: u32,
+    /// Where `network = "proxy"` may go.
+    pub proxy: ProxyConfig,
+    /// What commands may do to the `.git` directly in each root: `"write"` (default:
+    /// agents commit) or `"read"` (history read-only, as Codex keeps it; needs the mount
+    /// namespace).
+    pub git: GitAccess,
+}
+
+/// `[sandbox] git`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum GitAccess {
+    /// Writable like the rest of the root.
+    #[default]
+    Write,
+    /// Read-only: `git log` and `git diff` work, `git commit` does not.
+    Read,
+}
+
+/// `[sandbox.proxy]`: the hosts sandboxes with `network = "proxy"` may reach, each
+/// `name`, `*.name` (its subdomains), an address, or `*`, with `:port` for one port (else
+/// 80 and 443; a `deny` entry without a port denies every port). Deny wins. A loopback,
+/// private or link-local destination (and this machine's own addresses) is reached only
+/// through an `allow` entry naming its host exactly; guildhall's own listeners never.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ProxyConfig {
+    /// Hosts that may be reached (none by default).
+    pub allow: Vec<String>,
+    /// Hosts never reached, whatever `allow` says.
+    pub deny: Vec<String>,
+}
+
+/// Where the sandbox tells what it decided, for events and the audit log (set by the
+/// runtime, which owns both).
+pub trait Report: Send + Sync {
+    /// The egress proxy allowed or refused a connection of `agent` to `host:port`, by
+    /// `rule` (the list entry, or the reason of a refusal).
+    fn egress(&self, agent: Option<&str>, host: &str, port: u16, allowed: bool, rule: &str);
+    /// A sandboxed process of `agent`, run by `tool`, met a refusal; `hint` is the line its
+    /// result got.
+    fn refused(&self, agent: Option<&str>, tool: &str, hint: &str);
 }
 
 impl Default for SandboxConfig {
@@ -119,6 +167,8 @@ impl Default for SandboxConfig {
             read: Vec::new(),
             write: Vec::new(),
             processes: 512,
+            proxy: ProxyConfig::default(),
+            git: GitAccess::Write,
         }
     }
 }
@@ -170,6 +220,8 @@ pub struct Sandbox {
     role_of: OnceLock<RoleOf>,
     /// The server's uid and gid, mapped to themselves inside.
     ids: (u32, u32),
+    egress: egress::Egress,
+    report: Arc<OnceLock<Arc<dyn Report>>>,
 }
 
 impl fmt::Debug for Sandbox {
@@ -261,6 +313,8 @@ impl Sandbox {
         let private = PrivateDirs::new()?;
         let filters = filter::Filters::build().map_err(SandboxError::Prepare)?;
         let level = probe::probe();
+        let report = Arc::new(OnceLock::new());
+        let egress = egress::Egress::new(&config.proxy, Arc::clone(&report))?;
         Ok(Arc::new(Self {
             config,
             level,
@@ -271,6 +325,8 @@ impl Sandbox {
             filters,
             role_of: OnceLock::new(),
             ids,
+            egress,
+            report,
         }))
     }
 
@@ -304,6 +360,32 @@ impl Sandbox {
     /// nothing).
     pub fn resolve_roles_with(&self, role_of: RoleOf) {
         let _ = self.role_of.set(role_of);
+    }
+
+    /// Sets where decisions are reported (once; later calls do nothing).
+    pub fn report_to(&self, report: Arc<dyn Report>) {
+        let _ = self.report.set(report);
+    }
+
+    /// Marks `port` on this machine as one of guildhall's own listeners (its HTTP port):
+    /// the egress proxy never connects to it.
+    pub fn guard_port(&self, port: u16) {
+        self.egress.guard(port);
+    }
+
+    /// The port on 127.0.0.1 of `agent`'s egress proxy, started on first use (on the
+    /// current Tokio runtime): where its sandboxes' `HTTP_PROXY` points.
+    ///
+    /// # Errors
+    /// [`SandboxError::Prepare`] when it cannot listen, or no Tokio runtime runs.
+    pub fn egress_port(&self, agent: Option<&str>) -> Result<u16, SandboxError> {
+        self.egress.port_of(agent, &file_name(agent.unwrap_or("")))
+    }
+
+    /// `agent`'s private directory (its `HOME` and `TMPDIR` inside a sandbox), made if
+    /// missing: outside the data directory, reachable by that agent's sandboxes alone.
+    pub(crate) fn private_dir(&self, agent: Option<&str>) -> Result<PathBuf, SandboxError> {
+        self.private.of(agent)
     }
 
     /// The network `agent` gets: its own setting, else its role's, else the default.
@@ -342,7 +424,21 @@ impl Sandbox {
         {
             return Err(SandboxError::Unavailable { missing });
         }
-        let network = extra.network.unwrap_or_else(|| self.network_of(agent));
+        let mut network = extra.network.unwrap_or_else(|| self.network_of(agent));
+        if network == Network::Proxy && self.level.landlock < 4 {
+            // Without Landlock's TCP rules nothing keeps a program to the proxy: no
+            // network at all rather than all of it.
+            if self.config.require {
+                return Err(SandboxError::Unavailable {
+                    missing: "Landlock's TCP rules (ABI 4), which network = \"proxy\" needs".into(),
+                });
+            }
+            network = Network::None;
+        }
+        let proxy = match network {
+            Network::Proxy => Some(self.egress_port(agent)?),
+            Network::None | Network::Host => None,
+        };
         let private = self.private.of(agent)?;
         for path in extra.read.iter().chain(&extra.write) {
             // Beneath a protected directory; or above one where no namespace covers it (a
@@ -372,24 +468,44 @@ impl Sandbox {
             .chain(&extra.read)
             .map(PathBuf::as_path)
             .collect();
-        let ruleset = rules::build(&self.level, network, &readable, &writable)?;
+        let ruleset = rules::build(&self.level, network, proxy, &readable, &writable)?;
         let namespaces = self.level.namespaces;
-        let hide_dirs = c_paths(&self.protected.dirs)?;
+        let mut hidden = self.protected.dirs.clone();
+        if extra.unix && self.level.namespaces {
+            // Landlock (ABI 7) cannot refuse a connect to a socket by path: the system's
+            // are covered.
+            hidden.extend(["/run"].iter().map(PathBuf::from).filter(|p| {
+                p.is_dir() && !roots.iter().chain([&private]).any(|r| r.starts_with(p))
+            }));
+        }
+        let hide_dirs = c_paths(&hidden)?;
+        let read_only = if self.config.git == GitAccess::Read && self.level.namespaces {
+            let repos: Vec<PathBuf> = roots
+                .iter()
+                .map(|root| root.join(".git"))
+                .filter(|git| git.is_dir())
+                .collect();
+            c_paths(&repos)?
+        } else {
+            Vec::new()
+        };
         let hide_files = c_paths(&self.protected.files)?;
         let (uid, gid) = self.ids;
         Ok(Some(Confinement {
             network,
+            proxy,
             namespaces,
             private_proc: self.level.private_proc,
             ruleset,
             proc_access: rules::read_access(&self.level),
-            filters: self.filters.for_network(network, &self.level),
+            filters: self.filters.for_network(network, extra.unix, &self.level),
             uid_map: CString::new(format!("{uid} {uid} 1")).expect("digits"),
             gid_map: CString::new(format!("{gid} {gid} 1")).expect("digits"),
             pid_max: self
                 .level
                 .pid_limit
                 .then(|| CString::new((self.config.processes + 1).to_string()).expect("digits")),
+            read_only,
             hide_dirs,
             hide_files,
             dir: None,
@@ -397,20 +513,67 @@ impl Sandbox {
         }))
     }
 
-    /// What a sandboxed command's refusal most likely means, for the line added to its
-    /// result when its errors show one (its own errors stay as they are).
-    pub(crate) fn hint(&self, confinement: &Confinement, roots: &[PathBuf]) -> String {
+    /// What a command's result needs to name a refusal later: cheap, formatted only when
+    /// a refusal shows ([`explain`](Self::explain)).
+    pub(crate) fn hint(
+        &self,
+        confinement: &Confinement,
+        agent: Option<&str>,
+        roots: &[PathBuf],
+    ) -> Hint {
+        Hint {
+            agent: agent.map(Arc::from),
+            roots: roots.to_vec(),
+            network: confinement.network,
+            started: Instant::now(),
+        }
+    }
+
+    /// The line a sandboxed command's result gets, if any: the hosts the egress proxy
+    /// refused it by name; else, when it failed with what a refusal shows as, the policy
+    /// in words (its own errors stay as they are). Reported as a refusal of `tool`.
+    pub(crate) fn explain(
+        &self,
+        hint: &Hint,
+        tool: &str,
+        failed: bool,
+        errors: &str,
+    ) -> Option<String> {
+        let agent = hint.agent.as_deref();
+        let proxied = if hint.network == Network::Proxy {
+            self.egress
+                .refused_since(&file_name(agent.unwrap_or("")), hint.started)
+        } else {
+            Vec::new()
+        };
+        let line = if !proxied.is_empty() {
+            format!(
+                "guildhall's sandbox proxy refused {}; see [sandbox.proxy] in guildhall.toml",
+                proxied.join("; ")
+            )
+        } else if failed && looks_refused(errors) {
+            self.policy_in_words(&hint.roots, hint.network)
+        } else {
+            return None;
+        };
+        if let Some(report) = self.report.get() {
+            report.refused(agent, tool, &line);
+        }
+        Some(line)
+    }
+
+    /// What a sandboxed command's refusal most likely means.
+    fn policy_in_words(&self, roots: &[PathBuf], network: Network) -> String {
         let roots: Vec<String> = roots.iter().map(|r| r.display().to_string()).collect();
         format!(
             "guildhall's sandbox may have refused this: commands write only in {} and their \
-             TMPDIR, read those and the system's directories, and have network = \"{}\"; see \
-             [sandbox] in guildhall.toml",
+             TMPDIR, read those and the system's directories, and have network = \"{network}\"; \
+             see [sandbox] in guildhall.toml",
             if roots.is_empty() {
                 "their own directory".to_owned()
             } else {
                 roots.join(", ")
             },
-            confinement.network
         )
     }
 
@@ -426,11 +589,46 @@ impl Sandbox {
             return env;
         };
         let tmp = confinement.tmp.display().to_string();
+        let proxy = confinement
+            .proxy
+            .map(|port| format!("http://127.0.0.1:{port}"));
+        let proxy_vars = proxy.into_iter().flat_map(|url| {
+            PROXY_VARIABLES
+                .iter()
+                .map(move |name| ((*name).to_owned(), url.clone()))
+                .chain([("NODE_USE_ENV_PROXY".to_owned(), "1".to_owned())])
+        });
         env.into_iter()
-            .filter(|(name, _)| name != "TMPDIR" && name != "HOME")
+            .filter(|(name, _)| {
+                name != "TMPDIR"
+                    && name != "HOME"
+                    && !PROXY_VARIABLES.contains(&name.as_str())
+                    && !["NO_PROXY", "no_proxy"].contains(&name.as_str())
+            })
             .chain([("TMPDIR".to_owned(), tmp.clone()), ("HOME".to_owned(), tmp)])
+            .chain(proxy_vars)
             .collect()
     }
+}
+
+/// Where programs look for their proxy: each set to the agent's egress proxy with
+/// `network = "proxy"`.
+const PROXY_VARIABLES: &[&str] = &[
+    "HTTP_PROXY",
+    "HTTPS_PROXY",
+    "ALL_PROXY",
+    "http_proxy",
+    "https_proxy",
+    "all_proxy",
+];
+
+/// What a command's result needs to name a sandbox's refusal ([`Sandbox::explain`]).
+#[derive(Debug, Clone)]
+pub(crate) struct Hint {
+    agent: Option<Arc<str>>,
+    roots: Vec<PathBuf>,
+    network: Network,
+    started: Instant,
 }
 
 /// What one kind of process may reach besides its agent's roots: a command tool's
@@ -445,6 +643,19 @@ pub struct Extra {
     pub write: Vec<PathBuf>,
     /// Over the agent's network.
     pub network: Option<Network>,
+    /// Unix stream sockets allowed (a launched agent's way back to guildhall, its own
+    /// socket); `/run`, where the system's sockets live, is covered then. Never from a
+    /// manifest.
+    #[serde(skip)]
+    pub unix: bool,
+}
+
+/// `path` with a leading `~` as the server's home directory (as it is, without `HOME`).
+pub(crate) fn expand_home(path: &Path) -> PathBuf {
+    match (path.strip_prefix("~"), std::env::var_os("HOME")) {
+        (Ok(rest), Some(home)) => PathBuf::from(home).join(rest),
+        _ => path.to_path_buf(),
+    }
 }
 
 /// What running `program` (a path, or a name looked up in `PATH`) needs to read: its
@@ -475,20 +686,52 @@ pub(crate) fn program_reach(program: &str, cwd: &Path) -> Vec<PathBuf> {
 }
 
 /// The arguments that name an existing path (relative ones from `cwd`): a server's script,
-/// its directory argument. A file's whole directory, for the modules beside it.
+/// its directory argument. A file's whole directory, for the modules beside it; and above
+/// it, what a script's runtime looks for there: the package's root (the nearest directory
+/// with a `package.json` or `pyproject.toml`) and every `node_modules` directory on the
+/// way up, where Node resolves a package's dependencies.
 pub(crate) fn argument_paths(args: &[String], cwd: &Path) -> Vec<PathBuf> {
-    args.iter()
+    let mut found = Vec::new();
+    for path in args
+        .iter()
         .filter(|a| !a.starts_with('-'))
         .map(|a| cwd.join(a))
         .filter(|p| p.exists())
-        .filter_map(|p| {
-            if p.is_dir() {
-                Some(p)
-            } else {
-                p.parent().map(Path::to_path_buf)
+    {
+        let path = std::path::absolute(&path).unwrap_or(path);
+        let dir = if path.is_dir() {
+            path
+        } else {
+            match path.parent() {
+                Some(parent) => parent.to_path_buf(),
+                None => continue,
             }
-        })
-        .collect()
+        };
+        let mut package = false;
+        // The root itself is never a package's (a rule there would reach everything).
+        for above in dir.ancestors().skip(1).filter(|a| a.parent().is_some()) {
+            if above.file_name().is_some_and(|n| n == "node_modules") {
+                found.push(above.to_path_buf());
+                continue;
+            }
+            let modules = above.join("node_modules");
+            if modules.is_dir() {
+                found.push(modules);
+            }
+            if !package
+                && ["package.json", "pyproject.toml"]
+                    .iter()
+                    .any(|f| above.join(f).is_file())
+            {
+                found.push(above.to_path_buf());
+                package = true;
+            }
+        }
+        found.push(dir);
+    }
+    found.sort();
+    found.dedup();
+    found
 }
 
 /// A sandbox and the file roots whose agent's part a started process may write.

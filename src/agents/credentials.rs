@@ -15,6 +15,11 @@ pub const TOKEN_HEADER: &str = "guildhall-agent-token";
 /// The environment variable `guildhall mcp` (and the CLI) read an agent's token from.
 pub const TOKEN_ENV: &str = "GUILDHALL_AGENT_TOKEN";
 
+/// Where a launched agent in a sandbox reaches its server: a socket of its own, which
+/// serves that agent alone (the data directory's is out of its reach). `guildhall mcp` and
+/// the CLI connect there when it is set.
+pub const SOCKET_ENV: &str = "GUILDHALL_SOCKET";
+
 /// Which agents need a token, and theirs. Cheap to clone.
 #[derive(Clone, Default)]
 pub struct Credentials {

@@ -3,7 +3,8 @@
 //! the same rounds); `read_file` and `edit_file` through the whole runtime (governance,
 //! pipeline, actor, blocking pool) against the same read and write done directly; `bash`
 //! running `true` against a bare `tokio::process::Command`, and sandboxed against the same
-//! tool with its sandbox off.
+//! tool with its sandbox off; an HTTP request through the sandbox's egress proxy against
+//! the same request made directly, to a loopback origin.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -86,6 +87,12 @@ pub struct ToolsReport {
     pub sandbox_cost_us: f64,
     /// The mechanisms the sandboxed `bash` ran under.
     pub sandbox: String,
+    /// A plain HTTP GET to a loopback origin, connection included, p50 µs.
+    pub fetch_direct_p50_us: f64,
+    /// The same GET through an agent's egress proxy (`network = "proxy"`), p50 µs.
+    pub fetch_proxied_p50_us: f64,
+    /// `fetch_proxied_p50_us - fetch_direct_p50_us`: what the proxy adds to a request, µs.
+    pub proxy_added_us: f64,
 }
 
 /// Runs every measurement of `guildhall bench tools` in a tree generated under `dir`
@@ -261,6 +268,7 @@ async fn measure(
         bash_direct.push(started.elapsed().as_secs_f64() * 1e6);
     }
     stage.step();
+    let (mut fetch_direct, mut fetch_proxied) = fetches(shell_calls.max(50)).await?;
     stage.step();
     rt.shutdown().await;
     plain.shutdown().await;
@@ -295,7 +303,89 @@ async fn measure(
         sandboxed_bash_ratio: bash_p50_us / bash_unsandboxed_p50_us,
         sandbox_cost_us: bash_p50_us - bash_unsandboxed_p50_us,
         sandbox: sandbox_level,
+        fetch_direct_p50_us: p50(&mut fetch_direct),
+        fetch_proxied_p50_us: p50(&mut fetch_proxied),
+        proxy_added_us: p50(&mut fetch_proxied) - p50(&mut fetch_direct),
     })
+}
+
+/// `calls` GETs to a loopback origin, alternating direct and through an egress proxy that
+/// allows it by name: each one's time in µs, connection to the last byte.
+async fn fetches(calls: usize) -> Result<(Vec<f64>, Vec<f64>), String> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let origin = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .map_err(|e| format!("the origin: {e}"))?;
+    let port = origin.local_addr().map_err(|e| e.to_string())?.port();
+    let serving = tokio::spawn(async move {
+        while let Ok((mut stream, _)) = origin.accept().await {
+            tokio::spawn(async move {
+                let mut head = Vec::new();
+                let mut chunk = [0u8; 1024];
+                while !head.windows(4).any(|w| w == b"\r\n\r\n") {
+                    match stream.read(&mut chunk).await {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => head.extend_from_slice(&chunk[..n]),
+                    }
+                }
+                let _ = stream
+                    .write_all(
+                        b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok",
+                    )
+                    .await;
+            });
+        }
+    });
+    let sandbox = crate::sandbox::Sandbox::new(
+        crate::sandbox::SandboxConfig {
+            network: crate::sandbox::Network::Proxy,
+            proxy: crate::sandbox::ProxyConfig {
+                allow: vec![format!("127.0.0.1:{port}")],
+                deny: Vec::new(),
+            },
+            ..crate::sandbox::SandboxConfig::default()
+        },
+        crate::sandbox::Protected::default(),
+    )
+    .map_err(|e| e.to_string())?;
+    let proxy = sandbox
+        .egress_port(Some("bench"))
+        .map_err(|e| e.to_string())?;
+    let get = |to: u16, request: String| async move {
+        let started = Instant::now();
+        let mut stream = tokio::net::TcpStream::connect(("127.0.0.1", to))
+            .await
+            .map_err(|e| format!("connecting to {to}: {e}"))?;
+        stream
+            .write_all(request.as_bytes())
+            .await
+            .map_err(|e| e.to_string())?;
+        let mut answer = Vec::new();
+        stream
+            .read_to_end(&mut answer)
+            .await
+            .map_err(|e| e.to_string())?;
+        if !answer.ends_with(b"ok") {
+            return Err(format!(
+                "unexpected answer: {}",
+                String::from_utf8_lossy(&answer)
+            ));
+        }
+        Ok::<f64, String>(started.elapsed().as_secs_f64() * 1e6)
+    };
+    let (mut direct, mut proxied) = (Vec::with_capacity(calls), Vec::with_capacity(calls));
+    for _ in 0..calls {
+        direct.push(get(port, "GET / HTTP/1.1\r\nHost: origin\r\n\r\n".into()).await?);
+        proxied.push(
+            get(
+                proxy,
+                format!("GET http://127.0.0.1:{port}/ HTTP/1.1\r\nHost: origin\r\n\r\n"),
+            )
+            .await?,
+        );
+    }
+    serving.abort();
+    Ok((direct, proxied))
 }
 
 /// What the searches look for: planted in about one file in a hundred.

@@ -47,8 +47,9 @@ enum Which {
     /// The file tools: `grep` over a generated tree of 10,000 files (200 MiB) against
     /// ripgrep (`rg`) on the same tree, and `read_file` / `edit_file` through the runtime
     /// against the same read and write done directly, and `bash` running `true` against a
-    /// bare tokio `Command` and sandboxed against its sandbox off (`sandboxed_bash_ratio`).
-    /// About 30 s at the defaults.
+    /// bare tokio `Command` and sandboxed against its sandbox off (`sandboxed_bash_ratio`),
+    /// and an HTTP GET through the sandbox's egress proxy against the same GET made directly
+    /// (`proxy_added_us`). About 30 s at the defaults.
     Tools(ToolsArgs),
     /// A tool call to a bare rmcp stdio server directly against the same call through
     /// guildhall's proxy (`mcp__floor__echo`), throughput with concurrent callers, and the
@@ -826,6 +827,17 @@ async fn tools(a: ToolsArgs) -> Result<(), Box<dyn std::error::Error>> {
                 "<= 1.5",
             ),
             ("  the sandbox's own cost (µs)", report.sandbox_cost_us, ""),
+            (
+                "HTTP GET to loopback, direct, p50 (µs)",
+                report.fetch_direct_p50_us,
+                "baseline",
+            ),
+            (
+                "  through the egress proxy, p50 (µs)",
+                report.fetch_proxied_p50_us,
+                "",
+            ),
+            ("  the proxy adds (µs)", report.proxy_added_us, ""),
         ],
     )
 }

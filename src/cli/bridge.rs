@@ -37,6 +37,10 @@ pub(crate) struct McpArgs {
     /// Fail instead of starting a server when none is running.
     #[arg(long)]
     no_start: bool,
+    /// Connect to this socket instead of the data directory's: a launched agent's own, in
+    /// its sandbox (never starts a server).
+    #[arg(long, env = "GUILDHALL_SOCKET", value_name = "PATH")]
+    socket: Option<std::path::PathBuf>,
     /// A server this command starts exits after this long with no client connected
     /// (`0s`: never; stop it with `guildhall stop`).
     #[arg(long, env = "GUILDHALL_IDLE_EXIT", default_value = "5m", value_parser = humantime::parse_duration, value_name = "DURATION")]
@@ -58,9 +62,15 @@ pub(crate) async fn run(args: McpArgs, data_dir: &Path) -> CliResult {
         tools: args.tools.clone(),
         token: std::env::var(guildhall::agents::TOKEN_ENV).ok(),
     };
-    let connected = match local::connect(data_dir, &hello).await {
+    let reached = match &args.socket {
+        Some(socket) => local::connect_to(socket, &hello).await,
+        None => local::connect(data_dir, &hello).await,
+    };
+    let connected = match reached {
         Ok(connected) => connected,
-        Err(LocalError::NotRunning { .. }) if !args.no_start => {
+        // An agent's own socket (a launched agent's, in its sandbox) is its server's to
+        // open: nothing to start from here.
+        Err(LocalError::NotRunning { .. }) if !args.no_start && args.socket.is_none() => {
             start_server(data_dir, &hello, args.idle_exit).await?
         }
         Err(err) => return Err(err.into()),

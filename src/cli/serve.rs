@@ -306,6 +306,15 @@ async fn serve_network(
     {
         cluster.announce(&format!("http://{address}"));
     }
+    // No sandbox's egress proxy ever connects to guildhall's own port.
+    if let (Some(sandbox), Some(Ok(address))) = (
+        server.runtime().sandbox(),
+        http_listener
+            .as_ref()
+            .map(tokio::net::TcpListener::local_addr),
+    ) {
+        sandbox.guard_port(address.port());
+    }
     guildhall::private_fs::create_dir_all(data_dir)?;
     // The store is ours (its lock is held), so a socket file left here is stale.
     let socket = local::socket_path(data_dir);
@@ -325,8 +334,8 @@ async fn serve_network(
         None => None,
     };
     let mut control = local::Control::default();
-    if let Some(launcher) = launcher {
-        control = control.with_launcher(launcher);
+    if let Some(launcher) = &launcher {
+        control = control.with_launcher(Arc::clone(launcher));
     }
     let control = control
         .with_servers(Arc::clone(&servers))
@@ -338,10 +347,19 @@ async fn serve_network(
             "http": http_url,
             "store": store,
         }));
+    let roles = Arc::new(roles);
+    if let Some(launcher) = &launcher {
+        // A sandboxed agent reaches guildhall through a socket of its own.
+        launcher.serve_agents_with(Arc::new(local::AgentSocketServer::new(
+            server.clone(),
+            Arc::clone(&roles),
+            control.clone(),
+        )));
+    }
     let local_task = tokio::spawn(local::serve(
         listener,
         server.clone(),
-        Arc::new(roles),
+        roles,
         shutdown.clone(),
         control.clone(),
     ));

@@ -115,6 +115,24 @@ fn describe(line: &str) -> String {
         ),
         "agent_connected" => format!("joined     {}", text("agent")),
         "agent_left" => format!("left       {}", text("agent")),
+        "egress" => format!(
+            "egress     {}:{} {} for {}: {}",
+            text("host"),
+            event["port"],
+            if event["allowed"] == true {
+                "allowed"
+            } else {
+                "refused"
+            },
+            event["agent"].as_str().unwrap_or("the runtime"),
+            text("rule")
+        ),
+        "sandbox_refused" => format!(
+            "sandbox    {} of {}: {}",
+            text("tool"),
+            event["agent"].as_str().unwrap_or("the runtime"),
+            text("hint")
+        ),
         "missed" => format!(
             "(missed {} events: more came than are shown)",
             event["count"]

@@ -516,6 +516,7 @@ fn check(
                 read: raw.sandbox.read.iter().map(|p| base.join(p)).collect(),
                 write: raw.sandbox.write.iter().map(|p| base.join(p)).collect(),
                 network: raw.sandbox.network,
+                unix: false,
             },
         },
         validator: Arc::new(validator),

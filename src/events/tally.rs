@@ -1,5 +1,6 @@
 //! [`Tally`]: the events that are not a call's own, counted as they are emitted, for the
-//! metrics (restarts and breakers by tool, messages, deliveries, context batches).
+//! metrics (restarts and breakers by tool, messages, deliveries, context batches, the
+//! sandboxes' egress connections and refusals).
 //!
 //! Counted where they are emitted rather than by a subscriber of the stream: a subscriber
 //! receives every event, the calls' too, and so costs every call the stream's hand-over
@@ -20,6 +21,9 @@ pub struct Tally {
     messages: AtomicU64,
     deliveries: AtomicU64,
     context_batches: AtomicU64,
+    egress_allowed: AtomicU64,
+    egress_refused: AtomicU64,
+    sandbox_refusals: AtomicU64,
     /// By tool (or proxied server): rare events, so one lock.
     tools: Mutex<BTreeMap<Arc<str>, ToolTally>>,
 }
@@ -57,6 +61,17 @@ impl Tally {
             ToolEvent::ContextChanged { .. } => {
                 self.context_batches.fetch_add(1, Ordering::Relaxed);
             }
+            ToolEvent::Egress { allowed, .. } => {
+                let counter = if *allowed {
+                    &self.egress_allowed
+                } else {
+                    &self.egress_refused
+                };
+                counter.fetch_add(1, Ordering::Relaxed);
+            }
+            ToolEvent::SandboxRefused { .. } => {
+                self.sandbox_refusals.fetch_add(1, Ordering::Relaxed);
+            }
             ToolEvent::Restarted { tool: name, .. } => tool(name, &|t| t.restarts += 1),
             ToolEvent::CircuitOpened { tool: name } => tool(name, &|t| t.breaker_open = true),
             ToolEvent::CircuitClosed { tool: name } => tool(name, &|t| t.breaker_open = false),
@@ -78,6 +93,9 @@ impl Tally {
             messages: count(&self.messages),
             deliveries: count(&self.deliveries),
             context_batches: count(&self.context_batches),
+            egress_allowed: count(&self.egress_allowed),
+            egress_refused: count(&self.egress_refused),
+            sandbox_refusals: count(&self.sandbox_refusals),
             restarts: tools
                 .iter()
                 .filter(|(_, t)| t.restarts > 0)
@@ -100,6 +118,12 @@ pub struct TallyReading {
     pub deliveries: u64,
     /// Context batches committed.
     pub context_batches: u64,
+    /// Connections the sandboxes' egress proxies let through.
+    pub egress_allowed: u64,
+    /// Connections they refused.
+    pub egress_refused: u64,
+    /// Refusals of a sandbox that a command's result named.
+    pub sandbox_refusals: u64,
     /// Restarts by tool (or proxied server), those with any.
     pub restarts: Vec<(Arc<str>, u64)>,
     /// Whether each tool's breaker is open, for the tools whose breaker ever changed.

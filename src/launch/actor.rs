@@ -82,11 +82,40 @@ impl Actor for LaunchedActor {
             });
         }
         let mut command = tokio::process::Command::new(&launch.argv[0]);
+        let env: Vec<(String, String)> = std::env::vars()
+            .filter(|(name, _)| !name.starts_with("GUILDHALL_"))
+            .chain(launch.env.iter().cloned())
+            .collect();
+        let env = match &launch.confined {
+            Some(confined) => {
+                let confinement = confined
+                    .confiner
+                    .confine(Some(&launch.agent), &launch.cwd, &confined.extra)
+                    .map_err(|err| {
+                        let why = format!("its sandbox: {err}");
+                        launch.status().last_exit = Some(why.clone());
+                        why
+                    })?;
+                let env = confined
+                    .confiner
+                    .sandbox
+                    .environment(confinement.as_deref(), env);
+                if let Some(confinement) = confinement {
+                    // SAFETY: the hook makes only system calls on what was prepared before
+                    // the fork (see sandbox::child).
+                    #[allow(unsafe_code)]
+                    unsafe {
+                        command.pre_exec(confinement.pre_exec());
+                    }
+                }
+                env
+            }
+            None => env,
+        };
         command
             .args(&launch.argv[1..])
             .env_clear()
-            .envs(std::env::vars().filter(|(name, _)| !name.starts_with("GUILDHALL_")))
-            .envs(launch.env.iter().map(|(k, v)| (k, v)))
+            .envs(env)
             .current_dir(&launch.cwd)
             .stdin(Stdio::null())
             .stdout(Stdio::piped())

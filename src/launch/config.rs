@@ -14,6 +14,7 @@
 //! max_restarts = 3                  # restarts within `period` before giving up
 //! period = "60s"
 //! stop_with_parent = true           # stopped when the agent that started it is
+//! sandbox = { network = "proxy", read = ["~/.local/share/claude"] }  # on by default
 //! ```
 //!
 //! Placeholders in `command` fill whole argv entries (never a shell): `{prompt}`,
@@ -92,6 +93,14 @@ pub struct Profile {
     /// Stopped when the agent that started it is stopped or ends for good.
     #[serde(default = "yes")]
     pub stop_with_parent: bool,
+    /// Its sandbox (on by default, where the server has one): its agent's file roots and
+    /// its working directory writable, its program and what the entries name readable, a
+    /// home directory of its own (its config directory: `~/.claude` is there), `[sandbox]`'s
+    /// network (`network = "proxy"` with the model's API host in `[sandbox.proxy] allow`).
+    /// It reaches guildhall through a socket that serves its agent alone, never the data
+    /// directory (so no `worktree`, which lives there).
+    #[serde(default)]
+    pub sandbox: crate::servers::config::ServerSandbox,
 }
 
 fn transient() -> RestartType {
@@ -122,6 +131,7 @@ impl Profile {
             max_restarts: 3,
             period: minute(),
             stop_with_parent: true,
+            sandbox: crate::servers::config::ServerSandbox::default(),
         }
     }
 

@@ -37,6 +37,16 @@ pub fn socket_path(data_dir: &Path) -> PathBuf {
     data_dir.join(SOCKET_FILE)
 }
 
+pub use crate::agents::SOCKET_ENV;
+
+/// The socket a client connects to: [`SOCKET_ENV`]'s when set, else `data_dir`'s.
+pub fn client_socket(data_dir: &Path) -> PathBuf {
+    match std::env::var_os(SOCKET_ENV) {
+        Some(path) if !path.is_empty() => PathBuf::from(path),
+        _ => socket_path(data_dir),
+    }
+}
+
 /// The first line a client sends.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "hello", rename_all = "snake_case", deny_unknown_fields)]
@@ -158,7 +168,18 @@ pub struct Connected {
 /// # Cancel safety
 /// Cancel safe: dropping it closes the socket.
 pub async fn connect(data_dir: &Path, hello: &Hello) -> Result<Connected, LocalError> {
-    let path = socket_path(data_dir);
+    connect_to(&client_socket(data_dir), hello).await
+}
+
+/// Connects to the socket at `path` and says `hello` ([`connect`] with the path given).
+///
+/// # Errors
+/// As [`connect`].
+///
+/// # Cancel safety
+/// Cancel safe: dropping it closes the socket.
+pub async fn connect_to(path: &Path, hello: &Hello) -> Result<Connected, LocalError> {
+    let path = path.to_path_buf();
     let stream = UnixStream::connect(&path)
         .await
         .map_err(|source| LocalError::NotRunning {
@@ -346,6 +367,86 @@ pub async fn serve(
     shutdown: CancellationToken,
     control: Control,
 ) {
+    serve_as(listener, server, roles, shutdown, control, None).await;
+}
+
+/// Opens a socket at `path` that serves agent `agent` alone (owner only): MCP and tool
+/// calls as that agent, no token asked (reaching the socket is the credential, as for the
+/// data directory's), nothing else: no other agent, no status, stop, administration,
+/// audit or watch. A launched agent's sandbox reaches this one and not the data
+/// directory's. Served until the guard is dropped.
+///
+/// # Errors
+/// The socket cannot be created or restricted.
+pub fn open_for_agent(
+    path: &Path,
+    agent: &str,
+    server: McpServer,
+    roles: Arc<RoleTools>,
+    control: Control,
+) -> std::io::Result<DropGuard> {
+    match std::fs::remove_file(path) {
+        Ok(()) => {}
+        Err(err) if err.kind() == std::io::ErrorKind::NotFound => {}
+        Err(err) => return Err(err),
+    }
+    let listener = UnixListener::bind(path)?;
+    crate::private_fs::restrict(path)?;
+    let stop = CancellationToken::new();
+    tokio::spawn(serve_as(
+        listener,
+        server,
+        roles,
+        stop.clone(),
+        control,
+        Some(Arc::from(agent)),
+    ));
+    Ok(stop.drop_guard())
+}
+
+/// Opens launched agents' own sockets ([`open_for_agent`]) for a
+/// [`Launcher`](crate::launch::Launcher) whose agents run in the sandbox.
+#[cfg(all(target_os = "linux", target_env = "gnu"))]
+pub struct AgentSocketServer {
+    server: McpServer,
+    roles: Arc<RoleTools>,
+    control: Control,
+}
+
+#[cfg(all(target_os = "linux", target_env = "gnu"))]
+impl AgentSocketServer {
+    /// Serves `server` with the tool sets of `roles`; `control` counts the connections.
+    pub fn new(server: McpServer, roles: Arc<RoleTools>, control: Control) -> Self {
+        Self {
+            server,
+            roles,
+            control,
+        }
+    }
+}
+
+#[cfg(all(target_os = "linux", target_env = "gnu"))]
+impl crate::launch::AgentSockets for AgentSocketServer {
+    fn open(&self, agent: &str, path: &Path) -> std::io::Result<Box<dyn Send + Sync>> {
+        let guard = open_for_agent(
+            path,
+            agent,
+            self.server.clone(),
+            Arc::clone(&self.roles),
+            self.control.clone(),
+        )?;
+        Ok(Box::new(guard))
+    }
+}
+
+async fn serve_as(
+    listener: UnixListener,
+    server: McpServer,
+    roles: Arc<RoleTools>,
+    shutdown: CancellationToken,
+    control: Control,
+    bound: Option<Arc<str>>,
+) {
     loop {
         let stream = tokio::select! {
             () = shutdown.cancelled() => return,
@@ -360,8 +461,9 @@ pub async fn serve(
         let server = server.clone();
         let roles = Arc::clone(&roles);
         let control = control.clone();
+        let bound = bound.clone();
         tokio::spawn(async move {
-            if let Err(err) = handle(stream, server, &roles, &control).await {
+            if let Err(err) = handle(stream, server, &roles, &control, bound.as_deref()).await {
                 tracing::debug!(error = %guildhall_actors::ErrorChain(&err), "local connection ended with an error");
             }
         });
@@ -373,6 +475,7 @@ async fn handle(
     server: McpServer,
     roles: &RoleTools,
     control: &Control,
+    bound: Option<&str>,
 ) -> std::io::Result<()> {
     let (read, mut writer) = stream.into_split();
     let mut reader = BufReader::new(read);
@@ -390,6 +493,24 @@ async fn handle(
             return answer(&mut writer, Reply::Error(reason)).await;
         }
     };
+    if let Some(bound) = bound {
+        let theirs = match &hello {
+            Hello::Mcp { agent, .. } => Some(agent.as_str()),
+            Hello::Call { agent, .. } => agent.as_deref(),
+            _ => None,
+        };
+        if theirs != Some(bound) {
+            let reason = format!(
+                "this socket is agent `{bound}`'s: it serves MCP and tool calls as `{bound}` only"
+            );
+            return answer(&mut writer, Reply::Error(reason)).await;
+        }
+    }
+    // On an agent's own socket, reaching it proved who the caller is.
+    let prove = |server: &McpServer, agent: &str, token: Option<&str>| match bound {
+        Some(_) => Ok(()),
+        None => prove(server, agent, token),
+    };
     match hello {
         Hello::Mcp {
             agent,
@@ -398,8 +519,18 @@ async fn handle(
             tools,
             token,
         } => match prove(&server, &agent, token.as_deref())
-            .and(bind(&server, roles, agent, role, parent, tools.as_deref()).await)
-        {
+            // Who launched it set its role and parent; its own socket cannot change them.
+            .and(
+                bind(
+                    &server,
+                    roles,
+                    agent,
+                    role.filter(|_| bound.is_none()),
+                    parent.filter(|_| bound.is_none()),
+                    tools.as_deref(),
+                )
+                .await,
+            ) {
             Ok((connection, record)) => {
                 let _live = control.enter();
                 answer(&mut writer, Reply::Ok(record)).await?;

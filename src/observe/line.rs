@@ -152,6 +152,34 @@ pub(super) fn write(event: &ToolEvent, at_ms: u64, out: &mut Vec<u8>) {
             line.0.push(b']');
             line.end(at_ms);
         }
+        ToolEvent::Egress {
+            agent,
+            host,
+            port,
+            allowed,
+            rule,
+        } => {
+            let mut line = Line::start(out, "egress");
+            if let Some(agent) = agent {
+                line.str("agent", agent);
+            }
+            line.str("host", host);
+            line.number("port", u64::from(*port));
+            line.key("allowed");
+            line.0
+                .extend_from_slice(if *allowed { b"true" } else { b"false" });
+            line.str("rule", rule);
+            line.end(at_ms);
+        }
+        ToolEvent::SandboxRefused { agent, tool, hint } => {
+            let mut line = Line::start(out, "sandbox_refused");
+            if let Some(agent) = agent {
+                line.str("agent", agent);
+            }
+            line.str("tool", tool);
+            line.str("hint", hint);
+            line.end(at_ms);
+        }
     }
 }
 
@@ -295,6 +323,30 @@ mod tests {
                 version: 1,
                 author: None,
                 keys: Vec::new(),
+            },
+            ToolEvent::Egress {
+                agent: Some("a".into()),
+                host: "pypi.org".into(),
+                port: 443,
+                allowed: true,
+                rule: Arc::clone(&odd),
+            },
+            ToolEvent::Egress {
+                agent: None,
+                host: Arc::clone(&odd),
+                port: 0,
+                allowed: false,
+                rule: "not in [sandbox.proxy] allow".into(),
+            },
+            ToolEvent::SandboxRefused {
+                agent: Some("a".into()),
+                tool: "bash".into(),
+                hint: Arc::clone(&odd),
+            },
+            ToolEvent::SandboxRefused {
+                agent: None,
+                tool: "t".into(),
+                hint: String::new().into(),
             },
         ]
     }

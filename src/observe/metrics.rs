@@ -241,6 +241,24 @@ fn encode_tally(
         "guildhall_context_batches",
         "Batches of context changes committed",
         tally.context_batches,
+    )?;
+    counter(
+        encoder,
+        "guildhall_sandbox_egress_allowed",
+        "Connections the sandboxes' egress proxies let through",
+        tally.egress_allowed,
+    )?;
+    counter(
+        encoder,
+        "guildhall_sandbox_egress_refused",
+        "Connections the sandboxes' egress proxies refused",
+        tally.egress_refused,
+    )?;
+    counter(
+        encoder,
+        "guildhall_sandbox_refusals",
+        "Refusals of a sandbox that a command's result named",
+        tally.sandbox_refusals,
     )
 }
 

@@ -28,6 +28,8 @@ use super::Network;
 /// What one process needs to confine itself, all prepared by the server.
 pub(crate) struct Confinement {
     pub(super) network: Network,
+    /// The port of its agent's egress proxy, with `network = "proxy"`.
+    pub(super) proxy: Option<u16>,
     /// New user, mount and PID namespaces (else only Landlock and seccomp).
     pub(super) namespaces: bool,
     /// A `/proc` of the PID namespace's own.
@@ -43,6 +45,9 @@ pub(crate) struct Confinement {
     /// The PID namespace's `pid_max`: one more than the processes allowed; `None` where
     /// the kernel has no `pid_max` per namespace.
     pub(super) pid_max: Option<CString>,
+    /// Made read-only in place (a bind mount of itself): the roots' `.git` with
+    /// `[sandbox] git = "read"`.
+    pub(super) read_only: Vec<CString>,
     /// Covered by an empty read-only `tmpfs`.
     pub(super) hide_dirs: Vec<CString>,
     /// Covered by `/dev/null`.
@@ -159,6 +164,11 @@ struct Job<'a> {
 const STACK: usize = 256 * 1024;
 
 impl Confinement {
+    /// The network it has.
+    pub(crate) fn network(&self) -> Network {
+        self.network
+    }
+
     /// Starts `program` confined, in a new session; returns its pid (which is its session's
     /// and group's id as the server sees them).
     ///
@@ -245,6 +255,28 @@ impl Confinement {
                     std::ptr::null(),
                 ),
             )?;
+            for dir in &self.read_only {
+                absent_ok(
+                    Step::Hide,
+                    libc::mount(
+                        dir.as_ptr(),
+                        dir.as_ptr(),
+                        std::ptr::null(),
+                        libc::MS_BIND | libc::MS_REC,
+                        std::ptr::null(),
+                    ),
+                )?;
+                absent_ok(
+                    Step::Hide,
+                    libc::mount(
+                        std::ptr::null(),
+                        dir.as_ptr(),
+                        std::ptr::null(),
+                        libc::MS_REMOUNT | libc::MS_BIND | libc::MS_RDONLY,
+                        std::ptr::null(),
+                    ),
+                )?;
+            }
             // A protected path removed since the server started has nothing to cover.
             for dir in &self.hide_dirs {
                 absent_ok(

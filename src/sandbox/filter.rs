@@ -3,7 +3,10 @@
 //! Refused with `EPERM`: new namespaces and mounts (a sandbox never widens itself), ptrace
 //! and the cross-process memory calls, kernel keyrings, BPF, perf events, `io_uring` (its
 //! operations would bypass this filter), module and kexec loading, and, without network,
-//! every `socket` (a `socketpair` stays: pipes between a program's own processes). `clone3`
+//! every `socket` (a `socketpair` stays: pipes between a program's own processes); with
+//! the egress proxy, every socket but a TCP one (`AF_INET` or `AF_INET6`, stream, protocol
+//! 0 or TCP: SCTP and MPTCP streams would pass Landlock's TCP rules by). A launched agent
+//! also gets Unix stream sockets: its way back to guildhall is a socket by path. `clone3`
 //! answers `ENOSYS`, so the C library falls back to `clone`, whose flags this filter can
 //! read (`clone3` passes them in memory). On x86-64 the x32 calls are refused whole: their
 //! numbers differ and would slip past.
@@ -23,25 +26,41 @@ use super::{Level, Network};
 /// The filters for each network, in the order they are installed.
 pub(super) struct Filters {
     none: Arc<[BpfProgram]>,
+    proxy: Arc<[BpfProgram]>,
     host: Arc<[BpfProgram]>,
+    /// The same with Unix stream sockets allowed (a launched agent's way back).
+    none_unix: Arc<[BpfProgram]>,
+    proxy_unix: Arc<[BpfProgram]>,
 }
 
 impl Filters {
     pub(super) fn build() -> Result<Self, String> {
         Ok(Self {
-            none: programs(Network::None)?.into(),
-            host: programs(Network::Host)?.into(),
+            none: programs(Network::None, false)?.into(),
+            proxy: programs(Network::Proxy, false)?.into(),
+            host: programs(Network::Host, false)?.into(),
+            none_unix: programs(Network::None, true)?.into(),
+            proxy_unix: programs(Network::Proxy, true)?.into(),
         })
     }
 
-    /// What a sandbox with `network` installs; nothing without seccomp.
-    pub(super) fn for_network(&self, network: Network, level: &Level) -> Arc<[BpfProgram]> {
+    /// What a sandbox with `network` (and Unix stream sockets when `unix`) installs;
+    /// nothing without seccomp.
+    pub(super) fn for_network(
+        &self,
+        network: Network,
+        unix: bool,
+        level: &Level,
+    ) -> Arc<[BpfProgram]> {
         if !level.seccomp {
             return Arc::new([]);
         }
-        Arc::clone(match network {
-            Network::None => &self.none,
-            Network::Host => &self.host,
+        Arc::clone(match (network, unix) {
+            (Network::None, false) => &self.none,
+            (Network::None, true) => &self.none_unix,
+            (Network::Proxy, false) => &self.proxy,
+            (Network::Proxy, true) => &self.proxy_unix,
+            (Network::Host, _) => &self.host,
         })
     }
 }
@@ -107,7 +126,7 @@ const NAMESPACES: &[libc::c_int] = &[
     libc::CLONE_NEWCGROUP,
 ];
 
-fn programs(network: Network) -> Result<Vec<BpfProgram>, String> {
+fn programs(network: Network, unix: bool) -> Result<Vec<BpfProgram>, String> {
     let fail = |e: seccompiler::BackendError| format!("seccomp: {e}");
     let mut rules: BTreeMap<i64, Vec<SeccompRule>> =
         REFUSED.iter().map(|call| (*call, Vec::new())).collect();
@@ -126,8 +145,21 @@ fn programs(network: Network) -> Result<Vec<BpfProgram>, String> {
         .collect::<Result<Vec<_>, _>>()
         .map_err(fail)?;
     rules.insert(libc::SYS_clone, clone_rules);
-    if network == Network::None {
-        rules.insert(libc::SYS_socket, Vec::new());
+    match network {
+        Network::None if unix => {
+            rules.insert(libc::SYS_socket, not_allowed(&[], true).map_err(fail)?);
+        }
+        Network::None => {
+            rules.insert(libc::SYS_socket, Vec::new());
+        }
+        Network::Proxy => {
+            let families = [libc::AF_INET, libc::AF_INET6];
+            rules.insert(
+                libc::SYS_socket,
+                not_allowed(&families, unix).map_err(fail)?,
+            );
+        }
+        Network::Host => {}
     }
     let errno = |e: i32| SeccompAction::Errno(e.unsigned_abs());
     let refused =
@@ -146,6 +178,45 @@ fn programs(network: Network) -> Result<Vec<BpfProgram>, String> {
     #[cfg(target_arch = "x86_64")]
     programs.push(no_x32());
     Ok(programs)
+}
+
+/// The `socket` calls outside `families` (and `AF_UNIX` when `unix`), or not a stream, or
+/// with a protocol that is neither 0 nor TCP: each rule one way to be refused.
+fn not_allowed(
+    families: &[libc::c_int],
+    unix: bool,
+) -> Result<Vec<SeccompRule>, seccompiler::BackendError> {
+    let arg = |index: u8, op: SeccompCmpOp, value: u64| {
+        SeccompCondition::new(index, SeccompCmpArgLen::Dword, op, value)
+    };
+    let to_u64 = |value: libc::c_int| u64::from(value.unsigned_abs());
+    let allowed: Vec<libc::c_int> = families
+        .iter()
+        .copied()
+        .chain(unix.then_some(libc::AF_UNIX))
+        .collect();
+    let mut rules = vec![
+        SeccompRule::new(
+            allowed
+                .iter()
+                .map(|family| arg(0, SeccompCmpOp::Ne, to_u64(*family)))
+                .collect::<Result<_, _>>()?,
+        )?,
+        SeccompRule::new(vec![
+            arg(2, SeccompCmpOp::Ne, 0)?,
+            arg(2, SeccompCmpOp::Ne, to_u64(libc::IPPROTO_TCP))?,
+        ])?,
+    ];
+    // The type's low four bits; SOCK_NONBLOCK and SOCK_CLOEXEC sit above.
+    let stream = to_u64(libc::SOCK_STREAM);
+    for kind in (0..16).filter(|k| *k != stream) {
+        rules.push(SeccompRule::new(vec![arg(
+            1,
+            SeccompCmpOp::MaskedEq(0xf),
+            kind,
+        )?])?);
+    }
+    Ok(rules)
 }
 
 /// x86-64 calls numbered from `__X32_SYSCALL_BIT` up (the x32 ABI) answer `ENOSYS`.

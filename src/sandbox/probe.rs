@@ -141,6 +141,7 @@ pub(super) fn probe() -> Level {
         }
         let trial = Confinement {
             network: Network::None,
+            proxy: None,
             namespaces: true,
             private_proc: level.private_proc,
             ruleset: None,
@@ -149,6 +150,7 @@ pub(super) fn probe() -> Level {
             uid_map: ids_map(ids.0),
             gid_map: ids_map(ids.1),
             pid_max: level.pid_limit.then(|| c"400".to_owned()),
+            read_only: Vec::new(),
             hide_dirs: Vec::new(),
             hide_files: Vec::new(),
             dir: None,

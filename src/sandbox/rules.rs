@@ -10,8 +10,8 @@ use std::os::fd::OwnedFd;
 use std::path::Path;
 
 use landlock::{
-    ABI, Access, AccessFs, AccessNet, BitFlags, CompatLevel, Compatible, Ruleset, RulesetAttr,
-    RulesetCreatedAttr, Scope, path_beneath_rules,
+    ABI, Access, AccessFs, AccessNet, BitFlags, CompatLevel, Compatible, NetPort, Ruleset,
+    RulesetAttr, RulesetCreatedAttr, Scope, path_beneath_rules,
 };
 
 use super::{Level, Network, SandboxError};
@@ -26,11 +26,12 @@ const DEVICES: &[&str] = &[
 ];
 
 /// The ruleset for `level`'s Landlock ABI: `readable` read and executed, `writable` all
-/// rights, [`DEVICES`] read and written; TCP refused without network; `None` without
-/// Landlock.
+/// rights, [`DEVICES`] read and written; TCP refused without network, and with a proxy
+/// every TCP connect but to its `proxy` port; `None` without Landlock.
 pub(super) fn build(
     level: &Level,
     network: Network,
+    proxy: Option<u16>,
     readable: &[&Path],
     writable: &[&Path],
 ) -> Result<Option<OwnedFd>, SandboxError> {
@@ -45,15 +46,15 @@ pub(super) fn build(
         .set_compatibility(CompatLevel::HardRequirement)
         .handle_access(AccessFs::from_all(abi))
         .map_err(fail)?;
-    if abi >= ABI::V4 && network == Network::None {
-        // No rule follows: every bind and connect is refused.
+    if abi >= ABI::V4 && network != Network::Host {
+        // Only the proxy's port is given a rule: every other bind and connect is refused.
         ruleset = ruleset
             .handle_access(AccessNet::from_all(abi))
             .map_err(fail)?;
     }
     if abi >= ABI::V6 {
         let scopes: BitFlags<Scope> = match network {
-            Network::None => Scope::Signal | Scope::AbstractUnixSocket,
+            Network::None | Network::Proxy => Scope::Signal | Scope::AbstractUnixSocket,
             Network::Host => Scope::Signal.into(),
         };
         ruleset = ruleset.scope(scopes).map_err(fail)?;
@@ -69,6 +70,11 @@ pub(super) fn build(
         .map_err(fail)?
         .add_rules(path_beneath_rules(DEVICES, device))
         .map_err(fail)?;
+    if let Some(port) = proxy.filter(|_| abi >= ABI::V4 && network == Network::Proxy) {
+        created = created
+            .add_rule(NetPort::new(port, AccessNet::ConnectTcp))
+            .map_err(fail)?;
+    }
     if !level.private_proc {
         // The server's /proc: what other processes' entries would tell is guarded by the
         // ptrace check, which Landlock refuses outside the sandbox.

@@ -64,7 +64,7 @@ pub struct ServerConfig {
     /// (one, unless set). Default 1.
     #[serde(default = "one", skip_serializing_if = "is_one")]
     pub instances: usize,
-    /// Its sandbox (stdio only), when `sandbox = { enabled = true }`: `[sandbox]`'s
+    /// Its sandbox (stdio only; on unless `sandbox = { enabled = false }`): `[sandbox]`'s
     /// network, writing in its directory and the default file roots, reading what its
     /// program needs ([`ServerSandbox`]).
     #[serde(default)]
@@ -73,24 +73,86 @@ pub struct ServerConfig {
 
 /// `[servers.NAME] sandbox = { ... }`: what a proxied stdio server may reach.
 ///
-/// Off unless `enabled = true`: a package a server loads from beside its script (a
-/// `node_modules` tree), or a script kept in the data directory, is not yet found for it,
-/// and such servers would stop at their start. Confined, besides what every sandbox reads,
-/// it reads its program's installation (the directory above the one its program is in:
-/// `/usr`, a virtualenv) and each argument that names an existing path (a file's whole
-/// directory); it writes in its working directory and the default file roots. Never the
-/// data directory.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize, Serialize)]
+/// Confined by default (`enabled = false` runs it with the server's rights): besides what
+/// every sandbox reads, it reads its program's installation (the directory above the one
+/// its program is in: `/usr`, a virtualenv) and each argument that names an existing path
+/// (a file's whole directory, its package's root and every `node_modules` above it); it
+/// writes in its working directory and the default file roots; its network is `[sandbox]`'s
+/// (none by default). Never the data directory: an argument inside it stops the start with
+/// an error that says so. A server that fetches its package at start (`npx -y`, `uvx`)
+/// needs the network: `network = "proxy"` with the registry in `[sandbox.proxy] allow`.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct ServerSandbox {
-    /// Confined at all (default `false`, for now: see above).
+    /// Confined at all (default `true`).
     pub enabled: bool,
-    /// More paths it reads (relative ones are the config file's).
+    /// More paths it reads (relative ones are the config file's; `~` is the home
+    /// directory).
     pub read: Vec<PathBuf>,
     /// More paths it writes.
     pub write: Vec<PathBuf>,
     /// Its network, over `[sandbox] network`.
     pub network: Option<crate::sandbox::Network>,
+}
+
+impl ServerSandbox {
+    /// What a process running `programs` with `args` in `cwd` reaches besides its agent's
+    /// roots: `read` and `write` (relative ones from `base`), the programs' installations,
+    /// the arguments' paths, and `cwd` writable unless it is the data directory (covered:
+    /// the process runs there with nothing to see). `unix` allows Unix stream sockets.
+    ///
+    /// # Errors
+    /// An argument naming a path in the data directory, which no sandbox may reach.
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    pub(crate) fn reach(
+        &self,
+        sandbox: &crate::sandbox::Sandbox,
+        base: &std::path::Path,
+        cwd: &std::path::Path,
+        programs: &[&str],
+        args: &[String],
+        unix: bool,
+    ) -> Result<crate::sandbox::Extra, String> {
+        use crate::sandbox::{argument_paths, expand_home, program_reach};
+        let arguments = argument_paths(args, cwd);
+        if let Some(inside) = arguments.iter().find(|p| sandbox.protects(p)) {
+            return Err(format!(
+                "its argument path `{}` is inside the data directory, which no sandbox may \
+                 reach: keep its files elsewhere, or give it sandbox = {{ enabled = false }}",
+                inside.display()
+            ));
+        }
+        let from_base = |p: &PathBuf| base.join(expand_home(p));
+        Ok(crate::sandbox::Extra {
+            read: self
+                .read
+                .iter()
+                .map(from_base)
+                .chain(programs.iter().flat_map(|p| program_reach(p, cwd)))
+                .chain(arguments)
+                .filter(|p| !sandbox.protects(p))
+                .collect(),
+            write: self
+                .write
+                .iter()
+                .map(from_base)
+                .chain(Some(cwd.to_path_buf()).filter(|d| !sandbox.protects(d)))
+                .collect(),
+            network: self.network,
+            unix,
+        })
+    }
+}
+
+impl Default for ServerSandbox {
+    fn default() -> Self {
+        Self {
+            enabled: true,
+            read: Vec::new(),
+            write: Vec::new(),
+            network: None,
+        }
+    }
 }
 
 /// The most copies of one server.

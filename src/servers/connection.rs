@@ -352,33 +352,21 @@ impl ServerActor {
             .and_then(|runtime| runtime.confiner().cloned());
         let confinement = match &confiner {
             Some(confiner) => {
-                let reach = crate::sandbox::Extra {
-                    read: config
-                        .sandbox
-                        .read
-                        .iter()
-                        .map(|p| spec.base_dir.join(p))
-                        .chain(crate::sandbox::program_reach(&config.command, &cwd))
-                        .chain(crate::sandbox::argument_paths(&config.args, &cwd))
-                        .filter(|p| !confiner.sandbox.protects(p))
-                        .collect(),
-                    write: config
-                        .sandbox
-                        .write
-                        .iter()
-                        .map(|p| spec.base_dir.join(p))
-                        // Its directory, unless that is the data directory (the config
-                        // file's, by default): covered, it runs there with nothing to see.
-                        .chain(Some(cwd.clone()).filter(|d| !confiner.sandbox.protects(d)))
-                        .collect(),
-                    network: config.sandbox.network,
-                };
+                let reach = config.sandbox.reach(
+                    &confiner.sandbox,
+                    &spec.base_dir,
+                    &cwd,
+                    &[&config.command],
+                    &config.args,
+                    false,
+                )?;
                 confiner
                     .confine(None, &cwd, &reach)
                     .map_err(|err| format!("its sandbox: {err}"))?
             }
             None => None,
         };
+        let confined = confinement.as_ref().map(|c| c.network());
         let env: Vec<(String, String)> = std::env::vars()
             .filter(|(name, _)| !name.starts_with("GUILDHALL_"))
             .collect();
@@ -432,11 +420,21 @@ impl ServerActor {
                     if let Some(reading) = stderr {
                         let _ = tokio::time::timeout(Duration::from_millis(500), reading).await;
                     }
-                    return Err(match status {
+                    let why = match status {
                         Ok(Ok(status)) => {
                             format!("it {} before the handshake ({err})", exit_text(status))
                         }
                         _ => format!("the MCP handshake failed: {err}"),
+                    };
+                    return Err(match confined {
+                        Some(network) => format!(
+                            "{why}; it ran in its sandbox (network = \"{network}\", reading its \
+                             program and its arguments' directories): if it needs more, give \
+                             [servers.{}] sandbox = {{ read = [...], network = \"proxy\" }}, or \
+                             enabled = false",
+                            spec.name
+                        ),
+                        None => why,
                     });
                 }
             };

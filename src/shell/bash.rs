@@ -163,7 +163,7 @@ impl Tool for Bash {
             ));
         }
         let failed = !status.is_some_and(|s| s.success());
-        let sandbox = hint.filter(|_| failed && crate::sandbox::looks_refused(&stderr));
+        let sandbox = hint.and_then(|hint| shell.sandbox.explain(&hint, "bash", failed, &stderr));
         Ok(BashOutput {
             sandbox,
             exit_code: status.and_then(|s| s.code()),

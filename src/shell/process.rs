@@ -7,7 +7,7 @@ use std::os::fd::{AsFd, BorrowedFd};
 
 use super::spawn::{Child, Spawn};
 use super::{Shell, ShellConfig, ShellError};
-use crate::sandbox::{Confinement, Extra};
+use crate::sandbox::{Confinement, Extra, Hint};
 
 pub(super) use crate::process_group::{ProcessGroup as Group, TERM_GRACE};
 
@@ -21,8 +21,8 @@ pub(super) struct Command {
     dir_path: CString,
     /// Its agent's sandbox; `None` when `[sandbox] enabled = false`.
     confinement: Option<Confinement>,
-    /// What a refusal of the sandbox means, in words.
-    pub(super) hint: Option<String>,
+    /// What naming a refusal of the sandbox takes.
+    pub(super) hint: Option<Hint>,
 }
 
 /// `line` as a command in directory `cwd` inside `agent`'s roots, after the shell's checks
@@ -50,7 +50,9 @@ pub(super) fn command(
     let dir_path = CString::new(dir_path.into_os_string().into_encoded_bytes())
         .map_err(|_| ShellError::Invalid("the working directory's path has a NUL byte".into()))?;
     let confinement = shell.sandbox.confine(agent, &roots, &Extra::default())?;
-    let hint = confinement.as_ref().map(|c| shell.sandbox.hint(c, &roots));
+    let hint = confinement
+        .as_ref()
+        .map(|c| shell.sandbox.hint(c, agent, &roots));
     // The limits are set by the shell itself before it reads the command: posix_spawn
     // cannot set them, and setting them from here after the start would leave a window.
     // On the same line, so a syntax error in the command stops it before anything runs and

@@ -18,6 +18,7 @@ const ORDER: &[&str] = &[
     "process_group",
     "output_log",
     "tls",
+    "addresses",
     "events",
     "changes",
     // The domains, each on the ones before it.

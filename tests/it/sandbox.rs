@@ -58,6 +58,11 @@ impl Sandboxed {
     /// [`start_with`](Self::start_with), the data directory in the project (`.guildhall`,
     /// as `guildhall init` makes it) when `inside`.
     async fn start_laid_out(inside: bool, extra: &str, env: &[(&str, &str)]) -> Self {
+        Self::start_full(inside, extra, env, "127.0.0.1:0").await
+    }
+
+    /// [`start_laid_out`](Self::start_laid_out), its HTTP port on `listen`.
+    async fn start_full(inside: bool, extra: &str, env: &[(&str, &str)], listen: &str) -> Self {
         let dir = tempfile::tempdir().unwrap();
         let root = dir.path();
         let data = if inside {
@@ -89,7 +94,9 @@ input_schema = {{ type = "object", properties = {{ line = {{ type = "string" }} 
 [servers.probe]
 command = "/usr/bin/python3"
 args = [{script:?}]
-sandbox = {{ enabled = true }}
+[launch.profiles.probe]
+command = ["bash", "-c", 'eval "$1"; echo "rc=$?"', "probe", "{{prompt}}"]
+restart = "temporary"
 {extra}
 "#,
             project = root.join("project").display().to_string(),
@@ -97,7 +104,7 @@ sandbox = {{ enabled = true }}
             script = root.join("probe/server.py").display().to_string(),
         );
         std::fs::write(data.join("guildhall.toml"), config).unwrap();
-        let server = serve_in_background_env(&data, &["--listen", "127.0.0.1:0"], env);
+        let server = serve_in_background_env(&data, &["--listen", listen], env);
         let status: Value =
             serde_json::from_str(&guildhall_ok(&data, &["status", "--json"])).unwrap();
         let http = status["http"].as_str().unwrap_or_default().to_owned();
@@ -181,6 +188,31 @@ sandbox = {{ enabled = true }}
             tokio::time::sleep(std::time::Duration::from_millis(50)).await;
         }
         self.text("mcp__probe__run", json!({ "line": line })).await
+    }
+
+    /// Launches agent `id` (a child of mallory's) whose process runs `line`, and answers
+    /// what it wrote once it ended.
+    async fn launched(&mut self, id: &str, line: &str) -> String {
+        let spawned = self
+            .text(
+                "spawn_agent",
+                json!({ "role": "dev", "id": id, "prompt": line, "profile": "probe" }),
+            )
+            .await;
+        assert!(spawned.contains(id), "{spawned}");
+        let log = self.data.join(format!("launched/{id}.log"));
+        let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(30);
+        loop {
+            let written = std::fs::read_to_string(&log).unwrap_or_default();
+            if written.contains("rc=") {
+                return written;
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "the launched agent did not end: {written}"
+            );
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        }
     }
 
     fn server_pid(&self) -> u32 {
@@ -526,6 +558,162 @@ async fn guildhalls_local_socket_is_refused() {
     assert!(!out.contains("connected"), "{out}");
 }
 
+// ---- the egress proxy ----
+
+/// An HTTP origin on loopback that answers every request with `body` and counts the
+/// connections it took.
+struct Origin {
+    port: u16,
+    taken: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+}
+
+impl Origin {
+    fn start(body: &'static str) -> Self {
+        use std::io::{Read, Write};
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let taken = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let counted = std::sync::Arc::clone(&taken);
+        std::thread::spawn(move || {
+            for stream in listener.incoming() {
+                let Ok(mut stream) = stream else { return };
+                counted.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                let mut head = Vec::new();
+                let mut byte = [0u8; 1];
+                while !head.ends_with(b"\r\n\r\n") && stream.read(&mut byte).unwrap_or(0) == 1 {
+                    head.push(byte[0]);
+                }
+                let _ = write!(
+                    stream,
+                    "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                    body.len()
+                );
+            }
+        });
+        Self { port, taken }
+    }
+
+    fn connections(&self) -> usize {
+        self.taken.load(std::sync::atomic::Ordering::SeqCst)
+    }
+}
+
+/// `network = "proxy"` for every agent, `allow` as given.
+fn proxied(allow: &[String]) -> String {
+    format!("[sandbox]\nnetwork = \"proxy\"\n[sandbox.proxy]\nallow = {allow:?}\n")
+}
+
+#[tokio::test]
+async fn a_fetch_through_the_proxy_reaches_an_allowed_host_plain_and_tunnelled() {
+    let origin = Origin::start("hello-through-the-proxy");
+    let allowed = format!("127.0.0.1:{}", origin.port);
+    let mut s = Sandboxed::start_with(&proxied(std::slice::from_ref(&allowed)), &[]).await;
+    let out = s
+        .bash(&format!(
+            "curl -sS http://{allowed}/a; echo; curl -sS --proxytunnel http://{allowed}/b; echo; env | grep -c '^HTTPS_PROXY=http://127.0.0.1:'"
+        ))
+        .await;
+    assert_eq!(
+        out.matches("hello-through-the-proxy").count(),
+        2,
+        "plain and through CONNECT: {out}"
+    );
+    assert_eq!(origin.connections(), 2, "{out}");
+}
+
+#[tokio::test]
+async fn a_refused_host_is_named_in_the_result_an_event_and_the_audit() {
+    let allowed = Origin::start("allowed");
+    let refused = Origin::start("never");
+    let mut s =
+        Sandboxed::start_with(&proxied(&[format!("127.0.0.1:{}", allowed.port)]), &[]).await;
+    let out = s
+        .bash(&format!("curl -sS http://127.0.0.1:{}/", refused.port))
+        .await;
+    assert_eq!(refused.connections(), 0, "{out}");
+    let named = format!(
+        "refused 127.0.0.1:{}: not in [sandbox.proxy] allow",
+        refused.port
+    );
+    assert!(out.contains(&named), "the result names the host: {out}");
+    let audit = guildhall_ok(
+        &s.data(),
+        &[
+            "audit",
+            "--tool",
+            "sandbox.*",
+            "--agent",
+            "mallory",
+            "--json",
+        ],
+    );
+    assert!(audit.contains("\"sandbox.egress\""), "{audit}");
+    assert!(audit.contains("\"deny\""), "{audit}");
+    assert!(audit.contains("\"sandbox.refusal\""), "{audit}");
+    // Counted from the same event the watchers see.
+    let metrics = crate::support::http_client()
+        .get(s.http.replace("/mcp", "/metrics"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        metrics.contains("guildhall_sandbox_egress_refused_total 1"),
+        "{metrics}"
+    );
+}
+
+#[tokio::test]
+async fn behind_the_proxy_nothing_else_is_reached() {
+    let origin = Origin::start("direct");
+    let resolver = UdpSocket::bind("127.0.0.1:0").unwrap();
+    resolver.set_nonblocking(true).unwrap();
+    // guildhall's own port, allowed by name: still never reached.
+    let own = TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let allow = [
+        format!("127.0.0.1:{}", origin.port),
+        format!("127.0.0.1:{own}"),
+    ];
+    let mut s =
+        Sandboxed::start_full(false, &proxied(&allow), &[], &format!("127.0.0.1:{own}")).await;
+    assert!(s.http.contains(&format!(":{own}/")), "{}", s.http);
+    let out = s
+        .bash(&format!(
+            "echo hi > /dev/tcp/127.0.0.1/{port}; echo direct=$?; \
+             curl -sS --noproxy '*' http://127.0.0.1:{port}/; echo bypass=$?; \
+             echo q > /dev/udp/127.0.0.1/{udp}; \
+             curl -sS http://127.0.0.1:{own}/mcp; echo own=$?",
+            port = origin.port,
+            udp = resolver.local_addr().unwrap().port(),
+        ))
+        .await;
+    assert_eq!(origin.connections(), 0, "{out}");
+    let mut buf = [0u8; 16];
+    assert!(resolver.recv_from(&mut buf).is_err(), "{out}");
+    assert!(out.contains("one of guildhall's own listeners"), "{out}");
+    assert!(!out.contains("jsonrpc"), "{out}");
+}
+
+#[tokio::test]
+async fn a_wildcard_never_reaches_loopback() {
+    let origin = Origin::start("loopback");
+    let mut s = Sandboxed::start_with(&proxied(&["*".into()]), &[]).await;
+    let out = s
+        .bash(&format!("curl -sS http://localhost:{}/", origin.port))
+        .await;
+    assert_eq!(origin.connections(), 0, "{out}");
+    // A bare `*` allows the web's ports only: another port is refused before any address.
+    assert!(out.contains("not in [sandbox.proxy] allow"), "{out}");
+    let out = s.bash("curl -sS -o /dev/null http://localhost/").await;
+    assert!(out.contains("a loopback address"), "{out}");
+}
+
 // ---- processes ----
 
 /// A process the test owns, outside every sandbox.
@@ -716,6 +904,74 @@ async fn a_proxied_stdio_server_is_confined_too() {
     held(&out, &planted);
 }
 
+#[tokio::test]
+async fn a_launched_agent_is_confined_too() {
+    let mut s = Sandboxed::start().await;
+    let planted = s.outside().join("from-launched");
+    let out = s.launched("dev-1", &escapes(&s, &planted)).await;
+    held(&out, &planted);
+}
+
+#[tokio::test]
+async fn a_launched_agent_reaches_guildhall_as_itself_only() {
+    let mut s = Sandboxed::start().await;
+    let guildhall = env!("CARGO_BIN_EXE_guildhall");
+    let data = s.data();
+    let out = s
+        .launched(
+            "dev-2",
+            &format!(
+                "{guildhall} --data-dir /nowhere inbox --agent dev-2 && echo own-ok; \
+                 {guildhall} --data-dir /nowhere inbox --agent tl; echo other=$?; \
+                 {guildhall} --data-dir /nowhere status; echo status=$?; \
+                 ls {data} | wc -l; \
+                 cat \"$(dirname \"$GUILDHALL_SOCKET\")/guildhall.mcp.json\"",
+                data = data.display()
+            ),
+        )
+        .await;
+    assert!(
+        out.contains("own-ok"),
+        "its own inbox, through its socket: {out}"
+    );
+    assert!(out.contains("this socket is agent `dev-2`'s"), "{out}");
+    assert!(
+        !out.contains("other=0") && !out.contains("status=0"),
+        "{out}"
+    );
+    assert!(
+        !out.contains("tl.token"),
+        "the data directory is out of reach: {out}"
+    );
+    assert!(
+        out.contains("GUILDHALL_SOCKET"),
+        "its MCP config names its socket: {out}"
+    );
+}
+
+#[tokio::test]
+async fn a_launched_agents_unix_sockets_do_not_reach_the_systems() {
+    // A service's socket where the system keeps them.
+    let path = PathBuf::from(format!("/run/guildhall-test-{}.sock", std::process::id()));
+    let _ = std::fs::remove_file(&path);
+    let listener = std::os::unix::net::UnixListener::bind(&path).unwrap();
+    listener.set_nonblocking(true).unwrap();
+    let mut s = Sandboxed::start().await;
+    let out = s
+        .launched(
+            "dev-3",
+            &format!(
+                "/usr/bin/python3 -c 'import socket; s = socket.socket(socket.AF_UNIX); s.connect(\"{}\"); print(\"connected\")'",
+                path.display()
+            ),
+        )
+        .await;
+    let accepted = listener.accept();
+    let _ = std::fs::remove_file(&path);
+    assert!(accepted.is_err(), "a connection arrived: {out}");
+    assert!(!out.contains("connected"), "{out}");
+}
+
 // ---- ordinary work inside ----
 
 #[tokio::test]
@@ -726,6 +982,42 @@ async fn git_init_add_and_commit_work_in_a_root() {
         .await;
     assert!(out.starts_with("1\n"), "{out}");
     assert!(s.project().join("repo/.git/HEAD").exists());
+}
+
+#[tokio::test]
+async fn git_read_keeps_a_roots_history_read_only() {
+    let mut s = Sandboxed::start_with("[sandbox]\ngit = \"read\"\n", &[]).await;
+    let project = s.project();
+    let git = |args: &[&str]| {
+        let done = std::process::Command::new("git")
+            .args(["-c", "user.email=a@example.com", "-c", "user.name=a"])
+            .args(args)
+            .current_dir(&project)
+            .output()
+            .unwrap();
+        assert!(done.status.success(), "git {args:?}: {done:?}");
+    };
+    git(&["init", "-q"]);
+    std::fs::write(project.join("a"), "a").unwrap();
+    git(&["add", "a"]);
+    git(&["commit", "-qm", "first"]);
+    let head = std::fs::read_to_string(project.join(".git/HEAD")).unwrap();
+    let out = s
+        .bash("git log --oneline | wc -l; echo b > a && echo edited; git -c user.email=a@example.com -c user.name=a commit -qam second; echo commit=$?; echo x > .git/HEAD; echo head=$?")
+        .await;
+    assert!(out.starts_with("1\n"), "history is readable: {out}");
+    assert!(
+        out.contains("edited"),
+        "the work tree stays writable: {out}"
+    );
+    assert!(
+        !out.contains("commit=0") && !out.contains("head=0"),
+        "{out}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(project.join(".git/HEAD")).unwrap(),
+        head
+    );
 }
 
 #[tokio::test]

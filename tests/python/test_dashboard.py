@@ -100,11 +100,14 @@ def write_config(data_dir):
 command = {json.dumps(BIN)}
 args = {json.dumps(inner)}
 env = {{ RUST_LOG = "off" }}
+# guildhall itself, with a data directory inside this one: the operator's own program.
+sandbox = {{ enabled = false }}
 
 [servers.flaky]
 command = "sh"
 args = {json.dumps(["-c", script, BIN, *inner])}
 env = {{ RUST_LOG = "off" }}
+sandbox = {{ enabled = false }}
 """)
 
 

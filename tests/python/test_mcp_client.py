@@ -191,9 +191,11 @@ app.run()
 
 
 def proxied_config(data_dir, root):
+    """Each server confined (the default), its files beside the data directory: what a
+    sandbox never reaches."""
     servers = os.environ["PROXIED_SERVERS"]
     node = os.environ["NODE"]
-    py_server = os.path.join(data_dir, "py_server.py")
+    py_server = os.path.join(os.path.dirname(data_dir), "py_server.py")
     with open(py_server, "w") as f:
         f.write(PY_SERVER)
     everything = os.path.join(servers, "node_modules/@modelcontextprotocol/server-everything/dist/index.js")
@@ -217,6 +219,8 @@ args = [{json.dumps(py_server)}]
 command = {json.dumps(BIN)}
 args = ["--data-dir", {json.dumps(os.path.join(data_dir, "inner"))}, "serve", "--stdio", "--in-memory", "--conformance-fixtures"]
 tools = ["test_elicitation"]
+# guildhall itself, with a data directory inside this one: the operator's own program.
+sandbox = {{ enabled = false }}
 """)
 
 
@@ -258,8 +262,10 @@ async def use_proxied(c, root, can_elicit):
         assert asked.is_error and "elicitation" in asked.content[0].text, asked
 
 
-async def proxied(mode, data_dir):
-    root = os.path.join(data_dir, "root")
+async def proxied(mode, base):
+    data_dir = os.path.join(base, "data")
+    root = os.path.join(base, "root")
+    os.makedirs(data_dir)
     os.makedirs(root)
     with open(os.path.join(root, "note.txt"), "w") as f:
         f.write("proxied file")
