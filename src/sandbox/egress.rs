@@ -18,7 +18,9 @@
 //!
 //! Bounded: a request's head is at most [`HEAD_MAX`] bytes and must arrive within
 //! [`HEAD_TIME`]; [`PER_AGENT`] connections at once per agent and [`TOTAL`] in all, more
-//! answered `503`; a connection to the destination is tried for [`CONNECT_TIME`].
+//! answered `503`; a connection to the destination is tried for [`CONNECT_TIME`]; at most
+//! [`RESOLVING_PER_AGENT`] names resolve at once per agent and [`RESOLVING`] in all (each
+//! holds a blocking thread while the resolver works).
 
 use std::collections::{HashMap, VecDeque};
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
@@ -42,6 +44,11 @@ pub(super) const CONNECT_TIME: Duration = Duration::from_secs(10);
 pub(super) const PER_AGENT: usize = 64;
 /// Connections at once through every agent's proxy.
 pub(super) const TOTAL: usize = 512;
+/// Names being resolved at once for one agent, and for all: each takes a blocking thread
+/// (`getaddrinfo`) until the resolver answers, timeout or not, so these bound the threads
+/// a slow name can hold.
+pub(super) const RESOLVING_PER_AGENT: usize = 2;
+pub(super) const RESOLVING: usize = 8;
 /// Refusals kept per agent for its commands' results.
 const KEPT_REFUSALS: usize = 8;
 
@@ -196,6 +203,7 @@ struct Shared {
     refusals: Mutex<HashMap<String, VecDeque<(Instant, String)>>>,
     report: Arc<OnceLock<Arc<dyn Report>>>,
     total: Arc<Semaphore>,
+    resolving: Arc<Semaphore>,
     stop: CancellationToken,
 }
 
@@ -212,6 +220,7 @@ impl Egress {
                 refusals: Mutex::default(),
                 report,
                 total: Arc::new(Semaphore::new(TOTAL)),
+                resolving: Arc::new(Semaphore::new(RESOLVING)),
                 stop: CancellationToken::new(),
             }),
             ports: Mutex::default(),
@@ -288,6 +297,7 @@ async fn accept_loop(
     shared: Arc<Shared>,
 ) {
     let mine = Arc::new(Semaphore::new(PER_AGENT));
+    let resolving = Arc::new(Semaphore::new(RESOLVING_PER_AGENT));
     let key: Arc<str> = key.into();
     loop {
         let accepted = tokio::select! {
@@ -317,11 +327,12 @@ async fn accept_loop(
         let shared = Arc::clone(&shared);
         let agent = agent.clone();
         let key = Arc::clone(&key);
+        let resolving = Arc::clone(&resolving);
         tokio::spawn(async move {
             let _permits = (one, all);
             tokio::select! {
                 () = shared.stop.cancelled() => {}
-                () = serve(client, agent.as_deref(), &key, &shared) => {}
+                () = serve(client, agent.as_deref(), &key, &shared, &resolving) => {}
             }
         });
     }
@@ -337,7 +348,13 @@ struct Request {
     forward: Vec<u8>,
 }
 
-async fn serve(mut client: TcpStream, agent: Option<&str>, key: &str, shared: &Shared) {
+async fn serve(
+    mut client: TcpStream,
+    agent: Option<&str>,
+    key: &str,
+    shared: &Shared,
+    resolving: &Arc<Semaphore>,
+) {
     let request = match tokio::time::timeout(HEAD_TIME, read_request(&mut client)).await {
         Ok(Ok(request)) => request,
         Ok(Err(why)) => {
@@ -355,7 +372,7 @@ async fn serve(mut client: TcpStream, agent: Option<&str>, key: &str, shared: &S
         }
     };
     let (host, port) = (request.host.as_str(), request.port);
-    let upstream = match shared.decide(host, port).await {
+    let upstream = match shared.decide(host, port, resolving).await {
         Ok((addresses, rule)) => {
             shared.report(agent, host, port, true, &rule);
             match connect(&addresses).await {
@@ -400,7 +417,12 @@ async fn serve(mut client: TcpStream, agent: Option<&str>, key: &str, shared: &S
 
 impl Shared {
     /// The addresses `host:port` may be reached at and the rule that allows it, or why not.
-    async fn decide(&self, host: &str, port: u16) -> Result<(Vec<SocketAddr>, String), String> {
+    async fn decide(
+        &self,
+        host: &str,
+        port: u16,
+        resolving: &Arc<Semaphore>,
+    ) -> Result<(Vec<SocketAddr>, String), String> {
         let (rule, by_name) = match self.lists.verdict(host, port) {
             Verdict::Allowed { rule, by_name } => (rule, by_name),
             Verdict::Refused(reason) => return Err(reason),
@@ -408,11 +430,10 @@ impl Shared {
         let bare = host.trim_start_matches('[').trim_end_matches(']');
         let found: Vec<SocketAddr> = match bare.parse::<IpAddr>() {
             Ok(ip) => vec![SocketAddr::new(ip, port)],
-            Err(_) => tokio::time::timeout(CONNECT_TIME, tokio::net::lookup_host((bare, port)))
+            Err(_) => tokio::time::timeout(CONNECT_TIME, self.resolve(bare, port, resolving))
                 .await
                 .map_err(|_| format!("resolving {host} took over {} s", CONNECT_TIME.as_secs()))?
-                .map_err(|e| format!("{host} does not resolve: {e}"))?
-                .collect(),
+                .map_err(|e| format!("{host} does not resolve: {e}"))?,
         };
         let guarded = lock(&self.guarded).clone();
         let mut why = None;
@@ -444,6 +465,33 @@ impl Shared {
             return Err(why.unwrap_or_else(|| format!("{host} has no address")));
         }
         Ok((allowed, rule))
+    }
+
+    /// `host`'s addresses, resolved on a blocking thread that holds a permit of the agent's
+    /// and one of all until the resolver answers (a timeout that drops this future leaves
+    /// the thread to finish, its permits still held).
+    async fn resolve(
+        &self,
+        host: &str,
+        port: u16,
+        resolving: &Arc<Semaphore>,
+    ) -> std::io::Result<Vec<SocketAddr>> {
+        let closed = |_| std::io::Error::other("the egress proxy is stopping");
+        let mine = Arc::clone(resolving)
+            .acquire_owned()
+            .await
+            .map_err(closed)?;
+        let all = Arc::clone(&self.resolving)
+            .acquire_owned()
+            .await
+            .map_err(closed)?;
+        let host = host.to_owned();
+        tokio::task::spawn_blocking(move || {
+            let _permits = (mine, all);
+            std::net::ToSocketAddrs::to_socket_addrs(&(host.as_str(), port)).map(Iterator::collect)
+        })
+        .await
+        .map_err(std::io::Error::other)?
     }
 
     fn report(&self, agent: Option<&str>, host: &str, port: u16, allowed: bool, rule: &str) {
