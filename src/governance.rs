@@ -32,6 +32,7 @@ pub mod rules;
 #[cfg(all(target_os = "linux", target_env = "gnu"))]
 pub(crate) mod sandboxed;
 mod service;
+mod shorten;
 pub mod truncate;
 
 use std::collections::{BTreeMap, HashMap};

@@ -47,6 +47,11 @@ const LAUNCHED: &str = "launched";
 /// A launched agent's log is rotated at this size.
 const LOG_BYTES: u64 = 4 << 20;
 
+/// Bytes of a prompt at most: it is passed as one argument (`{prompt}`), and Linux refuses
+/// a program whose single argument is over 128 KiB (`MAX_ARG_STRLEN`), so a longer prompt
+/// would start nothing and restart until given up.
+pub const MAX_PROMPT: usize = 64 * 1024;
+
 /// Why an agent could not be launched or stopped.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
@@ -372,6 +377,18 @@ impl Launcher {
                 reason,
             }
         })?;
+        if let Some(prompt) = &request.prompt
+            && prompt.len() > MAX_PROMPT
+        {
+            return Err(LaunchError::InvalidArgument {
+                name: "prompt",
+                reason: format!(
+                    "{} bytes; at most {MAX_PROMPT} (put a long brief in a file, or in a board \
+                     task's description, and point to it)",
+                    prompt.len()
+                ),
+            });
+        }
         let parent = request.parent.clone().or_else(|| caller.map(str::to_owned));
         if let Some(parent) = &parent {
             runtime.agent(parent)?;

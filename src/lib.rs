@@ -76,6 +76,7 @@ pub mod fetch;
 pub mod files;
 pub mod governance;
 pub mod humans;
+mod json_id;
 #[cfg(all(target_os = "linux", target_env = "gnu"))]
 pub mod launch;
 pub mod mcp;

@@ -33,13 +33,21 @@ impl Default for Limits {
 }
 
 /// A result that was cut.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct Truncated {
     /// What the model sees: the first part and a note saying where the rest is.
     pub text: String,
+    /// For an object result, the same object shortened to the limit in bytes with its shape
+    /// kept (long strings and lists cut), so that it still matches the
+    /// tool's output schema; `text` is then its JSON. `None` for other results, and for an
+    /// object that could not be shortened that far.
+    pub structured: Option<Value>,
     /// The file holding the whole result.
     pub path: PathBuf,
 }
+
+/// Bytes of the limit left for the note that follows a shortened object.
+const NOTE_ROOM: usize = 512;
 
 /// Where spill files go.
 #[derive(Debug, Clone)]
@@ -90,21 +98,45 @@ impl Spill {
         })
         .await
         .map_err(std::io::Error::other)??;
-        let (head, shown_lines) = cut(&full, limits);
-        let total_lines = full.lines().count();
-        let text = format!(
-            "{head}\n\n[output truncated: showing lines 1-{shown_lines} of {total_lines} ({} of {} bytes). \
-             The full output is in {}. Read more of it with a file-reading tool at an offset, \
-             or e.g. `sed -n '{}, {}p' {}` or `grep -n PATTERN {}`.]",
-            head.len(),
-            full.len(),
-            path.display(),
-            shown_lines + 1,
-            shown_lines + limits.max_lines.max(1),
-            path.display(),
-            path.display(),
-        );
-        Ok(Some(Truncated { text, path }))
+        let structured = value
+            .is_object()
+            .then(|| super::shorten::shorten(value, limits.max_bytes.saturating_sub(NOTE_ROOM)))
+            .flatten();
+        let text = match &structured {
+            Some(short) => {
+                let short = short.to_string();
+                format!(
+                    "{short}\n\n[output shortened: long strings (ending in …) and long lists are cut, \
+                     showing {} of {} bytes. The full output is in {}. Read it with a \
+                     file-reading tool at an offset, or e.g. `grep -n PATTERN {}`.]",
+                    short.len(),
+                    full.len(),
+                    path.display(),
+                    path.display(),
+                )
+            }
+            None => {
+                let (head, shown_lines) = cut(&full, limits);
+                let total_lines = full.lines().count();
+                format!(
+                    "{head}\n\n[output truncated: showing lines 1-{shown_lines} of {total_lines} ({} of {} bytes). \
+                     The full output is in {}. Read more of it with a file-reading tool at an offset, \
+                     or e.g. `sed -n '{}, {}p' {}` or `grep -n PATTERN {}`.]",
+                    head.len(),
+                    full.len(),
+                    path.display(),
+                    shown_lines + 1,
+                    shown_lines + limits.max_lines.max(1),
+                    path.display(),
+                    path.display(),
+                )
+            }
+        };
+        Ok(Some(Truncated {
+            text,
+            structured,
+            path,
+        }))
     }
 
     /// Deletes spill files older than the retention (blocking file I/O).

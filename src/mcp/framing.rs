@@ -1,8 +1,10 @@
 //! Incoming JSON-RPC messages: decoding, and the error that answers one that cannot be taken.
 //!
 //! Every request a client sends gets an answer; notifications never do. A line that is not
-//! JSON, not UTF-8, nested deeper than the parser allows or too long is answered `-32700`
-//! (parse error, id `null`); well-formed JSON that is not a valid request gets `-32600`
+//! JSON, not UTF-8 or nested deeper than the parser allows is answered `-32700` (parse
+//! error, id `null`); a line past [`MAX_MESSAGE_BYTES`] is read to its end keeping only its
+//! top-level id, and answered `-32600` with that id (`-32700` with id `null` when it has
+//! none); well-formed JSON that is not a valid request gets `-32600`
 //! (invalid request) with its id when the id can be read; a `tools/call` whose `name` is not
 //! a string or whose `arguments` are not an object gets `-32602` (invalid params). rmcp's own
 //! stdio transport drops unparsable lines without a word, which leaves a client waiting on
@@ -19,6 +21,8 @@ use serde::de::Error as _;
 use serde_json::{Value, json};
 use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncWrite, AsyncWriteExt, BufReader};
 use tokio::sync::Mutex;
+
+use crate::json_id::IdScan;
 
 /// The longest message accepted, in bytes (one stdio line, or one HTTP body).
 pub const MAX_MESSAGE_BYTES: usize = 4 * 1024 * 1024;
@@ -170,8 +174,9 @@ fn diagnose(
 pub struct LineTransport<R, W> {
     read: BufReader<R>,
     line: Vec<u8>,
-    /// Dropping the rest of a line already refused as too long.
+    /// Dropping the rest of a line found too long, its id sought as it passes.
     discarding: bool,
+    scan: IdScan,
     write: Arc<Mutex<Option<W>>>,
 }
 
@@ -186,13 +191,15 @@ where
             read: BufReader::new(read),
             line: Vec::new(),
             discarding: false,
+            scan: IdScan::default(),
             write: Arc::new(Mutex::new(Some(write))),
         }
     }
 
-    /// Reads one line into `self.line`, never past [`MAX_MESSAGE_BYTES`]. `Ok(false)`: the
-    /// stream ended. A cancelled read leaves its partial line for the next call (rmcp's
-    /// transport is read from inside a `select!`).
+    /// Reads one line into `self.line`, never past [`MAX_MESSAGE_BYTES`]: a longer one is
+    /// read to its end with only its id kept. `Ok(None)`: the stream ended. A cancelled
+    /// read leaves its partial line for the next call (rmcp's transport is read from inside
+    /// a `select!`).
     async fn read_line(&mut self) -> std::io::Result<Option<Line>> {
         loop {
             let (consumed, step) = {
@@ -203,11 +210,15 @@ where
                 let newline = available.iter().position(|b| *b == b'\n');
                 let take = newline.map_or(available.len(), |i| i + 1);
                 if self.discarding {
+                    self.scan.feed_all(&available[..take]);
                     (take, newline.map(|_| Step::EndDiscard))
                 } else if self.line.len() + take > MAX_MESSAGE_BYTES + 2 {
+                    self.scan = IdScan::default();
+                    self.scan.feed_all(&self.line);
+                    self.scan.feed_all(&available[..take]);
                     self.line.clear();
-                    self.discarding = newline.is_none();
-                    (take, Some(Step::TooLong))
+                    self.discarding = true;
+                    (take, newline.map(|_| Step::EndDiscard))
                 } else {
                     self.line.extend_from_slice(&available[..take]);
                     (take, newline.map(|_| Step::Line))
@@ -216,8 +227,10 @@ where
             self.read.consume(consumed);
             match step {
                 None => {}
-                Some(Step::EndDiscard) => self.discarding = false,
-                Some(Step::TooLong) => return Ok(Some(Line::TooLong)),
+                Some(Step::EndDiscard) => {
+                    self.discarding = false;
+                    return Ok(Some(Line::TooLong(self.scan.id())));
+                }
                 Some(Step::Line) => return Ok(Some(Line::Whole)),
             }
         }
@@ -241,13 +254,13 @@ where
 
 enum Line {
     Whole,
-    TooLong,
+    /// A line past the limit, read to its end, and its request's id when one was found.
+    TooLong(Option<Value>),
 }
 
 enum Step {
     Line,
     EndDiscard,
-    TooLong,
 }
 
 impl<R, W> rmcp::transport::Transport<RoleServer> for LineTransport<R, W>
@@ -282,10 +295,18 @@ where
         loop {
             match self.read_line().await {
                 Ok(Some(Line::Whole)) => {}
-                Ok(Some(Line::TooLong)) => {
-                    self.answer(&Refusal::parse(format!(
-                        "the message is longer than {MAX_MESSAGE_BYTES} bytes"
-                    )));
+                Ok(Some(Line::TooLong(id))) => {
+                    // With its id, as the request's answer (the client then hears which
+                    // call failed, and why), else as a parse error.
+                    let mut refusal = Refusal::parse(format!(
+                        "the message is longer than the limit of {MAX_MESSAGE_BYTES} bytes; \
+                         send a large file's content in parts, or write it with a command"
+                    ));
+                    if let Some(id) = id.filter(|id| id.is_string() || id.is_i64() || id.is_u64()) {
+                        refusal.id = id;
+                        refusal.code = INVALID_REQUEST;
+                    }
+                    self.answer(&refusal);
                     continue;
                 }
                 Ok(None) => return None,

@@ -514,9 +514,27 @@ fn request_cancelled() -> McpError {
 
 fn unknown_tool(name: &str) -> McpError {
     McpError::invalid_params(
-        format!("unknown tool `{name}`; `tools/list` shows the available tools"),
+        format!(
+            "unknown tool `{}`; `tools/list` shows the available tools",
+            cut_text(name, MAX_QUOTED_NAME)
+        ),
         None,
     )
+}
+
+/// Bytes of a name an error quotes: past MCP's advised 128 characters, no tool has it.
+const MAX_QUOTED_NAME: usize = 128;
+
+/// `text` cut to `max` bytes at a character boundary, saying how much was cut.
+fn cut_text(text: &str, max: usize) -> std::borrow::Cow<'_, str> {
+    if text.len() <= max {
+        return text.into();
+    }
+    let mut end = max;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}… [{} more bytes cut]", &text[..end], text.len() - end).into()
 }
 
 /// The answer to a call that names no agent.
@@ -530,15 +548,20 @@ fn no_identity() -> McpError {
 }
 
 /// A result as the model sees it: the structured value with its text copy, or, when it was
-/// too long, the cut text pointing at the spill file (with no structured copy, since a cut
-/// value would not match the output schema); hook notes follow as text.
+/// too long, the cut text pointing at the spill file, with the value shortened to its shape
+/// as the structured copy when it could be (so that it still matches the output schema);
+/// hook notes follow as text.
 fn model_result(reply: ToolReply) -> CallToolResult {
     let image = reply
         .image()
         .map(|(data, mime_type)| ContentBlock::image(data, mime_type));
     let mut result = match reply.truncated {
         _ if image.is_some() => CallToolResult::success(image.into_iter().collect()),
-        Some(cut) => CallToolResult::success(vec![ContentBlock::text(cut.text)]),
+        Some(cut) => {
+            let mut result = CallToolResult::success(vec![ContentBlock::text(cut.text)]);
+            result.structured_content = cut.structured;
+            result
+        }
         None if reply.value.is_object() => {
             let mut result = CallToolResult::success(vec![ContentBlock::text(reply.text)]);
             result.structured_content = Some(reply.value);
@@ -615,12 +638,16 @@ impl Asker for ElicitingAsker {
     }
 }
 
-/// A failed call as an `isError` result: the error's kind and a message a model can act on.
+/// Bytes of an error's text a model is shown at most. Errors may quote what was given (a
+/// parser names the value it could not take), and an argument can be megabytes: errors are
+/// not spilled as results are, so they are cut here.
+const MAX_ERROR_TEXT: usize = 8 * 1024;
+
+/// A failed call as an `isError` result: the error's kind and a message a model can act on,
+/// at most [`MAX_ERROR_TEXT`] bytes of it.
 fn tool_failure(err: &CallError) -> CallToolResult {
-    CallToolResult::error(vec![ContentBlock::text(format!(
-        "{}: {err}",
-        err.kind().as_str()
-    ))])
+    let text = format!("{}: {err}", err.kind().as_str());
+    CallToolResult::error(vec![ContentBlock::text(cut_text(&text, MAX_ERROR_TEXT))])
 }
 
 /// A guildhall tool contract as an MCP tool.

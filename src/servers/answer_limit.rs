@@ -15,6 +15,8 @@ use std::task::{Context, Poll};
 
 use tokio::io::{AsyncRead, ReadBuf};
 
+use crate::json_id::IdScan;
+
 /// The longest line rmcp reads, its newline included: past it rmcp drops the line.
 pub(crate) const LINE_LIMIT: usize = rmcp::transport::async_rw::DEFAULT_MAX_LINE_LENGTH;
 
@@ -161,79 +163,6 @@ impl<R: AsyncRead + Unpin> AsyncRead for AnswerLimit<R> {
                 }
             }
         }
-    }
-}
-
-/// Finds a JSON object's top-level `"id"` as its bytes stream by: strings, escapes and
-/// nesting are followed, the value of a key `id` at depth 1 is kept (at most
-/// [`IdScan::MAX_ID`] bytes). Anything that is not JSON simply yields no id.
-#[derive(Default)]
-struct IdScan {
-    depth: u32,
-    in_string: bool,
-    escaped: bool,
-    /// The string being read at depth 1, while it may still be `id`.
-    key: Vec<u8>,
-    /// The last string closed at depth 1 was `id`: the next `:` starts its value.
-    id_key: bool,
-    /// Reading the id's value.
-    value: Option<Vec<u8>>,
-    /// The id's value, once read whole.
-    found: Option<Vec<u8>>,
-}
-
-impl IdScan {
-    /// Bytes of an id kept: request ids are numbers or short strings.
-    const MAX_ID: usize = 256;
-
-    fn feed(&mut self, b: u8) {
-        if let Some(value) = &mut self.value {
-            // A value at depth 1 ends at the `,` or `}` after it (outside its string).
-            let ends = !self.in_string && self.depth == 1 && (b == b',' || b == b'}');
-            if ends {
-                let value = self.value.take().unwrap_or_default();
-                self.found.get_or_insert(value);
-            } else if value.len() < Self::MAX_ID {
-                value.push(b);
-            } else {
-                self.value = None;
-            }
-        }
-        if self.in_string {
-            if self.escaped {
-                self.escaped = false;
-            } else if b == b'\\' {
-                self.escaped = true;
-            } else if b == b'"' {
-                self.in_string = false;
-                if self.depth == 1 && self.value.is_none() {
-                    self.id_key = self.key == b"id";
-                }
-            } else if self.depth == 1 && self.key.len() <= 2 {
-                self.key.push(b);
-            }
-            return;
-        }
-        match b {
-            b'"' => {
-                self.in_string = true;
-                self.key.clear();
-            }
-            b'{' | b'[' => self.depth += 1,
-            b'}' | b']' => self.depth = self.depth.saturating_sub(1),
-            b':' if self.depth == 1 && self.id_key && self.found.is_none() => {
-                self.value = Some(Vec::new());
-                self.id_key = false;
-            }
-            b',' => self.id_key = false,
-            _ => {}
-        }
-    }
-
-    /// The id read, as JSON.
-    fn id(&self) -> Option<serde_json::Value> {
-        let raw = self.found.as_deref()?;
-        serde_json::from_slice(raw.trim_ascii()).ok()
     }
 }
 

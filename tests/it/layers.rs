@@ -19,6 +19,7 @@ const ORDER: &[&str] = &[
     "output_log",
     "tls",
     "addresses",
+    "json_id",
     "events",
     "changes",
     // The domains, each on the ones before it.

@@ -845,6 +845,31 @@ async fn every_message_that_cannot_be_taken_is_answered() {
             let answer = wire.next_where(|m| m["error"]["code"] == -32700).await;
             assert_eq!(answer["id"], Value::Null, "{era}: {answer}");
         }
+        // A request past the limit: -32600 with its id, wherever the id stands.
+        let pad = "x".repeat(5 * 1024 * 1024);
+        for (id, line) in [
+            (
+                39,
+                format!(
+                    r#"{{"jsonrpc":"2.0","method":"ping","params":{{"pad":"{pad}"}},"id":39}}"#
+                ),
+            ),
+            (
+                40,
+                format!(
+                    r#"{{"id":40,"jsonrpc":"2.0","method":"ping","params":{{"pad":"{pad}"}}}}"#
+                ),
+            ),
+        ] {
+            wire.send_raw(format!("{line}\n").as_bytes()).await;
+            let answer = wire.next_where(|m| m["id"] == id).await;
+            assert_eq!(answer["error"]["code"], -32600, "{era}: {answer}");
+            let message = answer["error"]["message"].as_str().unwrap();
+            assert!(
+                message.contains("longer than the limit of 4194304"),
+                "{era}: {message}"
+            );
+        }
         // An invalid request with a readable id: -32600 with that id.
         wire.send(json!({"jsonrpc": "1.0", "id": 41, "method": "ping"}))
             .await;

@@ -78,7 +78,7 @@ fn unportable(schema: &Value, at: &str, found: &mut Vec<String>) {
 
 /// Compiles `schema` with a JSON Schema 2020-12 validator (which checks it against the
 /// meta-schema) and validates `instance` against it when given.
-fn check(tool: &str, which: &str, schema: &Value, instance: Option<&Value>) {
+pub(crate) fn check(tool: &str, which: &str, schema: &Value, instance: Option<&Value>) {
     let url = format!("urn:guildhall:{tool}:{which}");
     let mut compiler = boon::Compiler::new();
     let mut schemas = boon::Schemas::new();
