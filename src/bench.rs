@@ -482,7 +482,7 @@ pub async fn calls(config: CallsConfig, stage: &dyn Stage) -> CallsReport {
 /// A runtime governed by [`governed_config`], its audit in a fresh directory (returned, to
 /// remove after), with the agent its calls are made as.
 async fn governed_runtime() -> (Runtime, std::path::PathBuf, crate::Agent) {
-    let audit_dir = mail::tempfile_in(&std::env::temp_dir());
+    let audit_dir = tempfile_in(&std::env::temp_dir());
     let runtime = Runtime::builder()
         .data_dir(&audit_dir)
         .governance(governed_config())
@@ -642,4 +642,12 @@ fn percentile(sorted: &[f64], p: f64) -> f64 {
     }
     let idx = ((sorted.len() - 1) as f64 * p).round() as usize;
     sorted[idx.min(sorted.len() - 1)]
+}
+/// A fresh directory under `parent` for one durable run.
+pub(super) fn tempfile_in(parent: &std::path::Path) -> std::path::PathBuf {
+    parent.join(format!(
+        "bench-{}-{}",
+        std::process::id(),
+        fastrand::u64(..)
+    ))
 }

@@ -32,6 +32,7 @@ pub mod rules;
 #[cfg(all(target_os = "linux", target_env = "gnu"))]
 pub(crate) mod sandboxed;
 mod service;
+pub mod set_mode;
 mod shorten;
 pub mod truncate;
 
@@ -52,10 +53,11 @@ pub use audit::{AuditLog, AuditQuery, AuditRecord, Outcome};
 pub use call::{Call, CallScope, Decided, ToolMeta};
 pub use hooks::{CommandHook, Hook, HookInput, HookReply, Hooks, Phase, RegisteredHook};
 pub use limits::Rate;
-pub use mode::{Mode, SetMode};
+pub use mode::Mode;
 pub use reply::ToolReply;
 pub use rules::{Action, Glob, Rule, Scope, ScopedRules, Trust, Verdict};
 pub use service::{Governed, GovernedFuture};
+pub use set_mode::SetMode;
 
 use crate::agents::PostOffice;
 use crate::context::ContextHub;

@@ -1,22 +1,32 @@
 //! guildhall: an actor-based runtime for swarms of AI agents.
 //!
-//! Every tool is a supervised actor with a typed contract. This crate is the facade:
+//! Every tool is a supervised actor with a typed contract. This crate is the facade; its
+//! public modules, from the bottom up:
 //!
+//! - Leaves: [`time`] (Unix milliseconds and RFC 3339), [`paged`] (answers that fit under
+//!   governance's truncation), [`private_fs`] (files and directories only their owner
+//!   reaches), [`events`] (tool lifecycle events, a leaf every layer may emit into),
+//!   [`changes`] (what domains report after a commit, for watchers).
+//! - [`store`]: the store behind every durable domain (redb embedded, in memory, or
+//!   PostgreSQL shared by several servers).
+//! - The built-in domains: [`files`] (the file tools, confined to each agent's roots),
+//!   `sandbox` (Linux: the kernel's confinement of every process started for an agent),
+//!   `shell` (Linux: `bash` and background shells), `fetch` (feature `fetch`:
+//!   `web_fetch`), [`agents`] (agents, their directory and durable mailboxes), [`context`]
+//!   (sessions and their shared context), [`tasks`] (the task board), [`humans`]
+//!   (`ask_human`, `confirm`).
+//! - A call's way through a tool: [`pipeline`] (breaker, deadline, retry, concurrency
+//!   limit), [`governance`] (permissions, hooks, modes, rate limits, the loop guard,
+//!   caching, truncation, audit), [`options`] ([`ToolOptions`], [`CallOptions`]),
+//!   [`registry`] ([`ToolHandle`], a typed handle to one tool).
 //! - [`runtime`]: [`Runtime`] and its builder: the supervision tree, the tool registry,
 //!   typed and JSON calls, tree snapshots and graceful shutdown.
-//! - [`pipeline`]: the tower layers every call passes through (breaker, deadline, retry,
-//!   concurrency limit) and the order they run in.
-//! - [`registry`]: [`ToolHandle`], a typed handle to one tool.
-//! - [`options`]: [`ToolOptions`] and [`CallOptions`].
-//! - [`events`]: tool lifecycle events (a leaf every layer may emit into).
-//! - [`agents`]: agents, their directory and durable mailboxes.
-//! - [`context`]: sessions and their shared context.
-//! - [`store`]: the embedded store behind both.
-//! - [`config`](mod@config): the `guildhall.toml` file.
-//! - `servers` (Linux): other MCP servers proxied as supervised, governed tools.
-//! - `commands` (Linux): programs described in a manifest, served as tools.
-//! - [`mcp`]: the MCP server (stdio, Streamable HTTP, the local socket).
-//! - `bench` (feature `bench`): the measurements behind `guildhall bench`.
+//! - Above the runtime: `servers` (Linux: other MCP servers proxied as supervised,
+//!   governed tools), `commands` (Linux: programs described in a manifest, served as
+//!   tools), `launch` (Linux: agents the runtime starts and supervises), [`observe`]
+//!   (metrics and traces from the runtime's events), [`mcp`] (the MCP server: stdio,
+//!   Streamable HTTP, the local socket), [`config`](mod@config) (the `guildhall.toml`
+//!   file), `bench` (feature `bench`: the measurements behind `guildhall bench`).
 //!
 //! The tool contract lives in [`guildhall_actors`] (re-exported here), supervision in
 //! [`guildhall_supervision`].

@@ -18,9 +18,11 @@ pub mod codec;
 pub mod doctor;
 mod error;
 mod memory;
+mod notice;
 #[cfg(feature = "postgres")]
 mod postgres;
 mod redb_store;
+mod table;
 
 use std::path::Path;
 use std::sync::Arc;
@@ -33,73 +35,7 @@ pub use memory::MemoryStore;
 #[cfg(feature = "postgres")]
 pub use postgres::{DEFAULT_LEASE, MIGRATIONS, PostgresStore, table_code};
 pub use redb_store::{FILE_NAME, RedbStore, STORE_FORMAT};
-
-/// The tables a store holds. Fixed at compile time so a backend can lay them out up front.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-#[non_exhaustive]
-pub enum Table {
-    /// Store-wide facts, such as the format version.
-    Meta,
-    /// The agent directory: agent id → record.
-    Agents,
-    /// Unread messages: recipient id, 0, message id → message.
-    Inbox,
-    /// Read and acknowledged messages, same keys as `Inbox`.
-    Archive,
-    /// Sessions: session id → record.
-    Sessions,
-    /// Each session's op log: session id, 0, version → the batch that made it.
-    ContextLog,
-    /// Each session's snapshots, same keys as `ContextLog`.
-    ContextSnapshots,
-    /// The audit log: the newest call id of a block of records (UUID v7, so in time
-    /// order), then `b` → the block, sorted by call id.
-    Audit,
-    /// Lasting approvals: agent id, 0, rule → the rule.
-    Approvals,
-    /// The task board: task id (big-endian) → the task.
-    Tasks,
-    /// Each task's history: task id, version (both big-endian) → the change that made it.
-    TaskHistory,
-}
-
-impl Table {
-    /// Every table, in a fixed order.
-    pub const ALL: [Table; 11] = [
-        Table::Meta,
-        Table::Agents,
-        Table::Inbox,
-        Table::Archive,
-        Table::Sessions,
-        Table::ContextLog,
-        Table::ContextSnapshots,
-        Table::Audit,
-        Table::Approvals,
-        Table::Tasks,
-        Table::TaskHistory,
-    ];
-
-    /// The table's name in the backend.
-    pub const fn name(self) -> &'static str {
-        match self {
-            Table::Meta => "meta",
-            Table::Agents => "agents",
-            Table::Inbox => "inbox",
-            Table::Archive => "archive",
-            Table::Sessions => "sessions",
-            Table::ContextLog => "context_log",
-            Table::ContextSnapshots => "context_snapshots",
-            Table::Audit => "audit",
-            Table::Approvals => "approvals",
-            Table::Tasks => "tasks",
-            Table::TaskHistory => "task_history",
-        }
-    }
-
-    const fn index(self) -> usize {
-        self as usize
-    }
-}
+pub use table::Table;
 
 /// One write in a batch.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -173,7 +109,7 @@ pub struct Batch {
     writes: SmallVec<[Write; 2]>,
     /// Notices to other servers sharing the store, sent if the batch commits (empty, it
     /// allocates nothing).
-    notes: Vec<cluster::Note>,
+    notes: Vec<notice::Note>,
 }
 
 impl Batch {
@@ -209,12 +145,12 @@ impl Batch {
     /// Sends `notice` to the server `to` (every other server when `None`) if, and when,
     /// the batch commits. A store no other server shares drops it.
     pub fn notify(&mut self, to: Option<Arc<str>>, notice: Notice) -> &mut Self {
-        self.notes.push(cluster::Note { to, notice });
+        self.notes.push(notice::Note { to, notice });
         self
     }
 
     /// The notices to send with the batch.
-    pub fn notes(&self) -> &[cluster::Note] {
+    pub fn notes(&self) -> &[notice::Note] {
         &self.notes
     }
 
@@ -323,6 +259,83 @@ impl CommitCounters {
 }
 
 /// A transactional key-value store with group commit.
+///
+/// # Examples
+/// A store in a map, for a runtime whose state need not outlive it (what `MemoryStore`
+/// does, sharded and faster): a batch applies whole, under one lock.
+/// ```
+/// use std::collections::BTreeMap;
+/// use std::sync::{Arc, Mutex};
+///
+/// use guildhall::store::{Batch, Done, Durability, Store, StoreError, StoreStats, Table, Write};
+///
+/// #[derive(Default)]
+/// struct InMap(Mutex<BTreeMap<(Table, Vec<u8>), Vec<u8>>>);
+///
+/// impl Store for InMap {
+///     fn submit(&self, batch: Batch, done: Done) {
+///         let mut map = self.0.lock().unwrap();
+///         for write in batch.into_writes() {
+///             match write {
+///                 Write::Put { table, key, value } | Write::Insert { table, key, value } => {
+///                     map.insert((table, key), value);
+///                 }
+///                 Write::PutShared { table, key, value } => {
+///                     map.insert((table, key), value.to_vec());
+///                 }
+///                 Write::Delete { table, key } => {
+///                     map.remove(&(table, key));
+///                 }
+///             }
+///         }
+///         drop(map);
+///         done(Ok(()));
+///     }
+///
+///     fn get(&self, table: Table, key: &[u8]) -> Result<Option<Vec<u8>>, StoreError> {
+///         Ok(self.0.lock().unwrap().get(&(table, key.to_vec())).cloned())
+///     }
+///
+///     fn scan_from(
+///         &self,
+///         table: Table,
+///         prefix: &[u8],
+///         start: &[u8],
+///         visit: &mut dyn FnMut(&[u8], &[u8]) -> bool,
+///     ) -> Result<(), StoreError> {
+///         let map = self.0.lock().unwrap();
+///         for ((t, key), value) in map.range((table, start.to_vec())..) {
+///             if *t != table || !key.starts_with(prefix) || !visit(key, value) {
+///                 break;
+///             }
+///         }
+///         Ok(())
+///     }
+///
+///     fn durability(&self) -> Durability {
+///         Durability::Memory
+///     }
+///
+///     fn stats(&self) -> StoreStats {
+///         StoreStats::default() // nothing counted
+///     }
+/// }
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// let store = Arc::new(InMap::default());
+/// let runtime = guildhall::Runtime::builder().store(store.clone()).build().await?;
+/// runtime.register_agent(guildhall::AgentSpec::new("dev-1", "dev")).await?;
+/// let mut agents = 0;
+/// store.scan(Table::Agents, b"", &mut |_, _| {
+///     agents += 1;
+///     true
+/// })?;
+/// assert!(agents >= 1, "the agent's record is in the store");
+/// runtime.shutdown().await;
+/// # Ok(())
+/// # }
+/// ```
 pub trait Store: Send + Sync + 'static {
     /// Applies `batch` atomically and calls `done` once it is committed (or failed). `done`
     /// may run on another thread; it must not block.

@@ -39,6 +39,34 @@ pub struct CallEvent {
 
 /// Receives progress and events from calls. Implementations must not block: they run on
 /// the tool's actor.
+///
+/// # Examples
+/// An observer that counts the events calls emit (every method has a default: implement
+/// what you listen to). A caller hands it over with its call's options.
+/// ```
+/// use std::sync::atomic::{AtomicU64, Ordering};
+///
+/// use guildhall_actors::{CallEvent, CallObserver};
+///
+/// #[derive(Default)]
+/// struct Counter {
+///     events: AtomicU64,
+/// }
+///
+/// impl CallObserver for Counter {
+///     fn on_event(&self, _: CallEvent) {
+///         self.events.fetch_add(1, Ordering::Relaxed);
+///     }
+/// }
+///
+/// let counter = Counter::default();
+/// counter.on_event(CallEvent {
+///     call_id: uuid::Uuid::nil(),
+///     name: "step".into(),
+///     data: serde_json::json!({ "done": 1 }),
+/// });
+/// assert_eq!(counter.events.load(Ordering::Relaxed), 1);
+/// ```
 pub trait CallObserver: Send + Sync + 'static {
     /// A call reported progress.
     fn on_progress(&self, call: &CallContext, progress: Progress) {

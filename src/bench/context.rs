@@ -337,7 +337,7 @@ pub async fn context(config: ContextBenchConfig, dir: &Path, stage: &dyn Stage) 
     rt.shutdown().await;
 
     stage.phase("durable", rounds as u64);
-    let durable_dir = super::mail::tempfile_in(dir);
+    let durable_dir = super::tempfile_in(dir);
     let rt = Runtime::builder()
         .data_dir(&durable_dir)
         .build()
@@ -354,7 +354,7 @@ pub async fn context(config: ContextBenchConfig, dir: &Path, stage: &dyn Stage) 
     rt.shutdown().await;
     let _ = std::fs::remove_dir_all(&durable_dir);
 
-    let recovery_dir = super::mail::tempfile_in(dir);
+    let recovery_dir = super::tempfile_in(dir);
     let context_config = ContextConfig::default();
     stage.phase("write 1M ops", 20);
     let rt = Runtime::builder()

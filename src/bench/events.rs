@@ -87,7 +87,7 @@ pub async fn events(config: EventsBenchConfig, stage: &dyn Stage) -> EventsRepor
         .await
         .expect("bench runtime starts");
     let plain_noop = plain.handle::<Noop>("noop").expect("noop registered");
-    let audit_dir = super::mail::tempfile_in(&std::env::temp_dir());
+    let audit_dir = super::tempfile_in(&std::env::temp_dir());
     let governed_rt = Runtime::builder()
         .data_dir(&audit_dir)
         .governance(super::governed_config())

@@ -262,7 +262,7 @@ pub async fn mailbox(config: MailboxBenchConfig, dir: &Path, stage: &dyn Stage) 
     rt.shutdown().await;
 
     stage.phase("durable", rounds as u64);
-    let dir = tempfile_in(dir);
+    let dir = super::tempfile_in(dir);
     let rt = Runtime::builder()
         .data_dir(&dir)
         .mailbox_config(config_for(n, config.durable_per_agent))
@@ -314,15 +314,6 @@ pub async fn mailbox(config: MailboxBenchConfig, dir: &Path, stage: &dyn Stage) 
 fn config_for(agents: usize, per_agent: usize) -> MailboxConfig {
     let _ = agents;
     config(per_agent * 20 + 1_000)
-}
-
-/// A fresh directory under `parent` for one durable run.
-pub(super) fn tempfile_in(parent: &Path) -> std::path::PathBuf {
-    parent.join(format!(
-        "bench-{}-{}",
-        std::process::id(),
-        fastrand::u64(..)
-    ))
 }
 
 /// What `guildhall bench swarm` measured.
@@ -417,7 +408,7 @@ pub struct FanOutReport {
 pub async fn fan_out_bench(count: usize, dir: &Path, stage: &dyn Stage) -> FanOutReport {
     use crate::store::{self, Batch, Table, codec};
     let count = count.max(1);
-    let scratch = tempfile_in(dir);
+    let scratch = super::tempfile_in(dir);
     let rt = Runtime::builder()
         .data_dir(scratch.join("swarm"))
         .mailbox_config(MailboxConfig {

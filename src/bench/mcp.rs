@@ -537,7 +537,7 @@ pub async fn mcp(
     config: McpBenchConfig,
     stage: &dyn Stage,
 ) -> Result<McpReport, BenchError> {
-    let scratch = super::mail::tempfile_in(&std::env::temp_dir());
+    let scratch = super::tempfile_in(&std::env::temp_dir());
     std::fs::create_dir_all(&scratch)?;
     let data_dir = scratch.join("data");
     let mut background = start_background(exe, &data_dir, Store::InMemory).await?;

@@ -7,7 +7,8 @@ use std::time::{Duration, Instant};
 
 use serde::Serialize;
 
-use super::mail::{drain, one_way, swarm, tempfile_in};
+use super::mail::{drain, one_way, swarm};
+use super::tempfile_in;
 use super::{Stage, median};
 use crate::tasks::{ClaimFilter, TaskConfig, TaskLimits, TaskSpec, Tasks};
 use crate::{MailboxConfig, Runtime};

@@ -74,7 +74,7 @@ pub(crate) async fn run(args: AuditArgs, data_dir: &Path) -> CliResult {
     {
         Ok(connected) => serde_json::from_value(connected.value)?,
         Err(LocalError::NotRunning { .. }) => {
-            let store = super::offline_store(data_dir)?;
+            let store = super::offline::offline_store(data_dir)?;
             let records = audit::query(&*store, &query)?;
             store.close();
             records
@@ -104,7 +104,7 @@ pub(crate) async fn run(args: AuditArgs, data_dir: &Path) -> CliResult {
         writeln!(
             out,
             "{:<26} {:<14} {:<18} {:<17} {:>10}  {}",
-            super::local_time(r.at_ms),
+            super::clock::local_time(r.at_ms),
             r.agent.as_deref().unwrap_or("-"),
             r.tool,
             r.outcome.as_str(),

@@ -128,8 +128,8 @@ pub(crate) async fn run(args: ContextArgs, data_dir: &Path) -> CliResult {
     if let Some(done) = super::mail::through_server(data_dir).await {
         return done;
     }
-    super::require_store(data_dir, args.reads_only())?;
-    let rt = super::offline_runtime(data_dir)?.build().await?;
+    super::offline::require_store(data_dir, args.reads_only())?;
+    let rt = super::offline::offline_runtime(data_dir)?.build().await?;
     let cwd = std::env::current_dir()?;
     let result = run_with(&rt, args, &mut std::io::stdout(), &cwd).await;
     rt.shutdown().await;

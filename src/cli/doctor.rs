@@ -51,7 +51,7 @@ pub(crate) async fn run(args: DoctorArgs, data_dir: &Path) -> CliResult {
             .into());
         }
     }
-    if super::store_section(data_dir).is_ok_and(|store| store.url.is_some()) {
+    if super::offline::store_section(data_dir).is_ok_and(|store| store.url.is_some()) {
         return Err(format!(
             "the store of {} is a PostgreSQL database (`[store] url` in its config): the \
              doctor checks and repairs a redb file; check the database with PostgreSQL's own \

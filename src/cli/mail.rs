@@ -17,7 +17,7 @@ use serde::Deserialize;
 type CliResult = Result<(), Box<dyn std::error::Error>>;
 
 async fn open(data_dir: &Path) -> Result<Runtime, Box<dyn std::error::Error>> {
-    Ok(super::offline_runtime(data_dir)?
+    Ok(super::offline::offline_runtime(data_dir)?
         .mailbox_config(MailboxConfig::default())
         .build()
         .await?)
@@ -96,7 +96,7 @@ pub(crate) async fn agents(args: AgentsArgs, data_dir: &Path) -> CliResult {
     if let Some(done) = through_server(data_dir).await {
         return done;
     }
-    super::require_store(data_dir, args.reads_only())?;
+    super::offline::require_store(data_dir, args.reads_only())?;
     let rt = open(data_dir).await?;
     let result = agents_with(&rt, args, &mut std::io::stdout()).await;
     rt.shutdown().await;
@@ -458,7 +458,7 @@ pub(crate) async fn answer(args: AnswerArgs, data_dir: &Path) -> CliResult {
         writeln!(std::io::stdout(), "answered {} as {human}", args.id)?;
         return Ok(());
     }
-    super::require_store(data_dir, true)?;
+    super::offline::require_store(data_dir, true)?;
     let rt = open(data_dir).await?;
     let result = async {
         let id = parse_message_id(&args.id)?;
@@ -494,7 +494,7 @@ pub(crate) async fn inbox(mut args: InboxArgs, data_dir: &Path) -> CliResult {
     if let Some(listed) = on_server(data_dir, &agent, "check_inbox", arguments).await {
         return print_served_inbox(data_dir, &args, listed?).await;
     }
-    super::require_store(data_dir, true)?;
+    super::offline::require_store(data_dir, true)?;
     let rt = open(data_dir).await?;
     let result = async {
         let agent = rt.agent(&agent)?;

@@ -339,7 +339,7 @@ async fn serve_network(
     }
     let control = control
         .with_servers(Arc::clone(&servers))
-        .with_admin(Arc::new(super::ServerAdmin {
+        .with_admin(Arc::new(super::admin::ServerAdmin {
             servers: Some(servers),
         }))
         .with_about(serde_json::json!({

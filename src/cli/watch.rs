@@ -69,7 +69,7 @@ fn describe(line: &str) -> String {
     let text = |key: &str| event[key].as_str().unwrap_or("?").to_owned();
     let at = event["at_ms"]
         .as_u64()
-        .map(super::local_time)
+        .map(super::clock::local_time)
         .unwrap_or_default();
     let what = match event["event"].as_str().unwrap_or("") {
         "invoked" => format!(

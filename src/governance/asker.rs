@@ -42,6 +42,28 @@ pub enum Approval {
 
 /// Asks a person (or a policy service) about a call. Implementations may take as long as
 /// they need: the call's deadline still bounds the wait.
+///
+/// # Examples
+/// A policy in miniature, brought with a call's options (a closure is an asker): reads are
+/// let through once, anything else is refused.
+/// ```
+/// use std::sync::Arc;
+///
+/// use futures::FutureExt;
+/// use guildhall::CallOptions;
+/// use guildhall::governance::{Approval, AskRequest};
+///
+/// let policy = |request: AskRequest| {
+///     let approval = if request.tool.starts_with("read_") {
+///         Approval::Once
+///     } else {
+///         Approval::Deny
+///     };
+///     async move { approval }.boxed()
+/// };
+/// let options = CallOptions::new().asker(Arc::new(policy));
+/// # let _ = options;
+/// ```
 pub trait Asker: Send + Sync + 'static {
     /// Asks about one call.
     fn ask(&self, request: AskRequest) -> BoxFuture<'static, Approval>;

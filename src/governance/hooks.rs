@@ -99,6 +99,35 @@ pub struct HookReply {
 }
 
 /// A hook's code.
+///
+/// # Examples
+/// A before-hook that refuses `bash` commands removing whole trees, in-process (a closure
+/// is a hook):
+/// ```
+/// use std::sync::Arc;
+///
+/// use futures::FutureExt;
+/// use guildhall::governance::{
+///     Action, GovernanceConfig, HookInput, HookReply, Phase, RegisteredHook,
+/// };
+///
+/// let guard = |input: Arc<HookInput>| {
+///     let command = input.arguments["command"].as_str().unwrap_or_default();
+///     let refused = command.contains("rm -rf");
+///     async move {
+///         Ok::<_, String>(HookReply {
+///             decision: refused.then_some(Action::Deny),
+///             message: refused.then(|| "remove files one by one, by name".to_owned()),
+///             ..HookReply::default()
+///         })
+///     }
+///     .boxed()
+/// };
+/// let hook = RegisteredHook::new("no-rm-rf", Phase::Before, "bash", guard)?;
+/// let config = GovernanceConfig { hooks: vec![hook], ..GovernanceConfig::default() };
+/// # let _ = config;
+/// # Ok::<(), String>(())
+/// ```
 pub trait Hook: Send + Sync + 'static {
     /// Looks at one call. An `Err` counts as the hook's `on_failure` action.
     fn run(&self, input: Arc<HookInput>) -> BoxFuture<'static, Result<HookReply, String>>;

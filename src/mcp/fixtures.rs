@@ -7,6 +7,7 @@
 #![allow(deprecated)]
 
 mod input_required;
+mod model;
 mod tasks;
 
 use rmcp::model::{
@@ -18,8 +19,9 @@ use rmcp::model::{
 };
 use rmcp::service::RequestContext;
 use rmcp::{ErrorData as McpError, RoleServer};
-use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
+
+use model::from_json;
 
 /// A 1×1 PNG.
 const PNG: &str = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8/5+hHgAHggJ/PchI7wAAAABJRU5ErkJggg==";
@@ -64,13 +66,6 @@ pub(super) fn capabilities() -> ServerCapabilities {
         "completions": {},
         "extensions": { "io.modelcontextprotocol/tasks": {} }
     }))
-}
-
-fn from_json<T: DeserializeOwned>(value: Value) -> T {
-    // The fixtures are constants checked by the conformance run; a shape rmcp rejects is a
-    // programming error in this file.
-    #[allow(clippy::expect_used)]
-    serde_json::from_value(value).expect("fixture JSON matches the rmcp model")
 }
 
 fn empty_input() -> Value {

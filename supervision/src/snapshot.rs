@@ -3,7 +3,16 @@
 use serde::{Deserialize, Serialize};
 
 use crate::breaker::BreakerStatus;
-use crate::spec::ChildKind;
+
+/// Whether a child is a worker or a supervisor (whose own tree appears in snapshots).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ChildKind {
+    /// A plain actor.
+    Worker,
+    /// A [`SupervisorActor`](crate::SupervisorActor).
+    Supervisor,
+}
 
 /// Whether a child is running.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]

@@ -9,7 +9,8 @@ use ractor::{Actor, ActorCell, SpawnErr};
 
 use crate::backoff::Backoff;
 use crate::breaker::SharedBreaker;
-use crate::supervisor::{SupervisorActor, SupervisorSpec};
+// What a snapshot shows of a child is its kind; a spec only sets it.
+pub use crate::snapshot::ChildKind;
 
 /// Starts a child linked to the given supervisor cell and returns the child's cell.
 ///
@@ -38,16 +39,6 @@ pub enum Shutdown {
     Timeout(Duration),
     /// Asked to stop and waited for without limit. The default for supervisors.
     Infinity,
-}
-
-/// Whether a child is a worker or a supervisor (whose own tree appears in snapshots).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum ChildKind {
-    /// A plain actor.
-    Worker,
-    /// A [`SupervisorActor`].
-    Supervisor,
 }
 
 /// Everything a supervisor needs to know about one child.
@@ -94,14 +85,6 @@ impl ChildSpec {
                 })
             }),
         )
-    }
-
-    /// A nested supervisor running `spec`, with [`Shutdown::Infinity`] as OTP recommends.
-    pub fn supervisor(id: impl Into<Arc<str>>, spec: SupervisorSpec) -> Self {
-        let mut child = Self::actor(id, move || (SupervisorActor, spec.clone()));
-        child.kind = ChildKind::Supervisor;
-        child.shutdown = Shutdown::Infinity;
-        child
     }
 
     /// Calls `hook` with the child's new cell after every start and restart: how a caller

@@ -112,6 +112,17 @@ pub struct RestartDue {
 #[derive(Debug, Clone, Copy, Default)]
 pub struct SupervisorActor;
 
+impl ChildSpec {
+    /// A nested supervisor running `spec`, with [`Shutdown::Infinity`] as OTP recommends.
+    /// (Written here, beside the actor it runs, so that specs know nothing of supervisors.)
+    pub fn supervisor(id: impl Into<Arc<str>>, spec: SupervisorSpec) -> Self {
+        let mut child = Self::actor(id, move || (SupervisorActor, spec.clone()));
+        child.kind = ChildKind::Supervisor;
+        child.shutdown = Shutdown::Infinity;
+        child
+    }
+}
+
 struct Child {
     spec: ChildSpec,
     cell: Option<ActorCell>,

@@ -563,6 +563,12 @@ fn the_demo_runs_in_a_temporary_store_and_shows_a_readable_tree() {
         "the demo's agents do not join the project"
     );
     let shown = String::from_utf8_lossy(&out.stdout);
+    // The tests build the binary with fault injection (the dev-dependency on this crate):
+    // a shipped binary says only what the inbox holds.
+    assert!(
+        shown.contains("demo-pm mailbox crashed and restarted; inbox still holds 1 unread"),
+        "{shown}"
+    );
     let tree = &shown[shown.find("supervision tree:").unwrap()..];
     assert!(tree.contains("tally  (restarts 2)"), "{tree}");
     assert!(!tree.contains("Running") && !tree.contains('{'), "{tree}");

@@ -1143,14 +1143,10 @@ async fn an_always_approval_granted_on_one_server_holds_on_another() {
         .await
         .unwrap();
     // B hears of the agent within milliseconds; bounded, in case the notice is slow.
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
-    while b.agent("dev-1").is_err() {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "B never heard of dev-1"
-        );
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    crate::support::eventually_some(Duration::from_secs(5), "B hears of dev-1", async || {
+        b.agent("dev-1").ok()
+    })
+    .await;
     let call = |rt: &Runtime, asker: Option<Arc<Scripted>>| {
         let mut options = as_agent(rt, "dev-1");
         if let Some(asker) = asker {
@@ -1166,20 +1162,13 @@ async fn an_always_approval_granted_on_one_server_holds_on_another() {
     call(&a, Some(asker.clone())).await.unwrap();
     assert_eq!(asker.asked.load(Ordering::SeqCst), 1);
     // B hears of it within milliseconds; bounded, in case the notice is slow.
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
-    loop {
-        match call(&b, None).await {
-            Ok(ran) => {
-                assert_eq!(ran, json!("ran: ls"));
-                break;
-            }
-            Err(err) => assert!(
-                tokio::time::Instant::now() < deadline,
-                "B still refuses after 5 s: {err}"
-            ),
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    let ran = crate::support::eventually_some(
+        Duration::from_secs(5),
+        "B admits what A approved",
+        async || call(&b, None).await.ok(),
+    )
+    .await;
+    assert_eq!(ran, json!("ran: ls"));
     a.shutdown().await;
     b.shutdown().await;
 }

@@ -302,18 +302,16 @@ fn the_cli_shows_a_humans_questions_and_answers_them() {
             }
         }
     });
-    let deadline = std::time::Instant::now() + Duration::from_secs(20);
-    let listed: Value = loop {
-        let out = guildhall_ok(dir.path(), &["inbox", "--human", "--json"]);
-        if let Some(line) = out.lines().next() {
-            break serde_json::from_str(line).unwrap();
-        }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "the question reaches ada"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    };
+    let listed: Value = crate::support::eventually_blocking(
+        Duration::from_secs(20),
+        "the question reaches ada",
+        || {
+            let out = guildhall_ok(dir.path(), &["inbox", "--human", "--json"]);
+            out.lines()
+                .next()
+                .map(|line| serde_json::from_str(line).unwrap())
+        },
+    );
     assert_eq!(listed["subject"], "question from dev", "{listed}");
     let id = listed["id"].as_str().unwrap();
     let out = guildhall_ok(dir.path(), &["answer", id, "yes, merge"]);

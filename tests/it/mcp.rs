@@ -1367,8 +1367,8 @@ async fn http_serves_metrics_a_prometheus_parser_reads() {
         .unwrap();
     let client = crate::support::http_client();
     // The aggregator follows the events on its own task: the scrape shows them soon after.
-    let mut scrape = None;
-    for _ in 0..200 {
+    let what = "the scrape shows the message sent";
+    let scrape = crate::support::eventually_some(Duration::from_secs(10), what, async || {
         let response = client.get(&metrics_url).send().await.unwrap();
         assert_eq!(response.status(), 200);
         assert!(
@@ -1381,15 +1381,11 @@ async fn http_serves_metrics_a_prometheus_parser_reads() {
         assert!(text.ends_with("# EOF\n"), "{text}");
         let parsed =
             prometheus_parse::Scrape::parse(text.lines().map(|l| Ok(l.to_owned()))).unwrap();
-        if sample(&parsed, "guildhall_messages_total", &[]) == Some(1.0)
-            && sample(&parsed, "guildhall_context_batches_total", &[]) == Some(1.0)
-        {
-            scrape = Some(parsed);
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    let scrape = scrape.expect("the scrape shows the message sent");
+        (sample(&parsed, "guildhall_messages_total", &[]) == Some(1.0)
+            && sample(&parsed, "guildhall_context_batches_total", &[]) == Some(1.0))
+        .then_some(parsed)
+    })
+    .await;
     let ok = [("tool", "gate"), ("outcome", "ok")];
     assert_eq!(sample(&scrape, "guildhall_calls_total", &ok), Some(1.0));
     let bad = [("tool", "gate"), ("outcome", "invalid_arguments")];

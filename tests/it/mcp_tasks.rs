@@ -109,18 +109,19 @@ async fn task_request(wire: &mut Wire, id: u64, method: &str, task: &str) -> Val
     wire.request(id, method, params).await
 }
 
-/// `tasks/get` until the task ends (bounded).
+/// `tasks/get` until the task ends (bounded), with request ids from `first_id` up.
 async fn settled(wire: &mut Wire, first_id: u64, task: &str) -> Value {
-    for n in 0..200 {
-        let got = task_request(wire, first_id + n, "tasks/get", task).await;
-        let status = got["result"]["status"].as_str().unwrap_or("").to_owned();
-        if ["completed", "failed", "cancelled"].contains(&status.as_str()) {
-            return got["result"].clone();
-        }
+    let mut id = first_id;
+    crate::support::eventually_some(Duration::from_secs(10), "the task ends", async || {
+        let got = task_request(wire, id, "tasks/get", task).await;
+        id += 1;
         assert!(got.get("error").is_none(), "{got}");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    panic!("task {task} did not end");
+        let status = got["result"]["status"].as_str().unwrap_or("");
+        ["completed", "failed", "cancelled"]
+            .contains(&status)
+            .then(|| got["result"].clone())
+    })
+    .await
 }
 
 #[tokio::test]

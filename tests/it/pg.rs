@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::OnceLock;
 use std::sync::atomic::{AtomicU32, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// The running server: its port and data directory.
 pub struct Server {
@@ -348,18 +348,13 @@ fn wait_until_ready(port: u16, dir: &Path) {
             .build()
             .expect("a runtime");
         let url = format!("host=127.0.0.1 port={port} user=guildhall dbname=postgres");
-        let began = Instant::now();
-        while runtime
-            .block_on(tokio_postgres::connect(&url, tokio_postgres::NoTls))
-            .is_err()
-        {
-            assert!(
-                began.elapsed() < Duration::from_secs(60),
-                "postgres did not start; see {}",
-                log.display()
-            );
-            std::thread::sleep(Duration::from_millis(50));
-        }
+        let what = format!("postgres starts (its log: {})", log.display());
+        crate::support::eventually_blocking(Duration::from_secs(60), &what, || {
+            runtime
+                .block_on(tokio_postgres::connect(&url, tokio_postgres::NoTls))
+                .ok()
+                .map(drop)
+        });
     })
     .join()
     .expect("postgres started");

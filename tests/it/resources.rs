@@ -448,7 +448,8 @@ async fn events_until(
     done: impl Fn(&[Value]) -> bool,
 ) -> (Vec<Value>, u64) {
     let mut events = Vec::new();
-    for _ in 0..200 {
+    let what = "the events hold what was expected";
+    crate::support::eventually_some(std::time::Duration::from_secs(10), what, async || {
         *id += 1;
         let page = events_after(wire, *id, after).await;
         assert_eq!(page["missed"], 0, "{page}");
@@ -456,12 +457,10 @@ async fn events_until(
         let next = page["next"].as_u64().unwrap();
         assert!(next >= after, "{page}");
         after = next;
-        if done(&events) {
-            return (events, after);
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
-    }
-    panic!("the events never held what was expected: {events:?}");
+        done(&events).then_some(())
+    })
+    .await;
+    (events, after)
 }
 
 #[tokio::test]

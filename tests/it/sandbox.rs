@@ -175,18 +175,13 @@ restart = "temporary"
     /// Calls the proxied server's `run` once its tools are registered (it starts with the
     /// server, in the background).
     async fn proxied(&mut self, line: &str) -> String {
-        let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(30);
-        loop {
-            let tools = self.mallory.request("tools/list", json!({})).await;
-            if tools.to_string().contains("mcp__probe__run") {
-                break;
-            }
-            assert!(
-                tokio::time::Instant::now() < deadline,
-                "the proxied server's tools never came: {tools}"
-            );
-            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-        }
+        let mallory = &mut self.mallory;
+        let what = "the proxied server's tools come";
+        crate::support::eventually_some(std::time::Duration::from_secs(30), what, async || {
+            let tools = mallory.request("tools/list", json!({})).await;
+            tools.to_string().contains("mcp__probe__run").then_some(())
+        })
+        .await;
         self.text("mcp__probe__run", json!({ "line": line })).await
     }
 
@@ -201,18 +196,12 @@ restart = "temporary"
             .await;
         assert!(spawned.contains(id), "{spawned}");
         let log = self.data.join(format!("launched/{id}.log"));
-        let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(30);
-        loop {
+        let what = "the launched agent ends";
+        crate::support::eventually_some(std::time::Duration::from_secs(30), what, async || {
             let written = std::fs::read_to_string(&log).unwrap_or_default();
-            if written.contains("rc=") {
-                return written;
-            }
-            assert!(
-                tokio::time::Instant::now() < deadline,
-                "the launched agent did not end: {written}"
-            );
-            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-        }
+            written.contains("rc=").then_some(written)
+        })
+        .await
     }
 
     fn server_pid(&self) -> u32 {

@@ -350,17 +350,16 @@ async fn servers_in_the_config_are_listed_added_and_removed_from_the_command_lin
             .map(|l| serde_json::from_str(l).unwrap())
             .collect()
     };
-    let deadline = std::time::Instant::now() + Duration::from_secs(30);
-    while !listed()
-        .iter()
-        .any(|s| s["name"] == "inner" && s["state"] == "running")
-    {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "the configured server starts"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    crate::support::eventually_blocking(
+        Duration::from_secs(30),
+        "the configured server starts",
+        || {
+            listed()
+                .iter()
+                .any(|s| s["name"] == "inner" && s["state"] == "running")
+                .then_some(())
+        },
+    );
     let status = guildhall_ok(dir.path(), &["status"]);
     assert!(
         status.contains("mcp servers") && status.contains("inner"),
@@ -383,26 +382,20 @@ async fn servers_in_the_config_are_listed_added_and_removed_from_the_command_lin
     args.push(&second.command);
     args.extend(second.args.iter().map(String::as_str));
     guildhall_ok(dir.path(), &args);
-    let deadline = std::time::Instant::now() + Duration::from_secs(30);
-    loop {
-        let servers = listed();
-        if let Some(s) = servers
-            .iter()
-            .find(|s| s["name"] == "second" && s["state"] == "running")
-        {
-            assert_eq!(
-                s["tools"],
-                json!(["mcp__second__echo"]),
-                "only the tools asked for"
-            );
-            break;
-        }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "the added server starts"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    let second = crate::support::eventually_blocking(
+        Duration::from_secs(30),
+        "the added server starts",
+        || {
+            listed()
+                .into_iter()
+                .find(|s| s["name"] == "second" && s["state"] == "running")
+        },
+    );
+    assert_eq!(
+        second["tools"],
+        json!(["mcp__second__echo"]),
+        "only the tools asked for"
+    );
 
     let out = guildhall_ok(dir.path(), &["servers", "remove", "second"]);
     assert!(out.contains("removed"), "{out}");

@@ -1,4 +1,3 @@
-use std::future::Future;
 use std::path::Path;
 use std::process::Command;
 use std::sync::Arc;
@@ -10,21 +9,42 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 /// Polls `check` every 5 ms (of tokio time) until it holds, failing after `limit`.
-pub async fn eventually<F, Fut>(limit: Duration, mut check: F)
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = bool>,
-{
+pub async fn eventually(limit: Duration, mut check: impl AsyncFnMut() -> bool) {
+    eventually_some(limit, "the condition", async || check().await.then_some(())).await
+}
+
+/// Tries `attempt` every 5 ms (of tokio time) until it gives a value, failing after
+/// `limit` with `what` (what was waited for). An async closure may hold the caller's
+/// `&mut` state (a wire, a request counter) across its awaits.
+pub async fn eventually_some<T>(
+    limit: Duration,
+    what: &str,
+    mut attempt: impl AsyncFnMut() -> Option<T>,
+) -> T {
     let start = tokio::time::Instant::now();
     loop {
-        if check().await {
-            return;
+        if let Some(value) = attempt().await {
+            return value;
         }
-        assert!(
-            start.elapsed() < limit,
-            "condition not met within {limit:?}"
-        );
+        assert!(start.elapsed() < limit, "{what}: not within {limit:?}");
         tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+/// [`eventually_some`] for a test without a runtime, whose attempt runs a command: tries
+/// every 50 ms of the clock.
+pub fn eventually_blocking<T>(
+    limit: Duration,
+    what: &str,
+    mut attempt: impl FnMut() -> Option<T>,
+) -> T {
+    let start = std::time::Instant::now();
+    loop {
+        if let Some(value) = attempt() {
+            return value;
+        }
+        assert!(start.elapsed() < limit, "{what}: not within {limit:?}");
+        std::thread::sleep(Duration::from_millis(50));
     }
 }
 
@@ -358,15 +378,13 @@ pub fn serve_in_background_env(dir: &Path, args: &[&str], env: &[(&str, &str)]) 
             .spawn()
             .unwrap(),
     );
-    let deadline = std::time::Instant::now() + Duration::from_secs(20);
-    while !guildhall(dir)
-        .args(["status", "--json"])
-        .output()
-        .is_ok_and(|o| o.status.success())
-    {
-        assert!(std::time::Instant::now() < deadline, "the server answers");
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    eventually_blocking(Duration::from_secs(20), "the server answers", || {
+        guildhall(dir)
+            .args(["status", "--json"])
+            .output()
+            .is_ok_and(|o| o.status.success())
+            .then_some(())
+    });
     server
 }
 

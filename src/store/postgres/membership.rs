@@ -19,7 +19,7 @@ use std::time::Duration;
 use tokio::sync::{broadcast, mpsc};
 use tokio_postgres::Client;
 
-use super::{RECONNECT, failed};
+use super::connection::{Connection, RECONNECT, Writes, connect, connect_listening, failed};
 use crate::store::StoreError;
 use crate::store::cluster::Notice;
 
@@ -130,7 +130,7 @@ pub(super) async fn heartbeat(
             return;
         }
         if client.as_ref().is_none_or(Client::is_closed) {
-            client = super::connect(&config).await.ok();
+            client = connect(&config).await.ok();
         }
         let Some(c) = &client else { continue };
         let renewed = c
@@ -156,7 +156,7 @@ pub(super) async fn heartbeat(
 /// Leaves the database (a clean shutdown): gives up every subject and the server's row, so
 /// others need not wait for its lease to run out. Through the writer's connection, after
 /// everything it committed.
-pub(super) async fn leave(writer: &super::Connection<super::Writes>, me: &Membership) {
+pub(super) async fn leave(writer: &Connection<Writes>, me: &Membership) {
     if me.fenced() {
         return;
     }
@@ -197,7 +197,7 @@ pub(super) async fn listen(
     let mut missed = false;
     loop {
         let (tx, mut rx) = mpsc::unbounded_channel();
-        let connected = match super::connect_listening(&config, Some(tx)).await {
+        let connected = match connect_listening(&config, Some(tx)).await {
             // LISTEN takes no parameters: the channel is spliced in, made of this server's
             // own random hex id only.
             Ok(client) => client
