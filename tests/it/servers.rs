@@ -817,15 +817,25 @@ timeout = "10min"
     let server_pid = info(&servers, "inner").await.pid.unwrap();
 
     let pid_file = dir.path().join("pids");
-    let cut = rt
-        .call_json(
-            "mcp__inner__linger",
-            json!({ "file": pid_file }),
-            CallOptions::new().timeout(Duration::from_millis(300)),
-        )
-        .await;
-    assert!(matches!(cut, Err(CallError::Timeout { .. })), "{cut:?}");
+    // Dropped once its command runs (a deadline could pass before the command started on
+    // a loaded machine, and the sleeper would never be written down).
+    let call = tokio::spawn({
+        let (rt, file) = (rt.clone(), pid_file.clone());
+        async move {
+            rt.call_json(
+                "mcp__inner__linger",
+                json!({ "file": file }),
+                CallOptions::new(),
+            )
+            .await
+        }
+    });
     let sleeper = crate::support::pids(&pid_file, 1).await[0];
+    call.abort();
+    assert!(
+        call.await.is_err_and(|e| e.is_cancelled()),
+        "the call was still running"
+    );
     // The server heard `notifications/cancelled` and stopped its own call, killing the
     // command it ran; the server itself answered the probe and kept running.
     eventually(Duration::from_secs(10), || async move {
