@@ -371,42 +371,7 @@ impl Launcher {
     ) -> Result<LaunchInfo, LaunchError> {
         let runtime = self.runtime()?;
         let (profile_name, profile) = self.profile(request.profile.as_deref())?;
-        crate::agents::check_name(&request.role).map_err(|reason| {
-            LaunchError::InvalidArgument {
-                name: "role",
-                reason,
-            }
-        })?;
-        if let Some(prompt) = &request.prompt
-            && prompt.len() > MAX_PROMPT
-        {
-            return Err(LaunchError::InvalidArgument {
-                name: "prompt",
-                reason: format!(
-                    "{} bytes; at most {MAX_PROMPT} (put a long brief in a file, or in a board \
-                     task's description, and point to it)",
-                    prompt.len()
-                ),
-            });
-        }
-        let parent = request.parent.clone().or_else(|| caller.map(str::to_owned));
-        if let Some(parent) = &parent {
-            runtime.agent(parent)?;
-            // An agent launches for itself or for an agent below it: never in another's
-            // name, which would spend that agent's `max_per_parent` and fill its inbox.
-            if let Some(caller) = caller
-                && caller != parent
-                && !self.is_above(caller, parent)
-            {
-                return Err(LaunchError::InvalidArgument {
-                    name: "parent",
-                    reason: format!(
-                        "`{caller}` may launch agents for itself or for agents below it, \
-                         not for `{parent}`"
-                    ),
-                });
-            }
-        }
+        let parent = self.check_request(&runtime, caller, &request)?;
         let agent = match &request.id {
             Some(id) => id.clone(),
             None => format!(
@@ -418,31 +383,7 @@ impl Launcher {
         crate::agents::check_name(&agent)
             .map_err(|reason| LaunchError::InvalidArgument { name: "id", reason })?;
         let mut launched = self.launched.lock().await;
-        if launched
-            .get(&agent)
-            .is_some_and(|l| l.status().state.is_alive())
-        {
-            return Err(LaunchError::Duplicate(agent));
-        }
-        let alive: Vec<&Arc<Launch>> = launched
-            .values()
-            .filter(|l| l.status().state.is_alive())
-            .collect();
-        if alive.len() >= self.config.max_agents {
-            return Err(LaunchError::Limit(format!(
-                "{} launched agents are alive, the most there may be (`[launch] max_agents`); \
-                 stop one first",
-                alive.len()
-            )));
-        }
-        let siblings = alive.iter().filter(|l| l.parent == parent).count();
-        if parent.is_some() && siblings >= self.config.max_per_parent {
-            return Err(LaunchError::Limit(format!(
-                "`{}` has {siblings} launched agents alive, the most one agent may have \
-                 (`[launch] max_per_parent`); stop one first",
-                parent.as_deref().unwrap_or_default()
-            )));
-        }
+        self.check_room(&launched, &agent, parent.as_deref())?;
         if let Some(existing) = runtime.lookup_agent(&agent)
             && existing.role != request.role
         {
@@ -459,65 +400,21 @@ impl Launcher {
             spec = spec.parent(parent);
         }
         runtime.register_agent(spec).await?;
-        let prompt = match (request.prompt.clone(), request.task) {
-            (prompt, Some(task)) => {
-                let change = TaskChange {
-                    assignee: Some(Some(agent.clone())),
-                    ..TaskChange::default()
-                };
-                let given = runtime.tasks().update(caller, task, change).await?;
-                Some(prompt.unwrap_or_else(|| {
-                    format!(
-                        "You are agent `{agent}` (role `{}`). Your task is task {} on the \
-                         guildhall task board: {}\n\n{}\n\nTake it with task_claim, finish it \
-                         with task_update, and report to your parent by mail.",
-                        request.role, given.id, given.title, given.description
-                    )
-                }))
-            }
-            (prompt, None) => prompt,
-        };
+        let prompt = brief(&runtime, caller, &agent, &request).await?;
         let confiner = runtime
             .confiner()
             .filter(|c| profile.sandbox.enabled && c.sandbox.config().enabled)
             .cloned();
         let prepared =
             self.prepare(&agent, &request.role, parent.as_deref(), &profile, confiner)?;
-        let mut fields = Map::new();
-        fields.insert("agent".into(), json!(agent));
-        fields.insert("role".into(), json!(request.role));
-        fields.insert("parent".into(), json!(parent));
-        fields.insert("prompt".into(), json!(prompt));
-        fields.insert("task".into(), json!(request.task));
-        fields.insert("mcp_config".into(), json!(prepared.mcp_config));
-        fields.insert("data_dir".into(), json!(self.data_dir));
-        fields.insert("guildhall".into(), json!(self.program));
-        let template = profile.template().map_err(LaunchError::Profile)?;
-        let argv = crate::commands::template::render(&template, &fields).map_err(|reason| {
-            LaunchError::InvalidArgument {
-                name: "prompt",
-                reason,
-            }
-        })?;
-        let mut env = vec![
-            ("GUILDHALL_AGENT".to_owned(), agent.clone()),
-            ("GUILDHALL_ROLE".to_owned(), request.role.clone()),
-        ];
-        if let Some(parent) = &parent {
-            env.push(("GUILDHALL_PARENT".into(), parent.clone()));
-        }
-        match &prepared.socket {
-            Some(socket) => env.push((
-                crate::agents::SOCKET_ENV.to_owned(),
-                socket.display().to_string(),
-            )),
-            None => {
-                if let Some(dir) = &self.data_dir {
-                    env.push(("GUILDHALL_DATA_DIR".into(), dir.display().to_string()));
-                }
-            }
-        }
-        env.extend(profile.env.iter().map(|(k, v)| (k.clone(), v.clone())));
+        let (argv, env) = self.command_line(
+            &agent,
+            &request,
+            parent.as_deref(),
+            prompt,
+            &profile,
+            &prepared,
+        )?;
         let launch = Arc::new(Launch {
             agent: agent.clone(),
             role: request.role.clone(),
@@ -692,6 +589,144 @@ impl Launcher {
         }
     }
 
+    /// Checks what a spawn asks before anything is done: the role's name, the prompt's size,
+    /// and the parent (the caller's own, unless it names one below itself). The parent.
+    fn check_request(
+        &self,
+        runtime: &Runtime,
+        caller: Option<&str>,
+        request: &SpawnRequest,
+    ) -> Result<Option<String>, LaunchError> {
+        crate::agents::check_name(&request.role).map_err(|reason| {
+            LaunchError::InvalidArgument {
+                name: "role",
+                reason,
+            }
+        })?;
+        if let Some(prompt) = &request.prompt
+            && prompt.len() > MAX_PROMPT
+        {
+            return Err(LaunchError::InvalidArgument {
+                name: "prompt",
+                reason: format!(
+                    "{} bytes; at most {MAX_PROMPT} (put a long brief in a file, or in a board \
+                     task's description, and point to it)",
+                    prompt.len()
+                ),
+            });
+        }
+        let parent = request.parent.clone().or_else(|| caller.map(str::to_owned));
+        if let Some(parent) = &parent {
+            runtime.agent(parent)?;
+            // An agent launches for itself or for an agent below it: never in another's
+            // name, which would spend that agent's `max_per_parent` and fill its inbox.
+            if let Some(caller) = caller
+                && caller != parent
+                && !self.is_above(caller, parent)
+            {
+                return Err(LaunchError::InvalidArgument {
+                    name: "parent",
+                    reason: format!(
+                        "`{caller}` may launch agents for itself or for agents below it, \
+                         not for `{parent}`"
+                    ),
+                });
+            }
+        }
+        Ok(parent)
+    }
+
+    /// Whether `agent` may be launched now: not alive already, and within `max_agents` and
+    /// its parent's `max_per_parent`.
+    fn check_room(
+        &self,
+        launched: &BTreeMap<String, Arc<Launch>>,
+        agent: &str,
+        parent: Option<&str>,
+    ) -> Result<(), LaunchError> {
+        if launched
+            .get(agent)
+            .is_some_and(|l| l.status().state.is_alive())
+        {
+            return Err(LaunchError::Duplicate(agent.to_owned()));
+        }
+        let alive: Vec<&Arc<Launch>> = launched
+            .values()
+            .filter(|l| l.status().state.is_alive())
+            .collect();
+        if alive.len() >= self.config.max_agents {
+            return Err(LaunchError::Limit(format!(
+                "{} launched agents are alive, the most there may be (`[launch] max_agents`); \
+                 stop one first",
+                alive.len()
+            )));
+        }
+        let siblings = alive
+            .iter()
+            .filter(|l| l.parent.as_deref() == parent)
+            .count();
+        if parent.is_some() && siblings >= self.config.max_per_parent {
+            return Err(LaunchError::Limit(format!(
+                "`{}` has {siblings} launched agents alive, the most one agent may have \
+                 (`[launch] max_per_parent`); stop one first",
+                parent.unwrap_or_default()
+            )));
+        }
+        Ok(())
+    }
+
+    /// The launched process's argv (the profile's template filled in) and environment.
+    #[allow(
+        clippy::type_complexity,
+        reason = "the two halves of one command line, read once by the caller"
+    )]
+    fn command_line(
+        &self,
+        agent: &str,
+        request: &SpawnRequest,
+        parent: Option<&str>,
+        prompt: Option<String>,
+        profile: &Profile,
+        prepared: &Prepared,
+    ) -> Result<(Vec<String>, Vec<(String, String)>), LaunchError> {
+        let mut fields = Map::new();
+        fields.insert("agent".into(), json!(agent));
+        fields.insert("role".into(), json!(request.role));
+        fields.insert("parent".into(), json!(parent));
+        fields.insert("prompt".into(), json!(prompt));
+        fields.insert("task".into(), json!(request.task));
+        fields.insert("mcp_config".into(), json!(prepared.mcp_config));
+        fields.insert("data_dir".into(), json!(self.data_dir));
+        fields.insert("guildhall".into(), json!(self.program));
+        let template = profile.template().map_err(LaunchError::Profile)?;
+        let argv = crate::commands::template::render(&template, &fields).map_err(|reason| {
+            LaunchError::InvalidArgument {
+                name: "prompt",
+                reason,
+            }
+        })?;
+        let mut env = vec![
+            ("GUILDHALL_AGENT".to_owned(), agent.to_owned()),
+            ("GUILDHALL_ROLE".to_owned(), request.role.clone()),
+        ];
+        if let Some(parent) = parent {
+            env.push(("GUILDHALL_PARENT".into(), parent.to_owned()));
+        }
+        match &prepared.socket {
+            Some(socket) => env.push((
+                crate::agents::SOCKET_ENV.to_owned(),
+                socket.display().to_string(),
+            )),
+            None => {
+                if let Some(dir) = &self.data_dir {
+                    env.push(("GUILDHALL_DATA_DIR".into(), dir.display().to_string()));
+                }
+            }
+        }
+        env.extend(profile.env.iter().map(|(k, v)| (k.clone(), v.clone())));
+        Ok((argv, env))
+    }
+
     /// The agent's working directory, log file and MCP config; and, confined, its socket
     /// and its sandbox's reach.
     fn prepare(
@@ -840,6 +875,32 @@ impl Launcher {
                 LaunchError::Unavailable("the `launched` supervisor is not running".into())
             })
     }
+}
+
+/// What a launched agent is told: the prompt given, or, for a board task (assigned to it
+/// here), a brief naming the task and how to take, finish and report it.
+async fn brief(
+    runtime: &Runtime,
+    caller: Option<&str>,
+    agent: &str,
+    request: &SpawnRequest,
+) -> Result<Option<String>, LaunchError> {
+    let Some(task) = request.task else {
+        return Ok(request.prompt.clone());
+    };
+    let change = TaskChange {
+        assignee: Some(Some(agent.to_owned())),
+        ..TaskChange::default()
+    };
+    let given = runtime.tasks().update(caller, task, change).await?;
+    Ok(Some(request.prompt.clone().unwrap_or_else(|| {
+        format!(
+            "You are agent `{agent}` (role `{}`). Your task is task {} on the guildhall task \
+             board: {}\n\n{}\n\nTake it with task_claim, finish it with task_update, and \
+             report to your parent by mail.",
+            request.role, given.id, given.title, given.description
+        )
+    })))
 }
 
 struct Prepared {

@@ -786,6 +786,41 @@ pub(crate) async fn status(args: StatusArgs, data_dir: &Path) -> CliResult {
     )?;
     writeln!(out, "data dir     {}", text("data_dir"))?;
     writeln!(out, "store        {}", text("store"))?;
+    write_cluster(&mut out, &value)?;
+    writeln!(
+        out,
+        "http         {}",
+        value["http"].as_str().unwrap_or("off (--no-http)")
+    )?;
+    writeln!(
+        out,
+        "mcp clients  {} connected through the socket",
+        value["mcp_connections"]
+    )?;
+    writeln!(
+        out,
+        "tools        {}",
+        value["tools"]
+            .as_array()
+            .map(|t| t
+                .iter()
+                .filter_map(|v| v.as_str())
+                .collect::<Vec<_>>()
+                .join(", "))
+            .unwrap_or_default()
+    )?;
+    write_agents(&mut out, &value)?;
+    write_shells(&mut out, &value)?;
+    write_servers(&mut out, &value)?;
+    write_launched(&mut out, &value)?;
+    writeln!(out, "supervision tree")?;
+    let tree: ChildSnapshot = serde_json::from_value(value["tree"].clone())?;
+    print_tree(&mut out, &tree, 0)?;
+    Ok(())
+}
+
+/// `status`: the servers sharing the database, when there are.
+fn write_cluster(out: &mut impl Write, value: &serde_json::Value) -> std::io::Result<()> {
     if let Some(members) = value["cluster"].as_array() {
         writeln!(
             out,
@@ -825,28 +860,11 @@ pub(crate) async fn status(args: StatusArgs, data_dir: &Path) -> CliResult {
             )?;
         }
     }
-    writeln!(
-        out,
-        "http         {}",
-        value["http"].as_str().unwrap_or("off (--no-http)")
-    )?;
-    writeln!(
-        out,
-        "mcp clients  {} connected through the socket",
-        value["mcp_connections"]
-    )?;
-    writeln!(
-        out,
-        "tools        {}",
-        value["tools"]
-            .as_array()
-            .map(|t| t
-                .iter()
-                .filter_map(|v| v.as_str())
-                .collect::<Vec<_>>()
-                .join(", "))
-            .unwrap_or_default()
-    )?;
+    Ok(())
+}
+
+/// `status`: the agents, with the first of them listed.
+fn write_agents(out: &mut impl Write, value: &serde_json::Value) -> std::io::Result<()> {
     writeln!(
         out,
         "agents       {} registered, {} mailboxes active",
@@ -868,6 +886,11 @@ pub(crate) async fn status(args: StatusArgs, data_dir: &Path) -> CliResult {
     if value["agents"].as_u64().unwrap_or(0) > listed as u64 {
         writeln!(out, "  … `guildhall agents list` shows them all")?;
     }
+    Ok(())
+}
+
+/// `status`: the background shells, when there are.
+fn write_shells(out: &mut impl Write, value: &serde_json::Value) -> std::io::Result<()> {
     if let Some(shells) = value["shells"].as_array().filter(|s| !s.is_empty()) {
         writeln!(out, "background shells")?;
         for shell in shells {
@@ -886,6 +909,11 @@ pub(crate) async fn status(args: StatusArgs, data_dir: &Path) -> CliResult {
             )?;
         }
     }
+    Ok(())
+}
+
+/// `status`: the proxied MCP servers, when there are.
+fn write_servers(out: &mut impl Write, value: &serde_json::Value) -> std::io::Result<()> {
     if let Some(servers) = value["servers"].as_array().filter(|s| !s.is_empty()) {
         writeln!(out, "mcp servers")?;
         for server in servers {
@@ -911,6 +939,11 @@ pub(crate) async fn status(args: StatusArgs, data_dir: &Path) -> CliResult {
             }
         }
     }
+    Ok(())
+}
+
+/// `status`: the launched agents, when there are.
+fn write_launched(out: &mut impl Write, value: &serde_json::Value) -> std::io::Result<()> {
     if let Some(launched) = value["launched"].as_array().filter(|l| !l.is_empty()) {
         writeln!(out, "launched agents")?;
         let now = guildhall::time::now_ms();
@@ -939,8 +972,5 @@ pub(crate) async fn status(args: StatusArgs, data_dir: &Path) -> CliResult {
             }
         }
     }
-    writeln!(out, "supervision tree")?;
-    let tree: ChildSnapshot = serde_json::from_value(value["tree"].clone())?;
-    print_tree(&mut out, &tree, 0)?;
     Ok(())
 }

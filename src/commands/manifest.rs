@@ -297,7 +297,7 @@ fn line_of(text: &str, offset: usize) -> usize {
         + 1
 }
 
-/// Checks one tool whole.
+/// Checks one tool whole, part by part in the order a reader meets them in the manifest.
 fn check(
     at: &Located<'_>,
     name: String,
@@ -311,174 +311,18 @@ fn check(
         field: Some(field.to_owned()),
         reason,
     };
-    guildhall_actors::validate_name(&name).map_err(|err| whole("name", err.to_string()))?;
-    if name.starts_with("mcp__") {
-        return Err(whole(
-            "name",
-            format!("`{name}`: names starting with `mcp__` are for proxied MCP servers' tools"),
-        ));
-    }
-    if raw.description.trim().is_empty() {
-        return Err(whole(
-            "description",
-            "a command tool needs a description: it is all the model knows of it".into(),
-        ));
-    }
-
+    check_name(&name, &raw.description).map_err(|(field, reason)| whole(field, reason))?;
     let command_at = raw.command.span().start;
-    let mut command = raw.command.into_inner();
-    if command.is_empty() || command[0].is_empty() {
-        return Err(at.error(
-            command_at,
-            "command",
-            "needs a program and its arguments, e.g. [\"git\", \"log\", \"-n\", \"{count}\"]"
-                .into(),
-        ));
-    }
-    let program = command.remove(0);
-    if program.contains(['{', '}']) && !raw.shell {
-        return Err(at.error(
-            command_at,
-            "command",
-            format!("the program `{program}` must be fixed; placeholders go in its arguments"),
-        ));
-    }
-    let args = command
-        .iter()
-        .map(|entry| Arg::parse(entry).map_err(|err| at.error(command_at, "command", err.0)))
-        .collect::<Result<Vec<_>, _>>()?;
-    if raw.shell {
-        if program.contains('{') {
-            return Err(at.error(
-                command_at,
-                "command",
-                "with `shell = true` the first entry is the script, and a value is never written into it: \
-                 give the values as the following entries and read them as \"$1\", \"$2\", …"
-                    .into(),
-            ));
-        }
-    } else {
-        if super::template::script_has_placeholder(&program, &args) {
-            return Err(at.error(
-                command_at,
-                "command",
-                format!(
-                    "`{program}` would read a value as code (a placeholder in its `-c`/`-e` script or through `env`); \
-                     set `shell = true`, make the script the first entry, and pass values as the entries after it \
-                     (\"$1\", \"$2\", … in the script), or give the interpreter a script file"
-                ),
-            ));
-        }
-    }
+    let (program, args) = check_command(at, raw.command.into_inner(), command_at, raw.shell, base)?;
     let fields: Vec<&str> = args.iter().flat_map(Arg::fields).collect();
-    // `./scripts/x` is the config's, wherever the tool runs; a bare name is looked up in PATH.
-    let program = if !raw.shell && program.contains('/') && Path::new(&program).is_relative() {
-        base.join(&program).to_string_lossy().into_owned()
-    } else {
-        program
-    };
-
-    let (schema, schema_at) = match raw.input_schema {
-        None => {
-            let mut unique = fields.clone();
-            unique.sort_unstable();
-            unique.dedup();
-            let properties: serde_json::Map<String, Value> = unique
-                .iter()
-                .map(|f| ((*f).to_owned(), json!({"type": "string"})))
-                .collect();
-            let schema = json!({
-                "type": "object",
-                "properties": properties,
-                "required": unique,
-                "additionalProperties": false,
-            });
-            (schema, None)
-        }
-        Some(spanned) => {
-            let schema_at = spanned.span().start;
-            let schema = match spanned.into_inner() {
-                // Also accepted as JSON text, which is easier to paste than a TOML table.
-                Value::String(text) => serde_json::from_str(&text).map_err(|err| {
-                    at.error(schema_at, "input_schema", format!("is not JSON: {err}"))
-                })?,
-                table => table,
-            };
-            if schema.get("type").and_then(Value::as_str) != Some("object") {
-                return Err(at.error(
-                    schema_at,
-                    "input_schema",
-                    "must describe an object (`type = \"object\"`): a tool's input is one".into(),
-                ));
-            }
-            let properties = schema.get("properties").and_then(Value::as_object);
-            if let Some(missing) = fields
-                .iter()
-                .find(|f| !properties.is_some_and(|p| p.contains_key(**f)))
-            {
-                return Err(at.error(
-                    command_at,
-                    "command",
-                    format!("`{{{missing}}}` names no property of `input_schema`"),
-                ));
-            }
-            (schema, Some(schema_at))
-        }
-    };
+    let (schema, schema_at) = input_schema(at, raw.input_schema, &fields, command_at)?;
     let validator = compile(&schema).map_err(|reason| match schema_at {
         Some(offset) => at.error(offset, "input_schema", reason),
         None => whole("input_schema", reason),
     })?;
-
-    let cwd = match raw.cwd {
-        None => base.to_owned(),
-        Some(cwd) => {
-            let cwd_at = cwd.span().start;
-            let dir = base.join(cwd.into_inner());
-            if !dir.is_dir() {
-                return Err(at.error(
-                    cwd_at,
-                    "cwd",
-                    format!("`{}` is not a directory", dir.display()),
-                ));
-            }
-            dir
-        }
-    };
-    let env_at = raw.env.as_ref().map_or(0, |env| env.span().start);
-    let env = raw.env.map(Spanned::into_inner).unwrap_or_default();
-    for (key, value) in &env {
-        if key.is_empty() || key.contains(['=', '\0']) || value.contains('\0') {
-            return Err(at.error(
-                env_at,
-                "env",
-                format!("`{key}` cannot be an environment variable (no `=` or NUL, not empty)"),
-            ));
-        }
-        if key.starts_with("GUILDHALL_") {
-            return Err(at.error(
-                env_at,
-                "env",
-                format!("`{key}`: guildhall's own variables are never passed to commands"),
-            ));
-        }
-    }
-    let timeout = match raw.timeout {
-        None => Duration::from_secs(60),
-        Some(text) => {
-            let text_at = text.span().start;
-            let timeout = crate::time::humane::parse(text.get_ref())
-                .map_err(|reason| at.error(text_at, "timeout", reason))?;
-            if timeout.is_zero() || timeout > MAX_TIMEOUT {
-                return Err(at.error(
-                    text_at,
-                    "timeout",
-                    "must be more than zero and at most 24h".into(),
-                ));
-            }
-            timeout
-        }
-    };
+    let cwd = check_cwd(at, raw.cwd, base)?;
+    let env = check_env(at, raw.env)?;
+    let timeout = check_timeout(at, raw.timeout)?;
     let concurrency = match raw.concurrency {
         None => 16,
         Some(n) if *n.get_ref() == 0 => {
@@ -523,6 +367,195 @@ fn check(
         path: at.path.to_owned(),
         line,
     })
+}
+
+/// A tool's name and description, or the field that is wrong and why.
+fn check_name(name: &str, description: &str) -> Result<(), (&'static str, String)> {
+    guildhall_actors::validate_name(name).map_err(|err| ("name", err.to_string()))?;
+    if name.starts_with("mcp__") {
+        return Err((
+            "name",
+            format!("`{name}`: names starting with `mcp__` are for proxied MCP servers' tools"),
+        ));
+    }
+    if description.trim().is_empty() {
+        return Err((
+            "description",
+            "a command tool needs a description: it is all the model knows of it".into(),
+        ));
+    }
+    Ok(())
+}
+
+/// The program and its parsed arguments. The program is fixed (no placeholder), a value
+/// is never read as code (a placeholder in a `-c` script: `shell = true` passes values as
+/// `"$1"`, …), and a relative path is the config's, wherever the tool runs.
+fn check_command(
+    at: &Located<'_>,
+    mut command: Vec<String>,
+    command_at: usize,
+    shell: bool,
+    base: &Path,
+) -> Result<(String, Vec<Arg>), ManifestError> {
+    let refuse = |reason: String| at.error(command_at, "command", reason);
+    if command.is_empty() || command[0].is_empty() {
+        return Err(refuse(
+            "needs a program and its arguments, e.g. [\"git\", \"log\", \"-n\", \"{count}\"]"
+                .into(),
+        ));
+    }
+    let program = command.remove(0);
+    if program.contains(['{', '}']) && !shell {
+        return Err(refuse(format!(
+            "the program `{program}` must be fixed; placeholders go in its arguments"
+        )));
+    }
+    let args = command
+        .iter()
+        .map(|entry| Arg::parse(entry).map_err(|err| refuse(err.0)))
+        .collect::<Result<Vec<_>, _>>()?;
+    if shell && program.contains('{') {
+        return Err(refuse(
+            "with `shell = true` the first entry is the script, and a value is never written into it: \
+             give the values as the following entries and read them as \"$1\", \"$2\", …"
+                .into(),
+        ));
+    }
+    if !shell && super::template::script_has_placeholder(&program, &args) {
+        return Err(refuse(format!(
+            "`{program}` would read a value as code (a placeholder in its `-c`/`-e` script or through `env`); \
+             set `shell = true`, make the script the first entry, and pass values as the entries after it \
+             (\"$1\", \"$2\", … in the script), or give the interpreter a script file"
+        )));
+    }
+    // `./scripts/x` is the config's, wherever the tool runs; a bare name is looked up in PATH.
+    let program = if !shell && program.contains('/') && Path::new(&program).is_relative() {
+        base.join(&program).to_string_lossy().into_owned()
+    } else {
+        program
+    };
+    Ok((program, args))
+}
+
+/// The tool's input schema and where it was written: the one given (a table, or JSON
+/// text), which must describe an object with a property for every placeholder, or else
+/// one made from the placeholders, each a required string.
+fn input_schema(
+    at: &Located<'_>,
+    given: Option<Spanned<Value>>,
+    fields: &[&str],
+    command_at: usize,
+) -> Result<(Value, Option<usize>), ManifestError> {
+    let Some(spanned) = given else {
+        let mut unique = fields.to_vec();
+        unique.sort_unstable();
+        unique.dedup();
+        let properties: serde_json::Map<String, Value> = unique
+            .iter()
+            .map(|f| ((*f).to_owned(), json!({"type": "string"})))
+            .collect();
+        let schema = json!({
+            "type": "object",
+            "properties": properties,
+            "required": unique,
+            "additionalProperties": false,
+        });
+        return Ok((schema, None));
+    };
+    let schema_at = spanned.span().start;
+    let schema = match spanned.into_inner() {
+        // Also accepted as JSON text, which is easier to paste than a TOML table.
+        Value::String(text) => serde_json::from_str(&text)
+            .map_err(|err| at.error(schema_at, "input_schema", format!("is not JSON: {err}")))?,
+        table => table,
+    };
+    if schema.get("type").and_then(Value::as_str) != Some("object") {
+        return Err(at.error(
+            schema_at,
+            "input_schema",
+            "must describe an object (`type = \"object\"`): a tool's input is one".into(),
+        ));
+    }
+    let properties = schema.get("properties").and_then(Value::as_object);
+    if let Some(missing) = fields
+        .iter()
+        .find(|f| !properties.is_some_and(|p| p.contains_key(**f)))
+    {
+        return Err(at.error(
+            command_at,
+            "command",
+            format!("`{{{missing}}}` names no property of `input_schema`"),
+        ));
+    }
+    Ok((schema, Some(schema_at)))
+}
+
+/// Where the command runs: the config's directory, or a directory under it.
+fn check_cwd(
+    at: &Located<'_>,
+    cwd: Option<Spanned<PathBuf>>,
+    base: &Path,
+) -> Result<PathBuf, ManifestError> {
+    let Some(cwd) = cwd else {
+        return Ok(base.to_owned());
+    };
+    let cwd_at = cwd.span().start;
+    let dir = base.join(cwd.into_inner());
+    if !dir.is_dir() {
+        return Err(at.error(
+            cwd_at,
+            "cwd",
+            format!("`{}` is not a directory", dir.display()),
+        ));
+    }
+    Ok(dir)
+}
+
+/// The variables the command gets: names an environment can hold, none of guildhall's own.
+fn check_env(
+    at: &Located<'_>,
+    env: Option<Spanned<BTreeMap<String, String>>>,
+) -> Result<BTreeMap<String, String>, ManifestError> {
+    let env_at = env.as_ref().map_or(0, |env| env.span().start);
+    let env = env.map(Spanned::into_inner).unwrap_or_default();
+    for (key, value) in &env {
+        if key.is_empty() || key.contains(['=', '\0']) || value.contains('\0') {
+            return Err(at.error(
+                env_at,
+                "env",
+                format!("`{key}` cannot be an environment variable (no `=` or NUL, not empty)"),
+            ));
+        }
+        if key.starts_with("GUILDHALL_") {
+            return Err(at.error(
+                env_at,
+                "env",
+                format!("`{key}`: guildhall's own variables are never passed to commands"),
+            ));
+        }
+    }
+    Ok(env)
+}
+
+/// How long a call may run: 60 s unless given, more than zero and at most 24 h.
+fn check_timeout(
+    at: &Located<'_>,
+    text: Option<Spanned<String>>,
+) -> Result<Duration, ManifestError> {
+    let Some(text) = text else {
+        return Ok(Duration::from_secs(60));
+    };
+    let text_at = text.span().start;
+    let timeout = crate::time::humane::parse(text.get_ref())
+        .map_err(|reason| at.error(text_at, "timeout", reason))?;
+    if timeout.is_zero() || timeout > MAX_TIMEOUT {
+        return Err(at.error(
+            text_at,
+            "timeout",
+            "must be more than zero and at most 24h".into(),
+        ));
+    }
+    Ok(timeout)
 }
 
 /// Compiles an input schema (checked against the 2020-12 meta-schema). `$ref`s outside it
