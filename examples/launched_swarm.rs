@@ -89,7 +89,11 @@ async fn tech_lead() -> Result<()> {
         title: "release 1.0".into(),
         ..TaskSpec::default()
     };
-    let epic = runtime.tasks().create(Some("tl"), epic).await?;
+    let epic = runtime
+        .tasks()
+        .ok_or("no task board")?
+        .create(Some("tl"), epic)
+        .await?;
     let pm = SpawnRequest {
         id: Some("pm".into()),
         role: "pm".into(),
@@ -144,6 +148,7 @@ async fn tech_lead() -> Result<()> {
     println!("\nthe board:");
     let (tasks, _) = runtime
         .tasks()
+        .ok_or("no task board")?
         .list(TaskQuery {
             limit: 100,
             ..TaskQuery::default()

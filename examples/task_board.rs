@@ -20,7 +20,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             .register_agent(AgentSpec::new(worker, "dev").parent("pm"))
             .await?;
     }
-    let board = runtime.tasks();
+    let board = runtime.tasks().ok_or("no task board")?;
     let spec = |title: &str| TaskSpec {
         title: title.into(),
         assignee: Some("role:dev".into()),

@@ -20,4 +20,12 @@ pub enum BuildError {
     /// The supervision tree could not be started.
     #[error("the supervision tree failed to start")]
     Supervision(#[from] SupervisorError),
+    /// A subsystem could not install or start.
+    #[error("subsystem `{name}` cannot start: {reason}")]
+    Subsystem {
+        /// The subsystem's [`name`](crate::runtime::Subsystem::name).
+        name: &'static str,
+        /// Why.
+        reason: String,
+    },
 }

@@ -892,7 +892,12 @@ async fn brief(
         assignee: Some(Some(agent.to_owned())),
         ..TaskChange::default()
     };
-    let given = runtime.tasks().update(caller, task, change).await?;
+    let board = runtime
+        .tasks()
+        .ok_or_else(|| crate::tasks::TaskError::Unavailable {
+            reason: "this runtime has no task board".into(),
+        })?;
+    let given = board.update(caller, task, change).await?;
     Ok(Some(request.prompt.clone().unwrap_or_else(|| {
         format!(
             "You are agent `{agent}` (role `{}`). Your task is task {} on the guildhall task \

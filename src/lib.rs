@@ -20,7 +20,10 @@
 //!   caching, truncation, audit), [`options`] ([`ToolOptions`], [`CallOptions`]),
 //!   [`registry`] ([`ToolHandle`], a typed handle to one tool).
 //! - [`runtime`]: [`Runtime`] and its builder: the supervision tree, the tool registry,
-//!   typed and JSON calls, tree snapshots and graceful shutdown.
+//!   typed and JSON calls, tree snapshots and graceful shutdown, and the
+//!   [`Subsystem`](runtime::Subsystem) contract every domain plugs in through.
+//! - [`builtin`]: the built-in domains as subsystems (the task board, the file tools, the
+//!   shell, the sandbox, `web_fetch`, the humans), with the builder methods that add them.
 //! - Above the runtime: `servers` (Linux: other MCP servers proxied as supervised,
 //!   governed tools), `commands` (Linux: programs described in a manifest, served as
 //!   tools), `launch` (Linux: agents the runtime starts and supervises), [`observe`]
@@ -73,12 +76,14 @@ mod addresses;
 pub mod agents;
 #[cfg(feature = "bench")]
 pub mod bench;
+pub mod builtin;
 pub mod changes;
 #[cfg(all(target_os = "linux", target_env = "gnu"))]
 pub mod commands;
 pub mod config;
 pub mod context;
 mod detached;
+mod durable;
 mod error;
 pub mod events;
 #[cfg(feature = "fetch")]

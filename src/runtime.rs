@@ -9,16 +9,21 @@
 //! │   └── <tool>/i  (actor i of a concurrent tool)
 //! ├── mailboxes     (one dynamic supervisor per core: an active agent's mailbox actor)
 //! ├── contexts      (the same: an active session's context actor)
-//! ├── tasks         (the same: the task board's actor, while active)
-//! └── shells        (with `[shell]`: a dynamic supervisor, one temporary actor per
-//!                    background shell)
+//! └── <subsystem>   (each subsystem's children, in the order they were added: the task
+//!                    board's `tasks`, the shell's `shells`, …)
 //! ```
+//!
+//! A domain plugs in as a [`Subsystem`]: it installs its tools and children with what the
+//! runtime gives it ([`Install`]), and hears when the tree runs, when an agent leaves, what
+//! other servers say and when the runtime stops. The built-in ones (`crate::builtin`) plug
+//! in the same way an embedder's own do; this module names none of them.
 //!
 //! Tool actors are direct children of `tools`, one actor per tool and no per-tool supervisor,
 //! which keeps a tool at about one ractor actor of memory. Isolation comes from one-for-one
 //! restarts, each actor's own backoff, and each tool's breaker; `tools` has unlimited
 //! intensity so no tool's crash loop can escalate and restart the others.
 
+use std::any::Any;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, PoisonError, RwLock};
@@ -40,20 +45,16 @@ use crate::agents::{
 use crate::changes::Changes;
 use crate::context::tools::{ContextGet, ContextHistory, ContextUpdate};
 use crate::context::{ContextConfig, ContextHub, Sessions};
+use crate::durable::Owner;
 use crate::error::BuildError;
+use crate::events::Events;
 use crate::governance::{
     Governance, GovernanceConfig, Governed, ToolEvent, ToolMeta, ToolReply, layers,
 };
-use crate::humans::tools::{AskHuman, Confirm};
-use crate::humans::{Humans, HumansConfig};
 use crate::options::{CallOptions, ToolOptions};
 use crate::pipeline::{self, Sweeper};
 use crate::registry::{ErasedTool, ToolEntry, ToolHandle};
-use crate::store::{self, Cluster, MemoryStore, Store};
-use crate::tasks::tools::{
-    TaskClaim, TaskCreate, TaskGet, TaskHeartbeat, TaskList, TaskRelease, TaskUpdate,
-};
-use crate::tasks::{TaskBoard, TaskConfig, Tasks};
+use crate::store::{self, Cluster, MemoryStore, Notice, Store};
 
 const TOOLS: &str = "tools";
 
@@ -70,7 +71,8 @@ struct Inner {
     governance: Arc<Governance>,
     office: Arc<PostOffice>,
     contexts: Arc<ContextHub>,
-    tasks: Arc<TaskBoard>,
+    /// In the order they were added.
+    subsystems: Vec<Arc<dyn Subsystem>>,
     root: Supervisor,
     /// The `tools` supervisor, republished by every (re)start, so a `tools` restarted by
     /// root is found too.
@@ -81,14 +83,13 @@ struct Inner {
     /// Bumped whenever the tool set changes, for `tools/list_changed` notifications.
     tool_set: tokio::sync::watch::Sender<u64>,
     credentials: Credentials,
-    /// The background shells: listed in `status`, ended with their agent's last
-    /// connection.
-    #[cfg(all(target_os = "linux", target_env = "gnu"))]
-    shell: Option<Arc<crate::shell::Shell>>,
-    /// What every process started for an agent is confined by, and whose roots it gets.
-    #[cfg(all(target_os = "linux", target_env = "gnu"))]
-    confiner: Option<crate::sandbox::Confiner>,
 }
+
+/// Finds a registered agent's role (see [`Install::role_of`]).
+pub type RoleOf = Box<dyn Fn(&str) -> Option<String> + Send + Sync>;
+
+/// What a [`Subsystem`]'s hooks return: a boxed future, so the trait stays object safe.
+pub use futures::future::BoxFuture;
 
 /// How late a timeout may fire: the deadline sweeper's tick.
 const DEADLINE_RESOLUTION: Duration = Duration::from_millis(1);
@@ -105,24 +106,12 @@ pub struct RuntimeBuilder {
     store_lease: Duration,
     mailbox: MailboxConfig,
     context: ContextConfig,
-    tasks: TaskConfig,
     governance: GovernanceConfig,
     credentials: Credentials,
     sweeper: Arc<Sweeper>,
     pending: Vec<Pending>,
-    /// File roots that may depend on the calling agent's role, told how to find it.
-    by_role: Vec<Arc<crate::files::Files>>,
-    /// Sandboxes whose network may depend on the agent's role, told the same way.
-    #[cfg(all(target_os = "linux", target_env = "gnu"))]
-    sandboxes: Vec<Arc<crate::sandbox::Sandbox>>,
-    #[cfg(all(target_os = "linux", target_env = "gnu"))]
-    confiner: Option<crate::sandbox::Confiner>,
-    /// With [`humans`](Self::humans): `ask_human` and `confirm`, and who answers them.
-    humans: Option<HumansConfig>,
-    /// Subsystems started under the root after the built-in ones.
-    subsystems: Vec<ChildSpec>,
-    #[cfg(all(target_os = "linux", target_env = "gnu"))]
-    shell: Option<Arc<crate::shell::Shell>>,
+    /// Installed in this order; their children start in it and stop in reverse.
+    subsystems: Vec<Arc<dyn Subsystem>>,
 }
 
 /// A tool waiting for the runtime's governance to exist before its stack is built.
@@ -149,34 +138,6 @@ struct PreparedTool<T: Tool> {
 }
 
 impl Runtime {
-    /// Starts configuring a runtime.
-    pub fn builder() -> RuntimeBuilder {
-        RuntimeBuilder {
-            defaults: ToolOptions::default(),
-            store: StoreChoice::Memory,
-            #[cfg(feature = "postgres")]
-            store_url: None,
-            #[cfg(feature = "postgres")]
-            store_lease: crate::store::DEFAULT_LEASE,
-            mailbox: MailboxConfig::default(),
-            context: ContextConfig::default(),
-            tasks: TaskConfig::default(),
-            governance: GovernanceConfig::default(),
-            credentials: Credentials::default(),
-            sweeper: Sweeper::new(DEADLINE_RESOLUTION),
-            pending: Vec::new(),
-            by_role: Vec::new(),
-            #[cfg(all(target_os = "linux", target_env = "gnu"))]
-            sandboxes: Vec::new(),
-            #[cfg(all(target_os = "linux", target_env = "gnu"))]
-            confiner: None,
-            humans: None,
-            subsystems: Vec::new(),
-            #[cfg(all(target_os = "linux", target_env = "gnu"))]
-            shell: None,
-        }
-    }
-
     /// Calls a tool by name with JSON arguments, which are checked against the tool's input
     /// type before it runs.
     ///
@@ -505,27 +466,21 @@ impl Runtime {
             .map_or(0, |entry| entry.connections())
     }
 
-    /// The background shells (with `[shell]`), running and finished, oldest first.
-    #[cfg(all(target_os = "linux", target_env = "gnu"))]
-    pub fn background_shells(&self) -> Vec<crate::shell::ShellInfo> {
+    /// The subsystem of type `T`, when one was added.
+    pub fn subsystem<T: Subsystem>(&self) -> Option<&T> {
         self.inner
-            .shell
-            .as_ref()
-            .map(|shell| shell.background())
-            .unwrap_or_default()
+            .subsystems
+            .iter()
+            .find_map(|s| (&**s as &dyn Any).downcast_ref::<T>())
     }
 
-    /// The sandbox processes started for agents run in: the one given to
-    /// [`RuntimeBuilder::sandbox`], else the shell's.
-    #[cfg(all(target_os = "linux", target_env = "gnu"))]
-    pub fn sandbox(&self) -> Option<&Arc<crate::sandbox::Sandbox>> {
-        self.inner.confiner.as_ref().map(|c| &c.sandbox)
-    }
-
-    /// The sandbox and the roots processes started for agents get.
-    #[cfg(all(target_os = "linux", target_env = "gnu"))]
-    pub(crate) fn confiner(&self) -> Option<&crate::sandbox::Confiner> {
-        self.inner.confiner.as_ref()
+    /// What each subsystem adds to `status`, by name, in the order they were added.
+    pub fn subsystem_status(&self) -> Vec<(&'static str, Value)> {
+        self.inner
+            .subsystems
+            .iter()
+            .filter_map(|s| Some((s.name(), s.status()?)))
+            .collect()
     }
 
     /// Every registered agent, sorted by id.
@@ -578,11 +533,6 @@ impl Runtime {
         Sessions::new(Arc::clone(&self.inner.contexts))
     }
 
-    /// The task board.
-    pub fn tasks(&self) -> Tasks {
-        Tasks(Arc::clone(&self.inner.tasks))
-    }
-
     /// Where committed changes of inboxes, context sessions and the agent directory are
     /// reported, for listeners such as the MCP server's resource subscriptions.
     pub fn changes(&self) -> Arc<Changes> {
@@ -624,7 +574,9 @@ impl Runtime {
         }
         self.inner.office.stop_sweep();
         self.inner.contexts.stop_sweep();
-        self.inner.tasks.stop_sweep();
+        for subsystem in self.inner.subsystems.iter().rev() {
+            subsystem.stopping();
+        }
         for entry in &self.inner.tools {
             entry.value().close();
         }
@@ -650,8 +602,8 @@ impl WeakRuntime {
     }
 }
 
-/// A live connection acting as an agent. When the agent's last one ends, what outlives a
-/// connection only for its agent's sake (background shells) is ended.
+/// A live connection acting as an agent. When the agent's last one ends, the subsystems are
+/// told, so what outlives a connection only for its agent's sake (background shells) ends.
 pub(crate) struct Presence {
     connection: Option<crate::agents::Connection>,
     agent: Arc<str>,
@@ -670,10 +622,9 @@ impl Drop for Presence {
             inner.office.events.emit(|| ToolEvent::AgentLeft {
                 agent: Arc::clone(&self.agent),
             });
-        }
-        #[cfg(all(target_os = "linux", target_env = "gnu"))]
-        if let Some(shell) = self.runtime.upgrade().and_then(|inner| inner.shell.clone()) {
-            shell.agent_left(&self.agent);
+            for subsystem in &inner.subsystems {
+                subsystem.agent_left(&self.agent);
+            }
         }
     }
 }
@@ -692,6 +643,47 @@ impl Drop for Inner {
 }
 
 impl RuntimeBuilder {
+    /// A builder of the runtime's core alone: agents and their mailboxes, session context,
+    /// governance, and the tools of these, with no subsystem (not even the task board,
+    /// which [`Runtime::builder`] adds).
+    pub fn core() -> Self {
+        Self {
+            defaults: ToolOptions::default(),
+            store: StoreChoice::Memory,
+            #[cfg(feature = "postgres")]
+            store_url: None,
+            #[cfg(feature = "postgres")]
+            store_lease: crate::store::DEFAULT_LEASE,
+            mailbox: MailboxConfig::default(),
+            context: ContextConfig::default(),
+            governance: GovernanceConfig::default(),
+            credentials: Credentials::default(),
+            sweeper: Sweeper::new(DEADLINE_RESOLUTION),
+            pending: Vec::new(),
+            subsystems: Vec::new(),
+        }
+    }
+
+    /// Adds `subsystem`: installed at [`build`](Self::build) after those added before it,
+    /// its children started after theirs and stopped before.
+    pub fn subsystem(mut self, subsystem: impl Subsystem) -> Self {
+        self.subsystems.push(Arc::new(subsystem));
+        self
+    }
+
+    /// Puts `subsystem` in the place of the one of its type, or adds it when there is none.
+    pub fn replace_subsystem<T: Subsystem>(mut self, subsystem: T) -> Self {
+        let place = self
+            .subsystems
+            .iter()
+            .position(|s| (&**s as &dyn Any).is::<T>());
+        match place {
+            Some(i) => self.subsystems[i] = Arc::new(subsystem),
+            None => self.subsystems.push(Arc::new(subsystem)),
+        }
+        self
+    }
+
     /// Adds a tool with the default options.
     pub fn tool<T: InitState>(self, tool: T) -> Self {
         let options = self.defaults.clone();
@@ -759,75 +751,6 @@ impl RuntimeBuilder {
         self
     }
 
-    /// Sets the task board's limits and timings.
-    pub fn task_config(mut self, config: TaskConfig) -> Self {
-        self.tasks = config;
-        self
-    }
-
-    /// Adds the file tools (`read_file`, `write_file`, `edit_file`, `multi_edit`,
-    /// `list_dir`, `glob`, `grep`) over `files`' roots.
-    pub fn files(mut self, files: &Arc<crate::files::Files>) -> Self {
-        let tools = files.tools();
-        self.by_role.push(Arc::clone(files));
-        self.tool(tools.read)
-            .tool(tools.write)
-            .tool(tools.edit)
-            .tool(tools.multi_edit)
-            .tool(tools.list_dir)
-            .tool(tools.glob)
-            .tool(tools.grep)
-    }
-
-    /// Adds the shell tools: `bash`, and the background shells `shell_start`,
-    /// `shell_output` and `shell_kill` with their supervisor. `bash`'s deadline allows for
-    /// the longest command the shell's settings permit; none is retried (a command may
-    /// have side effects). An agent's background shells end when its last connection does.
-    #[cfg(all(target_os = "linux", target_env = "gnu"))]
-    pub fn shell(mut self, shell: &Arc<crate::shell::Shell>) -> Self {
-        let once = self.defaults.clone().max_retries(0);
-        let (start, output, kill) = shell.background_tools();
-        self.subsystems.push(shell.supervisor_spec());
-        self.by_role.push(Arc::clone(shell.files()));
-        self.sandboxes.push(Arc::clone(shell.sandbox()));
-        self.shell = Some(Arc::clone(shell));
-        self.tool_with(shell.tool(), once.clone().timeout(shell.max_call()))
-            .tool_with(start, once.clone())
-            .tool_with(output, once.clone().timeout(shell.max_output_wait()))
-            .tool_with(kill, once)
-    }
-
-    /// Confines every process started for an agent (command tools, proxied servers,
-    /// launched agents; the shell has its own) with `sandbox`, read-write in the agent's
-    /// roots of `files` (else in the process's own directory).
-    #[cfg(all(target_os = "linux", target_env = "gnu"))]
-    pub fn sandbox(
-        mut self,
-        sandbox: &Arc<crate::sandbox::Sandbox>,
-        files: Option<&Arc<crate::files::Files>>,
-    ) -> Self {
-        self.sandboxes.push(Arc::clone(sandbox));
-        self.confiner = Some(crate::sandbox::Confiner {
-            sandbox: Arc::clone(sandbox),
-            files: files.map(Arc::clone),
-        });
-        self
-    }
-
-    /// Adds the `web_fetch` tool. Its deadline allows for the fetch's own timeout.
-    #[cfg(feature = "fetch")]
-    pub fn fetch(self, fetch: &Arc<crate::fetch::Fetch>) -> Self {
-        let options = self.defaults.clone().timeout(fetch.max_call());
-        self.tool_with(fetch.tool(), options)
-    }
-
-    /// Adds `ask_human` and `confirm`: answered by the caller's own user when its MCP client
-    /// can ask, else mailed to `config`'s humans (registered with role `human`).
-    pub fn humans(mut self, config: HumansConfig) -> Self {
-        self.humans = Some(config);
-        self
-    }
-
     /// Sets mailbox limits and timings.
     pub fn mailbox_config(mut self, config: MailboxConfig) -> Self {
         self.mailbox = config;
@@ -841,27 +764,6 @@ impl RuntimeBuilder {
         self
     }
 
-    /// What `whoami` says of an agent's sandbox: the one processes started for agents run
-    /// in, when there is one.
-    fn sandbox_of(&self) -> Option<crate::agents::roster::SandboxOf> {
-        #[cfg(all(target_os = "linux", target_env = "gnu"))]
-        {
-            let sandbox = match (&self.confiner, &self.shell) {
-                (Some(confiner), _) => Arc::clone(&confiner.sandbox),
-                (None, Some(shell)) => Arc::clone(shell.sandbox()),
-                (None, None) => return None,
-            };
-            Some(Arc::new(move |agent: &str| {
-                serde_json::json!({
-                    "applied": sandbox.describe(),
-                    "network": sandbox.network_of(Some(agent)),
-                })
-            }))
-        }
-        #[cfg(not(all(target_os = "linux", target_env = "gnu")))]
-        None
-    }
-
     /// Validates every tool and starts the tree.
     ///
     /// # Errors
@@ -871,23 +773,14 @@ impl RuntimeBuilder {
     /// # Cancel safety
     /// Not cancel safe: await it to completion. Dropped part way, it may leave the store open
     /// and actors started with no [`Runtime`] to shut them down.
-    pub async fn build(mut self) -> Result<Runtime, BuildError> {
-        let store: Arc<dyn Store> = match self.store {
-            #[cfg(feature = "postgres")]
-            _ if self.store_url.is_some() => Arc::new(crate::store::PostgresStore::open_url(
-                self.store_url.as_deref().unwrap_or_default(),
-                self.store_lease,
-            )?),
-            StoreChoice::Memory => Arc::new(MemoryStore::new()),
-            StoreChoice::Dir(ref dir) => store::open(dir)?,
-            StoreChoice::Given(ref store) => Arc::clone(store),
-        };
+    pub async fn build(self) -> Result<Runtime, BuildError> {
+        let store = self.open_store()?;
         let data_dir = match &self.store {
             StoreChoice::Dir(dir) => Some(dir.clone()),
             _ => None,
         };
         // One event stream for the whole runtime: calls, tools, mail, agents.
-        let events = crate::events::Events::default();
+        let events = Events::default();
         // Listening before the directory and the sessions are read: a change another
         // server makes from here on is either read by them or noticed after.
         let notices = store.cluster().map(Cluster::subscribe);
@@ -902,128 +795,75 @@ impl RuntimeBuilder {
             self.context.clone(),
             Arc::clone(&office),
         )?;
-        let tasks = TaskBoard::open(Arc::clone(&store), self.tasks.clone(), Arc::clone(&office));
-        #[cfg(all(target_os = "linux", target_env = "gnu"))]
-        let sandboxes = std::mem::take(&mut self.sandboxes);
-        #[cfg(all(target_os = "linux", target_env = "gnu"))]
-        for sandbox in &sandboxes {
-            let office = Arc::downgrade(&office);
-            sandbox.resolve_roles_with(Box::new(move |agent| {
-                let entry = office.upgrade()?.directory.get(agent)?;
-                Some(entry.record().role.clone())
-            }));
-        }
-        for files in std::mem::take(&mut self.by_role) {
-            let office = Arc::downgrade(&office);
-            files.resolve_roles_with(Box::new(move |agent| {
-                let entry = office.upgrade()?.directory.get(agent)?;
-                Some(entry.record().role.clone())
-            }));
-        }
         let governance = Governance::start(
-            std::mem::take(&mut self.governance),
+            self.governance,
             Arc::clone(&office),
             Arc::clone(&contexts),
-            store,
+            Arc::clone(&store),
             data_dir,
-            events,
+            events.clone(),
         )?;
-        #[cfg(all(target_os = "linux", target_env = "gnu"))]
-        for sandbox in sandboxes {
-            sandbox.report_to(Arc::new(crate::governance::sandboxed::SandboxReport(
-                Arc::downgrade(&governance),
-            )));
-        }
-        // The mailbox tools wait up to `max_wait` by design; their deadline allows for it.
-        let mail_options = self
-            .defaults
-            .clone()
-            .timeout(self.mailbox.max_wait + Duration::from_secs(10));
-        let sandbox_of = self.sandbox_of();
-        self = self
-            .tool_with(SendMessage(Arc::clone(&office)), mail_options.clone())
-            .tool_with(CheckInbox(Arc::clone(&office)), mail_options.clone())
-            .tool_with(ReadMessage(Arc::clone(&office)), mail_options.clone())
-            .tool_with(MarkRead(Arc::clone(&office)), mail_options)
-            .tool(WhoAmI(Arc::clone(&office), sandbox_of))
-            .tool(crate::governance::SetMode(Arc::clone(&governance)))
-            .tool(ListAgents(Arc::clone(&office)))
-            .tool(ContextGet(Arc::clone(&contexts)))
-            .tool(ContextUpdate(Arc::clone(&contexts)))
-            .tool(ContextHistory(Arc::clone(&contexts)))
-            .tool(TaskCreate(Tasks(Arc::clone(&tasks))))
-            .tool(TaskList(Tasks(Arc::clone(&tasks))))
-            .tool(TaskGet(Tasks(Arc::clone(&tasks))))
-            .tool(TaskUpdate(Tasks(Arc::clone(&tasks))))
-            .tool(TaskClaim(Tasks(Arc::clone(&tasks))))
-            .tool(TaskHeartbeat(Tasks(Arc::clone(&tasks))))
-            .tool(TaskRelease(Tasks(Arc::clone(&tasks))));
-        if let Some(config) = self.humans.take() {
-            let humans = Humans::start(Arc::clone(&office), config).await?;
-            // They wait for a person by design; their deadline allows for the longest wait.
-            let options = self
-                .defaults
-                .clone()
-                .timeout(crate::humans::tools::MAX_WAIT + Duration::from_secs(10));
-            self = self
-                .tool_with(AskHuman(Arc::clone(&humans)), options.clone())
-                .tool_with(Confirm(humans), options);
-        }
-        let tools: DashMap<String, Arc<dyn ErasedTool>> =
-            DashMap::with_capacity(self.pending.len());
-        let mut children = Vec::with_capacity(self.pending.len());
+        let mut install = Install {
+            store: &store,
+            events: &events,
+            governance: &governance,
+            office: &office,
+            defaults: &self.defaults,
+            sweeper: &self.sweeper,
+            tools: Vec::with_capacity(self.pending.len() + 16),
+            children: Vec::new(),
+            sandbox_of: None,
+            confining: false,
+        };
         for pending in self.pending {
-            let prepared = pending(&self.sweeper, &governance)?;
+            install.tools.push(pending(&self.sweeper, &governance)?);
+        }
+        for subsystem in &self.subsystems {
+            subsystem.install(&mut install).await?;
+        }
+        core_tools(&mut install, &contexts, self.mailbox.max_wait)?;
+        let Install {
+            tools: prepared,
+            children: subsystem_children,
+            ..
+        } = install;
+        let tools: DashMap<String, Arc<dyn ErasedTool>> = DashMap::with_capacity(prepared.len());
+        let mut children = Vec::with_capacity(prepared.len());
+        for prepared in prepared {
             let name = prepared.entry.spec().name.clone();
             if tools.insert(name.clone(), prepared.entry).is_some() {
                 return Err(RegistrationError::DuplicateName { name }.into());
             }
             children.push(prepared.children);
         }
-        // One broken tool must not take the others down: restarts never escalate from here.
-        let tools_spec = SupervisorSpec {
-            strategy: Strategy::OneForOne,
-            intensity: RestartIntensity::new(u32::MAX, Duration::from_secs(10)),
-            backoff: Backoff::default(),
-            children: flatten_exact(children),
-        };
         let tools_sup: Arc<RwLock<Option<Supervisor>>> = Arc::default();
         let root_spec = SupervisorSpec::new(Strategy::OneForOne)
-            .child(ChildSpec::supervisor(TOOLS, tools_spec).on_start({
-                let slot = Arc::clone(&tools_sup);
-                move |cell| {
-                    *slot.write().unwrap_or_else(PoisonError::into_inner) =
-                        Some(Supervisor::from_ref(cell.clone().into()));
-                }
-            }))
+            .child(tools_supervisor_spec(children, &tools_sup))
             .child(office.supervisor_spec())
-            .child(contexts.supervisor_spec())
-            .child(tasks.supervisor_spec());
-        let root_spec = self
-            .subsystems
+            .child(contexts.supervisor_spec());
+        let root_spec = subsystem_children
             .into_iter()
             .fold(root_spec, SupervisorSpec::child);
         let (root, _) = Supervisor::spawn(root_spec, None).await?;
         self.sweeper.start();
         office.start_sweep();
         contexts.start_sweep();
-        tasks.start_sweep();
         if let Some(notices) = notices {
             tokio::spawn(follow_cluster(
                 notices,
                 Arc::downgrade(&office),
                 Arc::downgrade(&contexts),
-                Arc::downgrade(&tasks),
                 Arc::downgrade(&governance),
+                self.subsystems.iter().map(Arc::downgrade).collect(),
             ));
         }
-        Ok(Runtime {
+        let runtime = Runtime {
             inner: Arc::new(Inner {
                 tools,
                 governance,
                 office,
                 contexts,
-                tasks,
+                subsystems: self.subsystems,
                 root,
                 tools_sup,
                 defaults: self.defaults,
@@ -1031,17 +871,299 @@ impl RuntimeBuilder {
                 stopping: AtomicBool::new(false),
                 tool_set: tokio::sync::watch::Sender::new(0),
                 credentials: self.credentials,
-                #[cfg(all(target_os = "linux", target_env = "gnu"))]
-                confiner: self.confiner.or_else(|| {
-                    self.shell.as_ref().map(|shell| crate::sandbox::Confiner {
-                        sandbox: Arc::clone(shell.sandbox()),
-                        files: Some(Arc::clone(shell.files())),
-                    })
-                }),
-                #[cfg(all(target_os = "linux", target_env = "gnu"))]
-                shell: self.shell,
             }),
+        };
+        for subsystem in &runtime.inner.subsystems {
+            if let Err(err) = subsystem.started(&runtime).await {
+                runtime.shutdown().await;
+                return Err(err);
+            }
+        }
+        Ok(runtime)
+    }
+
+    /// The store chosen: in memory, in a directory, given, or at a database URL.
+    fn open_store(&self) -> Result<Arc<dyn Store>, BuildError> {
+        Ok(match self.store {
+            #[cfg(feature = "postgres")]
+            _ if self.store_url.is_some() => Arc::new(crate::store::PostgresStore::open_url(
+                self.store_url.as_deref().unwrap_or_default(),
+                self.store_lease,
+            )?),
+            StoreChoice::Memory => Arc::new(MemoryStore::new()),
+            StoreChoice::Dir(ref dir) => store::open(dir)?,
+            StoreChoice::Given(ref store) => Arc::clone(store),
         })
+    }
+}
+
+/// The core's own tools: the mailbox tools, `whoami`, `set_mode`, `list_agents` and the
+/// context tools.
+fn core_tools(
+    install: &mut Install<'_>,
+    contexts: &Arc<ContextHub>,
+    max_wait: Duration,
+) -> Result<(), RegistrationError> {
+    let office = Arc::clone(install.office);
+    // The mailbox tools wait up to `max_wait` by design; their deadline allows for it.
+    let mail = install
+        .defaults()
+        .clone()
+        .timeout(max_wait + Duration::from_secs(10));
+    install.tool_with(SendMessage(Arc::clone(&office)), mail.clone())?;
+    install.tool_with(CheckInbox(Arc::clone(&office)), mail.clone())?;
+    install.tool_with(ReadMessage(Arc::clone(&office)), mail.clone())?;
+    install.tool_with(MarkRead(Arc::clone(&office)), mail)?;
+    let sandbox_of = install.sandbox_of.take();
+    install.tool(WhoAmI(Arc::clone(&office), sandbox_of))?;
+    install.tool(crate::governance::SetMode(Arc::clone(install.governance)))?;
+    install.tool(ListAgents(office))?;
+    install.tool(ContextGet(Arc::clone(contexts)))?;
+    install.tool(ContextUpdate(Arc::clone(contexts)))?;
+    install.tool(ContextHistory(Arc::clone(contexts)))?;
+    Ok(())
+}
+
+/// The `tools` supervisor over every tool's actors. One broken tool must not take the
+/// others down: restarts never escalate from here. It publishes itself in `slot` at every
+/// (re)start, so a `tools` restarted by root is found too.
+fn tools_supervisor_spec(
+    children: Vec<Vec<ChildSpec>>,
+    slot: &Arc<RwLock<Option<Supervisor>>>,
+) -> ChildSpec {
+    let spec = SupervisorSpec {
+        strategy: Strategy::OneForOne,
+        intensity: RestartIntensity::new(u32::MAX, Duration::from_secs(10)),
+        backoff: Backoff::default(),
+        children: flatten_exact(children),
+    };
+    let slot = Arc::clone(slot);
+    ChildSpec::supervisor(TOOLS, spec).on_start(move |cell| {
+        *slot.write().unwrap_or_else(PoisonError::into_inner) =
+            Some(Supervisor::from_ref(cell.clone().into()));
+    })
+}
+
+/// A domain that plugs into the runtime: what it gives (its tools, its children under the
+/// root, what it adds to `status` and `whoami`) and what it gets ([`Install`]: the store,
+/// the events, governance, the agents' roles). The runtime calls it at these points, each
+/// subsystem in the order added (the stop in reverse):
+///
+/// 1. [`install`](Self::install), at build, after the store, the agents, context and
+///    governance exist and before the tree starts: its tools and children are part of the
+///    tree from the start, restarted with it, stopped in order with it;
+/// 2. [`started`](Self::started), once the tree runs (where one starts what needs a
+///    running runtime, such as connecting to servers whose tools come later);
+/// 3. while serving, [`agent_left`](Self::agent_left) and
+///    [`on_notice`](Self::on_notice);
+/// 4. [`stopping`](Self::stopping), at shutdown, before the tree stops.
+///
+/// # Examples
+///
+/// A subsystem with a tool of its own and a section in `status`:
+///
+/// ```
+/// use std::sync::Arc;
+/// use std::sync::atomic::{AtomicU64, Ordering};
+///
+/// use guildhall::runtime::{BoxFuture, Install, Subsystem};
+/// use guildhall::{BuildError, CallContext, CallOptions, Runtime, Tool};
+/// use schemars::JsonSchema;
+/// use serde::{Deserialize, Serialize};
+///
+/// /// Counts what agents ask it to.
+/// #[derive(Default)]
+/// struct Counter(Arc<AtomicU64>);
+///
+/// #[derive(Clone, Serialize, Deserialize, JsonSchema)]
+/// struct Add { by: u64 }
+///
+/// #[derive(Serialize, JsonSchema)]
+/// struct Total { total: u64 }
+///
+/// struct Count(Arc<AtomicU64>);
+///
+/// impl Tool for Count {
+///     type Input = Add;
+///     type Output = Total;
+///     type Error = std::convert::Infallible;
+///     type State = ();
+///     fn name(&self) -> &str { "count" }
+///     fn description(&self) -> &str { "Adds to the counter." }
+///     async fn call(&self, _: &mut (), add: Add, _: CallContext) -> Result<Total, Self::Error> {
+///         Ok(Total { total: self.0.fetch_add(add.by, Ordering::Relaxed) + add.by })
+///     }
+/// }
+///
+/// impl Subsystem for Counter {
+///     fn name(&self) -> &'static str {
+///         "counter"
+///     }
+///
+///     fn install<'a>(
+///         &'a self,
+///         install: &'a mut Install<'_>,
+///     ) -> BoxFuture<'a, Result<(), BuildError>> {
+///         Box::pin(async move {
+///             install.tool(Count(Arc::clone(&self.0)))?;
+///             Ok(())
+///         })
+///     }
+///
+///     fn status(&self) -> Option<serde_json::Value> {
+///         Some(serde_json::json!({ "total": self.0.load(Ordering::Relaxed) }))
+///     }
+/// }
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// let runtime = Runtime::builder().subsystem(Counter::default()).build().await?;
+/// let out = runtime
+///     .call_json("count", serde_json::json!({ "by": 2 }), CallOptions::new())
+///     .await?;
+/// assert_eq!(out["total"], 2);
+/// let status = runtime.subsystem_status();
+/// assert!(status.contains(&("counter", serde_json::json!({ "total": 2 }))));
+/// runtime.shutdown().await;
+/// # Ok(())
+/// # }
+/// ```
+pub trait Subsystem: Any + Send + Sync {
+    /// Its name, in `status` and in logs.
+    fn name(&self) -> &'static str;
+
+    /// Adds its tools and children to the runtime being built.
+    ///
+    /// # Errors
+    /// What stops the build: an invalid or duplicate tool, a setting that cannot work.
+    fn install<'a>(&'a self, install: &'a mut Install<'_>)
+    -> BoxFuture<'a, Result<(), BuildError>>;
+
+    /// The tree runs: start what needs a running runtime.
+    ///
+    /// # Errors
+    /// What stops the build (the runtime is shut down again).
+    fn started<'a>(&'a self, _runtime: &'a Runtime) -> BoxFuture<'a, Result<(), BuildError>> {
+        Box::pin(async { Ok(()) })
+    }
+
+    /// What it adds to `status`, if anything.
+    fn status(&self) -> Option<Value> {
+        None
+    }
+
+    /// Agent `agent`'s last live connection ended.
+    fn agent_left(&self, _agent: &str) {}
+
+    /// What another server sharing the store says (a hand-over, a change to read again).
+    fn on_notice<'a>(&'a self, _notice: &'a Notice) -> BoxFuture<'a, ()> {
+        Box::pin(async {})
+    }
+
+    /// The runtime is stopping: end what is not in the tree (a sweep, a timer). Its
+    /// children stop with the tree after this.
+    fn stopping(&self) {}
+}
+
+/// What a [`Subsystem`] gets as it installs: the runtime's store, events, governance and
+/// agents, and where it adds its tools and children.
+pub struct Install<'a> {
+    store: &'a Arc<dyn Store>,
+    events: &'a Events,
+    governance: &'a Arc<Governance>,
+    office: &'a Arc<PostOffice>,
+    defaults: &'a ToolOptions,
+    sweeper: &'a Arc<Sweeper>,
+    tools: Vec<Prepared>,
+    children: Vec<ChildSpec>,
+    /// What `whoami` says of an agent's sandbox, from the subsystem that knows it.
+    sandbox_of: Option<crate::agents::roster::SandboxOf>,
+    /// Whether `sandbox_of` is the sandbox processes started for agents are confined by.
+    confining: bool,
+}
+
+impl Install<'_> {
+    /// Adds a tool with the runtime's default options.
+    ///
+    /// # Errors
+    /// [`RegistrationError`] for an invalid tool (a duplicate name is found at the end of
+    /// the build).
+    pub fn tool<T: InitState>(&mut self, tool: T) -> Result<(), RegistrationError> {
+        let options = self.defaults.clone();
+        self.tool_with(tool, options)
+    }
+
+    /// Adds a tool with its own options.
+    ///
+    /// # Errors
+    /// As [`tool`](Self::tool).
+    pub fn tool_with<T: InitState>(
+        &mut self,
+        tool: T,
+        options: ToolOptions,
+    ) -> Result<(), RegistrationError> {
+        let prepared = prepare(tool, &options, self.sweeper, self.governance)?;
+        self.tools.push(prepared.prepared);
+        Ok(())
+    }
+
+    /// The options tools get unless given their own.
+    pub fn defaults(&self) -> &ToolOptions {
+        self.defaults
+    }
+
+    /// Adds a child under the root, started after the core's and the children added
+    /// before it, stopped before them.
+    pub fn child(&mut self, child: ChildSpec) {
+        self.children.push(child);
+    }
+
+    /// The runtime's store.
+    pub fn store(&self) -> &Arc<dyn Store> {
+        self.store
+    }
+
+    /// The runtime's event stream.
+    pub fn events(&self) -> &Events {
+        self.events
+    }
+
+    /// Permission rules, hooks, the audit log.
+    pub fn governance(&self) -> &Arc<Governance> {
+        self.governance
+    }
+
+    /// Finds a registered agent's role (for settings that depend on it), for as long as
+    /// the runtime lives.
+    pub fn role_of(&self) -> RoleOf {
+        let office = Arc::downgrade(self.office);
+        Box::new(move |agent| {
+            let entry = office.upgrade()?.directory.get(agent)?;
+            Some(entry.record().role.clone())
+        })
+    }
+
+    /// The agents, for the built-in subsystems that mail them.
+    pub(crate) fn office(&self) -> &Arc<PostOffice> {
+        self.office
+    }
+
+    /// Sets what `whoami` says of an agent's sandbox, unless the sandbox processes are
+    /// confined by said it (the shell's own sandbox says this).
+    pub(crate) fn describe_sandbox(&mut self, sandbox_of: crate::agents::roster::SandboxOf) {
+        if !self.confining {
+            self.sandbox_of = Some(sandbox_of);
+        }
+    }
+
+    /// Sets what `whoami` says of an agent's sandbox: the one processes started for agents
+    /// run in.
+    pub(crate) fn describe_confining_sandbox(
+        &mut self,
+        sandbox_of: crate::agents::roster::SandboxOf,
+    ) {
+        self.sandbox_of = Some(sandbox_of);
+        self.confining = true;
     }
 }
 
@@ -1052,10 +1174,9 @@ async fn follow_cluster(
     mut notices: tokio::sync::broadcast::Receiver<crate::store::Notice>,
     office: std::sync::Weak<PostOffice>,
     contexts: std::sync::Weak<ContextHub>,
-    tasks: std::sync::Weak<TaskBoard>,
     governance: std::sync::Weak<Governance>,
+    subsystems: Vec<std::sync::Weak<dyn Subsystem>>,
 ) {
-    use crate::store::Notice;
     use tokio::sync::broadcast::error::{RecvError, TryRecvError};
     let mut pending = Vec::new();
     loop {
@@ -1073,27 +1194,30 @@ async fn follow_cluster(
                 Err(TryRecvError::Empty | TryRecvError::Closed) => break,
             }
         }
-        let (Some(office), Some(contexts), Some(tasks), Some(governance)) = (
-            office.upgrade(),
-            contexts.upgrade(),
-            tasks.upgrade(),
-            governance.upgrade(),
-        ) else {
+        let (Some(office), Some(contexts), Some(governance)) =
+            (office.upgrade(), contexts.upgrade(), governance.upgrade())
+        else {
             return;
         };
+        let subsystems: Vec<Arc<dyn Subsystem>> = subsystems
+            .iter()
+            .filter_map(std::sync::Weak::upgrade)
+            .collect();
         let mut seen = Vec::new();
         for notice in std::mem::take(&mut pending) {
             match notice {
                 Notice::Release(_) => {
-                    let (office, contexts, tasks) = (
+                    let (office, contexts, subsystems) = (
                         Arc::clone(&office),
                         Arc::clone(&contexts),
-                        Arc::clone(&tasks),
+                        subsystems.clone(),
                     );
                     tokio::spawn(async move {
                         office.on_notice(&notice).await;
                         contexts.on_notice(&notice).await;
-                        tasks.on_notice(&notice).await;
+                        for subsystem in &subsystems {
+                            subsystem.on_notice(&notice).await;
+                        }
                     });
                 }
                 Notice::Mail { .. } => office.on_notice(&notice).await,
@@ -1103,6 +1227,9 @@ async fn follow_cluster(
                     office.on_notice(&notice).await;
                     contexts.on_notice(&notice).await;
                     governance.on_notice(&notice).await;
+                    for subsystem in &subsystems {
+                        subsystem.on_notice(&notice).await;
+                    }
                     seen.push(notice);
                 }
             }

@@ -9,8 +9,10 @@ use super::ids::AgentId;
 use super::message::{Inbox, InboxQuery, Message, Outgoing, Receipt};
 use super::office::{PostOffice, unexpected};
 #[cfg(feature = "test-util")]
-use super::protocol::MailboxMsg;
+use super::protocol::MailboxOwn;
 use super::protocol::{Op, Reply};
+#[cfg(feature = "test-util")]
+use crate::durable::Msg;
 
 /// A process-wide id for a waiting `check_inbox`.
 fn next_waiter() -> u64 {
@@ -163,7 +165,8 @@ impl Agent {
     #[cfg(feature = "test-util")]
     pub fn crash_mailbox(&self) -> bool {
         self.entry.mailbox().is_some_and(|m| {
-            m.get_status() == ractor::ActorStatus::Running && m.cast(MailboxMsg::Crash).is_ok()
+            m.get_status() == ractor::ActorStatus::Running
+                && m.cast(Msg::Own(MailboxOwn::Crash)).is_ok()
         })
     }
 

@@ -16,7 +16,8 @@ use serde_json::Value;
 
 use super::MailError;
 use super::ids::{AgentId, check_name, now_ms};
-use super::protocol::{Arrivals, MailboxMsg};
+use super::protocol::{Arrivals, MailboxMsg, MailboxOwn};
+use crate::durable::Msg;
 use crate::store::{self, Batch, Notice, Store, Table, codec};
 
 /// What a [`Notice::Changed`] of the directory names.
@@ -144,7 +145,8 @@ impl AgentEntry {
             change(arrivals);
             // Told under the lock: a mailbox that publishes itself after this looks at the
             // arrivals itself once it has.
-            self.slot.with_actor(|a| a.cast(MailboxMsg::Arrived));
+            self.slot
+                .with_actor(|a| a.cast(Msg::Own(MailboxOwn::Arrived)));
         }
     }
 

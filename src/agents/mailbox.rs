@@ -20,18 +20,17 @@ use std::collections::HashMap;
 use std::sync::{Arc, PoisonError};
 use std::time::Duration;
 
-use ractor::{Actor, ActorProcessingErr, ActorRef};
-use tokio::sync::oneshot;
+use ractor::{ActorProcessingErr, ActorRef};
 use uuid::Uuid;
 
 use super::MailError;
 use super::directory::AgentEntry;
 use super::ids::{first_id_at, mailbox_prefix, message_key, now_ms};
 use super::message::{DeliveryState, Inbox, InboxQuery, Message};
-use super::protocol::{Arrivals, Committed, MailboxMsg, Op, Reply};
+use super::protocol::{Arrivals, Committed, MailboxMsg, MailboxOwn, Op, Reply, Responder};
 use super::shared::Shared;
+use crate::durable::{Behaviour, Home, Msg};
 use crate::sorted::SortedDeque;
-use crate::store::cluster::Hold;
 use crate::store::{self, Batch, Done, StoreError, Table, codec};
 
 fn duration_ms(d: Duration) -> u64 {
@@ -47,7 +46,7 @@ pub(crate) struct MailboxActor {
 struct Waiter {
     id: u64,
     query: InboxQuery,
-    reply: oneshot::Sender<Reply>,
+    reply: Responder,
 }
 
 /// Slots of each unread list kept however few messages it holds (not given back below this).
@@ -69,33 +68,90 @@ pub(crate) struct MailboxState {
     inflight: u32,
     /// Unread messages that carry an expiry (none: no expiry sweep needed).
     expiring: usize,
-    /// This server's hold on the mailbox, when servers share the store (released with the
-    /// state).
-    hold: Option<Hold>,
 }
 
-impl Actor for MailboxActor {
-    type Msg = MailboxMsg;
+impl Behaviour for MailboxActor {
+    type Op = Op;
+    type Reply = Reply;
+    type Own = MailboxOwn;
     type State = MailboxState;
-    type Arguments = ();
+    const WHAT: &'static str = "agent";
 
-    /// Loads the inbox. Boxed, so that the actor's task does not carry the larger future of
-    /// loading for the rest of its life.
-    async fn pre_start(
-        &self,
-        myself: ActorRef<Self::Msg>,
-        (): (),
-    ) -> Result<Self::State, ActorProcessingErr> {
-        Box::pin(self.load(myself)).await
+    fn home(&self) -> Home<'_, Self> {
+        let shared = &self.shared;
+        Home {
+            // Held from the barrier to the publishing (see `Shared::fan_out_gate`).
+            gate: Some(&shared.fan_out_gate),
+            ..Home::new(
+                &self.entry.slot,
+                &shared.family,
+                self.entry.id.as_str(),
+                &shared.store,
+            )
+        }
     }
 
-    async fn post_stop(
+    /// The mailbox's subject among servers sharing the store.
+    fn subject(&self) -> String {
+        store::cluster::subject("mail", self.entry.id.as_str())
+    }
+
+    async fn load(
         &self,
-        myself: ActorRef<Self::Msg>,
-        state: &mut Self::State,
+        myself: &ActorRef<MailboxMsg>,
+        held: bool,
+    ) -> Result<MailboxState, ActorProcessingErr> {
+        self.load_inbox(myself, held).await
+    }
+
+    fn request(
+        &self,
+        myself: &ActorRef<MailboxMsg>,
+        state: &mut MailboxState,
+        op: Op,
+        reply: Responder,
     ) -> Result<(), ActorProcessingErr> {
-        self.entry.slot.unpublish(&myself);
-        if state.hold.is_some() {
+        self.handle_op(myself, state, op, reply);
+        Ok(())
+    }
+
+    async fn own(
+        &self,
+        myself: &ActorRef<MailboxMsg>,
+        state: &mut MailboxState,
+        msg: MailboxOwn,
+    ) -> Result<(), ActorProcessingErr> {
+        match msg {
+            MailboxOwn::Committed(mut committed) => {
+                if let Some(message) = state.pending.remove(&committed.id)
+                    && committed.result.is_ok()
+                {
+                    self.arrive(myself, state, message);
+                }
+                // Visible first, then acknowledged: a sender can read its own writes.
+                committed.answer();
+            }
+            MailboxOwn::WriteDone => state.inflight = state.inflight.saturating_sub(1),
+            MailboxOwn::WaitExpired(id) => {
+                if let Some(i) = state.waiters.iter().position(|w| w.id == id) {
+                    let waiter = state.waiters.swap_remove(i);
+                    self.answer(myself, state, waiter.query, waiter.reply);
+                }
+            }
+            MailboxOwn::Arrived => self.load_arrivals(myself, state).await?,
+            #[cfg(feature = "test-util")]
+            MailboxOwn::Crash => panic!("mailbox of `{}` crashed on request", self.entry.id),
+        }
+        Ok(())
+    }
+
+    fn busy(&self, state: &mut MailboxState) -> bool {
+        state.waiters.retain(|w| !w.reply.is_closed());
+        !state.waiters.is_empty() || !state.pending.is_empty() || state.inflight > 0
+    }
+
+    fn stopped(&self, _: &mut MailboxState, held: bool) {
+        if held {
             // Not running here any more: nothing to keep for it (the hold goes with the
             // state, after every write this mailbox submitted).
             *self
@@ -104,45 +160,6 @@ impl Actor for MailboxActor {
                 .lock()
                 .unwrap_or_else(PoisonError::into_inner) = None;
         }
-        Ok(())
-    }
-
-    async fn handle(
-        &self,
-        myself: ActorRef<Self::Msg>,
-        msg: Self::Msg,
-        state: &mut Self::State,
-    ) -> Result<(), ActorProcessingErr> {
-        match msg {
-            MailboxMsg::Request(request) => {
-                let Some((op, reply)) = request.take() else {
-                    return Ok(());
-                };
-                self.entry.slot.touch(self.shared.clock());
-                self.handle_op(&myself, state, op, reply);
-            }
-            MailboxMsg::Committed(mut committed) => {
-                if let Some(message) = state.pending.remove(&committed.id)
-                    && committed.result.is_ok()
-                {
-                    self.arrive(&myself, state, message);
-                }
-                // Visible first, then acknowledged: a sender can read its own writes.
-                committed.answer();
-            }
-            MailboxMsg::WriteDone => state.inflight = state.inflight.saturating_sub(1),
-            MailboxMsg::WaitExpired(id) => {
-                if let Some(i) = state.waiters.iter().position(|w| w.id == id) {
-                    let waiter = state.waiters.swap_remove(i);
-                    self.answer(&myself, state, waiter.query, waiter.reply);
-                }
-            }
-            MailboxMsg::Passivate => self.passivate_if_idle(&myself, state),
-            MailboxMsg::Arrived => self.load_arrivals(&myself, state).await?,
-            #[cfg(feature = "test-util")]
-            MailboxMsg::Crash => panic!("mailbox of `{}` crashed on request", self.entry.id),
-        }
-        Ok(())
     }
 }
 
@@ -183,22 +200,15 @@ impl MailboxState {
 }
 
 impl MailboxActor {
-    async fn load(&self, myself: ActorRef<MailboxMsg>) -> Result<MailboxState, ActorProcessingErr> {
-        if self.entry.slot.is_retired() {
-            return Err(format!("agent `{}` is deregistered", self.entry.id).into());
-        }
-        // Held until this mailbox is published (see `Shared::fan_out_gate`).
-        let _gate = self.shared.fan_out_gate.read().await;
-        // Every commit submitted before this start (by a predecessor that crashed) is done
-        // once this barrier is.
-        store::commit(&*self.shared.store, Batch::new()).await?;
-        // Active on one server at a time: another holding it hands it over first. Should
-        // the load fail, the hold is dropped with the state, and released.
-        let mut state = MailboxState {
-            hold: Hold::take(&self.shared.store, self.subject()).await?,
-            ..MailboxState::default()
-        };
-        if state.hold.is_some() {
+    /// Loads the unread messages and drops the expired ones and the read ones past their
+    /// retention.
+    async fn load_inbox(
+        &self,
+        myself: &ActorRef<MailboxMsg>,
+        held: bool,
+    ) -> Result<MailboxState, ActorProcessingErr> {
+        let mut state = MailboxState::default();
+        if held {
             // From here, what other servers store is kept for this mailbox; what they
             // stored before, the scan below finds.
             *self
@@ -239,18 +249,12 @@ impl MailboxActor {
         if !expired.is_empty() {
             store::commit(&*self.shared.store, expired).await?;
         }
-        self.entry.slot.touch(self.shared.clock());
-        self.entry.slot.publish(myself.clone());
-        if state.hold.is_some() {
-            // Arrivals noticed while loading were not told to anyone: look at them now.
-            let _ = myself.cast(MailboxMsg::Arrived);
+        if held {
+            // Arrivals noticed while loading were not told to anyone: look at them once
+            // the mailbox runs.
+            let _ = myself.cast(Msg::Own(MailboxOwn::Arrived));
         }
         Ok(state)
-    }
-
-    /// The mailbox's subject among servers sharing the store.
-    fn subject(&self) -> String {
-        store::cluster::subject("mail", self.entry.id.as_str())
     }
 
     /// Loads the messages other servers stored into this inbox since it loaded (or all
@@ -312,7 +316,7 @@ impl MailboxActor {
         myself: &ActorRef<MailboxMsg>,
         state: &mut MailboxState,
         op: Op,
-        reply: oneshot::Sender<Reply>,
+        reply: Responder,
     ) {
         match op {
             Op::Deliver(message) => self.deliver(myself, state, message, reply),
@@ -364,7 +368,7 @@ impl MailboxActor {
         myself: &ActorRef<MailboxMsg>,
         state: &mut MailboxState,
         message: Arc<Message>,
-        reply: oneshot::Sender<Reply>,
+        reply: Responder,
     ) {
         let capacity = self.shared.config.capacity;
         if state.count + state.pending.len() >= capacity {
@@ -402,11 +406,11 @@ impl MailboxActor {
                     batch,
                     Box::new(move |result: Result<(), StoreError>| {
                         // Undeliverable, the message drops and answers the sender itself.
-                        let _ = me.cast(MailboxMsg::Committed(Committed {
+                        let _ = me.cast(Msg::Own(MailboxOwn::Committed(Committed {
                             id,
                             result,
                             reply: Some(reply),
-                        }));
+                        })));
                     }),
                 );
             }
@@ -445,7 +449,7 @@ impl MailboxActor {
         myself: &ActorRef<MailboxMsg>,
         state: &mut MailboxState,
         query: InboxQuery,
-        reply: oneshot::Sender<Reply>,
+        reply: Responder,
     ) {
         let mut messages = match self.select(state, &query) {
             Ok(messages) => messages,
@@ -539,7 +543,7 @@ impl MailboxActor {
         state: &mut MailboxState,
         ids: &[Uuid],
         ack: bool,
-        reply: oneshot::Sender<Reply>,
+        reply: Responder,
     ) {
         let target = if ack {
             DeliveryState::Acknowledged
@@ -652,33 +656,11 @@ impl MailboxActor {
                         if let Some(done) = done {
                             done(result);
                         }
-                        let _ = me.cast(MailboxMsg::WriteDone);
+                        let _ = me.cast(Msg::Own(MailboxOwn::WriteDone));
                     }),
                 );
             }
         }
-    }
-
-    fn passivate_if_idle(&self, myself: &ActorRef<MailboxMsg>, state: &mut MailboxState) {
-        state.waiters.retain(|w| !w.reply.is_closed());
-        let idle_for = self
-            .shared
-            .clock()
-            .saturating_sub(self.entry.slot.last_active());
-        if !state.waiters.is_empty()
-            || !state.pending.is_empty()
-            || state.inflight > 0
-            || Duration::from_millis(idle_for) < self.shared.config.idle
-        {
-            return;
-        }
-        guildhall_supervision::lazy::passivate(
-            &self.entry.slot,
-            &self.shared.partitions,
-            self.entry.id.as_str(),
-            myself,
-        );
-        tracing::trace!(agent = %self.entry.id, "mailbox passivated");
     }
 }
 

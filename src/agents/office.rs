@@ -13,13 +13,14 @@ use super::ids::{AgentId, new_message_id, now_ms};
 use super::ids::{mailbox_prefix, message_key};
 use super::mailbox::MailboxActor;
 use super::message::{Address, DeliveryState, Message, Outgoing, Receipt, Rejected};
-use super::protocol::{MailboxMsg, Op, Reply};
+use super::protocol::{MailboxMsg, MailboxOwn, Op, Reply};
 use super::shared::Shared;
 use super::{MailError, MailboxConfig};
 use crate::changes::{Changes, Subject};
+use crate::durable::{self, Family, Msg, Owner};
 use crate::events::{Events, ToolEvent};
 use crate::store::{self, Batch, Notice, Store, StoreError, Table, codec};
-use guildhall_supervision::lazy::{self, CoarseClock, Lazy, Partitions, RequestError, Sweep};
+use guildhall_supervision::lazy::{self, Lazy, RequestError, SlotVisitor};
 
 /// The id of the supervisor of all mailboxes, under root.
 pub(crate) const MAILBOXES: &str = "mailboxes";
@@ -37,7 +38,6 @@ const DIRECT_FAN_OUT: usize = 64;
 pub(crate) struct PostOffice {
     pub(crate) shared: Arc<Shared>,
     pub(crate) directory: Directory,
-    sweep: Sweep,
     /// Where a message sent is announced (free when nobody listens).
     pub(crate) events: Events,
 }
@@ -53,41 +53,24 @@ impl PostOffice {
         let directory = Directory::load(&*store)?;
         Ok(Arc::new(Self {
             shared: Arc::new(Shared {
+                family: Family::new(config.idle),
                 store,
                 config,
-                partitions: Partitions::new(),
-                clock: CoarseClock::default(),
                 fan_out_gate: tokio::sync::RwLock::new(()),
                 changes,
             }),
             directory,
-            sweep: Sweep::default(),
             events,
         }))
     }
 
     /// The child spec of the `mailboxes` supervisor.
     pub(crate) fn supervisor_spec(&self) -> ChildSpec {
-        self.shared.partitions.supervisor_spec(MAILBOXES)
-    }
-
-    /// Starts the passivation sweep (needs a tokio runtime).
-    pub(crate) fn start_sweep(self: &Arc<Self>) {
-        self.sweep.start(
-            self,
-            self.shared.config.idle,
-            |office| &office.shared.clock,
-            |office, visit| {
-                for entry in office.directory.entries() {
-                    visit(&entry.slot);
-                }
-            },
-            || MailboxMsg::Passivate,
-        );
+        self.shared.family.supervisor_spec(MAILBOXES)
     }
 
     pub(crate) fn stop_sweep(&self) {
-        self.sweep.stop();
+        self.shared.family.stop_sweep();
     }
 
     pub(crate) async fn register(&self, spec: AgentSpec) -> Result<Arc<AgentEntry>, MailError> {
@@ -100,7 +83,7 @@ impl PostOffice {
     pub(crate) async fn deregister(&self, id: &str) -> Result<(), MailError> {
         let entry = self.directory.require(id)?;
         entry.slot.retire();
-        lazy::stop(&self.shared.partitions, id).await;
+        lazy::stop(&self.shared.family.partitions, id).await;
         let mut batch = Batch::new();
         let prefix = mailbox_prefix(id);
         for table in [Table::Inbox, Table::Archive] {
@@ -362,7 +345,7 @@ impl PostOffice {
             Notice::Release(subject) => {
                 if let Some(id) = subject.strip_prefix("mail:") {
                     // Its state goes with it, and its hold is released after its writes.
-                    lazy::stop(&self.shared.partitions, id).await;
+                    lazy::stop(&self.shared.family.partitions, id).await;
                 }
             }
             Notice::Mail { agent, id } => {
@@ -386,7 +369,7 @@ impl PostOffice {
         match self.directory.refresh(&*self.shared.store).await {
             Ok((changed, removed)) => {
                 for entry in removed {
-                    lazy::stop(&self.shared.partitions, entry.id.as_str()).await;
+                    lazy::stop(&self.shared.family.partitions, entry.id.as_str()).await;
                 }
                 if changed {
                     self.shared.changes.changed(&Subject::Agents);
@@ -633,7 +616,7 @@ impl PostOffice {
         wait: Option<(Duration, u64)>,
     ) -> Result<Reply, MailError> {
         let wait = wait.map(|(after, waiter)| (tokio::time::Instant::now() + after, waiter));
-        let receive = |rx: oneshot::Receiver<Reply>, mailbox: ractor::ActorId| async move {
+        let receive = |rx: oneshot::Receiver<lazy::Answer<Op, Reply>>, mailbox: ractor::ActorId| async move {
             let Some((until, waiter)) = wait else {
                 return rx.await;
             };
@@ -646,7 +629,7 @@ impl PostOffice {
                     // it: `rx` then ends without this.
                     entry.slot.with_actor(|m| {
                         if m.get_id() == mailbox {
-                            let _ = m.cast(MailboxMsg::WaitExpired(waiter));
+                            let _ = m.cast(Msg::Own(MailboxOwn::WaitExpired(waiter)));
                         }
                     });
                     rx.await
@@ -685,7 +668,7 @@ impl PostOffice {
     ) -> Lazy<'a, MailboxMsg, impl Fn() -> ChildSpec + 'a> {
         Lazy {
             slot: &entry.slot,
-            partitions: &self.shared.partitions,
+            partitions: &self.shared.family.partitions,
             key: entry.id.as_str(),
             spec: move || self.child_spec(entry),
         }
@@ -694,7 +677,7 @@ impl PostOffice {
     fn child_spec(&self, entry: &Arc<AgentEntry>) -> ChildSpec {
         let entry = Arc::clone(entry);
         let shared = Arc::clone(&self.shared);
-        lazy::child_spec(entry.id.shared(), move || MailboxActor {
+        durable::child_spec(entry.id.shared(), move || MailboxActor {
             entry: Arc::clone(&entry),
             shared: Arc::clone(&shared),
         })
@@ -736,6 +719,20 @@ fn lazy_error(entry: &AgentEntry, err: RequestError) -> MailError {
         _ => MailError::UnknownAgent {
             id: entry.id.to_string(),
         },
+    }
+}
+
+impl Owner for PostOffice {
+    type Behaviour = MailboxActor;
+
+    fn family(&self) -> &Family {
+        &self.shared.family
+    }
+
+    fn each_slot(&self, visit: &mut SlotVisitor<'_, MailboxMsg>) {
+        for entry in self.directory.entries() {
+            visit(&entry.slot);
+        }
     }
 }
 

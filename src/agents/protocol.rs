@@ -5,11 +5,11 @@
 
 use std::sync::Arc;
 
-use tokio::sync::oneshot;
 use uuid::Uuid;
 
 use super::MailError;
 use super::message::{Inbox, InboxQuery, Message};
+use crate::durable::Msg;
 use crate::store::StoreError;
 use guildhall_supervision::lazy;
 
@@ -37,27 +37,10 @@ pub(crate) enum Reply {
     Message(Arc<Message>),
     Marked(usize),
     Failed(MailError),
-    /// The request never reached a live mailbox; here it is back. (Boxed: it is rare, and
-    /// a smaller answer makes every request's answer channel smaller.)
-    Bounced(Box<Op>),
 }
 
-impl lazy::Bounce for Reply {
-    type Op = Op;
-    fn bounced(op: Op) -> Self {
-        Reply::Bounced(Box::new(op))
-    }
-
-    fn into_bounced(self) -> Result<Op, Self> {
-        match self {
-            Reply::Bounced(op) => Ok(*op),
-            other => Err(other),
-        }
-    }
-}
-
-/// A request to a mailbox.
-pub(crate) type Request = lazy::Request<Reply>;
+/// Where a mailbox answers a request.
+pub(crate) type Responder = lazy::Responder<Reply, Op>;
 
 /// A delivery's commit outcome, on its way back to the mailbox, which makes the message
 /// visible and then answers the sender. Dropped on the way (the mailbox died), it answers
@@ -65,7 +48,7 @@ pub(crate) type Request = lazy::Request<Reply>;
 pub(crate) struct Committed {
     pub(super) id: Uuid,
     pub(super) result: Result<(), StoreError>,
-    pub(super) reply: Option<oneshot::Sender<Reply>>,
+    pub(super) reply: Option<Responder>,
 }
 
 impl Committed {
@@ -86,9 +69,8 @@ impl Drop for Committed {
     }
 }
 
-/// Messages a mailbox actor handles.
-pub(crate) enum MailboxMsg {
-    Request(Request),
+/// A mailbox actor's own messages.
+pub(crate) enum MailboxOwn {
     /// A delivery's commit finished.
     Committed(Committed),
     /// A background write finished.
@@ -96,8 +78,6 @@ pub(crate) enum MailboxMsg {
     /// The caller of a waiting `check_inbox` ran out of time: answer it now. (The caller
     /// keeps the timer, so a satisfied wait leaves nothing behind.)
     WaitExpired(u64),
-    /// Stop if idle (sent by the passivation sweep).
-    Passivate,
     /// Messages another server stored into this inbox are waiting in the agent's
     /// [`Arrivals`]: load them.
     Arrived,
@@ -105,6 +85,9 @@ pub(crate) enum MailboxMsg {
     #[cfg(feature = "test-util")]
     Crash,
 }
+
+/// Messages a mailbox actor handles: requests, passivation and its own.
+pub(crate) type MailboxMsg = Msg<Op, Reply, MailboxOwn>;
 
 /// Messages other servers stored into an agent's inbox while its mailbox runs (or loads)
 /// on this server, as their notices named them: the mailbox loads them from the store.

@@ -5,16 +5,16 @@ use std::sync::Arc;
 
 use super::MailboxConfig;
 use crate::changes::Changes;
+use crate::durable::Family;
 use crate::store::Store;
-use guildhall_supervision::lazy::{CoarseClock, Partitions};
 
 /// What mailbox actors share.
 pub(crate) struct Shared {
     pub(crate) store: Arc<dyn Store>,
     pub(crate) config: MailboxConfig,
-    /// The dynamic supervisors mailboxes live under, keyed by agent id.
-    pub(crate) partitions: Arc<Partitions>,
-    pub(super) clock: CoarseClock,
+    /// The dynamic supervisors mailboxes live under (keyed by agent id) and the clock of
+    /// their idleness.
+    pub(crate) family: Family,
     /// Held (shared) by every mailbox while it loads, from its barrier to its publishing;
     /// held alone by a large fan-out while it sorts recipients into active and inactive and
     /// submits the inactive ones' writes. So a mailbox either was active then (and is sent
@@ -22,11 +22,4 @@ pub(crate) struct Shared {
     pub(crate) fan_out_gate: tokio::sync::RwLock<()>,
     /// Told of new mail and of directory changes, for whoever listens.
     pub(crate) changes: Arc<Changes>,
-}
-
-impl Shared {
-    /// The clock of idleness (see [`CoarseClock`]).
-    pub(crate) fn clock(&self) -> u64 {
-        self.clock.now()
-    }
 }

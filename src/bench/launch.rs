@@ -105,6 +105,10 @@ async fn measure(
         .await
         .map_err(|e| err(&e))?;
 
+    let mut mail = Mail {
+        parent,
+        taken: Vec::new(),
+    };
     stage.phase("launches", launches as u64 + 1);
     let (mut launched, mut direct, mut connect) = (Vec::new(), Vec::new(), Vec::new());
     // One of each first, unmeasured: the page cache holds the program after it.
@@ -122,8 +126,8 @@ async fn measure(
             .await
             .map_err(|e| err(&e))?;
         let first = first_call(&mut events, &id, start).await?;
-        let inside = report_of(&parent, &id).await?;
-        wait_exited(&parent, &id).await?;
+        let inside = report_of(&mut mail, &id).await?;
+        wait_exited(&mut mail, &id).await?;
         if n > 0 {
             launched.push(first);
             connect.push(inside);
@@ -146,7 +150,7 @@ async fn measure(
             .spawn()
             .map_err(|e| format!("{}: {e}", program.display()))?;
         let first = first_call(&mut events, &id, start).await?;
-        report_of(&parent, &id).await?;
+        report_of(&mut mail, &id).await?;
         let status = child.wait().await.map_err(|e| err(&e))?;
         if !status.success() {
             return Err(format!("the directly started agent {id} ended: {status}"));
@@ -199,9 +203,16 @@ async fn first_call(
     }
 }
 
+/// The bench agent's mail, read as it comes: a message taken from the inbox while waiting
+/// for another (an agent's exit notice read with its report) is kept for the next wait.
+struct Mail {
+    parent: Agent,
+    taken: Vec<Arc<crate::Message>>,
+}
+
 /// The agent's own figure: ms from its start to its first call answered.
-async fn report_of(parent: &Agent, agent: &str) -> Result<f64, String> {
-    let message = next_from(parent, agent, |subject| subject == REPORT).await?;
+async fn report_of(mail: &mut Mail, agent: &str) -> Result<f64, String> {
+    let message = next_from(mail, agent, |subject| subject == REPORT).await?;
     message
         .body
         .trim()
@@ -209,26 +220,35 @@ async fn report_of(parent: &Agent, agent: &str) -> Result<f64, String> {
         .map_err(|_| format!("agent {agent} reported `{}`", message.body))
 }
 
-async fn wait_exited(parent: &Agent, agent: &str) -> Result<(), String> {
-    next_from(parent, agent, |subject| subject.ends_with(" exited"))
+async fn wait_exited(mail: &mut Mail, agent: &str) -> Result<(), String> {
+    next_from(mail, agent, |subject| subject.ends_with(" exited"))
         .await
         .map(drop)
 }
 
-/// The next message from `agent` whose subject `matches`, taken from `parent`'s inbox.
+/// The next message from `agent` whose subject `matches`: one taken before, or the next
+/// such to arrive in the parent's inbox.
 async fn next_from(
-    parent: &Agent,
+    mail: &mut Mail,
     agent: &str,
     matches: impl Fn(&str) -> bool,
 ) -> Result<Arc<crate::Message>, String> {
     let until = Instant::now() + FIRST_CALL_WITHIN;
     // Bounded: each turn waits, and the wait ends at `until`.
     for _ in 0..1_000 {
+        if let Some(i) = mail
+            .taken
+            .iter()
+            .position(|m| m.from.as_str() == agent && matches(&m.subject))
+        {
+            return Ok(mail.taken.swap_remove(i));
+        }
         let left = until.saturating_duration_since(Instant::now());
         if left.is_zero() {
             break;
         }
-        let inbox = parent
+        let inbox = mail
+            .parent
             .check_inbox(InboxQuery {
                 wait: Some(left),
                 ..InboxQuery::default()
@@ -236,17 +256,11 @@ async fn next_from(
             .await
             .map_err(|e| e.to_string())?;
         let ids: Vec<_> = inbox.messages.iter().map(|m| m.id).collect();
-        parent
+        mail.parent
             .mark_read(&ids, false)
             .await
             .map_err(|e| e.to_string())?;
-        if let Some(found) = inbox
-            .messages
-            .into_iter()
-            .find(|m| m.from.as_str() == agent && matches(&m.subject))
-        {
-            return Ok(found);
-        }
+        mail.taken.extend(inbox.messages);
     }
     Err(format!("no message from agent {agent} in time"))
 }

@@ -98,7 +98,7 @@ pub async fn tasks(config: TasksBenchConfig, dir: &Path, stage: &dyn Stage) -> T
     stage.step();
 
     stage.phase("rounds", rounds as u64);
-    let board = rt.tasks();
+    let board = rt.tasks().expect("task_config adds the task board");
     let (mut creates, mut claims, mut sends) = (Vec::new(), Vec::new(), Vec::new());
     for round in 0..rounds {
         creates.push(create_all(&board, claimers, per_claimer, round).await);

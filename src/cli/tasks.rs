@@ -169,7 +169,9 @@ pub(crate) async fn run_with(
     args: TasksArgs,
     out: &mut (dyn Write + Send),
 ) -> CliResult {
-    let tasks = rt.tasks();
+    let tasks = rt
+        .tasks()
+        .ok_or("this server runs without the task board")?;
     let which = args.which.unwrap_or(TasksCommand::List {
         json: args.json,
         tree: args.tree,

@@ -18,21 +18,19 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use ractor::{Actor, ActorProcessingErr, ActorRef};
+use ractor::{ActorProcessingErr, ActorRef};
 use serde::Serialize;
-use tokio::sync::oneshot;
 
 use super::ContextError;
 use super::log::{self, RestoreError};
-use super::model::{Applied, Change, Entry, SessionContext};
-use super::protocol::{ContextMsg, Op, Reply, Stat};
+use super::model::{Change, Entry, SessionContext};
+use super::protocol::{Committed, ContextMsg, Op, Reply, Stat};
 use super::query;
-use super::session::SessionEntry;
+use super::session::{SessionEntry, SessionId};
 use super::shared::Shared;
 use crate::agents::{AgentId, now_ms};
-use crate::store::cluster::Hold;
-use crate::store::{self, Batch, StoreError, Table, codec};
-use guildhall_supervision::lazy;
+use crate::durable::{Behaviour, Commits, Home, Responder};
+use crate::store::{self, Batch, Table, codec};
 
 /// One session's context.
 pub(crate) struct ContextActor {
@@ -40,29 +38,14 @@ pub(crate) struct ContextActor {
     pub(crate) shared: Arc<Shared>,
 }
 
-/// Batches applied in memory and waiting for the next commit, with whom to answer.
-#[derive(Default)]
-struct Pending {
-    batch: Batch,
-    acks: Vec<(oneshot::Sender<Reply>, Applied)>,
-}
-
 pub(crate) struct ContextState {
     ctx: SessionContext,
-    /// The last version known committed.
-    committed: u64,
-    /// The version whose commit is in flight.
-    inflight: Option<u64>,
-    next: Pending,
-    /// Answers held until the version they saw is committed.
-    deferred: Vec<(u64, Reply, oneshot::Sender<Reply>)>,
+    /// Counts versions: the version is the count of batches applied.
+    commits: Commits<ContextActor>,
     /// The oldest version history can be read at.
     base: u64,
     /// The latest snapshot's version and time (0, 0: none).
     snapshot: (u64, u64),
-    /// This server's hold on the session, when servers share the store: kept only to be
-    /// dropped with the state, which releases it after every batch this actor submitted.
-    _hold: Option<Hold>,
     /// When the last batch was applied.
     last_at_ms: u64,
 }
@@ -76,80 +59,34 @@ struct SnapshotOut<'a> {
     entries: Vec<&'a Entry>,
 }
 
-impl Actor for ContextActor {
-    type Msg = ContextMsg;
+impl Behaviour for ContextActor {
+    type Op = Op;
+    type Reply = Reply;
+    type Own = Committed;
     type State = ContextState;
-    type Arguments = ();
+    const WHAT: &'static str = "session";
 
-    /// Loads the session. Boxed, so the actor's task does not carry the larger future of
-    /// loading for the rest of its life.
-    async fn pre_start(
-        &self,
-        myself: ActorRef<Self::Msg>,
-        (): (),
-    ) -> Result<Self::State, ActorProcessingErr> {
-        Box::pin(self.load(myself)).await
+    fn home(&self) -> Home<'_, Self> {
+        let shared = &self.shared;
+        Home::new(
+            &self.entry.slot,
+            &shared.family,
+            self.entry.id.as_str(),
+            &shared.store,
+        )
     }
 
-    async fn post_stop(
-        &self,
-        myself: ActorRef<Self::Msg>,
-        _state: &mut Self::State,
-    ) -> Result<(), ActorProcessingErr> {
-        self.entry.slot.unpublish(&myself);
-        Ok(())
+    fn subject(&self) -> String {
+        subject(self.entry.id.as_str())
     }
 
-    async fn handle(
+    async fn load(
         &self,
-        myself: ActorRef<Self::Msg>,
-        msg: Self::Msg,
-        state: &mut Self::State,
-    ) -> Result<(), ActorProcessingErr> {
-        match msg {
-            ContextMsg::Request(request) => {
-                let Some((op, reply)) = request.take() else {
-                    return Ok(());
-                };
-                self.entry.slot.touch(self.shared.clock.now());
-                self.handle_op(&myself, state, op, reply)?;
-            }
-            ContextMsg::Committed(result) => {
-                let version = state.inflight.take().unwrap_or(state.committed);
-                // A failed commit leaves the memory state ahead of the store: start again
-                // from the store. Batches waiting behind it were never submitted; their
-                // callers re-send them to the restarted actor.
-                result?;
-                state.committed = version;
-                self.release(state);
-                self.flush(&myself, state)?;
-            }
-            ContextMsg::Passivate => self.passivate_if_idle(&myself, state),
-        }
-        Ok(())
-    }
-}
-
-/// A session's subject among servers sharing the store.
-pub(crate) fn subject(session: &str) -> String {
-    store::cluster::subject("ctx", session)
-}
-
-impl ContextActor {
-    async fn load(&self, myself: ActorRef<ContextMsg>) -> Result<ContextState, ActorProcessingErr> {
+        _: &ActorRef<ContextMsg>,
+        _held: bool,
+    ) -> Result<ContextState, ActorProcessingErr> {
         let id = &self.entry.id;
-        if self.entry.slot.is_retired() {
-            return Err(format!("session `{id}` is being deleted").into());
-        }
-        // Every commit submitted before this start (by a predecessor that crashed) is done
-        // once this barrier is.
-        let store = &*self.shared.store;
-        store::commit(store, Batch::new()).await?;
-        // Active on one server at a time: another holding it hands it over first, after
-        // its batches, which the restore below then reads. Should the restore fail, the
-        // hold is dropped here, and released.
-        let hold = Hold::take(&self.shared.store, subject(id.as_str())).await?;
-        let restored = match log::restore(store, id, u64::MAX) {
+        let restored = match log::restore(&*self.shared.store, id, u64::MAX) {
             Ok(restored) => restored,
             Err(RestoreError::Store(err)) => return Err(err.into()),
             Err(RestoreError::Broken(reason)) => {
@@ -160,27 +97,21 @@ impl ContextActor {
                 .into());
             }
         };
-        self.entry.slot.touch(self.shared.clock.now());
-        self.entry.slot.publish(myself);
         Ok(ContextState {
-            committed: restored.ctx.version(),
+            commits: Commits::new(restored.ctx.version()),
             ctx: restored.ctx,
-            inflight: None,
-            next: Pending::default(),
-            deferred: Vec::new(),
             base: restored.base,
             snapshot: restored.snapshot,
             last_at_ms: restored.last_at_ms,
-            _hold: hold,
         })
     }
 
-    fn handle_op(
+    fn request(
         &self,
         myself: &ActorRef<ContextMsg>,
         state: &mut ContextState,
         op: Op,
-        reply: oneshot::Sender<Reply>,
+        reply: Responder<Self>,
     ) -> Result<(), ActorProcessingErr> {
         let answer = match op {
             Op::Update { changes, author } => {
@@ -213,22 +144,38 @@ impl ContextActor {
             }
         };
         // Seen only once what it saw is committed.
-        let seen = state.ctx.version();
-        if seen <= state.committed {
-            let _ = reply.send(answer);
-        } else {
-            state.deferred.push((seen, answer, reply));
-        }
+        state.commits.read(reply, answer);
         Ok(())
     }
 
+    async fn own(
+        &self,
+        myself: &ActorRef<ContextMsg>,
+        state: &mut ContextState,
+        committed: Committed,
+    ) -> Result<(), ActorProcessingErr> {
+        state.commits.committed(committed)?;
+        self.flush(myself, state)
+    }
+
+    fn busy(&self, state: &mut ContextState) -> bool {
+        state.commits.busy()
+    }
+}
+
+/// A session's subject among servers sharing the store.
+pub(crate) fn subject(session: &str) -> String {
+    store::cluster::subject("ctx", session)
+}
+
+impl ContextActor {
     fn update(
         &self,
         myself: &ActorRef<ContextMsg>,
         state: &mut ContextState,
         changes: &[Change],
         author: Option<AgentId>,
-        reply: oneshot::Sender<Reply>,
+        reply: Responder<Self>,
     ) -> Result<(), ActorProcessingErr> {
         if self.entry.is_closed() {
             let _ = reply.send(Reply::Failed(ContextError::SessionClosed {
@@ -260,131 +207,87 @@ impl ContextActor {
                 .map(|c| [c.before, c.after])
                 .collect(),
         };
-        state.next.batch.put(
+        let (batch, ()) = state.commits.stage();
+        batch.put(
             Table::ContextLog,
             log::key(&self.entry.id, applied.version),
             codec::encode(&logged),
         );
-        state.next.acks.push((reply, applied));
-        if state.inflight.is_none() {
-            self.flush(myself, state)?;
-        }
-        Ok(())
+        state.commits.ack(reply, Reply::Applied(applied));
+        self.flush(myself, state)
     }
 
-    /// Submits the waiting batches as one commit.
+    /// Submits the waiting batches as one commit, with a snapshot when one is due.
     fn flush(
         &self,
         myself: &ActorRef<ContextMsg>,
         state: &mut ContextState,
     ) -> Result<(), ActorProcessingErr> {
-        if state.next.acks.is_empty() {
-            return Ok(());
-        }
-        let Pending { mut batch, acks } = std::mem::take(&mut state.next);
-        let version = state.ctx.version();
-        if version - state.snapshot.0 >= self.shared.config.snapshot_every {
-            self.snapshot_into(&mut batch, state);
-        }
-        match self.shared.store.try_commit(batch) {
-            Ok(result) => {
-                answer(acks, &result);
-                result?;
-                state.committed = version;
-                self.release(state);
-            }
-            Err(batch) => {
-                state.inflight = Some(version);
-                let me = myself.clone();
-                self.shared.store.submit(
-                    batch,
-                    Box::new(move |result| {
-                        // Answered here, so an acknowledged batch is never held up by (or
-                        // lost with) the actor.
-                        answer(acks, &result);
-                        let _ = me.cast(ContextMsg::Committed(result));
-                    }),
-                );
-            }
-        }
+        let ContextState {
+            ctx,
+            commits,
+            base,
+            snapshot,
+            last_at_ms,
+        } = state;
+        let config = &self.shared.config;
+        let id = &self.entry.id;
+        commits.flush(
+            myself,
+            &self.shared.store,
+            |batch| {
+                if ctx.version() - snapshot.0 >= config.snapshot_every {
+                    let retention = config.history_retention;
+                    snapshot_into(batch, id, ctx, base, snapshot, *last_at_ms, retention);
+                }
+            },
+            |()| {},
+        )?;
         Ok(())
     }
+}
 
-    /// Adds a snapshot at the current version to `batch`, superseding the previous one, or,
-    /// when the previous one is older than the history retention, making it the new base and
-    /// pruning the log before it.
-    fn snapshot_into(&self, batch: &mut Batch, state: &mut ContextState) {
-        let id = &self.entry.id;
-        let (previous, previous_ms) = state.snapshot;
-        if previous > state.base {
-            let expired = self
-                .shared
-                .config
-                .history_retention
-                .is_some_and(|keep| now_ms().saturating_sub(previous_ms) >= duration_ms(keep));
-            if expired {
-                for version in state.base + 1..=previous {
-                    batch.delete(Table::ContextLog, log::key(id, version));
-                }
-                if state.base > 0 {
-                    batch.delete(Table::ContextSnapshots, log::key(id, state.base));
-                }
-                state.base = previous;
-            } else {
-                batch.delete(Table::ContextSnapshots, log::key(id, previous));
+/// Adds a snapshot at the current version to `batch`, superseding the previous one, or,
+/// when the previous one is older than the history retention, making it the new base and
+/// pruning the log before it.
+fn snapshot_into(
+    batch: &mut Batch,
+    id: &SessionId,
+    ctx: &SessionContext,
+    base: &mut u64,
+    snapshot: &mut (u64, u64),
+    last_at_ms: u64,
+    retention: Option<Duration>,
+) {
+    let (previous, previous_ms) = *snapshot;
+    if previous > *base {
+        let expired =
+            retention.is_some_and(|keep| now_ms().saturating_sub(previous_ms) >= duration_ms(keep));
+        if expired {
+            for version in *base + 1..=previous {
+                batch.delete(Table::ContextLog, log::key(id, version));
             }
-        }
-        let version = state.ctx.version();
-        let snapshot = SnapshotOut {
-            version,
-            at_ms: state.last_at_ms,
-            base: state.base,
-            entries: state.ctx.entries().collect(),
-        };
-        batch.put(
-            Table::ContextSnapshots,
-            log::key(id, version),
-            codec::encode(&snapshot),
-        );
-        state.snapshot = (version, state.last_at_ms);
-    }
-
-    /// Answers the reads whose versions are now committed.
-    fn release(&self, state: &mut ContextState) {
-        if state.deferred.is_empty() {
-            return;
-        }
-        let committed = state.committed;
-        let (ready, waiting): (Vec<_>, Vec<_>) = std::mem::take(&mut state.deferred)
-            .into_iter()
-            .partition(|(seen, _, _)| *seen <= committed);
-        state.deferred = waiting;
-        for (_, answer, reply) in ready {
-            let _ = reply.send(answer);
+            if *base > 0 {
+                batch.delete(Table::ContextSnapshots, log::key(id, *base));
+            }
+            *base = previous;
+        } else {
+            batch.delete(Table::ContextSnapshots, log::key(id, previous));
         }
     }
-
-    fn passivate_if_idle(&self, myself: &ActorRef<ContextMsg>, state: &mut ContextState) {
-        let idle_for = self
-            .shared
-            .clock
-            .now()
-            .saturating_sub(self.entry.slot.last_active());
-        if state.inflight.is_some()
-            || !state.next.acks.is_empty()
-            || !state.deferred.is_empty()
-            || Duration::from_millis(idle_for) < self.shared.config.idle
-        {
-            return;
-        }
-        lazy::passivate(
-            &self.entry.slot,
-            &self.shared.partitions,
-            self.entry.id.as_str(),
-            myself,
-        );
-        tracing::trace!(session = %self.entry.id, "context passivated");
-    }
+    let version = ctx.version();
+    let out = SnapshotOut {
+        version,
+        at_ms: last_at_ms,
+        base: *base,
+        entries: ctx.entries().collect(),
+    };
+    batch.put(
+        Table::ContextSnapshots,
+        log::key(id, version),
+        codec::encode(&out),
+    );
+    *snapshot = (version, last_at_ms);
 }
 
 /// A logged batch, written from borrowed parts (same layout as [`log::LoggedBatch`]).
@@ -395,15 +298,6 @@ struct LoggedBatchOut<'a> {
     author: Option<&'a AgentId>,
     changes: &'a [Change],
     versions: Vec<[u64; 2]>,
-}
-
-fn answer(acks: Vec<(oneshot::Sender<Reply>, Applied)>, result: &Result<(), StoreError>) {
-    for (reply, applied) in acks {
-        let _ = reply.send(match result {
-            Ok(()) => Reply::Applied(applied),
-            Err(err) => Reply::Failed(err.clone().into()),
-        });
-    }
 }
 
 fn duration_ms(d: Duration) -> u64 {

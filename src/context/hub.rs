@@ -18,9 +18,10 @@ use super::session::{
 use super::shared::Shared;
 use super::{ContextConfig, ContextError};
 use crate::agents::{AgentId, PostOffice, now_ms};
+use crate::durable::{self, Family, Owner};
 use crate::events::ToolEvent;
 use crate::store::{self, Batch, Notice, Store, Table, codec};
-use guildhall_supervision::lazy::{self, CoarseClock, Lazy, Partitions, RequestError, Sweep};
+use guildhall_supervision::lazy::{self, Lazy, RequestError, SlotVisitor};
 
 /// The id of the supervisor of all context actors, under root.
 pub(crate) const CONTEXTS: &str = "contexts";
@@ -31,7 +32,6 @@ pub(crate) struct ContextHub {
     pub(crate) sessions: SessionDirectory,
     /// Authors must be registered agents.
     office: Arc<PostOffice>,
-    sweep: Sweep,
     /// Counts context changes, for caches of results that depend on them.
     generations: Generations,
 }
@@ -52,15 +52,13 @@ impl ContextHub {
         let sessions = SessionDirectory::load(&*store)?;
         Ok(Arc::new(Self {
             shared: Arc::new(Shared {
+                family: Family::new(config.idle),
                 store,
                 config,
-                partitions: Partitions::new(),
-                clock: CoarseClock::default(),
                 changes: Arc::clone(&office.shared.changes),
             }),
             sessions,
             office,
-            sweep: Sweep::default(),
             generations: Generations::default(),
         }))
     }
@@ -86,7 +84,7 @@ impl ContextHub {
             Notice::Release(subject) => {
                 if let Some(id) = subject.strip_prefix("ctx:") {
                     // Its state goes with it, and its hold is released after its batches.
-                    lazy::stop(&self.shared.partitions, id).await;
+                    lazy::stop(&self.shared.family.partitions, id).await;
                 }
             }
             Notice::Changed(what) if &**what == SESSIONS => self.refresh().await,
@@ -100,7 +98,7 @@ impl ContextHub {
         match self.sessions.refresh(&*self.shared.store).await {
             Ok(removed) => {
                 for entry in removed {
-                    lazy::stop(&self.shared.partitions, entry.id.as_str()).await;
+                    lazy::stop(&self.shared.family.partitions, entry.id.as_str()).await;
                 }
             }
             Err(err) => {
@@ -111,26 +109,11 @@ impl ContextHub {
 
     /// The child spec of the `contexts` supervisor.
     pub(crate) fn supervisor_spec(&self) -> ChildSpec {
-        self.shared.partitions.supervisor_spec(CONTEXTS)
-    }
-
-    /// Starts the passivation sweep (needs a tokio runtime).
-    pub(crate) fn start_sweep(self: &Arc<Self>) {
-        self.sweep.start(
-            self,
-            self.shared.config.idle,
-            |hub| &hub.shared.clock,
-            |hub, visit| {
-                for entry in hub.sessions.entries() {
-                    visit(&entry.slot);
-                }
-            },
-            || ContextMsg::Passivate,
-        );
+        self.shared.family.supervisor_spec(CONTEXTS)
     }
 
     pub(crate) fn stop_sweep(&self) {
-        self.sweep.stop();
+        self.shared.family.stop_sweep();
     }
 
     /// A registered agent's id, for an author or creator.
@@ -195,7 +178,7 @@ impl ContextHub {
         let entry = self.session(id).await?;
         self.changed(id);
         entry.slot.retire();
-        lazy::stop(&self.shared.partitions, id).await;
+        lazy::stop(&self.shared.family.partitions, id).await;
         let mut batch = Batch::new();
         let prefix = log::prefix(&entry.id);
         for table in [Table::ContextLog, Table::ContextSnapshots] {
@@ -511,7 +494,7 @@ impl ContextHub {
     pub(crate) async fn crash_mid_update(&self, entry: &Arc<SessionEntry>, changes: Arc<[Change]>) {
         if let Some(actor) = entry.slot.actor() {
             let (tx, rx) = tokio::sync::oneshot::channel();
-            let _ = actor.cast(ContextMsg::Request(super::protocol::Request::new(
+            let _ = actor.cast(ContextMsg::Request(lazy::Request::new(
                 Op::CrashMidUpdate(changes),
                 tx,
             )));
@@ -524,7 +507,7 @@ impl ContextHub {
     async fn request(&self, entry: &Arc<SessionEntry>, op: Op) -> Result<Reply, ContextError> {
         let lazy = Lazy {
             slot: &entry.slot,
-            partitions: &self.shared.partitions,
+            partitions: &self.shared.family.partitions,
             key: entry.id.as_str(),
             spec: || self.child_spec(entry),
         };
@@ -545,7 +528,7 @@ impl ContextHub {
     fn child_spec(&self, entry: &Arc<SessionEntry>) -> ChildSpec {
         let entry = Arc::clone(entry);
         let shared = Arc::clone(&self.shared);
-        lazy::child_spec(Arc::from(entry.id.as_str()), move || ContextActor {
+        durable::child_spec(Arc::from(entry.id.as_str()), move || ContextActor {
             entry: Arc::clone(&entry),
             shared: Arc::clone(&shared),
         })
@@ -568,5 +551,19 @@ fn failed(entry: &SessionEntry, reply: Reply) -> ContextError {
             session: entry.id.to_string(),
             reason: format!("unexpected answer from the context: {other:?}"),
         },
+    }
+}
+
+impl Owner for ContextHub {
+    type Behaviour = ContextActor;
+
+    fn family(&self) -> &Family {
+        &self.shared.family
+    }
+
+    fn each_slot(&self, visit: &mut SlotVisitor<'_, ContextMsg>) {
+        for entry in self.sessions.entries() {
+            visit(&entry.slot);
+        }
     }
 }

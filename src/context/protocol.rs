@@ -8,8 +8,8 @@ use super::ContextError;
 use super::model::{Applied, Change, Entry};
 use super::query::{ContextView, Select};
 use crate::agents::AgentId;
+use crate::durable::Msg;
 use crate::store::StoreError;
-use guildhall_supervision::lazy::{self, Bounce};
 
 /// What a context actor does for a caller.
 #[derive(Debug, Clone)]
@@ -46,36 +46,17 @@ pub(crate) enum Reply {
     Applied(Applied),
     View(ContextView),
     Stat(Stat),
-    Entries {
-        version: u64,
-        entries: Vec<Entry>,
-    },
+    Entries { version: u64, entries: Vec<Entry> },
     Failed(ContextError),
-    /// The request never reached a live actor; here it is back.
-    Bounced(Op),
 }
 
-impl Bounce for Reply {
-    type Op = Op;
-    fn bounced(op: Op) -> Self {
-        Reply::Bounced(op)
-    }
-
-    fn into_bounced(self) -> Result<Op, Self> {
-        match self {
-            Reply::Bounced(op) => Ok(op),
-            other => Err(other),
-        }
+impl From<StoreError> for Reply {
+    fn from(err: StoreError) -> Self {
+        Reply::Failed(err.into())
     }
 }
 
-pub(crate) type Request = lazy::Request<Reply>;
+pub(crate) use crate::durable::Committed;
 
-/// Messages a context actor handles.
-pub(crate) enum ContextMsg {
-    Request(Request),
-    /// The commit in flight finished (its batches are already answered).
-    Committed(Result<(), StoreError>),
-    /// Stop if idle (sent by the passivation sweep).
-    Passivate,
-}
+/// Messages a context actor handles: requests, passivation, and its commits' outcomes.
+pub(crate) type ContextMsg = Msg<Op, Reply, Committed>;

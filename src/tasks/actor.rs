@@ -19,120 +19,111 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use ractor::{Actor, ActorProcessingErr, ActorRef};
-use tokio::sync::oneshot;
+use ractor::{ActorProcessingErr, ActorRef};
 
 use super::model::{Board, Effects, Notice, Task, TaskEvent};
-use super::protocol::{BoardMsg, Op, Reply};
+use super::protocol::{BoardMsg, BoardOwn, Op, Reply};
 use super::shared::{BOARD, Shared};
 use super::status::TaskId;
-use super::{TaskError, keys, notify};
+use super::{keys, notify};
 use crate::agents::now_ms;
-use crate::store::cluster::Hold;
-use crate::store::{self, Batch, StoreError, Table, codec};
-use guildhall_supervision::lazy;
+use crate::durable::{Behaviour, Commits, Home, Msg, Responder};
+use crate::store::{self, Table, codec};
 
 pub(crate) struct BoardActor {
     pub(crate) shared: Arc<Shared>,
 }
 
-/// Changes applied in memory and waiting for the next commit, with whom to answer and what
-/// to mail once it is done.
+/// What a commit does once durable: the notices it mails and the tasks it changed, reported
+/// to listeners.
 #[derive(Default)]
-struct Pending {
-    batch: Batch,
-    acks: Vec<(oneshot::Sender<Reply>, Reply)>,
+pub(crate) struct Staged {
     notices: Vec<Notice>,
-    /// The tasks it changes, reported to listeners once committed.
     changed: Vec<TaskId>,
 }
 
 pub(crate) struct BoardState {
     board: Board,
-    /// Changes applied in memory, counted.
-    applied: u64,
-    /// The count known committed.
-    committed: u64,
-    /// The count whose commit is in flight.
-    inflight: Option<u64>,
-    next: Pending,
-    /// Answers held until what they saw is committed.
-    deferred: Vec<(u64, Reply, oneshot::Sender<Reply>)>,
+    commits: Commits<BoardActor, Staged>,
     /// When the lease timer set last fires (Unix milliseconds), if one is set.
     timer_at: Option<u64>,
     /// No time goes backwards on the board, even if the clock does.
     last_ms: u64,
-    /// This server's hold on the board, when servers share the store: kept only to be
-    /// dropped with the state, which releases it after every change this actor submitted.
-    _hold: Option<Hold>,
 }
 
 /// The board's subject among servers sharing the store.
 pub(crate) const BOARD_SUBJECT: &str = "board:tasks";
 
-impl Actor for BoardActor {
-    type Msg = BoardMsg;
+impl Behaviour for BoardActor {
+    type Op = Op;
+    type Reply = Reply;
+    type Own = BoardOwn;
     type State = BoardState;
-    type Arguments = ();
+    const WHAT: &'static str = "board";
 
-    async fn pre_start(
-        &self,
-        myself: ActorRef<Self::Msg>,
-        (): (),
-    ) -> Result<Self::State, ActorProcessingErr> {
-        Box::pin(self.load(myself)).await
+    fn home(&self) -> Home<'_, Self> {
+        let shared = &self.shared;
+        Home::new(&shared.slot, &shared.family, BOARD, &shared.store)
     }
 
-    async fn post_stop(
+    fn subject(&self) -> String {
+        BOARD_SUBJECT.to_owned()
+    }
+
+    async fn load(
         &self,
-        myself: ActorRef<Self::Msg>,
-        _state: &mut Self::State,
+        _: &ActorRef<BoardMsg>,
+        _held: bool,
+    ) -> Result<BoardState, ActorProcessingErr> {
+        let mut tasks = Vec::new();
+        store::scan_values(&*self.shared.store, Table::Tasks, &[], |_, task: Task| {
+            tasks.push(task);
+        })?;
+        let last_ms = tasks.iter().map(|t| t.updated_ms).max().unwrap_or(0);
+        Ok(BoardState {
+            board: Board::from_tasks(tasks),
+            commits: Commits::new(0),
+            timer_at: None,
+            last_ms,
+        })
+    }
+
+    fn request(
+        &self,
+        myself: &ActorRef<BoardMsg>,
+        state: &mut BoardState,
+        op: Op,
+        reply: Responder<Self>,
     ) -> Result<(), ActorProcessingErr> {
-        self.shared.slot.unpublish(&myself);
-        Ok(())
+        let now = state.now();
+        self.expire(state, now);
+        self.handle_op(state, op, reply, now);
+        self.flush(myself, state)
     }
 
-    async fn handle(
+    async fn own(
         &self,
-        myself: ActorRef<Self::Msg>,
-        msg: Self::Msg,
-        state: &mut Self::State,
+        myself: &ActorRef<BoardMsg>,
+        state: &mut BoardState,
+        msg: BoardOwn,
     ) -> Result<(), ActorProcessingErr> {
         match msg {
-            BoardMsg::Request(request) => {
-                let Some((op, reply)) = request.take() else {
-                    return Ok(());
-                };
-                self.shared.slot.touch(self.shared.clock.now());
-                let now = state.now();
-                self.expire(state, now);
-                self.handle_op(state, op, reply, now);
-                if state.inflight.is_none() {
-                    self.flush(&myself, state)?;
-                }
-            }
-            BoardMsg::Committed(result) => {
-                let count = state.inflight.take().unwrap_or(state.committed);
-                // A failed commit leaves the memory ahead of the store: start again from the
-                // store. Operations waiting behind it were never submitted; their callers
-                // re-send them to the restarted actor.
-                result?;
-                state.committed = count;
-                release(state);
-                self.flush(&myself, state)?;
-            }
-            BoardMsg::Expire => {
+            BoardOwn::Committed(committed) => state.commits.committed(committed)?,
+            BoardOwn::Expire => {
                 state.timer_at = None;
                 let now = state.now();
                 self.expire(state, now);
-                if state.inflight.is_none() {
-                    self.flush(&myself, state)?;
-                }
             }
-            BoardMsg::Passivate => self.passivate_if_idle(&myself, state),
         }
-        self.arm_timer(&myself, state);
-        Ok(())
+        self.flush(myself, state)
+    }
+
+    fn busy(&self, state: &mut BoardState) -> bool {
+        state.commits.busy() || state.board.has_leases()
+    }
+
+    fn after(&self, myself: &ActorRef<BoardMsg>, state: &mut BoardState) {
+        self.arm_timer(myself, state);
     }
 }
 
@@ -144,34 +135,7 @@ impl BoardState {
 }
 
 impl BoardActor {
-    async fn load(&self, myself: ActorRef<BoardMsg>) -> Result<BoardState, ActorProcessingErr> {
-        let store = &*self.shared.store;
-        // Every commit submitted before this start (by a predecessor that crashed) is done
-        // once this barrier is.
-        store::commit(store, Batch::new()).await?;
-        // Active on one server at a time: another holding it hands it over first, after
-        // its changes, which the scan below then reads. Should the scan fail, the hold is
-        // dropped here, and released.
-        let hold = Hold::take(&self.shared.store, BOARD_SUBJECT.to_owned()).await?;
-        let mut tasks = Vec::new();
-        store::scan_values(store, Table::Tasks, &[], |_, task: Task| tasks.push(task))?;
-        let last_ms = tasks.iter().map(|t| t.updated_ms).max().unwrap_or(0);
-        self.shared.slot.touch(self.shared.clock.now());
-        self.shared.slot.publish(myself);
-        Ok(BoardState {
-            board: Board::from_tasks(tasks),
-            applied: 0,
-            committed: 0,
-            inflight: None,
-            next: Pending::default(),
-            deferred: Vec::new(),
-            timer_at: None,
-            last_ms,
-            _hold: hold,
-        })
-    }
-
-    fn handle_op(&self, state: &mut BoardState, op: Op, reply: oneshot::Sender<Reply>, now: u64) {
+    fn handle_op(&self, state: &mut BoardState, op: Op, reply: Responder<Self>, now: u64) {
         let limits = &self.shared.config.limits;
         let mut effects = Effects::default();
         let board = &mut state.board;
@@ -179,7 +143,7 @@ impl BoardActor {
             Op::Get(id) => board.get(id).map(|t| Some(t.id)),
             Op::List(query) => {
                 let (tasks, total) = board.list(&query);
-                return self.answer_read(state, Reply::Tasks(tasks, total), reply);
+                return state.commits.read(reply, Reply::Tasks(tasks, total));
             }
             Op::Create { by, spec } => board
                 .create(spec, by.as_ref(), now, limits, &mut effects)
@@ -209,42 +173,30 @@ impl BoardActor {
             Err(err) => Reply::Failed(err),
         };
         if effects.changed.is_empty() {
-            self.answer_read(state, answer, reply);
+            state.commits.read(reply, answer);
         } else {
             self.stage(state, effects);
-            state.next.acks.push((reply, answer));
-        }
-    }
-
-    /// Answers now if everything it saw is committed, or once it is.
-    fn answer_read(&self, state: &mut BoardState, answer: Reply, reply: oneshot::Sender<Reply>) {
-        if state.applied <= state.committed {
-            let _ = reply.send(answer);
-        } else {
-            state.deferred.push((state.applied, answer, reply));
+            state.commits.ack(reply, answer);
         }
     }
 
     /// Adds what `effects` changed to the next commit.
     fn stage(&self, state: &mut BoardState, effects: Effects) {
-        state.applied += 1;
-        state.next.changed.extend(effects.changed.iter().copied());
+        let (batch, staged) = state.commits.stage();
+        staged.changed.extend(effects.changed.iter().copied());
         for id in &effects.changed {
             if let Ok(task) = state.board.get(*id) {
-                state
-                    .next
-                    .batch
-                    .put(Table::Tasks, keys::task(*id), codec::encode(task));
+                batch.put(Table::Tasks, keys::task(*id), codec::encode(task));
             }
         }
         for (id, event) in &effects.events {
-            state.next.batch.put(
+            batch.put(
                 Table::TaskHistory,
                 keys::event(*id, event.version),
                 codec::encode::<TaskEvent>(event),
             );
         }
-        state.next.notices.extend(effects.notices);
+        staged.notices.extend(effects.notices);
     }
 
     fn expire(&self, state: &mut BoardState, now: u64) {
@@ -266,99 +218,31 @@ impl BoardActor {
         state.timer_at = Some(at);
         let wait = Duration::from_millis(at.saturating_sub(now_ms()) + 1);
         // The timer's task is not kept: an Expire that finds nothing due does nothing.
-        drop(myself.send_after(wait, || BoardMsg::Expire));
+        drop(myself.send_after(wait, || Msg::Own(BoardOwn::Expire)));
     }
 
-    /// Submits the waiting changes as one commit.
+    /// Submits the waiting changes as one commit; once durable, its notices are mailed.
     fn flush(
         &self,
         myself: &ActorRef<BoardMsg>,
         state: &mut BoardState,
     ) -> Result<(), ActorProcessingErr> {
-        if state.next.batch.is_empty() {
+        if !state.commits.ready() {
             return Ok(());
         }
-        let Pending {
-            batch,
-            acks,
-            notices,
-            changed,
-        } = std::mem::take(&mut state.next);
-        let count = state.applied;
         let shared = Arc::clone(&self.shared);
         let runtime = tokio::runtime::Handle::current();
-        let finish = move |result: &Result<(), StoreError>| {
-            answer(acks, result);
-            if result.is_ok() {
+        state.commits.flush(
+            myself,
+            &self.shared.store,
+            |_| {},
+            move |Staged { notices, changed }| {
                 shared.office.shared.changes.tasks_changed(&changed);
                 if !notices.is_empty() {
                     runtime.spawn(notify::deliver(Arc::clone(&shared.office), notices));
                 }
-            }
-        };
-        match self.shared.store.try_commit(batch) {
-            Ok(result) => {
-                finish(&result);
-                result?;
-                state.committed = count;
-                release(state);
-            }
-            Err(batch) => {
-                state.inflight = Some(count);
-                let me = myself.clone();
-                self.shared.store.submit(
-                    batch,
-                    Box::new(move |result| {
-                        // Answered here, so an acknowledged change is never held up by (or
-                        // lost with) the actor.
-                        finish(&result);
-                        let _ = me.cast(BoardMsg::Committed(result));
-                    }),
-                );
-            }
-        }
+            },
+        )?;
         Ok(())
-    }
-
-    fn passivate_if_idle(&self, myself: &ActorRef<BoardMsg>, state: &mut BoardState) {
-        let idle_for = self
-            .shared
-            .clock
-            .now()
-            .saturating_sub(self.shared.slot.last_active());
-        if state.inflight.is_some()
-            || !state.next.batch.is_empty()
-            || !state.deferred.is_empty()
-            || state.board.has_leases()
-            || Duration::from_millis(idle_for) < self.shared.config.idle
-        {
-            return;
-        }
-        lazy::passivate(&self.shared.slot, &self.shared.partitions, BOARD, myself);
-        tracing::trace!("task board passivated");
-    }
-}
-
-/// Answers the reads whose changes are now committed.
-fn release(state: &mut BoardState) {
-    if state.deferred.is_empty() {
-        return;
-    }
-    let committed = state.committed;
-    let (ready, waiting): (Vec<_>, Vec<_>) = std::mem::take(&mut state.deferred)
-        .into_iter()
-        .partition(|(seen, _, _)| *seen <= committed);
-    state.deferred = waiting;
-    for (_, answer, reply) in ready {
-        let _ = reply.send(answer);
-    }
-}
-
-fn answer(acks: Vec<(oneshot::Sender<Reply>, Reply)>, result: &Result<(), StoreError>) {
-    for (reply, answer) in acks {
-        let _ = reply.send(match result {
-            Ok(()) => answer,
-            Err(err) => Reply::Failed(TaskError::Store(err.clone())),
-        });
     }
 }

@@ -4,13 +4,14 @@
 use std::sync::Arc;
 
 use guildhall_supervision::ChildSpec;
-use guildhall_supervision::lazy::{self, CoarseClock, Lazy, Partitions, RequestError, Slot, Sweep};
+use guildhall_supervision::lazy::{self, Lazy, RequestError, Slot, SlotVisitor};
 
 use super::actor::BoardActor;
 use super::protocol::{BoardMsg, Op, Reply};
 use super::shared::{BOARD, Shared};
 use super::{TaskConfig, TaskError};
 use crate::agents::PostOffice;
+use crate::durable::{self, Family, Owner};
 use crate::store::Store;
 
 /// The id of the supervisor of the board actor, under root.
@@ -18,7 +19,6 @@ pub(crate) const TASKS: &str = "tasks";
 
 pub(crate) struct TaskBoard {
     pub(crate) shared: Arc<Shared>,
-    sweep: Sweep,
 }
 
 impl TaskBoard {
@@ -29,35 +29,22 @@ impl TaskBoard {
     ) -> Arc<Self> {
         Arc::new(Self {
             shared: Arc::new(Shared {
+                family: Family::new(config.idle),
                 store,
                 config,
-                partitions: Partitions::new(),
                 slot: Slot::default(),
-                clock: CoarseClock::default(),
                 office,
             }),
-            sweep: Sweep::default(),
         })
     }
 
     /// The child spec of the `tasks` supervisor.
     pub(crate) fn supervisor_spec(&self) -> ChildSpec {
-        self.shared.partitions.supervisor_spec(TASKS)
-    }
-
-    /// Starts the passivation sweep (needs a tokio runtime).
-    pub(crate) fn start_sweep(self: &Arc<Self>) {
-        self.sweep.start(
-            self,
-            self.shared.config.idle,
-            |board| &board.shared.clock,
-            |board, visit| visit(&board.shared.slot),
-            || BoardMsg::Passivate,
-        );
+        self.shared.family.supervisor_spec(TASKS)
     }
 
     pub(crate) fn stop_sweep(&self) {
-        self.sweep.stop();
+        self.shared.family.stop_sweep();
     }
 
     /// What another server sharing the store says: hand the board over.
@@ -66,7 +53,7 @@ impl TaskBoard {
             && &**subject == super::actor::BOARD_SUBJECT
         {
             // Its state goes with it, and its hold is released after its changes.
-            lazy::stop(&self.shared.partitions, BOARD).await;
+            lazy::stop(&self.shared.family.partitions, BOARD).await;
         }
     }
 
@@ -80,7 +67,7 @@ impl TaskBoard {
     pub(crate) async fn request(&self, op: Op) -> Result<Reply, TaskError> {
         let lazy = Lazy {
             slot: &self.shared.slot,
-            partitions: &self.shared.partitions,
+            partitions: &self.shared.family.partitions,
             key: BOARD,
             spec: || self.child_spec(),
         };
@@ -101,9 +88,21 @@ impl TaskBoard {
 
     fn child_spec(&self) -> ChildSpec {
         let shared = Arc::clone(&self.shared);
-        lazy::child_spec(Arc::from(BOARD), move || BoardActor {
+        durable::child_spec(Arc::from(BOARD), move || BoardActor {
             shared: Arc::clone(&shared),
         })
+    }
+}
+
+impl Owner for TaskBoard {
+    type Behaviour = BoardActor;
+
+    fn family(&self) -> &Family {
+        &self.shared.family
+    }
+
+    fn each_slot(&self, visit: &mut SlotVisitor<'_, BoardMsg>) {
+        visit(&self.shared.slot);
     }
 }
 

@@ -5,8 +5,8 @@ use super::TaskError;
 use super::model::{ClaimFilter, Task, TaskChange, TaskQuery, TaskSpec};
 use super::status::TaskId;
 use crate::agents::AgentId;
+use crate::durable::{Committed, Msg};
 use crate::store::StoreError;
-use guildhall_supervision::lazy::{self, Bounce};
 
 /// What the board does for a caller.
 #[derive(Debug, Clone)]
@@ -49,33 +49,27 @@ pub(crate) enum Reply {
     /// A listing: the tasks, and how many matched before the limit.
     Tasks(Vec<Task>, usize),
     Failed(TaskError),
-    /// The request never reached a live actor; here it is back.
-    Bounced(Op),
 }
 
-impl Bounce for Reply {
-    type Op = Op;
-    fn bounced(op: Op) -> Self {
-        Reply::Bounced(op)
-    }
-
-    fn into_bounced(self) -> Result<Op, Self> {
-        match self {
-            Reply::Bounced(op) => Ok(op),
-            other => Err(other),
-        }
+impl From<StoreError> for Reply {
+    fn from(err: StoreError) -> Self {
+        Reply::Failed(TaskError::Store(err))
     }
 }
 
-pub(crate) type Request = lazy::Request<Reply>;
-
-/// Messages the board actor handles.
-pub(crate) enum BoardMsg {
-    Request(Request),
+/// The board actor's own messages.
+pub(crate) enum BoardOwn {
     /// The commit in flight finished (its operations are already answered).
-    Committed(Result<(), StoreError>),
+    Committed(Committed),
     /// Return the tasks whose leases ended to the pool.
     Expire,
-    /// Stop if idle (sent by the passivation sweep).
-    Passivate,
 }
+
+impl From<Committed> for BoardOwn {
+    fn from(committed: Committed) -> Self {
+        BoardOwn::Committed(committed)
+    }
+}
+
+/// Messages the board actor handles: requests, passivation and its own.
+pub(crate) type BoardMsg = Msg<Op, Reply, BoardOwn>;

@@ -289,29 +289,21 @@ fn spawn_sweep<T: Send + Sync + 'static>(
     .abort_handle()
 }
 
-/// An answer that can also carry its request back, unhandled.
-pub trait Bounce: Send + Sized + 'static {
-    /// The request.
-    type Op: Send + 'static;
-    /// The answer that hands `op` back.
-    fn bounced(op: Self::Op) -> Self;
-    /// The request this answer hands back, or the answer itself when it is a real one.
-    ///
-    /// # Errors
-    /// `self`, when it is not a bounce.
-    fn into_bounced(self) -> Result<Self::Op, Self>;
-}
+/// What a request's caller receives: the actor's answer, or the request itself, handed back
+/// unhandled. (The request is boxed: a bounce is rare, and a smaller message makes every
+/// request's answer channel smaller.)
+pub type Answer<O, R> = Result<R, Box<O>>;
 
 /// A request to a lazily started actor. Dropped unhandled (its actor died with it queued, or
 /// was gone when it was sent), it sends itself back, and the caller re-sends it.
-pub struct Request<R: Bounce> {
-    op: Option<R::Op>,
-    reply: Option<oneshot::Sender<R>>,
+pub struct Request<O: Send + 'static, R: Send + 'static> {
+    op: Option<O>,
+    reply: Option<oneshot::Sender<Answer<O, R>>>,
 }
 
-impl<R: Bounce> Request<R> {
+impl<O: Send + 'static, R: Send + 'static> Request<O, R> {
     /// A request for `op`, answered (or bounced back) on `reply`.
-    pub fn new(op: R::Op, reply: oneshot::Sender<R>) -> Self {
+    pub fn new(op: O, reply: oneshot::Sender<Answer<O, R>>) -> Self {
         Self {
             op: Some(op),
             reply: Some(reply),
@@ -319,16 +311,40 @@ impl<R: Bounce> Request<R> {
     }
 
     /// The request and where to answer it; the request no longer bounces.
-    pub fn take(mut self) -> Option<(R::Op, oneshot::Sender<R>)> {
-        self.op.take().zip(self.reply.take())
+    pub fn take(mut self) -> Option<(O, Responder<R, O>)> {
+        let op = self.op.take()?;
+        Some((op, Responder(self.reply.take()?)))
     }
 }
 
-impl<R: Bounce> Drop for Request<R> {
+impl<O: Send + 'static, R: Send + 'static> Drop for Request<O, R> {
     fn drop(&mut self) {
         if let (Some(op), Some(reply)) = (self.op.take(), self.reply.take()) {
-            let _ = reply.send(R::bounced(op));
+            let _ = reply.send(Err(Box::new(op)));
         }
+    }
+}
+
+/// Where to answer a request taken out of its [`Request`].
+pub struct Responder<R, O>(oneshot::Sender<Answer<O, R>>);
+
+impl<R, O> Responder<R, O> {
+    /// Answers.
+    ///
+    /// # Errors
+    /// The answer, back, when the caller no longer waits.
+    pub fn send(self, answer: R) -> Result<(), R> {
+        match self.0.send(Ok(answer)) {
+            Ok(()) => Ok(()),
+            Err(Ok(answer)) => Err(answer),
+            // Only an answer is ever sent here.
+            Err(Err(_)) => Ok(()),
+        }
+    }
+
+    /// Whether the caller stopped waiting.
+    pub fn is_closed(&self) -> bool {
+        self.0.is_closed()
     }
 }
 
@@ -474,18 +490,18 @@ impl<M: ractor::Message, S: Fn() -> ChildSpec> Lazy<'_, M, S> {
     ///
     /// # Cancel safety
     /// Dropping the future stops waiting; a request already sent may still be handled.
-    pub async fn request<R, W, F>(
+    pub async fn request<O, R, W, F>(
         &self,
-        mut op: R::Op,
-        wrap: fn(Request<R>) -> M,
+        mut op: O,
+        wrap: fn(Request<O, R>) -> M,
         mut receive: W,
-        mut again: impl FnMut(&mut R::Op),
+        mut again: impl FnMut(&mut O),
     ) -> Result<R, RequestError>
     where
-        R: Bounce,
-        R::Op: Clone,
-        W: FnMut(oneshot::Receiver<R>, ActorId) -> F,
-        F: Future<Output = Result<R, oneshot::error::RecvError>>,
+        O: Clone + Send + 'static,
+        R: Send + 'static,
+        W: FnMut(oneshot::Receiver<Answer<O, R>>, ActorId) -> F,
+        F: Future<Output = Result<Answer<O, R>, oneshot::error::RecvError>>,
     {
         // The clock is read only when something goes wrong: the common path needs no deadline.
         let mut deadline = None;
@@ -508,10 +524,8 @@ impl<M: ractor::Message, S: Fn() -> ChildSpec> Lazy<'_, M, S> {
                 continue;
             };
             op = match receive(rx, actor).await {
-                Ok(reply) => match reply.into_bounced() {
-                    Ok(back) => back,
-                    Err(reply) => return Ok(reply),
-                },
+                Ok(Ok(reply)) => return Ok(reply),
+                Ok(Err(back)) => *back,
                 // Dropped mid-handling by a crash.
                 Err(_) => retry,
             };

@@ -340,6 +340,7 @@ async fn one_task_board_serves_every_server() {
     a.register_agent(AgentSpec::new("tl", "tl")).await.unwrap();
     let created = a
         .tasks()
+        .expect("the task board")
         .create(
             Some("tl"),
             TaskSpec {
@@ -350,11 +351,17 @@ async fn one_task_board_serves_every_server() {
         .await
         .unwrap();
     // Handed over to b, which sees what a wrote; then back.
-    let (listed, _) = b.tasks().list(all_tasks()).await.unwrap();
+    let (listed, _) = b
+        .tasks()
+        .expect("the task board")
+        .list(all_tasks())
+        .await
+        .unwrap();
     assert_eq!(listed.len(), 1);
     assert_eq!(listed[0].id, created.id);
     let second = b
         .tasks()
+        .expect("the task board")
         .create(
             None,
             TaskSpec {
@@ -365,7 +372,12 @@ async fn one_task_board_serves_every_server() {
         .await
         .unwrap();
     assert_ne!(second.id, created.id, "ids are not reused across servers");
-    let (listed, _) = a.tasks().list(all_tasks()).await.unwrap();
+    let (listed, _) = a
+        .tasks()
+        .expect("the task board")
+        .list(all_tasks())
+        .await
+        .unwrap();
     assert_eq!(listed.len(), 2);
     a.shutdown().await;
     b.shutdown().await;

@@ -349,7 +349,7 @@ fn acknowledged_task_changes_survive_sigkill_once_with_their_whole_history() {
                 .build()
                 .await
                 .unwrap_or_else(|e| panic!("round {round}: the store did not reopen: {e}"));
-            let tasks = rt.tasks();
+            let tasks = rt.tasks().expect("the task board");
             let (all, _) = tasks
                 .list(TaskQuery {
                     limit: usize::MAX,

@@ -34,14 +34,16 @@ const GUILDHALL: Allowed = &[
     ("changes", &[]),
     // The domains.
     ("store", &["private_fs", "sorted"]),
+    // One writer per key, loaded on first use, committed before acknowledged.
+    ("durable", &["store"]),
     ("files", &["time"]),
     // What every process started for an agent is confined by: the file roots' paths.
     ("sandbox", &["addresses", "files", "private_fs"]),
     ("shell", &["files", "process_group", "sandbox", "time"]),
     ("fetch", &["addresses", "tls"]),
-    ("agents", &["changes", "events", "paged", "sorted", "store", "time"]),
-    ("context", &["agents", "changes", "events", "paged", "store", "time"]),
-    ("tasks", &["agents", "store", "time"]),
+    ("agents", &["changes", "durable", "events", "paged", "sorted", "store", "time"]),
+    ("context", &["agents", "changes", "durable", "events", "paged", "store", "time"]),
+    ("tasks", &["agents", "durable", "store", "time"]),
     ("humans", &["agents", "time"]),
     // A call's way through a tool: the pipeline, governance around it, the registry.
     ("pipeline", &["events"]),
@@ -50,9 +52,11 @@ const GUILDHALL: Allowed = &[
     ("options", &["agents", "governance", "pipeline"]),
     ("registry", &["governance", "options", "pipeline"]),
     ("error", &["agents", "context", "store"]),
-    ("runtime", &["agents", "changes", "context", "error", "events", "fetch", "files",
-                  "governance", "humans", "options", "pipeline", "registry", "sandbox",
-                  "shell", "store", "tasks"]),
+    ("runtime", &["agents", "changes", "context", "durable", "error", "events",
+                  "governance", "options", "pipeline", "registry", "store"]),
+    // The built-in domains as subsystems of the runtime: the runtime names none of them.
+    ("builtin", &["agents", "durable", "error", "fetch", "files", "governance", "humans",
+                  "runtime", "sandbox", "shell", "store", "tasks"]),
     // External tools, registered through the runtime like any other.
     ("servers", &["detached", "events", "governance", "json_id", "options", "output_log",
                   "process_group", "runtime", "sandbox", "tls"]),

@@ -74,6 +74,8 @@ mod store;
 /// The PostgreSQL store: paging, migrations, the database going away and coming back.
 #[cfg(feature = "postgres")]
 mod store_postgres;
+/// Subsystems: an embedder's own installed, started and stopped in order with the tree.
+mod subsystems;
 /// Supervision strategies, restart types, intensity and escalation (supervision crate).
 mod supervision;
 /// The public surface: cancel safety documented, error types non-exhaustive.

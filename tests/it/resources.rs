@@ -264,6 +264,7 @@ async fn the_task_board_and_each_task_are_resources_whose_subscribers_hear_of_ch
             .as_u64()
             .unwrap_or_else(|| panic!("{era}: {created}"));
         rt.tasks()
+            .expect("the task board")
             .create(
                 None,
                 guildhall::tasks::TaskSpec {
@@ -274,6 +275,7 @@ async fn the_task_board_and_each_task_are_resources_whose_subscribers_hear_of_ch
             .await
             .unwrap();
         rt.tasks()
+            .expect("the task board")
             .update(
                 None,
                 2,

@@ -150,7 +150,12 @@ async fn fifty_workers_finish_a_thousand_tasks_once_each_in_dependency_order() {
         err.contains("ended") || err.contains("claimed by") || err.contains("reopened"),
         "{err}"
     );
-    let history = rt.tasks().history(abandoned).await.unwrap();
+    let history = rt
+        .tasks()
+        .expect("the task board")
+        .history(abandoned)
+        .await
+        .unwrap();
     let actions: Vec<(Action, Option<String>)> = history
         .iter()
         .map(|e| (e.action, e.by.as_ref().map(ToString::to_string)))
@@ -175,7 +180,7 @@ async fn fifty_workers_finish_a_thousand_tasks_once_each_in_dependency_order() {
         .build()
         .await
         .unwrap();
-    let tasks = rt.tasks();
+    let tasks = rt.tasks().expect("the task board");
     let (all, total) = tasks
         .list(TaskQuery {
             limit: usize::MAX,
@@ -429,7 +434,7 @@ async fn the_board_stops_when_idle_but_not_while_a_lease_is_held() {
         .await
         .unwrap();
     rt.register_agent(AgentSpec::new("w", "dev")).await.unwrap();
-    let tasks = rt.tasks();
+    let tasks = rt.tasks().expect("the task board");
     let first = tasks
         .create(
             Some("w"),
@@ -468,7 +473,7 @@ async fn the_board_stops_when_idle_but_not_while_a_lease_is_held() {
 async fn leases_end_on_time_without_anyone_asking() {
     let rt = Runtime::builder().build().await.unwrap();
     rt.register_agent(AgentSpec::new("w", "dev")).await.unwrap();
-    let tasks = rt.tasks();
+    let tasks = rt.tasks().expect("the task board");
     tasks
         .create(
             None,

@@ -1,0 +1,247 @@
+use std::sync::{Arc, Mutex};
+
+use guildhall::runtime::{BoxFuture, Install, Subsystem};
+use guildhall::supervision::ChildSpec;
+use guildhall::{BuildError, CallOptions, Runtime, RuntimeBuilder};
+use ractor::{Actor, ActorProcessingErr, ActorRef};
+use serde_json::json;
+
+use crate::support::Chaos;
+
+/// What happened, in order, to every subsystem of one runtime.
+#[derive(Default, Clone)]
+struct Log(Arc<Mutex<Vec<String>>>);
+
+impl Log {
+    fn push(&self, line: String) {
+        self.0.lock().unwrap().push(line);
+    }
+
+    fn take(&self) -> Vec<String> {
+        std::mem::take(&mut *self.0.lock().unwrap())
+    }
+}
+
+/// An embedder's subsystem: one tool and one supervised child, and a log of every hook.
+struct Recorder {
+    name: &'static str,
+    log: Log,
+    /// `install` fails with this, when set.
+    refuse: Option<&'static str>,
+    /// `started` fails with this, when set.
+    fail_start: Option<&'static str>,
+}
+
+impl Recorder {
+    fn new(name: &'static str, log: &Log) -> Self {
+        Self {
+            name,
+            log: log.clone(),
+            refuse: None,
+            fail_start: None,
+        }
+    }
+}
+
+impl Subsystem for Recorder {
+    fn name(&self) -> &'static str {
+        self.name
+    }
+
+    fn install<'a>(
+        &'a self,
+        install: &'a mut Install<'_>,
+    ) -> BoxFuture<'a, Result<(), BuildError>> {
+        Box::pin(async move {
+            self.log.push(format!("install:{}", self.name));
+            if let Some(why) = self.refuse {
+                return Err(BuildError::Subsystem {
+                    name: self.name,
+                    reason: why.into(),
+                });
+            }
+            let (tool, _) = Chaos::new(&format!("{}_tool", self.name));
+            install.tool(tool)?;
+            let (log, name) = (self.log.clone(), self.name);
+            install.child(ChildSpec::actor(name, move || {
+                (
+                    Child {
+                        name,
+                        log: log.clone(),
+                    },
+                    (),
+                )
+            }));
+            Ok(())
+        })
+    }
+
+    fn started<'a>(&'a self, runtime: &'a Runtime) -> BoxFuture<'a, Result<(), BuildError>> {
+        Box::pin(async move {
+            // The tree runs: its own tool answers.
+            let tool = format!("{}_tool", self.name);
+            let answered = runtime
+                .call_json(&tool, json!({"act": "ok"}), CallOptions::new())
+                .await
+                .is_ok();
+            self.log.push(format!("started:{}:{answered}", self.name));
+            match self.fail_start {
+                Some(why) => Err(BuildError::Subsystem {
+                    name: self.name,
+                    reason: why.into(),
+                }),
+                None => Ok(()),
+            }
+        })
+    }
+
+    fn status(&self) -> Option<serde_json::Value> {
+        Some(json!({ "name": self.name }))
+    }
+
+    fn stopping(&self) {
+        self.log.push(format!("stopping:{}", self.name));
+    }
+}
+
+/// A subsystem's child: logs its start and stop.
+struct Child {
+    name: &'static str,
+    log: Log,
+}
+
+impl Actor for Child {
+    type Msg = ();
+    type State = ();
+    type Arguments = ();
+
+    async fn pre_start(&self, _: ActorRef<()>, (): ()) -> Result<(), ActorProcessingErr> {
+        self.log.push(format!("child start:{}", self.name));
+        Ok(())
+    }
+
+    async fn post_stop(&self, _: ActorRef<()>, _: &mut ()) -> Result<(), ActorProcessingErr> {
+        self.log.push(format!("child stop:{}", self.name));
+        Ok(())
+    }
+}
+
+/// What two subsystems `alpha` and `beta` see as the runtime starts: each installs, then
+/// the tree starts their children, then each hears it runs (its tool answering).
+const STARTED: [&str; 6] = [
+    "install:alpha",
+    "install:beta",
+    "child start:alpha",
+    "child start:beta",
+    "started:alpha:true",
+    "started:beta:true",
+];
+
+/// And as it stops: told in reverse before the tree stops, then their children stop in
+/// reverse start order.
+const STOPPED: [&str; 4] = [
+    "stopping:beta",
+    "stopping:alpha",
+    "child stop:beta",
+    "child stop:alpha",
+];
+
+#[tokio::test]
+async fn an_embedders_subsystems_install_start_and_stop_in_order_like_the_built_in_ones() {
+    let log = Log::default();
+    let rt = Runtime::builder()
+        .subsystem(Recorder::new("alpha", &log))
+        .subsystem(Recorder::new("beta", &log))
+        .build()
+        .await
+        .unwrap();
+    assert_eq!(log.take(), STARTED);
+    // Their tools beside the built-in ones, their children beside the core's under root.
+    let names: Vec<String> = rt.tools().into_iter().map(|t| t.name).collect();
+    assert!(names.iter().any(|n| n == "alpha_tool"), "{names:?}");
+    assert!(names.iter().any(|n| n == "task_claim"), "{names:?}");
+    let root: Vec<String> = rt
+        .tree()
+        .await
+        .unwrap()
+        .children
+        .into_iter()
+        .map(|c| c.id)
+        .collect();
+    assert_eq!(
+        root,
+        ["tools", "mailboxes", "contexts", "tasks", "alpha", "beta"]
+    );
+    assert_eq!(
+        rt.subsystem_status(),
+        [
+            ("alpha", json!({"name": "alpha"})),
+            ("beta", json!({"name": "beta"})),
+        ]
+    );
+    assert_eq!(rt.subsystem::<Recorder>().map(|r| r.name), Some("alpha"));
+    rt.shutdown().await;
+    assert_eq!(log.take(), STOPPED);
+}
+
+/// Builds a runtime of `alpha` and then `failing`, which must fail the build: its message
+/// and the log.
+async fn build_failing(log: &Log, failing: Recorder) -> (String, Vec<String>) {
+    let err = Runtime::builder()
+        .subsystem(Recorder::new("alpha", log))
+        .subsystem(failing)
+        .build()
+        .await
+        .err()
+        .expect("the build fails");
+    (err.to_string(), log.take())
+}
+
+#[tokio::test]
+async fn a_subsystem_that_cannot_install_stops_the_build_and_nothing_is_left_running() {
+    let log = Log::default();
+    let refusing = Recorder {
+        refuse: Some("its setting cannot work"),
+        ..Recorder::new("beta", &log)
+    };
+    let (err, log) = build_failing(&log, refusing).await;
+    assert_eq!(
+        err,
+        "subsystem `beta` cannot start: its setting cannot work"
+    );
+    // Nothing started: no child of either.
+    assert_eq!(log, ["install:alpha", "install:beta"]);
+}
+
+#[tokio::test]
+async fn a_subsystem_that_fails_once_the_tree_runs_shuts_the_runtime_down() {
+    let log = Log::default();
+    let failing = Recorder {
+        fail_start: Some("its server is not there"),
+        ..Recorder::new("beta", &log)
+    };
+    let (err, log) = build_failing(&log, failing).await;
+    assert_eq!(
+        err,
+        "subsystem `beta` cannot start: its server is not there"
+    );
+    assert_eq!(log, [&STARTED[..], &STOPPED[..]].concat());
+}
+
+#[tokio::test]
+async fn the_core_alone_has_no_task_board_and_says_so() {
+    let rt = RuntimeBuilder::core().build().await.unwrap();
+    assert!(rt.tasks().is_none());
+    let names: Vec<String> = rt.tools().into_iter().map(|t| t.name).collect();
+    assert!(!names.iter().any(|n| n.starts_with("task_")), "{names:?}");
+    assert!(names.iter().any(|n| n == "send_message"), "{names:?}");
+    rt.shutdown().await;
+    // The board comes back with its settings.
+    let rt = RuntimeBuilder::core()
+        .task_config(guildhall::tasks::TaskConfig::default())
+        .build()
+        .await
+        .unwrap();
+    assert!(rt.tasks().is_some());
+    rt.shutdown().await;
+}
