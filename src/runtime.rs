@@ -1065,6 +1065,70 @@ pub trait Subsystem: Any + Send + Sync {
     fn stopping(&self) {}
 }
 
+/// How a domain that needs the tree running plugs in (proxied servers, command tools,
+/// launched agents: their tools come and go while the runtime runs): a [`Subsystem`] that
+/// runs `start` on the running runtime and keeps what it returns, for
+/// [`Runtime::subsystem`] to find as `AfterStart<T>` and [`get`](Self::get) to hand out.
+pub struct AfterStart<T: Send + Sync + 'static> {
+    name: &'static str,
+    start: std::sync::Mutex<Option<StartFn<T>>>,
+    started: std::sync::OnceLock<T>,
+}
+
+/// What an [`AfterStart`] runs once the tree runs.
+type StartFn<T> = Box<dyn FnOnce(Runtime) -> BoxFuture<'static, Result<T, String>> + Send>;
+
+impl<T: Send + Sync + 'static> AfterStart<T> {
+    /// A subsystem named `name` that runs `start` once the tree runs; an error it returns
+    /// fails the build.
+    pub fn new<F>(name: &'static str, start: impl FnOnce(Runtime) -> F + Send + 'static) -> Self
+    where
+        F: std::future::Future<Output = Result<T, String>> + Send + 'static,
+    {
+        Self {
+            name,
+            start: std::sync::Mutex::new(Some(Box::new(move |runtime| Box::pin(start(runtime))))),
+            started: std::sync::OnceLock::new(),
+        }
+    }
+
+    /// What `start` returned, once it ran.
+    pub fn get(&self) -> Option<&T> {
+        self.started.get()
+    }
+}
+
+impl<T: Send + Sync + 'static> Subsystem for AfterStart<T> {
+    fn name(&self) -> &'static str {
+        self.name
+    }
+
+    fn install<'a>(&'a self, _: &'a mut Install<'_>) -> BoxFuture<'a, Result<(), BuildError>> {
+        Box::pin(async { Ok(()) })
+    }
+
+    fn started<'a>(&'a self, runtime: &'a Runtime) -> BoxFuture<'a, Result<(), BuildError>> {
+        let start = self
+            .start
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take();
+        Box::pin(async move {
+            let Some(start) = start else {
+                return Ok(());
+            };
+            let started = start(runtime.clone())
+                .await
+                .map_err(|reason| BuildError::Subsystem {
+                    name: self.name,
+                    reason,
+                })?;
+            let _ = self.started.set(started);
+            Ok(())
+        })
+    }
+}
+
 /// What a [`Subsystem`] gets as it installs: the runtime's store, events, governance and
 /// agents, and where it adds its tools and children.
 pub struct Install<'a> {

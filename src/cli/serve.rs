@@ -12,8 +12,9 @@ use guildhall::launch::Launcher;
 use guildhall::mcp::http::{self, HttpOptions};
 use guildhall::mcp::local::{self, Hello};
 use guildhall::mcp::{McpServer, ToolFilter};
+use guildhall::runtime::AfterStart;
 use guildhall::servers::{ServerState, Servers};
-use guildhall::{ChildSnapshot, ErrorChain, Runtime, RuntimeBuilder};
+use guildhall::{BuildError, ChildSnapshot, ErrorChain, Runtime, RuntimeBuilder};
 use tokio_util::sync::CancellationToken;
 
 use super::tree::print_tree;
@@ -152,29 +153,52 @@ pub(crate) async fn serve(args: ServeArgs, data_dir: &Path) -> CliResult {
     if let Some(humans) = &config.humans {
         builder = builder.humans(humans.clone());
     }
-    let runtime = builder.build().await.map_err(|err| {
-        format!(
+    // What needs the tree running plugs in last: the command tools (reloaded when a
+    // manifest changes), the launcher, and the supervisor of the proxied servers, which
+    // are added once every other tool's name is known.
+    builder = builder.subsystem(AfterStart::new("commands", {
+        let config_file = config_file.clone();
+        move |runtime| async move { start_commands(&runtime, config_file).await }
+    }));
+    if let Some(launch) = &config.launch {
+        let (config, base_dir) = (launch.clone(), config_dir(&config)?);
+        let program = std::env::current_exe()?;
+        let data_dir = (!args.in_memory)
+            .then(|| std::path::absolute(data_dir))
+            .transpose()?;
+        builder = builder.subsystem(AfterStart::new("launch", move |runtime| async move {
+            let launcher = Launcher::start(&runtime, config, base_dir, data_dir, program)
+                .await
+                .map_err(|err| ErrorChain(&err).to_string())?;
+            tracing::info!(profiles = ?launcher.profiles(), "spawn_agent on");
+            Ok(launcher)
+        }));
+    }
+    builder = builder.subsystem(AfterStart::new("servers", {
+        let (base_dir, logs) = (
+            config_dir(&config)?,
+            (!args.in_memory).then(|| data_dir.join("servers")),
+        );
+        move |runtime| async move {
+            Servers::start(&runtime, base_dir, logs)
+                .await
+                .map_err(|err| ErrorChain(&err).to_string())
+        }
+    }));
+    let runtime = builder.build().await.map_err(|err| match err {
+        // The store is the one thing another server on this directory holds.
+        BuildError::Store(_) => format!(
             "{}\n(is a server already running for {}? `guildhall status` tells; \
              agents reach it with `guildhall mcp`)",
             ErrorChain(&err),
             data_dir.display()
-        )
+        ),
+        _ => ErrorChain(&err).to_string(),
     })?;
-    // Held while serving: the watcher reloads through it.
-    let _commands = match start_commands(&runtime, config_file.clone()).await {
-        Ok(commands) => commands,
-        Err(err) => {
-            runtime.shutdown().await;
-            return Err(err);
-        }
-    };
-    let launcher = match start_launcher(&runtime, &config, &args, data_dir).await {
-        Ok(launcher) => launcher,
-        Err(err) => {
-            runtime.shutdown().await;
-            return Err(err);
-        }
-    };
+    let launcher = runtime
+        .subsystem::<AfterStart<Arc<Launcher>>>()
+        .and_then(AfterStart::get)
+        .cloned();
     // Every tool is registered now but proxied servers' (`mcp__…`, which come and go): the
     // names are checked before any server's process is started.
     let known: Vec<String> = runtime
@@ -186,7 +210,7 @@ pub(crate) async fn serve(args: ServeArgs, data_dir: &Path) -> CliResult {
         runtime.shutdown().await;
         return Err(err.into());
     }
-    let servers = match start_servers(&runtime, &config, &args, data_dir).await {
+    let servers = match add_servers(&runtime, &config).await {
         Ok(servers) => servers,
         Err(err) => {
             runtime.shutdown().await;
@@ -483,42 +507,17 @@ pub(crate) struct ToolsArgs {
 }
 
 /// Starts the launcher of `[launch]`, when `config` has one, with `spawn_agent` and
-/// `stop_agent`; its agents connect back through this program.
-async fn start_launcher(
+/// Adds the `[servers.*]` of `config` to the `servers` supervisor (their tools appear as
+/// each finishes its handshake), which `guildhall servers add` adds to at run time.
+async fn add_servers(
     runtime: &Runtime,
     config: &Config,
-    args: &ServeArgs,
-    data_dir: &Path,
-) -> Result<Option<Arc<Launcher>>, Box<dyn std::error::Error>> {
-    let Some(launch) = &config.launch else {
-        return Ok(None);
-    };
-    let program = std::env::current_exe()?;
-    let data_dir = (!args.in_memory)
-        .then(|| std::path::absolute(data_dir))
-        .transpose()?;
-    let launcher = Launcher::start(
-        runtime,
-        launch.clone(),
-        config_dir(config)?,
-        data_dir,
-        program,
-    )
-    .await?;
-    tracing::info!(profiles = ?launcher.profiles(), "spawn_agent on");
-    Ok(Some(launcher))
-}
-
-/// Starts the `[servers.*]` of `config` (their tools appear as each finishes its
-/// handshake), and the supervisor `guildhall servers add` adds to at run time.
-async fn start_servers(
-    runtime: &Runtime,
-    config: &Config,
-    args: &ServeArgs,
-    data_dir: &Path,
 ) -> Result<Arc<Servers>, Box<dyn std::error::Error>> {
-    let logs = (!args.in_memory).then(|| data_dir.join("servers"));
-    let servers = Servers::start(runtime, config_dir(config)?, logs).await?;
+    let servers = runtime
+        .subsystem::<AfterStart<Arc<Servers>>>()
+        .and_then(AfterStart::get)
+        .cloned()
+        .ok_or("the `servers` subsystem did not start")?;
     for (name, server) in &config.servers {
         servers.add(name, server.clone()).await?;
         tracing::info!(server = %name, "MCP server proxied");
@@ -528,12 +527,10 @@ async fn start_servers(
 
 /// Serves the command tools of `config_file` (its `[commands.*]` and `tools/*.toml`), and
 /// reloads them when a manifest changes.
-async fn start_commands(
-    runtime: &Runtime,
-    config_file: PathBuf,
-) -> Result<Arc<Commands>, Box<dyn std::error::Error>> {
-    let commands = Commands::start(runtime, config_file).await?;
-    commands.watch(MANIFEST_CHECK).await?;
+async fn start_commands(runtime: &Runtime, config_file: PathBuf) -> Result<Arc<Commands>, String> {
+    let error = |err: guildhall::commands::CommandsError| ErrorChain(&err).to_string();
+    let commands = Commands::start(runtime, config_file).await.map_err(error)?;
+    commands.watch(MANIFEST_CHECK).await.map_err(error)?;
     for tool in commands.list().await {
         tracing::info!(tool = %tool.name, at = %tool.defined_at, "command tool served");
     }

@@ -245,3 +245,38 @@ async fn the_core_alone_has_no_task_board_and_says_so() {
     assert!(rt.tasks().is_some());
     rt.shutdown().await;
 }
+
+#[tokio::test]
+async fn what_needs_the_tree_running_starts_after_it_and_is_found_by_type() {
+    use guildhall::runtime::AfterStart;
+    // As proxied servers and launched agents plug in: started on the running runtime,
+    // which registers a tool from there.
+    let rt = Runtime::builder()
+        .subsystem(AfterStart::new("late", |runtime: Runtime| async move {
+            let (tool, _) = Chaos::new("late_tool");
+            runtime.register(tool).await.map_err(|e| e.to_string())?;
+            Ok(Arc::new(String::from("handle")))
+        }))
+        .build()
+        .await
+        .unwrap();
+    let handle = rt
+        .subsystem::<AfterStart<Arc<String>>>()
+        .and_then(AfterStart::get);
+    assert_eq!(handle.map(|h| h.as_str()), Some("handle"));
+    assert!(rt.tool("late_tool").is_some());
+    rt.shutdown().await;
+
+    let err = Runtime::builder()
+        .subsystem(AfterStart::new("late", |_: Runtime| async {
+            Err::<(), _>("its manifest is invalid".to_owned())
+        }))
+        .build()
+        .await
+        .err()
+        .expect("the build fails");
+    assert_eq!(
+        err.to_string(),
+        "subsystem `late` cannot start: its manifest is invalid"
+    );
+}
