@@ -280,3 +280,29 @@ async fn what_needs_the_tree_running_starts_after_it_and_is_found_by_type() {
         "subsystem `late` cannot start: its manifest is invalid"
     );
 }
+
+/// `examples/subsystem.rs` (built by `cargo test`): an embedder's ledger, an actor of its
+/// own under root and a tool that asks it, with its section in `status`.
+#[test]
+fn the_subsystem_example_runs_its_own_actor_under_root() {
+    let bin = std::path::Path::new(env!("CARGO_BIN_EXE_guildhall"));
+    let example = bin
+        .parent()
+        .map(|dir| dir.join("examples/subsystem"))
+        .filter(|example| example.exists())
+        .expect("the examples are built: run `cargo test --workspace` or `cargo build --examples`");
+    let out = std::process::Command::new(&example)
+        .output()
+        .expect("the example runs");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{stdout}");
+    assert!(stdout.contains("added    5: balance 75"), "{stdout}");
+    assert!(
+        stdout.contains(r#"status of ledger: {"entries":3}"#),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("under root: tools, mailboxes, contexts, tasks, ledger"),
+        "{stdout}"
+    );
+}
