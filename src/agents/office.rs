@@ -164,72 +164,23 @@ impl PostOffice {
     async fn send_checked(
         &self,
         sender: &Arc<AgentEntry>,
-        out: Outgoing,
+        mut out: Outgoing,
         original: Option<Arc<Message>>,
     ) -> Result<Receipt, MailError> {
         let trimmed = out.to.trim();
         let to = match (trimmed.is_empty(), &original) {
             (true, Some(original)) => original.from.to_string(),
             (true, None) => return Err(MailError::MissingRecipient),
-            (false, _) if trimmed.len() == out.to.len() => out.to,
+            (false, _) if trimmed.len() == out.to.len() => std::mem::take(&mut out.to),
             (false, _) => trimmed.to_owned(),
         };
-        // Most messages go to one agent by id: a directory hit needs no parsing, and the
-        // address is then the recipient's own id, shared rather than copied.
-        let mut own_id: Option<Arc<str>> = None;
-        let found = if self.shared.store.cluster().is_some() && AgentId::parse(&to).is_ok() {
-            // Registered on another server a moment ago, perhaps, and not yet noticed here.
-            self.directory.get_or_load(&*self.shared.store, &to).await?
-        } else {
-            self.directory.get(&to)
-        };
-        let recipients = match found {
-            Some(entry) => {
-                own_id = Some(entry.id.shared());
-                Recipients::One(entry)
-            }
-            None => {
-                let address = Address::parse(&to)?;
-                let entries = self.resolve(sender, &address, &to)?;
-                if address.is_fan_out() {
-                    Recipients::Many(entries)
-                } else {
-                    Recipients::One(
-                        entries
-                            .into_iter()
-                            .next()
-                            .ok_or_else(|| MailError::UnknownAgent { id: to.clone() })?,
-                    )
-                }
-            }
-        };
-        let created_ms = now_ms();
-        let id = new_message_id(created_ms);
-        let subject = match (&original, out.subject.is_empty()) {
-            (Some(original), true) if !original.subject.starts_with("Re: ") => {
-                format!("Re: {}", original.subject).into_boxed_str()
-            }
-            (Some(original), true) => original.subject.clone(),
-            // Moved, not copied: a string of exactly its length is neither copied nor
-            // reallocated, and an empty one allocates nothing.
-            _ => out.subject.into_boxed_str(),
-        };
-        let message = Arc::new(Message {
-            id,
-            from: sender.id.clone(),
-            to: own_id.unwrap_or_else(|| Arc::from(to)),
-            subject,
-            body: out.body.into_boxed_str(),
-            payload: out.payload.map(Arc::new),
-            thread: original.as_ref().map_or(id, |o| o.thread),
-            reply_to: original.as_ref().map(|o| o.id),
-            priority: out.priority,
-            created_ms,
-            expires_ms: out.expires_in.map(|ttl| {
-                created_ms.saturating_add(u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX))
-            }),
-            state: DeliveryState::Delivered,
-        });
+        let (recipients, own_id) = self.recipients(sender, &to).await?;
+        let message = compose(
+            sender,
+            out,
+            original.as_deref(),
+            own_id.unwrap_or_else(|| Arc::from(to)),
+        );
         let recipients = match recipients {
             Recipients::Many(entries) if entries.len() > self.shared.config.max_fan_out => {
                 return Err(MailError::FanOutTooLarge {
@@ -249,7 +200,7 @@ impl PostOffice {
                     Reply::Delivered => {
                         self.mailed(&sender.id, &message, 1);
                         Ok(Receipt {
-                            id,
+                            id: message.id,
                             thread: message.thread,
                             delivered_to: vec![entry.id.clone()],
                             rejected: Vec::new(),
@@ -260,12 +211,56 @@ impl PostOffice {
                 };
             }
         };
+        self.deliver_each(sender, &message, &recipients).await
+    }
+
+    /// Who `to` names for `sender`: one agent or a fan-out, and the recipient's own id when
+    /// `to` is one (shared, so the message's address is not a copy).
+    async fn recipients(
+        &self,
+        sender: &Arc<AgentEntry>,
+        to: &str,
+    ) -> Result<(Recipients, Option<Arc<str>>), MailError> {
+        // Most messages go to one agent by id: a directory hit needs no parsing.
+        let found = if self.shared.store.cluster().is_some() && AgentId::parse(to).is_ok() {
+            // Registered on another server a moment ago, perhaps, and not yet noticed here.
+            self.directory.get_or_load(&*self.shared.store, to).await?
+        } else {
+            self.directory.get(to)
+        };
+        if let Some(entry) = found {
+            let own_id = entry.id.shared();
+            return Ok((Recipients::One(entry), Some(own_id)));
+        }
+        let address = Address::parse(to)?;
+        let entries = self.resolve(sender, &address, to)?;
+        let recipients = if address.is_fan_out() {
+            Recipients::Many(entries)
+        } else {
+            Recipients::One(
+                entries
+                    .into_iter()
+                    .next()
+                    .ok_or_else(|| MailError::UnknownAgent { id: to.to_owned() })?,
+            )
+        };
+        Ok((recipients, None))
+    }
+
+    /// Delivers `message` to each of a few `recipients` at once: the receipt lists who has
+    /// it and who refused it (an error only when none has it).
+    async fn deliver_each(
+        &self,
+        sender: &Arc<AgentEntry>,
+        message: &Arc<Message>,
+        recipients: &[Arc<AgentEntry>],
+    ) -> Result<Receipt, MailError> {
         let deliveries = recipients.iter().map(|entry| {
-            let message = Arc::clone(&message);
+            let message = Arc::clone(message);
             async move { (entry, self.deliver(entry, message).await) }
         });
         let mut receipt = Receipt {
-            id,
+            id: message.id,
             thread: message.thread,
             delivered_to: Vec::with_capacity(recipients.len()),
             rejected: Vec::new(),
@@ -290,7 +285,7 @@ impl PostOffice {
         match first_error {
             Some(err) if receipt.delivered_to.is_empty() => Err(err),
             _ => {
-                self.mailed(&sender.id, &message, receipt.delivered_to.len());
+                self.mailed(&sender.id, message, receipt.delivered_to.len());
                 Ok(receipt)
             }
         }
@@ -740,6 +735,43 @@ impl Owner for PostOffice {
 enum Recipients {
     One(Arc<AgentEntry>),
     Many(Vec<Arc<AgentEntry>>),
+}
+
+/// The message `sender` sends to `to`: a new id and time, and in reply to `original`, its
+/// thread and (when `out` has none) its subject with `Re: `.
+fn compose(
+    sender: &AgentEntry,
+    out: Outgoing,
+    original: Option<&Message>,
+    to: Arc<str>,
+) -> Arc<Message> {
+    let created_ms = now_ms();
+    let id = new_message_id(created_ms);
+    let subject = match (original, out.subject.is_empty()) {
+        (Some(original), true) if !original.subject.starts_with("Re: ") => {
+            format!("Re: {}", original.subject).into_boxed_str()
+        }
+        (Some(original), true) => original.subject.clone(),
+        // Moved, not copied: a string of exactly its length is neither copied nor
+        // reallocated, and an empty one allocates nothing.
+        _ => out.subject.into_boxed_str(),
+    };
+    Arc::new(Message {
+        id,
+        from: sender.id.clone(),
+        to,
+        subject,
+        body: out.body.into_boxed_str(),
+        payload: out.payload.map(Arc::new),
+        thread: original.map_or(id, |o| o.thread),
+        reply_to: original.map(|o| o.id),
+        priority: out.priority,
+        created_ms,
+        expires_ms: out.expires_in.map(|ttl| {
+            created_ms.saturating_add(u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX))
+        }),
+        state: DeliveryState::Delivered,
+    })
 }
 
 fn check_size(what: &'static str, size: usize, limit: usize) -> Result<(), MailError> {

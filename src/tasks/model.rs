@@ -483,6 +483,62 @@ impl Board {
         limits: &TaskLimits,
         effects: &mut Effects,
     ) -> Result<(), TaskError> {
+        let blocked_by = self.check_change(id, &change, by, now_ms, limits)?;
+        let task = &self.tasks[&id];
+        let from = task.status;
+        let to = change.status.unwrap_or(from);
+        let was_ready = self.is_ready(task);
+        let fields = change.fields();
+        let holder = task.lease.as_ref().map(|l| l.holder.clone());
+        let note = change.note.clone();
+        self.modify(id, now_ms, true, |task| {
+            apply_change(task, change, blocked_by, by, now_ms);
+        });
+        let task = &self.tasks[&id];
+        if let Some(by) = by {
+            if fields.iter().any(|f| f == "assignee")
+                && let Some(to) = &task.assignee
+                && holder.as_ref().is_none_or(|h| h.as_str() != to)
+            {
+                effects.notices.push(notice(by, to, task, "assigned"));
+            } else if !was_ready
+                && self.is_ready(task)
+                && task.status == TaskStatus::Open
+                && let Some(to) = &task.assignee
+            {
+                effects.notices.push(notice(by, to, task, "ready"));
+            }
+        }
+        if to != from {
+            self.ended(id, to, by, effects);
+        }
+        effects.events.push((
+            id,
+            TaskEvent {
+                version: task.version,
+                at_ms: now_ms,
+                by: by.cloned(),
+                action: Action::Updated,
+                status: (to != from).then_some([from, to]),
+                fields,
+                note,
+            },
+        ));
+        effects.changed.insert(id);
+        Ok(())
+    }
+
+    /// Whether `by` may make `change` to task `id` now, and whether it is valid: the
+    /// expected version, the lease, the sizes, the parent, the transition. Returns the
+    /// checked `blocked_by` list, when the change sets one.
+    fn check_change(
+        &self,
+        id: TaskId,
+        change: &TaskChange,
+        by: Option<&AgentId>,
+        now_ms: u64,
+        limits: &TaskLimits,
+    ) -> Result<Option<Vec<TaskId>>, TaskError> {
         let task = self.get(id)?;
         if let Some(expected) = change.expected_version
             && expected != task.version
@@ -537,101 +593,12 @@ impl Board {
             Some(list) => Some(self.check_blockers(Some(id), list, limits)?),
             None => None,
         };
-        let from = task.status;
-        let to = change.status.unwrap_or(from);
-        if to != from {
+        if let Some(to) = change.status
+            && to != task.status
+        {
             self.check_transition(task, to)?;
         }
-        let was_ready = self.is_ready(task);
-        let fields = change.fields();
-        let holder = task.lease.as_ref().map(|l| l.holder.clone());
-        let note = change.note.clone();
-        self.modify(id, now_ms, true, |task| {
-            let TaskChange {
-                title,
-                description,
-                assignee,
-                parent,
-                priority,
-                labels,
-                due_ms,
-                ..
-            } = change;
-            if let Some(v) = title {
-                task.title = v;
-            }
-            if let Some(v) = description {
-                task.description = v;
-            }
-            if let Some(v) = assignee {
-                task.assignee = v;
-            }
-            if let Some(v) = parent {
-                task.parent = v;
-            }
-            if let Some(v) = blocked_by {
-                task.blocked_by = v;
-            }
-            if let Some(v) = priority {
-                task.priority = v;
-            }
-            if let Some(v) = labels {
-                task.labels = v;
-            }
-            if let Some(v) = due_ms {
-                task.due_ms = v;
-            }
-            task.status = to;
-            if let Some(text) = &note {
-                task.notes.push(Note {
-                    by: by.cloned(),
-                    at_ms: now_ms,
-                    text: text.clone(),
-                });
-            }
-            match &mut task.lease {
-                // Work by the holder renews its lease, a note by another leaves it, and
-                // anything but in-progress ends it.
-                Some(lease) if to == TaskStatus::InProgress && by == Some(&lease.holder) => {
-                    lease.expires_ms = now_ms + lease.lease_ms;
-                }
-                Some(_) if to == TaskStatus::InProgress => {}
-                Some(_) => task.lease = None,
-                None => {}
-            }
-        });
-        let task = &self.tasks[&id];
-        if let Some(by) = by {
-            if fields.iter().any(|f| f == "assignee")
-                && let Some(to) = &task.assignee
-                && holder.as_ref().is_none_or(|h| h.as_str() != to)
-            {
-                effects.notices.push(notice(by, to, task, "assigned"));
-            } else if !was_ready
-                && self.is_ready(task)
-                && task.status == TaskStatus::Open
-                && let Some(to) = &task.assignee
-            {
-                effects.notices.push(notice(by, to, task, "ready"));
-            }
-        }
-        if to != from {
-            self.ended(id, to, by, effects);
-        }
-        effects.events.push((
-            id,
-            TaskEvent {
-                version: task.version,
-                at_ms: now_ms,
-                by: by.cloned(),
-                action: Action::Updated,
-                status: (to != from).then_some([from, to]),
-                fields,
-                note,
-            },
-        ));
-        effects.changed.insert(id);
-        Ok(())
+        Ok(blocked_by)
     }
 
     /// Tells who waits on task `id`, now at `status`: its creator and its parent's assignee
@@ -1008,6 +975,70 @@ impl Board {
             }
         }
         (out, total)
+    }
+}
+
+/// Writes a checked `change` into `task`: its fields, its note, and its lease (work by the
+/// holder renews it, a note by another leaves it, anything but in-progress ends it).
+fn apply_change(
+    task: &mut Task,
+    change: TaskChange,
+    blocked_by: Option<Vec<TaskId>>,
+    by: Option<&AgentId>,
+    now_ms: u64,
+) {
+    let TaskChange {
+        title,
+        description,
+        assignee,
+        parent,
+        priority,
+        labels,
+        due_ms,
+        status,
+        note,
+        ..
+    } = change;
+    if let Some(v) = title {
+        task.title = v;
+    }
+    if let Some(v) = description {
+        task.description = v;
+    }
+    if let Some(v) = assignee {
+        task.assignee = v;
+    }
+    if let Some(v) = parent {
+        task.parent = v;
+    }
+    if let Some(v) = blocked_by {
+        task.blocked_by = v;
+    }
+    if let Some(v) = priority {
+        task.priority = v;
+    }
+    if let Some(v) = labels {
+        task.labels = v;
+    }
+    if let Some(v) = due_ms {
+        task.due_ms = v;
+    }
+    let to = status.unwrap_or(task.status);
+    task.status = to;
+    if let Some(text) = note {
+        task.notes.push(Note {
+            by: by.cloned(),
+            at_ms: now_ms,
+            text,
+        });
+    }
+    match &mut task.lease {
+        Some(lease) if to == TaskStatus::InProgress && by == Some(&lease.holder) => {
+            lease.expires_ms = now_ms + lease.lease_ms;
+        }
+        Some(_) if to == TaskStatus::InProgress => {}
+        Some(_) => task.lease = None,
+        None => {}
     }
 }
 
