@@ -153,38 +153,7 @@ pub(crate) async fn serve(args: ServeArgs, data_dir: &Path) -> CliResult {
     if let Some(humans) = &config.humans {
         builder = builder.humans(humans.clone());
     }
-    // What needs the tree running plugs in last: the command tools (reloaded when a
-    // manifest changes), the launcher, and the supervisor of the proxied servers, which
-    // are added once every other tool's name is known.
-    builder = builder.subsystem(AfterStart::new("commands", {
-        let config_file = config_file.clone();
-        move |runtime| async move { start_commands(&runtime, config_file).await }
-    }));
-    if let Some(launch) = &config.launch {
-        let (config, base_dir) = (launch.clone(), config_dir(&config)?);
-        let program = std::env::current_exe()?;
-        let data_dir = (!args.in_memory)
-            .then(|| std::path::absolute(data_dir))
-            .transpose()?;
-        builder = builder.subsystem(AfterStart::new("launch", move |runtime| async move {
-            let launcher = Launcher::start(&runtime, config, base_dir, data_dir, program)
-                .await
-                .map_err(|err| ErrorChain(&err).to_string())?;
-            tracing::info!(profiles = ?launcher.profiles(), "spawn_agent on");
-            Ok(launcher)
-        }));
-    }
-    builder = builder.subsystem(AfterStart::new("servers", {
-        let (base_dir, logs) = (
-            config_dir(&config)?,
-            (!args.in_memory).then(|| data_dir.join("servers")),
-        );
-        move |runtime| async move {
-            Servers::start(&runtime, base_dir, logs)
-                .await
-                .map_err(|err| ErrorChain(&err).to_string())
-        }
-    }));
+    builder = with_late_subsystems(builder, &config, &config_file, &args, data_dir)?;
     let runtime = builder.build().await.map_err(|err| match err {
         // The store is the one thing another server on this directory holds.
         BuildError::Store(_) => format!(
@@ -507,6 +476,48 @@ pub(crate) struct ToolsArgs {
 }
 
 /// Starts the launcher of `[launch]`, when `config` has one, with `spawn_agent` and
+/// Adds what needs the tree running, last: the command tools (reloaded when a manifest
+/// changes), the launcher, and the supervisor of the proxied servers, which are added once
+/// every other tool's name is known.
+fn with_late_subsystems(
+    mut builder: RuntimeBuilder,
+    config: &Config,
+    config_file: &Path,
+    args: &ServeArgs,
+    data_dir: &Path,
+) -> Result<RuntimeBuilder, Box<dyn std::error::Error>> {
+    builder = builder.subsystem(AfterStart::new("commands", {
+        let config_file = config_file.to_owned();
+        move |runtime| async move { start_commands(&runtime, config_file).await }
+    }));
+    if let Some(launch) = &config.launch {
+        let (launch, base_dir) = (launch.clone(), config_dir(config)?);
+        let program = std::env::current_exe()?;
+        let data_dir = (!args.in_memory)
+            .then(|| std::path::absolute(data_dir))
+            .transpose()?;
+        builder = builder.subsystem(AfterStart::new("launch", move |runtime| async move {
+            let launcher = Launcher::start(&runtime, launch, base_dir, data_dir, program)
+                .await
+                .map_err(|err| ErrorChain(&err).to_string())?;
+            tracing::info!(profiles = ?launcher.profiles(), "spawn_agent on");
+            Ok(launcher)
+        }));
+    }
+    builder = builder.subsystem(AfterStart::new("servers", {
+        let (base_dir, logs) = (
+            config_dir(config)?,
+            (!args.in_memory).then(|| data_dir.join("servers")),
+        );
+        move |runtime| async move {
+            Servers::start(&runtime, base_dir, logs)
+                .await
+                .map_err(|err| ErrorChain(&err).to_string())
+        }
+    }));
+    Ok(builder)
+}
+
 /// Adds the `[servers.*]` of `config` to the `servers` supervisor (their tools appear as
 /// each finishes its handshake), which `guildhall servers add` adds to at run time.
 async fn add_servers(

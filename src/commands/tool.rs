@@ -11,9 +11,10 @@ use guildhall_actors::{Annotations, CallContext, Tool};
 use serde_json::{Map, Value};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 
-use super::manifest::{Manifest, Output, Stdin};
+use super::manifest::{CommandSpec, Manifest, Output, Stdin};
 use super::template;
 use crate::process_group::ProcessGroup;
+use crate::sandbox::Confinement;
 
 /// Standard output kept per call; past it, bytes are counted (governance's truncation then
 /// cuts what the model sees).
@@ -131,43 +132,7 @@ impl Tool for CommandTool {
         };
         let args = template::render(&spec.args, fields).map_err(CommandError::Invalid)?;
 
-        let mut command = if spec.shell {
-            let mut command = tokio::process::Command::new("/bin/sh");
-            // `$0` is the tool's name (what the shell puts in its messages); the values
-            // are `$1`, `$2`, …, never part of the script.
-            command.arg("-c").arg(&spec.program).arg(&spec.name);
-            command
-        } else {
-            tokio::process::Command::new(&spec.program)
-        };
-        let env = match &self.1 {
-            Some(confiner) => confiner
-                .sandbox
-                .environment(confinement.as_deref(), crate::shell::environment(&[])),
-            None => crate::shell::environment(&[]),
-        };
-        command
-            .args(&args)
-            .env_clear()
-            .envs(env)
-            .envs(&spec.env)
-            .current_dir(&spec.cwd)
-            .process_group(0)
-            .stdin(match spec.stdin {
-                Stdin::None => Stdio::null(),
-                Stdin::Json => Stdio::piped(),
-            })
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .kill_on_drop(true);
-        if let Some(confinement) = confinement {
-            // SAFETY: the hook makes only system calls on what was prepared before the
-            // fork (see sandbox::child).
-            #[allow(unsafe_code)]
-            unsafe {
-                command.pre_exec(confinement.pre_exec());
-            }
-        }
+        let mut command = self.command(&args, confinement);
         let mut child = command.spawn().map_err(|error| CommandError::Spawn {
             program: if spec.shell {
                 "/bin/sh".into()
@@ -243,24 +208,80 @@ impl Tool for CommandTool {
         {
             return Err(CommandError::Failed(failure(&spec.name, status, &err)));
         }
-        match spec.output {
-            Output::Text => {
-                let mut text = String::from_utf8_lossy(&out).into_owned();
-                if out_dropped > 0 {
-                    text.push_str(&format!(
-                        "\n[{out_dropped} more bytes of output were not kept]"
-                    ));
-                }
-                Ok(Value::String(text))
+        answer(spec, &out, out_dropped)
+    }
+}
+
+impl CommandTool {
+    /// The program's command: `args` after its program (or the script, with `sh -c`), the
+    /// environment the sandbox allows, its own process group, its pipes, and the
+    /// sandbox's confinement applied between fork and exec.
+    fn command(
+        &self,
+        args: &[String],
+        confinement: Option<Arc<Confinement>>,
+    ) -> tokio::process::Command {
+        let spec = &self.0.spec;
+        let mut command = if spec.shell {
+            let mut command = tokio::process::Command::new("/bin/sh");
+            // `$0` is the tool's name (what the shell puts in its messages); the values
+            // are `$1`, `$2`, …, never part of the script.
+            command.arg("-c").arg(&spec.program).arg(&spec.name);
+            command
+        } else {
+            tokio::process::Command::new(&spec.program)
+        };
+        let env = match &self.1 {
+            Some(confiner) => confiner
+                .sandbox
+                .environment(confinement.as_deref(), crate::shell::environment(&[])),
+            None => crate::shell::environment(&[]),
+        };
+        command
+            .args(args)
+            .env_clear()
+            .envs(env)
+            .envs(&spec.env)
+            .current_dir(&spec.cwd)
+            .process_group(0)
+            .stdin(match spec.stdin {
+                Stdin::None => Stdio::null(),
+                Stdin::Json => Stdio::piped(),
+            })
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .kill_on_drop(true);
+        if let Some(confinement) = confinement {
+            // SAFETY: the hook makes only system calls on what was prepared before the
+            // fork (see sandbox::child).
+            #[allow(unsafe_code)]
+            unsafe {
+                command.pre_exec(confinement.pre_exec());
             }
-            Output::Json if out_dropped > 0 => Err(CommandError::NotJson(format!(
-                "it is longer than {STDOUT_KEPT} bytes, the most kept"
-            ))),
-            Output::Json => serde_json::from_slice(&out).map_err(|parse| {
-                let start = String::from_utf8_lossy(&out[..out.len().min(200)]).into_owned();
-                CommandError::NotJson(format!("{parse}; it begins: {start:?}"))
-            }),
         }
+        command
+    }
+}
+
+/// A finished program's answer: its stdout as text (saying what was not kept) or as JSON.
+fn answer(spec: &CommandSpec, out: &[u8], out_dropped: u64) -> Result<Value, CommandError> {
+    match spec.output {
+        Output::Text => {
+            let mut text = String::from_utf8_lossy(out).into_owned();
+            if out_dropped > 0 {
+                text.push_str(&format!(
+                    "\n[{out_dropped} more bytes of output were not kept]"
+                ));
+            }
+            Ok(Value::String(text))
+        }
+        Output::Json if out_dropped > 0 => Err(CommandError::NotJson(format!(
+            "it is longer than {STDOUT_KEPT} bytes, the most kept"
+        ))),
+        Output::Json => serde_json::from_slice(out).map_err(|parse| {
+            let start = String::from_utf8_lossy(&out[..out.len().min(200)]).into_owned();
+            CommandError::NotJson(format!("{parse}; it begins: {start:?}"))
+        }),
     }
 }
 
