@@ -267,28 +267,11 @@ impl PostOffice {
         };
         let mut first_error = None;
         for (entry, outcome) in futures::future::join_all(deliveries).await {
-            match outcome.and_then(|reply| match reply {
-                Reply::Delivered => Ok(()),
-                Reply::Failed(err) => Err(err),
-                other => Err(unexpected(&entry.id, &other)),
-            }) {
-                Ok(()) => receipt.delivered_to.push(entry.id.clone()),
-                Err(err) => {
-                    receipt.rejected.push(Rejected {
-                        agent: entry.id.clone(),
-                        reason: ErrorChain(&err).to_string(),
-                    });
-                    first_error.get_or_insert(err);
-                }
-            }
+            record(&mut receipt, &mut first_error, entry, outcome);
         }
-        match first_error {
-            Some(err) if receipt.delivered_to.is_empty() => Err(err),
-            _ => {
-                self.mailed(&sender.id, message, receipt.delivered_to.len());
-                Ok(receipt)
-            }
-        }
+        let receipt = settle(receipt, first_error)?;
+        self.mailed(&sender.id, message, receipt.delivered_to.len());
+        Ok(receipt)
     }
 
     /// Delivers `message` to `entry`'s mailbox: through the mailbox actor, started here if
@@ -476,25 +459,9 @@ impl PostOffice {
             }
         }
         for (entry, outcome) in delivered {
-            match outcome.and_then(|reply| match reply {
-                Reply::Delivered => Ok(()),
-                Reply::Failed(err) => Err(err),
-                other => Err(unexpected(&entry.id, &other)),
-            }) {
-                Ok(()) => receipt.delivered_to.push(entry.id.clone()),
-                Err(err) => {
-                    receipt.rejected.push(Rejected {
-                        agent: entry.id.clone(),
-                        reason: ErrorChain(&err).to_string(),
-                    });
-                    first_error.get_or_insert(err);
-                }
-            }
+            record(&mut receipt, &mut first_error, entry, outcome);
         }
-        match first_error {
-            Some(err) if receipt.delivered_to.is_empty() => Err(err),
-            _ => Ok(receipt),
-        }
+        settle(receipt, first_error)
     }
 
     /// The mailboxes an address names, as seen from `sender`.
@@ -772,6 +739,37 @@ fn compose(
         }),
         state: DeliveryState::Delivered,
     })
+}
+
+/// Adds one recipient's delivery outcome to `receipt`, keeping the first error.
+fn record(
+    receipt: &mut Receipt,
+    first_error: &mut Option<MailError>,
+    entry: &AgentEntry,
+    outcome: Result<Reply, MailError>,
+) {
+    match outcome.and_then(|reply| match reply {
+        Reply::Delivered => Ok(()),
+        Reply::Failed(err) => Err(err),
+        other => Err(unexpected(&entry.id, &other)),
+    }) {
+        Ok(()) => receipt.delivered_to.push(entry.id.clone()),
+        Err(err) => {
+            receipt.rejected.push(Rejected {
+                agent: entry.id.clone(),
+                reason: ErrorChain(&err).to_string(),
+            });
+            first_error.get_or_insert(err);
+        }
+    }
+}
+
+/// A send to several recipients fails only when none has the message.
+fn settle(receipt: Receipt, first_error: Option<MailError>) -> Result<Receipt, MailError> {
+    match first_error {
+        Some(err) if receipt.delivered_to.is_empty() => Err(err),
+        _ => Ok(receipt),
+    }
 }
 
 fn check_size(what: &'static str, size: usize, limit: usize) -> Result<(), MailError> {
