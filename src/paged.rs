@@ -44,17 +44,23 @@ fn fitting<'a, T: Serialize + 'a>(items: impl Iterator<Item = &'a T>, budget: us
     let mut fit = 0;
     for item in items {
         // The comma or bracket beside it, and the item.
-        let mut size = Counted(1);
-        // Serializing into a counter fails only for values JSON cannot hold, which an
-        // answer would fail on too: counted as nothing, they are the answer's to refuse.
-        let _ = serde_json::to_writer(&mut size, item);
-        if fit > 0 && used + size.0 > budget {
+        let size = 1 + json_len(item);
+        if fit > 0 && used + size > budget {
             break;
         }
-        used += size.0;
+        used += size;
         fit += 1;
     }
     fit
+}
+
+/// The length of `value` as compact JSON, counted without building it. A value JSON
+/// cannot hold counts only what was written before it failed: an answer would fail on it
+/// too, and is the one to refuse it.
+pub fn json_len(value: &(impl Serialize + ?Sized)) -> usize {
+    let mut count = Counted(0);
+    let _ = serde_json::to_writer(&mut count, value);
+    count.0
 }
 
 /// Bytes written to it, counted and dropped.

@@ -16,6 +16,8 @@
 
 use serde_json::{Map, Value};
 
+use crate::paged::json_len;
+
 /// Strings of at most this many bytes are never cut.
 pub(super) const KEPT_STRING: usize = 64;
 
@@ -104,20 +106,14 @@ fn written(value: &Value, k: usize) -> usize {
                 .sum();
             2 + inner + kept.saturating_sub(1)
         }
-        scalar => {
-            let mut count = Counted(0);
-            // A number, boolean or null always serializes.
-            let _ = serde_json::to_writer(&mut count, scalar);
-            count.0
-        }
+        // A number, boolean or null always serializes.
+        scalar => json_len(scalar),
     }
 }
 
 /// Bytes of `s` as a JSON string, quotes and escapes included.
 fn string_len(s: &str) -> usize {
-    let mut count = Counted(0);
-    let _ = serde_json::to_writer(&mut count, s);
-    count.0
+    json_len(s)
 }
 
 fn build(value: &Value, k: usize) -> Value {
@@ -134,20 +130,6 @@ fn build(value: &Value, k: usize) -> Value {
                 .collect(),
         ),
         scalar => scalar.clone(),
-    }
-}
-
-/// Bytes written to it, counted and dropped.
-struct Counted(usize);
-
-impl std::io::Write for Counted {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0 += buf.len();
-        Ok(buf.len())
-    }
-
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
     }
 }
 

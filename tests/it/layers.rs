@@ -47,8 +47,8 @@ const GUILDHALL: Allowed = &[
     ("humans", &["agents", "time"]),
     // A call's way through a tool: the pipeline, governance around it, the registry.
     ("pipeline", &["events"]),
-    ("governance", &["agents", "context", "events", "pipeline", "private_fs", "sandbox",
-                     "store"]),
+    ("governance", &["agents", "context", "events", "paged", "pipeline", "private_fs",
+                     "sandbox", "store"]),
     ("options", &["agents", "governance", "pipeline"]),
     ("registry", &["governance", "options", "pipeline"]),
     ("error", &["agents", "context", "store"]),
