@@ -23,7 +23,7 @@ pub enum BuildError {
     /// A subsystem could not install or start.
     #[error("subsystem `{name}` cannot start: {reason}")]
     Subsystem {
-        /// The subsystem's [`name`](crate::runtime::Subsystem::name).
+        /// The subsystem's name (`Subsystem::name`).
         name: &'static str,
         /// Why.
         reason: String,

@@ -15,7 +15,7 @@
 //!
 //! A domain plugs in as a [`Subsystem`]: it installs its tools and children with what the
 //! runtime gives it ([`Install`]), and hears when the tree runs, when an agent leaves, what
-//! other servers say and when the runtime stops. The built-in ones (`crate::builtin`) plug
+//! other servers say and when the runtime stops. The built-in ones (the `builtin` module) plug
 //! in the same way an embedder's own do; this module names none of them.
 //!
 //! Tool actors are direct children of `tools`, one actor per tool and no per-tool supervisor,

@@ -61,8 +61,12 @@ impl Subsystem for ShellTools {
         })
     }
 
+    /// How many background shells run and how many have finished (the listing itself is
+    /// [`Runtime::background_shells`]).
     fn status(&self) -> Option<serde_json::Value> {
-        serde_json::to_value(self.shell.background()).ok()
+        let shells = self.shell.background();
+        let running = shells.iter().filter(|s| s.running).count();
+        Some(serde_json::json!({ "running": running, "finished": shells.len() - running }))
     }
 
     fn agent_left(&self, agent: &str) {

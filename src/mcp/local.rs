@@ -801,6 +801,17 @@ pub(super) async fn status(
         "active_mailboxes": runtime.active_mailboxes(),
         "tools": runtime.tools().iter().map(|t| t.name.clone()).collect::<Vec<_>>(),
     });
+    let sections = runtime.subsystem_status();
+    if let Some(value) = value.as_object_mut()
+        && !sections.is_empty()
+    {
+        // What each subsystem adds, by name (an embedder's own among them).
+        let sections: serde_json::Map<String, Value> = sections
+            .into_iter()
+            .map(|(name, section)| (name.to_owned(), section))
+            .collect();
+        value.insert("subsystems".into(), Value::Object(sections));
+    }
     if let (Some(value), Some(cluster)) = (value.as_object_mut(), store.cluster()) {
         let members = cluster.members().map_err(|err| err.to_string())?;
         value.insert(

@@ -262,6 +262,12 @@ async fn a_command_cannot_read_an_agents_token_from_the_servers_environment() {
     let status: Value =
         serde_json::from_str(&crate::support::guildhall_ok(&data, &["status", "--json"])).unwrap();
     let pid = status["pid"].as_u64().unwrap();
+    // Each subsystem's section, by name: the shell's counts its background shells.
+    assert_eq!(
+        status["subsystems"]["shell"],
+        json!({"running": 0, "finished": 0}),
+        "{status}"
+    );
     match std::fs::read(format!("/proc/{pid}/environ")) {
         Ok(environ) => {
             let environ = String::from_utf8_lossy(&environ);

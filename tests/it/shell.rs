@@ -412,6 +412,13 @@ async fn a_background_shell_is_read_in_parts_as_it_writes() {
     let listed = rt.background_shells();
     assert_eq!(listed.len(), 1);
     assert!(listed[0].running && listed[0].agent.as_deref() == Some("alice"));
+    // The shell subsystem's section of `status`.
+    assert!(
+        rt.subsystem_status()
+            .contains(&("shell", json!({"running": 1, "finished": 0}))),
+        "{:?}",
+        rt.subsystem_status()
+    );
     let tree = serde_json::to_string(&rt.tree().await.unwrap()).unwrap();
     assert!(tree.contains(&format!("shell/{id}")), "{tree}");
 
