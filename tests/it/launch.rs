@@ -385,12 +385,7 @@ fn profiles_that_would_run_a_value_as_code_or_cannot_work_are_refused() {
 /// and every agent ended well.
 #[test]
 fn the_launched_swarm_example_runs_a_whole_tl_pm_workers_flow() {
-    let bin = Path::new(env!("CARGO_BIN_EXE_guildhall"));
-    let example = bin
-        .parent()
-        .map(|dir| dir.join("examples/launched_swarm"))
-        .filter(|example| example.exists())
-        .expect("the examples are built: run `cargo test --workspace` or `cargo build --examples`");
+    let example = crate::support::example("launched_swarm");
     let out = std::process::Command::new(&example)
         .output()
         .expect("the example runs");

@@ -285,12 +285,7 @@ async fn what_needs_the_tree_running_starts_after_it_and_is_found_by_type() {
 /// own under root and a tool that asks it, with its section in `status`.
 #[test]
 fn the_subsystem_example_runs_its_own_actor_under_root() {
-    let bin = std::path::Path::new(env!("CARGO_BIN_EXE_guildhall"));
-    let example = bin
-        .parent()
-        .map(|dir| dir.join("examples/subsystem"))
-        .filter(|example| example.exists())
-        .expect("the examples are built: run `cargo test --workspace` or `cargo build --examples`");
+    let example = crate::support::example("subsystem");
     let out = std::process::Command::new(&example)
         .output()
         .expect("the example runs");

@@ -464,3 +464,12 @@ pub fn rust_files(dir: &Path) -> Vec<std::path::PathBuf> {
     walk(dir, &mut out);
     out
 }
+
+/// The path of example `name`, built by `cargo test` beside the binary (not run by it).
+pub fn example(name: &str) -> std::path::PathBuf {
+    std::path::Path::new(env!("CARGO_BIN_EXE_guildhall"))
+        .parent()
+        .map(|dir| dir.join("examples").join(name))
+        .filter(|example| example.exists())
+        .expect("the examples are built: run `cargo test --workspace` or `cargo build --examples`")
+}
