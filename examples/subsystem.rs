@@ -1,8 +1,9 @@
 //! Run: `cargo run --example subsystem`
 //!
 //! An embedder's own domain plugged in the way the built-in ones are: a `Subsystem` that
-//! installs a supervised actor of its own under the runtime's root and a tool that talks to
-//! it, adds a section to `status`, and stops in order with the tree. The task board, the
+//! reads its settings (`[subsystems.ledger]` of `guildhall.toml`), installs a supervised
+//! actor of its own under the runtime's root and a tool that talks to it, adds a section to
+//! `status` and a number to the metrics, and stops in order with the tree. The task board, the
 //! file tools and the shell plug in exactly so (`src/builtin/`).
 
 // An example talks to its reader on stdout.
@@ -11,7 +12,8 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
 
-use guildhall::runtime::{BoxFuture, Install, Subsystem};
+use guildhall::observe::Metrics;
+use guildhall::runtime::{BoxFuture, Install, Metric, Subsystem};
 use guildhall::supervision::ChildSpec;
 use guildhall::{BuildError, CallContext, CallOptions, Runtime, Tool};
 use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
@@ -37,10 +39,11 @@ struct Book;
 impl Actor for Book {
     type Msg = Add;
     type State = i64;
-    type Arguments = ();
+    /// The opening balance.
+    type Arguments = i64;
 
-    async fn pre_start(&self, _: ActorRef<Add>, (): ()) -> Result<i64, ActorProcessingErr> {
-        Ok(0)
+    async fn pre_start(&self, _: ActorRef<Add>, opening: i64) -> Result<i64, ActorProcessingErr> {
+        Ok(opening)
     }
 
     async fn handle(
@@ -53,6 +56,15 @@ impl Actor for Book {
         let _ = reply.send(*balance);
         Ok(())
     }
+}
+
+/// `[subsystems.ledger]`.
+#[derive(Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Settings {
+    /// The balance the ledger opens with (and reopens with after a restart).
+    #[serde(default)]
+    opening: i64,
 }
 
 #[derive(Clone, Serialize, Deserialize, JsonSchema)]
@@ -114,10 +126,11 @@ impl Subsystem for Ledger {
         install: &'a mut Install<'_>,
     ) -> BoxFuture<'a, Result<(), BuildError>> {
         Box::pin(async move {
+            let Settings { opening } = install.section()?.unwrap_or_default();
             // A child of the root, restarted by it like the runtime's own.
             let slot = Arc::clone(&self.actor);
             install.child(
-                ChildSpec::actor("ledger", || (Book, ())).on_start(move |cell| {
+                ChildSpec::actor("ledger", move || (Book, opening)).on_start(move |cell| {
                     *slot
                         .write()
                         .unwrap_or_else(std::sync::PoisonError::into_inner) =
@@ -135,14 +148,23 @@ impl Subsystem for Ledger {
     fn status(&self) -> Option<serde_json::Value> {
         Some(json!({ "entries": self.entries.load(Ordering::Relaxed) }))
     }
+
+    fn metrics(&self) -> Vec<Metric> {
+        let entries = self.entries.load(Ordering::Relaxed);
+        vec![Metric::counter("entries", "Entries added to the ledger").value(entries as f64)]
+    }
 }
 
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    // As `guildhall.toml` would give it.
+    let config: guildhall::config::Config = toml::from_str("[subsystems.ledger]\nopening = 70\n")?;
     let runtime = Runtime::builder()
+        .sections(config.subsystems)
         .subsystem(Ledger::default())
         .build()
         .await?;
+    let metrics = Metrics::start(&runtime);
     for amount in [100, -30, 5] {
         let out = runtime
             .call_json(
@@ -155,6 +177,10 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     }
     for (name, status) in runtime.subsystem_status() {
         println!("status of {name}: {status}");
+    }
+    let scraped = metrics.render().await;
+    for line in scraped.lines().filter(|l| l.starts_with("guildhall_ledger")) {
+        println!("metric {line}");
     }
     let tree = runtime.tree().await?;
     let root: Vec<_> = tree.children.iter().map(|c| c.id.as_str()).collect();

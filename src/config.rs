@@ -165,6 +165,11 @@ pub struct Config {
     /// `[store]`: where agents, mail, context and tasks are kept.
     #[serde(default)]
     pub store: StoreSection,
+    /// `[subsystems.NAME]`: settings of subsystems an embedder adds, handed to the runtime
+    /// with [`RuntimeBuilder::sections`](crate::RuntimeBuilder::sections) (a name no
+    /// subsystem has fails the build).
+    #[serde(default)]
+    pub subsystems: BTreeMap<String, toml::Table>,
     /// The directory of the file, where command hooks run.
     #[serde(skip)]
     pub dir: PathBuf,

@@ -28,4 +28,12 @@ pub enum BuildError {
         /// Why.
         reason: String,
     },
+    /// A subsystem's settings (`[subsystems.NAME]`) name no subsystem or do not fit it.
+    #[error("[subsystems.{name}]: {reason}")]
+    Section {
+        /// The section's name.
+        name: String,
+        /// What is wrong.
+        reason: String,
+    },
 }

@@ -24,6 +24,7 @@
 //! intensity so no tool's crash loop can escalate and restart the others.
 
 use std::any::Any;
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, PoisonError, RwLock};
@@ -112,6 +113,8 @@ pub struct RuntimeBuilder {
     pending: Vec<Pending>,
     /// Installed in this order; their children start in it and stop in reverse.
     subsystems: Vec<Arc<dyn Subsystem>>,
+    /// The subsystems' settings, by subsystem name ([`Install::section`]).
+    sections: BTreeMap<String, toml::Table>,
 }
 
 /// A tool waiting for the runtime's governance to exist before its stack is built.
@@ -483,6 +486,15 @@ impl Runtime {
             .collect()
     }
 
+    /// What each subsystem adds to the metrics, by subsystem name.
+    pub(crate) fn subsystem_metrics(&self) -> Vec<(&'static str, Metric)> {
+        self.inner
+            .subsystems
+            .iter()
+            .flat_map(|s| s.metrics().into_iter().map(|m| (s.name(), m)))
+            .collect()
+    }
+
     /// Every registered agent, sorted by id.
     pub fn agents(&self) -> Vec<Arc<AgentRecord>> {
         self.inner.office.directory.list()
@@ -661,7 +673,17 @@ impl RuntimeBuilder {
             sweeper: Sweeper::new(DEADLINE_RESOLUTION),
             pending: Vec::new(),
             subsystems: Vec::new(),
+            sections: BTreeMap::new(),
         }
+    }
+
+    /// The subsystems' settings: each table is the section of the subsystem of that name,
+    /// read with [`Install::section`] (`[subsystems.NAME]` of `guildhall.toml`, as
+    /// [`Config::subsystems`](crate::config::Config::subsystems)). A table named for no
+    /// subsystem of this runtime fails the build: a misspelt name is not ignored.
+    pub fn sections(mut self, sections: BTreeMap<String, toml::Table>) -> Self {
+        self.sections = sections;
+        self
     }
 
     /// Adds `subsystem`: installed at [`build`](Self::build) after those added before it,
@@ -803,7 +825,23 @@ impl RuntimeBuilder {
             data_dir,
             events.clone(),
         )?;
+        if let Some(name) = self
+            .sections
+            .keys()
+            .find(|name| !self.subsystems.iter().any(|s| s.name() == name.as_str()))
+        {
+            let known: Vec<&str> = self.subsystems.iter().map(|s| s.name()).collect();
+            return Err(BuildError::Section {
+                name: name.clone(),
+                reason: format!(
+                    "no subsystem of this runtime is named so (its subsystems: {})",
+                    known.join(", ")
+                ),
+            });
+        }
         let mut install = Install {
+            installing: "",
+            sections: &self.sections,
             store: &store,
             events: &events,
             governance: &governance,
@@ -819,6 +857,7 @@ impl RuntimeBuilder {
             install.tools.push(pending(&self.sweeper, &governance)?);
         }
         for subsystem in &self.subsystems {
+            install.installing = subsystem.name();
             subsystem.install(&mut install).await?;
         }
         core_tools(&mut install, &contexts, self.mailbox.max_wait)?;
@@ -1052,6 +1091,12 @@ pub trait Subsystem: Any + Send + Sync {
         None
     }
 
+    /// What it adds to the metrics (`GET /metrics`), read at each scrape: each one is
+    /// named `guildhall_<subsystem>_<name>`. Read what is at hand; a scrape waits for it.
+    fn metrics(&self) -> Vec<Metric> {
+        Vec::new()
+    }
+
     /// Agent `agent`'s last live connection ended.
     fn agent_left(&self, _agent: &str) {}
 
@@ -1063,6 +1108,58 @@ pub trait Subsystem: Any + Send + Sync {
     /// The runtime is stopping: end what is not in the tree (a sweep, a timer). Its
     /// children stop with the tree after this.
     fn stopping(&self) {}
+}
+
+/// A number a [`Subsystem`] reports at each metrics scrape: a gauge or a counter, with
+/// one sample per set of labels.
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub struct Metric {
+    /// Its name after `guildhall_<subsystem>_`: lowercase letters, digits and `_`.
+    pub name: &'static str,
+    /// What it counts, for the `# HELP` line.
+    pub help: &'static str,
+    /// A counter only grows; a gauge is read as it is.
+    pub counter: bool,
+    /// Its samples: labels (name, value) and the number.
+    pub samples: Vec<(Vec<(String, String)>, f64)>,
+}
+
+impl Metric {
+    /// A gauge with no samples yet.
+    pub fn gauge(name: &'static str, help: &'static str) -> Self {
+        Self {
+            name,
+            help,
+            counter: false,
+            samples: Vec::new(),
+        }
+    }
+
+    /// A counter with no samples yet.
+    pub fn counter(name: &'static str, help: &'static str) -> Self {
+        Self {
+            counter: true,
+            ..Self::gauge(name, help)
+        }
+    }
+
+    /// Adds a sample with `labels`.
+    #[must_use]
+    pub fn sample(mut self, labels: &[(&str, &str)], value: f64) -> Self {
+        let labels = labels
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+            .collect();
+        self.samples.push((labels, value));
+        self
+    }
+
+    /// Adds a sample with no labels.
+    #[must_use]
+    pub fn value(self, value: f64) -> Self {
+        self.sample(&[], value)
+    }
 }
 
 /// How a domain that needs the tree running plugs in (proxied servers, command tools,
@@ -1132,6 +1229,9 @@ impl<T: Send + Sync + 'static> Subsystem for AfterStart<T> {
 /// What a [`Subsystem`] gets as it installs: the runtime's store, events, governance and
 /// agents, and where it adds its tools and children.
 pub struct Install<'a> {
+    /// The subsystem installing now: whose section [`section`](Self::section) reads.
+    installing: &'static str,
+    sections: &'a BTreeMap<String, toml::Table>,
     store: &'a Arc<dyn Store>,
     events: &'a Events,
     governance: &'a Arc<Governance>,
@@ -1169,6 +1269,26 @@ impl Install<'_> {
         let prepared = prepare(tool, &options, self.sweeper, self.governance)?;
         self.tools.push(prepared.prepared);
         Ok(())
+    }
+
+    /// This subsystem's settings: the table given for its name to
+    /// [`RuntimeBuilder::sections`] (`[subsystems.NAME]` of `guildhall.toml`), if any.
+    ///
+    /// # Errors
+    /// [`BuildError::Section`] when the table does not fit `T`, with serde's reason (the
+    /// field that is unknown, missing or of the wrong type).
+    pub fn section<T: serde::de::DeserializeOwned>(&self) -> Result<Option<T>, BuildError> {
+        let Some(table) = self.sections.get(self.installing) else {
+            return Ok(None);
+        };
+        table
+            .clone()
+            .try_into()
+            .map(Some)
+            .map_err(|err: toml::de::Error| BuildError::Section {
+                name: self.installing.to_owned(),
+                reason: err.message().to_owned(),
+            })
     }
 
     /// The options tools get unless given their own.

@@ -3,7 +3,7 @@
 use std::sync::Arc;
 
 use crate::error::BuildError;
-use crate::runtime::{BoxFuture, Install, Runtime, RuntimeBuilder, Subsystem};
+use crate::runtime::{BoxFuture, Install, Metric, Runtime, RuntimeBuilder, Subsystem};
 use crate::sandbox::Confiner;
 use crate::shell::{Shell, ShellInfo};
 
@@ -67,6 +67,19 @@ impl Subsystem for ShellTools {
         let shells = self.shell.background();
         let running = shells.iter().filter(|s| s.running).count();
         Some(serde_json::json!({ "running": running, "finished": shells.len() - running }))
+    }
+
+    fn metrics(&self) -> Vec<Metric> {
+        let shells = self.shell.background();
+        let running = shells.iter().filter(|s| s.running).count();
+        vec![
+            Metric::gauge(
+                "background",
+                "Background shells kept, running or finished (their output still readable)",
+            )
+            .sample(&[("state", "running")], running as f64)
+            .sample(&[("state", "finished")], (shells.len() - running) as f64),
+        ]
     }
 
     fn agent_left(&self, agent: &str) {

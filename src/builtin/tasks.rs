@@ -69,6 +69,12 @@ impl Subsystem for TaskBoardSubsystem {
         Box::pin(async { Ok(()) })
     }
 
+    /// Whether the board's actor runs (it starts on first use and stops when idle).
+    fn status(&self) -> Option<serde_json::Value> {
+        let active = self.board.get().is_some_and(|board| board.is_active());
+        Some(serde_json::json!({ "actor": if active { "running" } else { "passive" } }))
+    }
+
     fn on_notice<'a>(&'a self, notice: &'a Notice) -> BoxFuture<'a, ()> {
         Box::pin(async move {
             if let Some(board) = self.board.get() {

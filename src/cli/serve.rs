@@ -132,7 +132,8 @@ pub(crate) async fn serve(args: ServeArgs, data_dir: &Path) -> CliResult {
     let mut builder = Runtime::builder()
         .governance(config.governance())
         .credentials(config.credentials()?)
-        .task_config(config.task_config()?);
+        .task_config(config.task_config()?)
+        .sections(config.subsystems.clone());
     #[cfg(feature = "bench")]
     if args.bench_echo || args.bench_load.is_some() {
         builder = builder.tool(guildhall::bench::mcp::Echo);
@@ -632,7 +633,12 @@ pub(crate) async fn tools(args: ToolsArgs, data_dir: &Path) -> CliResult {
         .clone()
         .unwrap_or_else(|| data_dir.join(CONFIG_FILE));
     let config = Config::load(&config_file, args.config.is_some())?;
-    let mut builder = with_work_tools(Runtime::builder(), &config, &config_file, data_dir)?;
+    let mut builder = with_work_tools(
+        Runtime::builder().sections(config.subsystems.clone()),
+        &config,
+        &config_file,
+        data_dir,
+    )?;
     if let Some(humans) = &config.humans {
         builder = builder.humans(humans.clone());
     }
@@ -821,6 +827,7 @@ pub(crate) async fn status(args: StatusArgs, data_dir: &Path) -> CliResult {
     write_shells(&mut out, &value)?;
     write_servers(&mut out, &value)?;
     write_launched(&mut out, &value)?;
+    write_subsystems(&mut out, &value)?;
     writeln!(out, "supervision tree")?;
     let tree: ChildSnapshot = serde_json::from_value(value["tree"].clone())?;
     print_tree(&mut out, &tree, 0)?;
@@ -918,6 +925,39 @@ fn write_shells(out: &mut impl Write, value: &serde_json::Value) -> std::io::Res
         }
     }
     Ok(())
+}
+
+/// `status`: each subsystem's section on one line (`tasks`, `shell`, an embedder's own):
+/// its numbers and words as they are, a list or a table by its length.
+fn write_subsystems(out: &mut impl Write, value: &serde_json::Value) -> std::io::Result<()> {
+    let Some(sections) = value["subsystems"].as_object().filter(|s| !s.is_empty()) else {
+        return Ok(());
+    };
+    writeln!(out, "subsystems")?;
+    for (name, section) in sections {
+        writeln!(out, "  {name:<16} {}", one_line(section))?;
+    }
+    Ok(())
+}
+
+/// `value` in a few words: an object as `key value, …`, a list or an object inside it by
+/// its length.
+fn one_line(value: &serde_json::Value) -> String {
+    use serde_json::Value;
+    let short = |v: &Value| match v {
+        Value::String(s) => s.clone(),
+        Value::Array(items) => format!("{} listed", items.len()),
+        Value::Object(fields) => format!("{} entries", fields.len()),
+        other => other.to_string(),
+    };
+    match value {
+        Value::Object(fields) => fields
+            .iter()
+            .map(|(k, v)| format!("{} {}", k.replace('_', " "), short(v)))
+            .collect::<Vec<_>>()
+            .join(", "),
+        other => short(other),
+    }
 }
 
 /// `status`: the proxied MCP servers, when there are.

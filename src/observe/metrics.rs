@@ -26,7 +26,7 @@ use tokio::sync::watch;
 
 use crate::events::TallyReading;
 use crate::governance::call_stats::ToolCalls;
-use crate::runtime::{Runtime, WeakRuntime};
+use crate::runtime::{Metric, Runtime, WeakRuntime};
 use crate::store::StoreStats;
 
 /// The content type of [`Metrics::render`].
@@ -115,6 +115,8 @@ struct Reading {
     tally: TallyReading,
     connections: Option<usize>,
     store: StoreStats,
+    /// What the subsystems report, by subsystem.
+    subsystems: Vec<(&'static str, Metric)>,
 }
 
 impl Reading {
@@ -145,6 +147,7 @@ impl Reading {
             tally: runtime.governance().event_tally().read(),
             connections: connections.map(|live| *live.borrow()),
             store: runtime.store().stats(),
+            subsystems: runtime.subsystem_metrics(),
         }
     }
 }
@@ -371,6 +374,44 @@ impl Collector for Scraped {
             "guildhall_store_writes",
             "Writes the store applied",
             r.store.writes,
-        )
+        )?;
+        encode_subsystems(e, &r.subsystems)
     }
+}
+
+/// What the subsystems report, each as `guildhall_<subsystem>_<name>`. A name with
+/// anything but lowercase letters, digits and `_` is left out (with a warning), as it
+/// would make the whole scrape unreadable.
+fn encode_subsystems(
+    encoder: &mut DescriptorEncoder<'_>,
+    metrics: &[(&'static str, Metric)],
+) -> Result<(), std::fmt::Error> {
+    let fits = |name: &str| {
+        !name.is_empty()
+            && name
+                .bytes()
+                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_')
+    };
+    for (subsystem, metric) in metrics {
+        if !fits(subsystem) || !fits(metric.name) {
+            tracing::warn!(subsystem, metric = metric.name, "a metric's name does not fit OpenMetrics; left out");
+            continue;
+        }
+        let name = format!("guildhall_{subsystem}_{}", metric.name);
+        let kind = if metric.counter {
+            MetricType::Counter
+        } else {
+            MetricType::Gauge
+        };
+        let mut family = encoder.encode_descriptor(&name, metric.help, None, kind)?;
+        for (labels, value) in &metric.samples {
+            let sample = family.encode_family(labels)?;
+            if metric.counter {
+                ConstCounter::new(*value).encode(sample)?;
+            } else {
+                ConstGauge::new(*value).encode(sample)?;
+            }
+        }
+    }
+    Ok(())
 }

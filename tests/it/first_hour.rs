@@ -494,6 +494,13 @@ fn admin_commands_run_through_a_running_server() {
         "{status}"
     );
     assert!(status.contains("http         off"), "{status}");
+    // Each subsystem's section, in a line.
+    assert!(
+        status
+            .lines()
+            .any(|l| l.trim_start().starts_with("tasks") && l.contains("actor ")),
+        "{status}"
+    );
     let dev_line = status
         .lines()
         .find(|l| l.trim_start().starts_with("dev "))

@@ -1,6 +1,7 @@
 use std::sync::{Arc, Mutex};
 
-use guildhall::runtime::{BoxFuture, Install, Subsystem};
+use guildhall::observe::Metrics;
+use guildhall::runtime::{BoxFuture, Install, Metric, Subsystem};
 use guildhall::supervision::ChildSpec;
 use guildhall::{BuildError, CallOptions, Runtime, RuntimeBuilder};
 use ractor::{Actor, ActorProcessingErr, ActorRef};
@@ -43,9 +44,26 @@ impl Recorder {
     }
 }
 
+/// A recorder's settings, `[subsystems.NAME]`.
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Settings {
+    greeting: String,
+}
+
 impl Subsystem for Recorder {
     fn name(&self) -> &'static str {
         self.name
+    }
+
+    fn metrics(&self) -> Vec<Metric> {
+        vec![
+            Metric::gauge("children", "Its children").value(1.0),
+            Metric::counter("calls", "Calls by outcome")
+                .sample(&[("outcome", "ok")], 2.0)
+                .sample(&[("outcome", "failed")], 1.0),
+            Metric::gauge("Not-A-Name", "Left out of the scrape").value(7.0),
+        ]
     }
 
     fn install<'a>(
@@ -54,6 +72,9 @@ impl Subsystem for Recorder {
     ) -> BoxFuture<'a, Result<(), BuildError>> {
         Box::pin(async move {
             self.log.push(format!("install:{}", self.name));
+            if let Some(Settings { greeting }) = install.section()? {
+                self.log.push(format!("section:{}:{greeting}", self.name));
+            }
             if let Some(why) = self.refuse {
                 return Err(BuildError::Subsystem {
                     name: self.name,
@@ -175,6 +196,7 @@ async fn an_embedders_subsystems_install_start_and_stop_in_order_like_the_built_
     assert_eq!(
         rt.subsystem_status(),
         [
+            ("tasks", json!({"actor": "passive"})),
             ("alpha", json!({"name": "alpha"})),
             ("beta", json!({"name": "beta"})),
         ]
@@ -198,7 +220,7 @@ async fn build_failing(log: &Log, failing: Recorder) -> (String, Vec<String>) {
 }
 
 #[tokio::test]
-async fn a_subsystem_that_cannot_install_stops_the_build_and_nothing_is_left_running() {
+async fn a_subsystem_that_cannot_install_stops_the_build_before_any_child_starts() {
     let log = Log::default();
     let refusing = Recorder {
         refuse: Some("its setting cannot work"),
@@ -291,7 +313,12 @@ fn the_subsystem_example_runs_its_own_actor_under_root() {
         .expect("the example runs");
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "{stdout}");
-    assert!(stdout.contains("added    5: balance 75"), "{stdout}");
+    // Opened at 70 by its `[subsystems.ledger]` section.
+    assert!(stdout.contains("added    5: balance 145"), "{stdout}");
+    assert!(
+        stdout.contains("metric guildhall_ledger_entries_total 3"),
+        "{stdout}"
+    );
     assert!(
         stdout.contains(r#"status of ledger: {"entries":3}"#),
         "{stdout}"
@@ -300,4 +327,79 @@ fn the_subsystem_example_runs_its_own_actor_under_root() {
         stdout.contains("under root: tools, mailboxes, contexts, tasks, ledger"),
         "{stdout}"
     );
+}
+
+fn sections(text: &str) -> std::collections::BTreeMap<String, toml::Table> {
+    let config: guildhall::config::Config = toml::from_str(text).unwrap();
+    config.subsystems
+}
+
+#[tokio::test]
+async fn a_subsystem_reads_its_own_section_and_a_section_for_no_subsystem_fails_the_build() {
+    let log = Log::default();
+    let rt = Runtime::builder()
+        .sections(sections("[subsystems.beta]\ngreeting = \"hello\"\n"))
+        .subsystem(Recorder::new("alpha", &log))
+        .subsystem(Recorder::new("beta", &log))
+        .build()
+        .await
+        .unwrap();
+    // Only beta has a section; each reads its own.
+    assert_eq!(
+        log.take()[..3],
+        ["install:alpha", "install:beta", "section:beta:hello"]
+    );
+    rt.shutdown().await;
+
+    // A misspelt name is not ignored.
+    let err = Runtime::builder()
+        .sections(sections("[subsystems.btea]\ngreeting = \"hello\"\n"))
+        .subsystem(Recorder::new("beta", &log))
+        .build()
+        .await
+        .err()
+        .expect("the build fails");
+    assert_eq!(
+        err.to_string(),
+        "[subsystems.btea]: no subsystem of this runtime is named so (its subsystems: tasks, beta)"
+    );
+    // Nor a setting the subsystem does not know.
+    let err = Runtime::builder()
+        .sections(sections("[subsystems.beta]\ngreting = \"hello\"\n"))
+        .subsystem(Recorder::new("beta", &log))
+        .build()
+        .await
+        .err()
+        .expect("the build fails");
+    let text = err.to_string();
+    assert!(
+        text.starts_with("[subsystems.beta]: unknown field `greting`"),
+        "{text}"
+    );
+    assert!(matches!(err, BuildError::Section { ref name, .. } if name == "beta"));
+}
+
+#[tokio::test]
+async fn what_a_subsystem_counts_is_in_the_metrics_under_its_name() {
+    let log = Log::default();
+    let rt = Runtime::builder()
+        .subsystem(Recorder::new("alpha", &log))
+        .build()
+        .await
+        .unwrap();
+    let text = Metrics::start(&rt).render().await;
+    for line in [
+        "# TYPE guildhall_alpha_children gauge",
+        "guildhall_alpha_children 1",
+        "# TYPE guildhall_alpha_calls counter",
+        r#"guildhall_alpha_calls_total{outcome="ok"} 2"#,
+        r#"guildhall_alpha_calls_total{outcome="failed"} 1"#,
+    ] {
+        assert!(text.lines().any(|l| l.starts_with(line)), "{line} in\n{text}");
+    }
+    // A name that would break the scrape is left out; the rest is read as before.
+    assert!(!text.contains("Not-A-Name"), "{text}");
+    assert!(text.contains("guildhall_tools "), "{text}");
+    assert!(text.trim_end().ends_with("# EOF"), "{text}");
+    rt.shutdown().await;
 }
