@@ -179,7 +179,10 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         println!("status of {name}: {status}");
     }
     let scraped = metrics.render().await;
-    for line in scraped.lines().filter(|l| l.starts_with("guildhall_ledger")) {
+    for line in scraped
+        .lines()
+        .filter(|l| l.starts_with("guildhall_ledger"))
+    {
         println!("metric {line}");
     }
     let tree = runtime.tree().await?;

@@ -679,7 +679,7 @@ impl RuntimeBuilder {
 
     /// The subsystems' settings: each table is the section of the subsystem of that name,
     /// read with [`Install::section`] (`[subsystems.NAME]` of `guildhall.toml`, as
-    /// [`Config::subsystems`](crate::config::Config::subsystems)). A table named for no
+    /// `Config::subsystems`). A table named for no
     /// subsystem of this runtime fails the build: a misspelt name is not ignored.
     pub fn sections(mut self, sections: BTreeMap<String, toml::Table>) -> Self {
         self.sections = sections;

@@ -14,7 +14,7 @@ use std::time::Instant;
 use ractor::{Actor, ActorProcessingErr, ActorRef};
 use serde_json::json;
 
-use super::{Launch, LaunchState};
+use super::launched::{Launch, LaunchState};
 use crate::agents::{Outgoing, now_ms};
 use crate::process_group::ProcessGroup;
 use crate::servers::RestartType;
@@ -256,20 +256,10 @@ async fn tell_parent(launch: &Launch, event: &str, detail: &str, code: Option<i3
     }
 }
 
-/// For an agent that ended for good: ends the agents it launched that stop with it, and
-/// drops its spec from the supervisor. In a task of its own: the actor runs inside its
-/// supervisor's restart or stop, and both wait on that supervisor (and on the launcher,
-/// which may be waiting on it too).
+/// For an agent that ended for good: its family (the launcher) ends the agents it launched
+/// that stop with it and drops its spec.
 fn end_children(launch: &Arc<Launch>) {
-    let Some(launcher) = launch.launcher.upgrade() else {
-        return;
-    };
-    let parent = launch.agent.clone();
-    tokio::spawn(async move {
-        let why = format!("its parent `{parent}` ended");
-        for child in launcher.children_of(&parent).await {
-            launcher.end(&child, &why).await;
-        }
-        launcher.forget(&parent).await;
-    });
+    if let Some(family) = launch.family.upgrade() {
+        family.ended(&launch.agent);
+    }
 }

@@ -394,7 +394,11 @@ fn encode_subsystems(
     };
     for (subsystem, metric) in metrics {
         if !fits(subsystem) || !fits(metric.name) {
-            tracing::warn!(subsystem, metric = metric.name, "a metric's name does not fit OpenMetrics; left out");
+            tracing::warn!(
+                subsystem,
+                metric = metric.name,
+                "a metric's name does not fit OpenMetrics; left out"
+            );
             continue;
         }
         let name = format!("guildhall_{subsystem}_{}", metric.name);

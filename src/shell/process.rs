@@ -5,8 +5,9 @@
 use std::ffi::{CStr, CString};
 use std::os::fd::{AsFd, BorrowedFd};
 
+use super::config::{ShellConfig, ShellError};
 use super::spawn::{Child, Spawn};
-use super::{Shell, ShellConfig, ShellError};
+use super::state::Shell;
 use crate::sandbox::{Confinement, Extra, Hint};
 
 pub(super) use crate::process_group::{ProcessGroup as Group, TERM_GRACE};
@@ -103,21 +104,6 @@ impl Command {
         let group = Group::new(child.id());
         Ok((child, group))
     }
-}
-
-/// The absolute path of `bash` in `PATH`, which commands are started with (posix_spawn
-/// takes a path; looking it up once also spares every command the search).
-pub(super) fn find_bash() -> Result<CString, ShellError> {
-    let path = std::env::var_os("PATH").unwrap_or_else(|| "/usr/bin:/bin".into());
-    std::env::split_paths(&path)
-        .map(|dir| dir.join("bash"))
-        .find(|candidate| {
-            use std::os::unix::fs::PermissionsExt;
-            std::fs::metadata(candidate)
-                .is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
-        })
-        .and_then(|found| CString::new(found.into_os_string().into_encoded_bytes()).ok())
-        .ok_or_else(|| ShellError::Invalid("the shell tools need bash, and PATH has none".into()))
 }
 
 /// The environment a command gets: the basic variables and the configured ones, never a

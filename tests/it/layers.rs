@@ -480,38 +480,19 @@ fn every_module_uses_what_its_entry_in_the_map_lists_and_nothing_else() {
     );
 }
 
-/// Folders whose root file and files still go in a circle when the check learned to see
-/// roots (issue 52): each root defines the domain's types its files use, and its code
-/// wires those files. Being taken apart one by one; the check fails on any other circle,
-/// and on a folder here that no longer has one, so the list only shrinks.
-const ROOT_CIRCLES_LEFT: &[&str] = &["src/launch/", "src/shell/"];
-
+/// A module's root file and its files count as one folder: the root re-exports its files
+/// and wires them (a tool's constructor, a supervisor's spec), and no file imports what
+/// the root itself defines, so a folder's files form layers, never a circle.
 #[test]
 fn files_of_a_folder_do_not_import_each_other_in_circles() {
     let mut found = Vec::new();
     for (src, _, _) in crates() {
         found.extend(circles(&src));
     }
-    let folder = |circle: &String| circle.split(": ").next().unwrap_or_default().to_owned();
-    let new: Vec<&String> = found
-        .iter()
-        .filter(|c| !ROOT_CIRCLES_LEFT.contains(&folder(c).as_str()))
-        .collect();
     assert!(
-        new.is_empty(),
+        found.is_empty(),
         "files importing each other in a circle:\n{}",
-        new.iter()
-            .map(|c| c.as_str())
-            .collect::<Vec<_>>()
-            .join("\n")
-    );
-    let gone: Vec<&&str> = ROOT_CIRCLES_LEFT
-        .iter()
-        .filter(|left| !found.iter().any(|c| folder(c) == **left))
-        .collect();
-    assert!(
-        gone.is_empty(),
-        "no circle left in {gone:?}: take them out of ROOT_CIRCLES_LEFT"
+        found.join("\n")
     );
 }
 

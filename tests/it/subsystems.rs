@@ -395,7 +395,10 @@ async fn what_a_subsystem_counts_is_in_the_metrics_under_its_name() {
         r#"guildhall_alpha_calls_total{outcome="ok"} 2"#,
         r#"guildhall_alpha_calls_total{outcome="failed"} 1"#,
     ] {
-        assert!(text.lines().any(|l| l.starts_with(line)), "{line} in\n{text}");
+        assert!(
+            text.lines().any(|l| l.starts_with(line)),
+            "{line} in\n{text}"
+        );
     }
     // A name that would break the scrape is left out; the rest is read as before.
     assert!(!text.contains("Not-A-Name"), "{text}");
