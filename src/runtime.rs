@@ -117,6 +117,36 @@ pub struct RuntimeBuilder {
     sections: BTreeMap<String, toml::Table>,
 }
 
+/// What [`RuntimeBuilder::build`] opens first: the store and the core over it.
+struct Core {
+    store: Arc<dyn Store>,
+    events: Events,
+    /// What other servers sharing the store say, when it is shared.
+    notices: Option<tokio::sync::broadcast::Receiver<Notice>>,
+    office: Arc<PostOffice>,
+    contexts: Arc<ContextHub>,
+    governance: Arc<Governance>,
+}
+
+/// The tools by name, and their actors' specs.
+///
+/// # Errors
+/// [`RegistrationError::DuplicateName`] for a name given twice.
+fn by_name(
+    prepared: Vec<Prepared>,
+) -> Result<(DashMap<String, Arc<dyn ErasedTool>>, Vec<Vec<ChildSpec>>), BuildError> {
+    let tools = DashMap::with_capacity(prepared.len());
+    let mut children = Vec::with_capacity(prepared.len());
+    for prepared in prepared {
+        let name = prepared.entry.spec().name.clone();
+        if tools.insert(name.clone(), prepared.entry).is_some() {
+            return Err(RegistrationError::DuplicateName { name }.into());
+        }
+        children.push(prepared.children);
+    }
+    Ok((tools, children))
+}
+
 /// A tool waiting for the runtime's governance to exist before its stack is built.
 type Pending =
     Box<dyn FnOnce(&Arc<Sweeper>, &Arc<Governance>) -> Result<Prepared, RegistrationError> + Send>;
@@ -786,16 +816,92 @@ impl RuntimeBuilder {
         self
     }
 
-    /// Validates every tool and starts the tree.
+    /// Opens the store and the core, installs each subsystem, validates every tool, starts
+    /// the tree, then tells each subsystem it runs.
     ///
     /// # Errors
-    /// [`BuildError::Registration`] for the first invalid or duplicate tool (nothing is
-    /// started), or [`BuildError::Supervision`] if the tree fails to start.
+    /// [`BuildError::Section`] for settings no subsystem takes (nothing is opened),
+    /// [`BuildError::Store`] and the core's own errors when the store cannot be read,
+    /// [`BuildError::Registration`] for the first invalid or duplicate tool and
+    /// [`BuildError::Subsystem`] for a subsystem that cannot install (nothing is started),
+    /// [`BuildError::Supervision`] if the tree fails to start, and a subsystem's error once
+    /// it runs (the runtime is shut down again).
     ///
     /// # Cancel safety
     /// Not cancel safe: await it to completion. Dropped part way, it may leave the store open
     /// and actors started with no [`Runtime`] to shut them down.
-    pub async fn build(self) -> Result<Runtime, BuildError> {
+    pub async fn build(mut self) -> Result<Runtime, BuildError> {
+        self.check_sections()?;
+        let core = self.open_core()?;
+        let (tools, subsystem_children) = self.install(&core).await?;
+        let (tools, tool_children) = by_name(tools)?;
+        let tools_sup: Arc<RwLock<Option<Supervisor>>> = Arc::default();
+        let root_spec = SupervisorSpec::new(Strategy::OneForOne)
+            .child(tools_supervisor_spec(tool_children, &tools_sup))
+            .child(core.office.supervisor_spec())
+            .child(core.contexts.supervisor_spec());
+        let root_spec = subsystem_children
+            .into_iter()
+            .fold(root_spec, SupervisorSpec::child);
+        let (root, _) = Supervisor::spawn(root_spec, None).await?;
+        self.sweeper.start();
+        core.office.start_sweep();
+        core.contexts.start_sweep();
+        if let Some(notices) = core.notices {
+            tokio::spawn(follow_cluster(
+                notices,
+                Arc::downgrade(&core.office),
+                Arc::downgrade(&core.contexts),
+                Arc::downgrade(&core.governance),
+                self.subsystems.iter().map(Arc::downgrade).collect(),
+            ));
+        }
+        let runtime = Runtime {
+            inner: Arc::new(Inner {
+                tools,
+                governance: core.governance,
+                office: core.office,
+                contexts: core.contexts,
+                subsystems: self.subsystems,
+                root,
+                tools_sup,
+                defaults: self.defaults,
+                sweeper: self.sweeper,
+                stopping: AtomicBool::new(false),
+                tool_set: tokio::sync::watch::Sender::new(0),
+                credentials: self.credentials,
+            }),
+        };
+        for subsystem in &runtime.inner.subsystems {
+            if let Err(err) = subsystem.started(&runtime).await {
+                runtime.shutdown().await;
+                return Err(err);
+            }
+        }
+        Ok(runtime)
+    }
+
+    /// Fails on a section named for no subsystem (before anything is opened).
+    fn check_sections(&self) -> Result<(), BuildError> {
+        let Some(name) = self
+            .sections
+            .keys()
+            .find(|name| !self.subsystems.iter().any(|s| s.name() == name.as_str()))
+        else {
+            return Ok(());
+        };
+        let known: Vec<&str> = self.subsystems.iter().map(|s| s.name()).collect();
+        Err(BuildError::Section {
+            name: name.clone(),
+            reason: format!(
+                "no subsystem of this runtime is named so (its subsystems: {})",
+                known.join(", ")
+            ),
+        })
+    }
+
+    /// The store and the core over it: events, the post office, the sessions, governance.
+    fn open_core(&mut self) -> Result<Core, BuildError> {
         let store = self.open_store()?;
         let data_dir = match &self.store {
             StoreChoice::Dir(dir) => Some(dir.clone()),
@@ -818,34 +924,36 @@ impl RuntimeBuilder {
             Arc::clone(&office),
         )?;
         let governance = Governance::start(
-            self.governance,
+            std::mem::take(&mut self.governance),
             Arc::clone(&office),
             Arc::clone(&contexts),
             Arc::clone(&store),
             data_dir,
             events.clone(),
         )?;
-        if let Some(name) = self
-            .sections
-            .keys()
-            .find(|name| !self.subsystems.iter().any(|s| s.name() == name.as_str()))
-        {
-            let known: Vec<&str> = self.subsystems.iter().map(|s| s.name()).collect();
-            return Err(BuildError::Section {
-                name: name.clone(),
-                reason: format!(
-                    "no subsystem of this runtime is named so (its subsystems: {})",
-                    known.join(", ")
-                ),
-            });
-        }
+        Ok(Core {
+            store,
+            events,
+            notices,
+            office,
+            contexts,
+            governance,
+        })
+    }
+
+    /// Every tool prepared (those given to the builder, each subsystem's, the core's) and
+    /// the subsystems' children, in the order added.
+    async fn install(
+        &mut self,
+        core: &Core,
+    ) -> Result<(Vec<Prepared>, Vec<ChildSpec>), BuildError> {
         let mut install = Install {
             installing: "",
             sections: &self.sections,
-            store: &store,
-            events: &events,
-            governance: &governance,
-            office: &office,
+            store: &core.store,
+            events: &core.events,
+            governance: &core.governance,
+            office: &core.office,
             defaults: &self.defaults,
             sweeper: &self.sweeper,
             tools: Vec::with_capacity(self.pending.len() + 16),
@@ -853,72 +961,17 @@ impl RuntimeBuilder {
             sandbox_of: None,
             confining: false,
         };
-        for pending in self.pending {
-            install.tools.push(pending(&self.sweeper, &governance)?);
+        for pending in std::mem::take(&mut self.pending) {
+            install
+                .tools
+                .push(pending(&self.sweeper, &core.governance)?);
         }
         for subsystem in &self.subsystems {
             install.installing = subsystem.name();
             subsystem.install(&mut install).await?;
         }
-        core_tools(&mut install, &contexts, self.mailbox.max_wait)?;
-        let Install {
-            tools: prepared,
-            children: subsystem_children,
-            ..
-        } = install;
-        let tools: DashMap<String, Arc<dyn ErasedTool>> = DashMap::with_capacity(prepared.len());
-        let mut children = Vec::with_capacity(prepared.len());
-        for prepared in prepared {
-            let name = prepared.entry.spec().name.clone();
-            if tools.insert(name.clone(), prepared.entry).is_some() {
-                return Err(RegistrationError::DuplicateName { name }.into());
-            }
-            children.push(prepared.children);
-        }
-        let tools_sup: Arc<RwLock<Option<Supervisor>>> = Arc::default();
-        let root_spec = SupervisorSpec::new(Strategy::OneForOne)
-            .child(tools_supervisor_spec(children, &tools_sup))
-            .child(office.supervisor_spec())
-            .child(contexts.supervisor_spec());
-        let root_spec = subsystem_children
-            .into_iter()
-            .fold(root_spec, SupervisorSpec::child);
-        let (root, _) = Supervisor::spawn(root_spec, None).await?;
-        self.sweeper.start();
-        office.start_sweep();
-        contexts.start_sweep();
-        if let Some(notices) = notices {
-            tokio::spawn(follow_cluster(
-                notices,
-                Arc::downgrade(&office),
-                Arc::downgrade(&contexts),
-                Arc::downgrade(&governance),
-                self.subsystems.iter().map(Arc::downgrade).collect(),
-            ));
-        }
-        let runtime = Runtime {
-            inner: Arc::new(Inner {
-                tools,
-                governance,
-                office,
-                contexts,
-                subsystems: self.subsystems,
-                root,
-                tools_sup,
-                defaults: self.defaults,
-                sweeper: self.sweeper,
-                stopping: AtomicBool::new(false),
-                tool_set: tokio::sync::watch::Sender::new(0),
-                credentials: self.credentials,
-            }),
-        };
-        for subsystem in &runtime.inner.subsystems {
-            if let Err(err) = subsystem.started(&runtime).await {
-                runtime.shutdown().await;
-                return Err(err);
-            }
-        }
-        Ok(runtime)
+        core_tools(&mut install, &core.contexts, self.mailbox.max_wait)?;
+        Ok((install.tools, install.children))
     }
 
     /// The store chosen: in memory, in a directory, given, or at a database URL.

@@ -309,20 +309,8 @@ async fn serve_network(
     ) {
         sandbox.guard_port(address.port());
     }
-    guildhall::private_fs::create_dir_all(data_dir)?;
-    // The store is ours (its lock is held), so a socket file left here is stale.
-    let socket = local::socket_path(data_dir);
-    match std::fs::remove_file(&socket) {
-        Ok(()) => {}
-        Err(err) if err.kind() == std::io::ErrorKind::NotFound => {}
-        Err(err) => return Err(format!("cannot remove stale {}: {err}", socket.display()).into()),
-    }
-    let listener = tokio::net::UnixListener::bind(&socket)
-        .map_err(|err| format!("cannot listen on {}: {err}", socket.display()))?;
-    // Reaching the socket is acting as any agent without a token: owner only.
-    guildhall::private_fs::restrict(&socket)?;
-    // From here on every way out removes the socket.
-    let socket_guard = RemoveOnDrop(socket.clone());
+    let (listener, socket_guard) = bind_socket(data_dir)?;
+    let socket = socket_guard.0.clone();
     let http_url = match &http_listener {
         Some(listener) => Some(format!("http://{}{}", listener.local_addr()?, http::PATH)),
         None => None,
@@ -361,35 +349,80 @@ async fn serve_network(
     writeln!(out, "local socket: {}", socket.display())?;
     let http_task = match http_listener {
         None => None,
-        Some(listener) => {
-            let options = HttpOptions {
-                token: args.token.clone(),
-                allowed_hosts: args.allow_host.clone(),
-                allowed_origins: args.allow_origin.clone(),
-                max_sessions: args.max_sessions,
-                session_idle: args.session_idle,
-                metrics: Some({
-                    let metrics = guildhall::observe::Metrics::start(server.runtime());
-                    metrics.count_connections(control.connections());
-                    metrics
-                }),
-                dashboard: Some(control.clone()),
-            };
-            let addr = listener.local_addr()?;
-            let router = http::router(server.clone(), addr, options, shutdown.clone())?;
-            writeln!(out, "mcp endpoint: http://{addr}{}", http::PATH)?;
-            writeln!(out, "metrics: http://{addr}{}", http::METRICS_PATH)?;
-            writeln!(out, "dashboard: http://{addr}{}", http::DASHBOARD_PATH)?;
-            Some(tokio::spawn(http::serve(
-                listener,
-                router,
-                shutdown.clone(),
-            )))
-        }
+        Some(listener) => Some(serve_http(
+            args, listener, &server, &control, &shutdown, &mut out,
+        )?),
     };
     out.flush()?;
     drop(out);
     tracing::info!(data_dir = %data_dir.display(), "serving");
+    until_asked_to_stop(args, &control).await;
+    shutdown.cancel();
+    let _ = local_task.await;
+    if let Some(task) = http_task {
+        task.await??;
+    }
+    drop(socket_guard);
+    Ok(())
+}
+
+/// Listens on the data directory's local socket (owner only: reaching it is acting as any
+/// agent without a token), removing a stale one first; the guard removes it again.
+fn bind_socket(
+    data_dir: &Path,
+) -> Result<(tokio::net::UnixListener, RemoveOnDrop), Box<dyn std::error::Error>> {
+    guildhall::private_fs::create_dir_all(data_dir)?;
+    // The store is ours (its lock is held), so a socket file left here is stale.
+    let socket = local::socket_path(data_dir);
+    match std::fs::remove_file(&socket) {
+        Ok(()) => {}
+        Err(err) if err.kind() == std::io::ErrorKind::NotFound => {}
+        Err(err) => return Err(format!("cannot remove stale {}: {err}", socket.display()).into()),
+    }
+    let listener = tokio::net::UnixListener::bind(&socket)
+        .map_err(|err| format!("cannot listen on {}: {err}", socket.display()))?;
+    guildhall::private_fs::restrict(&socket)?;
+    // From here on every way out removes the socket.
+    Ok((listener, RemoveOnDrop(socket)))
+}
+
+/// Serves Streamable HTTP, the metrics and the dashboard on `listener` until `shutdown`,
+/// writing their addresses to `out`.
+fn serve_http(
+    args: &ServeArgs,
+    listener: tokio::net::TcpListener,
+    server: &McpServer,
+    control: &local::Control,
+    shutdown: &CancellationToken,
+    out: &mut impl Write,
+) -> Result<tokio::task::JoinHandle<std::io::Result<()>>, Box<dyn std::error::Error>> {
+    let options = HttpOptions {
+        token: args.token.clone(),
+        allowed_hosts: args.allow_host.clone(),
+        allowed_origins: args.allow_origin.clone(),
+        max_sessions: args.max_sessions,
+        session_idle: args.session_idle,
+        metrics: Some({
+            let metrics = guildhall::observe::Metrics::start(server.runtime());
+            metrics.count_connections(control.connections());
+            metrics
+        }),
+        dashboard: Some(control.clone()),
+    };
+    let addr = listener.local_addr()?;
+    let router = http::router(server.clone(), addr, options, shutdown.clone())?;
+    writeln!(out, "mcp endpoint: http://{addr}{}", http::PATH)?;
+    writeln!(out, "metrics: http://{addr}{}", http::METRICS_PATH)?;
+    writeln!(out, "dashboard: http://{addr}{}", http::DASHBOARD_PATH)?;
+    Ok(tokio::spawn(http::serve(
+        listener,
+        router,
+        shutdown.clone(),
+    )))
+}
+
+/// Waits for a signal, `guildhall stop`, or (with `--idle-exit`) no client for that long.
+async fn until_asked_to_stop(args: &ServeArgs, control: &local::Control) {
     let idle_exit = args.idle_exit.filter(|d| !d.is_zero());
     let stop_requested = control.stop_requested();
     tokio::select! {
@@ -402,13 +435,6 @@ async fn serve_network(
             }
         } => tracing::info!(?idle_exit, "stopping: no client connected for the idle time"),
     }
-    shutdown.cancel();
-    let _ = local_task.await;
-    if let Some(task) = http_task {
-        task.await??;
-    }
-    drop(socket_guard);
-    Ok(())
 }
 
 /// Returns once `store` can no longer be used (checked every 200 ms).

@@ -404,48 +404,7 @@ impl SessionContext {
                 None => self.get(key),
             };
             let before = current.map_or(0, |e| e.version);
-            let value = match change.strategy {
-                Strategy::Replace => change.value.clone(),
-                Strategy::Merge => {
-                    let mut value = current.map_or(Value::Null, |e| e.value.clone());
-                    json_patch::merge(&mut value, &change.value);
-                    value
-                }
-                Strategy::Append => append(key, current.map(|e| &e.value), &change.value)?,
-            };
-            let next = if value.is_null() && change.strategy == Strategy::Merge {
-                None
-            } else {
-                let size = json_size(&value);
-                if size > limits.max_entry_bytes {
-                    return Err(ContextError::TooLarge {
-                        what: format!("entry `{key}`"),
-                        size,
-                        limit: limits.max_entry_bytes,
-                    });
-                }
-                let entry = match current {
-                    Some(entry) => Entry {
-                        key: entry.key.clone(),
-                        kind: change.kind.unwrap_or(entry.kind),
-                        value,
-                        author: author.cloned(),
-                        created_ms: entry.created_ms,
-                        updated_ms: now_ms,
-                        version: entry.version + 1,
-                    },
-                    None => Entry {
-                        key: key.to_owned(),
-                        kind: change.kind.unwrap_or_else(|| EntryKind::of(&value)),
-                        value,
-                        author: author.cloned(),
-                        created_ms: now_ms,
-                        updated_ms: now_ms,
-                        version: before + 1,
-                    },
-                };
-                Some(Held { size, entry })
-            };
+            let next = changed(current, change, author, now_ms, limits)?;
             record.push(EntryChange {
                 key: key.to_owned(),
                 strategy: change.strategy,
@@ -486,6 +445,62 @@ impl SessionContext {
             changes: record,
         })
     }
+}
+
+/// What `change` by `author` at `now_ms` makes of entry `current`: the new entry, or
+/// `None` when a merge leaves nothing (a merge with `null` deletes).
+///
+/// # Errors
+/// An append to something that is not a list, or an entry past its size limit.
+fn changed(
+    current: Option<&Entry>,
+    change: &Change,
+    author: Option<&AgentId>,
+    now_ms: u64,
+    limits: &ContextLimits,
+) -> Result<Option<Held>, ContextError> {
+    let key = change.key.as_str();
+    let value = match change.strategy {
+        Strategy::Replace => change.value.clone(),
+        Strategy::Merge => {
+            let mut value = current.map_or(Value::Null, |e| e.value.clone());
+            json_patch::merge(&mut value, &change.value);
+            value
+        }
+        Strategy::Append => append(key, current.map(|e| &e.value), &change.value)?,
+    };
+    if value.is_null() && change.strategy == Strategy::Merge {
+        return Ok(None);
+    }
+    let size = json_size(&value);
+    if size > limits.max_entry_bytes {
+        return Err(ContextError::TooLarge {
+            what: format!("entry `{key}`"),
+            size,
+            limit: limits.max_entry_bytes,
+        });
+    }
+    let entry = match current {
+        Some(entry) => Entry {
+            key: entry.key.clone(),
+            kind: change.kind.unwrap_or(entry.kind),
+            value,
+            author: author.cloned(),
+            created_ms: entry.created_ms,
+            updated_ms: now_ms,
+            version: entry.version + 1,
+        },
+        None => Entry {
+            key: key.to_owned(),
+            kind: change.kind.unwrap_or_else(|| EntryKind::of(&value)),
+            value,
+            author: author.cloned(),
+            created_ms: now_ms,
+            updated_ms: now_ms,
+            version: 1,
+        },
+    };
+    Ok(Some(Held { size, entry }))
 }
 
 #[cfg(test)]

@@ -132,114 +132,142 @@ impl Tool for Grep {
             .case_insensitive(input.case_insensitive)
             .build(&input.pattern)
             .map_err(|err| FileError::Invalid(format!("pattern {:?}: {err}", input.pattern)))?;
-        let only = input
-            .glob
-            .as_deref()
-            .map(|glob| {
-                let glob = if glob.contains('/') {
-                    glob.to_owned()
-                } else {
-                    format!("**/{glob}")
-                };
-                globset::GlobBuilder::new(&glob)
-                    .literal_separator(true)
-                    .build()
-                    .map(|g| g.compile_matcher())
-                    .map_err(|err| FileError::Invalid(format!("glob {glob:?}: {err}")))
-            })
-            .transpose()?;
-        let types = match &input.file_type {
-            None => None,
-            Some(name) => {
-                let mut types = ignore::types::TypesBuilder::new();
-                types.add_defaults();
-                if !types.definitions().iter().any(|d| d.name() == name) {
-                    return Err(FileError::Invalid(format!(
-                        "unknown file type {name:?}; ripgrep's names, such as rust, py, js, \
-                         ts, go, java, c, cpp, md, json, toml, yaml"
-                    )));
-                }
-                types.select(name);
-                Some(
-                    types
-                        .build()
-                        .map_err(|err| FileError::Invalid(format!("file type {name:?}: {err}")))?,
-                )
-            }
-        };
-        let files = self.0.scoped(ctx.agent());
-        blocking(&self.0, &ctx, move || {
-            let base = start(&files, input.path.as_deref())?;
-            let mut walker = ignore::WalkBuilder::new(&base);
-            let walk_files = Arc::clone(&files);
-            walker
-                .hidden(false)
-                .follow_links(false)
-                .require_git(false)
-                .filter_entry(move |e| !walk_files.roots.denies(e.file_name()));
-            if let Some(types) = types {
-                walker.types(types);
-            }
+        let query = Query {
+            matcher,
+            only: input.glob.as_deref().map(file_glob).transpose()?,
+            types: input.file_type.as_deref().map(file_types).transpose()?,
             // Context lines only mean something beside the lines shown.
-            let context = if input.mode == GrepMode::Content {
+            context: if input.mode == GrepMode::Content {
                 context
             } else {
                 0
-            };
-            let searcher = SearcherBuilder::new()
-                .line_number(true)
-                .before_context(context)
-                .after_context(context)
-                .binary_detection(BinaryDetection::quit(0))
-                .build();
-            let shared = Shared {
-                mode: input.mode,
-                limit,
-                hits: Mutex::new(Vec::new()),
-                results: AtomicUsize::new(0),
-                searched: AtomicUsize::new(0),
-            };
-            // In parallel, as ripgrep walks: one searcher and one directory handle per thread.
-            walker.build_parallel().run(|| {
-                let (mut searcher, mut opener) = (searcher.clone(), Opener::default());
-                let (shared, files, base) = (&shared, &files, &base);
-                let (matcher, only) = (&matcher, &only);
-                Box::new(move |entry| {
-                    let Ok(entry) = entry else {
-                        return WalkState::Continue;
-                    };
-                    if !entry.file_type().is_some_and(|t| t.is_file()) {
-                        return WalkState::Continue;
-                    }
-                    let relative = entry.path().strip_prefix(base).unwrap_or(entry.path());
-                    if only.as_ref().is_some_and(|g| !g.is_match(relative)) {
-                        return WalkState::Continue;
-                    }
-                    let Some(file) = opener.open(files, entry.path()) else {
-                        return WalkState::Continue;
-                    };
-                    shared.searched.fetch_add(1, Ordering::Relaxed);
-                    let mut sink = FileSink {
-                        mode: shared.mode,
-                        cap: shared.limit + 1,
-                        path: entry.path().display().to_string(),
-                        lines: Vec::new(),
-                        count: 0,
-                    };
-                    // A file that cannot be read as the search goes is skipped, as ripgrep
-                    // does.
-                    let _ = searcher.search_file(matcher, &file, &mut sink);
-                    if shared.add(sink) {
-                        WalkState::Continue
-                    } else {
-                        WalkState::Quit
-                    }
-                })
-            });
-            Ok(shared.finish())
+            },
+            mode: input.mode,
+            limit,
+        };
+        let files = self.0.scoped(ctx.agent());
+        let path = input.path;
+        blocking(&self.0, &ctx, move || {
+            search(&files, path.as_deref(), query)
         })
         .await
     }
+}
+
+/// A search, checked: what to match, in which files, and what to return.
+struct Query {
+    matcher: grep_regex::RegexMatcher,
+    /// `glob`: the files searched, by path from where the search starts.
+    only: Option<globset::GlobMatcher>,
+    /// `type`: ripgrep's file types.
+    types: Option<ignore::types::Types>,
+    context: usize,
+    mode: GrepMode,
+    limit: usize,
+}
+
+/// `glob` as a matcher of paths: a glob without `/` matches at any depth.
+fn file_glob(glob: &str) -> Result<globset::GlobMatcher, FileError> {
+    let glob = if glob.contains('/') {
+        glob.to_owned()
+    } else {
+        format!("**/{glob}")
+    };
+    globset::GlobBuilder::new(&glob)
+        .literal_separator(true)
+        .build()
+        .map(|g| g.compile_matcher())
+        .map_err(|err| FileError::Invalid(format!("glob {glob:?}: {err}")))
+}
+
+/// Ripgrep's file type `name`, alone.
+fn file_types(name: &str) -> Result<ignore::types::Types, FileError> {
+    let mut types = ignore::types::TypesBuilder::new();
+    types.add_defaults();
+    if !types.definitions().iter().any(|d| d.name() == name) {
+        return Err(FileError::Invalid(format!(
+            "unknown file type {name:?}; ripgrep's names, such as rust, py, js, \
+             ts, go, java, c, cpp, md, json, toml, yaml"
+        )));
+    }
+    types.select(name);
+    types
+        .build()
+        .map_err(|err| FileError::Invalid(format!("file type {name:?}: {err}")))
+}
+
+/// Runs `query` from `path` in `files`' roots (blocking): in parallel, as ripgrep walks,
+/// one searcher and one directory handle per thread, until the limit.
+fn search(files: &Arc<Files>, path: Option<&str>, query: Query) -> Result<GrepResult, FileError> {
+    let Query {
+        matcher,
+        only,
+        types,
+        context,
+        mode,
+        limit,
+    } = query;
+    let base = start(files, path)?;
+    let mut walker = ignore::WalkBuilder::new(&base);
+    let walk_files = Arc::clone(files);
+    walker
+        .hidden(false)
+        .follow_links(false)
+        .require_git(false)
+        .filter_entry(move |e| !walk_files.roots.denies(e.file_name()));
+    if let Some(types) = types {
+        walker.types(types);
+    }
+    let searcher = SearcherBuilder::new()
+        .line_number(true)
+        .before_context(context)
+        .after_context(context)
+        .binary_detection(BinaryDetection::quit(0))
+        .build();
+    let shared = Shared {
+        mode,
+        limit,
+        hits: Mutex::new(Vec::new()),
+        results: AtomicUsize::new(0),
+        searched: AtomicUsize::new(0),
+    };
+    walker.build_parallel().run(|| {
+        let (mut searcher, mut opener) = (searcher.clone(), Opener::default());
+        let (shared, files, base) = (&shared, &files, &base);
+        let (matcher, only) = (&matcher, &only);
+        Box::new(move |entry| {
+            let Ok(entry) = entry else {
+                return WalkState::Continue;
+            };
+            if !entry.file_type().is_some_and(|t| t.is_file()) {
+                return WalkState::Continue;
+            }
+            let relative = entry.path().strip_prefix(base).unwrap_or(entry.path());
+            if only.as_ref().is_some_and(|g| !g.is_match(relative)) {
+                return WalkState::Continue;
+            }
+            let Some(file) = opener.open(files, entry.path()) else {
+                return WalkState::Continue;
+            };
+            shared.searched.fetch_add(1, Ordering::Relaxed);
+            let mut sink = FileSink {
+                mode: shared.mode,
+                cap: shared.limit + 1,
+                path: entry.path().display().to_string(),
+                lines: Vec::new(),
+                count: 0,
+            };
+            // A file that cannot be read as the search goes is skipped, as ripgrep
+            // does.
+            let _ = searcher.search_file(matcher, &file, &mut sink);
+            if shared.add(sink) {
+                WalkState::Continue
+            } else {
+                WalkState::Quit
+            }
+        })
+    });
+    Ok(shared.finish())
 }
 
 /// Where a search starts: a directory, or one file (the walk then yields just it).

@@ -48,25 +48,7 @@ impl Actor for LaunchedActor {
         (): (),
     ) -> Result<Self::State, ActorProcessingErr> {
         let launch = &self.0;
-        // A start after the first is a restart, and counts against the intensity.
-        let restarted = {
-            let mut status = launch.status();
-            let restarted = if status.starts == 0 {
-                Ok(())
-            } else {
-                status.restarts.record(Instant::now())
-            };
-            if restarted.is_ok() {
-                status.starts += 1;
-            }
-            restarted
-        };
-        if let Err(exceeded) = restarted {
-            let why = format!(
-                "gave up: restarted {} times within {}",
-                exceeded.restarts,
-                humantime::format_duration(exceeded.period)
-            );
+        if let Err(why) = count_start(launch) {
             tracing::warn!(agent = %launch.agent, "{why}");
             {
                 let mut status = launch.status();
@@ -81,52 +63,14 @@ impl Actor for LaunchedActor {
                 waiter: None,
             });
         }
-        let mut command = tokio::process::Command::new(&launch.argv[0]);
-        let env: Vec<(String, String)> = std::env::vars()
-            .filter(|(name, _)| !name.starts_with("GUILDHALL_"))
-            .chain(launch.env.iter().cloned())
-            .collect();
-        let env = match &launch.confined {
-            Some(confined) => {
-                let confinement = confined
-                    .confiner
-                    .confine(Some(&launch.agent), &launch.cwd, &confined.extra)
-                    .map_err(|err| {
-                        let why = format!("its sandbox: {err}");
-                        launch.status().last_exit = Some(why.clone());
-                        why
-                    })?;
-                let env = confined
-                    .confiner
-                    .sandbox
-                    .environment(confinement.as_deref(), env);
-                if let Some(confinement) = confinement {
-                    // SAFETY: the hook makes only system calls on what was prepared before
-                    // the fork (see sandbox::child).
-                    #[allow(unsafe_code)]
-                    unsafe {
-                        command.pre_exec(confinement.pre_exec());
-                    }
-                }
-                env
-            }
-            None => env,
-        };
-        command
-            .args(&launch.argv[1..])
-            .env_clear()
-            .envs(env)
-            .current_dir(&launch.cwd)
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            // Its own group, so whatever it starts dies with it.
-            .process_group(0)
-            .kill_on_drop(true);
-        let mut child = match command.spawn() {
+        let spawned = command(launch).and_then(|mut command| {
+            command
+                .spawn()
+                .map_err(|err| format!("could not run `{}`: {err}", launch.argv[0]))
+        });
+        let child = match spawned {
             Ok(child) => child,
-            Err(err) => {
-                let why = format!("could not run `{}`: {err}", launch.argv[0]);
+            Err(why) => {
                 launch.status().last_exit = Some(why.clone());
                 return Err(why.into());
             }
@@ -135,25 +79,7 @@ impl Actor for LaunchedActor {
         let group = pid
             .and_then(|p| i32::try_from(p).ok())
             .map(ProcessGroup::new);
-        launch.log.clear_tail();
-        let outputs = [
-            child.stdout.take().map(|out| launch.log.follow(out)),
-            child.stderr.take().map(|err| launch.log.follow(err)),
-        ];
-        let me = myself.clone();
-        let waiter = tokio::spawn(async move {
-            let status = child.wait().await;
-            // What it wrote last is in the log before anyone is told it ended (bounded: a
-            // process it left behind may hold the pipes open).
-            for reading in outputs.into_iter().flatten() {
-                let _ = tokio::time::timeout(std::time::Duration::from_millis(200), reading).await;
-            }
-            let (code, signal) = match status {
-                Ok(status) => (status.code(), status.signal()),
-                Err(_) => (None, None),
-            };
-            let _ = me.cast(LaunchMsg::Exited { code, signal });
-        });
+        let waiter = wait_for_exit(launch, child, myself);
         {
             let mut status = launch.status();
             status.state = LaunchState::Running;
@@ -254,6 +180,93 @@ async fn tell_parent(launch: &Launch, event: &str, detail: &str, code: Option<i3
     if let Err(err) = agent.send(message).await {
         tracing::warn!(agent = %launch.agent, %parent, error = %guildhall_actors::ErrorChain(&err), "could not tell the parent");
     }
+}
+
+/// Counts a start: one after the first is a restart, against the profile's intensity. Past
+/// it, why the agent is given up.
+fn count_start(launch: &Launch) -> Result<(), String> {
+    let mut status = launch.status();
+    if status.starts > 0
+        && let Err(exceeded) = status.restarts.record(Instant::now())
+    {
+        return Err(format!(
+            "gave up: restarted {} times within {}",
+            exceeded.restarts,
+            humantime::format_duration(exceeded.period)
+        ));
+    }
+    status.starts += 1;
+    Ok(())
+}
+
+/// The agent's process, ready to start: its argv in its directory, the server's
+/// environment without `GUILDHALL_*` plus its own, in its sandbox when it has one, in a
+/// process group of its own (whatever it starts dies with it), its output piped to the log.
+fn command(launch: &Launch) -> Result<tokio::process::Command, String> {
+    let mut command = tokio::process::Command::new(&launch.argv[0]);
+    let env: Vec<(String, String)> = std::env::vars()
+        .filter(|(name, _)| !name.starts_with("GUILDHALL_"))
+        .chain(launch.env.iter().cloned())
+        .collect();
+    let env = match &launch.confined {
+        Some(confined) => {
+            let confinement = confined
+                .confiner
+                .confine(Some(&launch.agent), &launch.cwd, &confined.extra)
+                .map_err(|err| format!("its sandbox: {err}"))?;
+            let env = confined
+                .confiner
+                .sandbox
+                .environment(confinement.as_deref(), env);
+            if let Some(confinement) = confinement {
+                // SAFETY: the hook makes only system calls on what was prepared before
+                // the fork (see sandbox::child).
+                #[allow(unsafe_code)]
+                unsafe {
+                    command.pre_exec(confinement.pre_exec());
+                }
+            }
+            env
+        }
+        None => env,
+    };
+    command
+        .args(&launch.argv[1..])
+        .env_clear()
+        .envs(env)
+        .current_dir(&launch.cwd)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .process_group(0)
+        .kill_on_drop(true);
+    Ok(command)
+}
+
+/// Follows `child`'s output into the log and tells the actor how it ended.
+fn wait_for_exit(
+    launch: &Launch,
+    mut child: tokio::process::Child,
+    myself: ActorRef<LaunchMsg>,
+) -> tokio::task::JoinHandle<()> {
+    launch.log.clear_tail();
+    let outputs = [
+        child.stdout.take().map(|out| launch.log.follow(out)),
+        child.stderr.take().map(|err| launch.log.follow(err)),
+    ];
+    tokio::spawn(async move {
+        let status = child.wait().await;
+        // What it wrote last is in the log before anyone is told it ended (bounded: a
+        // process it left behind may hold the pipes open).
+        for reading in outputs.into_iter().flatten() {
+            let _ = tokio::time::timeout(std::time::Duration::from_millis(200), reading).await;
+        }
+        let (code, signal) = match status {
+            Ok(status) => (status.code(), status.signal()),
+            Err(_) => (None, None),
+        };
+        let _ = myself.cast(LaunchMsg::Exited { code, signal });
+    })
 }
 
 /// For an agent that ended for good: its family (the launcher) ends the agents it launched

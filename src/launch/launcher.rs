@@ -504,94 +504,122 @@ impl Launcher {
         if let Some(parent) = parent {
             args.extend(["--parent".to_owned(), parent.to_owned()]);
         }
-        let Some(confiner) = confiner else {
-            let mcp_config = dir.join(format!("{agent}.mcp.json"));
-            let config = json!({ "mcpServers": { "guildhall": {
-                "command": self.program, "args": args } } });
-            crate::private_fs::write(
-                &mcp_config,
-                &serde_json::to_vec_pretty(&config).unwrap_or_default(),
-            )
-            .map_err(|e| failed(format!("{}: {e}", mcp_config.display())))?;
-            let cwd = if profile.worktree {
-                worktree(&cwd, &data_dir.join("worktrees").join(agent)).map_err(failed)?
-            } else {
-                cwd
-            };
-            return Ok(Prepared {
-                cwd,
-                log,
-                mcp_config: Some(mcp_config),
-                socket: None,
-                confined: None,
-            });
+        let mut prepared = Prepared {
+            cwd,
+            log,
+            mcp_config: None,
+            socket: None,
+            confined: None,
         };
+        match confiner {
+            None => self.unconfined(agent, profile, &dir, data_dir, &args, &mut prepared),
+            Some(confiner) => self.confined(agent, profile, confiner, args, &mut prepared),
+        }
+        .map_err(failed)?;
+        Ok(prepared)
+    }
+
+    /// An agent with the server's rights: its MCP config beside its log, its worktree (if
+    /// its profile asks for one) in the data directory.
+    fn unconfined(
+        &self,
+        agent: &str,
+        profile: &Profile,
+        dir: &Path,
+        data_dir: &Path,
+        args: &[String],
+        prepared: &mut Prepared,
+    ) -> Result<(), String> {
+        let mcp_config = dir.join(format!("{agent}.mcp.json"));
+        self.write_mcp_config(&mcp_config, args, None)?;
         if profile.worktree {
-            return Err(failed(
+            prepared.cwd = worktree(&prepared.cwd, &data_dir.join("worktrees").join(agent))?;
+        }
+        prepared.mcp_config = Some(mcp_config);
+        Ok(())
+    }
+
+    /// An agent in the sandbox: its own directory outside the data directory (its HOME and
+    /// TMPDIR inside) with its socket and its MCP config, and what its profile lets it
+    /// reach besides its roots.
+    fn confined(
+        &self,
+        agent: &str,
+        profile: &Profile,
+        confiner: crate::sandbox::Confiner,
+        mut args: Vec<String>,
+        prepared: &mut Prepared,
+    ) -> Result<(), String> {
+        if profile.worktree {
+            return Err(
                 "its worktree would live in the data directory, which its sandbox cannot reach: \
                  give the profile worktree = false, or sandbox = { enabled = false }"
                     .into(),
-            ));
+            );
         }
         let Some(sockets) = self.sockets.get() else {
-            return Err(failed(
+            return Err(
                 "it would run in the sandbox, and this embedding opens no socket of its own for \
                  it to connect back through (Launcher::serve_agents_with): give the profile \
                  sandbox = { enabled = false }"
                     .into(),
-            ));
+            );
         };
-        // Its own directory (its HOME and TMPDIR inside), outside the data directory: its
-        // socket and its MCP config are there.
         let private = confiner
             .sandbox
             .private_dir(Some(agent))
-            .map_err(|e| failed(e.to_string()))?;
+            .map_err(|e| e.to_string())?;
         let socket = private.join("guildhall.sock");
         let opened = sockets
             .open(agent, &socket)
-            .map_err(|e| failed(format!("its socket {}: {e}", socket.display())))?;
+            .map_err(|e| format!("its socket {}: {e}", socket.display()))?;
         let mcp_config = private.join("guildhall.mcp.json");
         // Named in the arguments too: some clients give a server only the variables they
         // know of.
         args.extend(["--socket".to_owned(), socket.display().to_string()]);
-        let config = json!({ "mcpServers": { "guildhall": {
-            "command": self.program,
-            "args": args,
-            "env": { crate::agents::SOCKET_ENV: socket } } } });
-        crate::private_fs::write(
-            &mcp_config,
-            &serde_json::to_vec_pretty(&config).unwrap_or_default(),
-        )
-        .map_err(|e| failed(format!("{}: {e}", mcp_config.display())))?;
+        self.write_mcp_config(&mcp_config, &args, Some(&socket))?;
         let program = profile
             .command
             .first()
             .map(String::as_str)
             .unwrap_or_default();
         let guildhall = self.program.display().to_string();
-        let extra = profile
-            .sandbox
-            .reach(
-                &confiner.sandbox,
-                &self.base_dir,
-                &cwd,
-                &[program, &guildhall],
-                profile.command.get(1..).unwrap_or_default(),
-                true,
-            )
-            .map_err(failed)?;
-        Ok(Prepared {
-            cwd,
-            log,
-            mcp_config: Some(mcp_config),
-            socket: Some(socket),
-            confined: Some(Confined {
-                confiner,
-                extra,
-                _socket: opened,
-            }),
-        })
+        let extra = profile.sandbox.reach(
+            &confiner.sandbox,
+            &self.base_dir,
+            &prepared.cwd,
+            &[program, &guildhall],
+            profile.command.get(1..).unwrap_or_default(),
+            true,
+        )?;
+        prepared.mcp_config = Some(mcp_config);
+        prepared.socket = Some(socket);
+        prepared.confined = Some(Confined {
+            confiner,
+            extra,
+            _socket: opened,
+        });
+        Ok(())
+    }
+
+    /// Writes the MCP config that makes a client connect back through `guildhall mcp` with
+    /// `args` (and the agent's own socket in its environment, when it has one).
+    fn write_mcp_config(
+        &self,
+        path: &Path,
+        args: &[String],
+        socket: Option<&Path>,
+    ) -> Result<(), String> {
+        let mut server = json!({ "command": self.program, "args": args });
+        if let Some(socket) = socket {
+            server["env"] = json!({ crate::agents::SOCKET_ENV: socket });
+        }
+        let config = json!({ "mcpServers": { "guildhall": server } });
+        crate::private_fs::write(
+            path,
+            &serde_json::to_vec_pretty(&config).unwrap_or_default(),
+        )
+        .map_err(|e| format!("{}: {e}", path.display()))
     }
 
     fn runtime(&self) -> Result<Runtime, LaunchError> {

@@ -479,33 +479,10 @@ async fn handle(
 ) -> std::io::Result<()> {
     let (read, mut writer) = stream.into_split();
     let mut reader = BufReader::new(read);
-    let mut line = String::new();
-    let mut limited = (&mut reader).take(MAX_HELLO);
-    match tokio::time::timeout(HELLO_TIMEOUT, limited.read_line(&mut line)).await {
-        Ok(Ok(_)) => {}
-        Ok(Err(err)) => return Err(err),
-        Err(_) => return answer(&mut writer, Reply::Error("no hello within 10 s".into())).await,
-    }
-    let hello = match serde_json::from_str::<Hello>(&line) {
+    let hello = match read_hello(&mut reader, bound).await? {
         Ok(hello) => hello,
-        Err(err) => {
-            let reason = format!("the first line must be a JSON hello: {err}");
-            return answer(&mut writer, Reply::Error(reason)).await;
-        }
+        Err(reason) => return answer(&mut writer, Reply::Error(reason)).await,
     };
-    if let Some(bound) = bound {
-        let theirs = match &hello {
-            Hello::Mcp { agent, .. } => Some(agent.as_str()),
-            Hello::Call { agent, .. } => agent.as_deref(),
-            _ => None,
-        };
-        if theirs != Some(bound) {
-            let reason = format!(
-                "this socket is agent `{bound}`'s: it serves MCP and tool calls as `{bound}` only"
-            );
-            return answer(&mut writer, Reply::Error(reason)).await;
-        }
-    }
     // On an agent's own socket, reaching it proved who the caller is.
     let prove = |server: &McpServer, agent: &str, token: Option<&str>| match bound {
         Some(_) => Ok(()),
@@ -555,26 +532,13 @@ async fn handle(
         Hello::Admin { args, cwd, token } => {
             let refused =
                 acting_as(&args).find_map(|agent| prove(&server, agent, token.as_deref()).err());
-            let reply = match (&control.admin, refused) {
-                (_, Some(reason)) => Reply::Error(reason),
-                (None, None) => Reply::Error("this server runs no administrative commands".into()),
-                (Some(admin), None) => match admin.run(server.runtime().clone(), cwd, args).await {
-                    Ok(printed) => Reply::Ok(Value::String(printed)),
-                    Err(reason) => Reply::Error(reason),
-                },
+            let reply = match refused {
+                Some(reason) => Reply::Error(reason),
+                None => run_admin(&server, control, cwd, args).await,
             };
             answer(&mut writer, reply).await
         }
-        Hello::Audit { query } => {
-            let reply = match server.runtime().governance().audit() {
-                None => Reply::Error("auditing is off in this server's config".into()),
-                Some(audit) => match audit.flush().await.and_then(|()| audit.query(&query)) {
-                    Ok(records) => Reply::Ok(serde_json::to_value(records).unwrap_or_default()),
-                    Err(err) => Reply::Error(err.to_string()),
-                },
-            };
-            answer(&mut writer, reply).await
-        }
+        Hello::Audit { query } => answer(&mut writer, read_audit(&server, &query).await).await,
         Hello::Watch => {
             // Subscribed before the answer: what happens after `ok` is seen.
             let watching = server.feeds().operator().watch();
@@ -600,6 +564,66 @@ async fn handle(
             };
             answer(&mut writer, reply).await
         }
+    }
+}
+
+/// The client's first line, its hello: read within [`HELLO_TIMEOUT`] and [`MAX_HELLO`]
+/// bytes, and on an agent's own socket (`bound`) only one acting as that agent. The inner
+/// error is what the client is answered.
+async fn read_hello(
+    reader: &mut BufReader<OwnedReadHalf>,
+    bound: Option<&str>,
+) -> std::io::Result<Result<Hello, String>> {
+    let mut line = String::new();
+    let mut limited = reader.take(MAX_HELLO);
+    match tokio::time::timeout(HELLO_TIMEOUT, limited.read_line(&mut line)).await {
+        Ok(Ok(_)) => {}
+        Ok(Err(err)) => return Err(err),
+        Err(_) => return Ok(Err("no hello within 10 s".into())),
+    }
+    let hello = match serde_json::from_str::<Hello>(&line) {
+        Ok(hello) => hello,
+        Err(err) => return Ok(Err(format!("the first line must be a JSON hello: {err}"))),
+    };
+    if let Some(bound) = bound {
+        let theirs = match &hello {
+            Hello::Mcp { agent, .. } => Some(agent.as_str()),
+            Hello::Call { agent, .. } => agent.as_deref(),
+            _ => None,
+        };
+        if theirs != Some(bound) {
+            return Ok(Err(format!(
+                "this socket is agent `{bound}`'s: it serves MCP and tool calls as `{bound}` only"
+            )));
+        }
+    }
+    Ok(Ok(hello))
+}
+
+/// An administrative command run by the binary's `ServerAdmin`, when it gave one.
+async fn run_admin(
+    server: &McpServer,
+    control: &Control,
+    cwd: PathBuf,
+    args: Vec<String>,
+) -> Reply {
+    match &control.admin {
+        None => Reply::Error("this server runs no administrative commands".into()),
+        Some(admin) => match admin.run(server.runtime().clone(), cwd, args).await {
+            Ok(printed) => Reply::Ok(Value::String(printed)),
+            Err(reason) => Reply::Error(reason),
+        },
+    }
+}
+
+/// The audit records `query` asks for, once what is buffered is written.
+async fn read_audit(server: &McpServer, query: &crate::governance::AuditQuery) -> Reply {
+    match server.runtime().governance().audit() {
+        None => Reply::Error("auditing is off in this server's config".into()),
+        Some(audit) => match audit.flush().await.and_then(|()| audit.query(query)) {
+            Ok(records) => Reply::Ok(serde_json::to_value(records).unwrap_or_default()),
+            Err(err) => Reply::Error(err.to_string()),
+        },
     }
 }
 

@@ -34,6 +34,7 @@ use crate::options::ToolOptions;
 use crate::output_log::OutputLog;
 use crate::process_group::ProcessGroup;
 use crate::runtime::WeakRuntime;
+use crate::sandbox::Network;
 
 /// Everything about one server that outlives its actor's restarts.
 pub(crate) struct ServerSpec {
@@ -340,6 +341,53 @@ impl ServerActor {
     ) -> Result<Running, String> {
         let spec = &self.0;
         let config = &spec.config;
+        let (mut command, confined) = self.stdio_command()?;
+        let mut child = command
+            .spawn()
+            .map_err(|err| format!("could not run `{}`: {err}", config.command))?;
+        let pid = child.id();
+        let group = pid
+            .and_then(|p| i32::try_from(p).ok())
+            .map(ProcessGroup::new);
+        let stderr = child.stderr.take().map(|stderr| {
+            spec.stderr.clear_tail();
+            spec.stderr.follow(stderr)
+        });
+        let (Some(stdout), Some(stdin)) = (child.stdout.take(), child.stdin.take()) else {
+            return Err("its standard input and output could not be opened".into());
+        };
+        let service: RunningService<RoleClient, Client> =
+            match client.serve((AnswerLimit::new(stdout), stdin)).await {
+                Ok(service) => service,
+                Err(err) => return Err(self.why_no_handshake(&err, child, stderr, confined).await),
+            };
+        let peer = service.peer().clone();
+        let generation = spec.link.next_generation();
+        let monitor = tokio::spawn(monitor(
+            Some(child),
+            service,
+            myself.clone(),
+            generation,
+            config.max_rss_mib,
+            pid,
+        ));
+        tracing::info!(server = %spec.name, pid, "server started");
+        Ok(Running {
+            generation,
+            peer,
+            pid,
+            monitor,
+            group,
+            link: Arc::clone(&spec.link),
+        })
+    }
+
+    /// The server's process, ready to start: its command in its directory, the server's
+    /// environment without `GUILDHALL_*` plus its own, in its sandbox when it has one (and
+    /// that sandbox's network, for the error if it fails), in a process group of its own.
+    fn stdio_command(&self) -> Result<(tokio::process::Command, Option<Network>), String> {
+        let spec = &self.0;
+        let config = &spec.config;
         let cwd = match &config.cwd {
             Some(dir) => spec.base_dir.join(dir),
             None => spec.base_dir.clone(),
@@ -395,68 +443,36 @@ impl ServerActor {
             // Its own group, so whatever it starts (npx → node, uv → python) dies with it.
             .process_group(0)
             .kill_on_drop(true);
-        let mut child = command
-            .spawn()
-            .map_err(|err| format!("could not run `{}`: {err}", config.command))?;
-        let pid = child.id();
-        let group = pid
-            .and_then(|p| i32::try_from(p).ok())
-            .map(ProcessGroup::new);
-        let stderr = child.stderr.take().map(|stderr| {
-            spec.stderr.clear_tail();
-            spec.stderr.follow(stderr)
-        });
-        let (Some(stdout), Some(stdin)) = (child.stdout.take(), child.stdin.take()) else {
-            return Err("its standard input and output could not be opened".into());
+        Ok((command, confined))
+    }
+
+    /// Why the handshake failed: most often the process exited before answering, so how,
+    /// after reading what it said (bounded: something it started may hold its stderr open),
+    /// and what its sandbox let it reach.
+    async fn why_no_handshake(
+        &self,
+        err: &impl std::fmt::Display,
+        mut child: tokio::process::Child,
+        stderr: Option<tokio::task::JoinHandle<()>>,
+        confined: Option<Network>,
+    ) -> String {
+        let status = tokio::time::timeout(Duration::from_millis(500), child.wait()).await;
+        if let Some(reading) = stderr {
+            let _ = tokio::time::timeout(Duration::from_millis(500), reading).await;
+        }
+        let why = match status {
+            Ok(Ok(status)) => format!("it {} before the handshake ({err})", exit_text(status)),
+            _ => format!("the MCP handshake failed: {err}"),
         };
-        let service: RunningService<RoleClient, Client> =
-            match client.serve((AnswerLimit::new(stdout), stdin)).await {
-                Ok(service) => service,
-                Err(err) => {
-                    // Most often it exited before answering: say how, after reading what it said
-                    // (bounded: something it started may hold its stderr open).
-                    let status =
-                        tokio::time::timeout(Duration::from_millis(500), child.wait()).await;
-                    if let Some(reading) = stderr {
-                        let _ = tokio::time::timeout(Duration::from_millis(500), reading).await;
-                    }
-                    let why = match status {
-                        Ok(Ok(status)) => {
-                            format!("it {} before the handshake ({err})", exit_text(status))
-                        }
-                        _ => format!("the MCP handshake failed: {err}"),
-                    };
-                    return Err(match confined {
-                        Some(network) => format!(
-                            "{why}; it ran in its sandbox (network = \"{network}\", reading its \
-                             program and its arguments' directories): if it needs more, give \
-                             [servers.{}] sandbox = {{ read = [...], network = \"proxy\" }}, or \
-                             enabled = false",
-                            spec.name
-                        ),
-                        None => why,
-                    });
-                }
-            };
-        let peer = service.peer().clone();
-        let generation = spec.link.next_generation();
-        let monitor = tokio::spawn(monitor(
-            Some(child),
-            service,
-            myself.clone(),
-            generation,
-            config.max_rss_mib,
-            pid,
-        ));
-        tracing::info!(server = %spec.name, pid, "server started");
-        Ok(Running {
-            generation,
-            peer,
-            pid,
-            monitor,
-            group,
-            link: Arc::clone(&spec.link),
-        })
+        match confined {
+            Some(network) => format!(
+                "{why}; it ran in its sandbox (network = \"{network}\", reading its program \
+                 and its arguments' directories): if it needs more, give [servers.{}] sandbox \
+                 = {{ read = [...], network = \"proxy\" }}, or enabled = false",
+                self.0.name
+            ),
+            None => why,
+        }
     }
 }
 
