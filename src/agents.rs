@@ -40,6 +40,7 @@ pub(crate) use ids::{check_name, now_ms};
 pub use message::{
     Address, DeliveryState, Inbox, InboxQuery, Message, Outgoing, Priority, Receipt, Rejected,
 };
+pub use office::AgentDirectory;
 pub(crate) use office::PostOffice;
 
 /// Limits and timings of mailboxes.

@@ -41,7 +41,8 @@ use serde_json::Value;
 use crate::agents::roster::{ListAgents, WhoAmI};
 use crate::agents::tools::{CheckInbox, MarkRead, ReadMessage, SendMessage};
 use crate::agents::{
-    Agent, AgentRecord, AgentSpec, Credentials, MailError, MailboxConfig, PostOffice,
+    Agent, AgentDirectory, AgentRecord, AgentSpec, Credentials, MailError, MailboxConfig,
+    PostOffice,
 };
 use crate::changes::Changes;
 use crate::context::tools::{ContextGet, ContextHistory, ContextUpdate};
@@ -1280,7 +1281,7 @@ impl<T: Send + Sync + 'static> Subsystem for AfterStart<T> {
 }
 
 /// What a [`Subsystem`] gets as it installs: the runtime's store, events, governance and
-/// agents, and where it adds its tools and children.
+/// agents' directory, and where it adds its tools and children.
 pub struct Install<'a> {
     /// The subsystem installing now: whose section [`section`](Self::section) reads.
     installing: &'static str,
@@ -1370,14 +1371,16 @@ impl Install<'_> {
         self.governance
     }
 
+    /// The agents' directory, for as long as the runtime lives.
+    pub fn agents(&self) -> AgentDirectory {
+        AgentDirectory::of(self.office)
+    }
+
     /// Finds a registered agent's role (for settings that depend on it), for as long as
     /// the runtime lives.
     pub fn role_of(&self) -> RoleOf {
-        let office = Arc::downgrade(self.office);
-        Box::new(move |agent| {
-            let entry = office.upgrade()?.directory.get(agent)?;
-            Some(entry.record().role.clone())
-        })
+        let agents = self.agents();
+        Box::new(move |agent| Some(agents.get(agent)?.role.clone()))
     }
 
     /// The agents, for the built-in subsystems that mail them.

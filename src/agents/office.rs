@@ -8,7 +8,7 @@ use guildhall_actors::ErrorChain;
 use guildhall_supervision::ChildSpec;
 use tokio::sync::oneshot;
 
-use super::directory::{AGENTS, AgentEntry, AgentSpec, Directory};
+use super::directory::{AGENTS, AgentEntry, AgentRecord, AgentSpec, Directory};
 use super::ids::{AgentId, new_message_id, now_ms};
 use super::ids::{mailbox_prefix, message_key};
 use super::mailbox::MailboxActor;
@@ -681,6 +681,36 @@ fn lazy_error(entry: &AgentEntry, err: RequestError) -> MailError {
         _ => MailError::UnknownAgent {
             id: entry.id.to_string(),
         },
+    }
+}
+
+/// The agents' directory as a subsystem reads it: who is registered, with which role and
+/// parent, for as long as the runtime lives (empty once it has stopped).
+#[derive(Clone)]
+pub struct AgentDirectory(std::sync::Weak<PostOffice>);
+
+impl AgentDirectory {
+    pub(crate) fn of(office: &Arc<PostOffice>) -> Self {
+        Self(Arc::downgrade(office))
+    }
+
+    /// Agent `id`'s record, if it is registered.
+    pub fn get(&self, id: &str) -> Option<Arc<AgentRecord>> {
+        Some(self.0.upgrade()?.directory.get(id)?.record())
+    }
+
+    /// Every registered agent, sorted by id.
+    pub fn list(&self) -> Vec<Arc<AgentRecord>> {
+        self.0
+            .upgrade()
+            .map(|office| office.directory.list())
+            .unwrap_or_default()
+    }
+}
+
+impl std::fmt::Debug for AgentDirectory {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AgentDirectory").finish_non_exhaustive()
     }
 }
 

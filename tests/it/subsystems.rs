@@ -31,6 +31,8 @@ struct Recorder {
     refuse: Option<&'static str>,
     /// `started` fails with this, when set.
     fail_start: Option<&'static str>,
+    /// The agents' directory, as installing gave it.
+    agents: std::sync::OnceLock<guildhall::agents::AgentDirectory>,
 }
 
 impl Recorder {
@@ -40,6 +42,7 @@ impl Recorder {
             log: log.clone(),
             refuse: None,
             fail_start: None,
+            agents: std::sync::OnceLock::new(),
         }
     }
 }
@@ -72,6 +75,7 @@ impl Subsystem for Recorder {
     ) -> BoxFuture<'a, Result<(), BuildError>> {
         Box::pin(async move {
             self.log.push(format!("install:{}", self.name));
+            let _ = self.agents.set(install.agents());
             if let Some(Settings { greeting }) = install.section()? {
                 self.log.push(format!("section:{}:{greeting}", self.name));
             }
@@ -202,6 +206,16 @@ async fn an_embedders_subsystems_install_start_and_stop_in_order_like_the_built_
         ]
     );
     assert_eq!(rt.subsystem::<Recorder>().map(|r| r.name), Some("alpha"));
+    // What it was given of the agents' directory reads the directory as it is now.
+    rt.register_agent(guildhall::AgentSpec::new("dev", "developer"))
+        .await
+        .unwrap();
+    let agents = rt.subsystem::<Recorder>().unwrap().agents.get().unwrap();
+    assert_eq!(
+        agents.get("dev").map(|r| r.role.clone()).as_deref(),
+        Some("developer")
+    );
+    assert_eq!(agents.list().len(), 1);
     rt.shutdown().await;
     assert_eq!(log.take(), STOPPED);
 }
