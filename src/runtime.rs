@@ -69,7 +69,7 @@ pub struct Runtime {
 }
 
 struct Inner {
-    tools: DashMap<String, Arc<dyn ErasedTool>>,
+    tools: Tools,
     governance: Arc<Governance>,
     office: Arc<PostOffice>,
     contexts: Arc<ContextHub>,
@@ -129,13 +129,16 @@ struct Core {
     governance: Arc<Governance>,
 }
 
+/// The runtime's tools, by name.
+type Tools = DashMap<String, Arc<dyn ErasedTool>>;
+
 /// The tools by name, and their actors' specs.
 ///
 /// # Errors
 /// [`RegistrationError::DuplicateName`] for a name given twice.
 fn by_name(
     prepared: Vec<Prepared>,
-) -> Result<(DashMap<String, Arc<dyn ErasedTool>>, Vec<Vec<ChildSpec>>), BuildError> {
+) -> Result<(Tools, Vec<Vec<ChildSpec>>), BuildError> {
     let tools = DashMap::with_capacity(prepared.len());
     let mut children = Vec::with_capacity(prepared.len());
     for prepared in prepared {
@@ -515,6 +518,17 @@ impl Runtime {
             .iter()
             .filter_map(|s| Some((s.name(), s.status()?)))
             .collect()
+    }
+
+    /// Waits for what each subsystem says a listing of tools waits for (a proxied server's
+    /// first handshake, within its `listing_wait`), so a client that lists once sees them.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: it only waits.
+    pub async fn settled(&self) {
+        for subsystem in &self.inner.subsystems {
+            subsystem.settling().await;
+        }
     }
 
     /// What each subsystem adds to the metrics, by subsystem name.
@@ -1151,6 +1165,13 @@ pub trait Subsystem: Any + Send + Sync {
         Vec::new()
     }
 
+    /// What a listing of tools (and of resources and prompts) waits for before it answers:
+    /// its tools still on their way (a proxied server's first handshake). It must end by
+    /// itself within a bound the subsystem names; the default waits for nothing.
+    fn settling(&self) -> BoxFuture<'_, ()> {
+        Box::pin(async {})
+    }
+
     /// Agent `agent`'s last live connection ended.
     fn agent_left(&self, _agent: &str) {}
 
@@ -1224,10 +1245,14 @@ pub struct AfterStart<T: Send + Sync + 'static> {
     name: &'static str,
     start: std::sync::Mutex<Option<StartFn<T>>>,
     started: std::sync::OnceLock<T>,
+    settle: Option<SettleFn<T>>,
 }
 
 /// What an [`AfterStart`] runs once the tree runs.
 type StartFn<T> = Box<dyn FnOnce(Runtime) -> BoxFuture<'static, Result<T, String>> + Send>;
+
+/// What a listing waits for, of what an [`AfterStart`] started.
+type SettleFn<T> = Box<dyn Fn(&T) -> BoxFuture<'static, ()> + Send + Sync>;
 
 impl<T: Send + Sync + 'static> AfterStart<T> {
     /// A subsystem named `name` that runs `start` once the tree runs; an error it returns
@@ -1240,7 +1265,19 @@ impl<T: Send + Sync + 'static> AfterStart<T> {
             name,
             start: std::sync::Mutex::new(Some(Box::new(move |runtime| Box::pin(start(runtime))))),
             started: std::sync::OnceLock::new(),
+            settle: None,
         }
+    }
+
+    /// What a listing of tools waits for once it started ([`Subsystem::settling`]): what
+    /// `settle` returns for what `start` returned (bounded by it).
+    #[must_use]
+    pub fn settling<F>(mut self, settle: impl Fn(&T) -> F + Send + Sync + 'static) -> Self
+    where
+        F: std::future::Future<Output = ()> + Send + 'static,
+    {
+        self.settle = Some(Box::new(move |started| Box::pin(settle(started))));
+        self
     }
 
     /// What `start` returned, once it ran.
@@ -1277,6 +1314,13 @@ impl<T: Send + Sync + 'static> Subsystem for AfterStart<T> {
             let _ = self.started.set(started);
             Ok(())
         })
+    }
+
+    fn settling(&self) -> BoxFuture<'_, ()> {
+        match (&self.settle, self.started.get()) {
+            (Some(settle), Some(started)) => settle(started),
+            _ => Box::pin(async {}),
+        }
     }
 }
 

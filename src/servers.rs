@@ -237,7 +237,10 @@ impl Servers {
         let per_copy = config.concurrency.or((copies > 1).then_some(1));
         let links: Arc<[Arc<Link>]> = names
             .iter()
-            .map(|n| Arc::new(Link::new(Arc::clone(n), per_copy)))
+            .map(|n| {
+                let wait = config.listing_wait.min(config.startup_timeout);
+                Arc::new(Link::new(Arc::clone(n), per_copy, wait))
+            })
             .collect();
         let pool = proxy::Pool::new(Arc::clone(&links));
         let specs: Vec<Arc<ServerSpec>> = names
@@ -363,6 +366,25 @@ impl Servers {
             }
         };
         let _ = tokio::time::timeout(limit, all).await;
+    }
+
+    /// Waits until each server's first start ended (it serves, or failed and says why), each
+    /// at most its `listing_wait` after it was added: what a listing of tools waits for.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: it only waits.
+    pub async fn first_starts(&self) {
+        let links: Vec<Arc<Link>> = self
+            .servers
+            .lock()
+            .await
+            .values()
+            .flatten()
+            .map(|spec| Arc::clone(&spec.link))
+            .collect();
+        for link in links {
+            link.first_start().await;
+        }
     }
 
     /// Every server, by name; with `instances = N` each copy after the first is listed

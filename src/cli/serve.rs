@@ -531,17 +531,24 @@ fn with_late_subsystems(
             Ok(launcher)
         }));
     }
-    builder = builder.subsystem(AfterStart::new("servers", {
-        let (base_dir, logs) = (
-            config_dir(config)?,
-            (!args.in_memory).then(|| data_dir.join("servers")),
-        );
-        move |runtime| async move {
-            Servers::start(&runtime, base_dir, logs)
-                .await
-                .map_err(|err| ErrorChain(&err).to_string())
-        }
-    }));
+    builder = builder.subsystem(
+        AfterStart::new("servers", {
+            let (base_dir, logs) = (
+                config_dir(config)?,
+                (!args.in_memory).then(|| data_dir.join("servers")),
+            );
+            move |runtime| async move {
+                Servers::start(&runtime, base_dir, logs)
+                    .await
+                    .map_err(|err| ErrorChain(&err).to_string())
+            }
+        })
+        // A listing of tools waits for each server's first start (its `listing_wait`).
+        .settling(|servers: &Arc<Servers>| {
+            let servers = Arc::clone(servers);
+            async move { servers.first_starts().await }
+        }),
+    );
     Ok(builder)
 }
 

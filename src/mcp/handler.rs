@@ -834,6 +834,9 @@ impl ServerHandler for McpServer {
         cx: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, McpError> {
         let agent = self.named_caller(&cx).await?;
+        // Tools on their way (a proxied server's first handshake) are waited for, a bounded
+        // time: many clients list once, as they connect.
+        self.shared.runtime.settled().await;
         let (tools, next) = page::page(self.visible_tools_for(agent.as_deref()), request)?;
         let mut result = ListToolsResult::with_all_items(tools);
         result.next_cursor = next;

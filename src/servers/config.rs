@@ -43,6 +43,11 @@ pub struct ServerConfig {
     /// How long starting it (process start and MCP handshake) may take.
     #[serde(default = "default_startup_timeout", with = "crate::time::humane")]
     pub startup_timeout: Duration,
+    /// How long a listing of tools waits for its first start once it is added (at most
+    /// `startup_timeout`; `0s` waits not at all): a client that lists once, as it connects,
+    /// then sees its tools. Past it, its tools come later with `list_changed`.
+    #[serde(default = "default_listing_wait", with = "crate::time::humane")]
+    pub listing_wait: Duration,
     /// After a call is cancelled (its deadline, its caller gone), how long the server has to
     /// answer a liveness probe before it is taken for hung, killed and restarted.
     #[serde(default = "default_hang_grace", with = "crate::time::humane")]
@@ -205,6 +210,7 @@ impl ServerConfig {
             tools: None,
             timeout: default_timeout(),
             startup_timeout: default_startup_timeout(),
+            listing_wait: default_listing_wait(),
             hang_grace: default_hang_grace(),
             restart: RestartType::Permanent,
             concurrency: None,
@@ -336,6 +342,10 @@ fn default_timeout() -> Duration {
 
 fn default_startup_timeout() -> Duration {
     Duration::from_secs(30)
+}
+
+fn default_listing_wait() -> Duration {
+    Duration::from_secs(10)
 }
 
 fn default_hang_grace() -> Duration {

@@ -55,6 +55,10 @@ pub(crate) struct Link {
     /// Tells the server's actor as it is now (each restart sets it) that a connection
     /// did not answer its probe.
     on_hung: std::sync::Mutex<Option<HangReport>>,
+    /// Until when a listing of tools waits for its first start.
+    listed_by: tokio::time::Instant,
+    /// Whether a listing went on without it (said once in the log).
+    listed_late: std::sync::atomic::AtomicBool,
 }
 
 /// Failed starts in a row that open a server's breaker; it then lets one start through
@@ -68,7 +72,13 @@ const START_BREAKER: BreakerConfig = BreakerConfig {
 };
 
 impl Link {
-    pub(crate) fn new(server: Arc<str>, concurrency: Option<usize>) -> Self {
+    /// A link of `server` (at most `concurrency` calls at once), which a listing of tools
+    /// waits for until `listing_wait` from now.
+    pub(crate) fn new(
+        server: Arc<str>,
+        concurrency: Option<usize>,
+        listing_wait: Duration,
+    ) -> Self {
         Self {
             server,
             phase: watch::Sender::new(Phase::Starting { after: None }),
@@ -80,6 +90,25 @@ impl Link {
             in_flight: AtomicUsize::new(0),
             last_end: std::sync::Mutex::new(None),
             on_hung: std::sync::Mutex::new(None),
+            listed_by: tokio::time::Instant::now() + listing_wait,
+            listed_late: std::sync::atomic::AtomicBool::new(false),
+        }
+    }
+
+    /// Waits until its first start ended (serving, or failed and saying why), or its
+    /// listing deadline passes; a listing that goes on without it says so once.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: it only waits.
+    pub(crate) async fn first_start(&self) {
+        let mut phase = self.phase.subscribe();
+        let started = phase.wait_for(|p| !matches!(p, Phase::Starting { after: None }));
+        if tokio::time::timeout_at(self.listed_by, started)
+            .await
+            .is_err()
+            && !self.listed_late.swap(true, Ordering::Relaxed)
+        {
+            tracing::warn!(server = %self.server, "still starting when tools were listed; its tools come with `list_changed` once it serves");
         }
     }
 

@@ -943,3 +943,109 @@ async fn a_hostile_server_s_huge_answer_and_notification_flood_are_bounded() {
     servers.remove("hostile").await.unwrap();
     rt.shutdown().await;
 }
+
+/// Writes `line` (one JSON-RPC message) to a stdio server.
+async fn send(stdin: &mut tokio::process::ChildStdin, line: Value) {
+    use tokio::io::AsyncWriteExt;
+    stdin
+        .write_all(format!("{line}\n").as_bytes())
+        .await
+        .unwrap();
+}
+
+/// The answer to request `id`, skipping notifications and requests from the server.
+async fn answer_to(
+    lines: &mut tokio::io::Lines<tokio::io::BufReader<tokio::process::ChildStdout>>,
+    id: u64,
+) -> Value {
+    tokio::time::timeout(Duration::from_secs(30), async {
+        loop {
+            let line = lines
+                .next_line()
+                .await
+                .unwrap()
+                .expect("the server answers");
+            let message: Value = serde_json::from_str(&line).unwrap();
+            if message["id"] == id && message.get("method").is_none() {
+                return message;
+            }
+        }
+    })
+    .await
+    .expect("an answer in time")
+}
+
+#[tokio::test]
+async fn the_first_listing_has_the_tools_of_a_server_that_takes_a_second_to_start() {
+    use tokio::io::AsyncBufReadExt;
+    let dir = tempfile::tempdir().unwrap();
+    // `slow` answers its handshake a second after it is started (unsandboxed: the program
+    // it runs is named inside a shell line, which the sandbox does not read); `stuck`
+    // never does, and a listing waits for it one second at most.
+    let inner = inner_server(dir.path());
+    let slow = format!(
+        "sleep 1; exec {}",
+        std::iter::once(&inner.command)
+            .chain(&inner.args)
+            .map(|a| format!("'{a}'"))
+            .collect::<Vec<_>>()
+            .join(" ")
+    );
+    let config = format!(
+        "[servers.slow]\ncommand = \"sh\"\nargs = [\"-c\", {slow:?}]\nenv = {{ RUST_LOG = \"off\" }}\n\
+         sandbox = {{ enabled = false }}\n\n\
+         [servers.stuck]\ncommand = \"sleep\"\nargs = [\"60\"]\nstartup_timeout = \"60s\"\nlisting_wait = \"1s\"\n"
+    );
+    let config_file = dir.path().join("guildhall.toml");
+    std::fs::write(&config_file, config).unwrap();
+    let mut outer = tokio::process::Command::new(env!("CARGO_BIN_EXE_guildhall"))
+        .arg("--data-dir")
+        .arg(dir.path().join("outer"))
+        .args(["serve", "--stdio", "--in-memory", "--config"])
+        .arg(&config_file)
+        .env("RUST_LOG", "off")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let mut stdin = outer.stdin.take().unwrap();
+    let mut lines = tokio::io::BufReader::new(outer.stdout.take().unwrap()).lines();
+    send(
+        &mut stdin,
+        json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+            "protocolVersion": "2025-06-18", "capabilities": {},
+            "clientInfo": {"name": "lists-once", "version": "1"}}}),
+    )
+    .await;
+    let init = answer_to(&mut lines, 1).await;
+    assert!(init["result"]["serverInfo"].is_object(), "{init}");
+    send(
+        &mut stdin,
+        json!({"jsonrpc": "2.0", "method": "notifications/initialized"}),
+    )
+    .await;
+    // Listed once, at once, as many clients do.
+    send(
+        &mut stdin,
+        json!({"jsonrpc": "2.0", "id": 2, "method": "tools/list"}),
+    )
+    .await;
+    let listed = answer_to(&mut lines, 2).await;
+    let names: Vec<&str> = listed["result"]["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|t| t["name"].as_str())
+        .collect();
+    assert!(names.contains(&"mcp__slow__echo"), "{names:?}");
+    // The one still starting is not waited for past its listing_wait.
+    assert!(
+        !names.iter().any(|n| n.starts_with("mcp__stuck__")),
+        "{names:?}"
+    );
+    assert!(names.contains(&"send_message"), "{names:?}");
+    drop(stdin);
+    let _ = outer.kill().await;
+}
