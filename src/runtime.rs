@@ -136,9 +136,7 @@ type Tools = DashMap<String, Arc<dyn ErasedTool>>;
 ///
 /// # Errors
 /// [`RegistrationError::DuplicateName`] for a name given twice.
-fn by_name(
-    prepared: Vec<Prepared>,
-) -> Result<(Tools, Vec<Vec<ChildSpec>>), BuildError> {
+fn by_name(prepared: Vec<Prepared>) -> Result<(Tools, Vec<Vec<ChildSpec>>), BuildError> {
     let tools = DashMap::with_capacity(prepared.len());
     let mut children = Vec::with_capacity(prepared.len());
     for prepared in prepared {
@@ -724,8 +722,8 @@ impl RuntimeBuilder {
 
     /// The subsystems' settings: each table is the section of the subsystem of that name,
     /// read with [`Install::section`] (`[subsystems.NAME]` of `guildhall.toml`, as
-    /// `Config::subsystems`). A table named for no
-    /// subsystem of this runtime fails the build: a misspelt name is not ignored.
+    /// `Config::subsystems`). A table named for no subsystem of this runtime fails the
+    /// build: a misspelt name is not ignored.
     pub fn sections(mut self, sections: BTreeMap<String, toml::Table>) -> Self {
         self.sections = sections;
         self
