@@ -36,9 +36,18 @@ pub(crate) fn main() -> ExitCode {
         Ok(cli) => cli,
         Err(err) => err.exit(),
     };
-    let filter = cli.log.as_deref().map(EnvFilter::new).unwrap_or_else(|| {
+    let mut filter = cli.log.as_deref().map(EnvFilter::new).unwrap_or_else(|| {
         EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("warn"))
     });
+    // rmcp writes every message it receives at `info`, the peer's content whole: a proxied
+    // server (or a client) could fill the log through it. Its own warnings still show, and
+    // a filter that names rmcp gets what it asks for.
+    let named = cli.log.clone().or_else(|| std::env::var("RUST_LOG").ok());
+    if !named.is_some_and(|spec| spec.contains("rmcp"))
+        && let Ok(quiet) = "rmcp=warn".parse()
+    {
+        filter = filter.add_directive(quiet);
+    }
     tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)

@@ -24,6 +24,7 @@ pub mod config;
 mod connection;
 mod link;
 pub mod proxy;
+mod server_log;
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;

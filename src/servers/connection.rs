@@ -17,6 +17,8 @@ use guildhall_supervision::Restart;
 use guildhall_supervision::breaker::{Ticket, Transition};
 use ractor::{Actor, ActorProcessingErr, ActorRef};
 use rmcp::ErrorData as McpError;
+#[allow(deprecated)]
+use rmcp::model::LoggingMessageNotificationParam;
 use rmcp::model::{
     ClientConfig, ElicitRequestParams, ElicitResult, ElicitationCapability,
     FormElicitationCapability, ProgressNotificationParam,
@@ -29,6 +31,7 @@ use super::answer_limit::AnswerLimit;
 use super::config::{RestartType, ServerConfig};
 use super::link::Link;
 use super::proxy::{Pool, ProxyTool};
+use super::server_log::ServerLog;
 use crate::events::ToolEvent;
 use crate::options::ToolOptions;
 use crate::output_log::OutputLog;
@@ -266,6 +269,7 @@ impl ServerActor {
             link: Arc::clone(&self.0.link),
             actor: myself.clone(),
             relist_pending: Arc::new(AtomicBool::new(false)),
+            log: ServerLog::new(Arc::clone(&self.0.name)),
         };
         match &self.0.config.url {
             Some(url) => self.start_http(myself, client, url).await,
@@ -607,13 +611,14 @@ fn with_stderr(reason: &str, stderr: &OutputLog) -> String {
     }
 }
 
-/// guildhall's side of the connection: relays progress to the calling client and relists
-/// the tools when the server says they changed.
+/// guildhall's side of the connection: relays progress to the calling client, relists the
+/// tools when the server says they changed, and writes what it logs to guildhall's log.
 struct Client {
     link: Arc<Link>,
     actor: ActorRef<ServerMsg>,
     /// A relist is in the actor's mailbox and has not started.
     relist_pending: Arc<AtomicBool>,
+    log: ServerLog,
 }
 
 impl ClientHandler for Client {
@@ -664,6 +669,16 @@ impl ClientHandler for Client {
             params.total,
             params.message.as_deref(),
         );
+    }
+
+    // Deprecated from MCP's 2026 revision on (SEP-2577); 2025 servers still log.
+    #[allow(deprecated)]
+    async fn on_logging_message(
+        &self,
+        params: LoggingMessageNotificationParam,
+        _: NotificationContext<RoleClient>,
+    ) {
+        self.log.write(&params);
     }
 
     async fn on_tool_list_changed(&self, _: NotificationContext<RoleClient>) {

@@ -1117,81 +1117,144 @@ async fn without_require_a_partial_sandbox_runs_and_says_so() {
 
 /// The user the server runs as when the tests run as root.
 const NOBODY: u32 = 65534;
+/// A file in the data directory whose name only a listing of it shows.
+const LISTED: &str = "listed-only-3b9e";
+
+/// A server run by `nobody` (when the tests run as root; as themselves otherwise) from a
+/// copy of the binary that user can run, `[files]` and `[shell]` on a project, a secret
+/// beside it and `tl`'s token in the data directory, what `extra` makes of the test's
+/// directory appended to the config, and mallory connected.
+struct Unprivileged {
+    dir: tempfile::TempDir,
+    /// Where the binary's copy is: apart from `dir`, so the directory a launched agent may
+    /// read its program from is not above the data directory (refused where no namespace
+    /// covers the data directory, as for a server that `setpriv` made unprivileged).
+    _bin: tempfile::TempDir,
+    binary: PathBuf,
+    as_root: bool,
+    mallory: Client,
+}
+
+impl Unprivileged {
+    async fn start(extra: &dyn Fn(&Path) -> String) -> Self {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        let extra = extra(root);
+        #[allow(unsafe_code)]
+        // SAFETY: getuid cannot fail.
+        let as_root = unsafe { libc::getuid() } == 0;
+        let chown = |path: &Path| {
+            if as_root {
+                std::os::unix::fs::chown(path, Some(NOBODY), Some(NOBODY)).unwrap();
+            }
+        };
+        std::fs::set_permissions(root, std::fs::Permissions::from_mode(0o755)).unwrap();
+        for d in ["project", "data", "outside", "probe"] {
+            std::fs::create_dir_all(root.join(d)).unwrap();
+            chown(&root.join(d));
+        }
+        let (project, data) = (root.join("project"), root.join("data"));
+        let files = [
+            (root.join("outside/secret.txt"), SECRET.to_owned()),
+            (data.join("tl.token"), TOKEN.to_owned()),
+            // Named only by a listing of the data directory.
+            (data.join(LISTED), String::new()),
+            (root.join("probe/server.py"), PROBE_SERVER.to_owned()),
+            (
+                data.join("guildhall.toml"),
+                format!(
+                    "[files]\nroots = [{:?}]\n[shell]\n[agents.tl]\ntoken_file = \"tl.token\"\n{extra}\n",
+                    project.display().to_string()
+                ),
+            ),
+        ];
+        for (path, text) in &files {
+            std::fs::write(path, text).unwrap();
+            chown(path);
+        }
+        // A copy of the binary the other user can run (the build tree may be private).
+        let bin = tempfile::tempdir_in("/var/tmp").unwrap();
+        std::fs::set_permissions(bin.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+        let binary = bin.path().join("guildhall");
+        std::fs::copy(env!("CARGO_BIN_EXE_guildhall"), &binary).unwrap();
+        std::fs::set_permissions(&binary, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let wrapper: &[&str] = if as_root {
+            &[
+                "setpriv",
+                "--reuid=65534",
+                "--regid=65534",
+                "--clear-groups",
+                "--",
+            ]
+        } else {
+            &[]
+        };
+        let mallory =
+            Client::start_binary(&binary, &data, &["--agent", "mallory"], &[], wrapper).await;
+        Self {
+            dir,
+            _bin: bin,
+            binary,
+            as_root,
+            mallory,
+        }
+    }
+
+    fn path(&self, sub: &str) -> PathBuf {
+        self.dir.path().join(sub)
+    }
+
+    /// A line that reads what must stay out of reach: the secret, the token, the data
+    /// directory's listing, and who it runs as.
+    fn prying(&self) -> String {
+        format!(
+            "id -u; cat {} {}; ls {}",
+            self.path("outside/secret.txt").display(),
+            self.path("data/tl.token").display(),
+            self.path("data").display(),
+        )
+    }
+
+    fn stop(&self) {
+        let status = std::process::Command::new(&self.binary)
+            .arg("--data-dir")
+            .arg(self.path("data"))
+            .arg("stop")
+            .env("RUST_LOG", "off")
+            .output()
+            .unwrap();
+        assert!(status.status.success(), "{status:?}");
+    }
+}
 
 #[tokio::test]
 async fn run_by_an_unprivileged_user_the_sandbox_holds_and_setuid_does_not_raise() {
-    let dir = tempfile::tempdir().unwrap();
-    let root = dir.path();
-    #[allow(unsafe_code)]
-    // SAFETY: getuid cannot fail.
-    let as_root = unsafe { libc::getuid() } == 0;
-    let chown = |path: &Path| {
-        if as_root {
-            std::os::unix::fs::chown(path, Some(NOBODY), Some(NOBODY)).unwrap();
-        }
-    };
     use std::os::unix::fs::PermissionsExt;
-    std::fs::set_permissions(root, std::fs::Permissions::from_mode(0o755)).unwrap();
-    let (project, data, outside) = (
-        root.join("project"),
-        root.join("data"),
-        root.join("outside"),
-    );
-    for d in [&project, &data, &outside] {
-        std::fs::create_dir_all(d).unwrap();
-        chown(d);
-    }
-    std::fs::write(outside.join("secret.txt"), SECRET).unwrap();
-    chown(&outside.join("secret.txt"));
-    std::fs::write(data.join("tl.token"), TOKEN).unwrap();
-    chown(&data.join("tl.token"));
-    std::fs::write(
-        data.join("guildhall.toml"),
-        format!(
-            "[files]\nroots = [{:?}]\n[shell]\n[agents.tl]\ntoken_file = \"tl.token\"\n",
-            project.display().to_string()
-        ),
-    )
-    .unwrap();
-    chown(&data.join("guildhall.toml"));
-    // A copy of the binary the other user can run (the build tree may be private).
-    let binary = root.join("guildhall");
-    std::fs::copy(env!("CARGO_BIN_EXE_guildhall"), &binary).unwrap();
-    std::fs::set_permissions(&binary, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let mut s = Unprivileged::start(&|_| String::new()).await;
     // A setuid-root program in the agent's root: `id` that would print euid 0.
-    let setuid = project.join("id-setuid");
-    if as_root {
+    let setuid = s.path("project/id-setuid");
+    if s.as_root {
         std::fs::copy("/usr/bin/id", &setuid).unwrap();
         std::fs::set_permissions(&setuid, std::fs::Permissions::from_mode(0o4755)).unwrap();
     }
-    let wrapper: &[&str] = if as_root {
-        &[
-            "setpriv",
-            "--reuid=65534",
-            "--regid=65534",
-            "--clear-groups",
-            "--",
-        ]
-    } else {
-        &[]
-    };
-    let mut client =
-        Client::start_binary(&binary, &data, &["--agent", "mallory"], &[], wrapper).await;
-    let answer = client
+    let command = format!(
+        "{}; [ -x ./id-setuid ] && ./id-setuid -u; grep NoNewPrivs /proc/self/status",
+        s.prying()
+    );
+    let answer = s
+        .mallory
         .request(
             "tools/call",
-            json!({ "name": "bash", "arguments": { "command": format!(
-                "id -u; cat {} {}; ls {}; [ -x ./id-setuid ] && ./id-setuid -u; grep NoNewPrivs /proc/self/status",
-                outside.join("secret.txt").display(),
-                data.join("tl.token").display(),
-                data.display(),
-            ) } }),
+            json!({ "name": "bash", "arguments": { "command": command } }),
         )
         .await;
     let out = answer["result"]["structuredContent"].to_string();
     assert!(!out.contains(SECRET) && !out.contains(TOKEN), "{out}");
+    // The data directory's listing never comes back.
+    assert!(!out.contains(LISTED), "{out}");
     assert!(out.contains("NoNewPrivs:\\t1"), "{out}");
-    if as_root {
+    if s.as_root {
         // Outside the sandbox the copy raises: the check below can fail.
         let raised = std::process::Command::new("setpriv")
             .args(["--reuid=65534", "--regid=65534", "--clear-groups", "--"])
@@ -1206,12 +1269,77 @@ async fn run_by_an_unprivileged_user_the_sandbox_holds_and_setuid_does_not_raise
         let ids: Vec<&str> = stdout.lines().take(2).collect();
         assert_eq!(ids, ["65534", "65534"], "{out}");
     }
-    let status = std::process::Command::new(&binary)
-        .args(["--data-dir"])
-        .arg(&data)
-        .args(["stop"])
-        .env("RUST_LOG", "off")
-        .output()
-        .unwrap();
-    assert!(status.status.success(), "{status:?}");
+    s.stop();
+}
+
+#[tokio::test]
+async fn run_by_an_unprivileged_user_a_proxied_server_and_a_launched_agent_stay_confined() {
+    let mut s = Unprivileged::start(&|root| {
+        format!(
+            "[servers.probe]\ncommand = \"/usr/bin/python3\"\nargs = [{:?}]\n\
+             [launch.profiles.probe]\n\
+             command = [\"bash\", \"-c\", 'eval \"$1\"; echo \"rc=$?\"', \"probe\", \"{{prompt}}\"]\n\
+             restart = \"temporary\"\n",
+            root.join("probe/server.py").display().to_string()
+        )
+    })
+    .await;
+    let prying = s.prying();
+    // The proxied stdio server, started by the unprivileged server, in its sandbox.
+    let mallory = &mut s.mallory;
+    let what = "the proxied server's tools come";
+    crate::support::eventually_some(std::time::Duration::from_secs(30), what, async || {
+        let tools = mallory.request("tools/list", json!({})).await;
+        tools.to_string().contains("mcp__probe__run").then_some(())
+    })
+    .await;
+    let proxied = s
+        .mallory
+        .request(
+            "tools/call",
+            json!({ "name": "mcp__probe__run", "arguments": { "line": prying } }),
+        )
+        .await
+        .to_string();
+    assert!(
+        proxied.contains("rc="),
+        "the server ran the line: {proxied}"
+    );
+    assert!(
+        !proxied.contains(SECRET) && !proxied.contains(TOKEN),
+        "{proxied}"
+    );
+    assert!(!proxied.contains(LISTED), "{proxied}");
+    // A launched agent's process, in its sandbox.
+    let spawned = s
+        .mallory
+        .request(
+            "tools/call",
+            json!({ "name": "spawn_agent", "arguments": {
+                "role": "dev", "id": "dev-9", "prompt": prying, "profile": "probe" } }),
+        )
+        .await
+        .to_string();
+    assert!(
+        spawned.contains("dev-9") && !spawned.contains("isError\":true"),
+        "{spawned}"
+    );
+    let log = s.path("data/launched/dev-9.log");
+    let what = "the launched agent ends";
+    let written =
+        crate::support::eventually_some(std::time::Duration::from_secs(30), what, async || {
+            let written = std::fs::read_to_string(&log).unwrap_or_default();
+            written.contains("rc=").then_some(written)
+        })
+        .await;
+    assert!(
+        !written.contains(SECRET) && !written.contains(TOKEN),
+        "{written}"
+    );
+    assert!(!written.contains(LISTED), "{written}");
+    if s.as_root {
+        assert!(proxied.contains("65534"), "{proxied}");
+        assert!(written.starts_with("65534"), "{written}");
+    }
+    s.stop();
 }

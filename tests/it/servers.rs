@@ -1049,3 +1049,121 @@ async fn the_first_listing_has_the_tools_of_a_server_that_takes_a_second_to_star
     drop(stdin);
     let _ = outer.kill().await;
 }
+
+/// A stdio MCP server with one tool, `shout`, that logs a 100 KB message and then 100
+/// short ones (`notifications/message`) before it answers.
+const CHATTY_SERVER: &str = r#"
+import json, sys
+def send(msg):
+    sys.stdout.write(json.dumps(msg) + "\n")
+    sys.stdout.flush()
+for line in sys.stdin:
+    msg = json.loads(line)
+    if "id" not in msg:
+        continue
+    method, rid = msg.get("method"), msg["id"]
+    if method == "initialize":
+        result = {"protocolVersion": msg["params"]["protocolVersion"],
+                  "capabilities": {"tools": {}, "logging": {}},
+                  "serverInfo": {"name": "chatty", "version": "1"}}
+    elif method == "tools/list":
+        result = {"tools": [{"name": "shout", "description": "logs a lot",
+                             "inputSchema": {"type": "object", "properties": {}}}]}
+    elif method == "tools/call":
+        send({"jsonrpc": "2.0", "method": "notifications/message",
+              "params": {"level": "warning", "logger": "big", "data": "long-" + "x" * 100000}})
+        for i in range(100):
+            send({"jsonrpc": "2.0", "method": "notifications/message",
+                  "params": {"level": "info", "logger": "disk", "data": "disk almost full %d" % i}})
+        result = {"content": [{"type": "text", "text": "shouted"}]}
+    else:
+        result = {}
+    send({"jsonrpc": "2.0", "id": rid, "result": result})
+"#;
+
+#[tokio::test]
+async fn what_a_proxied_server_logs_reaches_the_log_cut_and_rate_bounded() {
+    use tokio::io::AsyncBufReadExt;
+    let dir = tempfile::tempdir().unwrap();
+    let script = dir.path().join("chatty.py");
+    std::fs::write(&script, CHATTY_SERVER).unwrap();
+    let config_file = dir.path().join("guildhall.toml");
+    std::fs::write(
+        &config_file,
+        format!(
+            "[servers.chatty]\ncommand = \"/usr/bin/python3\"\nargs = [{:?}]\n",
+            script.display().to_string()
+        ),
+    )
+    .unwrap();
+    let log_file = dir.path().join("outer.log");
+    let mut outer = tokio::process::Command::new(env!("CARGO_BIN_EXE_guildhall"))
+        .arg("--data-dir")
+        .arg(dir.path().join("outer"))
+        .args(["serve", "--stdio", "--in-memory", "--config"])
+        .arg(&config_file)
+        .env("RUST_LOG", "info")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::fs::File::create(&log_file).unwrap())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let mut stdin = outer.stdin.take().unwrap();
+    let mut lines = tokio::io::BufReader::new(outer.stdout.take().unwrap()).lines();
+    send(
+        &mut stdin,
+        json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+            "protocolVersion": "2025-06-18", "capabilities": {},
+            "clientInfo": {"name": "test", "version": "1"}}}),
+    )
+    .await;
+    answer_to(&mut lines, 1).await;
+    send(
+        &mut stdin,
+        json!({"jsonrpc": "2.0", "method": "notifications/initialized"}),
+    )
+    .await;
+    // The listing waits for the server's first start.
+    send(
+        &mut stdin,
+        json!({"jsonrpc": "2.0", "id": 2, "method": "tools/list"}),
+    )
+    .await;
+    let listed = answer_to(&mut lines, 2).await.to_string();
+    assert!(listed.contains("mcp__chatty__shout"), "{listed}");
+    send(
+        &mut stdin,
+        json!({"jsonrpc": "2.0", "id": 3, "method": "tools/call",
+               "params": {"name": "mcp__chatty__shout", "arguments": {}}}),
+    )
+    .await;
+    let answer = answer_to(&mut lines, 3).await.to_string();
+    assert!(answer.contains("shouted"), "{answer}");
+    let log = crate::support::eventually_some(
+        Duration::from_secs(20),
+        "the server's log messages are written",
+        async || {
+            let log = std::fs::read_to_string(&log_file).unwrap_or_default();
+            log.contains("are dropped and counted").then_some(log)
+        },
+    )
+    .await;
+    // The long one cut; the short ones up to the rate, the rest counted.
+    let long = log
+        .lines()
+        .find(|l| l.contains("long-xxx"))
+        .expect("the long message");
+    assert!(
+        long.contains("more bytes cut") && long.len() < 4096,
+        "{long}"
+    );
+    assert!(long.contains("chatty"), "{long}");
+    let short = log
+        .lines()
+        .filter(|l| l.contains("disk almost full"))
+        .count();
+    assert!((1..=40).contains(&short), "{short} written:\n{log}");
+    drop(stdin);
+    let _ = outer.kill().await;
+}
