@@ -350,20 +350,9 @@ impl Servers {
     /// # Cancel safety
     /// Cancel safe: it only waits.
     pub async fn settled(&self, limit: Duration) {
-        let links: Vec<Arc<Link>> = self
-            .servers
-            .lock()
-            .await
-            .values()
-            .flatten()
-            .map(|spec| Arc::clone(&spec.link))
-            .collect();
         let all = async {
-            for link in links {
-                let mut phase = link.watch();
-                let _ = phase
-                    .wait_for(|p| !matches!(p, Phase::Starting { after: None }))
-                    .await;
+            for link in self.links().await {
+                link.started_once().await;
             }
         };
         let _ = tokio::time::timeout(limit, all).await;
@@ -375,17 +364,20 @@ impl Servers {
     /// # Cancel safety
     /// Cancel safe: it only waits.
     pub async fn first_starts(&self) {
-        let links: Vec<Arc<Link>> = self
-            .servers
+        for link in self.links().await {
+            link.first_start().await;
+        }
+    }
+
+    /// The links of every server and copy, as they are now.
+    async fn links(&self) -> Vec<Arc<Link>> {
+        self.servers
             .lock()
             .await
             .values()
             .flatten()
             .map(|spec| Arc::clone(&spec.link))
-            .collect();
-        for link in links {
-            link.first_start().await;
-        }
+            .collect()
     }
 
     /// Every server, by name; with `instances = N` each copy after the first is listed

@@ -95,15 +95,24 @@ impl Link {
         }
     }
 
+    /// Waits until its first start ended: it serves, or failed and says why.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: it only waits.
+    pub(crate) async fn started_once(&self) {
+        let mut phase = self.phase.subscribe();
+        let _ = phase
+            .wait_for(|p| !matches!(p, Phase::Starting { after: None }))
+            .await;
+    }
+
     /// Waits until its first start ended (serving, or failed and saying why), or its
     /// listing deadline passes; a listing that goes on without it says so once.
     ///
     /// # Cancel safety
     /// Cancel safe: it only waits.
     pub(crate) async fn first_start(&self) {
-        let mut phase = self.phase.subscribe();
-        let started = phase.wait_for(|p| !matches!(p, Phase::Starting { after: None }));
-        if tokio::time::timeout_at(self.listed_by, started)
+        if tokio::time::timeout_at(self.listed_by, self.started_once())
             .await
             .is_err()
             && !self.listed_late.swap(true, Ordering::Relaxed)

@@ -944,40 +944,94 @@ async fn a_hostile_server_s_huge_answer_and_notification_flood_are_bounded() {
     rt.shutdown().await;
 }
 
-/// Writes `line` (one JSON-RPC message) to a stdio server.
-async fn send(stdin: &mut tokio::process::ChildStdin, line: Value) {
-    use tokio::io::AsyncWriteExt;
-    stdin
-        .write_all(format!("{line}\n").as_bytes())
-        .await
-        .unwrap();
+/// `guildhall serve --stdio --in-memory --config FILE`, spoken to as an MCP client that
+/// has made its handshake; its stderr (with `RUST_LOG=log`) goes to `stderr`.
+struct Outer {
+    child: tokio::process::Child,
+    stdin: tokio::process::ChildStdin,
+    lines: tokio::io::Lines<tokio::io::BufReader<tokio::process::ChildStdout>>,
+    next_id: u64,
 }
 
-/// The answer to request `id`, skipping notifications and requests from the server.
-async fn answer_to(
-    lines: &mut tokio::io::Lines<tokio::io::BufReader<tokio::process::ChildStdout>>,
-    id: u64,
-) -> Value {
-    tokio::time::timeout(Duration::from_secs(30), async {
-        loop {
-            let line = lines
-                .next_line()
-                .await
-                .unwrap()
-                .expect("the server answers");
-            let message: Value = serde_json::from_str(&line).unwrap();
-            if message["id"] == id && message.get("method").is_none() {
-                return message;
+impl Outer {
+    async fn start(data: &Path, config: &Path, log: &str, stderr: std::process::Stdio) -> Self {
+        use tokio::io::AsyncBufReadExt;
+        let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_guildhall"))
+            .arg("--data-dir")
+            .arg(data)
+            .args(["serve", "--stdio", "--in-memory", "--config"])
+            .arg(config)
+            .env("RUST_LOG", log)
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(stderr)
+            .kill_on_drop(true)
+            .spawn()
+            .unwrap();
+        let stdin = child.stdin.take().unwrap();
+        let lines = tokio::io::BufReader::new(child.stdout.take().unwrap()).lines();
+        let mut outer = Self {
+            child,
+            stdin,
+            lines,
+            next_id: 0,
+        };
+        let init = outer
+            .request(
+                "initialize",
+                json!({ "protocolVersion": "2025-06-18", "capabilities": {},
+                        "clientInfo": {"name": "lists-once", "version": "1"} }),
+            )
+            .await;
+        assert!(init["result"]["serverInfo"].is_object(), "{init}");
+        outer
+            .send(json!({"jsonrpc": "2.0", "method": "notifications/initialized"}))
+            .await;
+        outer
+    }
+
+    /// Writes `line` (one JSON-RPC message).
+    async fn send(&mut self, line: Value) {
+        use tokio::io::AsyncWriteExt;
+        self.stdin
+            .write_all(format!("{line}\n").as_bytes())
+            .await
+            .unwrap();
+    }
+
+    /// Sends request `method` and returns its answer, skipping notifications and requests
+    /// from the server.
+    async fn request(&mut self, method: &str, params: Value) -> Value {
+        self.next_id += 1;
+        let id = self.next_id;
+        self.send(json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}))
+            .await;
+        let lines = &mut self.lines;
+        tokio::time::timeout(Duration::from_secs(30), async {
+            loop {
+                let line = lines
+                    .next_line()
+                    .await
+                    .unwrap()
+                    .expect("the server answers");
+                let message: Value = serde_json::from_str(&line).unwrap();
+                if message["id"] == id && message.get("method").is_none() {
+                    return message;
+                }
             }
-        }
-    })
-    .await
-    .expect("an answer in time")
+        })
+        .await
+        .expect("an answer in time")
+    }
+
+    async fn stop(mut self) {
+        drop(self.stdin);
+        let _ = self.child.kill().await;
+    }
 }
 
 #[tokio::test]
 async fn the_first_listing_has_the_tools_of_a_server_that_takes_a_second_to_start() {
-    use tokio::io::AsyncBufReadExt;
     let dir = tempfile::tempdir().unwrap();
     // `slow` answers its handshake a second after it is started (unsandboxed: the program
     // it runs is named inside a shell line, which the sandbox does not read); `stuck`
@@ -998,41 +1052,15 @@ async fn the_first_listing_has_the_tools_of_a_server_that_takes_a_second_to_star
     );
     let config_file = dir.path().join("guildhall.toml");
     std::fs::write(&config_file, config).unwrap();
-    let mut outer = tokio::process::Command::new(env!("CARGO_BIN_EXE_guildhall"))
-        .arg("--data-dir")
-        .arg(dir.path().join("outer"))
-        .args(["serve", "--stdio", "--in-memory", "--config"])
-        .arg(&config_file)
-        .env("RUST_LOG", "off")
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::null())
-        .kill_on_drop(true)
-        .spawn()
-        .unwrap();
-    let mut stdin = outer.stdin.take().unwrap();
-    let mut lines = tokio::io::BufReader::new(outer.stdout.take().unwrap()).lines();
-    send(
-        &mut stdin,
-        json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
-            "protocolVersion": "2025-06-18", "capabilities": {},
-            "clientInfo": {"name": "lists-once", "version": "1"}}}),
-    )
-    .await;
-    let init = answer_to(&mut lines, 1).await;
-    assert!(init["result"]["serverInfo"].is_object(), "{init}");
-    send(
-        &mut stdin,
-        json!({"jsonrpc": "2.0", "method": "notifications/initialized"}),
+    let mut outer = Outer::start(
+        &dir.path().join("outer"),
+        &config_file,
+        "off",
+        std::process::Stdio::null(),
     )
     .await;
     // Listed once, at once, as many clients do.
-    send(
-        &mut stdin,
-        json!({"jsonrpc": "2.0", "id": 2, "method": "tools/list"}),
-    )
-    .await;
-    let listed = answer_to(&mut lines, 2).await;
+    let listed = outer.request("tools/list", json!({})).await;
     let names: Vec<&str> = listed["result"]["tools"]
         .as_array()
         .unwrap()
@@ -1046,8 +1074,7 @@ async fn the_first_listing_has_the_tools_of_a_server_that_takes_a_second_to_star
         "{names:?}"
     );
     assert!(names.contains(&"send_message"), "{names:?}");
-    drop(stdin);
-    let _ = outer.kill().await;
+    outer.stop().await;
 }
 
 /// A stdio MCP server with one tool, `shout`, that logs a 100 KB message and then 100
@@ -1083,7 +1110,6 @@ for line in sys.stdin:
 
 #[tokio::test]
 async fn what_a_proxied_server_logs_reaches_the_log_cut_and_rate_bounded() {
-    use tokio::io::AsyncBufReadExt;
     let dir = tempfile::tempdir().unwrap();
     let script = dir.path().join("chatty.py");
     std::fs::write(&script, CHATTY_SERVER).unwrap();
@@ -1097,48 +1123,23 @@ async fn what_a_proxied_server_logs_reaches_the_log_cut_and_rate_bounded() {
     )
     .unwrap();
     let log_file = dir.path().join("outer.log");
-    let mut outer = tokio::process::Command::new(env!("CARGO_BIN_EXE_guildhall"))
-        .arg("--data-dir")
-        .arg(dir.path().join("outer"))
-        .args(["serve", "--stdio", "--in-memory", "--config"])
-        .arg(&config_file)
-        .env("RUST_LOG", "info")
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::fs::File::create(&log_file).unwrap())
-        .kill_on_drop(true)
-        .spawn()
-        .unwrap();
-    let mut stdin = outer.stdin.take().unwrap();
-    let mut lines = tokio::io::BufReader::new(outer.stdout.take().unwrap()).lines();
-    send(
-        &mut stdin,
-        json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
-            "protocolVersion": "2025-06-18", "capabilities": {},
-            "clientInfo": {"name": "test", "version": "1"}}}),
-    )
-    .await;
-    answer_to(&mut lines, 1).await;
-    send(
-        &mut stdin,
-        json!({"jsonrpc": "2.0", "method": "notifications/initialized"}),
+    let mut outer = Outer::start(
+        &dir.path().join("outer"),
+        &config_file,
+        "info",
+        std::fs::File::create(&log_file).unwrap().into(),
     )
     .await;
     // The listing waits for the server's first start.
-    send(
-        &mut stdin,
-        json!({"jsonrpc": "2.0", "id": 2, "method": "tools/list"}),
-    )
-    .await;
-    let listed = answer_to(&mut lines, 2).await.to_string();
+    let listed = outer.request("tools/list", json!({})).await.to_string();
     assert!(listed.contains("mcp__chatty__shout"), "{listed}");
-    send(
-        &mut stdin,
-        json!({"jsonrpc": "2.0", "id": 3, "method": "tools/call",
-               "params": {"name": "mcp__chatty__shout", "arguments": {}}}),
-    )
-    .await;
-    let answer = answer_to(&mut lines, 3).await.to_string();
+    let answer = outer
+        .request(
+            "tools/call",
+            json!({"name": "mcp__chatty__shout", "arguments": {}}),
+        )
+        .await
+        .to_string();
     assert!(answer.contains("shouted"), "{answer}");
     let log = crate::support::eventually_some(
         Duration::from_secs(20),
@@ -1164,6 +1165,5 @@ async fn what_a_proxied_server_logs_reaches_the_log_cut_and_rate_bounded() {
         .filter(|l| l.contains("disk almost full"))
         .count();
     assert!((1..=40).contains(&short), "{short} written:\n{log}");
-    drop(stdin);
-    let _ = outer.kill().await;
+    outer.stop().await;
 }

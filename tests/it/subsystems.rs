@@ -348,6 +348,18 @@ fn sections(text: &str) -> std::collections::BTreeMap<String, toml::Table> {
     config.subsystems
 }
 
+/// The error of building a runtime with subsystem `beta` and the settings `text`, which must
+/// fail.
+async fn beta_refuses(text: &str, log: &Log) -> BuildError {
+    Runtime::builder()
+        .sections(sections(text))
+        .subsystem(Recorder::new("beta", log))
+        .build()
+        .await
+        .err()
+        .expect("the build fails")
+}
+
 #[tokio::test]
 async fn a_subsystem_reads_its_own_section_and_a_section_for_no_subsystem_fails_the_build() {
     let log = Log::default();
@@ -366,25 +378,13 @@ async fn a_subsystem_reads_its_own_section_and_a_section_for_no_subsystem_fails_
     rt.shutdown().await;
 
     // A misspelt name is not ignored.
-    let err = Runtime::builder()
-        .sections(sections("[subsystems.btea]\ngreeting = \"hello\"\n"))
-        .subsystem(Recorder::new("beta", &log))
-        .build()
-        .await
-        .err()
-        .expect("the build fails");
+    let err = beta_refuses("[subsystems.btea]\ngreeting = \"hello\"\n", &log).await;
     assert_eq!(
         err.to_string(),
         "[subsystems.btea]: no subsystem of this runtime is named so (its subsystems: tasks, beta)"
     );
     // Nor a setting the subsystem does not know.
-    let err = Runtime::builder()
-        .sections(sections("[subsystems.beta]\ngreting = \"hello\"\n"))
-        .subsystem(Recorder::new("beta", &log))
-        .build()
-        .await
-        .err()
-        .expect("the build fails");
+    let err = beta_refuses("[subsystems.beta]\ngreting = \"hello\"\n", &log).await;
     let text = err.to_string();
     assert!(
         text.starts_with("[subsystems.beta]: unknown field `greting`"),
