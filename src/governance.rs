@@ -55,6 +55,7 @@ pub use hooks::{CommandHook, Hook, HookInput, HookReply, Hooks, Phase, Registere
 pub use limits::Rate;
 pub use mode::Mode;
 pub use reply::ToolReply;
+pub(crate) use reply::texts;
 pub use rules::{Action, Glob, Rule, Scope, ScopedRules, Trust, Verdict};
 pub use service::{Governed, GovernedFuture};
 pub use set_mode::SetMode;

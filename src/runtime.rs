@@ -51,7 +51,7 @@ use crate::durable::Owner;
 use crate::error::BuildError;
 use crate::events::Events;
 use crate::governance::{
-    Governance, GovernanceConfig, Governed, ToolEvent, ToolMeta, ToolReply, layers,
+    Governance, GovernanceConfig, Governed, ToolEvent, ToolMeta, ToolReply, layers, layers::Convert,
 };
 use crate::options::{CallOptions, ToolOptions};
 use crate::pipeline::{self, Sweeper};
@@ -293,8 +293,24 @@ impl Runtime {
         tool: T,
         options: ToolOptions,
     ) -> Result<ToolHandle<T>, BuildError> {
-        let PreparedTool { prepared, handle } =
-            prepare(tool, &options, &self.inner.sweeper, &self.inner.governance)?;
+        self.register_encoded(tool, options, json_reply).await
+    }
+
+    /// Registers and starts a tool whose outputs a model is given as `encode` makes them
+    /// (a proxied tool's: the server's result as it is), not as their JSON.
+    pub(crate) async fn register_encoded<T: InitState>(
+        &self,
+        tool: T,
+        options: ToolOptions,
+        encode: Convert<T::Output, ToolReply>,
+    ) -> Result<ToolHandle<T>, BuildError> {
+        let PreparedTool { prepared, handle } = prepare(
+            tool,
+            &options,
+            &self.inner.sweeper,
+            &self.inner.governance,
+            encode,
+        )?;
         let name = prepared.entry.spec().name.clone();
         match self.inner.tools.entry(name.clone()) {
             dashmap::Entry::Occupied(_) => {
@@ -758,7 +774,7 @@ impl RuntimeBuilder {
     /// Adds a tool with its own options.
     pub fn tool_with<T: InitState>(mut self, tool: T, options: ToolOptions) -> Self {
         self.pending.push(Box::new(move |sweeper, governance| {
-            prepare(tool, &options, sweeper, governance).map(|p| p.prepared)
+            prepare(tool, &options, sweeper, governance, json_reply).map(|p| p.prepared)
         }));
         self
     }
@@ -1362,7 +1378,7 @@ impl Install<'_> {
         tool: T,
         options: ToolOptions,
     ) -> Result<(), RegistrationError> {
-        let prepared = prepare(tool, &options, self.sweeper, self.governance)?;
+        let prepared = prepare(tool, &options, self.sweeper, self.governance, json_reply)?;
         self.tools.push(prepared.prepared);
         Ok(())
     }
@@ -1548,11 +1564,22 @@ fn flatten_exact(lists: Vec<Vec<ChildSpec>>) -> Vec<ChildSpec> {
     all
 }
 
+/// A tool's output as a model is given it: its JSON.
+fn json_reply<O: serde::Serialize>(output: O, tool: &str) -> Result<ToolReply, CallError> {
+    serde_json::to_value(output)
+        .map(ToolReply::new)
+        .map_err(|e| CallError::InvalidOutput {
+            tool: tool.to_owned(),
+            reason: e.to_string(),
+        })
+}
+
 fn prepare<T: InitState>(
     tool: T,
     options: &ToolOptions,
     sweeper: &Arc<Sweeper>,
     governance: &Arc<Governance>,
+    encode: Convert<T::Output, ToolReply>,
 ) -> Result<PreparedTool<T>, RegistrationError> {
     let spec = ToolSpec::of(&tool)?;
     let idempotent = spec.annotations.idempotent_hint;
@@ -1595,14 +1622,6 @@ fn prepare<T: InitState>(
     ));
     // A typed result has no room for the hooks' notes; a model's reply carries them.
     let typed = Governed::new(layers::typed(service.clone()), Arc::clone(&meta), |_, _| {});
-    let encode = |output, tool: &str| {
-        serde_json::to_value(output)
-            .map(ToolReply::new)
-            .map_err(|e| CallError::InvalidOutput {
-                tool: tool.to_owned(),
-                reason: e.to_string(),
-            })
-    };
     let json = Governed::new(
         layers::json(service.clone(), encode),
         meta,

@@ -6,8 +6,9 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use serde_json::Value;
 use tokio::time::Instant;
+
+use super::ToolReply;
 
 /// Entries kept at most; past it, the cache evicts the entries least likely to be asked for
 /// again (quick_cache's S3-FIFO), so new results are always kept.
@@ -22,7 +23,7 @@ struct Key {
 
 #[derive(Clone)]
 struct Entry {
-    value: Arc<Value>,
+    reply: Arc<ToolReply>,
     expires: Instant,
     /// The session's context generation when the result was made.
     generation: u64,
@@ -49,7 +50,7 @@ impl ResultCache {
         session: Option<&Arc<str>>,
         digest: u64,
         generation: u64,
-    ) -> Option<Arc<Value>> {
+    ) -> Option<Arc<ToolReply>> {
         let key = Key {
             tool: Arc::clone(tool),
             session: session.cloned(),
@@ -58,7 +59,7 @@ impl ResultCache {
         let entry = self.entries.get(&key)?;
         // Time to live is checked here, against tokio's clock (quick_cache has no expiry).
         let fresh = (entry.expires > Instant::now() && entry.generation == generation)
-            .then_some(entry.value);
+            .then_some(entry.reply);
         if fresh.is_none() {
             self.entries.remove(&key);
         }
@@ -73,7 +74,7 @@ impl ResultCache {
         digest: u64,
         generation: u64,
         ttl: Duration,
-        value: Arc<Value>,
+        reply: Arc<ToolReply>,
     ) {
         let now = Instant::now();
         self.entries.insert(
@@ -83,7 +84,7 @@ impl ResultCache {
                 digest,
             },
             Entry {
-                value,
+                reply,
                 expires: now + ttl,
                 generation,
             },
@@ -96,20 +97,20 @@ mod tests {
     use super::*;
     use serde_json::json;
 
+    fn reply(value: serde_json::Value) -> Arc<ToolReply> {
+        Arc::new(ToolReply::new(value))
+    }
+
     #[tokio::test(start_paused = true)]
     async fn entries_expire_and_die_with_a_context_change() {
         let cache = ResultCache::default();
         let t: Arc<str> = Arc::from("t");
         let s: Arc<str> = Arc::from("s");
-        cache.put(
-            &t,
-            Some(&s),
-            1,
-            7,
-            Duration::from_secs(10),
-            Arc::new(json!(1)),
+        cache.put(&t, Some(&s), 1, 7, Duration::from_secs(10), reply(json!(1)));
+        assert_eq!(
+            cache.get(&t, Some(&s), 1, 7).map(|r| r.value.clone()),
+            Some(json!(1))
         );
-        assert_eq!(cache.get(&t, Some(&s), 1, 7).as_deref(), Some(&json!(1)));
         assert!(cache.get(&t, None, 1, 7).is_none(), "another session");
         assert!(cache.get(&t, Some(&s), 2, 7).is_none(), "other arguments");
         assert!(
@@ -120,14 +121,7 @@ mod tests {
             cache.get(&t, Some(&s), 1, 7).is_none(),
             "a stale entry is gone"
         );
-        cache.put(
-            &t,
-            Some(&s),
-            1,
-            7,
-            Duration::from_secs(10),
-            Arc::new(json!(1)),
-        );
+        cache.put(&t, Some(&s), 1, 7, Duration::from_secs(10), reply(json!(1)));
         tokio::time::advance(Duration::from_secs(11)).await;
         assert!(cache.get(&t, Some(&s), 1, 7).is_none(), "expired");
     }
@@ -138,13 +132,13 @@ mod tests {
         let t: Arc<str> = Arc::from("t");
         let hour = Duration::from_secs(3600);
         for digest in 0..(CAPACITY as u64 * 2) {
-            cache.put(&t, None, digest, 0, hour, Arc::new(json!(digest)));
+            cache.put(&t, None, digest, 0, hour, reply(json!(digest)));
         }
         let newest = CAPACITY as u64 * 2;
-        cache.put(&t, None, newest, 0, hour, Arc::new(json!("new")));
+        cache.put(&t, None, newest, 0, hour, reply(json!("new")));
         assert_eq!(
-            cache.get(&t, None, newest, 0).as_deref(),
-            Some(&json!("new"))
+            cache.get(&t, None, newest, 0).map(|r| r.value.clone()),
+            Some(json!("new"))
         );
     }
 }

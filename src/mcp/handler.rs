@@ -28,6 +28,8 @@ use super::tasks::{self, CallTasks};
 use super::{page, prompts, resources};
 use crate::agents::TOKEN_HEADER;
 use crate::governance::{Approval, AskRequest, Asker, ToolReply};
+#[cfg(all(target_os = "linux", target_env = "gnu"))]
+use crate::servers::proxy::ProxyError;
 use crate::{AgentSpec, CallOptions, Runtime};
 use rmcp::task_manager::{TaskExit, TaskFuture};
 
@@ -556,6 +558,16 @@ fn model_result(reply: ToolReply) -> CallToolResult {
         .image()
         .map(|(data, mime_type)| ContentBlock::image(data, mime_type));
     let mut result = match reply.truncated {
+        None if let Some(verbatim) = reply.verbatim => passed_on(Arc::unwrap_or_clone(verbatim)),
+        // A server's result over the limits: its text cut as any result's is, its other
+        // blocks (images, resources) kept as they are.
+        Some(cut) if let Some(verbatim) = reply.verbatim => {
+            let mut result = passed_on(Arc::unwrap_or_clone(verbatim));
+            result.content.retain(|block| block.as_text().is_none());
+            result.content.insert(0, ContentBlock::text(cut.text));
+            result.structured_content = cut.structured;
+            result
+        }
         _ if image.is_some() => CallToolResult::success(image.into_iter().collect()),
         Some(cut) => {
             let mut result = CallToolResult::success(vec![ContentBlock::text(cut.text)]);
@@ -575,6 +587,14 @@ fn model_result(reply: ToolReply) -> CallToolResult {
             .into_iter()
             .map(|note| ContentBlock::text(format!("note: {note}"))),
     );
+    result
+}
+
+/// A proxied server's result as this server's answer: as the server sent it, said to be
+/// complete (what a server of the older era leaves unsaid, and a 2026-07-28 client
+/// requires; rmcp clears it again for an older client).
+fn passed_on(mut result: CallToolResult) -> CallToolResult {
+    result.result_type = Some(rmcp::model::ResultType::COMPLETE);
     result
 }
 
@@ -645,10 +665,28 @@ const MAX_ERROR_TEXT: usize = 8 * 1024;
 
 /// A failed call as an `isError` result: the error's kind and a message a model can act on,
 /// at most [`MAX_ERROR_TEXT`] bytes of it.
+///
+/// A proxied server's own error result is passed on as the server sent it. Every error
+/// guildhall makes says so in its `_meta` (`guildhall/error`: the kind), which a server's
+/// does not, so a client tells a crash, a deadline or an open breaker from the tool's own
+/// answer.
 fn tool_failure(err: &CallError) -> CallToolResult {
-    let text = format!("{}: {err}", err.kind().as_str());
-    CallToolResult::error(vec![ContentBlock::text(cut_text(&text, MAX_ERROR_TEXT))])
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    if let Some(ProxyError::Failed { result, .. }) = err.tool_error::<ProxyError>() {
+        return passed_on(CallToolResult::clone(result));
+    }
+    let kind = err.kind().as_str();
+    let text = format!("{kind}: {err}");
+    let mut result =
+        CallToolResult::error(vec![ContentBlock::text(cut_text(&text, MAX_ERROR_TEXT))]);
+    let mut meta = rmcp::model::MetaObject::new();
+    meta.0.insert(ERROR_META.into(), Value::from(kind));
+    result.meta = Some(meta);
+    result
 }
+
+/// The `_meta` key that marks an error result as guildhall's own, its value the kind.
+pub(crate) const ERROR_META: &str = "guildhall/error";
 
 /// A guildhall tool contract as an MCP tool.
 fn mcp_tool(spec: &ToolSpec) -> Tool {

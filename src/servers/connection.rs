@@ -33,6 +33,7 @@ use super::link::Link;
 use super::proxy::{Pool, ProxyTool};
 use super::server_log::ServerLog;
 use crate::events::ToolEvent;
+use crate::governance::ToolReply;
 use crate::options::ToolOptions;
 use crate::output_log::OutputLog;
 use crate::process_group::ProcessGroup;
@@ -743,7 +744,8 @@ async fn reconcile(spec: &ServerSpec, peer: &Peer<RoleClient>) -> Result<(), Str
         let options = ToolOptions::default()
             .timeout(spec.config.timeout)
             .max_retries(0);
-        match runtime.register_with(proxy, options).await {
+        let verbatim = |result, _: &str| Ok(ToolReply::verbatim(result));
+        match runtime.register_encoded(proxy, options, verbatim).await {
             Ok(_) => {
                 taken.insert(name.clone());
                 registered.insert(remote, (name, fingerprint));

@@ -6,8 +6,8 @@ use std::sync::Arc;
 
 use guildhall_actors::{Annotations, CallContext, Tool};
 use rmcp::model::{
-    CallToolRequest, CallToolRequestParams, CancelledNotificationParam, ClientRequest,
-    PaginatedRequestParams, ServerResult,
+    CallToolRequest, CallToolRequestParams, CallToolResult, CancelledNotificationParam,
+    ClientRequest, PaginatedRequestParams, ServerResult,
 };
 use rmcp::service::{PeerRequestOptions, ServiceError};
 use serde_json::Value;
@@ -24,7 +24,17 @@ pub struct Arguments(pub serde_json::Map<String, Value>);
 #[non_exhaustive]
 #[derive(Debug, thiserror::Error)]
 pub enum ProxyError {
-    /// The server answered with an error (an `isError` result or a JSON-RPC error).
+    /// The server's tool ran and answered with an error (an `isError` result): the texts
+    /// of its blocks, and the whole result, which an MCP client is given as the server
+    /// sent it.
+    #[error("{text}")]
+    Failed {
+        /// The texts of the result's text blocks, one per line.
+        text: String,
+        /// The server's result.
+        result: Arc<CallToolResult>,
+    },
+    /// The server answered the request with a JSON-RPC error, or not in the protocol.
     #[error("{0}")]
     Remote(String),
     /// The server is not serving and will not soon: its breaker is open after failed starts,
@@ -120,7 +130,9 @@ impl Pool {
 
 impl Tool for ProxyTool {
     type Input = Arguments;
-    type Output = Value;
+    /// The server's result as rmcp read it, typed; a model is given it whole
+    /// ([`ToolReply::verbatim`](crate::governance::ToolReply::verbatim)).
+    type Output = CallToolResult;
     type Error = ProxyError;
     type State = ();
 
@@ -140,8 +152,14 @@ impl Tool for ProxyTool {
         Some(Arc::clone(&self.input))
     }
 
+    /// The server's, or none (`true`, any value): the output type is rmcp's result, whose
+    /// schema is not what a client is to validate structured content against.
     fn output_schema(&self) -> Option<Arc<Value>> {
-        self.output.clone()
+        Some(
+            self.output
+                .clone()
+                .unwrap_or_else(|| Arc::new(Value::Bool(true))),
+        )
     }
 
     /// Every call runs in the caller's task: it needs nothing of the actor, the server
@@ -160,7 +178,7 @@ impl Tool for ProxyTool {
         _: &mut (),
         input: Arguments,
         ctx: CallContext,
-    ) -> Result<Value, ProxyError> {
+    ) -> Result<CallToolResult, ProxyError> {
         let cancelled = ctx.cancellation().clone();
         let (link, _permit) = tokio::select! {
             biased;
@@ -202,10 +220,13 @@ impl Tool for ProxyTool {
         };
         abandoned.peer = None;
         match answer {
-            Ok(ServerResult::CallToolResult(result)) => {
-                let result = serde_json::to_value(result).unwrap_or_default();
-                outcome(result)
+            Ok(ServerResult::CallToolResult(result)) if result.is_error == Some(true) => {
+                Err(ProxyError::Failed {
+                    text: crate::governance::texts(&result.content),
+                    result: Arc::new(result),
+                })
             }
+            Ok(ServerResult::CallToolResult(result)) => Ok(result),
             Ok(ServerResult::CreateTaskResult(_)) => Err(self.unsupported("a task")),
             Ok(ServerResult::InputRequiredResult(_)) => {
                 Err(self.unsupported("a request for input"))
@@ -347,70 +368,5 @@ impl Drop for Abandoned {
                 .await;
             probe(link, grace, peer, generation).await;
         });
-    }
-}
-
-/// A server's tool result as the tool's output: its structured content when it has one,
-/// a lone image as that image, otherwise its text (the blocks' texts, one per line; other
-/// blocks as their JSON). An `isError` result is the tool's error, with its text.
-fn outcome(mut result: Value) -> Result<Value, ProxyError> {
-    let is_error = result.get("isError").and_then(Value::as_bool) == Some(true);
-    let blocks = match result.get_mut("content").map(Value::take) {
-        Some(Value::Array(blocks)) => blocks,
-        _ => Vec::new(),
-    };
-    let text = || {
-        blocks
-            .iter()
-            .map(|block| match block.get("text").and_then(Value::as_str) {
-                Some(text) if block.get("type").and_then(Value::as_str) == Some("text") => {
-                    text.to_owned()
-                }
-                _ => block.to_string(),
-            })
-            .collect::<Vec<_>>()
-            .join("\n")
-    };
-    if is_error {
-        return Err(ProxyError::Remote(text()));
-    }
-    if let Some(structured) = result.get_mut("structuredContent").map(Value::take)
-        && !structured.is_null()
-    {
-        return Ok(structured);
-    }
-    if let [image] = blocks.as_slice()
-        && image.get("type").and_then(Value::as_str) == Some("image")
-    {
-        let mut image = image.clone();
-        if let Some(object) = image.as_object_mut() {
-            object.retain(|key, _| matches!(key.as_str(), "type" | "data" | "mimeType"));
-        }
-        return Ok(image);
-    }
-    Ok(Value::String(text()))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use serde_json::json;
-
-    #[test]
-    fn results_become_outputs() {
-        let text =
-            json!({"content": [{"type": "text", "text": "a"}, {"type": "text", "text": "b"}]});
-        assert_eq!(outcome(text).unwrap(), json!("a\nb"));
-        let structured =
-            json!({"content": [{"type": "text", "text": "{}"}], "structuredContent": {"n": 1}});
-        assert_eq!(outcome(structured).unwrap(), json!({"n": 1}));
-        let image = json!({"content": [{"type": "image", "data": "AAAA", "mimeType": "image/png", "annotations": {}}]});
-        assert_eq!(
-            outcome(image).unwrap(),
-            json!({"type": "image", "data": "AAAA", "mimeType": "image/png"})
-        );
-        let failed =
-            json!({"content": [{"type": "text", "text": "no such file"}], "isError": true});
-        assert!(matches!(outcome(failed), Err(ProxyError::Remote(m)) if m == "no such file"));
     }
 }

@@ -29,10 +29,12 @@ Run by scripts/python-client (and so by .ci/run) with GUILDHALL_BIN pointing at 
 import asyncio
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import warnings
 
 from mcp import Client, StdioServerParameters
@@ -178,7 +180,9 @@ async def resources(mode, data_dir):
 
 
 PY_SERVER = """
+from typing import TypedDict
 from mcp.server import MCPServer
+from mcp.server.mcpserver import Audio, Image
 app = MCPServer("py")
 
 @app.tool()
@@ -186,11 +190,31 @@ def add(a: int, b: int) -> int:
     \"\"\"Adds two numbers.\"\"\"
     return a + b
 
+class Weather(TypedDict):
+    city: str
+    celsius: float
+
+@app.tool()
+def weather(city: str) -> Weather:
+    \"\"\"Structured content, with the output schema it matches.\"\"\"
+    return {"city": city, "celsius": 21.5}
+
+@app.tool()
+def picture() -> list:
+    \"\"\"An image (320 KiB, as a screenshot is), a sound and a caption.\"\"\"
+    return [Image(data=bytes(range(256)) * 1280, format="png"),
+            Audio(data=b"RIFF....WAVE", format="wav"), "a picture and a sound"]
+
+@app.tool()
+def refuse(why: str) -> str:
+    \"\"\"Always fails, with the server's own message.\"\"\"
+    raise ValueError(why)
+
 app.run()
 """
 
 
-def proxied_config(data_dir, root):
+def proxied_config(data_dir, root, everything_url):
     """Each server confined (the default), its files beside the data directory: what a
     sandbox never reaches."""
     servers = os.environ["PROXIED_SERVERS"]
@@ -205,6 +229,9 @@ def proxied_config(data_dir, root):
 [servers.everything]
 command = {json.dumps(node)}
 args = [{json.dumps(everything)}, "stdio"]
+
+[servers.everyhttp]
+url = {json.dumps(everything_url)}
 
 [servers.fs]
 command = {json.dumps(node)}
@@ -224,8 +251,46 @@ sandbox = {{ enabled = false }}
 """)
 
 
-PROXIED = {"mcp__everything__echo", "mcp__fs__read_text_file", "mcp__py__add",
-           "mcp__asker__test_elicitation"}
+PROXIED = {"mcp__everything__echo", "mcp__everyhttp__echo", "mcp__fs__read_text_file",
+           "mcp__py__add", "mcp__py__picture", "mcp__asker__test_elicitation"}
+
+# Loaded into server-everything's Streamable HTTP mode, which listens on every address:
+# here it listens on loopback only.
+LOOPBACK_ONLY = """
+const net = require("net");
+const listen = net.Server.prototype.listen;
+net.Server.prototype.listen = function (port, ...rest) {
+  if (typeof port === "number" || typeof port === "string") {
+    return listen.call(this, Number(port), "127.0.0.1", ...rest.filter(a => typeof a === "function"));
+  }
+  return listen.call(this, port, ...rest);
+};
+"""
+
+
+def everything_over_http(base):
+    """server-everything in its Streamable HTTP mode on a free loopback port: the process
+    and its /mcp URL."""
+    import socket
+    preload = os.path.join(base, "loopback_only.cjs")
+    with open(preload, "w") as f:
+        f.write(LOOPBACK_ONLY)
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    everything = os.path.join(os.environ["PROXIED_SERVERS"],
+                              "node_modules/@modelcontextprotocol/server-everything/dist/index.js")
+    server = subprocess.Popen([os.environ["NODE"], "--require", preload, everything, "streamableHttp"],
+                              env={**os.environ, "PORT": str(port)},
+                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    for line in server.stderr:
+        if "listening on port" in line:
+            break
+    else:
+        raise AssertionError("server-everything did not start in its HTTP mode")
+    # Its log is not read from here on: drained, so it never blocks on a full pipe.
+    threading.Thread(target=server.stderr.read, daemon=True).start()
+    return server, f"http://127.0.0.1:{port}/mcp"
 
 
 async def answer_as_ada(context, params):
@@ -235,7 +300,7 @@ async def answer_as_ada(context, params):
     return types.ElicitResult(action="accept", content={"name": "Ada"})
 
 
-async def use_proxied(c, root, can_elicit):
+async def use_proxied(c, root, can_elicit, py_server, everything_url):
     # The servers start beside guildhall; their tools appear as each is ready.
     for _ in range(600):
         names = {t.name for t in (await c.list_tools()).tools}
@@ -260,6 +325,95 @@ async def use_proxied(c, root, can_elicit):
         assert not asked.is_error and "Ada" in asked.content[0].text, asked
     else:
         assert asked.is_error and "elicitation" in asked.content[0].text, asked
+    await proxied_results(c, py_server, everything_url)
+
+
+# Arguments for the tools of the servers compared below; a tool not named takes none.
+EVERYTHING_ARGS = {
+    "echo": {"message": "hi"},
+    "get-annotated-message": {"messageType": "error", "includeImage": True},
+    "get-resource-links": {"count": 3},
+    "get-resource-reference": {"resourceType": "Blob", "resourceId": 2},
+    "get-structured-content": {"location": "New York"},
+    "get-sum": {"a": 2, "b": 3},
+    "gzip-file-as-resource": {"name": "a.gz", "data": "data:text/plain;base64,aGVsbG8=",
+                              "outputType": "resource"},
+    "trigger-long-running-operation": {"duration": 0.2, "steps": 2},
+    "simulate-research-query": {"topic": "proxies"},
+    "add": {"a": 2, "b": 3},
+    "weather": {"city": "Oslo"},
+    "refuse": {"why": "the server's own reason"},
+}
+# What differs by design: guildhall gives a confined server a HOME and TMPDIR of its own.
+NOT_COMPARED = {"get-env"}
+
+
+SESSION_ID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
+
+
+def result_view(result):
+    """A tool result as the client got it, every field that a proxy could lose; a session
+    id in a text (server-everything names its HTTP session) as a placeholder."""
+    content = [b.model_dump(exclude_none=True, by_alias=True) for b in result.content]
+    for block in content:
+        if block["type"] == "text":
+            block["text"] = SESSION_ID.sub("<session>", block["text"])
+    return {"content": content, "structured": result.structured_content,
+            "is_error": result.is_error, "meta": result.meta}
+
+
+async def same_as_direct(c, direct, server):
+    """Every tool of `direct` (a client of the server itself), called through guildhall as
+    `mcp__{server}__{tool}` with the same arguments, answers exactly what the server does:
+    every content block with its annotations, structured content, isError, _meta."""
+    listed = {t.name for t in (await c.list_tools()).tools}
+    compared = 0
+    for tool in (await direct.list_tools()).tools:
+        if tool.name in NOT_COMPARED:
+            continue
+        name = f"mcp__{server}__{tool.name}"
+        assert name in listed, (name, sorted(listed))
+        args = EVERYTHING_ARGS.get(tool.name, {})
+        want = result_view(await direct.call_tool(tool.name, args))
+        got = result_view(await c.call_tool(name, args))
+        assert got == want, (name, json.dumps(got)[:2000], json.dumps(want)[:2000])
+        compared += 1
+    return compared
+
+
+async def same_as_everything_direct(c, server, url=None):
+    """As `same_as_direct`, against server-everything over stdio, or at `url` (its HTTP
+    mode, the very server guildhall proxies, in a session of its own)."""
+    if url:
+        from mcp.client.streamable_http import streamable_http_client
+        transport = streamable_http_client(url)
+    else:
+        everything = os.path.join(os.environ["PROXIED_SERVERS"],
+                                  "node_modules/@modelcontextprotocol/server-everything/dist/index.js")
+        transport = StdioServerParameters(command=os.environ["NODE"], args=[everything, "stdio"])
+    # The reference server speaks the older era: compared with it directly in that one.
+    async with Client(transport, mode="legacy") as direct:
+        return await same_as_direct(c, direct, server)
+
+
+async def proxied_results(c, py_server, everything_url):
+    """Results pass through whole: server-everything's every tool, over stdio and over its
+    Streamable HTTP mode, and the Python server's image, audio, structured content and
+    error; a guildhall error says it is guildhall's in `_meta`, a server's does not."""
+    assert await same_as_everything_direct(c, "everything") >= 12
+    assert await same_as_everything_direct(c, "everyhttp", everything_url) >= 12
+    async with Client(StdioServerParameters(command=sys.executable, args=[py_server]),
+                      mode="legacy") as direct:
+        assert await same_as_direct(c, direct, "py") == 4
+    picture = await c.call_tool("mcp__py__picture", {})
+    image, sound, caption = picture.content
+    assert (image.type, image.mime_type, sound.type, caption.text) == (
+        "image", "image/png", "audio", "a picture and a sound"), picture
+    assert len(image.data) > 400_000, "the image is whole, not cut as text would be"
+    refused = await c.call_tool("mcp__py__refuse", {"why": "no"})
+    assert refused.is_error and "guildhall/error" not in (refused.meta or {}), refused
+    bad = await c.call_tool("check_inbox", {"wait_secs": "soon"})
+    assert bad.is_error and (bad.meta or {}).get("guildhall/error") == "invalid_arguments", bad
 
 
 async def proxied(mode, base):
@@ -269,11 +423,21 @@ async def proxied(mode, base):
     os.makedirs(root)
     with open(os.path.join(root, "note.txt"), "w") as f:
         f.write("proxied file")
-    proxied_config(data_dir, root)
+    everyhttp, url = everything_over_http(base)
+    try:
+        await proxied_with(mode, base, data_dir, root, url)
+    finally:
+        everyhttp.terminate()
+        everyhttp.wait(timeout=30)
+
+
+async def proxied_with(mode, base, data_dir, root, everything_url):
+    proxied_config(data_dir, root, everything_url)
+    py_server = os.path.join(base, "py_server.py")
     can_elicit = mode == "legacy"
     async with Client(params(data_dir, "serve", "--stdio", "--in-memory", "--agent", "solo"), mode=mode,
                       elicitation_callback=answer_as_ada) as c:
-        await use_proxied(c, root, can_elicit)
+        await use_proxied(c, root, can_elicit, py_server, everything_url)
 
     import httpx2
     from mcp.client.streamable_http import streamable_http_client
@@ -289,7 +453,7 @@ async def proxied(mode, base):
         http = httpx2.AsyncClient(headers={"Guildhall-Agent": "web"})
         async with Client(streamable_http_client(url, http_client=http), mode=mode,
                           elicitation_callback=answer_as_ada) as c:
-            await use_proxied(c, root, can_elicit)
+            await use_proxied(c, root, can_elicit, py_server, everything_url)
     finally:
         server.terminate()
         server.wait(timeout=30)

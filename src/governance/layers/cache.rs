@@ -11,7 +11,6 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 use super::Either;
-use serde_json::Value;
 use tower::Service;
 
 use crate::governance::call::{Call, Decided};
@@ -57,7 +56,7 @@ where
                 .cache
                 .get(&call.tool.name, session.as_ref(), digest, generation)
         {
-            let reply = ToolReply::new(Value::clone(&hit));
+            let reply = ToolReply::clone(&hit);
             return Either::left(std::future::ready(Ok(call.scope.answer(Ok(reply), None))));
         }
         let put = Put {
@@ -110,7 +109,7 @@ where
                 put.digest,
                 put.generation,
                 put.ttl,
-                Arc::new(reply.value.clone()),
+                Arc::new(reply.clone()),
             );
         }
         Poll::Ready(Ok(decided))

@@ -9,6 +9,7 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use futures::future::BoxFuture;
+use serde_json::Value;
 use tower::Service;
 
 use crate::governance::call::{Call, Decided};
@@ -100,9 +101,23 @@ where
                         spill: Box::pin(async move {
                             let mut decided = decided;
                             if let Ok(reply) = &mut decided.result {
-                                let cut = spill
-                                    .apply(limits, &tool, call_id, &reply.value, &reply.text)
-                                    .await;
+                                // Of a server's own blocks only the text is cut: an
+                                // image or a resource beside it is kept as it is.
+                                let text_only;
+                                let value = match &reply.verbatim {
+                                    Some(result)
+                                        if result
+                                            .structured_content
+                                            .as_ref()
+                                            .is_none_or(Value::is_null) =>
+                                    {
+                                        text_only = Value::String(reply.text.clone());
+                                        &text_only
+                                    }
+                                    _ => &reply.value,
+                                };
+                                let cut =
+                                    spill.apply(limits, &tool, call_id, value, &reply.text).await;
                                 match cut {
                                     Ok(cut) => reply.truncated = cut,
                                     Err(err) => tracing::warn!(
