@@ -31,6 +31,9 @@ pub enum Subject {
     Task(u64),
     /// The runtime's events: more were kept for `guildhall://events` readers.
     Events,
+    /// A proxied server's resource, by the URI guildhall serves it under: the server said
+    /// it was updated.
+    Resource(Arc<str>),
 }
 
 /// The watched subjects of a runtime.

@@ -9,7 +9,13 @@
 //! - [`framing`]: decoding incoming messages, and answering every one that cannot be taken
 //!   (stdio and the socket through [`framing::LineTransport`], HTTP bodies).
 //! - `fixtures`: the conformance suite's tools, resources and prompts.
+//! - `error_meta`: the `_meta` key that marks guildhall's own errors.
+//! - `federated`: the proxied servers' resources, templates, prompts and completions,
+//!   served beside guildhall's own.
 
+mod error_meta;
+#[cfg(all(target_os = "linux", target_env = "gnu"))]
+mod federated;
 mod filter;
 #[cfg(feature = "conformance")]
 mod fixtures;

@@ -104,6 +104,8 @@ pub(crate) trait ErasedTool: Send + Sync + 'static {
     fn timeout(&self) -> std::time::Duration;
     /// The ids of the tool's actors under the `tools` supervisor.
     fn actor_ids(&self) -> &[Box<str>];
+    /// Whether MCP's `tools/list` shows it.
+    fn listed(&self) -> bool;
 }
 
 pub(crate) struct ToolEntry<T: Tool> {
@@ -114,6 +116,7 @@ pub(crate) struct ToolEntry<T: Tool> {
     pub(crate) json: JsonStack<T>,
     pub(crate) pool: WorkerPool<T>,
     pub(crate) actor_ids: Vec<Box<str>>,
+    pub(crate) listed: bool,
 }
 
 impl<T: Tool> ErasedTool for ToolEntry<T> {
@@ -152,5 +155,9 @@ impl<T: Tool> ErasedTool for ToolEntry<T> {
 
     fn actor_ids(&self) -> &[Box<str>] {
         &self.actor_ids
+    }
+
+    fn listed(&self) -> bool {
+        self.listed
     }
 }

@@ -258,6 +258,19 @@ impl Runtime {
         specs
     }
 
+    /// The tools MCP's `tools/list` shows ([`ToolOptions::listed`]), sorted by name.
+    pub fn listed_tools(&self) -> Vec<ToolSpec> {
+        let mut specs: Vec<ToolSpec> = self
+            .inner
+            .tools
+            .iter()
+            .filter(|e| e.value().listed())
+            .map(|e| e.value().spec().clone())
+            .collect();
+        specs.sort_by(|a, b| a.name.cmp(&b.name));
+        specs
+    }
+
     /// The spec of tool `name`.
     pub fn tool(&self, name: &str) -> Option<ToolSpec> {
         self.inner.tools.get(name).map(|e| e.value().spec().clone())
@@ -1637,6 +1650,7 @@ fn prepare<T: InitState>(
                 json,
                 pool,
                 actor_ids: children.iter().map(|c| c.id().into()).collect(),
+                listed: options.listed,
             }),
             children,
         },

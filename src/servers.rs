@@ -22,6 +22,7 @@
 mod answer_limit;
 pub mod config;
 mod connection;
+pub mod federation;
 mod link;
 pub mod proxy;
 mod server_log;
@@ -36,7 +37,10 @@ use serde::Serialize;
 
 use crate::output_log::OutputLog;
 pub use config::{RestartType, ServerConfig, validate_server_name};
+pub(crate) use connection::Upstream;
 use connection::{ServerActor, ServerSpec};
+use federation::Catalog;
+pub use federation::Lists;
 use link::{Link, Phase};
 
 use crate::runtime::{Runtime, WeakRuntime};
@@ -86,6 +90,8 @@ pub struct Servers {
     servers: tokio::sync::Mutex<BTreeMap<String, Vec<Arc<ServerSpec>>>>,
     /// The `servers` supervisor as it is now (republished by its restarts).
     supervisor: Arc<RwLock<Option<Supervisor>>>,
+    /// The versions of the servers' resource and prompt lists.
+    lists: Arc<tokio::sync::watch::Sender<Lists>>,
 }
 
 /// Whether a server serves.
@@ -171,6 +177,7 @@ impl Servers {
             log_dir,
             servers: tokio::sync::Mutex::default(),
             supervisor,
+            lists: Arc::new(tokio::sync::watch::Sender::new(Lists::default())),
         }))
     }
 
@@ -263,6 +270,10 @@ impl Servers {
                     runtime: self.runtime.clone(),
                     stderr: Arc::new(OutputLog::new(log, LOG_BYTES)),
                     registered: tokio::sync::Mutex::default(),
+                    catalog: std::sync::RwLock::default(),
+                    access: tokio::sync::Mutex::default(),
+                    subscriptions: federation::Subscriptions::default(),
+                    lists: Arc::clone(&self.lists),
                 })
             })
             .collect();
@@ -367,6 +378,51 @@ impl Servers {
         for link in self.links().await {
             link.first_start().await;
         }
+    }
+
+    /// What each server lists besides its tools (its resources, templates and prompts,
+    /// named as guildhall serves them), by server name.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: it only reads.
+    pub async fn catalogs(&self) -> Vec<(Arc<str>, Arc<Catalog>)> {
+        self.servers
+            .lock()
+            .await
+            .values()
+            .filter_map(|specs| specs.first())
+            .map(|spec| {
+                let catalog = spec.catalog.read().unwrap_or_else(PoisonError::into_inner);
+                (Arc::clone(&spec.name), Arc::clone(&catalog))
+            })
+            .filter(|(_, catalog)| !catalog.is_empty())
+            .collect()
+    }
+
+    /// The versions of the servers' resource and prompt lists, to hear of their changes.
+    pub fn list_changes(&self) -> tokio::sync::watch::Receiver<Lists> {
+        self.lists.subscribe()
+    }
+
+    /// Subscribes to server `server`'s resource `uri` (its own URI) for a client of
+    /// guildhall's until the returned guard is dropped: updates the server reports are
+    /// reported to [`Changes`](crate::changes::Changes) as
+    /// [`Subject::Resource`](crate::changes::Subject::Resource).
+    ///
+    /// # Errors
+    /// An unknown server, or one with too many subscriptions held already.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: a subscription whose future is dropped is not counted.
+    pub(crate) async fn subscribe(&self, server: &str, uri: &str) -> Result<Upstream, String> {
+        let spec = self
+            .servers
+            .lock()
+            .await
+            .get(server)
+            .and_then(|specs| specs.first().cloned())
+            .ok_or_else(|| format!("no server named `{server}`"))?;
+        spec.subscribe(uri).await
     }
 
     /// The links of every server and copy, as they are now.

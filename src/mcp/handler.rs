@@ -21,6 +21,9 @@ use tokio_util::sync::{CancellationToken, DropGuard};
 use futures::future::BoxFuture;
 use rmcp::service::ElicitationMode;
 
+use super::error_meta::ERROR_META;
+#[cfg(all(target_os = "linux", target_env = "gnu"))]
+use super::federated;
 use super::filter::ToolFilter;
 #[cfg(feature = "conformance")]
 use super::fixtures;
@@ -162,6 +165,20 @@ impl McpServer {
         }
     }
 
+    /// Whether `agent` may use tool `name` on this connection: the test `visible_tools_for`
+    /// makes, for this one tool (the call then applies governance's rules).
+    fn may_use(&self, agent: Option<&str>, name: &str) -> bool {
+        self.filter.allows(name)
+            && self.shared.runtime.tool(name).is_some_and(|spec| {
+                let spec = std::slice::from_ref(&spec);
+                self.shared
+                    .runtime
+                    .governance()
+                    .hidden(agent, spec)
+                    .is_empty()
+            })
+    }
+
     /// Resource `uri`, if `agent` may use the tool that reads it on this connection (the
     /// tool call then applies governance's rules).
     fn readable(&self, agent: &str, uri: &str) -> Result<resources::Resource, McpError> {
@@ -170,17 +187,7 @@ impl McpServer {
         let Some((tool, _)) = resource.tool() else {
             return Ok(resource);
         };
-        // The test `visible_tools_for` makes, for this one tool.
-        let visible = self.filter.allows(tool)
-            && self.shared.runtime.tool(tool).is_some_and(|spec| {
-                let spec = std::slice::from_ref(&spec);
-                self.shared
-                    .runtime
-                    .governance()
-                    .hidden(Some(agent), spec)
-                    .is_empty()
-            });
-        if visible {
+        if self.may_use(Some(agent), tool) {
             Ok(resource)
         } else {
             Err(McpError::invalid_params(
@@ -190,23 +197,44 @@ impl McpServer {
         }
     }
 
-    /// A watch on resource `uri` for the caller of `cx`.
+    /// A watch on resource `uri` for the caller of `cx`, with what it holds upstream when
+    /// the resource is a proxied server's.
     async fn watch(
         &self,
         uri: &str,
         cx: &RequestContext<RoleServer>,
-    ) -> Result<crate::changes::Watch, McpError> {
+    ) -> Result<(crate::changes::Watch, Held), McpError> {
         let agent = self.caller(cx).await?;
+        let changes = self.shared.runtime.changes();
+        #[cfg(all(target_os = "linux", target_env = "gnu"))]
+        if federated::is_federated(uri) {
+            // Watched before the server is asked: an update right after is not missed.
+            let watch = changes.watch(crate::changes::Subject::Resource(Arc::from(uri)));
+            let may_use = |tool: &str| self.may_use(Some(&agent), tool);
+            let upstream = federated::subscribe(&self.shared.runtime, may_use, &agent, uri).await?;
+            return Ok((watch, Some(upstream)));
+        }
         let resource = self.readable(&agent, uri)?;
         if matches!(resource, resources::Resource::Events(_)) {
             // Kept from now on, so the first read after the first notice has them.
             self.shared.recent();
         }
-        Ok(self
-            .shared
-            .runtime
-            .changes()
-            .watch(resource.subject(&agent)))
+        Ok((changes.watch(resource.subject(&agent)), Held::default()))
+    }
+
+    /// The proxied servers' resources, templates and prompts `agent` may see here.
+    async fn federated(&self, agent: Option<&str>) -> Federated {
+        #[cfg(all(target_os = "linux", target_env = "gnu"))]
+        {
+            let listed =
+                federated::listed(&self.shared.runtime, |tool| self.may_use(agent, tool)).await;
+            (listed.resources, listed.templates, listed.prompts)
+        }
+        #[cfg(not(all(target_os = "linux", target_env = "gnu")))]
+        {
+            let _ = agent;
+            Federated::default()
+        }
     }
 
     /// What this server offers: tools (and list changes), plus what the fixtures add.
@@ -220,7 +248,9 @@ impl McpServer {
             .enable_tool_list_changed()
             .enable_resources()
             .enable_resources_subscribe()
+            .enable_resources_list_changed()
             .enable_prompts()
+            .enable_prompts_list_changed()
             .enable_completions()
             .enable_tasks()
             .build()
@@ -245,7 +275,7 @@ impl McpServer {
     /// does not deny it outright.
     fn visible_tools_for(&self, agent: Option<&str>) -> Vec<Tool> {
         let runtime = &self.shared.runtime;
-        let specs = runtime.tools();
+        let specs = runtime.listed_tools();
         let hidden = runtime.governance().hidden(agent, &specs);
         self.listing()
             .iter()
@@ -267,7 +297,7 @@ impl McpServer {
         {
             return Arc::clone(tools);
         }
-        let mut tools: Vec<Tool> = runtime.tools().iter().map(mcp_tool).collect();
+        let mut tools: Vec<Tool> = runtime.listed_tools().iter().map(mcp_tool).collect();
         #[cfg(feature = "conformance")]
         if self.shared.fixtures {
             tools.extend(fixtures::tools());
@@ -666,14 +696,24 @@ const MAX_ERROR_TEXT: usize = 8 * 1024;
 /// A failed call as an `isError` result: the error's kind and a message a model can act on,
 /// at most [`MAX_ERROR_TEXT`] bytes of it.
 ///
-/// A proxied server's own error result is passed on as the server sent it. Every error
+/// A proxied server's own error result is passed on as the server sent it, each text cut
+/// to the same bound. Every error
 /// guildhall makes says so in its `_meta` (`guildhall/error`: the kind), which a server's
 /// does not, so a client tells a crash, a deadline or an open breaker from the tool's own
 /// answer.
 fn tool_failure(err: &CallError) -> CallToolResult {
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
     if let Some(ProxyError::Failed { result, .. }) = err.tool_error::<ProxyError>() {
-        return passed_on(CallToolResult::clone(result));
+        // As bounded as guildhall's own: each text at most MAX_ERROR_TEXT.
+        let mut result = passed_on(CallToolResult::clone(result));
+        for block in &mut result.content {
+            if let ContentBlock::Text(text) = block
+                && text.text.len() > MAX_ERROR_TEXT
+            {
+                text.text = cut_text(&text.text, MAX_ERROR_TEXT).into_owned();
+            }
+        }
+        return result;
     }
     let kind = err.kind().as_str();
     let text = format!("{kind}: {err}");
@@ -684,9 +724,6 @@ fn tool_failure(err: &CallError) -> CallToolResult {
     result.meta = Some(meta);
     result
 }
-
-/// The `_meta` key that marks an error result as guildhall's own, its value the kind.
-pub(crate) const ERROR_META: &str = "guildhall/error";
 
 /// A guildhall tool contract as an MCP tool.
 fn mcp_tool(spec: &ToolSpec) -> Tool {
@@ -837,6 +874,65 @@ async fn relay_changes<N, E>(
     }
 }
 
+/// Calls `resources` or `prompts` for each change of the proxied servers' resource or prompt
+/// lists after now, until `stop` completes or a call fails (the client is gone).
+#[cfg(all(target_os = "linux", target_env = "gnu"))]
+async fn relay_lists<R, P, E>(
+    mut lists: tokio::sync::watch::Receiver<crate::servers::Lists>,
+    stop: impl Future<Output = ()>,
+    mut resources: impl FnMut() -> R,
+    mut prompts: impl FnMut() -> P,
+) where
+    R: Future<Output = Result<(), E>>,
+    P: Future<Output = Result<(), E>>,
+{
+    let mut seen = *lists.borrow_and_update();
+    tokio::pin!(stop);
+    loop {
+        tokio::select! {
+            () = &mut stop => return,
+            changed = lists.changed() => {
+                if changed.is_err() {
+                    return;
+                }
+                let now = *lists.borrow_and_update();
+                if now.resources != seen.resources && resources().await.is_err() {
+                    return;
+                }
+                if now.prompts != seen.prompts && prompts().await.is_err() {
+                    return;
+                }
+                seen = now;
+            }
+        }
+    }
+}
+
+/// What a resource subscription holds besides its watch: a proxied server's upstream
+/// subscription, for its resources.
+#[cfg(all(target_os = "linux", target_env = "gnu"))]
+type Held = Option<crate::servers::Upstream>;
+#[cfg(not(all(target_os = "linux", target_env = "gnu")))]
+type Held = ();
+
+/// The proxied servers' resources, templates and prompts a caller may see.
+type Federated = (
+    Vec<rmcp::model::Resource>,
+    Vec<rmcp::model::ResourceTemplate>,
+    Vec<rmcp::model::Prompt>,
+);
+
+/// Whether `uri` is a proxied server's resource.
+fn is_federated(uri: &str) -> bool {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    return federated::is_federated(uri);
+    #[cfg(not(all(target_os = "linux", target_env = "gnu")))]
+    {
+        let _ = uri;
+        false
+    }
+}
+
 impl ServerHandler for McpServer {
     fn get_info(&self) -> ServerConfig {
         let capabilities = self.capabilities();
@@ -933,6 +1029,19 @@ impl ServerHandler for McpServer {
         let changes = self.shared.runtime.tool_set_changes();
         let alive = self.alive.clone();
         let peer = cx.peer;
+        #[cfg(all(target_os = "linux", target_env = "gnu"))]
+        if let Some(lists) = federated::list_changes(&self.shared.runtime) {
+            let (alive, peer) = (alive.clone(), peer.clone());
+            tokio::spawn(async move {
+                relay_lists(
+                    lists,
+                    alive.cancelled(),
+                    || peer.notify_resource_list_changed(),
+                    || peer.notify_prompt_list_changed(),
+                )
+                .await;
+            });
+        }
         tokio::spawn(async move {
             relay_changes(changes, alive.cancelled(), || {
                 peer.notify_tool_list_changed()
@@ -945,16 +1054,23 @@ impl ServerHandler for McpServer {
         &self,
         requested: &SubscriptionFilter,
     ) -> Option<SubscriptionFilter> {
-        let accepted = SubscriptionFilter::builder().tools_list_changed();
+        let mut accepted = SubscriptionFilter::builder().tools_list_changed();
         if self.shared.fixtures {
             return Some(accepted.prompts_list_changed().build());
+        }
+        // The proxied servers' lists change; guildhall's own do not.
+        if requested.resources_list_changed == Some(true) {
+            accepted = accepted.resources_list_changed();
+        }
+        if requested.prompts_list_changed == Some(true) {
+            accepted = accepted.prompts_list_changed();
         }
         // The URIs guildhall serves; whether the caller may read them is checked in `listen`.
         let uris: Vec<String> = requested
             .resource_subscriptions
             .iter()
             .flatten()
-            .filter(|uri| resources::Resource::parse(uri).is_ok())
+            .filter(|uri| resources::Resource::parse(uri).is_ok() || is_federated(uri))
             .take(resources::MAX_SUBSCRIPTIONS)
             .cloned()
             .collect();
@@ -982,13 +1098,17 @@ impl ServerHandler for McpServer {
             return Ok(());
         }
         let mut watches = Vec::new();
+        // Held until the subscription ends: the proxied servers' upstream subscriptions.
+        let mut held = Vec::new();
         for uri in subscription
             .accepted()
             .resource_subscriptions
             .iter()
             .flatten()
         {
-            watches.push((uri, self.watch(uri, subscription.request_context()).await?));
+            let (watch, upstream) = self.watch(uri, subscription.request_context()).await?;
+            watches.push((uri, watch));
+            held.push(upstream);
         }
         // The acknowledgment went out before these watches began: a change in between would
         // be missed, so each resource is reported changed once at the start.
@@ -998,7 +1118,35 @@ impl ServerHandler for McpServer {
                 subscription.sink().notify_resource_updated(uri.clone())
             })
         }));
-        tokio::join!(tools, resources);
+        let lists = async {
+            #[cfg(all(target_os = "linux", target_env = "gnu"))]
+            if let Some(lists) = federated::list_changes(&self.shared.runtime) {
+                let accepted = subscription.accepted();
+                let (resources, prompts) = (
+                    accepted.resources_list_changed == Some(true),
+                    accepted.prompts_list_changed == Some(true),
+                );
+                relay_lists(
+                    lists,
+                    subscription.cancelled(),
+                    || async move {
+                        match resources {
+                            true => subscription.sink().notify_resource_list_changed().await,
+                            false => Ok(()),
+                        }
+                    },
+                    || async move {
+                        match prompts {
+                            true => subscription.sink().notify_prompt_list_changed().await,
+                            false => Ok(()),
+                        }
+                    },
+                )
+                .await;
+            }
+        };
+        tokio::join!(tools, resources, lists);
+        drop(held);
         Ok(())
     }
 
@@ -1012,7 +1160,10 @@ impl ServerHandler for McpServer {
             return fixtures::list_resources(request, cx);
         }
         let agent = self.named_caller(&cx).await?;
-        resources::list(&self.shared.runtime, agent.as_deref(), request)
+        // As for tools: a proxied server's first start is waited for, a bounded time.
+        self.shared.runtime.settled().await;
+        let (proxied, _, _) = self.federated(agent.as_deref()).await;
+        resources::list(&self.shared.runtime, agent.as_deref(), request, proxied)
     }
 
     async fn list_resource_templates(
@@ -1024,8 +1175,10 @@ impl ServerHandler for McpServer {
         if self.shared.fixtures {
             return fixtures::list_resource_templates(request, cx);
         }
-        let _ = (request, cx);
-        resources::templates()
+        let agent = self.named_caller(&cx).await?;
+        self.shared.runtime.settled().await;
+        let (_, proxied, _) = self.federated(agent.as_deref()).await;
+        resources::templates(request, proxied)
     }
 
     async fn read_resource(
@@ -1038,6 +1191,19 @@ impl ServerHandler for McpServer {
             return fixtures::read_resource(request, cx).await;
         }
         let agent = self.caller(&cx).await?;
+        #[cfg(all(target_os = "linux", target_env = "gnu"))]
+        if federated::is_federated(&request.uri) {
+            self.shared.runtime.agent_seen(&agent);
+            let may_use = |tool: &str| self.may_use(Some(&agent), tool);
+            let result = federated::read(
+                &self.shared.runtime,
+                may_use,
+                Arc::clone(&agent),
+                &request.uri,
+            )
+            .await?;
+            return Ok(rmcp::model::ReadResourceResponse::from(result));
+        }
         self.readable(&agent, &request.uri)?;
         self.shared.runtime.agent_seen(&agent);
         let result = resources::read(
@@ -1060,19 +1226,34 @@ impl ServerHandler for McpServer {
             let added = *self.shared.added_prompts.borrow();
             return fixtures::list_prompts(added, request, cx);
         }
-        let _ = (request, cx);
-        prompts::list()
+        let agent = self.named_caller(&cx).await?;
+        self.shared.runtime.settled().await;
+        let (_, _, proxied) = self.federated(agent.as_deref()).await;
+        let mut all = prompts::list()?.prompts;
+        all.extend(proxied);
+        let (prompts, next) = page::page(all, request)?;
+        let mut result = rmcp::model::ListPromptsResult::with_all_items(prompts);
+        result.next_cursor = next;
+        Ok(result)
     }
 
     async fn complete(
         &self,
         request: rmcp::model::CompleteRequestParams,
-        _cx: RequestContext<RoleServer>,
+        cx: RequestContext<RoleServer>,
     ) -> Result<rmcp::model::CompleteResult, McpError> {
         #[cfg(feature = "conformance")]
         if self.shared.fixtures {
             return fixtures::complete(&request);
         }
+        #[cfg(all(target_os = "linux", target_env = "gnu"))]
+        if federated::is_federated_ref(&request.r#ref) {
+            let agent = self.caller(&cx).await?;
+            let may_use = |tool: &str| self.may_use(Some(&agent), tool);
+            let runtime = &self.shared.runtime;
+            return federated::complete(runtime, may_use, Arc::clone(&agent), &request).await;
+        }
+        let _ = cx;
         prompts::complete(&self.shared.runtime, &request).await
     }
 
@@ -1094,7 +1275,7 @@ impl ServerHandler for McpServer {
         if self.shared.fixtures {
             return Ok(());
         }
-        let watch = self.watch(&request.uri, &cx).await?;
+        let (watch, held) = self.watch(&request.uri, &cx).await?;
         let mut subscriptions = self
             .subscriptions
             .lock()
@@ -1114,20 +1295,20 @@ impl ServerHandler for McpServer {
         let stop = self.alive.child_token();
         let (peer, uri) = (cx.peer.clone(), request.uri.clone());
         // Watched before the answer: every change after it is reported.
-        tokio::spawn(resources::relay(
-            watch,
-            false,
-            stop.clone().cancelled_owned(),
-            move || {
-                let (peer, uri) = (peer.clone(), uri.clone());
-                async move {
-                    peer.notify_resource_updated(
-                        rmcp::model::ResourceUpdatedNotificationParam::new(uri),
-                    )
-                    .await
-                }
-            },
-        ));
+        let relay = resources::relay(watch, false, stop.clone().cancelled_owned(), move || {
+            let (peer, uri) = (peer.clone(), uri.clone());
+            async move {
+                peer.notify_resource_updated(rmcp::model::ResourceUpdatedNotificationParam::new(
+                    uri,
+                ))
+                .await
+            }
+        });
+        tokio::spawn(async move {
+            relay.await;
+            // Held while it relays: a proxied server's upstream subscription.
+            drop(held);
+        });
         // A second subscription to the same URI replaces the first (one notification each).
         subscriptions.insert(request.uri, stop.drop_guard());
         Ok(())
@@ -1157,6 +1338,15 @@ impl ServerHandler for McpServer {
         #[cfg(feature = "conformance")]
         if self.shared.fixtures {
             return fixtures::get_prompt(request, cx).await;
+        }
+        #[cfg(all(target_os = "linux", target_env = "gnu"))]
+        if federated::is_federated_prompt(&request.name) {
+            let agent = self.caller(&cx).await?;
+            let may_use = |tool: &str| self.may_use(Some(&agent), tool);
+            let runtime = &self.shared.runtime;
+            let result =
+                federated::get_prompt(runtime, may_use, Arc::clone(&agent), &request).await?;
+            return Ok(rmcp::model::GetPromptResponse::from(result));
         }
         let agent = self.named_caller(&cx).await?;
         let result = prompts::get(&self.shared.runtime, agent.as_deref(), &request)?;

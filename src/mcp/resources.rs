@@ -178,11 +178,13 @@ fn contents(uri: &str, value: &Value) -> Result<ReadResourceResult, McpError> {
     }] }))
 }
 
-/// The fixed resources and every context session, paged.
+/// The fixed resources, every context session and then `proxied` (the proxied servers'
+/// resources the caller may read), paged.
 pub(super) fn list(
     runtime: &Runtime,
     agent: Option<&str>,
     request: Option<PaginatedRequestParams>,
+    proxied: Vec<rmcp::model::Resource>,
 ) -> Result<ListResourcesResult, McpError> {
     let mut all = Vec::new();
     if let Some(agent) = agent {
@@ -222,6 +224,7 @@ pub(super) fn list(
                             one entry is …/{session}/{key}.",
             "mimeType": "application/json" })
     }));
+    all.extend(proxied.iter().filter_map(|r| serde_json::to_value(r).ok()));
     let (resources, next) = page::page(all, request)?;
     let mut result = json!({ "resources": resources });
     if let Some(next) = next {
@@ -230,23 +233,34 @@ pub(super) fn list(
     model(result)
 }
 
-/// The templates: a session and one entry.
-pub(super) fn templates() -> Result<ListResourceTemplatesResult, McpError> {
-    model(json!({ "resourceTemplates": [
-        { "uriTemplate": format!("{CONTEXT}{{session}}"), "name": "context-session",
+/// The templates (a session, one entry, a task, the events after one) and then `proxied`
+/// (the proxied servers' templates the caller may read), paged.
+pub(super) fn templates(
+    request: Option<PaginatedRequestParams>,
+    proxied: Vec<rmcp::model::ResourceTemplate>,
+) -> Result<ListResourceTemplatesResult, McpError> {
+    let mut all = vec![
+        json!({ "uriTemplate": format!("{CONTEXT}{{session}}"), "name": "context-session",
           "title": "Context session", "description": "A context session's entries.",
-          "mimeType": "application/json" },
-        { "uriTemplate": format!("{CONTEXT}{{session}}/{{key}}"), "name": "context-entry",
+          "mimeType": "application/json" }),
+        json!({ "uriTemplate": format!("{CONTEXT}{{session}}/{{key}}"), "name": "context-entry",
           "title": "Context entry", "description": "One entry of a context session.",
-          "mimeType": "application/json" },
-        { "uriTemplate": format!("{TASK}{{id}}"), "name": "task",
+          "mimeType": "application/json" }),
+        json!({ "uriTemplate": format!("{TASK}{{id}}"), "name": "task",
           "title": "Task", "description": "One task of the board, with its notes.",
-          "mimeType": "application/json" },
-        { "uriTemplate": format!("{EVENTS}{{?after}}"), "name": "events-after",
+          "mimeType": "application/json" }),
+        json!({ "uriTemplate": format!("{EVENTS}{{?after}}"), "name": "events-after",
           "title": "Events after", "description": "The events you may see after event \
           number `after` (the `next` of your last read).",
-          "mimeType": "application/json" }
-    ]}))
+          "mimeType": "application/json" }),
+    ];
+    all.extend(proxied.iter().filter_map(|t| serde_json::to_value(t).ok()));
+    let (templates, next) = page::page(all, request)?;
+    let mut result = json!({ "resourceTemplates": templates });
+    if let Some(next) = next {
+        result["nextCursor"] = json!(next);
+    }
+    model(result)
 }
 
 /// Sends `notify` after every change `watch` sees (and once at once, when `at_once`),

@@ -21,6 +21,10 @@ pub struct ToolOptions {
     /// Delay before restarting a tool actor that already restarted within the last ten
     /// seconds (the first restart is immediate).
     pub backoff: Backoff,
+    /// Whether MCP's `tools/list` shows it (default `true`). An unlisted tool is still
+    /// called by name, governed and audited like any other: a proxied server's resource
+    /// reads and prompt gets are such tools.
+    pub listed: bool,
 }
 
 impl Default for ToolOptions {
@@ -32,6 +36,7 @@ impl Default for ToolOptions {
             max_in_flight: 1024,
             breaker: BreakerConfig::default(),
             backoff: Backoff::default(),
+            listed: true,
         }
     }
 }
@@ -70,6 +75,12 @@ impl ToolOptions {
     /// Sets the restart backoff.
     pub fn backoff(mut self, backoff: Backoff) -> Self {
         self.backoff = backoff;
+        self
+    }
+
+    /// Keeps the tool out of MCP's `tools/list` (see [`listed`](Self::listed)).
+    pub fn unlisted(mut self) -> Self {
+        self.listed = false;
         self
     }
 }

@@ -29,7 +29,10 @@ use serde_json::Value;
 
 use super::answer_limit::AnswerLimit;
 use super::config::{RestartType, ServerConfig};
-use super::link::Link;
+use super::federation::{
+    self, AccessTool, Catalog, Complete, GetPrompt, ReadResource, Subscriptions,
+};
+use super::link::{Link, Phase};
 use super::proxy::{Pool, ProxyTool};
 use super::server_log::ServerLog;
 use crate::events::ToolEvent;
@@ -57,6 +60,14 @@ pub(crate) struct ServerSpec {
     /// The server's tools registered now: its own name → (guildhall's name, what it was
     /// registered from, to tell a changed tool).
     pub(crate) registered: tokio::sync::Mutex<BTreeMap<String, (String, String)>>,
+    /// What the server lists besides its tools (the first copy's, for all).
+    pub(crate) catalog: std::sync::RwLock<Arc<Catalog>>,
+    /// The access tools registered for its resources, prompts and completions.
+    pub(crate) access: tokio::sync::Mutex<Vec<String>>,
+    /// Its resources guildhall's clients are subscribed to.
+    pub(crate) subscriptions: Subscriptions,
+    /// Every server's catalogs' versions, bumped when this one's changes.
+    pub(crate) lists: Arc<tokio::sync::watch::Sender<federation::Lists>>,
 }
 
 impl ServerSpec {
@@ -68,14 +79,116 @@ impl ServerSpec {
         }
     }
 
-    /// Removes every tool of the server from the runtime.
+    /// Removes every tool of the server from the runtime, and its catalog.
     pub(crate) async fn deregister_all(&self) {
         let registered = std::mem::take(&mut *self.registered.lock().await);
+        let access = std::mem::take(&mut *self.access.lock().await);
         if let Some(runtime) = self.runtime.upgrade() {
-            for (name, _) in registered.values() {
+            for name in registered.values().map(|(name, _)| name).chain(&access) {
                 runtime.deregister(name).await;
             }
         }
+        self.set_catalog(Catalog::default());
+    }
+
+    /// Keeps `catalog` as the server's, telling listeners of each list that changed.
+    fn set_catalog(&self, catalog: Catalog) {
+        let mut kept = self
+            .catalog
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let resources = kept.resources != catalog.resources || kept.templates != catalog.templates;
+        let prompts = kept.prompts != catalog.prompts;
+        *kept = Arc::new(catalog);
+        drop(kept);
+        if resources || prompts {
+            self.lists.send_modify(|lists| {
+                lists.resources += u64::from(resources);
+                lists.prompts += u64::from(prompts);
+            });
+        }
+    }
+
+    /// Reads what the server lists besides its tools, and registers the access tools its
+    /// capabilities call for (removing those it no longer has).
+    async fn recatalog(&self, peer: &Peer<RoleClient>) {
+        let catalog = Catalog::read(&self.name, peer).await;
+        let capabilities = peer.peer_info().map(|info| info.capabilities.clone());
+        let has =
+            |f: fn(&rmcp::model::ServerCapabilities) -> bool| capabilities.as_ref().is_some_and(f);
+        if let Some(runtime) = self.runtime.upgrade() {
+            let mut access = self.access.lock().await;
+            self.access_tool::<ReadResource>(&runtime, &mut access, has(|c| c.resources.is_some()))
+                .await;
+            self.access_tool::<GetPrompt>(&runtime, &mut access, has(|c| c.prompts.is_some()))
+                .await;
+            self.access_tool::<Complete>(&runtime, &mut access, has(|c| c.completions.is_some()))
+                .await;
+        }
+        self.set_catalog(catalog);
+    }
+
+    /// Registers the access tool for `A` when the server is to have it (`want`) and it is not
+    /// registered, or removes it when the server no longer has what it reaches.
+    async fn access_tool<A: federation::Access>(
+        &self,
+        runtime: &crate::runtime::Runtime,
+        access: &mut Vec<String>,
+        want: bool,
+    ) {
+        let name = federation::access_tool::<A>(&self.name);
+        let held = access.contains(&name);
+        if want && !held {
+            // Never retried (a read may have effects on its server); unlisted: clients
+            // reach them as resources, prompts and completions.
+            let options = ToolOptions::default()
+                .timeout(self.config.timeout)
+                .max_retries(0)
+                .unlisted();
+            let tool = AccessTool::<A>::new(self.pool.clone(), self.config.hang_grace);
+            match runtime.register_with(tool, options).await {
+                Ok(_) => access.push(name),
+                Err(err) => {
+                    tracing::warn!(server = %self.name, tool = %name, error = %guildhall_actors::ErrorChain(&err), "access tool not registered");
+                }
+            }
+        } else if !want && held {
+            runtime.deregister(&name).await;
+            access.retain(|n| *n != name);
+        }
+    }
+
+    /// After a (re)connection: subscribes upstream again to what guildhall's clients are
+    /// subscribed to, and tells them their resources may have changed meanwhile.
+    async fn resubscribe(&self, peer: &Peer<RoleClient>) {
+        let uris = self.subscriptions.uris();
+        if uris.is_empty() {
+            return;
+        }
+        let changes = self.runtime.upgrade().map(|r| r.changes());
+        for uri in uris {
+            federation::send_subscription(&self.name, peer, &uri, true).await;
+            if let Some(changes) = &changes {
+                changes.changed(&crate::changes::Subject::Resource(Arc::from(
+                    federation::resource_uri(&self.name, &uri),
+                )));
+            }
+        }
+    }
+
+    /// Counts a subscription of a client of guildhall's to the server's resource `uri`,
+    /// subscribing upstream when it is the first; its end is the returned guard's drop.
+    pub(crate) async fn subscribe(self: &Arc<Self>, uri: &str) -> Result<Upstream, String> {
+        let first = self.subscriptions.add(uri)?;
+        // Made before the request is sent: a caller gone meanwhile uncounts it.
+        let held = Upstream {
+            spec: Arc::clone(self),
+            uri: uri.to_owned(),
+        };
+        if first && let Phase::Up { peer, .. } = self.link.phase() {
+            federation::send_subscription(&self.name, &peer, uri, true).await;
+        }
+        Ok(held)
     }
 
     /// Tells the runtime's event stream what happened to this server, under its name in
@@ -92,6 +205,27 @@ impl ServerSpec {
             self.announce(|tool| match transition {
                 Transition::Opened { .. } => ToolEvent::CircuitOpened { tool },
                 Transition::Closed => ToolEvent::CircuitClosed { tool },
+            });
+        }
+    }
+}
+
+/// A subscription of a client of guildhall's to a server's resource, counted until dropped;
+/// the last one's drop unsubscribes upstream.
+pub(crate) struct Upstream {
+    spec: Arc<ServerSpec>,
+    uri: String,
+}
+
+impl Drop for Upstream {
+    fn drop(&mut self) {
+        if !self.spec.subscriptions.remove(&self.uri) {
+            return;
+        }
+        if let Phase::Up { peer, .. } = self.spec.link.phase() {
+            let (server, uri) = (Arc::clone(&self.spec.name), std::mem::take(&mut self.uri));
+            tokio::spawn(async move {
+                federation::send_subscription(&server, &peer, &uri, false).await;
             });
         }
     }
@@ -116,6 +250,8 @@ pub(crate) enum ServerMsg {
     /// at most one relist waits in the mailbox (a flood of 2,000 a call once queued a
     /// relist each, 42 → 830 MB).
     Relist(Arc<AtomicBool>),
+    /// The server said its resource or prompt list changed; the flag as `Relist`'s.
+    Recatalog(Arc<AtomicBool>),
 }
 
 /// A live connection. Dropping it (the actor stopping, failing or being killed) kills the
@@ -178,13 +314,34 @@ impl Actor for ServerActor {
                     (running.peer.clone(), running.generation, running.pid);
                 *state = Some(running);
                 // Listed before the connection is published: once the server shows as
-                // running, its tools are there. The first copy lists them for all.
-                if spec.instance == 1
-                    && let Err(err) = reconcile(spec, &peer).await
-                {
-                    tracing::warn!(server = %spec.name, %err, "could not list the server's tools");
+                // running, its tools, resources and prompts are there. The first copy lists
+                // them for all, within the start's own bound: a server that answers the
+                // handshake but never its listing holds no caller forever.
+                if spec.instance == 1 {
+                    let listing = async {
+                        if let Err(err) = reconcile(spec, &peer).await {
+                            tracing::warn!(server = %spec.name, %err, "could not list the server's tools");
+                        }
+                        spec.recatalog(&peer).await;
+                    };
+                    if tokio::time::timeout(spec.config.startup_timeout, listing)
+                        .await
+                        .is_err()
+                    {
+                        let reason = format!(
+                            "did not list its tools, resources and prompts within {:?} (startup_timeout)",
+                            spec.config.startup_timeout
+                        );
+                        tracing::warn!(server = %spec.name, %reason, "server failed to start");
+                        spec.link.down(reason.clone());
+                        *state = None;
+                        return Err(reason.into());
+                    }
                 }
-                spec.link.up(peer, pid, generation);
+                spec.link.up(peer.clone(), pid, generation);
+                if spec.instance == 1 {
+                    spec.resubscribe(&peer).await;
+                }
             }
             ServerMsg::Lost {
                 generation,
@@ -223,6 +380,13 @@ impl Actor for ServerActor {
                     if let Err(err) = reconcile(spec, &peer).await {
                         tracing::warn!(server = %spec.name, %err, "could not list the server's tools");
                     }
+                }
+            }
+            ServerMsg::Recatalog(pending) => {
+                pending.store(false, Ordering::Release);
+                if let Some(running) = state.as_ref().filter(|_| spec.instance == 1) {
+                    let peer = running.peer.clone();
+                    spec.recatalog(&peer).await;
                 }
             }
             // About a connection already replaced.
@@ -270,7 +434,9 @@ impl ServerActor {
             link: Arc::clone(&self.0.link),
             actor: myself.clone(),
             relist_pending: Arc::new(AtomicBool::new(false)),
+            recatalog_pending: Arc::new(AtomicBool::new(false)),
             log: ServerLog::new(Arc::clone(&self.0.name)),
+            runtime: self.0.runtime.clone(),
         };
         match &self.0.config.url {
             Some(url) => self.start_http(myself, client, url).await,
@@ -619,7 +785,21 @@ struct Client {
     actor: ActorRef<ServerMsg>,
     /// A relist is in the actor's mailbox and has not started.
     relist_pending: Arc<AtomicBool>,
+    /// Likewise, a reading of its resources and prompts.
+    recatalog_pending: Arc<AtomicBool>,
     log: ServerLog,
+    /// Where a resource's update is reported.
+    runtime: WeakRuntime,
+}
+
+impl Client {
+    fn recatalog(&self) {
+        if !self.recatalog_pending.swap(true, Ordering::AcqRel) {
+            let _ = self
+                .actor
+                .send_message(ServerMsg::Recatalog(Arc::clone(&self.recatalog_pending)));
+        }
+    }
 }
 
 impl ClientHandler for Client {
@@ -680,6 +860,30 @@ impl ClientHandler for Client {
         _: NotificationContext<RoleClient>,
     ) {
         self.log.write(&params);
+    }
+
+    /// Reported to whoever watches the resource under guildhall's URI for it (a report
+    /// nobody watches costs one atomic load).
+    async fn on_resource_updated(
+        &self,
+        params: rmcp::model::ResourceUpdatedNotificationParam,
+        _: NotificationContext<RoleClient>,
+    ) {
+        if let Some(runtime) = self.runtime.upgrade() {
+            let changes = runtime.changes();
+            if changes.is_watched() {
+                let uri = federation::resource_uri(&self.link.server, &params.uri);
+                changes.changed(&crate::changes::Subject::Resource(Arc::from(uri)));
+            }
+        }
+    }
+
+    async fn on_resource_list_changed(&self, _: NotificationContext<RoleClient>) {
+        self.recatalog();
+    }
+
+    async fn on_prompt_list_changed(&self, _: NotificationContext<RoleClient>) {
+        self.recatalog();
     }
 
     async fn on_tool_list_changed(&self, _: NotificationContext<RoleClient>) {

@@ -101,6 +101,11 @@ impl Pool {
         }
     }
 
+    /// The server's name (its first instance's).
+    pub(crate) fn server(&self) -> &Arc<str> {
+        &self.links[0].server
+    }
+
     /// An instance for one call and its turn there: a serving instance with a free turn
     /// when there is one, otherwise the first whose turn comes.
     async fn pick(&self) -> (Arc<Link>, Option<tokio::sync::OwnedSemaphorePermit>) {
@@ -179,62 +184,72 @@ impl Tool for ProxyTool {
         input: Arguments,
         ctx: CallContext,
     ) -> Result<CallToolResult, ProxyError> {
-        let cancelled = ctx.cancellation().clone();
-        let (link, _permit) = tokio::select! {
-            biased;
-            () = cancelled.cancelled() => return Err(ProxyError::Cancelled),
-            picked = self.pool.pick() => picked,
-        };
-        let link = &link;
-        let (peer, generation) = tokio::select! {
-            biased;
-            () = cancelled.cancelled() => return Err(ProxyError::Cancelled),
-            up = connection(link) => up?,
-        };
         let params = CallToolRequestParams::new(self.remote.to_string()).with_arguments(input.0);
         let request = ClientRequest::CallToolRequest(CallToolRequest::new(params));
-        let handle = peer
-            .send_cancellable_request(request, PeerRequestOptions::no_options())
-            .await
-            .map_err(|err| failed(link, err))?;
-        let _progress = link.route_progress(&handle.progress_token, ctx.clone());
-        let _counted = link.sent();
-        let mut abandoned = Abandoned {
-            peer: Some(peer),
-            id: handle.id.clone(),
-            link: Arc::clone(link),
-            generation,
-            grace: self.hang_grace,
-        };
-        let mut phase = link.watch();
-        let answer = tokio::select! {
-            biased;
-            answer = handle.await_response() => answer,
-            // The guard's drop tells the server and probes it, as it does when this
-            // future is dropped (the caller gone, the pipeline's deadline).
-            () = cancelled.cancelled() => return Err(ProxyError::Cancelled),
-            reason = gone(&mut phase, generation) => {
-                abandoned.peer = None;
-                return Err(ProxyError::Lost { server: link.server.to_string(), reason });
-            }
-        };
-        abandoned.peer = None;
-        match answer {
-            Ok(ServerResult::CallToolResult(result)) if result.is_error == Some(true) => {
+        match forward(&self.pool, request, &ctx, self.hang_grace).await? {
+            ServerResult::CallToolResult(result) if result.is_error == Some(true) => {
                 Err(ProxyError::Failed {
                     text: crate::governance::texts(&result.content),
                     result: Arc::new(result),
                 })
             }
-            Ok(ServerResult::CallToolResult(result)) => Ok(result),
-            Ok(ServerResult::CreateTaskResult(_)) => Err(self.unsupported("a task")),
-            Ok(ServerResult::InputRequiredResult(_)) => {
-                Err(self.unsupported("a request for input"))
-            }
-            Ok(_) => Err(self.unsupported("a result of another request")),
-            Err(err) => Err(failed(link, err)),
+            ServerResult::CallToolResult(result) => Ok(result),
+            ServerResult::CreateTaskResult(_) => Err(self.unsupported("a task")),
+            ServerResult::InputRequiredResult(_) => Err(self.unsupported("a request for input")),
+            _ => Err(self.unsupported("a result of another request")),
         }
     }
+}
+
+/// Sends `request` to one of `pool`'s instances for the call of `ctx` and waits for its
+/// answer: a call waits for its instance to (re)start; a connection lost mid-call is
+/// [`ProxyError::Lost`]; a request abandoned (cancelled, or this future dropped) is
+/// cancelled on the server, which is then probed and, silent for `hang_grace`, restarted.
+pub(crate) async fn forward(
+    pool: &Pool,
+    request: ClientRequest,
+    ctx: &CallContext,
+    hang_grace: std::time::Duration,
+) -> Result<ServerResult, ProxyError> {
+    let cancelled = ctx.cancellation().clone();
+    let (link, _permit) = tokio::select! {
+        biased;
+        () = cancelled.cancelled() => return Err(ProxyError::Cancelled),
+        picked = pool.pick() => picked,
+    };
+    let link = &link;
+    let (peer, generation) = tokio::select! {
+        biased;
+        () = cancelled.cancelled() => return Err(ProxyError::Cancelled),
+        up = connection(link) => up?,
+    };
+    let handle = peer
+        .send_cancellable_request(request, PeerRequestOptions::no_options())
+        .await
+        .map_err(|err| failed(link, err))?;
+    let _progress = link.route_progress(&handle.progress_token, ctx.clone());
+    let _counted = link.sent();
+    let mut abandoned = Abandoned {
+        peer: Some(peer),
+        id: handle.id.clone(),
+        link: Arc::clone(link),
+        generation,
+        grace: hang_grace,
+    };
+    let mut phase = link.watch();
+    let answer = tokio::select! {
+        biased;
+        answer = handle.await_response() => answer,
+        // The guard's drop tells the server and probes it, as it does when this
+        // future is dropped (the caller gone, the pipeline's deadline).
+        () = cancelled.cancelled() => return Err(ProxyError::Cancelled),
+        reason = gone(&mut phase, generation) => {
+            abandoned.peer = None;
+            return Err(ProxyError::Lost { server: link.server.to_string(), reason });
+        }
+    };
+    abandoned.peer = None;
+    answer.map_err(|err| failed(link, err))
 }
 
 /// The live connection of `link`, waited for while the instance (re)starts.
@@ -317,7 +332,7 @@ fn failed(link: &Link, err: ServiceError) -> ProxyError {
 impl ProxyTool {
     fn unsupported(&self, what: &'static str) -> ProxyError {
         ProxyError::Unsupported {
-            server: self.pool.links[0].server.to_string(),
+            server: self.pool.server().to_string(),
             tool: self.remote.to_string(),
             what,
         }

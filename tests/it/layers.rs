@@ -58,7 +58,7 @@ const GUILDHALL: Allowed = &[
     ("builtin", &["agents", "durable", "error", "fetch", "files", "governance", "humans",
                   "runtime", "sandbox", "shell", "store", "tasks"]),
     // External tools, registered through the runtime like any other.
-    ("servers", &["detached", "events", "governance", "json_id", "options", "output_log",
+    ("servers", &["changes", "detached", "events", "governance", "json_id", "options", "output_log",
                   "process_group", "runtime", "sandbox", "tls"]),
     ("commands", &["detached", "options", "process_group", "runtime", "sandbox", "shell",
                    "time"]),

@@ -951,16 +951,30 @@ struct Outer {
     stdin: tokio::process::ChildStdin,
     lines: tokio::io::Lines<tokio::io::BufReader<tokio::process::ChildStdout>>,
     next_id: u64,
+    /// Notifications read while waiting for an answer, oldest first.
+    notes: std::collections::VecDeque<Value>,
 }
 
 impl Outer {
     async fn start(data: &Path, config: &Path, log: &str, stderr: std::process::Stdio) -> Self {
+        Self::start_as(data, config, log, stderr, &[]).await
+    }
+
+    /// As [`start`](Self::start), with `serve`'s further arguments `extra` (`--agent A`).
+    async fn start_as(
+        data: &Path,
+        config: &Path,
+        log: &str,
+        stderr: std::process::Stdio,
+        extra: &[&str],
+    ) -> Self {
         use tokio::io::AsyncBufReadExt;
         let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_guildhall"))
             .arg("--data-dir")
             .arg(data)
             .args(["serve", "--stdio", "--in-memory", "--config"])
             .arg(config)
+            .args(extra)
             .env("RUST_LOG", log)
             .stdin(std::process::Stdio::piped())
             .stdout(std::process::Stdio::piped())
@@ -975,6 +989,7 @@ impl Outer {
             stdin,
             lines,
             next_id: 0,
+            notes: std::collections::VecDeque::new(),
         };
         let init = outer
             .request(
@@ -999,14 +1014,15 @@ impl Outer {
             .unwrap();
     }
 
-    /// Sends request `method` and returns its answer, skipping notifications and requests
+    /// Sends request `method` and returns its answer, keeping the notifications read
+    /// meanwhile for [`next_notification`](Self::next_notification) and skipping requests
     /// from the server.
     async fn request(&mut self, method: &str, params: Value) -> Value {
         self.next_id += 1;
         let id = self.next_id;
         self.send(json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}))
             .await;
-        let lines = &mut self.lines;
+        let (lines, notes) = (&mut self.lines, &mut self.notes);
         tokio::time::timeout(Duration::from_secs(30), async {
             loop {
                 let line = lines
@@ -1018,10 +1034,32 @@ impl Outer {
                 if message["id"] == id && message.get("method").is_none() {
                     return message;
                 }
+                if message.get("id").is_none() {
+                    notes.push_back(message);
+                }
             }
         })
         .await
         .expect("an answer in time")
+    }
+
+    /// The next notification from the server, waited for.
+    async fn next_notification(&mut self) -> Value {
+        if let Some(note) = self.notes.pop_front() {
+            return note;
+        }
+        loop {
+            let line = self
+                .lines
+                .next_line()
+                .await
+                .unwrap()
+                .expect("the server is running");
+            let message: Value = serde_json::from_str(&line).unwrap();
+            if message.get("id").is_none() {
+                return message;
+            }
+        }
     }
 
     async fn stop(mut self) {
@@ -1166,4 +1204,288 @@ async fn what_a_proxied_server_logs_reaches_the_log_cut_and_rate_bounded() {
         .count();
     assert!((1..=40).contains(&short), "{short} written:\n{log}");
     outer.stop().await;
+}
+
+/// A stdio MCP server with resources (two, a template, subscriptions), a prompt with a
+/// completable argument, and a tool `publish` that adds a resource (`list_changed`) and
+/// updates the first one (`resources/updated`, when subscribed).
+const LIBRARY_SERVER: &str = r#"
+import json, sys
+def send(msg):
+    sys.stdout.write(json.dumps(msg) + "\n")
+    sys.stdout.flush()
+books = {"lib://books/1": "Dune", "lib://books/2": "Emma"}
+subscribed = set()
+for line in sys.stdin:
+    msg = json.loads(line)
+    if "id" not in msg:
+        continue
+    method, rid, params = msg.get("method"), msg["id"], msg.get("params") or {}
+    error = None
+    if method == "initialize":
+        result = {"protocolVersion": params["protocolVersion"],
+                  "capabilities": {"tools": {}, "resources": {"subscribe": True, "listChanged": True},
+                                   "prompts": {"listChanged": True}, "completions": {}},
+                  "serverInfo": {"name": "library", "version": "1"}}
+    elif method == "tools/list":
+        result = {"tools": [{"name": "publish", "description": "adds a book",
+                             "inputSchema": {"type": "object", "properties": {}}}]}
+    elif method == "tools/call":
+        books["lib://books/%d" % (len(books) + 1)] = "New"
+        send({"jsonrpc": "2.0", "method": "notifications/resources/list_changed"})
+        if "lib://books/1" in subscribed:
+            send({"jsonrpc": "2.0", "method": "notifications/resources/updated",
+                  "params": {"uri": "lib://books/1"}})
+        result = {"content": [{"type": "text", "text": "published"}]}
+    elif method == "resources/list":
+        result = {"resources": [{"uri": u, "name": t, "mimeType": "text/plain"} for u, t in books.items()]}
+    elif method == "resources/templates/list":
+        result = {"resourceTemplates": [{"uriTemplate": "lib://books/{id}", "name": "book"}]}
+    elif method == "resources/read":
+        uri = params["uri"]
+        if uri in books:
+            result = {"contents": [{"uri": uri, "mimeType": "text/plain", "text": books[uri]}]}
+        else:
+            error = {"code": -32002, "message": "no book " + uri}
+    elif method == "resources/subscribe":
+        subscribed.add(params["uri"]); result = {}
+    elif method == "resources/unsubscribe":
+        subscribed.discard(params["uri"]); result = {}
+    elif method == "prompts/list":
+        result = {"prompts": [{"name": "review", "arguments": [{"name": "title", "required": True}]}]}
+    elif method == "prompts/get":
+        result = {"messages": [{"role": "user", "content": {"type": "text",
+                  "text": "Review " + params["arguments"]["title"]}}]}
+    elif method == "completion/complete":
+        typed = params["argument"]["value"]
+        result = {"completion": {"values": [t for t in books.values() if t.startswith(typed)]}}
+    else:
+        result = {}
+    if error:
+        send({"jsonrpc": "2.0", "id": rid, "error": error})
+    else:
+        send({"jsonrpc": "2.0", "id": rid, "result": result})
+"#;
+
+/// `guildhall.toml` proxying the library server (as `lib`), with `extra` after it.
+fn library_config(dir: &Path, extra: &str) -> std::path::PathBuf {
+    let script = dir.join("library.py");
+    std::fs::write(&script, LIBRARY_SERVER).unwrap();
+    let config_file = dir.join("guildhall.toml");
+    std::fs::write(
+        &config_file,
+        format!(
+            "[servers.lib]\ncommand = \"/usr/bin/python3\"\nargs = [{:?}]\n{extra}",
+            script.display().to_string()
+        ),
+    )
+    .unwrap();
+    config_file
+}
+
+#[tokio::test]
+async fn a_proxied_server_s_resources_prompts_and_completions_are_served_under_its_name() {
+    let dir = tempfile::tempdir().unwrap();
+    // Its prompts are denied: a rule on the access tool holds for them as for a tool.
+    let config_file = library_config(
+        dir.path(),
+        "\n[[rules]]\ntool = \"mcp__lib.get_prompt\"\naction = \"deny\"\n",
+    );
+    let mut outer = Outer::start_as(
+        &dir.path().join("outer"),
+        &config_file,
+        "off",
+        std::process::Stdio::null(),
+        &["--agent", "reader"],
+    )
+    .await;
+    // Listed the first time, beside guildhall's own, under guildhall's URIs.
+    let listed = outer.request("resources/list", json!({})).await;
+    let uris: Vec<&str> = listed["result"]["resources"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|r| r["uri"].as_str())
+        .collect();
+    assert!(uris.contains(&"guildhall://agents"), "{uris:?}");
+    assert!(
+        uris.contains(&"guildhall://mcp/lib/lib://books/1")
+            && uris.contains(&"guildhall://mcp/lib/lib://books/2"),
+        "{uris:?}"
+    );
+    let templates = outer.request("resources/templates/list", json!({})).await;
+    assert!(
+        templates
+            .to_string()
+            .contains("guildhall://mcp/lib/lib://books/{id}"),
+        "{templates}"
+    );
+    // A read answers what the server does, under the URI it was asked by.
+    let read = outer
+        .request(
+            "resources/read",
+            json!({"uri": "guildhall://mcp/lib/lib://books/1"}),
+        )
+        .await;
+    assert_eq!(read["result"]["contents"][0]["text"], "Dune", "{read}");
+    assert_eq!(
+        read["result"]["contents"][0]["uri"], "guildhall://mcp/lib/lib://books/1",
+        "{read}"
+    );
+    // The server's refusal is an error naming what it said.
+    let missing = outer
+        .request(
+            "resources/read",
+            json!({"uri": "guildhall://mcp/lib/lib://books/9"}),
+        )
+        .await;
+    assert!(
+        missing["error"]["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("no book lib://books/9")),
+        "{missing}"
+    );
+    // A URI of no server is refused by name.
+    let unknown = outer
+        .request(
+            "resources/read",
+            json!({"uri": "guildhall://mcp/nope/x://y"}),
+        )
+        .await;
+    assert!(
+        unknown["error"]["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("`nope`")),
+        "{unknown}"
+    );
+    // Its prompts: hidden from the listing and refused, as the rule says.
+    let prompts = outer.request("prompts/list", json!({})).await;
+    assert!(!prompts.to_string().contains("mcp__lib__"), "{prompts}");
+    assert!(prompts.to_string().contains("tech-lead"), "{prompts}");
+    let got = outer
+        .request(
+            "prompts/get",
+            json!({"name": "mcp__lib__review", "arguments": {"title": "Emma"}}),
+        )
+        .await;
+    assert!(
+        got["error"]["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("may not") && m.contains("mcp__lib.get_prompt")),
+        "{got}"
+    );
+    // A completion of a template's variable, by the server.
+    let completed = outer
+        .request(
+            "completion/complete",
+            json!({"ref": {"type": "ref/resource", "uri": "guildhall://mcp/lib/lib://books/{id}"},
+                   "argument": {"name": "id", "value": "E"}}),
+        )
+        .await;
+    assert_eq!(
+        completed["result"]["completion"]["values"],
+        json!(["Emma"]),
+        "{completed}"
+    );
+    // Subscribed: the server's update and its list change both reach this client.
+    let subscribed = outer
+        .request(
+            "resources/subscribe",
+            json!({"uri": "guildhall://mcp/lib/lib://books/1"}),
+        )
+        .await;
+    assert!(subscribed["result"].is_object(), "{subscribed}");
+    // What was heard so far (the lists' first filling) is not what is tested below.
+    outer.notes.clear();
+    let published = outer
+        .request(
+            "tools/call",
+            json!({"name": "mcp__lib__publish", "arguments": {}}),
+        )
+        .await;
+    assert!(published.to_string().contains("published"), "{published}");
+    let mut heard = std::collections::BTreeSet::new();
+    while heard.len() < 2 {
+        let note = tokio::time::timeout(Duration::from_secs(20), outer.next_notification())
+            .await
+            .expect("the server's notifications are relayed");
+        match note["method"].as_str() {
+            Some("notifications/resources/updated") => {
+                assert_eq!(note["params"]["uri"], "guildhall://mcp/lib/lib://books/1");
+                heard.insert("updated");
+            }
+            Some("notifications/resources/list_changed") => {
+                heard.insert("list_changed");
+            }
+            _ => {}
+        }
+    }
+    let relisted = outer.request("resources/list", json!({})).await;
+    assert!(
+        relisted
+            .to_string()
+            .contains("guildhall://mcp/lib/lib://books/3"),
+        "{relisted}"
+    );
+    outer.stop().await;
+}
+
+#[tokio::test]
+async fn a_read_of_a_proxied_resource_is_a_governed_audited_call_of_its_access_tool() {
+    let dir = tempfile::tempdir().unwrap();
+    let config_file = library_config(dir.path(), "");
+    let config = guildhall::config::Config::load(&config_file, true).unwrap();
+    let rt = Runtime::builder()
+        .governance(config.governance())
+        .build()
+        .await
+        .unwrap();
+    let servers = Servers::start(&rt, dir.path().to_owned(), None)
+        .await
+        .unwrap();
+    servers
+        .add("lib", config.servers["lib"].clone())
+        .await
+        .unwrap();
+    eventually(Duration::from_secs(30), || async {
+        rt.tool("mcp__lib.read_resource").is_some()
+    })
+    .await;
+    // Not among the tools a client lists, but a tool all the same.
+    assert!(
+        !rt.listed_tools()
+            .iter()
+            .any(|t| t.name.starts_with("mcp__lib.")),
+        "the access tools are unlisted"
+    );
+    assert!(rt.tool("mcp__lib.get_prompt").is_some() && rt.tool("mcp__lib.complete").is_some());
+    let agent = rt
+        .register_agent(guildhall::AgentSpec::new("reader", "agent"))
+        .await
+        .unwrap();
+    let read = rt
+        .call_json(
+            "mcp__lib.read_resource",
+            json!({"uri": "lib://books/2"}),
+            CallOptions::new().as_agent(&agent),
+        )
+        .await
+        .unwrap();
+    assert_eq!(read["contents"][0]["text"], "Emma", "{read}");
+    let audit = rt.governance().audit().expect("auditing is on");
+    audit.flush().await.unwrap();
+    let records = audit
+        .query(&guildhall::governance::AuditQuery {
+            agent: Some("reader".into()),
+            ..Default::default()
+        })
+        .unwrap();
+    assert!(
+        records.iter().any(|r| r.tool == "mcp__lib.read_resource"),
+        "{records:#?}"
+    );
+    // Removing the server removes its access tools.
+    servers.remove("lib").await.unwrap();
+    assert!(rt.tool("mcp__lib.read_resource").is_none());
+    rt.shutdown().await;
 }

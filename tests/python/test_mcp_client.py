@@ -208,7 +208,8 @@ def picture() -> list:
 @app.tool()
 def refuse(why: str) -> str:
     \"\"\"Always fails, with the server's own message.\"\"\"
-    raise ValueError(why)
+    from mcp.server.mcpserver.exceptions import ToolError
+    raise ToolError(why)
 
 app.run()
 """
@@ -412,8 +413,191 @@ async def proxied_results(c, py_server, everything_url):
     assert len(image.data) > 400_000, "the image is whole, not cut as text would be"
     refused = await c.call_tool("mcp__py__refuse", {"why": "no"})
     assert refused.is_error and "guildhall/error" not in (refused.meta or {}), refused
+    # A server's error text is bounded as guildhall's own are: cut at 8 KiB, saying so.
+    long = await c.call_tool("mcp__py__refuse", {"why": "x" * 100_000})
+    [text] = long.content
+    assert long.is_error and len(text.text) < 9000 and "more bytes cut" in text.text, text.text[:300]
     bad = await c.call_tool("check_inbox", {"wait_secs": "soon"})
     assert bad.is_error and (bad.meta or {}).get("guildhall/error") == "invalid_arguments", bad
+
+
+# server-everything stamps its dynamic resources with the time of the read.
+CLOCK = re.compile(r"\d{1,2}:\d{2}:\d{2}( [AP]M)?")
+FEDERATED = "guildhall://mcp/everything/"
+
+
+def dump(item):
+    return item.model_dump(mode="json", exclude_none=True, by_alias=True)
+
+
+def contents_view(result, prefix=""):
+    """A read's contents as the client got them, each `uri` as the server names it (less
+    `prefix`), the clock in a text or blob as a placeholder."""
+    import base64
+    contents = []
+    for item in result.contents:
+        item = dump(item)
+        assert item["uri"].startswith(prefix), (item["uri"], prefix)
+        item["uri"] = item["uri"][len(prefix):]
+        if "text" in item:
+            item["text"] = CLOCK.sub("<time>", item["text"])
+        if "blob" in item:
+            item["blob"] = CLOCK.sub("<time>", base64.b64decode(item["blob"]).decode(errors="replace"))
+        contents.append(item)
+    return contents
+
+
+async def listed_all(list_page, key):
+    """Every page of a listing."""
+    items, cursor = [], None
+    for _ in range(100):
+        page = await list_page(cursor)
+        items += getattr(page, key)
+        cursor = page.next_cursor
+        if not cursor:
+            return items
+    raise AssertionError(f"{key}: more than 100 pages")
+
+
+async def federated(c, mode, notes):
+    """server-everything's resources, templates, prompts and completions through guildhall,
+    under `guildhall://mcp/everything/…` and `mcp__everything__…`: each listed and answered as
+    the server answers directly; a subscribed resource's update relayed."""
+    everything = os.path.join(os.environ["PROXIED_SERVERS"],
+                              "node_modules/@modelcontextprotocol/server-everything/dist/index.js")
+    direct_server = StdioServerParameters(command=os.environ["NODE"], args=[everything, "stdio"])
+    async with Client(direct_server, mode="legacy") as direct:
+        # Resources: each one the server lists is listed through guildhall, the same but for
+        # its URI, and reads the same.
+        mine = {str(r.uri): dump(r) for r in await listed_all(
+            lambda cur: c.list_resources(cursor=cur), "resources")}
+        theirs = await listed_all(lambda cur: direct.list_resources(cursor=cur), "resources")
+        assert len(theirs) >= 7, theirs
+        for resource in theirs:
+            want = dump(resource)
+            want["uri"] = FEDERATED + want["uri"]
+            assert mine.get(want["uri"]) == want, (want, sorted(mine))
+            got = await c.read_resource(want["uri"])
+            assert contents_view(got, FEDERATED) == contents_view(
+                await direct.read_resource(str(resource.uri))), want["uri"]
+        # Templates, and a templated read.
+        mine = {t.uri_template: dump(t) for t in await listed_all(
+            lambda cur: c.list_resource_templates(cursor=cur), "resource_templates")}
+        theirs = await listed_all(lambda cur: direct.list_resource_templates(cursor=cur),
+                                  "resource_templates")
+        assert len(theirs) >= 2, theirs
+        for template in theirs:
+            want = dump(template)
+            want["uriTemplate"] = FEDERATED + want["uriTemplate"]
+            assert mine.get(want["uriTemplate"]) == want, (want, sorted(mine))
+        dynamic = "demo://resource/dynamic/text/3"
+        assert contents_view(await c.read_resource(FEDERATED + dynamic), FEDERATED) == \
+            contents_view(await direct.read_resource(dynamic))
+        try:
+            await c.read_resource(FEDERATED + "demo://no/such/thing")
+            raise AssertionError("an unknown resource is an error")
+        except MCPError as err:
+            assert "demo://no/such/thing" in str(err), err
+        # Prompts: listed under guildhall's names, got with the server's own answers.
+        mine = {p.name: dump(p) for p in await listed_all(
+            lambda cur: c.list_prompts(cursor=cur), "prompts")}
+        theirs = (await direct.list_prompts()).prompts
+        assert len(theirs) >= 4, theirs
+        args = {"args-prompt": {"city": "Oslo"},
+                "completable-prompt": {"department": "Engineering", "name": "Alice"},
+                "resource-prompt": {"resourceType": "Text", "resourceId": "2"}}
+        for prompt in theirs:
+            want = dump(prompt)
+            want["name"] = "mcp__everything__" + want["name"]
+            assert mine.get(want["name"]) == want, (want, sorted(mine))
+            got = await c.get_prompt(want["name"], args.get(prompt.name, {}))
+            expected = await direct.get_prompt(prompt.name, args.get(prompt.name, {}))
+            assert CLOCK.sub("", json.dumps(dump(got))) == CLOCK.sub("", json.dumps(dump(expected))), prompt.name
+        # Completions, of a prompt's argument and of a template's variable.
+        from mcp.types import PromptReference, ResourceTemplateReference
+        got = await c.complete(PromptReference(type="ref/prompt", name="mcp__everything__completable-prompt"),
+                               {"name": "department", "value": "S"})
+        expected = await direct.complete(PromptReference(type="ref/prompt", name="completable-prompt"),
+                                         {"name": "department", "value": "S"})
+        assert got.completion.values == expected.completion.values == ["Sales", "Support"], got
+        template = theirs_template = "demo://resource/dynamic/text/{resourceId}"
+        got = await c.complete(ResourceTemplateReference(type="ref/resource", uri=FEDERATED + template),
+                               {"name": "resourceId", "value": "1"})
+        expected = await direct.complete(ResourceTemplateReference(type="ref/resource", uri=theirs_template),
+                                         {"name": "resourceId", "value": "1"})
+        assert got.completion.values == expected.completion.values, (got, expected)
+    # A resource the server adds: its list_changed reaches this client, and the listing has
+    # it under guildhall's URI.
+    added = FEDERATED + "demo://resource/session/federated.gz"
+    gzip = {"name": "federated.gz", "data": "data:text/plain;base64,aGVsbG8=",
+            "outputType": "resourceLink"}
+
+    async def listed_after_change():
+        while await asyncio.wait_for(notes.get(), 10) != ("notifications/resources/list_changed", None):
+            pass
+        uris = {str(r.uri) for r in await listed_all(lambda cur: c.list_resources(cursor=cur), "resources")}
+        assert added in uris, sorted(uris)
+
+    if mode == "legacy":
+        assert not (await c.call_tool("mcp__everything__gzip-file-as-resource", gzip)).is_error
+        await listed_after_change()
+    else:
+        async with c.listen(resources_list_changed=True) as sub:
+            events = aiter(sub)
+            assert not (await c.call_tool("mcp__everything__gzip-file-as-resource", gzip)).is_error
+            await asyncio.wait_for(anext(events), 10)
+            await notes.put(("notifications/resources/list_changed", None))
+            await listed_after_change()
+    # A subscription: the server's update of the resource reaches this client under
+    # guildhall's URI (server-everything sends them while its updates are toggled on).
+    uri = FEDERATED + "demo://resource/dynamic/text/1"
+
+    async def updates(on):
+        # A toggle: the tools compared above may have left it either way. Each toggle
+        # follows another call, so the loop guard never takes them for a loop.
+        for _ in range(2):
+            assert not (await c.call_tool("whoami", {})).is_error
+            said = (await c.call_tool("mcp__everything__toggle-subscriber-updates", {})).content[0].text
+            if said.startswith("Started" if on else "Stopped"):
+                return
+        raise AssertionError(f"server-everything's updates not toggled: {said}")
+
+    if mode == "legacy":
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            await c.subscribe_resource(uri)
+        await updates(True)
+        try:
+            while await asyncio.wait_for(notes.get(), 15) != ("updated", uri):
+                pass
+        finally:
+            await updates(False)
+    else:
+        async with c.listen(resource_subscriptions=[uri]) as sub:
+            events = aiter(sub)
+            # A listen stream starts with one announcement per resource; the next is the
+            # server's.
+            assert str((await asyncio.wait_for(anext(events), 5)).uri) == uri
+            await updates(True)
+            try:
+                assert str((await asyncio.wait_for(anext(events), 15)).uri) == uri
+            finally:
+                await updates(False)
+
+
+def note_queue():
+    """A queue of the notifications a client hears, as (kind, uri), and its handler."""
+    notes = asyncio.Queue()
+
+    async def on_message(message):
+        note = getattr(message, "root", message)
+        method = getattr(note, "method", "")
+        if method == "notifications/resources/updated":
+            await notes.put(("updated", str(note.params.uri)))
+        elif method.endswith("/list_changed"):
+            await notes.put((method, None))
+
+    return notes, on_message
 
 
 async def proxied(mode, base):
@@ -435,9 +619,11 @@ async def proxied_with(mode, base, data_dir, root, everything_url):
     proxied_config(data_dir, root, everything_url)
     py_server = os.path.join(base, "py_server.py")
     can_elicit = mode == "legacy"
+    notes, on_message = note_queue()
     async with Client(params(data_dir, "serve", "--stdio", "--in-memory", "--agent", "solo"), mode=mode,
-                      elicitation_callback=answer_as_ada) as c:
+                      elicitation_callback=answer_as_ada, message_handler=on_message) as c:
         await use_proxied(c, root, can_elicit, py_server, everything_url)
+        await federated(c, mode, notes)
 
     import httpx2
     from mcp.client.streamable_http import streamable_http_client
@@ -451,9 +637,11 @@ async def proxied_with(mode, base, data_dir, root, everything_url):
                 break
         assert url, "serve prints its URL"
         http = httpx2.AsyncClient(headers={"Guildhall-Agent": "web"})
+        notes, on_message = note_queue()
         async with Client(streamable_http_client(url, http_client=http), mode=mode,
-                          elicitation_callback=answer_as_ada) as c:
+                          elicitation_callback=answer_as_ada, message_handler=on_message) as c:
             await use_proxied(c, root, can_elicit, py_server, everything_url)
+            await federated(c, mode, notes)
     finally:
         server.terminate()
         server.wait(timeout=30)
