@@ -20,7 +20,7 @@ use rmcp::ErrorData as McpError;
 #[allow(deprecated)]
 use rmcp::model::LoggingMessageNotificationParam;
 use rmcp::model::{
-    ClientConfig, ElicitRequestParams, ElicitResult, ElicitationCapability,
+    ClientConfig, ClientRequest, ElicitRequestParams, ElicitResult, ElicitationCapability,
     FormElicitationCapability, ProgressNotificationParam,
 };
 use rmcp::service::{NotificationContext, RequestContext, RoleClient, RunningService};
@@ -458,6 +458,17 @@ impl ServerActor {
         let spec = &self.0;
         crate::tls::install();
         let mut config = StreamableHttpClientTransportConfig::with_uri(url);
+        // A broken response stream is resumed a few times (0.5 s doubling, about 8 s in
+        // all), then given up: its call fails instead of waiting out its deadline on a
+        // server that restarted and forgot the session (rmcp's default retries forever).
+        let mut resume = rmcp::transport::common::client_side_sse::ExponentialBackoff::default();
+        resume.max_times = Some(4);
+        resume.base_duration = Duration::from_millis(500);
+        resume.max_delay = Some(Duration::from_secs(4));
+        config.retry_config = Arc::new(resume);
+        // A server that forgot the session (HTTP 404: it restarted) gets a new one from
+        // rmcp, which repeats only the requests the 404 refused (never processed, so never
+        // a blind replay); a call in flight when it went away ends at its deadline.
         for (name, value) in &spec.config.headers {
             let value = expand_env(value).map_err(|err| format!("header `{name}`: {err}"))?;
             let name = reqwest::header::HeaderName::from_bytes(name.as_bytes())
@@ -673,10 +684,35 @@ async fn monitor(
             }
         }
     };
+    let has_process = child.is_some();
     let exited = async {
         match &mut child {
             Some(child) => child.wait().await,
             None => std::future::pending().await,
+        }
+    };
+    // A server with no process here (HTTP) is pinged: one that went away fails the ping
+    // at once, and the connection is taken for lost (its calls in flight end `crashed`, the
+    // actor reconnects with backoff). A ping that is only slow is not a loss (a hung server
+    // is found by the probe after a cancelled call).
+    let peer = service.peer().clone();
+    let unreachable = async {
+        if has_process {
+            return std::future::pending::<String>().await;
+        }
+        let mut every = tokio::time::interval(HEARTBEAT);
+        every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        every.tick().await;
+        loop {
+            every.tick().await;
+            let ping = ClientRequest::PingRequest(rmcp::model::PingRequest::default());
+            match tokio::time::timeout(HEARTBEAT, peer.send_request(ping)).await {
+                Ok(Err(err)) => {
+                    return format!("it did not answer a ping ({err}): it went away");
+                }
+                Ok(Ok(_)) => {}
+                Err(_) => tracing::debug!("a ping took longer than {HEARTBEAT:?}"),
+            }
         }
     };
     let (reason, clean) = tokio::select! {
@@ -696,6 +732,7 @@ async fn monitor(
             }
         }
         reason = over_limit => (reason, false),
+        reason = unreachable => (reason, false),
     };
     let _ = actor.send_message(ServerMsg::Lost {
         generation,
@@ -712,6 +749,10 @@ fn exit_text(status: std::process::ExitStatus) -> String {
         _ => "ended".into(),
     }
 }
+
+/// How often a server at a URL is pinged, and how long a ping may take before it counts as
+/// merely slow.
+const HEARTBEAT: Duration = Duration::from_secs(2);
 
 /// The resident memory of every process in group `pgid`, in KiB.
 fn group_rss_kib(pgid: u32) -> u64 {

@@ -588,6 +588,15 @@ async fn a_server_at_a_url_is_proxied_over_streamable_http_with_its_headers() {
         matches!(&gone, Err(CallError::Crashed { reason, .. }) if reason.contains("connection closed")),
         "{gone:?}"
     );
+    // Its heartbeat finds it gone: shown down, saying why, and reconnected with backoff.
+    eventually(Duration::from_secs(20), || async {
+        let now = info(&servers, "up").await;
+        now.state != ServerState::Running
+            && now
+                .last_end
+                .is_some_and(|why| why.contains("did not answer a ping"))
+    })
+    .await;
     servers.remove("up").await.unwrap();
     rt.shutdown().await;
 }
@@ -810,11 +819,9 @@ timeout = "10min"
     );
     let (rt, servers) = with_servers(GovernanceConfig::default()).await;
     servers.add("inner", config).await.unwrap();
-    eventually(Duration::from_secs(30), || async {
-        rt.tool("mcp__inner__linger").is_some()
-    })
-    .await;
-    let server_pid = info(&servers, "inner").await.pid.unwrap();
+    // Serving (its tools are registered just before it shows as running).
+    let server_pid = running(&servers, "inner", 1).await;
+    assert!(rt.tool("mcp__inner__linger").is_some());
 
     let pid_file = dir.path().join("pids");
     // Dropped once its command runs (a deadline could pass before the command started on

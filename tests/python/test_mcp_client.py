@@ -233,6 +233,8 @@ args = [{json.dumps(everything)}, "stdio"]
 
 [servers.everyhttp]
 url = {json.dumps(everything_url)}
+# A call in flight when the server restarts (forgetting the session) ends at this deadline.
+timeout = "15s"
 
 [servers.fs]
 command = {json.dumps(node)}
@@ -269,16 +271,17 @@ net.Server.prototype.listen = function (port, ...rest) {
 """
 
 
-def everything_over_http(base):
-    """server-everything in its Streamable HTTP mode on a free loopback port: the process
-    and its /mcp URL."""
+def everything_over_http(base, port=None):
+    """server-everything in its Streamable HTTP mode on a free loopback port (or `port`):
+    the process and its /mcp URL."""
     import socket
     preload = os.path.join(base, "loopback_only.cjs")
     with open(preload, "w") as f:
         f.write(LOOPBACK_ONLY)
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
+    if port is None:
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            port = probe.getsockname()[1]
     everything = os.path.join(os.environ["PROXIED_SERVERS"],
                               "node_modules/@modelcontextprotocol/server-everything/dist/index.js")
     server = subprocess.Popen([os.environ["NODE"], "--require", preload, everything, "streamableHttp"],
@@ -533,10 +536,19 @@ async def federated(c, mode, notes):
             "outputType": "resourceLink"}
 
     async def listed_after_change():
-        while await asyncio.wait_for(notes.get(), 10) != ("notifications/resources/list_changed", None):
-            pass
-        uris = {str(r.uri) for r in await listed_all(lambda cur: c.list_resources(cursor=cur), "resources")}
-        assert added in uris, sorted(uris)
+        # Other servers' changes may be heard first: each one heard, the list is read again.
+        deadline = asyncio.get_running_loop().time() + 20
+        while True:
+            left = deadline - asyncio.get_running_loop().time()
+            if await asyncio.wait_for(notes.get(), max(left, 0.1)) != (
+                    "notifications/resources/list_changed", None):
+                continue
+            uris = {str(r.uri) for r in await listed_all(lambda cur: c.list_resources(cursor=cur), "resources")}
+            if added in uris:
+                return
+
+    while not notes.empty():
+        notes.get_nowait()
 
     if mode == "legacy":
         assert not (await c.call_tool("mcp__everything__gzip-file-as-resource", gzip)).is_error
@@ -608,14 +620,48 @@ async def proxied(mode, base):
     with open(os.path.join(root, "note.txt"), "w") as f:
         f.write("proxied file")
     everyhttp, url = everything_over_http(base)
+    running = [everyhttp]
+
+    def restart_http():
+        """Kills server-everything's HTTP mode and starts it again on its port: a server
+        that forgot every session."""
+        running[0].kill()
+        running[0].wait(timeout=30)
+        port = int(url.rsplit(":", 1)[1].split("/")[0])
+        running[0] = everything_over_http(base, port)[0]
+
     try:
-        await proxied_with(mode, base, data_dir, root, url)
+        await proxied_with(mode, base, data_dir, root, url, restart_http)
     finally:
-        everyhttp.terminate()
-        everyhttp.wait(timeout=30)
+        running[0].terminate()
+        running[0].wait(timeout=30)
 
 
-async def proxied_with(mode, base, data_dir, root, everything_url):
+async def session_renewed(c, restart_http):
+    """server-everything's HTTP mode restarted on its port has forgotten guildhall's
+    session: a call in flight when it went away fails (at its deadline; it is never
+    replayed), and the next calls are answered on a new session."""
+    started = asyncio.Event()
+
+    async def on_progress(progress, total, message):
+        started.set()
+
+    long = asyncio.create_task(c.call_tool(
+        "mcp__everyhttp__trigger-long-running-operation", {"duration": 60, "steps": 60},
+        progress_callback=on_progress))
+    await asyncio.wait_for(started.wait(), 20)
+    restart_http()
+    lost = await asyncio.wait_for(long, 45)
+    assert lost.is_error, lost
+    for _ in range(300):
+        echo = await c.call_tool("mcp__everyhttp__echo", {"message": "new session"})
+        if not echo.is_error:
+            break
+        await asyncio.sleep(0.1)
+    assert not echo.is_error and "new session" in echo.content[0].text, echo
+
+
+async def proxied_with(mode, base, data_dir, root, everything_url, restart_http):
     proxied_config(data_dir, root, everything_url)
     py_server = os.path.join(base, "py_server.py")
     can_elicit = mode == "legacy"
@@ -624,6 +670,7 @@ async def proxied_with(mode, base, data_dir, root, everything_url):
                       elicitation_callback=answer_as_ada, message_handler=on_message) as c:
         await use_proxied(c, root, can_elicit, py_server, everything_url)
         await federated(c, mode, notes)
+        await session_renewed(c, restart_http)
 
     import httpx2
     from mcp.client.streamable_http import streamable_http_client
