@@ -15,6 +15,7 @@ mod mail;
 pub mod mcp;
 #[cfg(all(target_os = "linux", target_env = "gnu"))]
 mod proxy;
+mod storm;
 mod tasks;
 mod tools;
 mod watchers;
@@ -32,6 +33,7 @@ pub use mail::{
 pub use mcp::{McpBenchConfig, McpReport};
 #[cfg(all(target_os = "linux", target_env = "gnu"))]
 pub use proxy::{ProxyBenchConfig, ProxyReport, proxy};
+pub use storm::{StormBenchConfig, StormReport, storm};
 pub use tasks::{TasksBenchConfig, TasksReport, tasks};
 pub use tools::{ToolsBenchConfig, ToolsReport, tools};
 

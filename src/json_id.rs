@@ -72,10 +72,28 @@ impl IdScan {
         }
     }
 
-    /// [`IdScan::feed`] for each of `bytes`.
-    pub(crate) fn feed_all(&mut self, bytes: &[u8]) {
-        for &b in bytes {
+    /// [`IdScan::feed`] for each of `bytes`; the inside of a string that is neither a
+    /// top-level key nor the id (an image's base64, a long text) is skipped to its next quote
+    /// or backslash in bulk.
+    pub(crate) fn feed_all(&mut self, mut bytes: &[u8]) {
+        while let Some((&b, rest)) = bytes.split_first() {
+            let inert = self.in_string
+                && !self.escaped
+                && self.value.is_none()
+                && !(self.depth == 1 && self.key.len() <= 2);
+            if inert {
+                match memchr::memchr2(b'"', b'\\', bytes) {
+                    // The quote or backslash itself is fed below.
+                    Some(0) => {}
+                    Some(at) => {
+                        bytes = &bytes[at..];
+                        continue;
+                    }
+                    None => return,
+                }
+            }
             self.feed(b);
+            bytes = rest;
         }
     }
 
@@ -83,5 +101,58 @@ impl IdScan {
     pub(crate) fn id(&self) -> Option<serde_json::Value> {
         let raw = self.found.as_deref()?;
         serde_json::from_slice(raw.trim_ascii()).ok()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::IdScan;
+
+    /// The id as byte-by-byte feeding finds it, and as [`IdScan::feed_all`] does in one go
+    /// and in pieces of every size.
+    fn ids(line: &str) -> Vec<Option<serde_json::Value>> {
+        let mut one_by_one = IdScan::default();
+        for &b in line.as_bytes() {
+            one_by_one.feed(b);
+        }
+        let mut found = vec![one_by_one.id()];
+        for piece in [1, 2, 3, 7, 64, line.len().max(1)] {
+            let mut scan = IdScan::default();
+            for chunk in line.as_bytes().chunks(piece) {
+                scan.feed_all(chunk);
+            }
+            found.push(scan.id());
+        }
+        found
+    }
+
+    #[test]
+    fn bulk_feeding_finds_the_same_id_as_byte_by_byte() {
+        let data = "QUJD".repeat(500);
+        for (line, id) in [
+            (
+                format!(r#"{{"jsonrpc":"2.0","id":7,"result":{{"data":"{data}"}}}}"#),
+                "7",
+            ),
+            (
+                format!(r#"{{"result":{{"id":99,"t":"{data}\"id\":5\\"}},"id":"r-3"}}"#),
+                "\"r-3\"",
+            ),
+            (format!(r#"{{"a":"x\\\"y","id":[1],"b":"{data}"}}"#), "[1]"),
+            (r#"{"id":"a\"b","x":1}"#.to_owned(), r#""a\"b""#),
+        ] {
+            for found in ids(&line) {
+                assert_eq!(
+                    found.map(|v| v.to_string()).as_deref(),
+                    Some(id),
+                    "{line:.80}"
+                );
+            }
+        }
+        assert!(
+            ids(&format!(r#"{{"result":"{data}"}}"#))
+                .iter()
+                .all(Option::is_none)
+        );
     }
 }

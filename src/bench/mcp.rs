@@ -65,7 +65,19 @@ impl Tool for Echo {
     }
 }
 
-/// The floor: a minimal rmcp server with one `echo` tool answered inline.
+/// The floor's `image` tool's answer: a 320 KiB image, as a screenshot is (base64, made
+/// once).
+fn floor_image() -> &'static str {
+    static IMAGE: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    IMAGE.get_or_init(|| {
+        use base64::Engine;
+        let bytes: Vec<u8> = (0..320 * 1024).map(|i| (i % 251) as u8).collect();
+        base64::engine::general_purpose::STANDARD.encode(bytes)
+    })
+}
+
+/// The floor: a minimal rmcp server with an `echo` tool answered inline, an `image` tool
+/// answering a 320 KiB image, and a `crash` tool that ends the process.
 #[derive(Clone, Default)]
 pub struct FloorServer;
 
@@ -83,11 +95,16 @@ impl ServerHandler for FloorServer {
         let Value::Object(schema) = schema else {
             return Err(McpError::internal_error("schema is an object", None));
         };
-        Ok(ListToolsResult::with_all_items(vec![McpTool::new(
-            "echo",
-            "Returns its input.",
-            Arc::new(schema),
-        )]))
+        let schema = Arc::new(schema);
+        Ok(ListToolsResult::with_all_items(vec![
+            McpTool::new("echo", "Returns its input.", Arc::clone(&schema)),
+            McpTool::new("image", "Returns a 320 KiB image.", Arc::clone(&schema)),
+            McpTool::new(
+                "crash",
+                "Ends this server's process without answering.",
+                schema,
+            ),
+        ]))
     }
 
     async fn call_tool(
@@ -95,6 +112,14 @@ impl ServerHandler for FloorServer {
         request: CallToolRequestParams,
         _: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, McpError> {
+        if request.name == "crash" {
+            // What a crashing server does: gone mid-call (`bench storm`).
+            std::process::exit(3);
+        }
+        if request.name == "image" {
+            let image = ContentBlock::image(floor_image().to_owned(), "image/png");
+            return Ok(CallToolResult::success(vec![image]).into());
+        }
         let text = request
             .arguments
             .as_ref()

@@ -30,6 +30,9 @@ pub struct ProxyBenchConfig {
     pub concurrency: usize,
     /// Kills of the proxied server, each timed until it serves again.
     pub restarts: usize,
+    /// A tool taking no arguments that answers an image (`image` on the floor,
+    /// `get-tiny-image` on server-everything), timed both ways; none: not measured.
+    pub image_tool: Option<String>,
 }
 
 /// The figures.
@@ -55,6 +58,15 @@ pub struct ProxyReport {
     /// Of that, the new process's start and MCP handshake (guildhall's own share is the
     /// rest: noticing the exit, the backoff, relisting), median in ms.
     pub spawn_handshake_p50_ms: f64,
+    /// The image tool's call directly, median in µs (0: not measured).
+    pub image_direct_p50_us: f64,
+    /// The same through the proxy, as an MCP client is answered (the server's result kept
+    /// whole, not re-encoded), median in µs.
+    pub image_proxied_p50_us: f64,
+    /// `image_proxied_p50_us / image_direct_p50_us` (0: not measured).
+    pub image_ratio: f64,
+    /// The image's size in its base64 form, in bytes.
+    pub image_bytes: usize,
 }
 
 /// Runs the measurement.
@@ -131,6 +143,10 @@ pub async fn proxy(config: ProxyBenchConfig) -> Result<ProxyReport, String> {
     proxied_us.sort_by(f64::total_cmp);
     let direct_p50_us = percentile(&direct_us, 0.5);
     let proxied_p50_us = percentile(&proxied_us, 0.5);
+    let image = match &config.image_tool {
+        Some(tool) => images(&runtime, &direct, tool, config.calls.clamp(10, 500)).await?,
+        None => Images::default(),
+    };
 
     let per_caller = (config.calls / config.concurrency.max(1)).max(10);
     let throughput = |proxied: bool| {
@@ -225,6 +241,90 @@ pub async fn proxy(config: ProxyBenchConfig) -> Result<ProxyReport, String> {
         restart_p50_ms: percentile(&restarts_ms, 0.5),
         restart_p99_ms: percentile(&restarts_ms, 0.99),
         spawn_handshake_p50_ms: percentile(&spawns_ms, 0.5),
+        image_direct_p50_us: image.direct_p50_us,
+        image_proxied_p50_us: image.proxied_p50_us,
+        image_ratio: image.ratio(),
+        image_bytes: image.bytes,
+    })
+}
+
+/// The image tool's figures.
+#[derive(Default)]
+struct Images {
+    direct_p50_us: f64,
+    proxied_p50_us: f64,
+    bytes: usize,
+}
+
+impl Images {
+    fn ratio(&self) -> f64 {
+        if self.direct_p50_us > 0.0 {
+            self.proxied_p50_us / self.direct_p50_us
+        } else {
+            0.0
+        }
+    }
+}
+
+/// Times `calls` calls of the floor's image tool `tool` each way, alternating in rounds of
+/// ten: directly, and through the proxy as an MCP client's call is made
+/// (`Runtime::call_reply`, which hands the server's result on whole).
+async fn images(
+    runtime: &Runtime,
+    direct: &rmcp::service::RunningService<rmcp::RoleClient, ()>,
+    tool: &str,
+    calls: usize,
+) -> Result<Images, String> {
+    let proxied_name = format!("mcp__floor__{tool}");
+    let image_size = |result: &rmcp::model::CallToolResult| {
+        result
+            .content
+            .iter()
+            .find_map(|block| block.as_image().map(|image| image.data.len()))
+            .ok_or_else(|| format!("`{tool}` answered no image"))
+    };
+    let direct_call = || async {
+        let result = direct
+            .peer()
+            .call_tool(CallToolRequestParams::new(tool.to_owned()))
+            .await
+            .map_err(|e| e.to_string())?;
+        image_size(&result)
+    };
+    let proxied_call = || async {
+        let reply = runtime
+            .call_reply(&proxied_name, json!({}), CallOptions::new())
+            .await
+            .map_err(|e| e.to_string())?;
+        let result = reply
+            .verbatim
+            .as_deref()
+            .ok_or("a proxied result is kept whole")?;
+        image_size(result)
+    };
+    let bytes = direct_call().await?;
+    if proxied_call().await? != bytes {
+        return Err("the proxied image differs in size from the direct one".into());
+    }
+    let (mut direct_us, mut proxied_us) = (Vec::new(), Vec::new());
+    while direct_us.len() < calls {
+        for _ in 0..10 {
+            let at = Instant::now();
+            direct_call().await?;
+            direct_us.push(at.elapsed().as_secs_f64() * 1e6);
+        }
+        for _ in 0..10 {
+            let at = Instant::now();
+            proxied_call().await?;
+            proxied_us.push(at.elapsed().as_secs_f64() * 1e6);
+        }
+    }
+    direct_us.sort_by(f64::total_cmp);
+    proxied_us.sort_by(f64::total_cmp);
+    Ok(Images {
+        direct_p50_us: percentile(&direct_us, 0.5),
+        proxied_p50_us: percentile(&proxied_us, 0.5),
+        bytes,
     })
 }
 

@@ -55,6 +55,11 @@ enum Which {
     /// guildhall's proxy (`mcp__floor__echo`), throughput with concurrent callers, and the
     /// time from killing the proxied server to it serving again. About 5 s at the defaults.
     Proxy(ProxyArgs),
+    /// Proxied servers crashing on every call (and one that cannot start) while another
+    /// agent checks its inbox: that agent's p99 quiet and during the storm, guildhall's memory
+    /// over the crash cycles, and the processes left once the servers are removed. About
+    /// 10 s at the defaults; `--servers 100 --cycles 1000` about a minute.
+    Storm(StormArgs),
     /// The event stream under load: how late a watcher gets events at `--rate` events/s,
     /// and what a watcher costs a governed call (with and without, same run). About 10 s
     /// at the defaults.
@@ -295,6 +300,7 @@ pub(crate) async fn run(
         Which::Mcp(a) => mcp(a).await,
         Which::Tools(a) => tools(a).await,
         Which::Proxy(a) => proxy(a).await,
+        Which::Storm(a) => storm(a).await,
         Which::Events(a) => events(a).await,
         #[cfg(feature = "postgres")]
         Which::Cluster(a) => cluster(a).await,
@@ -694,6 +700,10 @@ struct ProxyArgs {
     /// The name of the server's `echo` argument (`message` for server-everything).
     #[arg(long, default_value = "text")]
     echo_arg: String,
+    /// A tool of the server taking no arguments that answers an image, timed both ways
+    /// (default: the floor's `image`, 320 KiB; `get-tiny-image` for server-everything).
+    #[arg(long)]
+    image_tool: Option<String>,
     /// Another stdio server with an `echo` tool to measure, after `--` (default: a bare
     /// rmcp server, `guildhall bench mcp-floor`), e.g. `-- node
     /// node_modules/@modelcontextprotocol/server-everything/dist/index.js stdio`.
@@ -701,12 +711,73 @@ struct ProxyArgs {
     server: Vec<String>,
 }
 
+#[derive(Debug, Args)]
+struct StormArgs {
+    /// Print one JSON object on stdout instead of a table.
+    #[arg(long)]
+    json: bool,
+    /// Servers crashing at once.
+    #[arg(long, default_value_t = 20)]
+    servers: usize,
+    /// Crash cycles in all.
+    #[arg(long, default_value_t = 100)]
+    cycles: usize,
+    /// The other agent's `check_inbox` calls timed while nothing crashes.
+    #[arg(long, default_value_t = 5000)]
+    quiet_calls: usize,
+}
+
+async fn storm(a: StormArgs) -> Result<(), Box<dyn std::error::Error>> {
+    let exe = std::env::current_exe()?.display().to_string();
+    let report = guildhall::bench::storm(guildhall::bench::StormBenchConfig {
+        floor: vec![exe, "bench".into(), "mcp-floor".into()],
+        servers: a.servers.max(1),
+        cycles: a.cycles.max(1),
+        quiet_calls: a.quiet_calls.max(1),
+    })
+    .await?;
+    let mut out = std::io::stdout().lock();
+    if a.json {
+        writeln!(out, "{}", serde_json::to_string(&report)?)?;
+        return Ok(());
+    }
+    writeln!(
+        out,
+        "crash cycles        {:>10} over {} servers in {:.1} s ({} other outcomes)",
+        report.cycles, report.servers, report.storm_secs, report.other_outcomes
+    )?;
+    writeln!(
+        out,
+        "check_inbox p50/p99 {:>10.1} / {:.1} µs quiet, {:.1} / {:.1} µs in the storm",
+        report.quiet_p50_us, report.quiet_p99_us, report.storm_p50_us, report.storm_p99_us
+    )?;
+    writeln!(out, "p99 ratio           {:>10.2}", report.p99_ratio)?;
+    writeln!(
+        out,
+        "memory (KiB)        {:>10} at a tenth, {} at the end, {} peak",
+        report.rss_tenth_kib, report.rss_end_kib, report.rss_peak_kib
+    )?;
+    writeln!(
+        out,
+        "orphan processes    {:>10}; the server that cannot start: {} starts, breaker {}",
+        report.orphans,
+        report.failed_starts,
+        if report.start_breaker_open {
+            "open"
+        } else {
+            "closed"
+        }
+    )?;
+    Ok(())
+}
+
 async fn proxy(a: ProxyArgs) -> Result<(), Box<dyn std::error::Error>> {
     let exe = std::env::current_exe()?.display().to_string();
-    let floor = if a.server.is_empty() {
-        vec![exe, "bench".into(), "mcp-floor".into()]
+    let (floor, image_tool) = if a.server.is_empty() {
+        let image = a.image_tool.or_else(|| Some("image".into()));
+        (vec![exe, "bench".into(), "mcp-floor".into()], image)
     } else {
-        a.server
+        (a.server, a.image_tool)
     };
     let report = guildhall::bench::proxy(guildhall::bench::ProxyBenchConfig {
         floor,
@@ -714,6 +785,7 @@ async fn proxy(a: ProxyArgs) -> Result<(), Box<dyn std::error::Error>> {
         calls: a.calls.max(1),
         concurrency: a.concurrency.max(1),
         restarts: a.restarts,
+        image_tool,
     })
     .await?;
     let mut out = std::io::stdout().lock();
@@ -738,6 +810,16 @@ async fn proxy(a: ProxyArgs) -> Result<(), Box<dyn std::error::Error>> {
         "restart after kill  {:>10.1} ms p50, {:.1} ms p99 (start + handshake alone {:.1} ms)",
         report.restart_p50_ms, report.restart_p99_ms, report.spawn_handshake_p50_ms
     )?;
+    if report.image_ratio > 0.0 {
+        writeln!(
+            out,
+            "image ({} KiB) p50   {:>10.1} µs proxied, {:.1} µs direct: ratio {:.2}",
+            report.image_bytes / 1024,
+            report.image_proxied_p50_us,
+            report.image_direct_p50_us,
+            report.image_ratio
+        )?;
+    }
     Ok(())
 }
 

@@ -1496,3 +1496,32 @@ async fn a_read_of_a_proxied_resource_is_a_governed_audited_call_of_its_access_t
     assert!(rt.tool("mcp__lib.read_resource").is_none());
     rt.shutdown().await;
 }
+
+#[tokio::test]
+async fn a_crash_storm_leaves_no_process_behind_and_quarantines_a_server_that_cannot_start() {
+    // Ten servers crashing on every call, fifty cycles in all, one server that exits as
+    // it starts, and another agent checking its inbox throughout (its latency is the
+    // bench's figure, not this test's).
+    let report = guildhall::bench::storm(guildhall::bench::StormBenchConfig {
+        floor: vec![
+            env!("CARGO_BIN_EXE_guildhall").into(),
+            "bench".into(),
+            "mcp-floor".into(),
+        ],
+        servers: 10,
+        cycles: 50,
+        quiet_calls: 100,
+    })
+    .await
+    .unwrap();
+    assert!(report.cycles >= 50, "{report:?}");
+    assert_eq!(report.orphans, 0, "{report:?}");
+    assert!(
+        report.storm_calls > 0,
+        "the other agent was served: {report:?}"
+    );
+    assert!(
+        report.start_breaker_open && report.failed_starts >= 3,
+        "{report:?}"
+    );
+}

@@ -1,0 +1,266 @@
+//! `guildhall bench storm`: proxied servers crashing on every call, and one that cannot even
+//! start, while another agent checks its inbox. It reports what the storm cost that agent
+//! (its `check_inbox` p50 and p99 quiet and during the storm, same run), guildhall's memory
+//! across the crash cycles, and the processes left behind once the servers are removed.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use serde::Serialize;
+use serde_json::json;
+
+use super::percentile;
+use crate::runtime::Runtime;
+use crate::servers::{ServerConfig, Servers};
+use crate::{AgentSpec, BreakerStatus, CallError, CallOptions};
+
+/// What `bench storm` does.
+#[derive(Debug, Clone)]
+pub struct StormBenchConfig {
+    /// The crashing server's command line: the `guildhall` binary's `bench mcp-floor`,
+    /// whose `crash` tool ends its process without answering.
+    pub floor: Vec<String>,
+    /// Servers crashing at once.
+    pub servers: usize,
+    /// Crash cycles in all (a call that ends `crashed`, the restart that follows).
+    pub cycles: usize,
+    /// The bystander's `check_inbox` calls timed while nothing crashes.
+    pub quiet_calls: usize,
+}
+
+/// The figures.
+#[derive(Debug, Clone, Serialize)]
+pub struct StormReport {
+    /// Crash cycles done.
+    pub cycles: usize,
+    /// Servers crashing at once.
+    pub servers: usize,
+    /// How long the storm took, in seconds.
+    pub storm_secs: f64,
+    /// Calls of the crashing tools that ended otherwise than `crashed` (a deadline, the
+    /// server unavailable); each still had one answer.
+    pub other_outcomes: usize,
+    /// The bystander's `check_inbox` median while nothing crashed, in µs.
+    pub quiet_p50_us: f64,
+    /// Its 99th percentile then.
+    pub quiet_p99_us: f64,
+    /// Its median during the storm.
+    pub storm_p50_us: f64,
+    /// Its 99th percentile during the storm.
+    pub storm_p99_us: f64,
+    /// `storm_p99_us / quiet_p99_us`.
+    pub p99_ratio: f64,
+    /// The bystander's calls timed during the storm.
+    pub storm_calls: usize,
+    /// guildhall's resident memory once a tenth of the cycles were done, in KiB.
+    pub rss_tenth_kib: u64,
+    /// Its resident memory at the end of the storm, in KiB.
+    pub rss_end_kib: u64,
+    /// Its highest resident memory sampled during the storm, in KiB.
+    pub rss_peak_kib: u64,
+    /// Processes of the servers left once every server was removed (0 expected).
+    pub orphans: usize,
+    /// Starts of the server that cannot start.
+    pub failed_starts: u64,
+    /// Whether its start breaker was open at the end (it is quarantined, backing off).
+    pub start_breaker_open: bool,
+}
+
+/// Runs the storm.
+///
+/// # Errors
+/// A message naming what failed (the runtime, a server that did not start).
+pub async fn storm(config: StormBenchConfig) -> Result<StormReport, String> {
+    let (program, args) = config
+        .floor
+        .split_first()
+        .ok_or("the floor server's command line is empty")?;
+    // No audit: the other agent's million calls would each add a record kept in memory
+    // (its retention bounds it, not this run), and the memory measured is the storm's.
+    let governance = crate::governance::GovernanceConfig {
+        audit: false,
+        ..Default::default()
+    };
+    let runtime = Runtime::builder()
+        .governance(governance)
+        .build()
+        .await
+        .map_err(|e| e.to_string())?;
+    let servers = Servers::start(&runtime, std::env::temp_dir(), None)
+        .await
+        .map_err(|e| e.to_string())?;
+    let bystander = runtime
+        .register_agent(AgentSpec::new("bystander", "agent"))
+        .await
+        .map_err(|e| e.to_string())?;
+    // Each check asks for a different page size, so the loop guard (on, as for any agent)
+    // never takes the checks for a loop.
+    let checks = AtomicUsize::new(0);
+    let check = || {
+        let options = CallOptions::new().as_agent(&bystander);
+        let runtime = runtime.clone();
+        let limit = 1 + checks.fetch_add(1, Ordering::Relaxed) % 50;
+        async move {
+            let at = Instant::now();
+            runtime
+                .call_json("check_inbox", json!({ "limit": limit }), options)
+                .await
+                .map_err(|e| e.to_string())?;
+            Ok::<f64, String>(at.elapsed().as_secs_f64() * 1e6)
+        }
+    };
+    for _ in 0..100 {
+        check().await?;
+    }
+    let mut quiet = Vec::with_capacity(config.quiet_calls);
+    for _ in 0..config.quiet_calls.max(1) {
+        quiet.push(check().await?);
+    }
+
+    let floor = ServerConfig::command(program.clone(), args.iter().cloned());
+    let count = config.servers.max(1);
+    for i in 0..count {
+        servers
+            .add(&format!("storm{i}"), floor.clone())
+            .await
+            .map_err(|e| e.to_string())?;
+    }
+    // A server that exits as it starts: its start breaker holds it off.
+    servers
+        .add("dead", ServerConfig::command("false", Vec::<String>::new()))
+        .await
+        .map_err(|e| e.to_string())?;
+    servers.settled(Duration::from_secs(30)).await;
+    for i in 0..count {
+        if runtime.tool(&format!("mcp__storm{i}__crash")).is_none() {
+            return Err(format!("server storm{i} did not serve within 30 s"));
+        }
+    }
+
+    let crashes = Arc::new(AtomicUsize::new(0));
+    let other = Arc::new(AtomicUsize::new(0));
+    let started = Instant::now();
+    let storm = futures::future::join_all((0..count).map(|i| {
+        let (runtime, crashes, other) = (runtime.clone(), Arc::clone(&crashes), Arc::clone(&other));
+        let tool = format!("mcp__storm{i}__crash");
+        async move {
+            // As an agent would: calling again at once after a crash, after the breaker's
+            // `retry_after` when it is open, and a little later after anything else.
+            while crashes.load(Ordering::Relaxed) < config.cycles {
+                match runtime
+                    .call_json(&tool, json!({}), CallOptions::new())
+                    .await
+                {
+                    Err(CallError::Crashed { .. }) => {
+                        crashes.fetch_add(1, Ordering::Relaxed);
+                    }
+                    Err(CallError::CircuitOpen { retry_after, .. }) => {
+                        other.fetch_add(1, Ordering::Relaxed);
+                        tokio::time::sleep(retry_after.max(Duration::from_millis(1))).await;
+                    }
+                    _ => {
+                        other.fetch_add(1, Ordering::Relaxed);
+                        tokio::time::sleep(Duration::from_millis(10)).await;
+                    }
+                }
+            }
+        }
+    }));
+    let watch = async {
+        let (mut timed, mut tenth, mut peak) = (Vec::new(), 0, 0);
+        while crashes.load(Ordering::Relaxed) < config.cycles {
+            timed.push(check().await?);
+            if timed.len() % 64 == 0 {
+                let rss = rss_kib();
+                peak = peak.max(rss);
+                if tenth == 0 && crashes.load(Ordering::Relaxed) >= config.cycles / 10 {
+                    tenth = rss;
+                }
+            }
+        }
+        Ok::<_, String>((timed, tenth, peak))
+    };
+    let (_, watched) = tokio::join!(storm, watch);
+    let (mut during, rss_tenth_kib, rss_peak_kib) = watched?;
+    let storm_secs = started.elapsed().as_secs_f64();
+    let rss_end_kib = rss_kib();
+
+    let dead = servers
+        .list()
+        .await
+        .into_iter()
+        .find(|s| s.name == "dead")
+        .ok_or("the server that cannot start is not listed")?;
+    for i in 0..count {
+        servers
+            .remove(&format!("storm{i}"))
+            .await
+            .map_err(|e| e.to_string())?;
+    }
+    servers.remove("dead").await.map_err(|e| e.to_string())?;
+    // Each removed server's group is killed; what is left after a grace is an orphan.
+    let gone_by = Instant::now() + Duration::from_secs(10);
+    while children() > 0 && Instant::now() < gone_by {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let orphans = children();
+    runtime.shutdown().await;
+
+    quiet.sort_by(f64::total_cmp);
+    during.sort_by(f64::total_cmp);
+    let quiet_p99_us = percentile(&quiet, 0.99);
+    let storm_p99_us = percentile(&during, 0.99);
+    Ok(StormReport {
+        cycles: crashes.load(Ordering::Relaxed),
+        servers: count,
+        storm_secs,
+        other_outcomes: other.load(Ordering::Relaxed),
+        quiet_p50_us: percentile(&quiet, 0.5),
+        quiet_p99_us,
+        storm_p50_us: percentile(&during, 0.5),
+        storm_p99_us,
+        p99_ratio: storm_p99_us / quiet_p99_us,
+        storm_calls: during.len(),
+        rss_tenth_kib,
+        rss_end_kib,
+        rss_peak_kib: rss_peak_kib.max(rss_end_kib),
+        orphans,
+        failed_starts: dead.starts,
+        start_breaker_open: matches!(dead.breaker, BreakerStatus::Open { .. }),
+    })
+}
+
+/// This process's resident memory, in KiB.
+fn rss_kib() -> u64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|status| {
+            status
+                .lines()
+                .find_map(|l| l.strip_prefix("VmRSS:"))
+                .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        })
+        .unwrap_or(0)
+}
+
+/// Live processes whose parent is this one (the servers it started), zombies left out.
+fn children() -> usize {
+    let me = std::process::id().to_string();
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return 0;
+    };
+    entries
+        .filter_map(Result::ok)
+        .filter_map(|e| std::fs::read_to_string(e.path().join("stat")).ok())
+        .filter(|stat| {
+            // Fields after the command (which may hold spaces) start after its `)`.
+            let Some(rest) = stat.rfind(')').map(|at| &stat[at + 2..]) else {
+                return false;
+            };
+            let mut fields = rest.split(' ');
+            let state = fields.next();
+            fields.next() == Some(me.as_str()) && state != Some("Z")
+        })
+        .count()
+}
