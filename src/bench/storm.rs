@@ -118,7 +118,13 @@ pub async fn storm(config: StormBenchConfig) -> Result<StormReport, String> {
         quiet.push(check().await?);
     }
 
-    let floor = ServerConfig::command(program.clone(), args.iter().cloned());
+    // Every process the storm starts carries this mark in its environment: what is left
+    // of them at the end is found by it, whoever its parent is by then (an orphan is
+    // adopted by init), and no other process of this one is counted.
+    let mark = format!("{}={}", MARK, uuid::Uuid::now_v7());
+    let mut floor = ServerConfig::command(program.clone(), args.iter().cloned());
+    let (key, value) = mark.split_once('=').unwrap_or_default();
+    floor.env.insert(key.into(), value.into());
     let count = config.servers.max(1);
     for i in 0..count {
         servers
@@ -127,10 +133,9 @@ pub async fn storm(config: StormBenchConfig) -> Result<StormReport, String> {
             .map_err(|e| e.to_string())?;
     }
     // A server that exits as it starts: its start breaker holds it off.
-    servers
-        .add("dead", ServerConfig::command("false", Vec::<String>::new()))
-        .await
-        .map_err(|e| e.to_string())?;
+    let mut dead = ServerConfig::command("false", Vec::<String>::new());
+    dead.env.insert(key.into(), value.into());
+    servers.add("dead", dead).await.map_err(|e| e.to_string())?;
     servers.settled(Duration::from_secs(30)).await;
     for i in 0..count {
         if runtime.tool(&format!("mcp__storm{i}__crash")).is_none() {
@@ -201,10 +206,10 @@ pub async fn storm(config: StormBenchConfig) -> Result<StormReport, String> {
     servers.remove("dead").await.map_err(|e| e.to_string())?;
     // Each removed server's group is killed; what is left after a grace is an orphan.
     let gone_by = Instant::now() + Duration::from_secs(10);
-    while children() > 0 && Instant::now() < gone_by {
+    while marked(&mark) > 0 && Instant::now() < gone_by {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    let orphans = children();
+    let orphans = marked(&mark);
     runtime.shutdown().await;
 
     quiet.sort_by(f64::total_cmp);
@@ -244,23 +249,31 @@ fn rss_kib() -> u64 {
         .unwrap_or(0)
 }
 
-/// Live processes whose parent is this one (the servers it started), zombies left out.
-fn children() -> usize {
-    let me = std::process::id().to_string();
+/// The environment variable that marks the storm's processes.
+const MARK: &str = "STORM_MARK";
+
+/// Live processes (zombies left out) whose environment holds `mark` (`NAME=value`).
+fn marked(mark: &str) -> usize {
     let Ok(entries) = std::fs::read_dir("/proc") else {
         return 0;
     };
     entries
         .filter_map(Result::ok)
-        .filter_map(|e| std::fs::read_to_string(e.path().join("stat")).ok())
-        .filter(|stat| {
-            // Fields after the command (which may hold spaces) start after its `)`.
-            let Some(rest) = stat.rfind(')').map(|at| &stat[at + 2..]) else {
-                return false;
-            };
-            let mut fields = rest.split(' ');
-            let state = fields.next();
-            fields.next() == Some(me.as_str()) && state != Some("Z")
+        .filter(|e| {
+            e.file_name()
+                .to_string_lossy()
+                .bytes()
+                .all(|b| b.is_ascii_digit())
+        })
+        .filter(|e| {
+            let live = std::fs::read_to_string(e.path().join("stat")).is_ok_and(|stat| {
+                // The state follows the command (which may hold spaces) and its `)`.
+                stat.rfind(')')
+                    .and_then(|at| stat.get(at + 2..at + 3))
+                    .is_some_and(|state| state != "Z")
+            });
+            live && std::fs::read(e.path().join("environ"))
+                .is_ok_and(|environ| environ.split(|&b| b == 0).any(|var| var == mark.as_bytes()))
         })
         .count()
 }

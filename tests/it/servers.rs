@@ -76,6 +76,18 @@ async fn restart_event(events: &mut guildhall::EventStream) -> (String, u64) {
     }
 }
 
+/// The audit records of `agent`'s calls, once every record is written.
+async fn audited(rt: &Runtime, agent: &str) -> Vec<guildhall::governance::AuditRecord> {
+    let audit = rt.governance().audit().expect("auditing is on");
+    audit.flush().await.unwrap();
+    audit
+        .query(&guildhall::governance::AuditQuery {
+            agent: Some(agent.into()),
+            ..Default::default()
+        })
+        .unwrap()
+}
+
 fn echo(text: &str) -> Value {
     json!({ "text": text })
 }
@@ -511,14 +523,7 @@ command = ["wc", "-w"]
     )
     .await
     .unwrap();
-    let audit = rt.governance().audit().expect("auditing is on");
-    audit.flush().await.unwrap();
-    let records = audit
-        .query(&guildhall::governance::AuditQuery {
-            agent: Some("lead".into()),
-            ..Default::default()
-        })
-        .unwrap();
+    let records = audited(&rt, "lead").await;
     assert!(
         records.iter().any(|r| r.tool == "mcp__inner__echo"),
         "{records:#?}"
@@ -1479,14 +1484,7 @@ async fn a_read_of_a_proxied_resource_is_a_governed_audited_call_of_its_access_t
         .await
         .unwrap();
     assert_eq!(read["contents"][0]["text"], "Emma", "{read}");
-    let audit = rt.governance().audit().expect("auditing is on");
-    audit.flush().await.unwrap();
-    let records = audit
-        .query(&guildhall::governance::AuditQuery {
-            agent: Some("reader".into()),
-            ..Default::default()
-        })
-        .unwrap();
+    let records = audited(&rt, "reader").await;
     assert!(
         records.iter().any(|r| r.tool == "mcp__lib.read_resource"),
         "{records:#?}"
