@@ -23,7 +23,11 @@ Run by scripts/python-client (and so by .ci/run) with GUILDHALL_BIN pointing at 
   and a server written with the Python SDK, configured in guildhall.toml, their tools
   called as `mcp__{server}__{tool}` over stdio and over guildhall's HTTP endpoint (when
   PROXIED_SERVERS names the npm servers' directory); a proxied server's elicitation answered
-  by this client's callback through guildhall (before 2026-07-28; since, refused with why).
+  by this client's callback through guildhall (before 2026-07-28; since, refused with why);
+  server-everything's resources, templates, prompts and completions through guildhall
+  (`guildhall://mcp/everything/…`, `mcp__everything__…`) equal to a direct client's, its list
+  change and a subscribed resource's update relayed; its HTTP mode restarted mid-call (the
+  call fails, the next is served on a new session).
 """
 
 import asyncio
