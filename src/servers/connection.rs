@@ -222,9 +222,12 @@ impl Drop for Upstream {
         if !self.spec.subscriptions.remove(&self.uri) {
             return;
         }
-        if let Phase::Up { peer, .. } = self.spec.link.phase() {
+        // Outside a runtime (dropped as the process ends) there is nobody to tell.
+        if let Phase::Up { peer, .. } = self.spec.link.phase()
+            && let Ok(runtime) = tokio::runtime::Handle::try_current()
+        {
             let (server, uri) = (Arc::clone(&self.spec.name), std::mem::take(&mut self.uri));
-            tokio::spawn(async move {
+            runtime.spawn(async move {
                 federation::send_subscription(&server, &peer, &uri, false).await;
             });
         }
