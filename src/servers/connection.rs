@@ -380,8 +380,17 @@ impl Actor for ServerActor {
                 pending.store(false, Ordering::Release);
                 if let Some(running) = state.as_ref().filter(|_| spec.instance == 1) {
                     let peer = running.peer.clone();
-                    if let Err(err) = reconcile(spec, &peer).await {
-                        tracing::warn!(server = %spec.name, %err, "could not list the server's tools");
+                    // Bounded as the listing at connection is (see `Recatalog`).
+                    match tokio::time::timeout(spec.config.startup_timeout, reconcile(spec, &peer))
+                        .await
+                    {
+                        Ok(Ok(())) => {}
+                        Ok(Err(err)) => {
+                            tracing::warn!(server = %spec.name, %err, "could not list the server's tools");
+                        }
+                        Err(_) => {
+                            tracing::warn!(server = %spec.name, "did not list its tools within {:?} (startup_timeout); the last listing is kept", spec.config.startup_timeout);
+                        }
                     }
                 }
             }
@@ -389,7 +398,15 @@ impl Actor for ServerActor {
                 pending.store(false, Ordering::Release);
                 if let Some(running) = state.as_ref().filter(|_| spec.instance == 1) {
                     let peer = running.peer.clone();
-                    spec.recatalog(&peer).await;
+                    // As bounded as the listing at connection: a server that says its list
+                    // changed and then never lists it holds this actor no longer.
+                    let reading = spec.recatalog(&peer);
+                    if tokio::time::timeout(spec.config.startup_timeout, reading)
+                        .await
+                        .is_err()
+                    {
+                        tracing::warn!(server = %spec.name, "did not list its resources and prompts within {:?} (startup_timeout); the last listing is kept", spec.config.startup_timeout);
+                    }
                 }
             }
             // About a connection already replaced.

@@ -46,6 +46,9 @@ pub const MAX_ITEMS: usize = 10_000;
 /// Pages of one list read at most: a server whose cursors never end is cut off there.
 const MAX_PAGES: usize = 100;
 
+/// How long a server has to answer `resources/subscribe` or `resources/unsubscribe`.
+const SUBSCRIPTION_WAIT: Duration = Duration::from_secs(5);
+
 /// Upstream URIs one server is subscribed to at once, for all of guildhall's clients.
 pub const MAX_UPSTREAM_SUBSCRIPTIONS: usize = 1024;
 
@@ -432,13 +435,27 @@ impl Subscriptions {
 #[allow(deprecated)]
 pub(crate) async fn send_subscription(server: &str, peer: &Peer<RoleClient>, uri: &str, on: bool) {
     use rmcp::model::{SubscribeRequestParams, UnsubscribeRequestParams};
-    let sent = if on {
-        peer.subscribe(SubscribeRequestParams::new(uri)).await
-    } else {
-        peer.unsubscribe(UnsubscribeRequestParams::new(uri)).await
+    let sent = async {
+        if on {
+            peer.subscribe(SubscribeRequestParams::new(uri)).await
+        } else {
+            peer.unsubscribe(UnsubscribeRequestParams::new(uri)).await
+        }
     };
-    if let Err(err) = sent {
-        tracing::info!(server, uri, on, error = %guildhall_actors::ErrorChain(&err), "the server refused a resource subscription");
+    // Bounded: a server that never answers holds neither its actor nor a subscriber.
+    match tokio::time::timeout(SUBSCRIPTION_WAIT, sent).await {
+        Ok(Ok(())) => {}
+        Ok(Err(err)) => {
+            tracing::info!(server, uri, on, error = %guildhall_actors::ErrorChain(&err), "the server refused a resource subscription");
+        }
+        Err(_) => {
+            tracing::info!(
+                server,
+                uri,
+                on,
+                "the server did not answer a resource subscription within {SUBSCRIPTION_WAIT:?}"
+            );
+        }
     }
 }
 
