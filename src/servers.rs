@@ -26,6 +26,7 @@ pub mod federation;
 mod link;
 pub mod proxy;
 mod server_log;
+mod upstream_task;
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -142,6 +143,9 @@ pub struct ServerInfo {
     pub last_end: Option<String>,
     /// Calls sent to it and not answered yet.
     pub in_flight: usize,
+    /// Calls it ran as tasks (MCP tasks, either era), each followed to its end inside the
+    /// call.
+    pub tasks: u64,
     /// The start breaker: open after repeated failed starts.
     pub breaker: BreakerStatus,
     /// Its tools, as guildhall names them.
@@ -468,6 +472,7 @@ impl Servers {
                 pid,
                 starts: spec.link.starts.load(std::sync::atomic::Ordering::Relaxed),
                 in_flight: spec.link.in_flight(),
+                tasks: spec.link.tasks(),
                 last_end: spec.link.last_end().map(|r| r.to_string()),
                 breaker: spec.link.start_breaker(),
                 tools,

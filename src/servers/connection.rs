@@ -872,6 +872,15 @@ impl ClientHandler for Client {
         let mut asks = ElicitationCapability::new();
         asks.form = Some(FormElicitationCapability::default());
         info.capabilities.elicitation = Some(asks);
+        // A server may then run a long call as a task, which the call follows to its end
+        // (`upstream_task`).
+        info.capabilities
+            .extensions
+            .get_or_insert_with(Default::default)
+            .insert(
+                rmcp::model::TASKS_EXTENSION_ID.to_owned(),
+                Default::default(),
+            );
         info
     }
 
@@ -1003,6 +1012,7 @@ async fn reconcile(spec: &ServerSpec, peer: &Peer<RoleClient>) -> Result<(), Str
             annotations: annotations(&tool),
             pool: spec.pool.clone(),
             hang_grace: spec.config.hang_grace,
+            as_task: std::sync::atomic::AtomicBool::new(false),
         };
         // Never retried: a server's idempotent hint is its own claim, and a call repeated on
         // a false one repeats its side effect; the caller sees `crashed` and decides.

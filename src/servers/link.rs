@@ -50,6 +50,8 @@ pub(crate) struct Link {
     pub(crate) starts: AtomicU64,
     /// Calls sent to the server and not answered yet.
     in_flight: AtomicUsize,
+    /// Calls the server ran as tasks, followed to their end.
+    tasks: AtomicU64,
     /// Why its last connection ended, kept while the next one serves.
     last_end: std::sync::Mutex<Option<Arc<str>>>,
     /// Tells the server's actor as it is now (each restart sets it) that a connection
@@ -88,6 +90,7 @@ impl Link {
             progress: DashMap::new(),
             starts: AtomicU64::new(0),
             in_flight: AtomicUsize::new(0),
+            tasks: AtomicU64::new(0),
             last_end: std::sync::Mutex::new(None),
             on_hung: std::sync::Mutex::new(None),
             listed_by: tokio::time::Instant::now() + listing_wait,
@@ -249,6 +252,16 @@ impl Link {
     pub(crate) fn sent(&self) -> InFlight<'_> {
         self.in_flight.fetch_add(1, Ordering::Relaxed);
         InFlight(self)
+    }
+
+    /// Counts a call the server runs as a task.
+    pub(crate) fn task_followed(&self) {
+        self.tasks.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Calls the server ran as tasks so far.
+    pub(crate) fn tasks(&self) -> u64 {
+        self.tasks.load(Ordering::Relaxed)
     }
 
     /// Calls sent to the server and not answered yet.

@@ -3,6 +3,7 @@
 //! the server's live connection.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use guildhall_actors::{Annotations, CallContext, Tool};
 use rmcp::model::{
@@ -13,6 +14,7 @@ use rmcp::service::{PeerRequestOptions, ServiceError};
 use serde_json::Value;
 
 use super::link::{Link, Phase};
+use super::upstream_task;
 
 /// A proxied tool's arguments: any JSON object, passed on as is. The server checks them
 /// against the schema it declared, which is what clients are shown.
@@ -83,6 +85,9 @@ pub(crate) struct ProxyTool {
     /// The server's instances (one unless `instances = N`): a call goes to one of them.
     pub(crate) pool: Pool,
     pub(crate) hang_grace: std::time::Duration,
+    /// Whether the tool refused a plain call for want of task augmentation (2025-11-25):
+    /// it is then always called as a task.
+    pub(crate) as_task: AtomicBool,
 }
 
 /// The links of a server's instances.
@@ -184,9 +189,45 @@ impl Tool for ProxyTool {
         input: Arguments,
         ctx: CallContext,
     ) -> Result<CallToolResult, ProxyError> {
-        let params = CallToolRequestParams::new(self.remote.to_string()).with_arguments(input.0);
+        let turn = Turn::take(&self.pool, &ctx).await?;
+        let link = &turn.link;
+        if self.as_task.load(Ordering::Relaxed) {
+            let answer =
+                upstream_task::augmented(link, &self.remote, input.0, &ctx, self.hang_grace);
+            return self.outcome(answer.await?);
+        }
+        let params =
+            CallToolRequestParams::new(self.remote.to_string()).with_arguments(input.0.clone());
         let request = ClientRequest::CallToolRequest(CallToolRequest::new(params));
-        match forward(&self.pool, request, &ctx, self.hang_grace).await? {
+        let (answer, generation) = send(link, request, &ctx, self.hang_grace).await?;
+        let answer = match answer {
+            ServerResult::CreateTaskResult(created) => {
+                link.task_followed();
+                upstream_task::follow(link, generation, created.task, &ctx, self.hang_grace).await?
+            }
+            answer => answer,
+        };
+        match self.outcome(answer) {
+            // Refused before it ran: the tool must be called as a task, from now on.
+            Err(ProxyError::Failed { text, .. } | ProxyError::Remote(text))
+                if upstream_task::needs_task(&text) =>
+            {
+                tracing::debug!(server = %link.server, tool = %self.remote, "the tool requires task augmentation; called as a task from now on");
+                self.as_task.store(true, Ordering::Relaxed);
+                link.task_followed();
+                let answer =
+                    upstream_task::augmented(link, &self.remote, input.0, &ctx, self.hang_grace);
+                self.outcome(answer.await?)
+            }
+            outcome => outcome,
+        }
+    }
+}
+
+impl ProxyTool {
+    /// A tool call's result, or the server's error result as [`ProxyError::Failed`].
+    fn outcome(&self, answer: ServerResult) -> Result<CallToolResult, ProxyError> {
+        match answer {
             ServerResult::CallToolResult(result) if result.is_error == Some(true) => {
                 Err(ProxyError::Failed {
                     text: crate::governance::texts(&result.content),
@@ -194,7 +235,7 @@ impl Tool for ProxyTool {
                 })
             }
             ServerResult::CallToolResult(result) => Ok(result),
-            ServerResult::CreateTaskResult(_) => Err(self.unsupported("a task")),
+            ServerResult::CreateTaskResult(_) => Err(self.unsupported("a task inside a task")),
             ServerResult::InputRequiredResult(_) => Err(self.unsupported("a request for input")),
             _ => Err(self.unsupported("a result of another request")),
         }
@@ -211,13 +252,38 @@ pub(crate) async fn forward(
     ctx: &CallContext,
     hang_grace: std::time::Duration,
 ) -> Result<ServerResult, ProxyError> {
+    let turn = Turn::take(pool, ctx).await?;
+    Ok(send(&turn.link, request, ctx, hang_grace).await?.0)
+}
+
+/// One call's instance of a server and its turn there (the `concurrency` bound), held
+/// until the call ends, follow-up requests of a task included.
+pub(crate) struct Turn {
+    pub(crate) link: Arc<Link>,
+    _permit: Option<tokio::sync::OwnedSemaphorePermit>,
+}
+
+impl Turn {
+    /// Waits for an instance of `pool` with a free turn, or for the call's cancellation.
+    async fn take(pool: &Pool, ctx: &CallContext) -> Result<Self, ProxyError> {
+        tokio::select! {
+            biased;
+            () = ctx.cancellation().cancelled() => Err(ProxyError::Cancelled),
+            (link, permit) = pool.pick() => Ok(Self { link, _permit: permit }),
+        }
+    }
+}
+
+/// Sends `request` on `link`'s connection (waited for while it (re)starts) and waits for
+/// its answer, as [`forward`] does; the answer and the generation of the connection that
+/// gave it.
+pub(crate) async fn send(
+    link: &Arc<Link>,
+    request: ClientRequest,
+    ctx: &CallContext,
+    hang_grace: std::time::Duration,
+) -> Result<(ServerResult, u64), ProxyError> {
     let cancelled = ctx.cancellation().clone();
-    let (link, _permit) = tokio::select! {
-        biased;
-        () = cancelled.cancelled() => return Err(ProxyError::Cancelled),
-        picked = pool.pick() => picked,
-    };
-    let link = &link;
     let (peer, generation) = tokio::select! {
         biased;
         () = cancelled.cancelled() => return Err(ProxyError::Cancelled),
@@ -245,15 +311,27 @@ pub(crate) async fn forward(
         () = cancelled.cancelled() => return Err(ProxyError::Cancelled),
         reason = gone(&mut phase, generation) => {
             abandoned.peer = None;
-            return Err(ProxyError::Lost { server: link.server.to_string(), reason });
+            return Err(lost(link, reason));
         }
     };
     abandoned.peer = None;
-    answer.map_err(|err| failed(link, err))
+    answer
+        .map(|answer| (answer, generation))
+        .map_err(|err| failed(link, err))
+}
+
+/// The call's connection to `link`'s server went away: why.
+pub(crate) fn lost(link: &Link, reason: String) -> ProxyError {
+    ProxyError::Lost {
+        server: link.server.to_string(),
+        reason,
+    }
 }
 
 /// The live connection of `link`, waited for while the instance (re)starts.
-async fn connection(link: &Link) -> Result<(rmcp::Peer<rmcp::RoleClient>, u64), ProxyError> {
+pub(crate) async fn connection(
+    link: &Link,
+) -> Result<(rmcp::Peer<rmcp::RoleClient>, u64), ProxyError> {
     let mut phase = link.watch();
     loop {
         match &*phase.borrow_and_update() {
@@ -340,7 +418,10 @@ impl ProxyTool {
 }
 
 /// Resolves when the connection of `generation` is gone: why.
-async fn gone(phase: &mut tokio::sync::watch::Receiver<Phase>, generation: u64) -> String {
+pub(crate) async fn gone(
+    phase: &mut tokio::sync::watch::Receiver<Phase>,
+    generation: u64,
+) -> String {
     loop {
         match &*phase.borrow_and_update() {
             Phase::Up { generation: g, .. } if *g == generation => {}

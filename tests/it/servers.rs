@@ -863,6 +863,83 @@ timeout = "10min"
     rt.shutdown().await;
 }
 
+#[tokio::test]
+async fn a_call_the_server_runs_as_a_task_is_followed_to_its_end_and_cancelled_there() {
+    let dir = tempfile::tempdir().unwrap();
+    let inner_config = dir.path().join("inner.toml");
+    // Long tools (a deadline of a minute or more) that run past a quarter second become
+    // tasks of the inner guildhall, which its client (this one) declared it follows.
+    std::fs::write(
+        &inner_config,
+        r#"
+[sandbox]
+enabled = false
+[commands.slow]
+description = "Answers after a while"
+shell = true
+command = ['sleep 0.6; echo "slow $1"', "{n}"]
+timeout = "10min"
+[commands.linger]
+description = "Starts a sleeper, writes its pid, and waits"
+shell = true
+command = ['sleep 600 & echo $! >> "$1"; wait', "{file}"]
+timeout = "10min"
+"#,
+    )
+    .unwrap();
+    let config = inner_serving(
+        dir.path(),
+        &["--config", &inner_config.display().to_string()],
+    );
+    let (rt, servers) = with_servers(GovernanceConfig::default()).await;
+    servers.add("inner", config).await.unwrap();
+    let server_pid = running(&servers, "inner", 1).await;
+
+    let answer = rt
+        .call_json(
+            "mcp__inner__slow",
+            json!({ "n": "one" }),
+            CallOptions::new(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(answer.as_str().map(str::trim), Some("slow one"), "{answer}");
+    assert_eq!(info(&servers, "inner").await.tasks, 1, "it came as a task");
+
+    // Cancelled once it is a task: `tasks/cancel` reaches the server, which kills the
+    // command its task ran.
+    let pid_file = dir.path().join("pids");
+    let call = tokio::spawn({
+        let (rt, file) = (rt.clone(), pid_file.clone());
+        async move {
+            rt.call_json(
+                "mcp__inner__linger",
+                json!({ "file": file }),
+                CallOptions::new(),
+            )
+            .await
+        }
+    });
+    let sleeper = crate::support::pids(&pid_file, 1).await[0];
+    eventually(Duration::from_secs(10), || async {
+        info(&servers, "inner").await.tasks == 2
+    })
+    .await;
+    call.abort();
+    assert!(call.await.is_err_and(|e| e.is_cancelled()));
+    eventually(Duration::from_secs(10), || async move {
+        crate::support::process_gone(sleeper)
+    })
+    .await;
+    let after = info(&servers, "inner").await;
+    assert_eq!(
+        (after.state, after.pid, after.in_flight),
+        (ServerState::Running, Some(server_pid), 0)
+    );
+    servers.remove("inner").await.unwrap();
+    rt.shutdown().await;
+}
+
 /// A hostile stdio server, in Python without an SDK: `big` answers 17 MiB on one line,
 /// with its id last (as the TypeScript SDK writes it); `flood` sends 2,000
 /// `tools/list_changed` before it answers; `small` answers after a tenth of a second. It
