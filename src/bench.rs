@@ -8,6 +8,7 @@
 mod cluster;
 mod context;
 mod events;
+mod hook;
 #[cfg(all(target_os = "linux", target_env = "gnu"))]
 mod launch;
 pub mod load;
@@ -24,6 +25,7 @@ mod watchers;
 pub use cluster::{ClusterBenchConfig, ClusterReport, cluster};
 pub use context::{ContextBenchConfig, ContextReport, context};
 pub use events::{EventsBenchConfig, EventsReport, events};
+pub use hook::{HookBenchConfig, HookReport, hook};
 #[cfg(all(target_os = "linux", target_env = "gnu"))]
 pub use launch::{LaunchReport, launch, launch_agent};
 pub use mail::{

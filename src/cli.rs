@@ -10,6 +10,7 @@ mod clock;
 mod context;
 mod demo;
 mod doctor;
+mod hook;
 mod init;
 mod mail;
 mod offline;
@@ -54,9 +55,9 @@ pub(crate) fn main() -> ExitCode {
         .with_ansi(std::io::stderr().is_terminal())
         .init();
     log_panics_through_tracing();
-    // The bridge only moves bytes between two streams: one thread and no cross-thread
-    // wake-ups keep its added latency lowest.
-    let mut builder = if matches!(cli.command, Command::Mcp(_)) {
+    // The bridge only moves bytes between two streams, and a hook asks one question: one
+    // thread and no cross-thread wake-ups keep their latency lowest.
+    let mut builder = if matches!(cli.command, Command::Mcp(_) | Command::Hook(_)) {
         tokio::runtime::Builder::new_current_thread()
     } else {
         tokio::runtime::Builder::new_multi_thread()
@@ -73,6 +74,7 @@ pub(crate) fn main() -> ExitCode {
             Command::Init(args) => init::run(args, &cli.data_dir),
             Command::Serve(args) => serve::serve(args, &cli.data_dir).await,
             Command::Mcp(args) => bridge::run(args, &cli.data_dir).await,
+            Command::Hook(args) => hook::run(args, &cli.data_dir).await,
             Command::Tools(args) => serve::tools(args, &cli.data_dir).await,
             Command::Status(args) => serve::status(args, &cli.data_dir).await,
             Command::Stop(args) => serve::stop(args, &cli.data_dir).await,

@@ -191,6 +191,10 @@ pub struct RoleConfig {
     /// The working mode its agents start in (`plan`, `build`, `explore`).
     #[serde(default)]
     pub mode: Option<Mode>,
+    /// Whether its agents' clients are kept going at a stop (`guildhall hook`'s `Stop`)
+    /// while they have unread urgent mail or a claimed task still `in_progress`.
+    #[serde(default)]
+    pub keep_going: bool,
 }
 
 /// One agent's settings.
@@ -713,6 +717,17 @@ impl Config {
             dirs: vec![absolute(data_dir), manifests],
             files,
         }
+    }
+
+    /// What agents' client hooks are answered: the roles kept going at a stop.
+    pub fn loop_hooks(&self) -> crate::loop_hooks::LoopHooks {
+        crate::loop_hooks::LoopHooks::new(
+            self.roles
+                .iter()
+                .filter(|(_, config)| config.keep_going)
+                .map(|(role, _)| role.clone())
+                .collect(),
+        )
     }
 
     /// Each role's tool filter.

@@ -94,6 +94,7 @@ pub mod humans;
 mod json_id;
 #[cfg(all(target_os = "linux", target_env = "gnu"))]
 pub mod launch;
+pub mod loop_hooks;
 pub mod mcp;
 pub mod observe;
 pub mod options;

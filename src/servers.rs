@@ -23,6 +23,7 @@ mod answer_limit;
 pub mod config;
 mod connection;
 pub mod federation;
+mod forward;
 mod link;
 pub mod proxy;
 mod server_log;
@@ -254,7 +255,7 @@ impl Servers {
                 Arc::new(Link::new(Arc::clone(n), per_copy, wait))
             })
             .collect();
-        let pool = proxy::Pool::new(Arc::clone(&links));
+        let pool = forward::Pool::new(Arc::clone(&links));
         let specs: Vec<Arc<ServerSpec>> = names
             .into_iter()
             .zip(links.iter())

@@ -27,6 +27,9 @@ pub struct StormBenchConfig {
     pub cycles: usize,
     /// The bystander's `check_inbox` calls timed while nothing crashes.
     pub quiet_calls: usize,
+    /// The longest the storm runs: it ends then with the cycles done so far (crashing
+    /// servers back off ever longer, so many cycles over few servers take long).
+    pub max_duration: Duration,
 }
 
 /// The figures.
@@ -53,8 +56,12 @@ pub struct StormReport {
     pub p99_ratio: f64,
     /// The bystander's calls timed during the storm.
     pub storm_calls: usize,
-    /// guildhall's resident memory once a tenth of the cycles were done, in KiB.
-    pub rss_tenth_kib: u64,
+    /// guildhall's resident memory once each tenth of the cycles was done (a tenth, two
+    /// tenths, …), in KiB: its curve over the storm.
+    pub rss_by_tenth_kib: Vec<u64>,
+    /// How much the resident memory grew over the second half of the storm (from half the
+    /// cycles done to the end), in percent of what it was at half: near 0 when it is flat.
+    pub rss_second_half_growth_pct: f64,
     /// Its resident memory at the end of the storm, in KiB.
     pub rss_end_kib: u64,
     /// Its highest resident memory sampled during the storm, in KiB.
@@ -145,6 +152,9 @@ pub async fn storm(config: StormBenchConfig) -> Result<StormReport, String> {
 
     let crashes = Arc::new(AtomicUsize::new(0));
     let other = Arc::new(AtomicUsize::new(0));
+    // The bystander's timings, a uniform sample of fixed size taken before the storm: a
+    // million of them kept whole grew this process by 16 MiB, which read as the storm's.
+    let mut timed = Reservoir::new(KEPT_TIMINGS);
     let started = Instant::now();
     let storm = futures::future::join_all((0..count).map(|i| {
         let (runtime, crashes, other) = (runtime.clone(), Arc::clone(&crashes), Arc::clone(&other));
@@ -152,7 +162,9 @@ pub async fn storm(config: StormBenchConfig) -> Result<StormReport, String> {
         async move {
             // As an agent would: calling again at once after a crash, after the breaker's
             // `retry_after` when it is open, and a little later after anything else.
-            while crashes.load(Ordering::Relaxed) < config.cycles {
+            while crashes.load(Ordering::Relaxed) < config.cycles
+                && started.elapsed() < config.max_duration
+            {
                 match runtime
                     .call_json(&tool, json!({}), CallOptions::new())
                     .await
@@ -173,23 +185,31 @@ pub async fn storm(config: StormBenchConfig) -> Result<StormReport, String> {
         }
     }));
     let watch = async {
-        let (mut timed, mut tenth, mut peak) = (Vec::new(), 0, 0);
-        while crashes.load(Ordering::Relaxed) < config.cycles {
-            timed.push(check().await?);
-            if timed.len() % 64 == 0 {
+        let (mut tenths, mut peak) = (Vec::new(), 0);
+        while crashes.load(Ordering::Relaxed) < config.cycles
+            && started.elapsed() < config.max_duration
+        {
+            timed.add(check().await?);
+            if timed.seen.is_multiple_of(64) {
                 let rss = rss_kib();
                 peak = peak.max(rss);
-                if tenth == 0 && crashes.load(Ordering::Relaxed) >= config.cycles / 10 {
-                    tenth = rss;
+                let done = crashes.load(Ordering::Relaxed);
+                while tenths.len() < 9 && done >= config.cycles * (tenths.len() + 1) / 10 {
+                    tenths.push(rss);
                 }
             }
         }
-        Ok::<_, String>((timed, tenth, peak))
+        Ok::<_, String>((tenths, peak))
     };
     let (_, watched) = tokio::join!(storm, watch);
-    let (mut during, rss_tenth_kib, rss_peak_kib) = watched?;
+    let (mut rss_by_tenth_kib, rss_peak_kib) = watched?;
+    let storm_calls = usize::try_from(timed.seen).unwrap_or(usize::MAX);
+    let mut during = timed.kept;
     let storm_secs = started.elapsed().as_secs_f64();
     let rss_end_kib = rss_kib();
+    rss_by_tenth_kib.resize(9, rss_end_kib);
+    rss_by_tenth_kib.push(rss_end_kib);
+    let half = rss_by_tenth_kib[4].max(1) as f64;
 
     let dead = servers
         .list()
@@ -226,14 +246,54 @@ pub async fn storm(config: StormBenchConfig) -> Result<StormReport, String> {
         storm_p50_us: percentile(&during, 0.5),
         storm_p99_us,
         p99_ratio: storm_p99_us / quiet_p99_us,
-        storm_calls: during.len(),
-        rss_tenth_kib,
+        storm_calls,
+        rss_second_half_growth_pct: (rss_end_kib as f64 - half) / half * 100.0,
+        rss_by_tenth_kib,
         rss_end_kib,
         rss_peak_kib: rss_peak_kib.max(rss_end_kib),
         orphans,
         failed_starts: dead.starts,
         start_breaker_open: matches!(dead.breaker, BreakerStatus::Open { .. }),
     })
+}
+
+/// The bystander's timings kept during the storm (a uniform sample past that).
+const KEPT_TIMINGS: usize = 100_000;
+
+/// A uniform sample of at most `capacity` of the values it is given (Algorithm R), in
+/// memory allocated once.
+struct Reservoir {
+    kept: Vec<f64>,
+    seen: u64,
+    /// xorshift64 state: any sequence that is uniform enough will do.
+    state: u64,
+}
+
+impl Reservoir {
+    fn new(capacity: usize) -> Self {
+        Self {
+            kept: Vec::with_capacity(capacity),
+            seen: 0,
+            state: 0x9E37_79B9_7F4A_7C15,
+        }
+    }
+
+    fn add(&mut self, value: f64) {
+        self.seen += 1;
+        if self.kept.len() < self.kept.capacity() {
+            self.kept.push(value);
+            return;
+        }
+        self.state ^= self.state << 13;
+        self.state ^= self.state >> 7;
+        self.state ^= self.state << 17;
+        let slot = self.state % self.seen;
+        if let Ok(slot) = usize::try_from(slot)
+            && let Some(kept) = self.kept.get_mut(slot)
+        {
+            *kept = value;
+        }
+    }
 }
 
 /// This process's resident memory, in KiB.

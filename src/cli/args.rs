@@ -4,7 +4,7 @@ use clap::{Parser, Subcommand};
 
 #[cfg(feature = "bench")]
 use super::bench;
-use super::{audit, bridge, context, demo, doctor, init, mail, serve, servers, tasks, watch};
+use super::{audit, bridge, context, demo, doctor, hook, init, mail, serve, servers, tasks, watch};
 
 /// guildhall: an actor-based runtime for swarms of AI agents.
 ///
@@ -46,6 +46,10 @@ pub(super) enum Command {
     /// The stdio entry an MCP client launches for one agent: connects to the project's
     /// server (starting one if none runs) and acts as `--agent`.
     Mcp(bridge::McpArgs),
+    /// One of an agent client's hooks (Claude Code's SessionStart, UserPromptSubmit,
+    /// PostToolUse, Stop): reads the event on stdin and prints what the agent's model is to
+    /// be told of its new mail and tasks. Starts no server; prints nothing on failure.
+    Hook(hook::HookArgs),
     /// List the tools an MCP client sees, with their schemas (--json).
     Tools(serve::ToolsArgs),
     /// Show a running server's supervision tree, restarts and breaker states.

@@ -60,6 +60,10 @@ enum Which {
     /// over the crash cycles, and the processes left once the servers are removed. About
     /// 10 s at the defaults; `--servers 100 --cycles 1000` about a minute.
     Storm(StormArgs),
+    /// `guildhall hook` as an agent's client runs it, server running: process start to
+    /// answer (`hook_p50_ms`, `hook_p99_ms`), against starting the binary alone. About 5 s
+    /// at the defaults.
+    Hook(HookArgs),
     /// The event stream under load: how late a watcher gets events at `--rate` events/s,
     /// and what a watcher costs a governed call (with and without, same run). About 10 s
     /// at the defaults.
@@ -82,6 +86,16 @@ enum Which {
     /// Spawn many actors or tools once and report time and memory (run in a fresh process by
     /// `bench calls`; useful on its own too).
     Spawn(SpawnArgs),
+}
+
+#[derive(Debug, Args)]
+struct HookArgs {
+    /// Print one JSON object on stdout instead of a table.
+    #[arg(long)]
+    json: bool,
+    /// Hooks timed.
+    #[arg(long, default_value_t = 400)]
+    calls: usize,
 }
 
 #[derive(Debug, Args)]
@@ -301,6 +315,7 @@ pub(crate) async fn run(
         Which::Tools(a) => tools(a).await,
         Which::Proxy(a) => proxy(a).await,
         Which::Storm(a) => storm(a).await,
+        Which::Hook(a) => hook(a).await,
         Which::Events(a) => events(a).await,
         #[cfg(feature = "postgres")]
         Which::Cluster(a) => cluster(a).await,
@@ -725,6 +740,33 @@ struct StormArgs {
     /// The other agent's `check_inbox` calls timed while nothing crashes.
     #[arg(long, default_value_t = 5000)]
     quiet_calls: usize,
+    /// The longest the storm runs; it then ends with the cycles done so far.
+    #[arg(long, default_value = "10min", value_parser = humantime::parse_duration)]
+    max_duration: std::time::Duration,
+}
+
+async fn hook(a: HookArgs) -> Result<(), Box<dyn std::error::Error>> {
+    let report = guildhall::bench::hook(guildhall::bench::HookBenchConfig {
+        exe: std::env::current_exe()?,
+        calls: a.calls,
+    })
+    .await?;
+    let mut out = std::io::stdout().lock();
+    if a.json {
+        writeln!(out, "{}", serde_json::to_string(&report)?)?;
+        return Ok(());
+    }
+    writeln!(
+        out,
+        "hook p50/p99        {:>10.2} / {:.2} ms, process start to answer ({} hooks, {} announcing mail)",
+        report.hook_p50_ms, report.hook_p99_ms, report.calls, report.announced
+    )?;
+    writeln!(
+        out,
+        "binary start p50    {:>10.2} ms (a hook with no agent: it answers nothing)",
+        report.spawn_p50_ms
+    )?;
+    Ok(())
 }
 
 async fn storm(a: StormArgs) -> Result<(), Box<dyn std::error::Error>> {
@@ -734,6 +776,7 @@ async fn storm(a: StormArgs) -> Result<(), Box<dyn std::error::Error>> {
         servers: a.servers.max(1),
         cycles: a.cycles.max(1),
         quiet_calls: a.quiet_calls.max(1),
+        max_duration: a.max_duration,
     })
     .await?;
     let mut out = std::io::stdout().lock();
@@ -752,10 +795,21 @@ async fn storm(a: StormArgs) -> Result<(), Box<dyn std::error::Error>> {
         report.quiet_p50_us, report.quiet_p99_us, report.storm_p50_us, report.storm_p99_us
     )?;
     writeln!(out, "p99 ratio           {:>10.2}", report.p99_ratio)?;
+    let curve: Vec<String> = report
+        .rss_by_tenth_kib
+        .iter()
+        .map(|kib| format!("{:.1}", *kib as f64 / 1024.0))
+        .collect();
     writeln!(
         out,
-        "memory (KiB)        {:>10} at a tenth, {} at the end, {} peak",
-        report.rss_tenth_kib, report.rss_end_kib, report.rss_peak_kib
+        "memory (MiB)        by tenth of the cycles: {}; peak {:.1}",
+        curve.join(" "),
+        report.rss_peak_kib as f64 / 1024.0
+    )?;
+    writeln!(
+        out,
+        "second half growth  {:>9.1}%",
+        report.rss_second_half_growth_pct
     )?;
     writeln!(
         out,

@@ -1,6 +1,8 @@
-//! `guildhall init`: sets a project up for a swarm of MCP clients: `.mcp.json`, a commented
-//! `guildhall.toml` in the data directory, and the data directory in `.gitignore`.
-//! Idempotent; it never overwrites a file that differs without `--force`.
+//! `guildhall init`: sets a project up for a swarm of MCP clients: `.mcp.json`, Claude
+//! Code's hooks and deny rules in `.claude/settings.json`, a commented `guildhall.toml` in
+//! the data directory, and the data directory in `.gitignore`. Idempotent; it never
+//! overwrites a file that differs without `--force` (the settings are merged into what is
+//! there, never taking anything out).
 
 use std::io::Write;
 use std::path::Path;
@@ -100,6 +102,12 @@ pub(crate) fn run(args: InitArgs, data_dir: &Path) -> CliResult {
         &mut out,
     )?;
     ignore(data_dir, &mut out)?;
+    claude_settings(
+        Path::new(".claude/settings.json"),
+        data_dir,
+        args.force,
+        &mut out,
+    )?;
     if args.agent.is_none() {
         writeln!(
             out,
@@ -138,6 +146,151 @@ fn write_file(path: &Path, text: &str, force: bool, out: &mut impl Write) -> Cli
     }
     std::fs::write(path, text).map_err(|err| format!("cannot write {}: {err}", path.display()))?;
     writeln!(out, "wrote {}", path.display())?;
+    Ok(())
+}
+
+/// Claude Code's hook events `guildhall hook` answers.
+const HOOK_EVENTS: [&str; 5] = [
+    "SessionStart",
+    "UserPromptSubmit",
+    "PostToolUse",
+    "Stop",
+    "SubagentStop",
+];
+/// The hook's command line in the settings (`guildhall` from PATH, as `.mcp.json` has it).
+const HOOK_COMMAND: &str = "guildhall hook";
+/// Seconds Claude Code gives the hook (it answers in milliseconds, or gives up in 2 s).
+const HOOK_TIMEOUT_SECS: u64 = 5;
+
+/// Merges into Claude Code's project settings at `path`: `guildhall hook` on each of
+/// [`HOOK_EVENTS`] (unless a hook there runs it already), and rules that keep Claude Code's
+/// own tools out of the data directory, where the store and token files live: permission
+/// deny rules for its file tools, and its sandbox's read and write deny lists for the
+/// commands it runs (when its sandbox is on). What is there stays; a file that is not a
+/// JSON object is kept unless `force`.
+fn claude_settings(path: &Path, data_dir: &Path, force: bool, out: &mut impl Write) -> CliResult {
+    let existing = match std::fs::read_to_string(path) {
+        Ok(text) => Some(text),
+        Err(err) if err.kind() == std::io::ErrorKind::NotFound => None,
+        Err(err) if !force => {
+            return Err(format!("cannot read {}: {err}; kept", path.display()).into());
+        }
+        Err(_) => None,
+    };
+    let mut settings = match existing
+        .as_deref()
+        .map(serde_json::from_str::<serde_json::Value>)
+    {
+        None => serde_json::json!({}),
+        Some(Ok(value @ serde_json::Value::Object(_))) => value,
+        Some(_) if force => serde_json::json!({}),
+        Some(Ok(_)) => {
+            return Err(format!(
+                "{} is not a JSON object; kept (--force replaces it)",
+                path.display()
+            )
+            .into());
+        }
+        Some(Err(err)) => {
+            return Err(format!(
+                "{} is not valid JSON ({err}); kept (--force replaces it)",
+                path.display()
+            )
+            .into());
+        }
+    };
+    merge_settings(&mut settings, &data_dir_pattern(data_dir)?)
+        .map_err(|why| format!("{}: {why}; kept (--force replaces it)", path.display()))?;
+    let text = format!("{}\n", serde_json::to_string_pretty(&settings)?);
+    if existing.as_deref() == Some(text.as_str()) {
+        writeln!(out, "{} is up to date", path.display())?;
+        return Ok(());
+    }
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir)?;
+    }
+    std::fs::write(path, text).map_err(|err| format!("cannot write {}: {err}", path.display()))?;
+    let verb = if existing.is_some() {
+        "merged guildhall's hooks and deny rules into"
+    } else {
+        "wrote"
+    };
+    writeln!(out, "{verb} {}", path.display())?;
+    Ok(())
+}
+
+/// The data directory as Claude Code's rules name a path: `./dir` when it is under this
+/// directory, `//absolute/dir` otherwise.
+fn data_dir_pattern(data_dir: &Path) -> Result<String, Box<dyn std::error::Error>> {
+    let absolute = std::path::absolute(data_dir)?;
+    Ok(match absolute.strip_prefix(std::env::current_dir()?) {
+        Ok(relative) => format!("./{}", relative.display()),
+        Err(_) => format!("/{}", absolute.display()),
+    })
+}
+
+/// Adds what [`claude_settings`] adds to `settings`, an object; why not, when a key it
+/// adds to holds something of another type.
+fn merge_settings(settings: &mut serde_json::Value, data_dir: &str) -> Result<(), String> {
+    use serde_json::{Value, json};
+    fn object<'a>(
+        parent: &'a mut Value,
+        key: &str,
+    ) -> Result<&'a mut serde_json::Map<String, Value>, String> {
+        let map = parent.as_object_mut().ok_or("expected an object")?;
+        map.entry(key).or_insert_with(|| json!({}));
+        map.get_mut(key)
+            .and_then(Value::as_object_mut)
+            .ok_or_else(|| format!("`{key}` is not an object"))
+    }
+    fn list<'a>(
+        map: &'a mut serde_json::Map<String, Value>,
+        key: &str,
+    ) -> Result<&'a mut Vec<Value>, String> {
+        map.entry(key).or_insert_with(|| json!([]));
+        map.get_mut(key)
+            .and_then(Value::as_array_mut)
+            .ok_or_else(|| format!("`{key}` is not a list"))
+    }
+    fn add_unique(list: &mut Vec<Value>, items: impl IntoIterator<Item = String>) {
+        for item in items {
+            if !list.iter().any(|v| v.as_str() == Some(&item)) {
+                list.push(Value::String(item));
+            }
+        }
+    }
+    let hooks = object(settings, "hooks")?;
+    for event in HOOK_EVENTS {
+        let groups = list(hooks, event)?;
+        let present = groups.iter().any(|group| {
+            group["hooks"].as_array().is_some_and(|hooks| {
+                hooks.iter().any(|hook| {
+                    hook["command"]
+                        .as_str()
+                        .is_some_and(|command| command.contains(HOOK_COMMAND))
+                })
+            })
+        });
+        if !present {
+            groups.push(json!({
+                "hooks": [{ "type": "command", "command": HOOK_COMMAND, "timeout": HOOK_TIMEOUT_SECS }]
+            }));
+        }
+    }
+    let deny = list(object(settings, "permissions")?, "deny")?;
+    add_unique(
+        deny,
+        ["Read", "Edit", "Write"].map(|tool| format!("{tool}({data_dir}/**)")),
+    );
+    let sandbox = object(settings, "sandbox")?;
+    let filesystem = sandbox
+        .entry("filesystem")
+        .or_insert_with(|| json!({}))
+        .as_object_mut()
+        .ok_or("`sandbox.filesystem` is not an object")?;
+    for key in ["denyRead", "denyWrite"] {
+        add_unique(list(filesystem, key)?, [data_dir.to_owned()]);
+    }
     Ok(())
 }
 

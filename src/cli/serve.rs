@@ -219,7 +219,12 @@ pub(crate) async fn serve(args: ServeArgs, data_dir: &Path) -> CliResult {
         if args.stdio {
             serve_stdio(&args, &server, &roles, filter).await
         } else {
-            serve_network(&args, &server, roles, filter, data_dir, servers, launcher).await
+            let supervised = Supervised {
+                servers,
+                launcher,
+                hooks: config.loop_hooks(),
+            };
+            serve_network(&args, &server, roles, filter, data_dir, supervised).await
         }
     };
     // A shared database another server took over: this one steps down at once.
@@ -272,15 +277,27 @@ async fn serve_stdio(
     Ok(())
 }
 
+/// What a network server runs beside its listeners, and what its clients' hooks are
+/// answered with.
+struct Supervised {
+    servers: Arc<Servers>,
+    launcher: Option<Arc<Launcher>>,
+    hooks: guildhall::loop_hooks::LoopHooks,
+}
+
 async fn serve_network(
     args: &ServeArgs,
     server: &McpServer,
     roles: local::RoleTools,
     filter: ToolFilter,
     data_dir: &Path,
-    servers: Arc<Servers>,
-    launcher: Option<Arc<Launcher>>,
+    supervised: Supervised,
 ) -> CliResult {
+    let Supervised {
+        servers,
+        launcher,
+        hooks,
+    } = supervised;
     let shutdown = CancellationToken::new();
     let store_handle = server.runtime().store();
     let store = store_handle.describe();
@@ -320,6 +337,7 @@ async fn serve_network(
         control = control.with_launcher(Arc::clone(launcher));
     }
     let control = control
+        .with_loop_hooks(hooks)
         .with_servers(Arc::clone(&servers))
         .with_admin(Arc::new(super::admin::ServerAdmin {
             servers: Some(servers),

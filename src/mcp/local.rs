@@ -95,6 +95,17 @@ pub enum Hello {
     /// `{"event": "missed", "count": N}` when this watcher fell behind and lost N, until the
     /// client leaves.
     Watch,
+    /// Answer one of the agent's client hooks (`guildhall hook`) with what its model is to
+    /// be told ([`crate::loop_hooks`]).
+    Hook {
+        /// The agent whose client runs the hook.
+        agent: String,
+        /// The agent's token, when the config gives it one.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        token: Option<String>,
+        /// The hook's point and session.
+        event: crate::loop_hooks::HookEvent,
+    },
     /// Call one tool, as `agent` when given, and answer with its result.
     Call {
         /// The calling agent.
@@ -252,6 +263,8 @@ pub struct Control {
     /// The launched agents, listed by `status`.
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
     launcher: Option<Arc<crate::launch::Launcher>>,
+    /// What agents' client hooks are answered ([`Hello::Hook`]).
+    loop_hooks: Arc<crate::loop_hooks::LoopHooks>,
 }
 
 impl Control {
@@ -273,6 +286,7 @@ impl Default for Control {
             servers: None,
             #[cfg(all(target_os = "linux", target_env = "gnu"))]
             launcher: None,
+            loop_hooks: Arc::default(),
         }
     }
 }
@@ -306,6 +320,13 @@ impl Control {
     #[must_use]
     pub fn with_launcher(mut self, launcher: Arc<crate::launch::Launcher>) -> Self {
         self.launcher = Some(launcher);
+        self
+    }
+
+    /// Answers [`Hello::Hook`] with `hooks`' settings (which roles keep going at a stop).
+    #[must_use]
+    pub fn with_loop_hooks(mut self, hooks: crate::loop_hooks::LoopHooks) -> Self {
+        self.loop_hooks = Arc::new(hooks);
         self
     }
 
@@ -545,6 +566,30 @@ async fn handle(
             answer(&mut writer, Reply::Ok(Value::Null)).await?;
             watch(watching, reader, writer).await
         }
+        Hello::Hook {
+            agent,
+            token,
+            event,
+        } => {
+            let answered = match prove(&server, &agent, token.as_deref()) {
+                Ok(()) => {
+                    control
+                        .loop_hooks
+                        .answer(server.runtime(), &agent, &event)
+                        .await
+                }
+                Err(reason) => Err(reason),
+            };
+            let reply = match answered {
+                Ok(hook) => Reply::Ok(serde_json::to_value(hook).unwrap_or_default()),
+                Err(reason) => {
+                    // The hook prints nothing its model sees: this line is where it shows.
+                    tracing::warn!(%agent, point = ?event.point, %reason, "a client hook was not answered");
+                    Reply::Error(reason)
+                }
+            };
+            answer(&mut writer, reply).await
+        }
         Hello::Call {
             agent,
             token,
@@ -587,7 +632,7 @@ async fn read_hello(
     };
     if let Some(bound) = bound {
         let theirs = match &hello {
-            Hello::Mcp { agent, .. } => Some(agent.as_str()),
+            Hello::Mcp { agent, .. } | Hello::Hook { agent, .. } => Some(agent.as_str()),
             Hello::Call { agent, .. } => agent.as_deref(),
             _ => None,
         };

@@ -32,8 +32,9 @@ use super::config::{RestartType, ServerConfig};
 use super::federation::{
     self, AccessTool, Catalog, Complete, GetPrompt, ReadResource, Subscriptions,
 };
+use super::forward::Pool;
 use super::link::{Link, Phase};
-use super::proxy::{Pool, ProxyTool};
+use super::proxy::ProxyTool;
 use super::server_log::ServerLog;
 use crate::events::ToolEvent;
 use crate::governance::ToolReply;

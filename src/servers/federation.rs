@@ -34,7 +34,7 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 
-use super::proxy::{Pool, ProxyError, forward};
+use super::forward::{Pool, ProxyError, forward};
 
 /// Where a proxied server's resources are served: `guildhall://mcp/{server}/{its URI}`.
 pub const URI_PREFIX: &str = "guildhall://mcp/";

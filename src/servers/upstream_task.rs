@@ -28,8 +28,8 @@ use rmcp::model::{
 };
 use serde_json::{Map, Value, json};
 
+use super::forward::{ProxyError, gone, lost, send};
 use super::link::{Link, Phase};
-use super::proxy::{ProxyError, gone, lost, send};
 
 /// The shortest and longest wait between two `tasks/get`, whatever the server suggests.
 const POLL_BOUNDS: (Duration, Duration) = (Duration::from_millis(50), Duration::from_secs(5));

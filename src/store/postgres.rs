@@ -534,6 +534,7 @@ pub fn table_code(table: Table) -> i16 {
         Table::Approvals => 8,
         Table::Tasks => 9,
         Table::TaskHistory => 10,
+        Table::Cursors => 11,
     }
 }
 

@@ -27,11 +27,14 @@ pub enum Table {
     Tasks,
     /// Each task's history: task id, version (both big-endian) → the change that made it.
     TaskHistory,
+    /// Where an agent's reading has got to: agent id, 0, cursor name → a message id (the
+    /// newest its client was told of, for `announced`).
+    Cursors,
 }
 
 impl Table {
     /// Every table, in a fixed order.
-    pub const ALL: [Table; 11] = [
+    pub const ALL: [Table; 12] = [
         Table::Meta,
         Table::Agents,
         Table::Inbox,
@@ -43,6 +46,7 @@ impl Table {
         Table::Approvals,
         Table::Tasks,
         Table::TaskHistory,
+        Table::Cursors,
     ];
 
     /// The table's name in the backend.
@@ -59,6 +63,7 @@ impl Table {
             Table::Approvals => "approvals",
             Table::Tasks => "tasks",
             Table::TaskHistory => "task_history",
+            Table::Cursors => "cursors",
         }
     }
 

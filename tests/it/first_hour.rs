@@ -606,9 +606,52 @@ fn init_sets_a_project_up_once_and_never_overwrites_without_force() {
         )
     };
     std::fs::write(project.path().join(".gitignore"), "target/").unwrap();
+    // Claude Code settings of the user's own: kept, guildhall's merged in.
+    let settings_path = project.path().join(".claude/settings.json");
+    std::fs::create_dir_all(settings_path.parent().unwrap()).unwrap();
+    std::fs::write(
+        &settings_path,
+        r#"{"model": "opus", "permissions": {"deny": ["Bash(rm -rf *)"]},
+            "hooks": {"Stop": [{"hooks": [{"type": "command", "command": "./notify.sh"}]}]}}"#,
+    )
+    .unwrap();
     let (ok, said, err) = init(&[]);
     assert!(ok, "{err}");
     assert!(said.contains("wrote .mcp.json"), "{said}");
+    assert!(
+        said.contains("merged guildhall's hooks and deny rules into .claude/settings.json"),
+        "{said}"
+    );
+    let settings: Value =
+        serde_json::from_str(&std::fs::read_to_string(&settings_path).unwrap()).unwrap();
+    assert_eq!(settings["model"], "opus");
+    assert_eq!(
+        settings["permissions"]["deny"],
+        json!([
+            "Bash(rm -rf *)",
+            "Read(./.guildhall/**)",
+            "Edit(./.guildhall/**)",
+            "Write(./.guildhall/**)"
+        ])
+    );
+    assert_eq!(
+        settings["sandbox"]["filesystem"],
+        json!({"denyRead": ["./.guildhall"], "denyWrite": ["./.guildhall"]})
+    );
+    let ours = json!([{"hooks": [{"type": "command", "command": "guildhall hook", "timeout": 5}]}]);
+    for event in [
+        "SessionStart",
+        "UserPromptSubmit",
+        "PostToolUse",
+        "SubagentStop",
+    ] {
+        assert_eq!(settings["hooks"][event], ours, "{event}");
+    }
+    assert_eq!(
+        settings["hooks"]["Stop"][0]["hooks"][0]["command"],
+        "./notify.sh"
+    );
+    assert_eq!(settings["hooks"]["Stop"][1], ours[0]);
     let mcp: Value =
         serde_json::from_str(&std::fs::read_to_string(project.path().join(".mcp.json")).unwrap())
             .unwrap();
@@ -622,6 +665,10 @@ fn init_sets_a_project_up_once_and_never_overwrites_without_force() {
     let (ok, said, err) = init(&[]);
     assert!(ok, "{err}");
     assert!(said.contains(".mcp.json is up to date"), "{said}");
+    assert!(
+        said.contains(".claude/settings.json is up to date"),
+        "{said}"
+    );
     assert_eq!(
         std::fs::read_to_string(project.path().join(".gitignore")).unwrap(),
         ignored
@@ -637,6 +684,17 @@ fn init_sets_a_project_up_once_and_never_overwrites_without_force() {
     );
     let (ok, _, err) = init(&["--agent", "tl", "--role", "tl", "--force"]);
     assert!(ok, "{err}");
+    // Settings Claude Code could not read are kept too, unless forced.
+    std::fs::write(&settings_path, "{ not json").unwrap();
+    let (ok, _, err) = init(&["--agent", "tl", "--role", "tl"]);
+    assert!(
+        !ok && err.contains("not valid JSON") && err.contains("--force"),
+        "{err}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(&settings_path).unwrap(),
+        "{ not json"
+    );
     let mcp: Value =
         serde_json::from_str(&std::fs::read_to_string(project.path().join(".mcp.json")).unwrap())
             .unwrap();

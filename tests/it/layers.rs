@@ -67,11 +67,13 @@ const GUILDHALL: Allowed = &[
                  "runtime", "sandbox", "servers", "tasks", "time"]),
     // Metrics from the runtime's events, for the HTTP listener.
     ("observe", &["changes", "events", "governance", "runtime", "store", "time", "tls"]),
-    ("mcp", &["agents", "changes", "context", "governance", "json_id", "launch", "observe",
-              "options", "private_fs", "runtime", "servers"]),
+    // What an agent's client is told at points of its own loop (Claude Code's hooks).
+    ("loop_hooks", &["agents", "runtime", "store", "tasks"]),
+    ("mcp", &["agents", "changes", "context", "governance", "json_id", "launch", "loop_hooks",
+              "observe", "options", "private_fs", "runtime", "servers"]),
     // Reads guildhall.toml into the settings of every layer above, mcp's included.
     ("config", &["agents", "commands", "fetch", "files", "governance", "humans", "launch",
-                 "mcp", "observe", "sandbox", "servers", "shell", "tasks"]),
+                 "loop_hooks", "mcp", "observe", "sandbox", "servers", "shell", "tasks"]),
     ("bench", &["agents", "context", "events", "files", "governance", "launch", "mcp",
                 "observe", "options", "runtime", "sandbox", "servers", "shell", "store",
                 "tasks", "tls"]),

@@ -42,6 +42,9 @@ mod files;
 mod first_hour;
 /// Call governance: rules, trust, approvals, hooks, loop guard, truncation, cache, audit, events.
 mod governance;
+/// `guildhall hook`: Claude Code's hooks told of new mail once, stops held a bounded number
+/// of times, failing open.
+mod hooks;
 /// Random and hostile arguments into every tool: no crash, no circuit opened for others.
 mod hostile;
 /// Humans in the loop: ask_human and confirm, by elicitation or by the humans' inboxes.

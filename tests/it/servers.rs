@@ -1586,6 +1586,7 @@ async fn a_crash_storm_leaves_no_process_behind_and_quarantines_a_server_that_ca
         servers: 10,
         cycles: 50,
         quiet_calls: 100,
+        max_duration: Duration::from_secs(120),
     })
     .await
     .unwrap();
