@@ -15,6 +15,7 @@
 
 mod agent;
 mod credentials;
+pub mod cursors;
 mod directory;
 mod error;
 mod ids;

@@ -24,7 +24,6 @@ use uuid::Uuid;
 
 use crate::agents::{InboxQuery, Message, Priority};
 use crate::runtime::Runtime;
-use crate::store::{Batch, Table, commit};
 use crate::tasks::{TaskQuery, TaskStatus};
 
 /// Messages an announcement names; the rest are counted, with a pointer to `check_inbox`.
@@ -118,6 +117,10 @@ impl LoopHooks {
     ///
     /// # Errors
     /// The agent is unknown, or its mailbox or the store failed: a message naming it.
+    ///
+    /// # Cancel safety
+    /// Cancel safe as far as the agent's mail goes (it only reads); dropped after it moved
+    /// the announced cursor, the messages it was to announce count as announced.
     pub async fn answer(
         &self,
         runtime: &Runtime,
@@ -332,21 +335,12 @@ async fn held(
         .collect())
 }
 
-/// The store key of `agent`'s announced cursor.
-fn cursor_key(agent: &str) -> Vec<u8> {
-    let mut key = agent.as_bytes().to_vec();
-    key.push(0);
-    key.extend_from_slice(b"announced");
-    key
-}
+/// The cursor of what the agent's client was told of.
+const ANNOUNCED: &str = "announced";
 
 /// The newest message id the agent was told of, if any.
 fn cursor(runtime: &Runtime, agent: &str) -> Result<Option<Uuid>, String> {
-    let stored = runtime
-        .store()
-        .get(Table::Cursors, &cursor_key(agent))
-        .map_err(|e| e.to_string())?;
-    Ok(stored.and_then(|bytes| Uuid::from_slice(&bytes).ok()))
+    crate::agents::cursors::cursor(&*runtime.store(), agent, ANNOUNCED).map_err(|e| e.to_string())
 }
 
 /// Moves the agent's announced cursor to the newest of `told`, never back.
@@ -358,16 +352,7 @@ async fn advance(
     let Some(newest) = told.iter().map(|m| m.id).max() else {
         return Ok(());
     };
-    if cursor(runtime, agent)?.is_some_and(|at| at >= newest) {
-        return Ok(());
-    }
-    let mut batch = Batch::new();
-    batch.put(
-        Table::Cursors,
-        cursor_key(agent),
-        newest.as_bytes().to_vec(),
-    );
-    commit(&*runtime.store(), batch)
+    crate::agents::cursors::advance_cursor(&*runtime.store(), agent, ANNOUNCED, newest)
         .await
         .map_err(|e| e.to_string())
 }

@@ -502,7 +502,7 @@ impl MailboxActor {
         for message in state.listed() {
             if query.matches(message) {
                 out.push(Arc::clone(message));
-                if query.unread_only && out.len() >= query.limit {
+                if query.unread_only && !query.arrival_order && out.len() >= query.limit {
                     return Ok(out);
                 }
             }
@@ -518,9 +518,13 @@ impl MailboxActor {
                     }
                 },
             )?;
-            out.sort_by_key(|m| (std::cmp::Reverse(m.priority), m.id));
-            out.truncate(query.limit);
         }
+        if query.arrival_order {
+            out.sort_by_key(|m| m.id);
+        } else if !query.unread_only {
+            out.sort_by_key(|m| (std::cmp::Reverse(m.priority), m.id));
+        }
+        out.truncate(query.limit);
         Ok(out)
     }
 

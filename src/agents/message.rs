@@ -255,6 +255,9 @@ pub struct InboxQuery {
     pub wait: Option<Duration>,
     /// Mark the listed messages read (take them).
     pub mark_read: bool,
+    /// List in arrival order (oldest first) instead of most urgent first, so that `limit`
+    /// cuts off only the newest: what a cursor moved to the newest listed needs.
+    pub arrival_order: bool,
 }
 
 impl Default for InboxQuery {
@@ -267,6 +270,7 @@ impl Default for InboxQuery {
             min_priority: Priority::Low,
             wait: None,
             mark_read: false,
+            arrival_order: false,
         }
     }
 }

@@ -123,17 +123,40 @@ pub struct SendInput {
     /// Id of the message this answers; the reply joins its thread.
     #[serde(default)]
     pub reply_to: Option<String>,
+    /// Wait up to this many seconds for the first reply in the message's thread and
+    /// answer with it (`reply`), as a question asked in one call; cut to the server's
+    /// longest wait (120 s by default). No reply in time is no error: `reply` is absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub wait_reply_secs: Option<f64>,
     /// Seconds after which the message is dropped if still unread (at most 10 years).
     #[serde(default)]
     #[schemars(range(min = 1, max = 315_360_000))]
     pub expires_in_secs: Option<u64>,
 }
 
+/// What `send_message` answers: the receipt, and the reply it waited for.
+#[derive(Debug, Clone, Serialize, JsonSchema)]
+pub struct Sent {
+    /// What the send did.
+    #[serde(flatten)]
+    pub receipt: Receipt,
+    /// With `wait_reply_secs`: the first reply in the thread, when one came in time (it
+    /// stays unread in your inbox).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reply: Option<MessageView>,
+}
+
 impl Tool for SendMessage {
     type Input = SendInput;
-    type Output = Receipt;
+    type Output = Sent;
     type Error = MailError;
     type State = ();
+
+    /// A send that waits for its reply waits by design: the loop guard leaves it alone, and
+    /// it takes none of the tool's in-flight slots while it waits.
+    fn polls(input: &SendInput) -> bool {
+        input.wait_reply_secs.is_some_and(|w| w > 0.0)
+    }
 
     fn name(&self) -> &str {
         "send_message"
@@ -142,7 +165,8 @@ impl Tool for SendMessage {
     fn description(&self) -> &str {
         "Send a message to another agent, to every agent in a role (`role:pm`), to your \
          `parent`, your `children`, or everyone (`*`). Use `reply_to` to answer a message in \
-         its thread. Returns the message id and who received it."
+         its thread; `wait_reply_secs` waits for the first reply and returns it. Returns \
+         the message id and who received it."
     }
 
     fn annotations(&self) -> Annotations {
@@ -161,14 +185,25 @@ impl Tool for SendMessage {
         _: &mut (),
         input: SendInput,
         ctx: CallContext,
-    ) -> Result<Receipt, MailError> {
+    ) -> Result<Sent, MailError> {
         let agent = caller(&self.0, &ctx)?;
         let reply_to = input
             .reply_to
             .as_deref()
             .map(parse_message_id)
             .transpose()?;
-        agent
+        let wait_reply = input
+            .wait_reply_secs
+            .map(|s| {
+                crate::time::seconds_up_to(s, self.0.shared.config.max_wait).map_err(|reason| {
+                    MailError::InvalidArgument {
+                        name: "wait_reply_secs",
+                        reason,
+                    }
+                })
+            })
+            .transpose()?;
+        let receipt = agent
             .send(Outgoing {
                 to: input.to.unwrap_or_default(),
                 subject: input.subject.unwrap_or_default(),
@@ -178,12 +213,42 @@ impl Tool for SendMessage {
                 reply_to,
                 expires_in: input.expires_in_secs.map(Duration::from_secs),
             })
-            .await
+            .await?;
+        let reply = match wait_reply {
+            Some(wait) if !wait.is_zero() => {
+                // A reply comes to the sender, in the thread, after the message.
+                let replies = agent
+                    .check_inbox(InboxQuery {
+                        limit: 1,
+                        since: Some(receipt.id),
+                        thread: Some(receipt.thread),
+                        wait: Some(wait),
+                        arrival_order: true,
+                        ..InboxQuery::default()
+                    })
+                    .await?;
+                replies.messages.first().map(|m| MessageView::of(m, true))
+            }
+            _ => None,
+        };
+        Ok(Sent { receipt, reply })
     }
 }
 
 /// `check_inbox`.
-pub struct CheckInbox(pub(crate) Arc<PostOffice>);
+pub struct CheckInbox(pub(crate) Arc<PostOffice>, pub(crate) CursorTurns);
+
+/// One `since: "last"` listing at a time per agent, so two of its connections never both
+/// list what came after the same cursor.
+#[derive(Default)]
+pub(crate) struct CursorTurns(dashmap::DashMap<String, Arc<tokio::sync::Mutex<()>>>);
+
+impl CursorTurns {
+    async fn take(&self, agent: &str) -> tokio::sync::OwnedMutexGuard<()> {
+        let turn = Arc::clone(self.0.entry(agent.to_owned()).or_default().value());
+        turn.lock_owned().await
+    }
+}
 
 /// Input of `check_inbox`.
 #[derive(Debug, Clone, Default, Serialize, Deserialize, JsonSchema)]
@@ -195,7 +260,10 @@ pub struct CheckInput {
     /// At most this many messages (default 20, at most 200).
     #[serde(default)]
     pub limit: Option<u32>,
-    /// Only messages newer than this message id (the `cursor` of an earlier listing).
+    /// Only messages newer than this message id (the `cursor` of an earlier listing); or
+    /// `"last"`: those that arrived after the last `since: "last"` listing of yours,
+    /// read or not, oldest first. That cursor is kept by the server across restarts and
+    /// reconnects and moves to the newest listed, so each message is listed this way once.
     #[serde(default)]
     pub since: Option<String>,
     /// Only messages in this thread.
@@ -278,14 +346,27 @@ impl Tool for CheckInbox {
                 })?,
             ),
         };
+        // `since: "last"`: after the agent's durable cursor, in arrival order, read or not.
+        let from_last = input.since.as_deref() == Some(super::cursors::LAST);
+        let store = &*self.0.shared.store;
+        let _turn = match from_last {
+            true => Some(self.1.take(agent.id().as_str()).await),
+            false => None,
+        };
+        let since = match (&input.since, from_last) {
+            (_, true) => super::cursors::cursor(store, agent.id().as_str(), super::cursors::INBOX)?,
+            (Some(id), false) => Some(parse_message_id(id)?),
+            (None, false) => None,
+        };
         let query = InboxQuery {
-            unread_only: input.unread_only.unwrap_or(true),
+            unread_only: input.unread_only.unwrap_or(!from_last),
             limit: input.limit.map_or(20, |l| l as usize).clamp(1, MAX_LIST),
-            since: input.since.as_deref().map(parse_message_id).transpose()?,
+            since,
             thread: input.thread.as_deref().map(parse_message_id).transpose()?,
             min_priority: input.min_priority.unwrap_or(Priority::Low),
             wait,
             mark_read: false,
+            arrival_order: from_last,
         };
         let mut inbox = agent.check_inbox(query).await?;
         let full = input.full.unwrap_or(false);
@@ -299,6 +380,15 @@ impl Tool for CheckInbox {
         // The cursor is the newest of those shown; those left out stay unread, so the next
         // listing of unread mail shows them.
         inbox.messages.truncate(messages.len());
+        if from_last && let Some(newest) = inbox.cursor() {
+            super::cursors::advance_cursor(
+                store,
+                agent.id().as_str(),
+                super::cursors::INBOX,
+                newest,
+            )
+            .await?;
+        }
         let cursor = inbox.cursor().map(|id| id.to_string());
         Ok(InboxView {
             cursor,

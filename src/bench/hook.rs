@@ -132,7 +132,9 @@ async fn run_hook(exe: &Path, dir: &Path, agent: Option<&str>) -> Result<(f64, V
         command.env("GUILDHALL_AGENT", agent);
     }
     let at = Instant::now();
-    let mut child = command.spawn().map_err(|e| format!("starting a hook: {e}"))?;
+    let mut child = command
+        .spawn()
+        .map_err(|e| format!("starting a hook: {e}"))?;
     if let Some(mut stdin) = child.stdin.take() {
         let _ = stdin.write_all(PROMPT.as_bytes()).await;
     }

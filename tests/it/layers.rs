@@ -68,7 +68,7 @@ const GUILDHALL: Allowed = &[
     // Metrics from the runtime's events, for the HTTP listener.
     ("observe", &["changes", "events", "governance", "runtime", "store", "time", "tls"]),
     // What an agent's client is told at points of its own loop (Claude Code's hooks).
-    ("loop_hooks", &["agents", "runtime", "store", "tasks"]),
+    ("loop_hooks", &["agents", "runtime", "tasks"]),
     ("mcp", &["agents", "changes", "context", "governance", "json_id", "launch", "loop_hooks",
               "observe", "options", "private_fs", "runtime", "servers"]),
     // Reads guildhall.toml into the settings of every layer above, mcp's included.

@@ -1120,3 +1120,142 @@ async fn a_listing_past_the_truncation_keeps_its_structure() {
     assert_eq!(listed["unread"], json!(200), "nothing was taken");
     rt.shutdown().await;
 }
+
+#[tokio::test]
+async fn since_last_lists_each_message_once_in_arrival_order_across_a_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    let open = || Runtime::builder().data_dir(dir.path()).build();
+    let rt = open().await.unwrap();
+    let pm = rt.register_agent(AgentSpec::new("pm", "pm")).await.unwrap();
+    rt.register_agent(AgentSpec::new("dev", "dev"))
+        .await
+        .unwrap();
+    let send = async |subject: &str, priority: Priority| {
+        pm.send(Outgoing::to("dev").subject(subject).priority(priority))
+            .await
+            .unwrap();
+    };
+    let last = async |rt: &Runtime, limit: u32| -> Vec<String> {
+        let listed = rt
+            .call_json(
+                "check_inbox",
+                json!({"since": "last", "limit": limit}),
+                as_agent(rt, "dev"),
+            )
+            .await
+            .unwrap();
+        listed["messages"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|m| m["subject"].as_str().unwrap().to_owned())
+            .collect()
+    };
+    send("first", Priority::Low).await;
+    send("second", Priority::Urgent).await;
+    send("third", Priority::Normal).await;
+    // Arrival order, so a limit leaves out only the newest, which come next time.
+    assert_eq!(last(&rt, 2).await, ["first", "second"]);
+    // A message read meanwhile is still listed: the cursor is about arrival, not reading.
+    let unread = rt
+        .agent("dev")
+        .unwrap()
+        .check_inbox(InboxQuery::default())
+        .await
+        .unwrap();
+    let third = unread
+        .messages
+        .iter()
+        .find(|m| &*m.subject == "third")
+        .unwrap()
+        .id;
+    rt.agent("dev")
+        .unwrap()
+        .mark_read(&[third], false)
+        .await
+        .unwrap();
+    assert_eq!(last(&rt, 20).await, ["third"]);
+    assert!(last(&rt, 20).await.is_empty(), "each message once");
+    send("fourth", Priority::Low).await;
+    rt.shutdown().await;
+
+    // The cursor is in the store: after a restart only what came after it is listed.
+    let rt = open().await.unwrap();
+    assert_eq!(last(&rt, 20).await, ["fourth"]);
+    assert!(last(&rt, 20).await.is_empty());
+    // Another agent's cursor is its own.
+    rt.call_json(
+        "send_message",
+        json!({"to": "pm", "subject": "hello", "body": "hi"}),
+        as_agent(&rt, "dev"),
+    )
+    .await
+    .unwrap();
+    let pm_listed = rt
+        .call_json("check_inbox", json!({"since": "last"}), as_agent(&rt, "pm"))
+        .await
+        .unwrap();
+    assert_eq!(pm_listed["messages"][0]["subject"], "hello");
+    rt.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_send_that_waits_for_its_reply_answers_with_it_or_without_one_in_time() {
+    let rt = Runtime::builder().build().await.unwrap();
+    rt.register_agent(AgentSpec::new("pm", "pm")).await.unwrap();
+    let tl = rt.register_agent(AgentSpec::new("tl", "tl")).await.unwrap();
+    // The TL answers the first question it gets, in its thread.
+    let answering = tokio::spawn(async move {
+        let asked = tl
+            .check_inbox(InboxQuery {
+                wait: Some(Duration::from_secs(30)),
+                ..InboxQuery::default()
+            })
+            .await
+            .unwrap();
+        let question = &asked.messages[0];
+        tl.reply(
+            question,
+            Outgoing::reply(question.id).body("use the v2 API"),
+        )
+        .await
+        .unwrap();
+    });
+    let asked = rt
+        .call_json(
+            "send_message",
+            json!({"to": "tl", "subject": "which API?", "body": "v1 or v2?", "wait_reply_secs": 30}),
+            as_agent(&rt, "pm"),
+        )
+        .await
+        .unwrap();
+    answering.await.unwrap();
+    assert_eq!(asked["delivered_to"], json!(["tl"]));
+    assert_eq!(asked["reply"]["body"], "use the v2 API", "{asked}");
+    assert_eq!(asked["reply"]["subject"], "Re: which API?");
+    assert_eq!(asked["reply"]["thread"], asked["thread"]);
+
+    // Nobody answers: the send still succeeded, with no reply.
+    let unanswered = rt
+        .call_json(
+            "send_message",
+            json!({"to": "tl", "body": "anyone?", "wait_reply_secs": 0.2}),
+            as_agent(&rt, "pm"),
+        )
+        .await
+        .unwrap();
+    assert!(
+        unanswered.get("reply").is_none() && unanswered["id"].is_string(),
+        "{unanswered}"
+    );
+    let refused = rt
+        .call_json(
+            "send_message",
+            json!({"to": "tl", "body": "x", "wait_reply_secs": -1}),
+            as_agent(&rt, "pm"),
+        )
+        .await
+        .unwrap_err();
+    assert!(refused.to_string().contains("wait_reply_secs"), "{refused}");
+    rt.shutdown().await;
+}
