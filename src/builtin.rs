@@ -15,6 +15,7 @@ use crate::runtime::{Runtime, RuntimeBuilder};
 #[cfg(all(target_os = "linux", target_env = "gnu"))]
 use crate::sandbox::Sandbox;
 
+pub mod departures;
 #[cfg(feature = "fetch")]
 pub mod fetch;
 pub mod files;
@@ -26,10 +27,13 @@ pub mod shell;
 pub mod tasks;
 
 impl Runtime {
-    /// Starts configuring a runtime: the core (agents, context, governance) and the task
-    /// board. [`RuntimeBuilder::core`] leaves the task board out.
+    /// Starts configuring a runtime: the core (agents, context, governance), the task
+    /// board, and the parent told when an agent leaves with work in hand.
+    /// [`RuntimeBuilder::core`] leaves both out.
     pub fn builder() -> RuntimeBuilder {
-        RuntimeBuilder::core().subsystem(tasks::TaskBoardSubsystem::default())
+        RuntimeBuilder::core()
+            .subsystem(tasks::TaskBoardSubsystem::default())
+            .subsystem(departures::Departures::default())
     }
 }
 

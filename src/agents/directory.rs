@@ -265,8 +265,10 @@ impl Directory {
     }
 
     pub(crate) fn require(&self, id: &str) -> Result<Arc<AgentEntry>, MailError> {
-        self.get(id)
-            .ok_or_else(|| MailError::UnknownAgent { id: id.to_owned() })
+        self.get(id).ok_or_else(|| MailError::UnknownAgent {
+            id: id.to_owned(),
+            near: String::new(),
+        })
     }
 
     /// Every agent, sorted by id.

@@ -24,10 +24,13 @@ pub enum MailError {
         reason: String,
     },
     /// No agent with this id is registered.
-    #[error("no agent `{id}` is registered")]
+    #[error("no agent `{id}` is registered{near}")]
     UnknownAgent {
         /// The id asked for.
         id: String,
+        /// The registered ids it may be a slip for, as the message's end (`; did you mean
+        /// `pm-api`?`), or empty.
+        near: String,
     },
     /// The parent would make the hierarchy a cycle.
     #[error("agent `{agent}` cannot have `{parent}` as its parent: `{parent}` is below it")]

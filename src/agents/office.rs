@@ -114,6 +114,36 @@ impl PostOffice {
         self.send_checked(sender, out, original).await
     }
 
+    /// A send to `id`, which names no registered agent: the error names the registered ids
+    /// it may be a slip for (at most three, the closest first).
+    fn unknown(&self, id: &str) -> MailError {
+        let mut near: Vec<(f64, String)> = self
+            .directory
+            .ids()
+            .into_iter()
+            .map(|known| {
+                let score = strsim::normalized_levenshtein(id, known.as_str());
+                (score, known.to_string())
+            })
+            .filter(|(score, known)| {
+                *score >= 0.6 || known.starts_with(id) || id.starts_with(known.as_str())
+            })
+            .collect();
+        near.sort_by(|a, b| b.0.total_cmp(&a.0).then_with(|| a.1.cmp(&b.1)));
+        let names: Vec<String> = near
+            .into_iter()
+            .take(3)
+            .map(|(_, id)| format!("`{id}`"))
+            .collect();
+        MailError::UnknownAgent {
+            id: id.to_owned(),
+            near: match names.as_slice() {
+                [] => String::new(),
+                names => format!("; did you mean {}?", names.join(" or ")),
+            },
+        }
+    }
+
     /// Tells the event subscribers, if any, of a message sent.
     fn mailed(&self, from: &AgentId, message: &Message, recipients: usize) {
         self.events.emit(|| ToolEvent::Mailed {
@@ -237,12 +267,7 @@ impl PostOffice {
         let recipients = if address.is_fan_out() {
             Recipients::Many(entries)
         } else {
-            Recipients::One(
-                entries
-                    .into_iter()
-                    .next()
-                    .ok_or_else(|| MailError::UnknownAgent { id: to.to_owned() })?,
-            )
+            Recipients::One(entries.into_iter().next().ok_or_else(|| self.unknown(to))?)
         };
         Ok((recipients, None))
     }
@@ -500,7 +525,7 @@ impl PostOffice {
             match self.directory.get(id.as_str()) {
                 Some(entry) => entries.push(entry),
                 None if address.is_fan_out() => {}
-                None => return Err(MailError::UnknownAgent { id: id.to_string() }),
+                None => return Err(self.unknown(id.as_str())),
             }
         }
         if entries.is_empty() {
@@ -680,6 +705,7 @@ fn lazy_error(entry: &AgentEntry, err: RequestError) -> MailError {
         // A deleted agent, or a future kind of failure: the agent is not there to answer.
         _ => MailError::UnknownAgent {
             id: entry.id.to_string(),
+            near: String::new(),
         },
     }
 }

@@ -56,7 +56,7 @@ const GUILDHALL: Allowed = &[
                   "governance", "options", "pipeline", "registry", "store"]),
     // The built-in domains as subsystems of the runtime: the runtime names none of them.
     ("builtin", &["agents", "durable", "error", "fetch", "files", "governance", "humans",
-                  "runtime", "sandbox", "shell", "store", "tasks"]),
+                  "runtime", "sandbox", "shell", "store", "tasks", "time"]),
     // External tools, registered through the runtime like any other.
     ("servers", &["changes", "detached", "events", "governance", "json_id", "options", "output_log",
                   "process_group", "runtime", "sandbox", "tls"]),

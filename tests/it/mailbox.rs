@@ -1259,3 +1259,35 @@ async fn a_send_that_waits_for_its_reply_answers_with_it_or_without_one_in_time(
     assert!(refused.to_string().contains("wait_reply_secs"), "{refused}");
     rt.shutdown().await;
 }
+
+#[tokio::test]
+async fn mail_to_a_misspelt_name_is_refused_naming_the_closest_agents() {
+    let (rt, tl, _, _) = swarm(MailboxConfig::default()).await;
+    rt.register_agent(AgentSpec::new("pm-api", "pm"))
+        .await
+        .unwrap();
+    let err = tl.send(Outgoing::to("pm-apj").body("?")).await.unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "no agent `pm-apj` is registered; did you mean `pm-api`?"
+    );
+    // Through the tool, the model reads the same.
+    let err = rt
+        .call_json(
+            "send_message",
+            json!({"to": "dev-2", "body": "?"}),
+            as_agent(&rt, "tl"),
+        )
+        .await
+        .unwrap_err();
+    assert!(
+        err.to_string().contains(
+            "no agent `dev-2` is registered; did you mean `dev-00` or `dev-01` or `dev-10`?"
+        ),
+        "{err}"
+    );
+    // Nothing close: no guess.
+    let err = tl.send(Outgoing::to("zzzzzz").body("?")).await.unwrap_err();
+    assert_eq!(err.to_string(), "no agent `zzzzzz` is registered");
+    rt.shutdown().await;
+}

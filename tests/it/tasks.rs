@@ -596,3 +596,71 @@ fn the_cli_lists_tasks_as_a_tree_and_as_json_and_changes_them() {
         BTreeMap::from([("done".into(), 1), ("open".into(), 3)])
     );
 }
+
+#[tokio::test]
+async fn a_parent_is_told_when_its_agent_leaves_holding_work_and_not_otherwise() {
+    use guildhall::mcp::{McpServer, ToolFilter};
+    let rt = Runtime::builder().build().await.unwrap();
+    rt.register_agent(AgentSpec::new("pm", "pm")).await.unwrap();
+    for dev in ["dev", "idle", "back"] {
+        rt.register_agent(AgentSpec::new(dev, "dev").parent("pm"))
+            .await
+            .unwrap();
+    }
+    let server = McpServer::new(rt.clone());
+    let connect = |agent: &str| server.connection(Some(Arc::from(agent)), ToolFilter::all());
+    // One that leaves holding nothing, and one that comes back at once: no news.
+    drop(connect("idle"));
+    let back = connect("back");
+    ok(&rt, "back", "task_create", json!({"title": "kept"})).await;
+    ok(&rt, "back", "task_claim", json!({})).await;
+    drop(back);
+    let _back_again = connect("back");
+    // One that leaves holding a claimed task, with urgent mail unread.
+    let dev = connect("dev");
+    let task = ok(
+        &rt,
+        "dev",
+        "task_create",
+        json!({"title": "parse the logs"}),
+    )
+    .await;
+    ok(&rt, "dev", "task_claim", json!({})).await;
+    ok(
+        &rt,
+        "pm",
+        "send_message",
+        json!({"to": "dev", "body": "stop the deploy", "priority": "urgent"}),
+    )
+    .await;
+    drop(dev);
+    let pm = rt.agent("pm").unwrap();
+    let told =
+        crate::support::eventually_some(Duration::from_secs(20), "the pm is told", async || {
+            let inbox = pm.check_inbox(InboxQuery::default()).await.unwrap();
+            (!inbox.messages.is_empty()).then_some(inbox.messages)
+        })
+        .await;
+    let [left] = told.as_slice() else {
+        panic!("only the agent that left with work: {told:?}");
+    };
+    assert_eq!(&*left.subject, "agent dev left");
+    assert_eq!(left.from.as_str(), "dev");
+    assert!(
+        left.body.contains(&format!(
+            "holding 1 task(s): #{} \"parse the logs\" (in_progress)",
+            task["id"]
+        )),
+        "{}",
+        left.body
+    );
+    assert!(
+        left.body.contains("1 unread message(s), 1 of them urgent"),
+        "{}",
+        left.body
+    );
+    let payload = left.payload.as_deref().unwrap();
+    assert_eq!(payload["event"], "agent_left");
+    assert_eq!(payload["tasks"], json!([task["id"]]));
+    rt.shutdown().await;
+}
