@@ -381,7 +381,7 @@ async fn a_subsystem_reads_its_own_section_and_a_section_for_no_subsystem_fails_
     let err = beta_refuses("[subsystems.btea]\ngreeting = \"hello\"\n", &log).await;
     assert_eq!(
         err.to_string(),
-        "[subsystems.btea]: no subsystem of this runtime is named so (its subsystems: tasks, beta)"
+        "[subsystems.btea]: no subsystem of this runtime is named so (its subsystems: tasks, departures, beta)"
     );
     // Nor a setting the subsystem does not know.
     let err = beta_refuses("[subsystems.beta]\ngreting = \"hello\"\n", &log).await;
