@@ -118,7 +118,16 @@ async fn answer(args: &HookArgs, data_dir: &Path) -> Result<Option<String>, Stri
     let Some(agent) = args.agent.clone().filter(|a| !a.is_empty()) else {
         return Ok(None);
     };
-    let input = read_input()?;
+    // Read on a thread of its own, within the same bound as the rest: a stdin nobody
+    // closes must not hold the agent's loop (the thread dies with the process).
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(read_input());
+    });
+    let input = tokio::time::timeout(args.timeout, rx)
+        .await
+        .map_err(|_| format!("stdin was not closed within {:?}", args.timeout))?
+        .map_err(|_| "reading stdin failed".to_owned())??;
     let name = match (args.event, &input.hook_event_name) {
         (Some(name), _) => name,
         (None, Some(name)) => {
@@ -154,8 +163,12 @@ async fn answer(args: &HookArgs, data_dir: &Path) -> Result<Option<String>, Stri
     Ok(render(args.format, name, hook))
 }
 
-/// Reads the hook's input from stdin: an empty input is an empty object.
+/// Reads the hook's input from stdin: an empty input, or a terminal, is an empty object.
 fn read_input() -> Result<Input, String> {
+    use std::io::IsTerminal;
+    if std::io::stdin().is_terminal() {
+        return Ok(Input::default());
+    }
     let mut raw = Vec::new();
     std::io::stdin()
         .take(MAX_INPUT)

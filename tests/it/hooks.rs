@@ -248,3 +248,27 @@ fn a_hook_fails_open_and_quietly() {
     );
     assert_eq!(hook(data, Some("dev"), &big, &[]), "");
 }
+
+#[test]
+fn a_hook_whose_stdin_never_closes_gives_up_in_its_time() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut child = guildhall(dir.path())
+        .args(["hook", "--timeout", "300ms"])
+        .env("GUILDHALL_AGENT", "dev")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    // The input's writer keeps its end open and writes nothing.
+    let _held_open = child.stdin.take().unwrap();
+    let status = crate::support::eventually_blocking(
+        std::time::Duration::from_secs(20),
+        "the hook exits",
+        || child.try_wait().unwrap(),
+    );
+    assert!(status.success());
+    let mut out = String::new();
+    std::io::Read::read_to_string(&mut child.stdout.take().unwrap(), &mut out).unwrap();
+    assert_eq!(out, "");
+}
