@@ -22,6 +22,7 @@ mod ids;
 mod mailbox;
 mod message;
 mod office;
+pub mod once;
 mod protocol;
 pub mod roster;
 mod shared;

@@ -164,6 +164,9 @@ pub struct Outgoing {
     pub reply_to: Option<Uuid>,
     /// How long it stays deliverable.
     pub expires_in: Option<Duration>,
+    /// A client-chosen id that makes the send idempotent: a send again with the same id
+    /// within a day answers the first one's receipt and delivers nothing twice.
+    pub request_id: Option<String>,
 }
 
 impl Outgoing {
@@ -210,6 +213,12 @@ impl Outgoing {
     /// Lets the message expire.
     pub fn expires_in(mut self, ttl: Duration) -> Self {
         self.expires_in = Some(ttl);
+        self
+    }
+
+    /// Makes the send idempotent under `id` (see [`Outgoing::request_id`]).
+    pub fn request_id(mut self, id: impl Into<String>) -> Self {
+        self.request_id = Some(id.into());
         self
     }
 }

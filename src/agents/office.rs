@@ -7,6 +7,7 @@ use std::time::Duration;
 use guildhall_actors::ErrorChain;
 use guildhall_supervision::ChildSpec;
 use tokio::sync::oneshot;
+use uuid::Uuid;
 
 use super::directory::{AGENTS, AgentEntry, AgentRecord, AgentSpec, Directory};
 use super::ids::{AgentId, new_message_id, now_ms};
@@ -40,6 +41,8 @@ pub(crate) struct PostOffice {
     pub(crate) directory: Directory,
     /// Where a message sent is announced (free when nobody listens).
     pub(crate) events: Events,
+    /// Retries of one idempotent send wait for each other.
+    once: super::once::Turns,
 }
 
 impl PostOffice {
@@ -61,6 +64,7 @@ impl PostOffice {
             }),
             directory,
             events,
+            once: super::once::Turns::default(),
         }))
     }
 
@@ -86,7 +90,7 @@ impl PostOffice {
         lazy::stop(&self.shared.family.partitions, id).await;
         let mut batch = Batch::new();
         let prefix = mailbox_prefix(id);
-        for table in [Table::Inbox, Table::Archive] {
+        for table in [Table::Inbox, Table::Archive, Table::Cursors, Table::Sends] {
             store::delete_prefix(&*self.shared.store, table, &prefix, &mut batch)?;
         }
         self.directory
@@ -96,13 +100,18 @@ impl PostOffice {
         Ok(())
     }
 
-    /// Sends `out` from `sender` to everyone its address names.
+    /// Sends `out` from `sender` to everyone its address names; once, when it carries a
+    /// request id ([`super::once`]).
     pub(crate) async fn send(
         &self,
         sender: &Arc<AgentEntry>,
-        out: Outgoing,
+        mut out: Outgoing,
     ) -> Result<Receipt, MailError> {
         self.check_sizes(&out)?;
+        let request = out.request_id.take();
+        if let Some(request) = &request {
+            check_request(request)?;
+        }
         let original = match out.reply_to {
             Some(id) => match self.request(sender, Op::Get(id)).await? {
                 Reply::Message(m) => Some(m),
@@ -111,7 +120,57 @@ impl PostOffice {
             },
             None => None,
         };
-        self.send_checked(sender, out, original).await
+        match request {
+            None => self.send_checked(sender, out, original, None).await,
+            Some(request) => self.send_once(sender, out, original, &request).await,
+        }
+    }
+
+    /// Sends `out` under request id `request`: the first time as a new message, remembered
+    /// before and after; again after a cut-off attempt under the same id to whoever lacks
+    /// it; after a made one, not at all (its receipt).
+    async fn send_once(
+        &self,
+        sender: &Arc<AgentEntry>,
+        out: Outgoing,
+        original: Option<Arc<Message>>,
+        request: &str,
+    ) -> Result<Receipt, MailError> {
+        use super::once::{SendRecord, StoredReceipt, recall, remember};
+        let store = &*self.shared.store;
+        let from = sender.id.as_str();
+        let _turn = self.once.take(from, request).await;
+        let now = now_ms();
+        let (record, again) = match recall(store, from, request, now)? {
+            Some(SendRecord {
+                id,
+                receipt: Some(made),
+                ..
+            }) => return Ok(made.receipt(id)),
+            Some(pending) => (pending, true),
+            None => {
+                let record = SendRecord {
+                    id: new_message_id(now),
+                    at_ms: now,
+                    receipt: None,
+                };
+                remember(store, from, request, &record, &self.once.remembered).await?;
+                (record, false)
+            }
+        };
+        let preset = Preset {
+            id: record.id,
+            again,
+        };
+        let receipt = self
+            .send_checked(sender, out, original, Some(preset))
+            .await?;
+        let made = SendRecord {
+            receipt: Some(StoredReceipt::of(&receipt)),
+            ..record
+        };
+        remember(store, from, request, &made, &self.once.remembered).await?;
+        Ok(receipt)
     }
 
     /// A send to `id`, which names no registered agent: the error names the registered ids
@@ -144,6 +203,40 @@ impl PostOffice {
         }
     }
 
+    /// `recipients` without those whose mailbox holds `message` already (unread or read),
+    /// who go to `had_it`.
+    fn lacking(
+        &self,
+        message: &Message,
+        recipients: Recipients,
+        had_it: &mut Vec<AgentId>,
+    ) -> Result<Recipients, MailError> {
+        let store = &*self.shared.store;
+        let mut lacking = Vec::new();
+        let entries = match recipients {
+            Recipients::One(entry) => vec![entry],
+            Recipients::Many(entries) => entries,
+        };
+        let single = entries.len() == 1;
+        for entry in entries {
+            let key = message_key(entry.id.as_str(), &message.id);
+            if store.get(Table::Inbox, &key)?.is_some()
+                || store.get(Table::Archive, &key)?.is_some()
+            {
+                had_it.push(entry.id.clone());
+            } else {
+                lacking.push(entry);
+            }
+        }
+        Ok(match (single, lacking.pop()) {
+            (true, Some(entry)) => Recipients::One(entry),
+            (_, last) => {
+                lacking.extend(last);
+                Recipients::Many(lacking)
+            }
+        })
+    }
+
     /// Tells the event subscribers, if any, of a message sent.
     fn mailed(&self, from: &AgentId, message: &Message, recipients: usize) {
         self.events.emit(|| ToolEvent::Mailed {
@@ -160,11 +253,17 @@ impl PostOffice {
     pub(crate) async fn reply(
         &self,
         sender: &Arc<AgentEntry>,
-        out: Outgoing,
+        mut out: Outgoing,
         original: Arc<Message>,
     ) -> Result<Receipt, MailError> {
         self.check_sizes(&out)?;
-        self.send_checked(sender, out, Some(original)).await
+        match out.request_id.take() {
+            None => self.send_checked(sender, out, Some(original), None).await,
+            Some(request) => {
+                check_request(&request)?;
+                self.send_once(sender, out, Some(original), &request).await
+            }
+        }
     }
 
     fn check_sizes(&self, out: &Outgoing) -> Result<(), MailError> {
@@ -190,12 +289,14 @@ impl PostOffice {
         Ok(())
     }
 
-    /// Sends `out` (its sizes already checked), as a reply to `original` when given.
+    /// Sends `out` (its sizes already checked), as a reply to `original` when given, under
+    /// the id `preset` gives when it gives one.
     async fn send_checked(
         &self,
         sender: &Arc<AgentEntry>,
         mut out: Outgoing,
         original: Option<Arc<Message>>,
+        preset: Option<Preset>,
     ) -> Result<Receipt, MailError> {
         let trimmed = out.to.trim();
         let to = match (trimmed.is_empty(), &original) {
@@ -204,13 +305,42 @@ impl PostOffice {
             (false, _) if trimmed.len() == out.to.len() => std::mem::take(&mut out.to),
             (false, _) => trimmed.to_owned(),
         };
-        let (recipients, own_id) = self.recipients(sender, &to).await?;
+        let (mut recipients, own_id) = self.recipients(sender, &to).await?;
         let message = compose(
             sender,
             out,
             original.as_deref(),
             own_id.unwrap_or_else(|| Arc::from(to)),
+            preset.map(|p| p.id),
         );
+        // Sent again after a cut-off attempt: whoever has it (unread or read) is skipped.
+        let mut had_it = Vec::new();
+        if preset.is_some_and(|p| p.again) {
+            recipients = self.lacking(&message, recipients, &mut had_it)?;
+            if recipients.is_empty() {
+                return Ok(Receipt {
+                    id: message.id,
+                    thread: message.thread,
+                    delivered_to: had_it,
+                    rejected: Vec::new(),
+                });
+            }
+        }
+        let mut receipt = self.deliver_to(sender, &message, recipients).await?;
+        if !had_it.is_empty() {
+            had_it.append(&mut receipt.delivered_to);
+            receipt.delivered_to = had_it;
+        }
+        Ok(receipt)
+    }
+
+    /// Delivers `message` from `sender` to `recipients`.
+    async fn deliver_to(
+        &self,
+        sender: &Arc<AgentEntry>,
+        message: &Arc<Message>,
+        recipients: Recipients,
+    ) -> Result<Receipt, MailError> {
         let recipients = match recipients {
             Recipients::Many(entries) if entries.len() > self.shared.config.max_fan_out => {
                 return Err(MailError::FanOutTooLarge {
@@ -220,15 +350,15 @@ impl PostOffice {
                 });
             }
             Recipients::Many(entries) if entries.len() > DIRECT_FAN_OUT => {
-                let receipt = self.fan_out(Arc::clone(&message), entries).await?;
-                self.mailed(&sender.id, &message, receipt.delivered_to.len());
+                let receipt = self.fan_out(Arc::clone(message), entries).await?;
+                self.mailed(&sender.id, message, receipt.delivered_to.len());
                 return Ok(receipt);
             }
             Recipients::Many(entries) => entries,
             Recipients::One(entry) => {
-                return match self.deliver(&entry, Arc::clone(&message)).await? {
+                return match self.deliver(&entry, Arc::clone(message)).await? {
                     Reply::Delivered => {
-                        self.mailed(&sender.id, &message, 1);
+                        self.mailed(&sender.id, message, 1);
                         Ok(Receipt {
                             id: message.id,
                             thread: message.thread,
@@ -241,7 +371,7 @@ impl PostOffice {
                 };
             }
         };
-        self.deliver_each(sender, &message, &recipients).await
+        self.deliver_each(sender, message, &recipients).await
     }
 
     /// Who `to` names for `sender`: one agent or a fan-out, and the recipient's own id when
@@ -760,6 +890,28 @@ enum Recipients {
     Many(Vec<Arc<AgentEntry>>),
 }
 
+impl Recipients {
+    fn is_empty(&self) -> bool {
+        matches!(self, Self::Many(entries) if entries.is_empty())
+    }
+}
+
+/// Checks a send's request id, naming the argument.
+fn check_request(request: &str) -> Result<(), MailError> {
+    super::once::check_request_id(request).map_err(|reason| MailError::InvalidArgument {
+        name: "request_id",
+        reason,
+    })
+}
+
+/// The id a message is sent under, chosen before (an idempotent send), and whether this is
+/// its second attempt.
+#[derive(Debug, Clone, Copy)]
+struct Preset {
+    id: Uuid,
+    again: bool,
+}
+
 /// The message `sender` sends to `to`: a new id and time, and in reply to `original`, its
 /// thread and (when `out` has none) its subject with `Re: `.
 fn compose(
@@ -767,9 +919,10 @@ fn compose(
     out: Outgoing,
     original: Option<&Message>,
     to: Arc<str>,
+    preset: Option<Uuid>,
 ) -> Arc<Message> {
     let created_ms = now_ms();
-    let id = new_message_id(created_ms);
+    let id = preset.unwrap_or_else(|| new_message_id(created_ms));
     let subject = match (original, out.subject.is_empty()) {
         (Some(original), true) if !original.subject.starts_with("Re: ") => {
             format!("Re: {}", original.subject).into_boxed_str()

@@ -128,6 +128,11 @@ pub struct SendInput {
     /// longest wait (120 s by default). No reply in time is no error: `reply` is absent.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub wait_reply_secs: Option<f64>,
+    /// An id of your choosing (1 to 128 bytes) that makes the send safe to retry: a send
+    /// again with the same `request_id` within a day answers the first send's receipt and
+    /// delivers nothing twice (after a timeout or a reconnect, retry with the same id).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub request_id: Option<String>,
     /// Seconds after which the message is dropped if still unread (at most 10 years).
     #[serde(default)]
     #[schemars(range(min = 1, max = 315_360_000))]
@@ -212,6 +217,7 @@ impl Tool for SendMessage {
                 priority: input.priority.unwrap_or_default(),
                 reply_to,
                 expires_in: input.expires_in_secs.map(Duration::from_secs),
+                request_id: input.request_id,
             })
             .await?;
         let reply = match wait_reply {

@@ -535,6 +535,7 @@ pub fn table_code(table: Table) -> i16 {
         Table::Tasks => 9,
         Table::TaskHistory => 10,
         Table::Cursors => 11,
+        Table::Sends => 12,
     }
 }
 

@@ -30,11 +30,13 @@ pub enum Table {
     /// Where an agent's reading has got to: agent id, 0, cursor name → a message id (the
     /// newest its client was told of, for `announced`).
     Cursors,
+    /// Sends made with a request id: sender id, 0, request id → the message id and receipt.
+    Sends,
 }
 
 impl Table {
     /// Every table, in a fixed order.
-    pub const ALL: [Table; 12] = [
+    pub const ALL: [Table; 13] = [
         Table::Meta,
         Table::Agents,
         Table::Inbox,
@@ -47,6 +49,7 @@ impl Table {
         Table::Tasks,
         Table::TaskHistory,
         Table::Cursors,
+        Table::Sends,
     ];
 
     /// The table's name in the backend.
@@ -64,6 +67,7 @@ impl Table {
             Table::Tasks => "tasks",
             Table::TaskHistory => "task_history",
             Table::Cursors => "cursors",
+            Table::Sends => "sends",
         }
     }
 

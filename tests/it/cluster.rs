@@ -680,3 +680,34 @@ async fn three_servers_one_killed_each_round_lose_and_duplicate_nothing() {
     );
     rt.shutdown().await;
 }
+
+#[tokio::test]
+async fn a_send_retried_on_another_server_with_its_request_id_delivers_once() {
+    let url = pg::fresh_database().await;
+    let (a, b) = (server(&url).await, server(&url).await);
+    a.register_agent(AgentSpec::new("tl", "tl")).await.unwrap();
+    b.register_agent(AgentSpec::new("dev", "dev").parent("tl"))
+        .await
+        .unwrap();
+    let ask = || {
+        Outgoing::to("dev")
+            .subject("plan")
+            .body("send the plan")
+            .request_id("plan-1")
+    };
+    let first = a.agent("tl").unwrap().send(ask()).await.unwrap();
+    // The client lost its answer and retried through the other server.
+    eventually(Duration::from_secs(10), || async { b.agent("tl").is_ok() }).await;
+    let again = b.agent("tl").unwrap().send(ask()).await.unwrap();
+    assert_eq!(again, first);
+    let inbox = b
+        .agent("dev")
+        .unwrap()
+        .check_inbox(InboxQuery::default())
+        .await
+        .unwrap();
+    assert_eq!(inbox.messages.len(), 1, "{inbox:?}");
+    assert_eq!(inbox.messages[0].id, first.id);
+    a.shutdown().await;
+    b.shutdown().await;
+}

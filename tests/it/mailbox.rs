@@ -1291,3 +1291,145 @@ async fn mail_to_a_misspelt_name_is_refused_naming_the_closest_agents() {
     assert_eq!(err.to_string(), "no agent `zzzzzz` is registered");
     rt.shutdown().await;
 }
+
+#[tokio::test]
+async fn a_send_retried_with_its_request_id_delivers_once_across_a_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    let open = || Runtime::builder().data_dir(dir.path()).build();
+    let rt = open().await.unwrap();
+    rt.register_agent(AgentSpec::new("pm", "pm")).await.unwrap();
+    rt.register_agent(AgentSpec::new("dev", "dev"))
+        .await
+        .unwrap();
+    let send = async |rt: &Runtime, request: &str, body: &str| {
+        rt.call_json(
+            "send_message",
+            json!({"to": "dev", "body": body, "request_id": request}),
+            as_agent(rt, "pm"),
+        )
+        .await
+        .unwrap()
+    };
+    let first = send(&rt, "ask-1", "which API?").await;
+    // A retry (the client timed out, say) answers the first receipt and delivers nothing.
+    let again = send(&rt, "ask-1", "which API?").await;
+    assert_eq!(again, first);
+    rt.shutdown().await;
+    // So does one after a restart of the server; another request id is another message.
+    let rt = open().await.unwrap();
+    assert_eq!(send(&rt, "ask-1", "which API?").await, first);
+    let other = send(&rt, "ask-2", "and the docs?").await;
+    assert_ne!(other["id"], first["id"]);
+    let dev = rt.agent("dev").unwrap();
+    let inbox = dev.check_inbox(InboxQuery::default()).await.unwrap();
+    let bodies: Vec<&str> = inbox.messages.iter().map(|m| &*m.body).collect();
+    assert_eq!(bodies, ["which API?", "and the docs?"]);
+    // The request id is the sender's: another sender's same id is its own message.
+    rt.register_agent(AgentSpec::new("qa", "qa")).await.unwrap();
+    let theirs = rt
+        .call_json(
+            "send_message",
+            json!({"to": "dev", "body": "from qa", "request_id": "ask-1"}),
+            as_agent(&rt, "qa"),
+        )
+        .await
+        .unwrap();
+    assert_ne!(theirs["id"], first["id"]);
+    // A deregistered agent's requests go with it: registered again, its ids are new.
+    rt.deregister_agent("qa").await.unwrap();
+    rt.register_agent(AgentSpec::new("qa", "qa")).await.unwrap();
+    let anew = rt
+        .call_json(
+            "send_message",
+            json!({"to": "dev", "body": "from qa", "request_id": "ask-1"}),
+            as_agent(&rt, "qa"),
+        )
+        .await
+        .unwrap();
+    assert_ne!(anew["id"], theirs["id"]);
+    for bad in ["", &"x".repeat(129), "a\nb"] {
+        let err = rt
+            .call_json(
+                "send_message",
+                json!({"to": "dev", "body": "x", "request_id": bad}),
+                as_agent(&rt, "pm"),
+            )
+            .await
+            .unwrap_err();
+        assert!(err.to_string().contains("request_id"), "{err}");
+    }
+    rt.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_send_cut_off_midway_is_completed_for_whoever_lacks_it_and_nobody_gets_it_twice() {
+    use guildhall::store::{Batch, Table, codec};
+    let rt = Runtime::builder().build().await.unwrap();
+    rt.register_agent(AgentSpec::new("pm", "pm")).await.unwrap();
+    for dev in ["dev-a", "dev-b"] {
+        rt.register_agent(AgentSpec::new(dev, "dev")).await.unwrap();
+    }
+    let pm = rt.agent("pm").unwrap();
+    let first = pm
+        .send(Outgoing::to("role:dev").body("ship it").request_id("r1"))
+        .await
+        .unwrap();
+    // dev-a has read it; dev-c joins the role.
+    rt.agent("dev-a")
+        .unwrap()
+        .mark_read(&[first.id], false)
+        .await
+        .unwrap();
+    rt.register_agent(AgentSpec::new("dev-c", "dev"))
+        .await
+        .unwrap();
+    // As if the first attempt had been cut off before its receipt was kept: the record
+    // goes back to pending (message id and time kept, no receipt).
+    let store = rt.store();
+    let key = b"pm\0r1".to_vec();
+    let kept = store.get(Table::Sends, &key).unwrap().expect("remembered");
+    let (id, at_ms, _receipt): (uuid::Uuid, u64, serde::de::IgnoredAny) =
+        codec::decode(Table::Sends, &kept).unwrap();
+    assert_eq!(id, first.id);
+    let mut batch = Batch::new();
+    batch.put(
+        Table::Sends,
+        key,
+        codec::encode(&(id, at_ms, Option::<()>::None)),
+    );
+    guildhall::store::commit(&*store, batch).await.unwrap();
+
+    let again = pm
+        .send(Outgoing::to("role:dev").body("ship it").request_id("r1"))
+        .await
+        .unwrap();
+    assert_eq!(again.id, first.id);
+    let mut to: Vec<&str> = again.delivered_to.iter().map(|a| a.as_str()).collect();
+    to.sort_unstable();
+    assert_eq!(to, ["dev-a", "dev-b", "dev-c"]);
+    // dev-a's read copy is not back unread; dev-b has one copy; dev-c got it now.
+    let unread = async |dev: &str| {
+        rt.agent(dev)
+            .unwrap()
+            .check_inbox(InboxQuery::default())
+            .await
+            .unwrap()
+            .messages
+            .len()
+    };
+    assert_eq!(
+        (
+            unread("dev-a").await,
+            unread("dev-b").await,
+            unread("dev-c").await
+        ),
+        (0, 1, 1)
+    );
+    // Made now: a third try only answers the receipt.
+    let third = pm
+        .send(Outgoing::to("role:dev").body("ship it").request_id("r1"))
+        .await
+        .unwrap();
+    assert_eq!(third, again);
+    rt.shutdown().await;
+}
