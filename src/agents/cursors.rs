@@ -24,9 +24,10 @@ fn key(agent: &str, name: &str) -> Vec<u8> {
 /// # Errors
 /// The store failed.
 pub fn cursor(store: &dyn Store, agent: &str, name: &str) -> Result<Option<Uuid>, StoreError> {
-    Ok(store
+    store
         .get(Table::Cursors, &key(agent, name))?
-        .and_then(|bytes| Uuid::from_slice(&bytes).ok()))
+        .map(|bytes| store::codec::decode(Table::Cursors, &bytes))
+        .transpose()
 }
 
 /// Moves `agent`'s cursor `name` to `to`, unless it is there or beyond already.
@@ -47,6 +48,7 @@ pub async fn advance_cursor(
         return Ok(());
     }
     let mut batch = Batch::new();
-    batch.put(Table::Cursors, key(agent, name), to.as_bytes().to_vec());
+    // Encoded as every stored value is, so `guildhall doctor` reads it as intact.
+    batch.put(Table::Cursors, key(agent, name), store::codec::encode(&to));
     store::commit(store, batch).await
 }

@@ -615,3 +615,40 @@ async fn concurrent_context_updates_with_expected_versions_lose_nothing_and_surv
         rt.shutdown().await;
     }
 }
+
+/// The records of a send made once and of a reading cursor are stored as every value is:
+/// `guildhall doctor` reads them as intact.
+#[tokio::test]
+async fn the_doctor_reads_sends_and_cursors_as_intact() {
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let rt = durable(dir.path()).await;
+        let a = rt.register_agent(AgentSpec::new("a", "dev")).await.unwrap();
+        a.send(Outgoing::to("a").subject("once").request_id("r-1"))
+            .await
+            .unwrap();
+        rt.call_json(
+            "check_inbox",
+            serde_json::json!({"since": "last"}),
+            crate::support::as_agent(&rt, "a"),
+        )
+        .await
+        .unwrap();
+        rt.shutdown().await;
+    }
+    let out = crate::support::guildhall(dir.path())
+        .args(["doctor", "--json"])
+        .output()
+        .unwrap();
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let tables = report["inspection"]["tables"].as_array().unwrap();
+    for name in ["cursors", "sends"] {
+        let table = tables.iter().find(|t| t["table"] == name).unwrap();
+        assert_eq!(
+            (table["entries"].as_u64(), table["undecodable"].as_u64()),
+            (Some(1), Some(0)),
+            "{table}"
+        );
+    }
+    assert!(out.status.success(), "{report}");
+}
