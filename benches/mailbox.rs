@@ -30,6 +30,8 @@ fn message() -> Message {
         created_ms: 1_790_000_000_000,
         expires_ms: None,
         state: DeliveryState::Delivered,
+        read_ms: None,
+        acked_ms: None,
     }
 }
 

@@ -39,7 +39,7 @@ use guildhall_supervision::{
 use serde_json::Value;
 
 use crate::agents::roster::{ListAgents, WhoAmI};
-use crate::agents::tools::{CheckInbox, MarkRead, ReadMessage, SendMessage};
+use crate::agents::tools::{CheckInbox, MarkRead, MessageStatus, ReadMessage, SendMessage};
 use crate::agents::{
     Agent, AgentDirectory, AgentRecord, AgentSpec, Credentials, MailError, MailboxConfig,
     PostOffice,
@@ -1051,6 +1051,7 @@ fn core_tools(
     )?;
     install.tool_with(ReadMessage(Arc::clone(&office)), mail.clone())?;
     install.tool_with(MarkRead(Arc::clone(&office)), mail)?;
+    install.tool(MessageStatus(Arc::clone(&office)))?;
     let sandbox_of = install.sandbox_of.take();
     install.tool(WhoAmI(Arc::clone(&office), sandbox_of))?;
     install.tool(crate::governance::SetMode(Arc::clone(install.governance)))?;

@@ -101,6 +101,15 @@ pub enum MailError {
         /// The id given.
         id: String,
     },
+    /// No mailbox holds a message with this id sent by this agent (it never sent it, or
+    /// every copy expired or went with its recipient).
+    #[error("no message {id} sent by `{agent}` is in any mailbox")]
+    UnknownSent {
+        /// The sender who asked.
+        agent: String,
+        /// The id asked for.
+        id: Uuid,
+    },
     /// The message is not in this agent's mailbox.
     #[error("message {id} is not in the mailbox of `{agent}`")]
     UnknownMessage {

@@ -84,6 +84,13 @@ pub struct Message {
     pub expires_ms: Option<u64>,
     /// Delivered, read or acknowledged.
     pub state: DeliveryState,
+    /// When the recipient read it (or took it), in milliseconds since the Unix epoch.
+    #[serde(default)]
+    pub read_ms: Option<u64>,
+    /// When the recipient acknowledged it: said it is done with it, which is more than
+    /// having read it.
+    #[serde(default)]
+    pub acked_ms: Option<u64>,
 }
 
 impl Message {
@@ -94,8 +101,22 @@ impl Message {
 
     /// `message` in another delivery state: changed in place when nothing else holds it,
     /// as a copy when something does (the recipients of a fan-out share one message).
+    /// Reading and acknowledging note when (the first time); back to delivered (a taker
+    /// that gave up) forgets it.
     pub(crate) fn in_state(mut message: Arc<Message>, state: DeliveryState) -> Arc<Message> {
-        Arc::make_mut(&mut message).state = state;
+        let now = super::ids::now_ms();
+        let m = Arc::make_mut(&mut message);
+        m.state = state;
+        match state {
+            DeliveryState::Delivered => (m.read_ms, m.acked_ms) = (None, None),
+            DeliveryState::Read => {
+                m.read_ms.get_or_insert(now);
+            }
+            DeliveryState::Acknowledged => {
+                m.read_ms.get_or_insert(now);
+                m.acked_ms.get_or_insert(now);
+            }
+        }
         message
     }
 }
@@ -307,5 +328,51 @@ impl Inbox {
     /// The newest id listed: pass it as `since` to see only what arrives later.
     pub fn cursor(&self) -> Option<Uuid> {
         self.messages.iter().map(|m| m.id).max()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::{Table, codec};
+
+    #[test]
+    fn a_message_stored_before_read_times_were_kept_still_decodes() {
+        // The fields a message had before `read_ms` and `acked_ms`, in their order.
+        #[derive(Serialize)]
+        struct Before {
+            id: Uuid,
+            from: AgentId,
+            to: Arc<str>,
+            subject: Box<str>,
+            body: Box<str>,
+            payload: Option<Arc<Value>>,
+            thread: Uuid,
+            reply_to: Option<Uuid>,
+            priority: Priority,
+            created_ms: u64,
+            expires_ms: Option<u64>,
+            state: DeliveryState,
+        }
+        let id = Uuid::now_v7();
+        let before = Before {
+            id,
+            from: AgentId::parse("pm").unwrap(),
+            to: "dev".into(),
+            subject: "s".into(),
+            body: "b".into(),
+            payload: None,
+            thread: id,
+            reply_to: None,
+            priority: Priority::High,
+            created_ms: 7,
+            expires_ms: None,
+            state: DeliveryState::Read,
+        };
+        let message: Message = codec::decode(Table::Archive, &codec::encode(&before)).unwrap();
+        assert_eq!(
+            (message.id, message.state, message.read_ms, message.acked_ms),
+            (id, DeliveryState::Read, None, None)
+        );
     }
 }

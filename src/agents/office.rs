@@ -203,6 +203,42 @@ impl PostOffice {
         }
     }
 
+    /// Each recipient's copy of `sender`'s message `id`, from its inbox or archive: where
+    /// the message is. Another agent's message, like a message that is nowhere, is unknown
+    /// to `sender`.
+    pub(crate) fn copies(
+        &self,
+        sender: &AgentId,
+        id: Uuid,
+    ) -> Result<Vec<(AgentId, Message)>, MailError> {
+        let store = &*self.shared.store;
+        let unknown = || MailError::UnknownSent {
+            agent: sender.to_string(),
+            id,
+        };
+        let mut copies = Vec::new();
+        for agent in self.directory.ids() {
+            let key = message_key(agent.as_str(), &id);
+            let found = match store.get(Table::Inbox, &key)? {
+                Some(bytes) => Some((Table::Inbox, bytes)),
+                None => store
+                    .get(Table::Archive, &key)?
+                    .map(|b| (Table::Archive, b)),
+            };
+            if let Some((table, bytes)) = found {
+                let message: Message = codec::decode(table, &bytes)?;
+                if message.from != *sender {
+                    return Err(unknown());
+                }
+                copies.push((agent, message));
+            }
+        }
+        if copies.is_empty() {
+            return Err(unknown());
+        }
+        Ok(copies)
+    }
+
     /// `recipients` without those whose mailbox holds `message` already (unread or read),
     /// who go to `had_it`.
     fn lacking(
@@ -947,6 +983,8 @@ fn compose(
             created_ms.saturating_add(u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX))
         }),
         state: DeliveryState::Delivered,
+        read_ms: None,
+        acked_ms: None,
     })
 }
 

@@ -405,6 +405,112 @@ impl Tool for CheckInbox {
     }
 }
 
+/// `message_status`.
+pub struct MessageStatus(pub(crate) Arc<PostOffice>);
+
+/// Input of `message_status`.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct StatusInput {
+    /// The id of a message you sent (its receipt's `id`).
+    pub id: String,
+}
+
+/// Output of `message_status`.
+#[derive(Debug, Clone, Serialize, JsonSchema)]
+pub struct StatusView {
+    /// The message id.
+    pub id: String,
+    /// The address it was sent to.
+    pub to: String,
+    /// Its subject.
+    pub subject: String,
+    /// When it was sent (RFC 3339).
+    pub sent: String,
+    /// Recipients that have it, unread.
+    pub delivered: usize,
+    /// Recipients that read it (acknowledged or not).
+    pub read: usize,
+    /// Recipients that acknowledged it: said they are done with it.
+    pub acknowledged: usize,
+    /// Each recipient that still has it, by id.
+    pub recipients: Vec<RecipientView>,
+}
+
+/// One recipient's copy.
+#[derive(Debug, Clone, Serialize, JsonSchema)]
+pub struct RecipientView {
+    /// The recipient.
+    pub agent: String,
+    /// `delivered` (unread), `read` or `acknowledged`.
+    pub state: DeliveryState,
+    /// When it read it (RFC 3339).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub read_at: Option<String>,
+    /// When it acknowledged it (RFC 3339).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub acknowledged_at: Option<String>,
+}
+
+impl Tool for MessageStatus {
+    type Input = StatusInput;
+    type Output = StatusView;
+    type Error = MailError;
+    type State = ();
+
+    fn name(&self) -> &str {
+        "message_status"
+    }
+
+    fn description(&self) -> &str {
+        "See what became of a message you sent: for each recipient whether it is delivered \
+         (unread), read or acknowledged (the recipient said it is done with it), and when."
+    }
+
+    fn annotations(&self) -> Annotations {
+        Annotations::read_only().title("A sent message's status")
+    }
+
+    fn detach(&self, _: &(), _: &StatusInput) -> Option<()> {
+        Some(())
+    }
+
+    async fn call(
+        &self,
+        _: &mut (),
+        input: StatusInput,
+        ctx: CallContext,
+    ) -> Result<StatusView, MailError> {
+        let agent = caller(&self.0, &ctx)?;
+        let id = parse_message_id(&input.id)?;
+        let copies = self.0.copies(agent.id(), id)?;
+        let count = |state| copies.iter().filter(|(_, m)| m.state == state).count();
+        let (delivered, acknowledged) = (
+            count(DeliveryState::Delivered),
+            count(DeliveryState::Acknowledged),
+        );
+        let first = &copies[0].1;
+        Ok(StatusView {
+            id: id.to_string(),
+            to: first.to.to_string(),
+            subject: first.subject.to_string(),
+            sent: rfc3339(first.created_ms),
+            delivered,
+            read: copies.len() - delivered,
+            acknowledged,
+            recipients: copies
+                .iter()
+                .map(|(agent, m)| RecipientView {
+                    agent: agent.to_string(),
+                    state: m.state,
+                    read_at: m.read_ms.map(rfc3339),
+                    acknowledged_at: m.acked_ms.map(rfc3339),
+                })
+                .collect(),
+        })
+    }
+}
+
 /// `read_message`.
 pub struct ReadMessage(pub(crate) Arc<PostOffice>);
 

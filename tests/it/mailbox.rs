@@ -1433,3 +1433,56 @@ async fn a_send_cut_off_midway_is_completed_for_whoever_lacks_it_and_nobody_gets
     assert_eq!(third, again);
     rt.shutdown().await;
 }
+
+#[tokio::test]
+async fn a_sender_sees_each_copy_delivered_read_or_acknowledged_and_when() {
+    let (rt, tl, pms, _) = swarm(MailboxConfig::default()).await;
+    let sent = tl
+        .send(
+            Outgoing::to("children")
+                .subject("plan")
+                .body("send me your plan"),
+        )
+        .await
+        .unwrap();
+    let status = async |who: &str| {
+        rt.call_json(
+            "message_status",
+            json!({"id": sent.id.to_string()}),
+            as_agent(&rt, who),
+        )
+        .await
+    };
+    let counts = |s: &serde_json::Value| {
+        (
+            s["delivered"].clone(),
+            s["read"].clone(),
+            s["acknowledged"].clone(),
+        )
+    };
+    let fresh = status("tl").await.unwrap();
+    assert_eq!(counts(&fresh), (json!(2), json!(0), json!(0)), "{fresh}");
+    assert_eq!(fresh["to"], "children");
+    // pm-0 reads it; pm-1 acknowledges it (done with it), through the tool.
+    pms[0].read(sent.id).await.unwrap();
+    rt.call_json(
+        "mark_read",
+        json!({"ids": [sent.id.to_string()], "ack": true}),
+        as_agent(&rt, "pm-1"),
+    )
+    .await
+    .unwrap();
+    let later = status("tl").await.unwrap();
+    assert_eq!(counts(&later), (json!(0), json!(2), json!(1)), "{later}");
+    let recipients = later["recipients"].as_array().unwrap();
+    assert_eq!(recipients[0]["agent"], "pm-0");
+    assert_eq!(recipients[0]["state"], "read");
+    assert!(recipients[0]["read_at"].is_string() && recipients[0].get("acknowledged_at").is_none());
+    assert_eq!(recipients[1]["agent"], "pm-1");
+    assert_eq!(recipients[1]["state"], "acknowledged");
+    assert!(recipients[1]["read_at"].is_string() && recipients[1]["acknowledged_at"].is_string());
+    // Only its sender may ask: to anyone else it is an unknown message.
+    let err = status("pm-0").await.unwrap_err();
+    assert!(err.to_string().contains("no message"), "{err}");
+    rt.shutdown().await;
+}
