@@ -91,6 +91,7 @@ pub(crate) fn main() -> ExitCode {
             Command::Agents(args) => mail::agents(args, &cli.data_dir).await,
             Command::Send(args) => mail::send(args, &cli.data_dir).await,
             Command::Inbox(args) => mail::inbox(args, &cli.data_dir).await,
+            Command::Sent(args) => mail::sent(args, &cli.data_dir).await,
             Command::Answer(args) => mail::answer(args, &cli.data_dir).await,
             Command::Context(args) => context::run(args, &cli.data_dir).await,
             Command::Tasks(args) => tasks::run(args, &cli.data_dir).await,

@@ -75,6 +75,9 @@ pub(super) enum Command {
     Send(mail::SendArgs),
     /// List an agent's inbox (`--human`: the questions agents asked a person).
     Inbox(mail::InboxArgs),
+    /// What became of a message an agent sent: each recipient's copy delivered (unread),
+    /// read or acknowledged, and when.
+    Sent(mail::SentArgs),
     /// Answer a question an agent asked with `ask_human` or `confirm`, as a human.
     Answer(mail::AnswerArgs),
     /// Sessions and their shared context: list, show, update, history, export, import.

@@ -609,3 +609,72 @@ fn inbox_line(
     };
     format!("{id} [{priority}] {from} → {to}: {subject} — {body}")
 }
+
+#[derive(Debug, Args)]
+pub(crate) struct SentArgs {
+    /// The message's id (a `send` receipt's `id`).
+    id: String,
+    /// The agent that sent it (only its sender may ask).
+    #[arg(long)]
+    from: String,
+    /// The status as one JSON object instead of text.
+    #[arg(long)]
+    json: bool,
+}
+
+/// `guildhall sent ID --from AGENT`: what became of a message, through the running server
+/// when there is one (the `message_status` tool), else on the store.
+pub(crate) async fn sent(args: SentArgs, data_dir: &Path) -> CliResult {
+    let arguments = serde_json::json!({ "id": args.id });
+    let status = match on_server(data_dir, &args.from, "message_status", arguments.clone()).await {
+        Some(status) => status?,
+        None => {
+            super::offline::require_store(data_dir, true)?;
+            let rt = open(data_dir).await?;
+            let status = async {
+                let sender = rt.agent(&args.from)?;
+                let options = guildhall::CallOptions::new().as_agent(&sender);
+                Ok::<_, Box<dyn std::error::Error>>(
+                    rt.call_json("message_status", arguments, options).await?,
+                )
+            }
+            .await;
+            rt.shutdown().await;
+            status?
+        }
+    };
+    let mut out = std::io::stdout().lock();
+    if args.json {
+        writeln!(out, "{status}")?;
+        return Ok(());
+    }
+    let text = |key: &str| status[key].as_str().unwrap_or_default().to_owned();
+    writeln!(
+        out,
+        "message {} to {}: \"{}\" (sent {})",
+        text("id"),
+        text("to"),
+        text("subject"),
+        text("sent")
+    )?;
+    for recipient in status["recipients"].as_array().into_iter().flatten() {
+        let mut line = format!(
+            "  {:<20} {:<13}",
+            recipient["agent"].as_str().unwrap_or_default(),
+            recipient["state"].as_str().unwrap_or_default()
+        );
+        if let Some(at) = recipient["read_at"].as_str() {
+            line.push_str(&format!(" read {at}"));
+        }
+        if let Some(at) = recipient["acknowledged_at"].as_str() {
+            line.push_str(&format!(", acknowledged {at}"));
+        }
+        writeln!(out, "{}", line.trim_end())?;
+    }
+    writeln!(
+        out,
+        "{} unread, {} read, {} acknowledged",
+        status["delivered"], status["read"], status["acknowledged"]
+    )?;
+    Ok(())
+}

@@ -713,8 +713,9 @@ fn commands_print_the_same_with_a_server_or_without() {
     ok(&[
         "agents", "register", "dev", "--role", "dev", "--parent", "pm",
     ]);
+    let mut receipts = Vec::new();
     for subject in ["first", "second"] {
-        ok(&[
+        receipts.push(ok(&[
             "send",
             "--from",
             "pm",
@@ -724,12 +725,22 @@ fn commands_print_the_same_with_a_server_or_without() {
             subject,
             "--body",
             "details",
-        ]);
+        ]));
     }
+    let first: Value = serde_json::from_str(receipts[0].trim()).unwrap();
+    let first = first["id"].as_str().unwrap().to_owned();
     let alone = (
         ok(&["inbox", "--agent", "dev"]),
         ok(&["inbox", "--agent", "dev", "--json"]),
         ok(&["agents", "list"]),
+        ok(&["sent", &first, "--from", "pm"]),
+    );
+    assert!(
+        alone.3.contains("\"first\"")
+            && alone.3.contains("  dev ")
+            && alone.3.ends_with("1 unread, 0 read, 0 acknowledged\n"),
+        "{}",
+        alone.3
     );
     assert!(
         alone.0.contains("[normal] pm → dev: first — details"),
@@ -741,6 +752,7 @@ fn commands_print_the_same_with_a_server_or_without() {
         ok(&["inbox", "--agent", "dev"]),
         ok(&["inbox", "--agent", "dev", "--json"]),
         ok(&["agents", "list"]),
+        ok(&["sent", &first, "--from", "pm"]),
     );
     assert_eq!(alone, served);
     // Taking ends with what is left unread.
