@@ -67,6 +67,9 @@ pub struct MailboxConfig {
     pub max_fan_out: usize,
     /// Read messages older than this are deleted when their mailbox next starts.
     pub retention: Duration,
+    /// Agents expected to register (guildhall.toml's `[agents.X]`): mail to one that has not
+    /// registered yet is held for it instead of refused.
+    pub expected: std::collections::BTreeSet<String>,
 }
 
 impl Default for MailboxConfig {
@@ -80,6 +83,7 @@ impl Default for MailboxConfig {
             max_waiters: 64,
             max_fan_out: 1_000,
             retention: Duration::from_secs(30 * 24 * 3600),
+            expected: std::collections::BTreeSet::new(),
         }
     }
 }

@@ -257,6 +257,10 @@ pub struct Receipt {
     /// refused is an error instead.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub rejected: Vec<Rejected>,
+    /// Recipients expected but not registered yet (the sender's parent, an agent the config
+    /// names): the message is held in the store and is theirs when they register.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub held: Vec<AgentId>,
 }
 
 /// A recipient that refused a fan-out message.

@@ -203,6 +203,50 @@ impl PostOffice {
         }
     }
 
+    /// The agent `address` names that is expected but not registered yet, whose mail is
+    /// held: `sender`'s declared parent, or an agent the config names
+    /// ([`MailboxConfig::expected`](super::MailboxConfig::expected)).
+    fn expected(&self, sender: &AgentEntry, address: &Address) -> Option<AgentId> {
+        let id = match address {
+            Address::Parent => sender.record().parent.clone()?,
+            Address::Agent(id) if self.shared.config.expected.contains(id.as_str()) => id.clone(),
+            _ => return None,
+        };
+        self.directory.get(id.as_str()).is_none().then_some(id)
+    }
+
+    /// Holds `message` for `id`, expected but not registered: written to its inbox in the
+    /// store, which its mailbox reads when it first starts, after registering. At most
+    /// `capacity` held messages per agent.
+    async fn hold(&self, id: &AgentId, message: &Arc<Message>) -> Result<(), MailError> {
+        let store = &*self.shared.store;
+        let capacity = self.shared.config.capacity;
+        let mut held = 0;
+        store.scan(Table::Inbox, &mailbox_prefix(id.as_str()), &mut |_, _| {
+            held += 1;
+            held <= capacity
+        })?;
+        if held >= capacity {
+            return Err(MailError::MailboxFull {
+                agent: id.to_string(),
+                capacity,
+            });
+        }
+        let mut batch = Batch::new();
+        batch.put(
+            Table::Inbox,
+            message_key(id.as_str(), &message.id),
+            codec::encode(&**message),
+        );
+        store::commit(store, batch).await?;
+        // Registered meanwhile: its mailbox may have read the store already, so it is
+        // handed the message too (the same key: one copy).
+        if let Some(entry) = self.directory.get(id.as_str()) {
+            let _ = self.deliver(&entry, Arc::clone(message)).await;
+        }
+        Ok(())
+    }
+
     /// Each recipient's copy of `sender`'s message `id`, from its inbox or archive: where
     /// the message is. Another agent's message, like a message that is nowhere, is unknown
     /// to `sender`.
@@ -252,6 +296,8 @@ impl PostOffice {
         let entries = match recipients {
             Recipients::One(entry) => vec![entry],
             Recipients::Many(entries) => entries,
+            // Held again under the same key: one copy whatever the first attempt did.
+            held @ Recipients::Held(_) => return Ok(held),
         };
         let single = entries.len() == 1;
         for entry in entries {
@@ -359,6 +405,7 @@ impl PostOffice {
                     thread: message.thread,
                     delivered_to: had_it,
                     rejected: Vec::new(),
+                    held: Vec::new(),
                 });
             }
         }
@@ -391,6 +438,17 @@ impl PostOffice {
                 return Ok(receipt);
             }
             Recipients::Many(entries) => entries,
+            Recipients::Held(id) => {
+                self.hold(&id, message).await?;
+                self.mailed(&sender.id, message, 1);
+                return Ok(Receipt {
+                    id: message.id,
+                    thread: message.thread,
+                    delivered_to: Vec::new(),
+                    rejected: Vec::new(),
+                    held: vec![id],
+                });
+            }
             Recipients::One(entry) => {
                 return match self.deliver(&entry, Arc::clone(message)).await? {
                     Reply::Delivered => {
@@ -400,6 +458,7 @@ impl PostOffice {
                             thread: message.thread,
                             delivered_to: vec![entry.id.clone()],
                             rejected: Vec::new(),
+                            held: Vec::new(),
                         })
                     }
                     Reply::Failed(err) => Err(err),
@@ -429,6 +488,9 @@ impl PostOffice {
             return Ok((Recipients::One(entry), Some(own_id)));
         }
         let address = Address::parse(to)?;
+        if let Some(expected) = self.expected(sender, &address) {
+            return Ok((Recipients::Held(expected), None));
+        }
         let entries = self.resolve(sender, &address, to)?;
         let recipients = if address.is_fan_out() {
             Recipients::Many(entries)
@@ -455,6 +517,7 @@ impl PostOffice {
             thread: message.thread,
             delivered_to: Vec::with_capacity(recipients.len()),
             rejected: Vec::new(),
+            held: Vec::new(),
         };
         let mut first_error = None;
         for (entry, outcome) in futures::future::join_all(deliveries).await {
@@ -618,6 +681,7 @@ impl PostOffice {
             thread: message.thread,
             delivered_to: Vec::with_capacity(inactive.len() + active.len()),
             rejected: Vec::with_capacity(full.len()),
+            held: Vec::new(),
         };
         let mut first_error = None;
         for entry in full {
@@ -668,14 +732,8 @@ impl PostOffice {
         };
         let ids: Vec<AgentId> = match address {
             Address::Agent(id) => vec![id.clone()],
+            // A parent not registered yet is expected: its mail is held (`expected`).
             Address::Parent => match &sender.record().parent {
-                Some(parent) if self.directory.get(parent.as_str()).is_none() => {
-                    return Err(empty(format!(
-                        "`{}`'s parent `{parent}` has not registered yet; nothing was sent. \
-                         Send again once `{parent}` has connected",
-                        sender.id
-                    )));
-                }
                 Some(parent) => vec![parent.clone()],
                 None => return Err(empty(format!("`{}` has no parent", sender.id))),
             },
@@ -924,6 +982,8 @@ impl Owner for PostOffice {
 enum Recipients {
     One(Arc<AgentEntry>),
     Many(Vec<Arc<AgentEntry>>),
+    /// An agent expected but not registered: its mail is held in the store.
+    Held(AgentId),
 }
 
 impl Recipients {

@@ -45,6 +45,8 @@ pub(crate) struct StoredReceipt {
     thread: Uuid,
     delivered_to: Vec<String>,
     rejected: Vec<(String, String)>,
+    #[serde(default)]
+    held: Vec<String>,
 }
 
 impl StoredReceipt {
@@ -61,6 +63,7 @@ impl StoredReceipt {
                 .iter()
                 .map(|r| (r.agent.to_string(), r.reason.clone()))
                 .collect(),
+            held: receipt.held.iter().map(ToString::to_string).collect(),
         }
     }
 
@@ -82,6 +85,11 @@ impl StoredReceipt {
                         reason: reason.clone(),
                     })
                 })
+                .collect(),
+            held: self
+                .held
+                .iter()
+                .filter_map(|a| AgentId::parse(a).ok())
                 .collect(),
         }
     }

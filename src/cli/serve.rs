@@ -133,6 +133,10 @@ pub(crate) async fn serve(args: ServeArgs, data_dir: &Path) -> CliResult {
         .governance(config.governance())
         .credentials(config.credentials()?)
         .task_config(config.task_config()?)
+        .mailbox_config(guildhall::MailboxConfig {
+            expected: config.agents.keys().cloned().collect(),
+            ..Default::default()
+        })
         .sections(config.subsystems.clone());
     #[cfg(feature = "bench")]
     if args.bench_echo || args.bench_load.is_some() {

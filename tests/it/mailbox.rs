@@ -94,21 +94,18 @@ async fn a_child_may_register_before_its_parent_and_is_linked_when_the_parent_co
         .await
         .unwrap();
     assert_eq!(pm.record().parent.as_ref().unwrap().as_str(), "tl");
-    // Until the parent registers, mail to it says why nothing was sent.
-    let err = pm
+    // Until the parent registers, mail to it is held for it, and the receipt says so.
+    let early = pm
         .send(Outgoing::to("parent").subject("early"))
         .await
-        .unwrap_err()
-        .to_string();
-    assert!(
-        err.contains("parent `tl` has not registered yet") && err.contains("nothing was sent"),
-        "{err}"
-    );
+        .unwrap();
+    assert!(early.delivered_to.is_empty());
+    assert_eq!(ids(&early.held.iter().collect::<Vec<_>>()), ["tl"]);
     let tl = rt.register_agent(AgentSpec::new("tl", "tl")).await.unwrap();
     pm.send(Outgoing::to("parent").subject("report"))
         .await
         .unwrap();
-    assert_eq!(subjects(&tl).await, ["report"]);
+    assert_eq!(subjects(&tl).await, ["early", "report"]);
     let receipt = tl
         .send(Outgoing::to("children").subject("next"))
         .await
@@ -1484,5 +1481,54 @@ async fn a_sender_sees_each_copy_delivered_read_or_acknowledged_and_when() {
     // Only its sender may ask: to anyone else it is an unknown message.
     let err = status("pm-0").await.unwrap_err();
     assert!(err.to_string().contains("no message"), "{err}");
+    rt.shutdown().await;
+}
+
+#[tokio::test]
+async fn mail_to_an_expected_agent_is_held_until_it_registers_and_bounded() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = MailboxConfig {
+        capacity: 3,
+        expected: ["reviewer".to_owned()].into(),
+        ..MailboxConfig::default()
+    };
+    let open = || {
+        Runtime::builder()
+            .data_dir(dir.path())
+            .mailbox_config(config.clone())
+            .build()
+    };
+    let rt = open().await.unwrap();
+    let pm = rt.register_agent(AgentSpec::new("pm", "pm")).await.unwrap();
+    for i in 0..3 {
+        let held = pm
+            .send(Outgoing::to("reviewer").subject(format!("review {i}")))
+            .await
+            .unwrap();
+        assert_eq!(ids(&held.held.iter().collect::<Vec<_>>()), ["reviewer"]);
+    }
+    // Held mail counts against the mailbox it will be: past its capacity it is refused.
+    let full = pm
+        .send(Outgoing::to("reviewer").subject("one too many"))
+        .await
+        .unwrap_err();
+    assert!(matches!(full, MailError::MailboxFull { .. }), "{full}");
+    // A name neither registered nor expected is still refused.
+    let err = pm
+        .send(Outgoing::to("stranger").body("?"))
+        .await
+        .unwrap_err();
+    assert!(matches!(err, MailError::UnknownAgent { .. }), "{err}");
+    rt.shutdown().await;
+    // Held in the store: the agent registering after a restart finds it, in order.
+    let rt = open().await.unwrap();
+    let reviewer = rt
+        .register_agent(AgentSpec::new("reviewer", "reviewer"))
+        .await
+        .unwrap();
+    assert_eq!(
+        subjects(&reviewer).await,
+        ["review 0", "review 1", "review 2"]
+    );
     rt.shutdown().await;
 }
