@@ -333,10 +333,23 @@ async fn every_built_in_tool_is_driven_to_its_bounds_and_the_others_are_still_se
             )
             .await;
     }
-    hostile
+    let sent = hostile
         .ok(
             "send_message",
             json!({ "to": "bystander", "subject": "hello", "body": "h".repeat(64 * 1024) }),
+        )
+        .await;
+    // What became of it: one copy, small whatever the body; an id of no message of its
+    // own is refused, another agent's mail is never shown.
+    let status = hostile
+        .ok("message_status", json!({ "id": sent["id"] }))
+        .await;
+    assert_eq!(status["delivered"], 1, "{status}");
+    hostile
+        .refused(
+            "message_status",
+            json!({ "id": "01900000-0000-7000-8000-000000000000" }),
+            "no message",
         )
         .await;
     let inbox = hostile

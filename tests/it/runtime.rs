@@ -29,6 +29,7 @@ async fn tools_are_listed_sorted_and_looked_up_by_name() {
             "context_update",
             "list_agents",
             "mark_read",
+            "message_status",
             "read_message",
             "send_message",
             "set_mode",
