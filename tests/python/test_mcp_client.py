@@ -48,8 +48,8 @@ BIN = os.environ["GUILDHALL_BIN"]
 MODES = ["legacy", "2026-07-28"]
 TASK_TOOLS = {"task_create", "task_list", "task_get", "task_update", "task_claim",
               "task_heartbeat", "task_release"}
-TOOLS = {"send_message", "check_inbox", "read_message", "mark_read", "whoami", "list_agents",
-         "set_mode", "context_get", "context_update", "context_history"} | TASK_TOOLS
+TOOLS = {"send_message", "check_inbox", "read_message", "mark_read", "message_status", "whoami",
+         "list_agents", "set_mode", "context_get", "context_update", "context_history"} | TASK_TOOLS
 
 
 def params(data_dir, *args):
@@ -98,7 +98,8 @@ async def two_agents(mode, data_dir):
     async with Client(pm, mode=mode) as p:
         async with Client(dev, mode=mode) as d:
             dev_tools = {t.name for t in (await d.list_tools()).tools}
-            assert dev_tools == TOOLS - {"mark_read", "whoami", "list_agents", "set_mode"} - TASK_TOOLS, dev_tools
+            assert dev_tools == TOOLS - {"mark_read", "message_status", "whoami", "list_agents",
+                                         "set_mode"} - TASK_TOOLS, dev_tools
             me = structured(await p.call_tool("whoami", {}))
             assert me["agent"] == "pm-1" and me["children"] == ["dev-1"], me
 
