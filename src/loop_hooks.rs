@@ -24,7 +24,7 @@ use uuid::Uuid;
 
 use crate::agents::{InboxQuery, Message, Priority};
 use crate::runtime::Runtime;
-use crate::tasks::{TaskQuery, TaskStatus};
+use crate::tasks::TaskStatus;
 
 /// Messages an announcement names; the rest are counted, with a pointer to `check_inbox`.
 pub const NAMED: usize = 5;
@@ -318,19 +318,12 @@ async fn held(
     let Some(tasks) = runtime.tasks() else {
         return Ok(Vec::new());
     };
-    let id = crate::agents::AgentId::parse(agent).map_err(|e| e.to_string())?;
-    let (listed, _) = tasks
-        .list(TaskQuery {
-            agent: Some(id),
-            status: statuses.to_vec(),
-            limit: TASKS_NAMED,
-            ..TaskQuery::default()
-        })
+    let held = tasks
+        .held_by(agent, statuses, TASKS_NAMED)
         .await
         .map_err(|e| e.to_string())?;
-    Ok(listed
+    Ok(held
         .into_iter()
-        .filter(|t| t.lease.as_ref().is_some_and(|l| l.holder.as_str() == agent))
         .map(|t| format!("#{} \"{}\" ({})", t.id, t.title, t.status.as_str()))
         .collect())
 }

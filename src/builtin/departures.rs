@@ -9,10 +9,10 @@ use std::time::Duration;
 
 use serde_json::json;
 
-use crate::agents::{AgentId, InboxQuery, Outgoing, Priority};
+use crate::agents::{InboxQuery, Outgoing, Priority};
 use crate::error::BuildError;
 use crate::runtime::{BoxFuture, Runtime, Subsystem, WeakRuntime};
-use crate::tasks::{TaskQuery, TaskStatus};
+use crate::tasks::TaskStatus;
 
 /// Tasks named in the mail at most (the rest are counted).
 const TASKS_NAMED: usize = 20;
@@ -81,22 +81,14 @@ async fn tell_parent(runtime: &Runtime, agent: &str) -> Result<(), String> {
     };
     let mailbox = runtime.agent(agent).map_err(|e| e.to_string())?;
     let held = match runtime.tasks() {
-        Some(tasks) => {
-            let id = AgentId::parse(agent).map_err(|e| e.to_string())?;
-            let (listed, _) = tasks
-                .list(TaskQuery {
-                    agent: Some(id),
-                    status: vec![TaskStatus::Open, TaskStatus::InProgress],
-                    limit: LOOKED_AT,
-                    ..TaskQuery::default()
-                })
-                .await
-                .map_err(|e| e.to_string())?;
-            listed
-                .into_iter()
-                .filter(|t| t.lease.as_ref().is_some_and(|l| l.holder.as_str() == agent))
-                .collect()
-        }
+        Some(tasks) => tasks
+            .held_by(
+                agent,
+                &[TaskStatus::Open, TaskStatus::InProgress],
+                LOOKED_AT,
+            )
+            .await
+            .map_err(|e| e.to_string())?,
         None => Vec::new(),
     };
     let urgent = mailbox

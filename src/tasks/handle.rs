@@ -178,6 +178,39 @@ impl Tasks {
         }
     }
 
+    /// The tasks `agent` holds (claimed, its lease its own) in one of `statuses`, at most
+    /// `limit` looked at.
+    ///
+    /// # Errors
+    /// [`TaskError::InvalidArgument`] for an agent id that cannot be one;
+    /// [`TaskError::Unavailable`] when the board cannot be reached.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: it only reads.
+    pub async fn held_by(
+        &self,
+        agent: &str,
+        statuses: &[super::TaskStatus],
+        limit: usize,
+    ) -> Result<Vec<Task>, TaskError> {
+        let id = AgentId::parse(agent).map_err(|err| TaskError::InvalidArgument {
+            name: "agent",
+            reason: err.to_string(),
+        })?;
+        let (listed, _) = self
+            .list(TaskQuery {
+                agent: Some(id),
+                status: statuses.to_vec(),
+                limit,
+                ..TaskQuery::default()
+            })
+            .await?;
+        Ok(listed
+            .into_iter()
+            .filter(|t| t.lease.as_ref().is_some_and(|l| l.holder.as_str() == agent))
+            .collect())
+    }
+
     /// Every change of task `id`, oldest first (the task read first, so everything up to
     /// its current version is committed).
     ///
