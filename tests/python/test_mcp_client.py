@@ -698,7 +698,11 @@ async def proxied_with(mode, base, data_dir, root, everything_url, restart_http)
                 url = line[line.index("http://"):].split()[0]
                 break
         assert url, "serve prints its URL"
-        http = httpx2.AsyncClient(headers={"Guildhall-Agent": "web"})
+        # The SDK's own timeouts (a long read: the GET stream of server notifications is
+        # quiet for long stretches). With a bare client's 5 s read timeout that stream closed
+        # after each quiet spell, and a list_changed sent before it reopened was lost.
+        http = httpx2.AsyncClient(headers={"Guildhall-Agent": "web"},
+                                  timeout=httpx2.Timeout(30, read=300))
         notes, on_message = note_queue()
         async with Client(streamable_http_client(url, http_client=http), mode=mode,
                           elicitation_callback=answer_as_ada, message_handler=on_message) as c:
