@@ -210,6 +210,35 @@ fn a_stop_is_held_while_urgent_work_waits_a_bounded_number_of_times() {
     assert_eq!(hook(data, Some("ops"), &stop, &[]), "");
     let continued = stop.replace("\"stop_hook_active\":false", "\"stop_hook_active\":true");
     assert_eq!(hook(data, Some("dev"), &continued, &[]), "");
+    // A claimed task still in progress holds the stop too, named with its title.
+    guildhall_ok(data, &["inbox", "--agent", "dev", "--take"]);
+    assert_eq!(hook(data, Some("dev"), &stop, &[]), "", "nothing waits now");
+    let claimed = tokio::runtime::Runtime::new().unwrap().block_on(async {
+        let call = |tool: &str, arguments: Value| guildhall::mcp::local::Hello::Call {
+            agent: Some("dev".into()),
+            token: None,
+            tool: tool.into(),
+            arguments,
+        };
+        let create = call(
+            "task_create",
+            serde_json::json!({"title": "fix the parser"}),
+        );
+        guildhall::mcp::local::connect(data, &create).await.unwrap();
+        let claim = call("task_claim", serde_json::json!({}));
+        guildhall::mcp::local::connect(data, &claim)
+            .await
+            .unwrap()
+            .value
+    });
+    assert_eq!(claimed["task"]["status"], "in_progress", "{claimed}");
+    let reason = held(&hook(data, Some("dev"), &stop, &[])).expect("held for the task");
+    assert!(
+        reason
+            .contains("task(s) you claimed still in_progress: #1 \"fix the parser\" (in_progress)"),
+        "{reason}"
+    );
+    assert_eq!(hook(data, Some("dev"), &continued, &[]), "");
     // Never trapped: at most three continuations in a row, then the stop goes through, and
     // the count starts again.
     let subagent = input("SubagentStop");
