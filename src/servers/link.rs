@@ -254,6 +254,18 @@ impl Link {
         InFlight(self)
     }
 
+    /// Whether a tool of this server may refuse a plain call for want of task augmentation:
+    /// the connection negotiated 2025-11-25, the one revision that has it (or it is not up
+    /// yet, and may).
+    pub(crate) fn may_require_tasks(&self) -> bool {
+        match &*self.phase.borrow() {
+            Phase::Up { peer, .. } => peer.peer_info().is_none_or(|info| {
+                info.protocol_version == rmcp::model::ProtocolVersion::V_2025_11_25
+            }),
+            _ => true,
+        }
+    }
+
     /// Counts a call the server runs as a task.
     pub(crate) fn task_followed(&self) {
         self.tasks.fetch_add(1, Ordering::Relaxed);

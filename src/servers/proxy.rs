@@ -13,6 +13,7 @@ use serde_json::Value;
 
 pub use super::forward::ProxyError;
 use super::forward::{Pool, Turn, send};
+use super::link::Link;
 use super::upstream_task;
 
 /// A proxied tool's arguments: any JSON object, passed on as is. The server checks them
@@ -90,40 +91,50 @@ impl Tool for ProxyTool {
     ) -> Result<CallToolResult, ProxyError> {
         let turn = Turn::take(&self.pool, &ctx).await?;
         let link = &turn.link;
-        if self.as_task.load(Ordering::Relaxed) {
-            let answer =
-                upstream_task::augmented(link, &self.remote, input.0, &ctx, self.hang_grace);
-            return self.outcome(answer.await?);
-        }
-        let params =
-            CallToolRequestParams::new(self.remote.to_string()).with_arguments(input.0.clone());
-        let request = ClientRequest::CallToolRequest(CallToolRequest::new(params));
-        let (answer, generation) = send(link, request, &ctx, self.hang_grace).await?;
-        let answer = match answer {
-            ServerResult::CreateTaskResult(created) => {
-                link.task_followed();
-                upstream_task::follow(link, generation, created.task, &ctx, self.hang_grace).await?
+        let arguments = if self.as_task.load(Ordering::Relaxed) {
+            input.0
+        } else {
+            // Kept for a second call only where a tool may refuse the first for want of
+            // task augmentation (2025-11-25): elsewhere no call pays for the copy.
+            let again = link.may_require_tasks().then(|| input.0.clone());
+            match (self.plain(link, input.0, &ctx).await, again) {
+                // Refused before it ran: the tool is called as a task, from now on.
+                (
+                    Err(ProxyError::Failed { text, .. } | ProxyError::Remote(text)),
+                    Some(arguments),
+                ) if upstream_task::needs_task(&text) => {
+                    tracing::debug!(server = %link.server, tool = %self.remote, "the tool requires task augmentation; called as a task from now on");
+                    self.as_task.store(true, Ordering::Relaxed);
+                    arguments
+                }
+                (outcome, _) => return outcome,
             }
-            answer => answer,
         };
-        match self.outcome(answer) {
-            // Refused before it ran: the tool must be called as a task, from now on.
-            Err(ProxyError::Failed { text, .. } | ProxyError::Remote(text))
-                if upstream_task::needs_task(&text) =>
-            {
-                tracing::debug!(server = %link.server, tool = %self.remote, "the tool requires task augmentation; called as a task from now on");
-                self.as_task.store(true, Ordering::Relaxed);
-                link.task_followed();
-                let answer =
-                    upstream_task::augmented(link, &self.remote, input.0, &ctx, self.hang_grace);
-                self.outcome(answer.await?)
-            }
-            outcome => outcome,
-        }
+        let answer = upstream_task::augmented(link, &self.remote, arguments, &ctx, self.hang_grace);
+        self.outcome(answer.await?)
     }
 }
 
 impl ProxyTool {
+    /// A plain `tools/call` on `link`, followed to its end when the server runs it as a
+    /// task (the tasks extension).
+    async fn plain(
+        &self,
+        link: &Arc<Link>,
+        arguments: serde_json::Map<String, Value>,
+        ctx: &CallContext,
+    ) -> Result<CallToolResult, ProxyError> {
+        let params = CallToolRequestParams::new(self.remote.to_string()).with_arguments(arguments);
+        let request = ClientRequest::CallToolRequest(CallToolRequest::new(params));
+        let answer = match send(link, request, ctx, self.hang_grace).await? {
+            (ServerResult::CreateTaskResult(created), generation) => {
+                upstream_task::follow(link, generation, created.task, ctx, self.hang_grace).await?
+            }
+            (answer, _) => answer,
+        };
+        self.outcome(answer)
+    }
+
     /// A tool call's result, or the server's error result as [`ProxyError::Failed`].
     fn outcome(&self, answer: ServerResult) -> Result<CallToolResult, ProxyError> {
         match answer {
@@ -139,9 +150,7 @@ impl ProxyTool {
             _ => Err(self.unsupported("a result of another request")),
         }
     }
-}
 
-impl ProxyTool {
     fn unsupported(&self, what: &'static str) -> ProxyError {
         ProxyError::Unsupported {
             server: self.pool.server().to_string(),

@@ -56,6 +56,7 @@ pub(crate) async fn follow(
     ctx: &CallContext,
     grace: Duration,
 ) -> Result<ServerResult, ProxyError> {
+    link.task_followed();
     let mut cancel = CancelUpstream::new(link, generation, &task.task_id, Era::Extension);
     let mut every = poll_interval(task.poll_interval_ms, POLL_DEFAULT);
     let mut phase = link.watch();
@@ -156,6 +157,7 @@ pub(crate) async fn augmented(
             link.server
         )));
     };
+    link.task_followed();
     let mut cancel = CancelUpstream::new(link, generation, &task_id, Era::Augmented);
     let result = CustomRequest::new("tasks/result", Some(json!({ "taskId": task_id })));
     let answer = send(link, ClientRequest::CustomRequest(result), ctx, grace).await;
