@@ -1045,10 +1045,7 @@ fn core_tools(
         .clone()
         .timeout(max_wait + Duration::from_secs(10));
     install.tool_with(SendMessage(Arc::clone(&office)), mail.clone())?;
-    install.tool_with(
-        CheckInbox(Arc::clone(&office), Default::default()),
-        mail.clone(),
-    )?;
+    install.tool_with(CheckInbox(Arc::clone(&office)), mail.clone())?;
     install.tool_with(ReadMessage(Arc::clone(&office)), mail.clone())?;
     install.tool_with(MarkRead(Arc::clone(&office)), mail)?;
     install.tool(MessageStatus(Arc::clone(&office)))?;

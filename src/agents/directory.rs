@@ -95,6 +95,10 @@ pub(crate) struct AgentEntry {
     /// While its mailbox loads or runs here, with servers sharing the store: what other
     /// servers stored into its inbox meanwhile (`None` otherwise: nothing to keep).
     pub(crate) arrivals: std::sync::Mutex<Option<Arrivals>>,
+    /// Held by a `check_inbox {"since": "last"}` listing, so two of the agent's connections
+    /// never list what came after the same cursor. The agent's own: its waits hold up no one
+    /// else's listing, and it goes with the agent.
+    pub(crate) reading: tokio::sync::Mutex<()>,
 }
 
 /// A process run for an agent, as listings show it.
@@ -134,6 +138,7 @@ impl AgentEntry {
             connections: AtomicU32::new(0),
             process: RwLock::new(None),
             arrivals: std::sync::Mutex::new(None),
+            reading: tokio::sync::Mutex::new(()),
         }
     }
 
@@ -299,6 +304,15 @@ impl Directory {
     }
 
     /// Every agent id, sorted.
+    /// At most `limit` agent ids, in no order (no sort of every id for a hint).
+    pub(crate) fn some_ids(&self, limit: usize) -> Vec<AgentId> {
+        self.agents
+            .iter()
+            .take(limit)
+            .map(|e| e.key().clone())
+            .collect()
+    }
+
     pub(crate) fn ids(&self) -> Vec<AgentId> {
         let mut ids: Vec<AgentId> = self.agents.iter().map(|e| e.key().clone()).collect();
         ids.sort();

@@ -105,11 +105,10 @@ impl PostOffice {
     pub(crate) async fn send(
         &self,
         sender: &Arc<AgentEntry>,
-        mut out: Outgoing,
+        out: Outgoing,
     ) -> Result<Receipt, MailError> {
         self.check_sizes(&out)?;
-        let request = out.request_id.take();
-        if let Some(request) = &request {
+        if let Some(request) = &out.request_id {
             check_request(request)?;
         }
         let original = match out.reply_to {
@@ -120,7 +119,17 @@ impl PostOffice {
             },
             None => None,
         };
-        match request {
+        self.send_routed(sender, out, original).await
+    }
+
+    /// Sends `out` (checked), once when it carries a request id.
+    async fn send_routed(
+        &self,
+        sender: &Arc<AgentEntry>,
+        mut out: Outgoing,
+        original: Option<Arc<Message>>,
+    ) -> Result<Receipt, MailError> {
+        match out.request_id.take() {
             None => self.send_checked(sender, out, original, None).await,
             Some(request) => self.send_once(sender, out, original, &request).await,
         }
@@ -176,9 +185,12 @@ impl PostOffice {
     /// A send to `id`, which names no registered agent: the error names the registered ids
     /// it may be a slip for (at most three, the closest first).
     fn unknown(&self, id: &str) -> MailError {
+        // A failed send costs at most this many comparisons (each at most 64 × 64 cells),
+        // however many agents are registered.
+        const EXAMINED: usize = 4096;
         let mut near: Vec<(f64, String)> = self
             .directory
-            .ids()
+            .some_ids(EXAMINED)
             .into_iter()
             .map(|known| {
                 let score = strsim::normalized_levenshtein(id, known.as_str());
@@ -310,9 +322,9 @@ impl PostOffice {
                 lacking.push(entry);
             }
         }
-        Ok(match (single, lacking.pop()) {
-            (true, Some(entry)) => Recipients::One(entry),
-            (_, last) => {
+        Ok(match lacking.pop() {
+            Some(entry) if single => Recipients::One(entry),
+            last => {
                 lacking.extend(last);
                 Recipients::Many(lacking)
             }
@@ -335,17 +347,14 @@ impl PostOffice {
     pub(crate) async fn reply(
         &self,
         sender: &Arc<AgentEntry>,
-        mut out: Outgoing,
+        out: Outgoing,
         original: Arc<Message>,
     ) -> Result<Receipt, MailError> {
         self.check_sizes(&out)?;
-        match out.request_id.take() {
-            None => self.send_checked(sender, out, Some(original), None).await,
-            Some(request) => {
-                check_request(&request)?;
-                self.send_once(sender, out, Some(original), &request).await
-            }
+        if let Some(request) = &out.request_id {
+            check_request(request)?;
         }
+        self.send_routed(sender, out, Some(original)).await
     }
 
     fn check_sizes(&self, out: &Outgoing) -> Result<(), MailError> {

@@ -27,6 +27,20 @@ fn caller(office: &Arc<PostOffice>, ctx: &CallContext) -> Result<Agent, MailErro
     Ok(Agent::new(Arc::clone(office), entry))
 }
 
+/// A tool's wait argument `name` (seconds), cut to the longest wait; a negative or
+/// non-number one refused naming it.
+fn wait_for(
+    office: &PostOffice,
+    name: &'static str,
+    secs: Option<f64>,
+) -> Result<Option<Duration>, MailError> {
+    secs.map(|s| {
+        crate::time::seconds_up_to(s, office.shared.config.max_wait)
+            .map_err(|reason| MailError::InvalidArgument { name, reason })
+    })
+    .transpose()
+}
+
 /// A message as tools show it.
 #[derive(Debug, Clone, Serialize, JsonSchema)]
 pub struct MessageView {
@@ -197,17 +211,7 @@ impl Tool for SendMessage {
             .as_deref()
             .map(parse_message_id)
             .transpose()?;
-        let wait_reply = input
-            .wait_reply_secs
-            .map(|s| {
-                crate::time::seconds_up_to(s, self.0.shared.config.max_wait).map_err(|reason| {
-                    MailError::InvalidArgument {
-                        name: "wait_reply_secs",
-                        reason,
-                    }
-                })
-            })
-            .transpose()?;
+        let wait_reply = wait_for(&self.0, "wait_reply_secs", input.wait_reply_secs)?;
         let receipt = agent
             .send(Outgoing {
                 to: input.to.unwrap_or_default(),
@@ -242,19 +246,7 @@ impl Tool for SendMessage {
 }
 
 /// `check_inbox`.
-pub struct CheckInbox(pub(crate) Arc<PostOffice>, pub(crate) CursorTurns);
-
-/// One `since: "last"` listing at a time per agent, so two of its connections never both
-/// list what came after the same cursor.
-#[derive(Default)]
-pub(crate) struct CursorTurns(dashmap::DashMap<String, Arc<tokio::sync::Mutex<()>>>);
-
-impl CursorTurns {
-    async fn take(&self, agent: &str) -> tokio::sync::OwnedMutexGuard<()> {
-        let turn = Arc::clone(self.0.entry(agent.to_owned()).or_default().value());
-        turn.lock_owned().await
-    }
-}
+pub struct CheckInbox(pub(crate) Arc<PostOffice>);
 
 /// Input of `check_inbox`.
 #[derive(Debug, Clone, Default, Serialize, Deserialize, JsonSchema)]
@@ -341,22 +333,12 @@ impl Tool for CheckInbox {
         ctx: CallContext,
     ) -> Result<InboxView, MailError> {
         let agent = caller(&self.0, &ctx)?;
-        let wait = match input.wait_secs {
-            None => None,
-            Some(s) => Some(
-                crate::time::seconds_up_to(s, self.0.shared.config.max_wait).map_err(|reason| {
-                    MailError::InvalidArgument {
-                        name: "wait_secs",
-                        reason,
-                    }
-                })?,
-            ),
-        };
+        let wait = wait_for(&self.0, "wait_secs", input.wait_secs)?;
         // `since: "last"`: after the agent's durable cursor, in arrival order, read or not.
         let from_last = input.since.as_deref() == Some(super::cursors::LAST);
         let store = &*self.0.shared.store;
-        let _turn = match from_last {
-            true => Some(self.1.take(agent.id().as_str()).await),
+        let _reading = match from_last {
+            true => Some(agent.entry().reading.lock().await),
             false => None,
         };
         let since = match (&input.since, from_last) {
@@ -483,7 +465,14 @@ impl Tool for MessageStatus {
     ) -> Result<StatusView, MailError> {
         let agent = caller(&self.0, &ctx)?;
         let id = parse_message_id(&input.id)?;
-        let copies = self.0.copies(agent.id(), id)?;
+        // Two point reads per registered agent: off the async workers.
+        let (office, sender) = (Arc::clone(&self.0), agent.id().clone());
+        let copies = tokio::task::spawn_blocking(move || office.copies(&sender, id))
+            .await
+            .map_err(|err| MailError::Unavailable {
+                agent: agent.id().to_string(),
+                reason: err.to_string(),
+            })??;
         let count = |state| copies.iter().filter(|(_, m)| m.state == state).count();
         let (delivered, acknowledged) = (
             count(DeliveryState::Delivered),
