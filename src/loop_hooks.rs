@@ -17,12 +17,13 @@
 //! `guildhall hook` renders it in the client's format.
 
 use std::collections::{BTreeSet, HashMap};
+use std::hash::{Hash, Hasher};
 use std::sync::{Mutex, PoisonError};
 
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
-use crate::agents::{InboxQuery, Message, Priority};
+use crate::agents::{AgentId, Inbox, InboxQuery, Message, Priority};
 use crate::runtime::Runtime;
 use crate::tasks::TaskStatus;
 
@@ -79,11 +80,10 @@ pub struct HookAnswer {
 pub struct LoopHooks {
     /// Roles whose agents are kept going at a stop while work waits for them.
     keep_going: BTreeSet<String>,
-    /// Continuations in a row one client session may get.
-    max_continuations: u32,
-    /// Continuations granted in a row, by client session (or agent); a stop let through
-    /// resets it.
-    granted: Mutex<HashMap<String, u32>>,
+    /// Continuations granted in a row, by agent and a hash of its client's session id (a
+    /// session id is the client's to choose, of any length: only 8 bytes of it are kept);
+    /// a stop let through resets it.
+    granted: Mutex<HashMap<(AgentId, u64), u32>>,
 }
 
 impl Default for LoopHooks {
@@ -103,14 +103,8 @@ impl LoopHooks {
     pub fn new(keep_going: BTreeSet<String>) -> Self {
         Self {
             keep_going,
-            max_continuations: Self::MAX_CONTINUATIONS,
             granted: Mutex::new(HashMap::new()),
         }
-    }
-
-    /// Continuations in a row a session may get.
-    pub fn max_continuations(&self) -> u32 {
-        self.max_continuations
     }
 
     /// Answers `event` for `agent`.
@@ -146,10 +140,16 @@ impl LoopHooks {
         let record = runtime
             .lookup_agent(agent)
             .ok_or_else(|| format!("no agent `{agent}`"))?;
-        let key = event.session.clone().unwrap_or_else(|| agent.to_owned());
+        let key = (record.id.clone(), {
+            let mut hasher = std::collections::hash_map::DefaultHasher::new();
+            event.session.hash(&mut hasher);
+            hasher.finish()
+        });
         let mut reasons = Vec::new();
         if self.keep_going.contains(&record.role) {
-            let urgent = unread(runtime, agent, Priority::Urgent, TAKEN).await?;
+            let urgent = unread(runtime, agent, Priority::Urgent, TAKEN)
+                .await?
+                .messages;
             if !urgent.is_empty() {
                 reasons.push(format!(
                     "{} unread urgent message(s) ({}): read them with check_inbox",
@@ -174,7 +174,7 @@ impl LoopHooks {
             granted.clear();
         }
         let count = granted.entry(key.clone()).or_insert(0);
-        if *count >= self.max_continuations {
+        if *count >= Self::MAX_CONTINUATIONS {
             granted.remove(&key);
             return Ok(HookAnswer::default());
         }
@@ -203,15 +203,14 @@ async fn session_start(runtime: &Runtime, agent: &str) -> Result<HookAnswer, Str
         )),
         None => text.push('.'),
     }
-    let mailbox = runtime.agent(agent).map_err(|e| e.to_string())?;
-    let total = mailbox.unread().await.map_err(|e| e.to_string())?;
-    let newest = unread(runtime, agent, Priority::Low, TAKEN).await?;
-    if total == 0 {
+    // One listing: the newest (most urgent first) and the unread total.
+    let inbox = unread(runtime, agent, Priority::Low, TAKEN).await?;
+    if inbox.unread == 0 {
         text.push_str("\nNo unread mail.");
     } else {
-        text.push_str(&format!("\n{total} unread message(s)"));
-        text.push_str(&listing(&newest, total));
-        advance(runtime, agent, &newest).await?;
+        text.push_str(&format!("\n{} unread message(s)", inbox.unread));
+        text.push_str(&listing(&inbox.messages, inbox.unread));
+        advance(runtime, agent, &inbox.messages).await?;
     }
     let tasks = held(runtime, agent, &[TaskStatus::Open, TaskStatus::InProgress]).await?;
     if !tasks.is_empty() {
@@ -258,12 +257,9 @@ fn listing(messages: &[std::sync::Arc<Message>], of: usize) -> String {
             Priority::High => "[high] ",
             Priority::Normal | Priority::Low => "",
         };
-        let body: String = message.body.chars().take(BODY_CHARS).collect();
-        let cut = if message.body.chars().count() > BODY_CHARS {
-            "…"
-        } else {
-            ""
-        };
+        let mut chars = message.body.chars();
+        let body: String = chars.by_ref().take(BODY_CHARS).collect();
+        let cut = if chars.next().is_some() { "…" } else { "" };
         text.push_str(&format!(
             "\n- {urgency}from `{}`: \"{}\" — {body}{cut} (id {})",
             message.from.as_str(),
@@ -289,23 +285,23 @@ fn subjects(messages: &[std::sync::Arc<Message>]) -> String {
         .join(", ")
 }
 
-/// The agent's unread messages at least `min` urgent, most urgent first.
+/// The agent's unread messages at least `min` urgent, most urgent first, and its unread
+/// total.
 async fn unread(
     runtime: &Runtime,
     agent: &str,
     min: Priority,
     limit: usize,
-) -> Result<Vec<std::sync::Arc<Message>>, String> {
+) -> Result<Inbox, String> {
     let mailbox = runtime.agent(agent).map_err(|e| e.to_string())?;
-    let inbox = mailbox
+    mailbox
         .check_inbox(InboxQuery {
             limit,
             min_priority: min,
             ..InboxQuery::default()
         })
         .await
-        .map_err(|e| e.to_string())?;
-    Ok(inbox.messages)
+        .map_err(|e| e.to_string())
 }
 
 /// The tasks `agent` holds (claimed, its lease live) in one of `statuses`, as `#id "title"

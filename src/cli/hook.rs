@@ -13,7 +13,7 @@
 //! cannot read, a refusal) prints nothing and exits 0. The server logs a refusal; the hook
 //! writes why to stderr, which Claude Code keeps out of the model's context.
 
-use std::io::{Read, Write};
+use std::io::{BufRead, Read, Write};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -24,8 +24,8 @@ use serde::Deserialize;
 
 type CliResult = Result<(), Box<dyn std::error::Error>>;
 
-/// The most of stdin read: a tool's whole result can come with `PostToolUse`, and only a few
-/// fields of it are needed.
+/// The most of stdin read (past it, the input is cut and refused): a tool's whole result can
+/// come with `PostToolUse`, and only a few fields of it are needed.
 const MAX_INPUT: u64 = 64 << 20;
 
 #[derive(Debug, Args)]
@@ -120,11 +120,13 @@ async fn answer(args: &HookArgs, data_dir: &Path) -> Result<Option<String>, Stri
     };
     // Read on a thread of its own, within the same bound as the rest: a stdin nobody
     // closes must not hold the agent's loop (the thread dies with the process).
+    // One deadline for reading and asking: the hook waits `--timeout` in all.
+    let deadline = tokio::time::Instant::now() + args.timeout;
     let (tx, rx) = tokio::sync::oneshot::channel();
     std::thread::spawn(move || {
         let _ = tx.send(read_input());
     });
-    let input = tokio::time::timeout(args.timeout, rx)
+    let input = tokio::time::timeout_at(deadline, rx)
         .await
         .map_err(|_| format!("stdin was not closed within {:?}", args.timeout))?
         .map_err(|_| "reading stdin failed".to_owned())??;
@@ -154,7 +156,7 @@ async fn answer(args: &HookArgs, data_dir: &Path) -> Result<Option<String>, Stri
             None => local::connect(data_dir, &hello).await,
         }
     };
-    let connected = tokio::time::timeout(args.timeout, reached)
+    let connected = tokio::time::timeout_at(deadline, reached)
         .await
         .map_err(|_| format!("the server did not answer within {:?}", args.timeout))?
         .map_err(|err| guildhall::ErrorChain(&err).to_string())?;
@@ -169,15 +171,26 @@ fn read_input() -> Result<Input, String> {
     if std::io::stdin().is_terminal() {
         return Ok(Input::default());
     }
-    let mut raw = Vec::new();
-    std::io::stdin()
-        .take(MAX_INPUT)
-        .read_to_end(&mut raw)
-        .map_err(|err| format!("reading stdin: {err}"))?;
-    if raw.iter().all(u8::is_ascii_whitespace) {
-        return Ok(Input::default());
+    // Parsed as it is read: the fields not kept (a tool's whole result) are skipped, never
+    // held, so the hook's memory stays small whatever comes.
+    let mut stdin = std::io::BufReader::new(std::io::stdin().take(MAX_INPUT));
+    loop {
+        let buffered = stdin
+            .fill_buf()
+            .map_err(|err| format!("reading stdin: {err}"))?;
+        match buffered.iter().position(|b| !b.is_ascii_whitespace()) {
+            Some(at) => {
+                stdin.consume(at);
+                break;
+            }
+            None if buffered.is_empty() => return Ok(Input::default()),
+            None => {
+                let all = buffered.len();
+                stdin.consume(all);
+            }
+        }
     }
-    serde_json::from_slice(&raw).map_err(|err| format!("the input is not a hook's JSON: {err}"))
+    serde_json::from_reader(stdin).map_err(|err| format!("the input is not a hook's JSON: {err}"))
 }
 
 /// The answer in the client's format; `None` when there is nothing to say.
