@@ -800,22 +800,43 @@ async fn a_proxied_server_s_flood_is_truncated_for_the_model() {
     rt.shutdown().await;
 }
 
+/// An inner command tool that starts a sleeper, writes its pid to `file` and waits: a call
+/// that runs until it is cancelled, whose sleeper the test watches.
+const LINGER: &str = r#"
+[commands.linger]
+description = "Starts a sleeper, writes its pid, and waits"
+shell = true
+command = ['sleep 600 & echo $! >> "$1"; wait', "{file}"]
+timeout = "10min"
+"#;
+
+/// Calls the inner server's `linger` in a task of its own: the call, and the sleeper's pid
+/// once its command runs.
+async fn lingering(
+    rt: &Runtime,
+    pid_file: &Path,
+) -> (tokio::task::JoinHandle<Result<Value, CallError>>, i32) {
+    let call = tokio::spawn({
+        let (rt, file) = (rt.clone(), pid_file.to_path_buf());
+        async move {
+            rt.call_json(
+                "mcp__inner__linger",
+                json!({ "file": file }),
+                CallOptions::new(),
+            )
+            .await
+        }
+    });
+    (call, crate::support::pids(pid_file, 1).await[0])
+}
+
 #[tokio::test]
 async fn a_call_cancelled_here_is_cancelled_on_the_server() {
     let dir = tempfile::tempdir().unwrap();
     let inner_config = dir.path().join("inner.toml");
     std::fs::write(
         &inner_config,
-        r#"
-# The sleeper's pid as the test sees it: outside a PID namespace.
-[sandbox]
-enabled = false
-[commands.linger]
-description = "Starts a sleeper, writes its pid, and waits"
-shell = true
-command = ['sleep 600 & echo $! >> "$1"; wait', "{file}"]
-timeout = "10min"
-"#,
+        format!("# The sleeper's pid as the test sees it: outside a PID namespace.\n[sandbox]\nenabled = false\n{LINGER}"),
     )
     .unwrap();
     let config = inner_serving(
@@ -831,18 +852,7 @@ timeout = "10min"
     let pid_file = dir.path().join("pids");
     // Dropped once its command runs (a deadline could pass before the command started on
     // a loaded machine, and the sleeper would never be written down).
-    let call = tokio::spawn({
-        let (rt, file) = (rt.clone(), pid_file.clone());
-        async move {
-            rt.call_json(
-                "mcp__inner__linger",
-                json!({ "file": file }),
-                CallOptions::new(),
-            )
-            .await
-        }
-    });
-    let sleeper = crate::support::pids(&pid_file, 1).await[0];
+    let (call, sleeper) = lingering(&rt, &pid_file).await;
     call.abort();
     assert!(
         call.await.is_err_and(|e| e.is_cancelled()),
@@ -871,20 +881,17 @@ async fn a_call_the_server_runs_as_a_task_is_followed_to_its_end_and_cancelled_t
     // tasks of the inner guildhall, which its client (this one) declared it follows.
     std::fs::write(
         &inner_config,
-        r#"
+        format!(
+            r#"
 [sandbox]
 enabled = false
 [commands.slow]
 description = "Answers after a while"
 shell = true
-command = ['sleep 0.6; echo "slow $1"', "{n}"]
+command = ['sleep 0.6; echo "slow $1"', "{{n}}"]
 timeout = "10min"
-[commands.linger]
-description = "Starts a sleeper, writes its pid, and waits"
-shell = true
-command = ['sleep 600 & echo $! >> "$1"; wait', "{file}"]
-timeout = "10min"
-"#,
+{LINGER}"#
+        ),
     )
     .unwrap();
     let config = inner_serving(
@@ -909,18 +916,7 @@ timeout = "10min"
     // Cancelled once it is a task: `tasks/cancel` reaches the server, which kills the
     // command its task ran.
     let pid_file = dir.path().join("pids");
-    let call = tokio::spawn({
-        let (rt, file) = (rt.clone(), pid_file.clone());
-        async move {
-            rt.call_json(
-                "mcp__inner__linger",
-                json!({ "file": file }),
-                CallOptions::new(),
-            )
-            .await
-        }
-    });
-    let sleeper = crate::support::pids(&pid_file, 1).await[0];
+    let (call, sleeper) = lingering(&rt, &pid_file).await;
     eventually(Duration::from_secs(10), || async {
         info(&servers, "inner").await.tasks == 2
     })
