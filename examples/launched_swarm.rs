@@ -4,14 +4,17 @@
 //!
 //! - The TL (this program, embedding the runtime) puts up an epic and launches a PM for it.
 //! - The PM (a process) splits the epic into tasks on the board, one waiting on the others,
-//!   and launches three workers.
+//!   launches three workers, and ends. Its profile says `wake_on_mail`: each time mail
+//!   reaches it (a task done, a worker's exit) the runtime starts it again, its prompt naming
+//!   that mail, which it reads from its inbox. No agent polls for its mail.
 //! - The workers (processes) claim tasks until the board is empty. One of them crashes on
 //!   its first run while holding a task: the supervisor starts it again, and the task comes
 //!   back to the pool when its lease ends.
-//! - The PM hears of each worker's exit by mail, closes the epic and reports to the TL.
+//! - Woken by the last worker's exit, the PM closes the epic and reports to the TL, which
+//!   stops it.
 //!
-//! The agents are fake: this same program, started with `agent ROLE` (a launch profile
-//! `[this program, "agent", "{role}"]`). Each is an MCP client (rmcp) connected back to the
+//! The agents are fake: this same program, started with `agent ROLE [PROMPT]` (launch
+//! profiles `[this program, "agent", "{role}", "{prompt}"]`). Each is an MCP client (rmcp) connected back to the
 //! runtime through its local socket as itself, from `GUILDHALL_AGENT` and
 //! `GUILDHALL_DATA_DIR`, as `guildhall mcp` connects a real agent CLI. A real swarm puts
 //! `claude -p {prompt} --mcp-config {mcp_config}` (or any agent CLI) in the profile instead.
@@ -53,7 +56,10 @@ const WHOLE_FLOW: Duration = Duration::from_secs(50);
 async fn main() -> Result<()> {
     let args: Vec<String> = std::env::args().collect();
     match args.get(1).map(String::as_str) {
-        Some("agent") => agent(args.get(2).map_or("", String::as_str)).await,
+        Some("agent") => {
+            let role = args.get(2).map_or("", String::as_str);
+            agent(role, args.get(3).map(String::as_str)).await
+        }
         _ => tech_lead().await,
     }
 }
@@ -67,8 +73,15 @@ async fn tech_lead() -> Result<()> {
     let program = std::env::current_exe()?;
     let me = program.display().to_string();
     let fake = Profile::new([me.as_str(), "agent", "{role}"]);
+    // The PM ends after each round of mail and is woken by the next: each wake is a
+    // restart, so its intensity leaves room for one per message it may get.
+    let pm = Profile {
+        wake_on_mail: true,
+        max_restarts: 30,
+        ..Profile::new([me.as_str(), "agent", "{role}", "{prompt}"])
+    };
     let config = LaunchConfig {
-        profiles: BTreeMap::from([("fake".to_owned(), fake)]),
+        profiles: BTreeMap::from([("fake".to_owned(), fake), ("pm".to_owned(), pm)]),
         ..LaunchConfig::default()
     };
     let launcher = Launcher::start(
@@ -97,6 +110,7 @@ async fn tech_lead() -> Result<()> {
     let pm = SpawnRequest {
         id: Some("pm".into()),
         role: "pm".into(),
+        profile: Some("pm".into()),
         task: Some(epic.id),
         ..SpawnRequest::default()
     };
@@ -108,9 +122,9 @@ async fn tech_lead() -> Result<()> {
         epic.id
     );
 
-    // The TL's inbox until the PM has reported and exited.
-    let mut pm_exited = false;
-    while !pm_exited {
+    // The TL's inbox until the PM has reported.
+    let mut reported = false;
+    while !reported {
         if started.elapsed() > WHOLE_FLOW {
             let mut said = String::from("the flow did not finish in time; the agents' output:");
             for agent in launcher.list().await {
@@ -130,20 +144,30 @@ async fn tech_lead() -> Result<()> {
                 message.subject,
                 message.from
             );
-            if &*message.subject == "agent pm exited" {
-                if message
+            if &*message.subject == "agent pm exited"
+                && message
                     .payload
                     .as_ref()
                     .is_some_and(|p| p["exit_code"] != 0)
-                {
-                    let log = std::fs::read_to_string(data_dir.join("launched/pm.log"))
-                        .unwrap_or_default();
-                    return Err(format!("the PM failed; its log:\n{log}").into());
-                }
-                pm_exited = true;
+            {
+                let log =
+                    std::fs::read_to_string(data_dir.join("launched/pm.log")).unwrap_or_default();
+                return Err(format!("the PM failed; its log:\n{log}").into());
             }
+            reported |= &*message.subject == "release 1.0 is done";
         }
     }
+    // Then, once it is idle (its last round over), it is stopped: nothing is left to wake
+    // it for.
+    while let Some(pm) = launcher.list().await.into_iter().find(|a| a.agent == "pm")
+        && pm.state != LaunchState::Idle
+    {
+        if started.elapsed() > WHOLE_FLOW {
+            return Err(format!("the PM did not go idle: {pm:?}").into());
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    launcher.stop(None, "pm").await?;
 
     println!("\nthe board:");
     let (tasks, _) = runtime
@@ -200,12 +224,12 @@ fn secs(since: Instant) -> f64 {
 }
 
 /// A launched agent: what it does is its role.
-async fn agent(role: &str) -> Result<()> {
+async fn agent(role: &str, prompt: Option<&str>) -> Result<()> {
     let me = std::env::var("GUILDHALL_AGENT")?;
     let data_dir = PathBuf::from(std::env::var("GUILDHALL_DATA_DIR")?);
     let client = connect(&data_dir, &me).await?;
     let result = match role {
-        "pm" => project_manager(&client).await,
+        "pm" => project_manager(&client, prompt.unwrap_or_default()).await,
         _ => worker(&client, &me, &data_dir).await,
     };
     client.cancel().await?;
@@ -246,10 +270,64 @@ async fn call(client: &Client, tool: &'static str, arguments: Value) -> Result<V
         .ok_or_else(|| format!("{tool} gave no structured result").into())
 }
 
-/// The PM: splits its epic into tasks, launches the workers, and reports when they are done.
-async fn project_manager(client: &Client) -> Result<()> {
+/// The PM, run once per round of mail. Its first run (launched for the epic) splits the
+/// epic into tasks and launches the workers. Every later run was woken by mail its prompt
+/// names (a task done, a worker's exit): it reads that mail, tells the workers to go home
+/// once no task is left, and once every worker has ended closes the epic and reports.
+async fn project_manager(client: &Client, prompt: &str) -> Result<()> {
     let mine = call(client, "task_list", json!({ "mine": true })).await?;
     let epic = mine["tasks"][0]["id"].clone();
+    if !prompt.contains("woken by new mail") {
+        return put_up_the_work(client, &epic).await;
+    }
+    let mail = take_mail(client, 0.0).await?;
+    let named: Vec<&str> = mail
+        .iter()
+        .filter(|m| m["id"].as_str().is_some_and(|id| prompt.contains(id)))
+        .filter_map(|m| m["subject"].as_str())
+        .collect();
+    if named.is_empty() {
+        return Err(format!("woken by mail it cannot find in its inbox: {prompt}").into());
+    }
+    println!("pm: woken by {}", named.join(", "));
+    let left = json!({ "parent": epic, "status": ["open", "in_progress"] });
+    if call(client, "task_list", left).await?["total"] == 0 {
+        for id in WORKERS {
+            // Once per worker, however many runs get here: the request id makes a second
+            // send return the first one's receipt.
+            let home = json!({ "to": id, "subject": "stop", "body": "all done",
+                               "request_id": format!("stop-{id}") });
+            call(client, "send_message", home).await?;
+        }
+    }
+    let devs = call(client, "list_agents", json!({ "role": "dev" })).await?;
+    let ended = devs["agents"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|a| a["launched"]["state"] == "ended")
+        .count();
+    if ended < WORKERS.len() {
+        return Ok(()); // Idle until the next mail.
+    }
+    let done = json!({ "parent": epic, "status": ["done"] });
+    let count = call(client, "task_list", done).await?["total"].clone();
+    let note = format!("{count} of {} tasks done by {ended} workers", WORK.len());
+    call(
+        client,
+        "task_update",
+        json!({ "id": epic, "status": "done", "note": note }),
+    )
+    .await?;
+    let report = json!({ "to": "parent", "subject": "release 1.0 is done", "body": note,
+                         "request_id": "report" });
+    call(client, "send_message", report).await?;
+    Ok(())
+}
+
+/// The PM's first run: the tasks on the board, the last waiting on the others, and the
+/// workers launched to take them.
+async fn put_up_the_work(client: &Client, epic: &Value) -> Result<()> {
     let mut ids = Vec::new();
     for title in &WORK[..WORK.len() - 1] {
         let task = call(
@@ -271,50 +349,6 @@ async fn project_manager(client: &Client) -> Result<()> {
         )
         .await?;
     }
-    // Each task done and each worker's exit are mailed here. When no task is left, the
-    // workers are told to go home.
-    let (mut exited, mut told) = (0, false);
-    for _ in 0..60 {
-        if exited == WORKERS.len() {
-            break;
-        }
-        let messages = take_mail(client, 2.0).await?;
-        exited += messages
-            .iter()
-            .filter(|m| {
-                m["subject"]
-                    .as_str()
-                    .is_some_and(|s| s.ends_with(" exited"))
-            })
-            .filter(|m| m["payload"]["exit_code"] == 0)
-            .count();
-        let a_task_done = messages.iter().any(|m| {
-            m["subject"]
-                .as_str()
-                .is_some_and(|s| s.starts_with("task "))
-        });
-        if a_task_done && !told {
-            let left = json!({ "parent": epic, "status": ["open", "in_progress"] });
-            if call(client, "task_list", left).await?["total"] == 0 {
-                for id in WORKERS {
-                    let home = json!({ "to": id, "subject": "stop", "body": "all done" });
-                    call(client, "send_message", home).await?;
-                }
-                told = true;
-            }
-        }
-    }
-    let done = json!({ "parent": epic, "status": ["done"] });
-    let count = call(client, "task_list", done).await?["total"].clone();
-    let note = format!("{count} of {} tasks done by {exited} workers", WORK.len());
-    call(
-        client,
-        "task_update",
-        json!({ "id": epic, "status": "done", "note": note }),
-    )
-    .await?;
-    let report = json!({ "to": "parent", "subject": "release 1.0 is done", "body": note });
-    call(client, "send_message", report).await?;
     Ok(())
 }
 
@@ -323,7 +357,7 @@ async fn take_mail(client: &Client, wait_secs: f64) -> Result<Vec<Value>> {
     let inbox = call(
         client,
         "check_inbox",
-        json!({ "wait_secs": wait_secs, "full": true }),
+        json!({ "wait_secs": wait_secs, "full": true, "limit": 100 }),
     )
     .await?;
     let messages = inbox["messages"].as_array().cloned().unwrap_or_default();

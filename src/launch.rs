@@ -28,6 +28,7 @@ mod launched;
 mod launcher;
 mod request;
 pub mod tools;
+mod wake;
 
 use std::path::PathBuf;
 use std::sync::Arc;

@@ -106,7 +106,7 @@ pub(crate) struct AgentEntry {
 pub struct ProcessView {
     /// The launch profile it runs.
     pub profile: String,
-    /// `running`, `restarting`, `ended` or `gave_up`.
+    /// `running`, `restarting`, `idle` (waits for mail to wake it), `ended` or `gave_up`.
     pub state: String,
     /// Its process, while one runs.
     #[serde(skip_serializing_if = "Option::is_none")]

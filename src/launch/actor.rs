@@ -64,9 +64,12 @@ impl Actor for LaunchedActor {
             });
         }
         let spawned = command(launch).and_then(|mut command| {
-            command
-                .spawn()
-                .map_err(|err| format!("could not run `{}`: {err}", launch.argv[0]))
+            command.spawn().map_err(|err| {
+                format!(
+                    "could not run `{}`: {err}",
+                    launch.argv().first().map_or("", String::as_str)
+                )
+            })
         });
         let child = match spawned {
             Ok(child) => child,
@@ -132,26 +135,42 @@ impl Actor for LaunchedActor {
                 RestartType::Transient => code != Some(0),
                 RestartType::Permanent => true,
             };
+        let idle = !again && !stopped && launch.profile.wake_on_mail;
         {
             let mut status = launch.status();
             status.last_exit = Some(how.clone());
             status.pid = None;
             status.state = if again {
                 LaunchState::Restarting
+            } else if idle {
+                LaunchState::Idle
             } else {
                 LaunchState::Ended
             };
         }
         let next = if again {
             "it is restarted"
+        } else if idle {
+            "it is idle until mail wakes it"
         } else {
             "it is done"
         };
-        tell_parent(launch, "exited", &format!("{how}; {next}"), code).await;
+        // An agent that wakes on mail goes idle after each round: its parent hears of the
+        // first, and of any failure, not of every round.
+        let news = !(idle && code == Some(0) && launch.status().woken);
+        if news {
+            tell_parent(launch, "exited", &format!("{how}; {next}"), code).await;
+        }
         if again {
             return Err(format!("agent `{}` {how}", launch.agent).into());
         }
-        end_children(launch);
+        if idle {
+            if let Some(family) = launch.family.upgrade() {
+                family.idle(Arc::clone(launch));
+            }
+        } else {
+            end_children(launch);
+        }
         myself.stop(Some(how));
         Ok(())
     }
@@ -203,7 +222,11 @@ fn count_start(launch: &Launch) -> Result<(), String> {
 /// environment without `GUILDHALL_*` plus its own, in its sandbox when it has one, in a
 /// process group of its own (whatever it starts dies with it), its output piped to the log.
 fn command(launch: &Launch) -> Result<tokio::process::Command, String> {
-    let mut command = tokio::process::Command::new(&launch.argv[0]);
+    let argv = launch.argv();
+    let Some((program, args)) = argv.split_first() else {
+        return Err("its command line is empty".into());
+    };
+    let mut command = tokio::process::Command::new(program);
     let env: Vec<(String, String)> = std::env::vars()
         .filter(|(name, _)| !name.starts_with("GUILDHALL_"))
         .chain(launch.env.iter().cloned())
@@ -231,7 +254,7 @@ fn command(launch: &Launch) -> Result<tokio::process::Command, String> {
         None => env,
     };
     command
-        .args(&launch.argv[1..])
+        .args(args)
         .env_clear()
         .envs(env)
         .current_dir(&launch.cwd)

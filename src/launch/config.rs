@@ -14,6 +14,8 @@
 //! max_restarts = 3                  # restarts within `period` before giving up
 //! period = "60s"
 //! stop_with_parent = true           # stopped when the agent that started it is
+//! wake_on_mail = false              # once ended, started again when mail reaches it
+//! resume = ["claude", "-p", "{prompt}", "--continue", "--mcp-config", "{mcp_config}"]
 //! sandbox = { network = "proxy", read = ["~/.local/share/claude"] }  # on by default
 //! ```
 //!
@@ -21,6 +23,12 @@
 //! `{mcp_config}` (a JSON file that makes an MCP client connect back as the agent),
 //! `{agent}`, `{role}`, `{parent}`, `{task}`, `{data_dir}` and `{guildhall}` (this
 //! program). One that has no value (no parent, no task) leaves its entry out.
+//!
+//! `wake_on_mail`: an agent of the profile that ended (a `temporary` one, or a `transient`
+//! one that exited 0) is idle rather than done: unread mail sent since its last start
+//! starts it again with `resume` (`command` when absent), its `{prompt}` naming that mail. A wake counts
+//! as a restart against `max_restarts`, and against `max_agents` and `max_per_parent` like
+//! any launch; the agents it launched keep running while it is idle.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -93,6 +101,13 @@ pub struct Profile {
     /// Stopped when the agent that started it is stopped or ends for good.
     #[serde(default = "yes")]
     pub stop_with_parent: bool,
+    /// Once ended (not stopped, not given up), started again when mail reaches it.
+    #[serde(default)]
+    pub wake_on_mail: bool,
+    /// The command a woken agent is started with (`command` when absent): its `{prompt}`
+    /// names the mail that woke it; Claude Code's `--continue` resumes its conversation.
+    #[serde(default)]
+    pub resume: Option<Vec<String>>,
     /// Its sandbox (on by default, where the server has one): its agent's file roots and
     /// its working directory writable, its program and what the entries name readable, a
     /// home directory of its own (its config directory: `~/.claude` is there), `[sandbox]`'s
@@ -131,6 +146,8 @@ impl Profile {
             max_restarts: 3,
             period: minute(),
             stop_with_parent: true,
+            wake_on_mail: false,
+            resume: None,
             sandbox: crate::servers::config::ServerSandbox::default(),
         }
     }
@@ -140,42 +157,64 @@ impl Profile {
     /// # Errors
     /// What is wrong with it, naming the entry or placeholder.
     pub(crate) fn template(&self) -> Result<Vec<Arg>, String> {
-        let Some(program) = self.command.first() else {
-            return Err("`command` is empty: give the program and its arguments".into());
-        };
-        let args = self
-            .command
-            .iter()
-            .map(|entry| Arg::parse(entry).map_err(|err| err.0))
-            .collect::<Result<Vec<_>, _>>()?;
-        if !matches!(args[0], Arg::Literal(_)) {
-            return Err(format!(
-                "the program `{program}` cannot be a placeholder: name it"
-            ));
+        self.check_env()?;
+        parse_command("command", &self.command)
+    }
+
+    /// The command a woken agent is started with, as a template: `resume`, else `command`.
+    ///
+    /// # Errors
+    /// What is wrong with it, naming the entry or placeholder.
+    pub(crate) fn resume_template(&self) -> Result<Vec<Arg>, String> {
+        match &self.resume {
+            Some(resume) => parse_command("resume", resume),
+            None => self.template(),
         }
-        for arg in &args {
-            for field in arg.fields() {
-                if !PLACEHOLDERS.contains(&field) {
-                    return Err(format!(
-                        "`{{{field}}}` is not a placeholder here; there are {}",
-                        PLACEHOLDERS.map(|p| format!("{{{p}}}")).join(", ")
-                    ));
-                }
+    }
+
+    fn check_env(&self) -> Result<(), String> {
+        match self.env.keys().find(|name| name.starts_with("GUILDHALL_")) {
+            Some(name) => Err(format!(
+                "`env.{name}`: the GUILDHALL_ variables are set by guildhall itself"
+            )),
+            None => Ok(()),
+        }
+    }
+}
+
+/// `command` (the field `field`) as a template.
+fn parse_command(field: &str, command: &[String]) -> Result<Vec<Arg>, String> {
+    let Some(program) = command.first() else {
+        return Err(format!(
+            "`{field}` is empty: give the program and its arguments"
+        ));
+    };
+    let args = command
+        .iter()
+        .map(|entry| Arg::parse(entry).map_err(|err| err.0))
+        .collect::<Result<Vec<_>, _>>()?;
+    if !matches!(args[0], Arg::Literal(_)) {
+        return Err(format!(
+            "the program `{program}` cannot be a placeholder: name it"
+        ));
+    }
+    for arg in &args {
+        for field in arg.fields() {
+            if !PLACEHOLDERS.contains(&field) {
+                return Err(format!(
+                    "`{{{field}}}` is not a placeholder here; there are {}",
+                    PLACEHOLDERS.map(|p| format!("{{{p}}}")).join(", ")
+                ));
             }
         }
-        if crate::commands::template::script_has_placeholder(program, &args[1..]) {
-            return Err(format!(
-                "`{program} -c` would read a value as shell code: keep the script fixed and \
-                 pass values as the entries after it (\"$1\", \"$2\", … in the script)"
-            ));
-        }
-        if let Some(name) = self.env.keys().find(|name| name.starts_with("GUILDHALL_")) {
-            return Err(format!(
-                "`env.{name}`: the GUILDHALL_ variables are set by guildhall itself"
-            ));
-        }
-        Ok(args)
     }
+    if crate::commands::template::script_has_placeholder(program, &args[1..]) {
+        return Err(format!(
+            "`{program} -c` would read a value as shell code: keep the script fixed and \
+                 pass values as the entries after it (\"$1\", \"$2\", … in the script)"
+        ));
+    }
+    Ok(args)
 }
 
 impl LaunchConfig {
@@ -192,7 +231,14 @@ impl LaunchConfig {
                 .map_err(|reason| format!("profile name `{name}`: {reason}"))?;
             profile
                 .template()
+                .and_then(|_| profile.resume_template())
                 .map_err(|reason| format!("[launch.profiles.{name}]: {reason}"))?;
+            if profile.resume.is_some() && !profile.wake_on_mail {
+                return Err(format!(
+                    "[launch.profiles.{name}]: `resume` is the command of a woken agent: \
+                     give `wake_on_mail = true` too, or drop it"
+                ));
+            }
             if profile.period.is_zero() {
                 return Err(format!(
                     "[launch.profiles.{name}]: `period` must be more than 0"

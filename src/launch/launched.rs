@@ -19,6 +19,8 @@ pub enum LaunchState {
     Running,
     /// Its process ended and it is being started again.
     Restarting,
+    /// It ended and is started again when mail reaches it (`wake_on_mail`).
+    Idle,
     /// It ended and will not be started again (done, temporary, or stopped).
     Ended,
     /// It was restarted too often and given up.
@@ -31,6 +33,7 @@ impl LaunchState {
         match self {
             Self::Running => "running",
             Self::Restarting => "restarting",
+            Self::Idle => "idle",
             Self::Ended => "ended",
             Self::GaveUp => "gave_up",
         }
@@ -89,7 +92,10 @@ pub(crate) struct Launch {
     pub(crate) parent: Option<String>,
     pub(crate) profile_name: String,
     pub(crate) profile: Profile,
-    pub(crate) argv: Vec<String>,
+    /// Its command line: the profile's `command`, or after a wake its `resume`.
+    pub(crate) argv: Mutex<Vec<String>>,
+    /// The placeholders' values but `{prompt}`, for the command line of a wake.
+    pub(crate) fields: serde_json::Map<String, serde_json::Value>,
     pub(crate) env: Vec<(String, String)>,
     pub(crate) cwd: PathBuf,
     pub(crate) log: std::sync::Arc<OutputLog>,
@@ -111,11 +117,29 @@ pub(crate) struct Status {
     pub(crate) last_exit: Option<String>,
     /// When each restart happened (monotonic), for the intensity.
     pub(crate) restarts: RestartWindow,
+    /// While idle: ends the wait for mail (a stop, a new launch under its id).
+    pub(crate) waiting: Option<tokio_util::sync::CancellationToken>,
+    /// It was woken by mail: its going idle again after exit 0 is not news to its parent.
+    pub(crate) woken: bool,
 }
 
 impl Launch {
     pub(crate) fn status(&self) -> std::sync::MutexGuard<'_, Status> {
         self.status.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Ends its wait for mail, if it is idle.
+    pub(crate) fn stop_waiting(&self) {
+        if let Some(waiting) = self.status().waiting.take() {
+            waiting.cancel();
+        }
+    }
+
+    pub(crate) fn argv(&self) -> Vec<String> {
+        self.argv
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
     }
 
     pub(crate) fn info(&self) -> LaunchInfo {
@@ -160,4 +184,7 @@ impl ProcessReport for Launch {
 pub(crate) trait Family: Send + Sync {
     /// `agent` ended for good.
     fn ended(&self, agent: &str);
+
+    /// `launch`'s process ended and it waits for mail to wake it.
+    fn idle(&self, launch: std::sync::Arc<Launch>);
 }

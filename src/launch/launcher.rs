@@ -6,12 +6,14 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, PoisonError, RwLock};
 
 use guildhall_supervision::{ChildSpec, Restart, RestartIntensity, RestartWindow, Supervisor};
-use serde_json::{Map, json};
+use serde_json::{Map, Value, json};
+use tokio_util::sync::CancellationToken;
 
 use super::actor::LaunchedActor;
 use super::config::{LaunchConfig, Profile};
 use super::launched::{Confined, Family, Launch, LaunchInfo, LaunchState, Status};
 use super::request::{LaunchError, MAX_PROMPT, SpawnRequest};
+use super::wake::{Woken, wait_for_mail};
 use crate::agents::{AgentSpec, ProcessReport};
 use crate::output_log::OutputLog;
 use crate::runtime::{Runtime, WeakRuntime};
@@ -49,6 +51,14 @@ pub struct Launcher {
     launched: tokio::sync::Mutex<BTreeMap<String, Arc<Launch>>>,
     supervisor: Arc<RwLock<Option<Supervisor>>>,
     sockets: std::sync::OnceLock<Arc<dyn AgentSockets>>,
+    /// The parent of every idle agent's wait for mail: cancelled when the launcher goes.
+    waits: CancellationToken,
+}
+
+impl Drop for Launcher {
+    fn drop(&mut self) {
+        self.waits.cancel();
+    }
 }
 
 impl Launcher {
@@ -75,6 +85,7 @@ impl Launcher {
             launched: tokio::sync::Mutex::default(),
             supervisor,
             sockets: std::sync::OnceLock::new(),
+            waits: CancellationToken::new(),
         }))
     }
 
@@ -141,20 +152,16 @@ impl Launcher {
             .cloned();
         let prepared =
             self.prepare(&agent, &request.role, parent.as_deref(), &profile, confiner)?;
-        let (argv, env) = self.command_line(
-            &agent,
-            &request,
-            parent.as_deref(),
-            prompt,
-            &profile,
-            &prepared,
-        )?;
+        let (fields, env) =
+            self.command_line(&agent, &request, parent.as_deref(), &profile, &prepared);
+        let argv = render(&profile.template(), &fields, prompt)?;
         let launch = Arc::new(Launch {
             agent: agent.clone(),
             role: request.role.clone(),
             parent,
             profile_name,
-            argv,
+            argv: Mutex::new(argv),
+            fields,
             env,
             cwd: prepared.cwd,
             log: Arc::new(OutputLog::new(prepared.log, LOG_BYTES)),
@@ -170,14 +177,17 @@ impl Launcher {
                     profile.max_restarts,
                     profile.period,
                 )),
+                waiting: None,
+                woken: false,
             }),
             profile,
             confined: prepared.confined,
         });
         let supervisor = self.supervisor()?;
-        if launched.contains_key(&agent) {
-            // Launched before under this id and ended: OTP keeps an ended transient child's
-            // spec; this launch replaces it.
+        if let Some(before) = launched.get(&agent) {
+            // Launched before under this id and ended (or idle, no longer waiting): OTP
+            // keeps an ended transient child's spec; this launch replaces it.
+            before.stop_waiting();
             let _ = supervisor.terminate_child(agent.clone()).await;
         }
         supervisor.start_child(child_spec(&launch)).await?;
@@ -236,9 +246,12 @@ impl Launcher {
             let was_alive = {
                 let mut status = next.status();
                 let alive = status.state.is_alive();
-                if alive {
+                if alive || status.state == LaunchState::Idle {
                     status.state = LaunchState::Ended;
                     status.last_exit.get_or_insert_with(|| why.to_owned());
+                    if let Some(waiting) = status.waiting.take() {
+                        waiting.cancel();
+                    }
                 }
                 alive
             };
@@ -255,6 +268,68 @@ impl Launcher {
         if let Ok(supervisor) = self.supervisor() {
             let _ = supervisor.terminate_child(agent.to_owned()).await;
         }
+    }
+
+    /// Drops the supervisor's spec of `launch`, which went idle, unless it is no longer
+    /// idle or no longer the launch under its id.
+    async fn forget_idle(&self, launch: &Arc<Launch>) {
+        let launched = self.launched.lock().await;
+        let current = launched
+            .get(&launch.agent)
+            .is_some_and(|l| Arc::ptr_eq(l, launch));
+        if current
+            && launch.status().state == LaunchState::Idle
+            && let Ok(supervisor) = self.supervisor()
+        {
+            let _ = supervisor.terminate_child(launch.agent.clone()).await;
+        }
+    }
+
+    /// Starts idle `launch` again with its profile's `resume` command, `prompt` naming the
+    /// mail that woke it: a restart, counted against its intensity, within the limits.
+    async fn wake(&self, launch: &Arc<Launch>, prompt: String) -> Woken {
+        let launched = self.launched.lock().await;
+        let current = launched
+            .get(&launch.agent)
+            .is_some_and(|l| Arc::ptr_eq(l, launch));
+        if !current || launch.status().state != LaunchState::Idle {
+            return Woken::Done;
+        }
+        if let Err(why) = self.check_room(&launched, &launch.agent, launch.parent.as_deref()) {
+            tracing::info!(agent = %launch.agent, "mail came for an idle agent, which waits for room: {why}");
+            return Woken::NoRoom;
+        }
+        let argv = render(
+            &launch.profile.resume_template(),
+            &launch.fields,
+            Some(prompt),
+        );
+        let started = match (argv, self.supervisor()) {
+            (Ok(argv), Ok(supervisor)) => {
+                *launch.argv.lock().unwrap_or_else(PoisonError::into_inner) = argv;
+                {
+                    let mut status = launch.status();
+                    status.state = LaunchState::Restarting;
+                    status.waiting = None;
+                    status.woken = true;
+                }
+                supervisor
+                    .start_child(child_spec(launch))
+                    .await
+                    .map_err(LaunchError::from)
+            }
+            (Err(err), _) | (_, Err(err)) => Err(err),
+        };
+        match started {
+            Ok(()) => tracing::info!(agent = %launch.agent, "an idle agent was woken by mail"),
+            Err(err) => {
+                tracing::warn!(agent = %launch.agent, error = %err, "could not wake an idle agent");
+                let mut status = launch.status();
+                status.state = LaunchState::Ended;
+                status.last_exit = Some(format!("could not be woken: {err}"));
+            }
+        }
+        Woken::Done
     }
 
     /// The alive launched agents `parent` started that stop with it.
@@ -409,36 +484,24 @@ impl Launcher {
         Ok(())
     }
 
-    /// The launched process's argv (the profile's template filled in) and environment.
-    #[allow(
-        clippy::type_complexity,
-        reason = "the two halves of one command line, read once by the caller"
-    )]
+    /// The values of the launched process's placeholders but `{prompt}` (see [`render`]),
+    /// and its environment.
     fn command_line(
         &self,
         agent: &str,
         request: &SpawnRequest,
         parent: Option<&str>,
-        prompt: Option<String>,
         profile: &Profile,
         prepared: &Prepared,
-    ) -> Result<(Vec<String>, Vec<(String, String)>), LaunchError> {
+    ) -> (Map<String, Value>, Vec<(String, String)>) {
         let mut fields = Map::new();
         fields.insert("agent".into(), json!(agent));
         fields.insert("role".into(), json!(request.role));
         fields.insert("parent".into(), json!(parent));
-        fields.insert("prompt".into(), json!(prompt));
         fields.insert("task".into(), json!(request.task));
         fields.insert("mcp_config".into(), json!(prepared.mcp_config));
         fields.insert("data_dir".into(), json!(self.data_dir));
         fields.insert("guildhall".into(), json!(self.program));
-        let template = profile.template().map_err(LaunchError::Profile)?;
-        let argv = crate::commands::template::render(&template, &fields).map_err(|reason| {
-            LaunchError::InvalidArgument {
-                name: "prompt",
-                reason,
-            }
-        })?;
         let mut env = vec![
             ("GUILDHALL_AGENT".to_owned(), agent.to_owned()),
             ("GUILDHALL_ROLE".to_owned(), request.role.clone()),
@@ -458,7 +521,7 @@ impl Launcher {
             }
         }
         env.extend(profile.env.iter().map(|(k, v)| (k.clone(), v.clone())));
-        Ok((argv, env))
+        (fields, env)
     }
 
     /// The agent's working directory, log file and MCP config; and, confined, its socket
@@ -670,6 +733,26 @@ async fn brief(
     })))
 }
 
+/// A command line: `template` (a profile's `command` or `resume`) filled in with `fields`
+/// and `prompt`.
+fn render(
+    template: &Result<Vec<crate::commands::template::Arg>, String>,
+    fields: &Map<String, Value>,
+    prompt: Option<String>,
+) -> Result<Vec<String>, LaunchError> {
+    let template = template
+        .as_ref()
+        .map_err(|e| LaunchError::Profile(e.clone()))?;
+    let mut fields = fields.clone();
+    fields.insert("prompt".into(), json!(prompt));
+    crate::commands::template::render(template, &fields).map_err(|reason| {
+        LaunchError::InvalidArgument {
+            name: "prompt",
+            reason,
+        }
+    })
+}
+
 struct Prepared {
     cwd: PathBuf,
     log: Option<PathBuf>,
@@ -712,6 +795,31 @@ fn child_spec(launch: &Arc<Launch>) -> ChildSpec {
 }
 
 impl Family for Launcher {
+    /// Drops `launch`'s spec from the supervisor, then waits for mail to wake it (see
+    /// [`super::wake`]).
+    fn idle(&self, launch: Arc<Launch>) {
+        let Some(launcher) = self.me.upgrade() else {
+            return;
+        };
+        let waiting = self.waits.child_token();
+        launch.status().waiting = Some(waiting.clone());
+        tokio::spawn(async move {
+            launcher.forget_idle(&launch).await;
+            let weak = Arc::downgrade(&launcher);
+            drop(launcher);
+            let wake = move |launch: Arc<Launch>, prompt: String| {
+                let weak = weak.clone();
+                async move {
+                    match weak.upgrade() {
+                        Some(launcher) => launcher.wake(&launch, prompt).await,
+                        None => Woken::Done,
+                    }
+                }
+            };
+            wait_for_mail(launch, waiting, wake).await;
+        });
+    }
+
     /// Ends the agents `agent` launched that stop with it, then drops its spec from the
     /// supervisor. In a task of its own: the actor telling it runs inside its supervisor's
     /// restart or stop, and both wait on that supervisor (and on the launcher, which may be

@@ -51,7 +51,7 @@ pub struct LaunchView {
     pub parent: Option<String>,
     /// Its profile.
     pub profile: String,
-    /// `running`, `restarting`, `ended` or `gave_up`.
+    /// `running`, `restarting`, `idle` (waits for mail to wake it), `ended` or `gave_up`.
     pub state: String,
     /// Its process, while one runs.
     #[serde(skip_serializing_if = "Option::is_none")]

@@ -347,6 +347,161 @@ async fn limits_bound_launched_agents_and_the_runtime_stops_them_all() {
     .await;
 }
 
+/// Mails `body` to `agent` from `tl`, subject `subject`.
+async fn send(rt: &Runtime, to: &str, subject: &str) {
+    rt.agent("tl")
+        .unwrap()
+        .send(guildhall::Outgoing::to(to).subject(subject).body("please"))
+        .await
+        .unwrap();
+}
+
+fn log(dir: &Path, agent: &str) -> String {
+    std::fs::read_to_string(dir.join(format!("launched/{agent}.log"))).unwrap_or_default()
+}
+
+#[tokio::test]
+async fn an_idle_agent_is_woken_by_mail_and_told_it_within_its_intensity() {
+    let dir = tempfile::tempdir().unwrap();
+    let waking = Profile {
+        wake_on_mail: true,
+        resume: Some(
+            ["bash", "-c", FAKE, "woken", "{prompt}"]
+                .map(String::from)
+                .to_vec(),
+        ),
+        ..profile(RestartType::Transient, 2)
+    };
+    let (rt, launcher) = launcher(
+        dir.path(),
+        config([
+            ("wake", waking),
+            ("fake", profile(RestartType::Permanent, 3)),
+        ]),
+    )
+    .await;
+    let spawn = |id: &str, parent: &str, profile: &str, prompt: &str| SpawnRequest {
+        id: Some(id.into()),
+        role: "dev".into(),
+        parent: Some(parent.into()),
+        profile: Some(profile.into()),
+        prompt: Some(prompt.into()),
+        ..SpawnRequest::default()
+    };
+    // dev-1 has a worker of its own (started first, so it is there when dev-1 ends).
+    rt.register_agent(AgentSpec::new("dev-1", "dev").parent("tl"))
+        .await
+        .unwrap();
+    launcher
+        .spawn(Some("tl"), spawn("w", "dev-1", "fake", "hang"))
+        .await
+        .unwrap();
+    let w_pids = pids(&dir.path().join("w.pids"), 2).await;
+    launcher
+        .spawn(Some("tl"), spawn("dev-1", "tl", "wake", "exit 0"))
+        .await
+        .unwrap();
+    let state = async |agent: &str| {
+        let list = launcher.list().await;
+        let info = list.iter().find(|l| l.agent == agent).unwrap();
+        (info.state, info.restarts)
+    };
+    // Its exit makes it idle, and its parent is told so.
+    let body = async |rt: &Runtime| {
+        let tl = rt.agent("tl").unwrap();
+        eventually(Duration::from_secs(20), || async {
+            tl.unread().await.unwrap() >= 1
+        })
+        .await;
+        let inbox = tl
+            .check_inbox(InboxQuery {
+                mark_read: true,
+                ..InboxQuery::default()
+            })
+            .await
+            .unwrap();
+        inbox.messages[0].body.to_string()
+    };
+    assert!(
+        body(&rt)
+            .await
+            .contains("exited with code 0; it is idle until mail wakes it"),
+        "{}",
+        log(dir.path(), "dev-1")
+    );
+    assert_eq!(state("dev-1").await, (LaunchState::Idle, 0));
+
+    // Mail wakes it: its resume command runs, its prompt naming the mail.
+    send(&rt, "dev-1", "review PR 7").await;
+    eventually(Duration::from_secs(20), async || {
+        state("dev-1").await == (LaunchState::Idle, 1)
+    })
+    .await;
+    let woken = log(dir.path(), "dev-1");
+    assert!(
+        woken.contains("I am dev-1 (dev) under tl: You are agent `dev-1`, woken by new mail")
+            && woken.contains("from `tl`: \"review PR 7\""),
+        "{woken}"
+    );
+    // Its worker ran on while it was idle, and goes with it when it is stopped.
+    assert!(w_pids.iter().all(|p| !process_gone(*p)));
+    let stopped = rt
+        .call_json("stop_agent", json!({"id": "dev-1"}), as_agent(&rt, "tl"))
+        .await
+        .unwrap();
+    assert_eq!(stopped["state"], "ended", "{stopped}");
+    eventually(Duration::from_secs(10), || async {
+        w_pids.iter().all(|p| process_gone(*p))
+    })
+    .await;
+
+    // dev-2 is woken within its intensity (2 restarts a minute), then given up; dev-1,
+    // stopped, is mailed first each time and never woken again.
+    launcher
+        .spawn(Some("tl"), spawn("dev-2", "tl", "wake", "exit 0"))
+        .await
+        .unwrap();
+    body(&rt).await;
+    for round in 1..=2 {
+        send(&rt, "dev-1", "are you there?").await;
+        send(&rt, "dev-2", &format!("round {round}")).await;
+        eventually(Duration::from_secs(20), async || {
+            state("dev-2").await == (LaunchState::Idle, round)
+        })
+        .await;
+    }
+    // Its parent heard of its first going idle, not of each round.
+    assert_eq!(rt.agent("tl").unwrap().unread().await.unwrap(), 0);
+    send(&rt, "dev-2", "round 3").await;
+    let tl = rt.agent("tl").unwrap();
+    eventually(Duration::from_secs(20), || async {
+        tl.unread().await.unwrap() >= 1
+    })
+    .await;
+    let gave_up = tl
+        .check_inbox(InboxQuery::default())
+        .await
+        .unwrap()
+        .messages[0]
+        .subject
+        .to_string();
+    assert_eq!(gave_up, "agent dev-2 gave up");
+    assert_eq!(state("dev-2").await.0, LaunchState::GaveUp);
+    assert_eq!(
+        log(dir.path(), "dev-1")
+            .matches("woken by new mail")
+            .count(),
+        1
+    );
+    assert_eq!(
+        log(dir.path(), "dev-2")
+            .matches("woken by new mail")
+            .count(),
+        2
+    );
+    rt.shutdown().await;
+}
+
 #[test]
 fn profiles_that_would_run_a_value_as_code_or_cannot_work_are_refused() {
     for (command, says) in [
@@ -376,12 +531,33 @@ fn profiles_that_would_run_a_value_as_code_or_cannot_work_are_refused() {
     )])
     .validate()
     .unwrap();
+    // A woken agent's command is checked like the first, and only where agents wake.
+    let resume = |wake_on_mail, resume: &[&str]| Profile {
+        wake_on_mail,
+        resume: Some(resume.iter().map(|a| (*a).to_owned()).collect()),
+        ..Profile::new(["claude"])
+    };
+    for (profile, says) in [
+        (
+            resume(true, &["claude", "{mail}"]),
+            "[launch.profiles.p]: `{mail}` is not a placeholder",
+        ),
+        (resume(true, &[]), "`resume` is empty"),
+        (
+            resume(false, &["claude", "--continue"]),
+            "give `wake_on_mail = true`",
+        ),
+    ] {
+        let err = config([("p", profile)]).validate().unwrap_err();
+        assert!(err.contains(says), "{err}");
+    }
 }
 
 /// `examples/launched_swarm.rs` (built by `cargo test`, not run by it): a TL launches a PM
-/// process, which splits its epic on the board and launches three worker processes; one
-/// crashes holding a task and is restarted, the task's lease ends and another finishes it;
-/// the PM closes the epic and reports. The example itself fails unless every task is done
+/// process, which splits its epic on the board, launches three worker processes and ends;
+/// one worker crashes holding a task and is restarted, the task's lease ends and another
+/// finishes it; mail wakes the PM each round (`wake_on_mail`), and the last closes the epic
+/// and reports. The example itself fails unless every task is done
 /// and every agent ended well.
 #[test]
 fn the_launched_swarm_example_runs_a_whole_tl_pm_workers_flow() {
@@ -400,6 +576,8 @@ fn the_launched_swarm_example_runs_a_whole_tl_pm_workers_flow() {
         "{stdout}"
     );
     assert!(stdout.contains("w3: crashing while holding"), "{stdout}");
+    // The PM is woken by mail rather than polling, and reads the mail that woke it.
+    assert!(stdout.contains("| pm: woken by task "), "{stdout}");
     assert!(
         stdout.contains("tl's inbox: release 1.0 is done (from pm)"),
         "{stdout}"

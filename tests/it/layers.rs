@@ -63,7 +63,7 @@ const GUILDHALL: Allowed = &[
     ("commands", &["detached", "options", "process_group", "runtime", "sandbox", "shell",
                    "time"]),
     // Agents the runtime starts, as supervised processes that connect back over MCP.
-    ("launch", &["agents", "commands", "error", "output_log", "private_fs", "process_group",
+    ("launch", &["agents", "changes", "commands", "error", "output_log", "private_fs", "process_group",
                  "runtime", "sandbox", "servers", "tasks", "time"]),
     // Metrics from the runtime's events, for the HTTP listener.
     ("observe", &["changes", "events", "governance", "runtime", "store", "time", "tls"]),
