@@ -18,6 +18,7 @@ mod credentials;
 pub mod cursors;
 mod directory;
 mod error;
+mod held;
 mod ids;
 mod mailbox;
 mod message;
@@ -38,7 +39,7 @@ pub(crate) use directory::Connection;
 pub use directory::{AgentRecord, AgentSpec, ProcessReport, ProcessView};
 pub use error::MailError;
 pub use ids::{AgentId, MAX_NAME_LEN, parse_message_id};
-pub(crate) use ids::{check_name, now_ms};
+pub(crate) use ids::{check_name, first_id_at, now_ms};
 pub use message::{
     Address, DeliveryState, Inbox, InboxQuery, Message, Outgoing, Priority, Receipt, Rejected,
 };

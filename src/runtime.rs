@@ -888,6 +888,7 @@ impl RuntimeBuilder {
         let (root, _) = Supervisor::spawn(root_spec, None).await?;
         self.sweeper.start();
         core.office.start_sweep();
+        core.office.start_held_sweep();
         core.contexts.start_sweep();
         if let Some(notices) = core.notices {
             tokio::spawn(follow_cluster(

@@ -31,6 +31,11 @@ pub(crate) const MAX_EXPIRY: Duration = Duration::from_secs(MAX_EXPIRY_SECS);
 /// [`MAX_EXPIRY`] in seconds, as the tools' schema states it.
 pub(crate) const MAX_EXPIRY_SECS: u64 = 10 * 365 * 86_400;
 
+/// How often held mail that expired is swept.
+const HELD_SWEEP: Duration = Duration::from_secs(1);
+/// Expired held messages handled per sweep, at most (the rest wait for the next).
+const HELD_SWEPT: usize = 1_000;
+
 /// Fan-outs to more recipients than this skip starting the inactive recipients' mailboxes
 /// ([`PostOffice::fan_out`]); smaller ones deliver to each mailbox.
 const DIRECT_FAN_OUT: usize = 64;
@@ -43,6 +48,8 @@ pub(crate) struct PostOffice {
     pub(crate) events: Events,
     /// Retries of one idempotent send wait for each other.
     once: super::once::Turns,
+    /// Ends the sweep of expired held mail.
+    held_sweep: tokio_util::sync::CancellationToken,
 }
 
 impl PostOffice {
@@ -65,6 +72,7 @@ impl PostOffice {
             directory,
             events,
             once: super::once::Turns::default(),
+            held_sweep: tokio_util::sync::CancellationToken::new(),
         }))
     }
 
@@ -75,6 +83,74 @@ impl PostOffice {
 
     pub(crate) fn stop_sweep(&self) {
         self.shared.family.stop_sweep();
+        self.held_sweep.cancel();
+    }
+
+    /// Starts the sweep of held mail that expired (see [`super::held`]), every
+    /// [`HELD_SWEEP`] until [`stop_sweep`](Self::stop_sweep) or the office is dropped.
+    pub(crate) fn start_held_sweep(self: &Arc<Self>) {
+        let office = Arc::downgrade(self);
+        let stop = self.held_sweep.clone();
+        tokio::spawn(async move {
+            loop {
+                tokio::select! {
+                    () = stop.cancelled() => return,
+                    () = tokio::time::sleep(HELD_SWEEP) => {}
+                }
+                let Some(office) = office.upgrade() else {
+                    return;
+                };
+                if let Err(err) = office.expire_held().await {
+                    tracing::warn!(error = %ErrorChain(&err), "could not sweep expired held mail");
+                }
+            }
+        });
+    }
+
+    /// Removes the held messages that expired before their recipients registered and
+    /// tells their senders; on a shared store, only on the first live server. How many
+    /// senders were told.
+    pub(crate) async fn expire_held(&self) -> Result<usize, MailError> {
+        let store = &*self.shared.store;
+        if let Some(cluster) = store.cluster() {
+            let members = cluster.members()?;
+            let first = members
+                .iter()
+                .filter(|m| m.live)
+                .min_by(|a, b| a.node.cmp(&b.node));
+            if !first.is_some_and(|m| m.this) {
+                return Ok(0);
+            }
+        }
+        let mut told = 0;
+        for due in super::held::due(store, now_ms(), HELD_SWEPT)? {
+            let mut batch = Batch::new();
+            batch.delete(Table::Held, due.marker);
+            let mut expired = None;
+            if self.directory.get(&due.agent).is_none() {
+                let key = message_key(&due.agent, &due.id);
+                if let Some(bytes) = store.get(Table::Inbox, &key)? {
+                    expired = Some(codec::decode::<Message>(Table::Inbox, &bytes)?);
+                    batch.delete(Table::Inbox, key);
+                }
+            }
+            store::commit(store, batch).await?;
+            let (Some(message), Ok(agent)) = (expired, AgentId::parse(&due.agent)) else {
+                continue;
+            };
+            let Some(sender) = self.directory.get(message.from.as_str()) else {
+                continue;
+            };
+            let notice = Arc::new(super::held::notice(&message, &agent));
+            match self.deliver(&sender, notice).await {
+                Ok(Reply::Delivered) => told += 1,
+                outcome => tracing::warn!(
+                    sender = %sender.id, to = %agent,
+                    "could not tell a sender its held message expired: {outcome:?}"
+                ),
+            }
+        }
+        Ok(told)
     }
 
     pub(crate) async fn register(&self, spec: AgentSpec) -> Result<Arc<AgentEntry>, MailError> {
@@ -250,6 +326,13 @@ impl PostOffice {
             message_key(id.as_str(), &message.id),
             codec::encode(&**message),
         );
+        if let Some(expires_ms) = message.expires_ms {
+            batch.put(
+                Table::Held,
+                super::held::marker(expires_ms, id.as_str(), &message.id),
+                Vec::new(),
+            );
+        }
         store::commit(store, batch).await?;
         // Registered meanwhile: its mailbox may have read the store already, so it is
         // handed the message too (the same key: one copy).

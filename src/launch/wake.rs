@@ -18,7 +18,7 @@ use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
 use super::launched::Launch;
-use crate::agents::{InboxQuery, Message, Priority};
+use crate::agents::{InboxQuery, Message, Priority, first_id_at};
 use crate::changes::Subject;
 
 /// How soon a wake that found no room is tried again, if no mail comes first.
@@ -50,8 +50,7 @@ where
     // The agent's runtime is not kept alive by an agent waiting on it.
     drop(runtime);
     let started_ms = launch.status().started_ms.unwrap_or(0);
-    // A v7 id of that millisecond with nothing after it sorts before every message since.
-    let since = Uuid::from_u128(u128::from(started_ms) << 80);
+    let since = first_id_at(started_ms);
     let mut no_room = false;
     loop {
         if let Some(prompt) = new_mail(&launch, since).await {

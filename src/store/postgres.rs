@@ -536,6 +536,7 @@ pub fn table_code(table: Table) -> i16 {
         Table::TaskHistory => 10,
         Table::Cursors => 11,
         Table::Sends => 12,
+        Table::Held => 13,
     }
 }
 

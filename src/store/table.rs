@@ -32,11 +32,15 @@ pub enum Table {
     Cursors,
     /// Sends made with a request id: sender id, 0, request id → the message id and receipt.
     Sends,
+    /// Held messages that expire: expiry (ms, big-endian), recipient id, 0, message id →
+    /// nothing. The message itself is in `Inbox`; the sweep that tells its sender when it
+    /// expires undelivered reads these in expiry order.
+    Held,
 }
 
 impl Table {
     /// Every table, in a fixed order.
-    pub const ALL: [Table; 13] = [
+    pub const ALL: [Table; 14] = [
         Table::Meta,
         Table::Agents,
         Table::Inbox,
@@ -50,6 +54,7 @@ impl Table {
         Table::TaskHistory,
         Table::Cursors,
         Table::Sends,
+        Table::Held,
     ];
 
     /// The table's name in the backend.
@@ -68,6 +73,7 @@ impl Table {
             Table::TaskHistory => "task_history",
             Table::Cursors => "cursors",
             Table::Sends => "sends",
+            Table::Held => "held",
         }
     }
 

@@ -1532,3 +1532,76 @@ async fn mail_to_an_expected_agent_is_held_until_it_registers_and_bounded() {
     );
     rt.shutdown().await;
 }
+
+#[tokio::test]
+async fn held_mail_that_expires_before_its_agent_comes_is_dropped_and_its_sender_told() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = MailboxConfig {
+        expected: ["reviewer".to_owned(), "auditor".to_owned()].into(),
+        ..MailboxConfig::default()
+    };
+    let rt = Runtime::builder()
+        .data_dir(dir.path())
+        .mailbox_config(config)
+        .build()
+        .await
+        .unwrap();
+    let pm = rt.register_agent(AgentSpec::new("pm", "pm")).await.unwrap();
+    let quick = pm
+        .send(
+            Outgoing::to("reviewer")
+                .subject("quick look")
+                .expires_in(Duration::from_millis(200)),
+        )
+        .await
+        .unwrap();
+    assert_eq!(ids(&quick.held.iter().collect::<Vec<_>>()), ["reviewer"]);
+    pm.send(
+        Outgoing::to("auditor")
+            .subject("later")
+            .expires_in(Duration::from_secs(3600)),
+    )
+    .await
+    .unwrap();
+    // The sweep (each second) finds the expired one: its sender is told, in its thread,
+    // from the agent that never came.
+    eventually(Duration::from_secs(10), || async {
+        pm.unread().await.unwrap() >= 1
+    })
+    .await;
+    let inbox = pm.check_inbox(InboxQuery::default()).await.unwrap();
+    let [notice] = &inbox.messages[..] else {
+        panic!("one notice: {:?}", inbox.messages);
+    };
+    assert_eq!(notice.subject.as_ref(), "undelivered: quick look");
+    assert_eq!(notice.from.as_str(), "reviewer");
+    assert_eq!(
+        (notice.thread, notice.reply_to),
+        (quick.thread, Some(quick.id))
+    );
+    let payload = notice.payload.as_deref().unwrap();
+    assert_eq!(payload["event"], "expired_undelivered", "{payload}");
+    assert_eq!(payload["message"], quick.id.to_string(), "{payload}");
+    // Registering now, the reviewer finds nothing; the auditor finds what has not expired.
+    let reviewer = rt
+        .register_agent(AgentSpec::new("reviewer", "reviewer"))
+        .await
+        .unwrap();
+    assert!(subjects(&reviewer).await.is_empty());
+    let auditor = rt
+        .register_agent(AgentSpec::new("auditor", "auditor"))
+        .await
+        .unwrap();
+    assert_eq!(subjects(&auditor).await, ["later"]);
+    // Told once: the marker went with the message (the auditor's stays until its expiry).
+    let mut markers = 0;
+    rt.store()
+        .scan(guildhall::store::Table::Held, &[], &mut |_, _| {
+            markers += 1;
+            true
+        })
+        .unwrap();
+    assert_eq!(markers, 1);
+    assert_eq!(pm.unread().await.unwrap(), 1);
+    rt.shutdown().await;
+}
