@@ -6,6 +6,7 @@ mod audit;
 #[cfg(feature = "bench")]
 mod bench;
 mod bridge;
+mod clients;
 mod clock;
 mod context;
 mod demo;

@@ -76,6 +76,12 @@ pub(crate) async fn run(args: McpArgs, data_dir: &Path) -> CliResult {
         Err(err) => return Err(err.into()),
     };
     tracing::info!(binding = %connected.value, "bound to the server");
+    // For the client's hooks, which may not know the agent: its own socket's agent (in a
+    // sandbox) has GUILDHALL_AGENT already.
+    let _record = match (&hello, &args.socket) {
+        (Hello::Mcp { agent, .. }, None) => super::clients::record(data_dir, agent),
+        _ => None,
+    };
     pump(connected).await
 }
 

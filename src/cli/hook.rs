@@ -30,7 +30,8 @@ const MAX_INPUT: u64 = 64 << 20;
 
 #[derive(Debug, Args)]
 pub(crate) struct HookArgs {
-    /// The agent whose client runs the hook. Without one the hook does nothing.
+    /// The agent whose client runs the hook; without it, the agent `guildhall mcp` recorded
+    /// for that client in the data directory. Without either the hook does nothing.
     #[arg(long, env = "GUILDHALL_AGENT")]
     agent: Option<String>,
     /// How to answer: `claude` (Claude Code's hook JSON) or `text` (plain text for the
@@ -115,7 +116,9 @@ pub(crate) async fn run(args: HookArgs, data_dir: &Path) -> CliResult {
 
 /// What to print, if anything.
 async fn answer(args: &HookArgs, data_dir: &Path) -> Result<Option<String>, String> {
-    let Some(agent) = args.agent.clone().filter(|a| !a.is_empty()) else {
+    // Named, or the agent `guildhall mcp` recorded for the client that runs this hook.
+    let named = args.agent.clone().filter(|a| !a.is_empty());
+    let Some(agent) = named.or_else(|| super::clients::find(data_dir)) else {
         return Ok(None);
     };
     // Read on a thread of its own, within the same bound as the rest: a stdin nobody

@@ -301,3 +301,52 @@ fn a_hook_whose_stdin_never_closes_gives_up_in_its_time() {
     std::io::Read::read_to_string(&mut child.stdout.take().unwrap(), &mut out).unwrap();
     assert_eq!(out, "");
 }
+
+/// A person's Claude Code names its agent only in `.mcp.json`: its hooks run without
+/// `GUILDHALL_AGENT`, and find the agent `guildhall mcp` recorded for that client. The
+/// client is a shell here, starting both as Claude Code does.
+#[test]
+fn a_hook_knows_its_agent_from_the_client_s_mcp_bridge() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path();
+    let _server = serve_in_background(data);
+    guildhall_ok(data, &["agents", "register", "pm", "--role", "pm"]);
+    let start = dir.path().join("SessionStart.json");
+    std::fs::write(&start, input("SessionStart")).unwrap();
+    // The bridge reads a pipe the shell holds open (the client's stdin to it); the shell
+    // waits (bounded) for its record, runs the hook as its child, then closes the pipe,
+    // which ends the bridge as a client ends its MCP server.
+    let client = r#"
+        mkfifo "$DATA/to-bridge"
+        "$GH" --data-dir "$DATA" mcp --agent dev --role dev --parent pm < "$DATA/to-bridge" > /dev/null &
+        bridge=$!
+        exec 3> "$DATA/to-bridge"
+        for _ in $(seq 400); do
+            [ -n "$(ls "$DATA/clients" 2>/dev/null)" ] && break
+            sleep 0.05
+        done
+        "$GH" --data-dir "$DATA" hook < "$START"
+        exec 3>&-
+        wait $bridge
+        ls "$DATA/clients"
+    "#;
+    let out = std::process::Command::new("bash")
+        .args(["-c", client])
+        .env("GH", env!("CARGO_BIN_EXE_guildhall"))
+        .env("DATA", data)
+        .env("START", &start)
+        .env("RUST_LOG", "off")
+        .env_remove("GUILDHALL_AGENT")
+        .env_remove("GUILDHALL_SOCKET")
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let told = context(stdout.lines().next().unwrap_or_default(), "SessionStart")
+        .unwrap_or_else(|| panic!("{stdout}\n{}", String::from_utf8_lossy(&out.stderr)));
+    assert!(
+        told.contains("You are agent `dev` (role dev)") && told.contains("reporting to `pm`"),
+        "{told}"
+    );
+    // The bridge's record went with it.
+    assert_eq!(stdout.lines().count(), 1, "{stdout}");
+}
