@@ -41,7 +41,8 @@ pub use error::MailError;
 pub use ids::{AgentId, MAX_NAME_LEN, parse_message_id};
 pub(crate) use ids::{check_name, first_id_at, now_ms};
 pub use message::{
-    Address, DeliveryState, Inbox, InboxQuery, Message, Outgoing, Priority, Receipt, Rejected,
+    Address, DeliveryState, Inbox, InboxQuery, Message, Outgoing, Priority, Receipt, RecipientView,
+    Rejected, StatusView,
 };
 pub use office::AgentDirectory;
 pub(crate) use office::PostOffice;

@@ -6,13 +6,16 @@ use uuid::Uuid;
 use super::MailError;
 use super::directory::{AgentEntry, AgentRecord};
 use super::ids::AgentId;
-use super::message::{Inbox, InboxQuery, Message, Outgoing, Receipt};
+use super::message::{
+    DeliveryState, Inbox, InboxQuery, Message, Outgoing, Receipt, RecipientView, StatusView,
+};
 use super::office::{PostOffice, unexpected};
 #[cfg(feature = "test-util")]
 use super::protocol::MailboxOwn;
 use super::protocol::{Op, Reply};
 #[cfg(feature = "test-util")]
 use crate::durable::Msg;
+use crate::time::rfc3339;
 
 /// A process-wide id for a waiting `check_inbox`.
 fn next_waiter() -> u64 {
@@ -159,6 +162,50 @@ impl Agent {
             Reply::Marked(n) => Ok(n),
             other => Err(self.failure(other)),
         }
+    }
+
+    /// What became of message `id` this agent sent: each recipient's copy, delivered
+    /// (unread), read or acknowledged, and when.
+    ///
+    /// # Errors
+    /// [`MailError::UnknownSent`] when this agent sent no message `id` that a recipient
+    /// still has.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: it only reads.
+    pub async fn message_status(&self, id: Uuid) -> Result<StatusView, MailError> {
+        // Two point reads per registered agent: off the async workers.
+        let (office, sender) = (Arc::clone(&self.office), self.entry.id.clone());
+        let copies = tokio::task::spawn_blocking(move || office.copies(&sender, id))
+            .await
+            .map_err(|err| MailError::Unavailable {
+                agent: self.entry.id.to_string(),
+                reason: err.to_string(),
+            })??;
+        let count = |state| copies.iter().filter(|(_, m)| m.state == state).count();
+        let (delivered, acknowledged) = (
+            count(DeliveryState::Delivered),
+            count(DeliveryState::Acknowledged),
+        );
+        let first = &copies[0].1;
+        Ok(StatusView {
+            id: id.to_string(),
+            to: first.to.to_string(),
+            subject: first.subject.to_string(),
+            sent: rfc3339(first.created_ms),
+            delivered,
+            read: copies.len() - delivered,
+            acknowledged,
+            recipients: copies
+                .iter()
+                .map(|(agent, m)| RecipientView {
+                    agent: agent.to_string(),
+                    state: m.state,
+                    read_at: m.read_ms.map(rfc3339),
+                    acknowledged_at: m.acked_ms.map(rfc3339),
+                })
+                .collect(),
+        })
     }
 
     /// Makes the mailbox actor panic (fault injection for tests).

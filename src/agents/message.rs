@@ -380,3 +380,39 @@ mod tests {
         );
     }
 }
+
+/// Output of `message_status`.
+#[derive(Debug, Clone, Serialize, JsonSchema)]
+pub struct StatusView {
+    /// The message id.
+    pub id: String,
+    /// The address it was sent to.
+    pub to: String,
+    /// Its subject.
+    pub subject: String,
+    /// When it was sent (RFC 3339).
+    pub sent: String,
+    /// Recipients that have it, unread.
+    pub delivered: usize,
+    /// Recipients that read it (acknowledged or not).
+    pub read: usize,
+    /// Recipients that acknowledged it: said they are done with it.
+    pub acknowledged: usize,
+    /// Each recipient that still has it, by id.
+    pub recipients: Vec<RecipientView>,
+}
+
+/// One recipient's copy.
+#[derive(Debug, Clone, Serialize, JsonSchema)]
+pub struct RecipientView {
+    /// The recipient.
+    pub agent: String,
+    /// `delivered` (unread), `read` or `acknowledged`.
+    pub state: DeliveryState,
+    /// When it read it (RFC 3339).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub read_at: Option<String>,
+    /// When it acknowledged it (RFC 3339).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub acknowledged_at: Option<String>,
+}

@@ -12,7 +12,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use super::message::{DeliveryState, InboxQuery, Message, Outgoing, Priority, Receipt};
+use super::message::{DeliveryState, InboxQuery, Message, Outgoing, Priority, Receipt, StatusView};
 use super::{Agent, MailError, PostOffice, parse_message_id};
 use crate::time::rfc3339;
 
@@ -398,42 +398,6 @@ pub struct StatusInput {
     pub id: String,
 }
 
-/// Output of `message_status`.
-#[derive(Debug, Clone, Serialize, JsonSchema)]
-pub struct StatusView {
-    /// The message id.
-    pub id: String,
-    /// The address it was sent to.
-    pub to: String,
-    /// Its subject.
-    pub subject: String,
-    /// When it was sent (RFC 3339).
-    pub sent: String,
-    /// Recipients that have it, unread.
-    pub delivered: usize,
-    /// Recipients that read it (acknowledged or not).
-    pub read: usize,
-    /// Recipients that acknowledged it: said they are done with it.
-    pub acknowledged: usize,
-    /// Each recipient that still has it, by id.
-    pub recipients: Vec<RecipientView>,
-}
-
-/// One recipient's copy.
-#[derive(Debug, Clone, Serialize, JsonSchema)]
-pub struct RecipientView {
-    /// The recipient.
-    pub agent: String,
-    /// `delivered` (unread), `read` or `acknowledged`.
-    pub state: DeliveryState,
-    /// When it read it (RFC 3339).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub read_at: Option<String>,
-    /// When it acknowledged it (RFC 3339).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub acknowledged_at: Option<String>,
-}
-
 impl Tool for MessageStatus {
     type Input = StatusInput;
     type Output = StatusView;
@@ -464,39 +428,7 @@ impl Tool for MessageStatus {
         ctx: CallContext,
     ) -> Result<StatusView, MailError> {
         let agent = caller(&self.0, &ctx)?;
-        let id = parse_message_id(&input.id)?;
-        // Two point reads per registered agent: off the async workers.
-        let (office, sender) = (Arc::clone(&self.0), agent.id().clone());
-        let copies = tokio::task::spawn_blocking(move || office.copies(&sender, id))
-            .await
-            .map_err(|err| MailError::Unavailable {
-                agent: agent.id().to_string(),
-                reason: err.to_string(),
-            })??;
-        let count = |state| copies.iter().filter(|(_, m)| m.state == state).count();
-        let (delivered, acknowledged) = (
-            count(DeliveryState::Delivered),
-            count(DeliveryState::Acknowledged),
-        );
-        let first = &copies[0].1;
-        Ok(StatusView {
-            id: id.to_string(),
-            to: first.to.to_string(),
-            subject: first.subject.to_string(),
-            sent: rfc3339(first.created_ms),
-            delivered,
-            read: copies.len() - delivered,
-            acknowledged,
-            recipients: copies
-                .iter()
-                .map(|(agent, m)| RecipientView {
-                    agent: agent.to_string(),
-                    state: m.state,
-                    read_at: m.read_ms.map(rfc3339),
-                    acknowledged_at: m.acked_ms.map(rfc3339),
-                })
-                .collect(),
-        })
+        agent.message_status(parse_message_id(&input.id)?).await
     }
 }
 

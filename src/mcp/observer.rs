@@ -32,7 +32,8 @@ pub const STATUS_PATH: &str = "/api/status";
 /// them, `/api/sessions/{id}/versions/{version}` what one version changed.
 pub const SESSIONS_PATH: &str = "/api/sessions";
 /// The path of an agent's mail (`/api/agents/{id}/mail[?thread=ID][&all=true]`): its
-/// unread messages, or all it keeps, or those of one thread; nothing is marked read.
+/// unread messages, or all it keeps, or those of one thread; nothing is marked read. And of
+/// what became of a message it sent (`/api/agents/{id}/sent/{message}`).
 pub const AGENTS_PATH: &str = "/api/agents";
 /// An agent's messages shown at most.
 const MAIL: usize = 100;
@@ -84,6 +85,7 @@ impl Observer {
         );
         if let Some((server, control)) = dashboard {
             let mail_of = server.runtime().clone();
+            let sent_by = mail_of.clone();
             let sessions = server.runtime().sessions();
             let (one, version) = (sessions.clone(), sessions.clone());
             router = router
@@ -125,6 +127,22 @@ impl Observer {
                             }
                         }
                     }),
+                )
+                .route(
+                    &format!("{AGENTS_PATH}/{{id}}/sent/{{message}}"),
+                    get(
+                        move |Path((id, message)): Path<(String, String)>, request: Request| {
+                            let runtime = sent_by.clone();
+                            async move {
+                                if let Some(refusal) =
+                                    refused_mail(&runtime, &id, &request, authenticated)
+                                {
+                                    return refusal;
+                                }
+                                show_sent(&runtime, &id, &message).await
+                            }
+                        },
+                    ),
                 )
                 .route(
                     &format!("{SESSIONS_PATH}/{{id}}/versions/{{version}}"),
@@ -282,6 +300,27 @@ fn context_error(err: &ContextError) -> Response {
         _ => StatusCode::SERVICE_UNAVAILABLE,
     };
     (status, format!("{err}\n")).into_response()
+}
+
+/// What became of message `message` that agent `id` sent (`message_status`'s view): each
+/// recipient's copy and its state. An unknown agent, or a message it did not send, is 404;
+/// an id that is no message id 400.
+async fn show_sent(runtime: &crate::Runtime, id: &str, message: &str) -> Response {
+    let agent = match runtime.agent(id) {
+        Ok(agent) => agent,
+        Err(err) => return (StatusCode::NOT_FOUND, format!("{err}\n")).into_response(),
+    };
+    let message = match crate::agents::parse_message_id(message) {
+        Ok(message) => message,
+        Err(err) => return (StatusCode::BAD_REQUEST, format!("{err}\n")).into_response(),
+    };
+    match agent.message_status(message).await {
+        Ok(status) => json(&status),
+        Err(err @ crate::MailError::UnknownSent { .. }) => {
+            (StatusCode::NOT_FOUND, format!("{err}\n")).into_response()
+        }
+        Err(err) => (StatusCode::SERVICE_UNAVAILABLE, format!("{err}\n")).into_response(),
+    }
 }
 
 /// What `/api/agents/{id}/mail` lists.

@@ -1762,7 +1762,8 @@ async fn a_token_protects_its_agents_mail_and_events_on_the_dashboard() {
 }
 
 #[tokio::test]
-async fn the_dashboard_reads_an_agents_mail_and_a_thread_without_marking_anything_read() {
+async fn the_dashboard_reads_an_agents_mail_a_thread_and_a_sent_messages_fate_without_marking_anything_read()
+ {
     let (rt, _) = runtime().await;
     let (base, stop) = dashboard_endpoint(&rt).await;
     let client = crate::support::http_client();
@@ -1828,6 +1829,19 @@ async fn the_dashboard_reads_an_agents_mail_and_a_thread_without_marking_anythin
     let (status, body) = get("/alice/mail?thread=soon".into()).await;
     assert_eq!(status, 400, "{body}");
     assert!(body.contains("soon"), "{body}");
+
+    // What became of a sent message, as its sender sees it: alice read the question.
+    let (status, sent) = get(format!("/bob/sent/{}", asked.id)).await;
+    assert_eq!(status, 200, "{sent}");
+    let sent: Value = serde_json::from_str(&sent).unwrap();
+    assert_eq!(sent["recipients"][0]["agent"], "alice", "{sent}");
+    assert_eq!(sent["recipients"][0]["state"], "read", "{sent}");
+    assert!(sent["recipients"][0]["read_at"].is_string(), "{sent}");
+    // Only its sender's: to anyone else it is no message of theirs.
+    let (status, body) = get(format!("/alice/sent/{}", asked.id)).await;
+    assert_eq!(status, 404, "{body}");
+    let (status, body) = get("/bob/sent/later".into()).await;
+    assert_eq!(status, 400, "{body}");
     stop.cancel();
     rt.shutdown().await;
 }

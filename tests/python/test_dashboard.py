@@ -5,7 +5,8 @@ selenium). Run by scripts/dashboard with GUILDHALL_BIN and SCREENSHOT set.
 and `flaky`, which cannot start until a file exists); the page loads the swarm (as a tree)
 and the supervision tree, then follows the event stream. Traffic is made through the command
 line, an MCP client and signals, and each effect must show on the page within a second of
-happening: a message in the mail feed (a click shows its thread, a click on an agent its
+happening: a message in the mail feed (a click shows its thread with each recipient's
+delivery state, delivered then read; a click on an agent its
 inbox), its call in the calls table (with a latency histogram; the feed filtered), an agent connecting (its
 dot turns green), a context session changed (its entries, history and a version's diff),
 a server killed and restarted by its supervisor (`restarts 1`), a server
@@ -163,8 +164,14 @@ def main():
                 # the recipient's inbox.
                 click(driver, "#mail li", "pm → dev: parse the logs")
                 shown(driver, "#thread li", "go")
+                # What became of it, as its sender sees it: delivered.
+                shown(driver, "#thread .receipts", "dev: delivered")
                 click(driver, "#swarm li[data-agent=dev] > .name", "dev")
                 shown(driver, "#inbox li", "parse the logs")
+                # Then read.
+                guildhall(data_dir, "inbox", "--agent", "dev", "--take")
+                click(driver, "#mail li", "pm → dev: parse the logs")
+                shown(driver, "#thread .receipts", "dev: read")
                 # The calls feed filtered by what is typed.
                 driver.execute_script(
                     "const f = document.getElementById('callfilter'); f.value = 'send_message';"
