@@ -165,6 +165,9 @@ pub struct Config {
     /// `[store]`: where agents, mail, context and tasks are kept.
     #[serde(default)]
     pub store: StoreSection,
+    /// `[pipelines.NAME]`: tools composed of tools, each step's result feeding the next.
+    #[serde(default)]
+    pub pipelines: BTreeMap<String, crate::compose::pipelines::PipelineConfig>,
     /// `[subsystems.NAME]`: settings of subsystems an embedder adds, handed to the runtime
     /// with [`RuntimeBuilder::sections`](crate::RuntimeBuilder::sections) (a name no
     /// subsystem has fails the build).
@@ -438,6 +441,13 @@ impl Config {
                 reason,
             })?;
         }
+        for (name, pipeline) in &config.pipelines {
+            pipeline.check().map_err(|reason| ConfigError {
+                path: path.to_owned(),
+                line: pipeline_line(&text, name),
+                reason: format!("[pipelines.{name}]: {reason}"),
+            })?;
+        }
         config.task_config().map_err(|reason| ConfigError {
             path: path.to_owned(),
             line: text
@@ -451,6 +461,17 @@ impl Config {
             .filter(|p| !p.as_os_str().is_empty())
             .map_or_else(|| PathBuf::from("."), Path::to_owned);
         Ok(config)
+    }
+
+    /// Why pipeline `name` cannot be served, as the file's error: its path and line.
+    pub fn pipeline_error_at(path: &Path, name: &str, reason: &str) -> ConfigError {
+        ConfigError {
+            path: path.to_owned(),
+            line: std::fs::read_to_string(path)
+                .ok()
+                .and_then(|text| pipeline_line(&text, name)),
+            reason: format!("[pipelines.{name}]: {reason}"),
+        }
     }
 
     /// The task board's settings: `[tasks]` over the defaults.
@@ -778,6 +799,17 @@ fn could_mean(pattern: &str, known: &[String]) -> String {
                 .join(", ")
         )
     }
+}
+
+/// The line of `[pipelines.NAME]` in `text`, when it is there.
+fn pipeline_line(text: &str, name: &str) -> Option<usize> {
+    [
+        format!("[pipelines.{name}]"),
+        format!("[pipelines.\"{name}\"]"),
+    ]
+    .iter()
+    .find_map(|header| text.find(header.as_str()))
+    .map(|at| text[..at].matches('\n').count() + 1)
 }
 
 #[cfg(test)]

@@ -80,6 +80,7 @@ pub mod builtin;
 pub mod changes;
 #[cfg(all(target_os = "linux", target_env = "gnu"))]
 pub mod commands;
+pub mod compose;
 pub mod config;
 pub mod context;
 mod detached;

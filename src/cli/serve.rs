@@ -539,6 +539,20 @@ fn with_late_subsystems(
         let config_file = config_file.to_owned();
         move |runtime| async move { start_commands(&runtime, config_file).await }
     }));
+    if !config.pipelines.is_empty() {
+        // After the command tools, whose names and schemas the pipelines are checked with.
+        let pipelines = config.pipelines.clone();
+        let config_file = config_file.to_owned();
+        builder = builder.subsystem(AfterStart::new("pipelines", move |runtime| async move {
+            let served = guildhall::compose::pipelines::serve(&runtime, &pipelines)
+                .await
+                .map_err(|(name, reason)| {
+                    Config::pipeline_error_at(&config_file, &name, &reason).to_string()
+                })?;
+            tracing::info!(?served, "pipelines served");
+            Ok(served)
+        }));
+    }
     if let Some(launch) = &config.launch {
         let (launch, base_dir) = (launch.clone(), config_dir(config)?);
         let program = std::env::current_exe()?;

@@ -62,6 +62,8 @@ const GUILDHALL: Allowed = &[
                   "process_group", "runtime", "sandbox", "tls"]),
     ("commands", &["detached", "options", "process_group", "runtime", "sandbox", "shell",
                    "time"]),
+    // Tools composed of tools: each step a governed call through the runtime.
+    ("compose", &["options", "runtime", "time"]),
     // Agents the runtime starts, as supervised processes that connect back over MCP.
     ("launch", &["agents", "changes", "commands", "error", "output_log", "private_fs", "process_group",
                  "runtime", "sandbox", "servers", "tasks", "time"]),
@@ -72,7 +74,7 @@ const GUILDHALL: Allowed = &[
     ("mcp", &["agents", "changes", "context", "governance", "json_id", "launch", "loop_hooks",
               "observe", "options", "private_fs", "runtime", "servers"]),
     // Reads guildhall.toml into the settings of every layer above, mcp's included.
-    ("config", &["agents", "commands", "fetch", "files", "governance", "humans", "launch",
+    ("config", &["agents", "commands", "compose", "fetch", "files", "governance", "humans", "launch",
                  "loop_hooks", "mcp", "observe", "sandbox", "servers", "shell", "tasks"]),
     ("bench", &["agents", "context", "events", "files", "governance", "launch", "mcp",
                 "observe", "options", "runtime", "sandbox", "servers", "shell", "store",

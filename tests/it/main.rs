@@ -24,6 +24,8 @@ mod chaos;
 mod cluster;
 /// Command tools from a manifest: argv not shell, process groups, reload, governance.
 mod commands;
+/// Tools composed of tools: the laws, fan-out, deadlines, pipelines over MCP.
+mod compose;
 /// Concurrent tools and isolation between tools.
 mod concurrency;
 /// Session contexts: strategies, batches, concurrency, history, persistence, export.
