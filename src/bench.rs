@@ -254,6 +254,12 @@ pub struct CallsReport {
     pub governed_watched_events: u64,
     /// Events they lost by falling behind (each loss told in a `missed` line).
     pub governed_watched_missed: u64,
+    /// Two governed JSON calls made one after the other, the second on the first's result.
+    pub two_governed_ns: f64,
+    /// The same two calls as a composite's steps ([`crate::compose::Composite`]).
+    pub composite_ns: f64,
+    /// `composite_ns / two_governed_ns`: what composing adds.
+    pub composite_ratio: f64,
     /// One breaker admission plus one outcome record.
     pub breaker_check_ns: f64,
     /// Median time from a caller receiving `crashed` to the next call succeeding.
@@ -383,9 +389,13 @@ pub async fn calls(config: CallsConfig, stage: &dyn Stage) -> CallsReport {
     let breaker = SharedBreaker::new(BreakerConfig::default());
     let json_args = serde_json::json!({ "n": 7 });
 
+    let two = crate::compose::Composite::<Number, Number>::tool("noop")
+        .then(crate::compose::Composite::<Number, Number>::tool("noop"));
+
     stage.phase("calls", config.rounds as u64);
     let (mut direct, mut raw_ns, mut pipe, mut json, mut brk, mut gov, mut gov_watched) =
         (vec![], vec![], vec![], vec![], vec![], vec![], vec![]);
+    let (mut twice, mut composed) = (vec![], vec![]);
     for _ in 0..config.rounds {
         direct.push(
             batch(config.batch, || async {
@@ -413,6 +423,36 @@ pub async fn calls(config: CallsConfig, stage: &dyn Stage) -> CallsReport {
                 let call = governed.call_with(Number { n }, CallOptions::new().as_agent(&agent));
                 async move {
                     black_box(call.await.ok());
+                }
+            })
+            .await,
+        );
+        // A two-step composite against the same two governed calls made by hand: the second
+        // takes the first's result, as the composite's does.
+        twice.push(
+            batch(config.batch, || {
+                n += 1;
+                let (rt, agent) = (&governed_rt, &agent);
+                async move {
+                    let options = || CallOptions::new().as_agent(agent);
+                    let first = rt.call_json("noop", serde_json::json!({ "n": n }), options());
+                    if let Ok(out) = first.await {
+                        black_box(rt.call_json("noop", out, options()).await.ok());
+                    }
+                }
+            })
+            .await,
+        );
+        composed.push(
+            batch(config.batch, || {
+                n += 1;
+                let run = two.run(
+                    &governed_rt,
+                    Number { n },
+                    CallOptions::new().as_agent(&agent),
+                );
+                async move {
+                    black_box(run.await.ok());
                 }
             })
             .await,
@@ -465,6 +505,7 @@ pub async fn calls(config: CallsConfig, stage: &dyn Stage) -> CallsReport {
     let pipeline_ns = median(&mut pipe);
     let governed_ns = median(&mut gov);
     let governed_watched_ns = median(&mut gov_watched);
+    let (two_governed_ns, composite_ns) = (median(&mut twice), median(&mut composed));
     CallsReport {
         direct_ns: median(&mut direct),
         raw_ractor_ns,
@@ -477,6 +518,9 @@ pub async fn calls(config: CallsConfig, stage: &dyn Stage) -> CallsReport {
         governed_watched_ratio: governed_watched_ns / pipeline_ns,
         governed_watched_events: seen.taken,
         governed_watched_missed: seen.missed,
+        two_governed_ns,
+        composite_ns,
+        composite_ratio: composite_ns / two_governed_ns,
         breaker_check_ns: median(&mut brk),
         crash_recovery_p50_us: percentile(&recovery, 0.50),
         crash_recovery_p99_us: percentile(&recovery, 0.99),

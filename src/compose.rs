@@ -27,6 +27,7 @@
 //!   declares the same plans over any tools, mapping one step's result to the next's
 //!   arguments with JSON pointers ([`pipelines`]).
 
+mod mapping;
 pub mod pipelines;
 
 use std::future::Future;
@@ -99,7 +100,7 @@ pub(crate) struct Step {
     /// Its own bound, within the composite's.
     pub(crate) timeout: Option<Duration>,
     /// Its arguments from what came before (`None`: the previous result, as it is).
-    pub(crate) args: Option<pipelines::Mapping>,
+    pub(crate) args: Option<mapping::Mapping>,
 }
 
 impl<I> Composite<I, I> {
@@ -228,13 +229,19 @@ impl Seq {
         by: &'a By,
     ) -> Pin<Box<dyn Future<Output = Result<Value, ComposeError>> + Send + 'a>> {
         Box::pin(async move {
-            let mut value = input.clone();
+            // The input is kept only for steps that map their arguments from it.
+            let mapped = self
+                .0
+                .iter()
+                .any(|stage| matches!(stage, Stage::Step(step) if step.args.is_some()));
+            let kept = if mapped { input.clone() } else { Value::Null };
+            let mut value = input;
             let mut number = by.first;
             for stage in &self.0 {
                 value = match stage {
                     Stage::Step(step) => {
                         number += 1;
-                        step.run(runtime, &input, value, number, by).await?
+                        step.run(runtime, &kept, value, number, by).await?
                     }
                     Stage::All { branches, failure } => {
                         let out = fan_out(runtime, branches, *failure, value, number, by).await?;
@@ -276,9 +283,12 @@ impl Step {
         }
         let budget = self.timeout.map_or(left, |own| own.min(left));
         let call = runtime.call_json(&self.tool, args, by.options(budget));
+        let Some(cancel) = &by.cancel else {
+            return call.await.map_err(|e| failed(StepFailure::Call(e)));
+        };
         tokio::select! {
             biased;
-            () = by.cancelled() => Err(ComposeError::Cancelled),
+            () = cancel.cancelled() => Err(ComposeError::Cancelled),
             out = call => out.map_err(|e| failed(StepFailure::Call(e))),
         }
     }
@@ -372,13 +382,6 @@ impl By {
         options.session = self.session.clone();
         options.trace = self.trace;
         options
-    }
-
-    async fn cancelled(&self) {
-        match &self.cancel {
-            Some(token) => token.cancelled().await,
-            None => std::future::pending().await,
-        }
     }
 }
 

@@ -1261,6 +1261,13 @@ fn table(out: &mut impl Write, r: &Report) -> std::io::Result<()> {
             "",
         ),
         ("  events they lost", c.governed_watched_missed as f64, ""),
+        (
+            "two governed calls in turn (ns)",
+            c.two_governed_ns,
+            "baseline",
+        ),
+        ("  as a two-step composite (ns)", c.composite_ns, ""),
+        ("  composite ratio", c.composite_ratio, "<= 1.1"),
         ("breaker check (ns)", c.breaker_check_ns, "< 100"),
         ("crash -> serving p50 (us)", c.crash_recovery_p50_us, ""),
         (

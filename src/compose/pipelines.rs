@@ -30,6 +30,7 @@ use guildhall_actors::{Annotations, CallContext, Tool};
 use serde::Deserialize;
 use serde_json::{Map, Value};
 
+use super::mapping::{Mapping, split};
 use super::{By, ComposeError, Seq, Stage, Step};
 use crate::runtime::{Runtime, WeakRuntime};
 
@@ -59,44 +60,6 @@ pub struct StepConfig {
     /// Its own bound, within the pipeline call's.
     #[serde(default, with = "crate::time::humane::option")]
     pub timeout: Option<Duration>,
-}
-
-/// How a step's arguments are made from the pipeline's input and the previous result.
-#[derive(Debug, Clone)]
-pub(crate) struct Mapping {
-    pointers: Vec<(String, String)>,
-    set: Map<String, Value>,
-}
-
-impl Mapping {
-    /// The arguments, or which pointer found nothing.
-    pub(crate) fn apply(&self, input: &Value, result: &Value) -> Result<Value, String> {
-        let mut args = self.set.clone();
-        for (name, pointer) in &self.pointers {
-            let (root, rest) = split(pointer).ok_or_else(|| format!("`{pointer}`"))?;
-            let from = if root == "input" { input } else { result };
-            let value = from.pointer(rest).ok_or_else(|| {
-                let what = if root == "input" {
-                    "the pipeline's arguments"
-                } else {
-                    "the previous step's result"
-                };
-                format!("`{name}` = `{pointer}`: {what} have no `{rest}`")
-            })?;
-            args.insert(name.clone(), value.clone());
-        }
-        Ok(Value::Object(args))
-    }
-}
-
-/// A pointer's root (`input`, `result`) and the rest (`/a/b`, or empty for the whole).
-fn split(pointer: &str) -> Option<(&str, &str)> {
-    let rest = pointer.strip_prefix('/')?;
-    let (root, tail) = match rest.find('/') {
-        Some(at) => (&rest[..at], &rest[at..]),
-        None => (rest, ""),
-    };
-    matches!(root, "input" | "result").then_some((root, tail))
 }
 
 impl PipelineConfig {
@@ -146,13 +109,9 @@ impl PipelineConfig {
             stages.push(Stage::Step(Arc::new(Step {
                 tool: step.tool.clone(),
                 timeout: step.timeout,
-                args: mapped.then(|| Mapping {
-                    pointers: step
-                        .args
-                        .iter()
-                        .map(|(k, v)| (k.clone(), v.clone()))
-                        .collect(),
-                    set,
+                args: mapped.then(|| {
+                    let pointers = step.args.iter().map(|(k, v)| (k.clone(), v.clone()));
+                    Mapping::new(pointers.collect(), set)
                 }),
             })));
         }

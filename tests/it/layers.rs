@@ -63,7 +63,7 @@ const GUILDHALL: Allowed = &[
     ("commands", &["detached", "options", "process_group", "runtime", "sandbox", "shell",
                    "time"]),
     // Tools composed of tools: each step a governed call through the runtime.
-    ("compose", &["options", "runtime", "time"]),
+    ("compose", &["options", "runtime"]),
     // Agents the runtime starts, as supervised processes that connect back over MCP.
     ("launch", &["agents", "changes", "commands", "error", "output_log", "private_fs", "process_group",
                  "runtime", "sandbox", "servers", "tasks", "time"]),
@@ -76,7 +76,7 @@ const GUILDHALL: Allowed = &[
     // Reads guildhall.toml into the settings of every layer above, mcp's included.
     ("config", &["agents", "commands", "compose", "fetch", "files", "governance", "humans", "launch",
                  "loop_hooks", "mcp", "observe", "sandbox", "servers", "shell", "tasks"]),
-    ("bench", &["agents", "context", "events", "files", "governance", "launch", "mcp",
+    ("bench", &["agents", "compose", "context", "events", "files", "governance", "launch", "mcp",
                 "observe", "options", "runtime", "sandbox", "servers", "shell", "store",
                 "tasks", "tls"]),
 ];
