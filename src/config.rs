@@ -165,6 +165,10 @@ pub struct Config {
     /// `[store]`: where agents, mail, context and tasks are kept.
     #[serde(default)]
     pub store: StoreSection,
+    /// `[skills]`: skill folders served as the `skill` tool (only when this section is
+    /// present).
+    #[serde(default)]
+    pub skills: Option<crate::skills::SkillsConfig>,
     /// `[pipelines.NAME]`: tools composed of tools, each step's result feeding the next.
     #[serde(default)]
     pub pipelines: BTreeMap<String, crate::compose::pipelines::PipelineConfig>,
@@ -198,6 +202,9 @@ pub struct RoleConfig {
     /// while they have unread urgent mail or a claimed task still `in_progress`.
     #[serde(default)]
     pub keep_going: bool,
+    /// The skills its agents may load with `skill` (names and globs; all when absent).
+    #[serde(default)]
+    pub skills: Option<Vec<String>>,
 }
 
 /// One agent's settings.

@@ -114,6 +114,7 @@ pub mod sandbox;
 pub mod servers;
 #[cfg(all(target_os = "linux", target_env = "gnu"))]
 pub mod shell;
+pub mod skills;
 mod sorted;
 pub mod store;
 pub mod tasks;

@@ -539,6 +539,20 @@ fn with_late_subsystems(
         let config_file = config_file.to_owned();
         move |runtime| async move { start_commands(&runtime, config_file).await }
     }));
+    if let Some(skills) = &config.skills {
+        let base = config_dir(config)?;
+        let dirs: Vec<PathBuf> = skills.dirs.iter().map(|d| base.join(d)).collect();
+        let roles: std::collections::BTreeMap<String, Vec<String>> = config
+            .roles
+            .iter()
+            .filter_map(|(role, c)| c.skills.clone().map(|s| (role.clone(), s)))
+            .collect();
+        builder = builder.subsystem(AfterStart::new("skills", move |runtime| async move {
+            let skills = guildhall::skills::Skills::start(&runtime, dirs, roles).await?;
+            tracing::info!(skills = skills.catalog().len(), "skill on");
+            Ok(skills)
+        }));
+    }
     if !config.pipelines.is_empty() {
         // After the command tools, whose names and schemas the pipelines are checked with.
         let pipelines = config.pipelines.clone();

@@ -62,6 +62,8 @@ const GUILDHALL: Allowed = &[
                   "process_group", "runtime", "sandbox", "tls"]),
     ("commands", &["detached", "options", "process_group", "runtime", "sandbox", "shell",
                    "time"]),
+    // Skill folders served as the `skill` tool.
+    ("skills", &["agents", "runtime"]),
     // Tools composed of tools: each step a governed call through the runtime.
     ("compose", &["options", "runtime"]),
     // Agents the runtime starts, as supervised processes that connect back over MCP.
@@ -75,7 +77,7 @@ const GUILDHALL: Allowed = &[
               "observe", "options", "private_fs", "runtime", "servers"]),
     // Reads guildhall.toml into the settings of every layer above, mcp's included.
     ("config", &["agents", "commands", "compose", "fetch", "files", "governance", "humans", "launch",
-                 "loop_hooks", "mcp", "observe", "sandbox", "servers", "shell", "tasks"]),
+                 "loop_hooks", "mcp", "observe", "sandbox", "servers", "shell", "skills", "tasks"]),
     ("bench", &["agents", "compose", "context", "events", "files", "governance", "launch", "mcp",
                 "observe", "options", "runtime", "sandbox", "servers", "shell", "store",
                 "tasks", "tls"]),

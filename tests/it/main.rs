@@ -74,6 +74,8 @@ mod schemas;
 mod servers;
 /// The bash tool: process groups, limits, environment, deny patterns.
 mod shell;
+/// Skill folders served as the `skill` tool: listing, loading, roles, asks, reloads.
+mod skills;
 /// The durable store: restarts, group commit, and stores that must not be opened.
 mod store;
 /// The PostgreSQL store: paging, migrations, the database going away and coming back.

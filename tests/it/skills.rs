@@ -1,0 +1,182 @@
+//! Skills as a tool (`skill`): folders in Claude Code's format found in the configured
+//! directories, listed in the tool's description, loaded by name with their files, limited
+//! per role, governed like any tool, and reloaded (with `tools/list_changed`) when a folder
+//! changes.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::time::Duration;
+
+use guildhall::governance::{Action, GovernanceConfig, Rule};
+use guildhall::mcp::McpServer;
+use guildhall::skills::Skills;
+use guildhall::{AgentSpec, Runtime};
+use serde_json::json;
+
+use crate::mcp::Wire;
+use crate::support::{as_agent, eventually};
+
+fn skill(dir: &Path, folder: &str, name: &str, description: &str, body: &str) {
+    let folder = dir.join(folder);
+    std::fs::create_dir_all(&folder).unwrap();
+    std::fs::write(
+        folder.join("SKILL.md"),
+        format!("---\nname: {name}\ndescription: {description}\n---\n{body}\n"),
+    )
+    .unwrap();
+}
+
+async fn runtime(governance: GovernanceConfig) -> Runtime {
+    let rt = Runtime::builder()
+        .governance(governance)
+        .build()
+        .await
+        .unwrap();
+    rt.register_agent(AgentSpec::new("dev-1", "dev"))
+        .await
+        .unwrap();
+    rt.register_agent(AgentSpec::new("lead", "tl"))
+        .await
+        .unwrap();
+    rt
+}
+
+#[tokio::test]
+async fn skills_are_listed_loaded_with_their_files_and_limited_per_role() {
+    let dir = tempfile::tempdir().unwrap();
+    let (claude, own) = (
+        dir.path().join(".claude/skills"),
+        dir.path().join(".guildhall/skills"),
+    );
+    skill(
+        &claude,
+        "review",
+        "review",
+        "Reviews a change line by line",
+        "# Review\nRead the diff.",
+    );
+    std::fs::write(claude.join("review/checklist.md"), "- tests\n").unwrap();
+    std::fs::create_dir_all(claude.join("review/scripts")).unwrap();
+    std::fs::write(claude.join("review/scripts/lint.sh"), "true\n").unwrap();
+    skill(&own, "release", "release", "Cuts a release", "Tag it.");
+    // Not a skill: no front matter. Left out, never a reason to serve nothing.
+    std::fs::create_dir_all(own.join("broken")).unwrap();
+    std::fs::write(own.join("broken/SKILL.md"), "just text").unwrap();
+
+    let rt = runtime(GovernanceConfig::default()).await;
+    let roles = BTreeMap::from([("dev".to_owned(), vec!["rev*".to_owned()])]);
+    let skills = Skills::start(&rt, vec![claude, own], roles).await.unwrap();
+    assert_eq!(
+        skills.catalog().keys().collect::<Vec<_>>(),
+        ["release", "review"]
+    );
+    let description = rt.tool("skill").unwrap().description;
+    assert!(
+        description.contains("- review: Reviews a change line by line")
+            && description.contains("- release: Cuts a release"),
+        "{description}"
+    );
+
+    let loaded = rt
+        .call_json("skill", json!({"name": "review"}), as_agent(&rt, "dev-1"))
+        .await
+        .unwrap();
+    assert_eq!(
+        loaded["instructions"], "# Review\nRead the diff.",
+        "{loaded}"
+    );
+    assert_eq!(
+        loaded["files"],
+        json!(["checklist.md", "scripts/lint.sh"]),
+        "{loaded}"
+    );
+    assert!(
+        loaded["dir"].as_str().unwrap().ends_with("review"),
+        "{loaded}"
+    );
+    // A role limited to `rev*` may not load the release skill; another role may.
+    let refused = rt
+        .call_json("skill", json!({"name": "release"}), as_agent(&rt, "dev-1"))
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(
+        refused.contains("role `dev` may not load skill `release`"),
+        "{refused}"
+    );
+    rt.call_json("skill", json!({"name": "release"}), as_agent(&rt, "lead"))
+        .await
+        .unwrap();
+    let unknown = rt
+        .call_json("skill", json!({"name": "deploy"}), as_agent(&rt, "lead"))
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(
+        unknown.contains("no skill `deploy`; there are: release, review"),
+        "{unknown}"
+    );
+    rt.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_skill_rule_that_asks_is_asked_like_any_tools() {
+    let dir = tempfile::tempdir().unwrap();
+    skill(dir.path(), "review", "review", "Reviews", "Read it.");
+    let governance = GovernanceConfig {
+        rules: vec![Rule::new("skill", Action::Ask).unwrap()],
+        ..GovernanceConfig::default()
+    };
+    let rt = runtime(governance).await;
+    let _skills = Skills::start(&rt, vec![dir.path().to_owned()], BTreeMap::new())
+        .await
+        .unwrap();
+    // Nobody to ask here: the call is refused, saying why.
+    let err = rt
+        .call_json("skill", json!({"name": "review"}), as_agent(&rt, "dev-1"))
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("skill"), "{err}");
+    assert!(err.contains("ask"), "{err}");
+    rt.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_skill_added_is_served_and_announced() {
+    let dir = tempfile::tempdir().unwrap();
+    skill(dir.path(), "review", "review", "Reviews", "Read it.");
+    let rt = runtime(GovernanceConfig::default()).await;
+    let _skills = Skills::start(&rt, vec![dir.path().to_owned()], BTreeMap::new())
+        .await
+        .unwrap();
+    let mut wire = Wire::legacy(McpServer::new(rt.clone())).await;
+    wire.request(1, "ping", json!({})).await;
+    skill(
+        dir.path(),
+        "triage",
+        "triage",
+        "Sorts incoming bugs",
+        "Label them.",
+    );
+    wire.next_where(|m| m["method"] == "notifications/tools/list_changed")
+        .await;
+    eventually(Duration::from_secs(10), || async {
+        rt.tool("skill")
+            .is_some_and(|t| t.description.contains("- triage: Sorts incoming bugs"))
+    })
+    .await;
+    let loaded = rt
+        .call_json("skill", json!({"name": "triage"}), as_agent(&rt, "dev-1"))
+        .await
+        .unwrap();
+    assert_eq!(loaded["instructions"], "Label them.");
+    // Removed: gone from the list, and loading it names what there is.
+    std::fs::remove_dir_all(dir.path().join("triage")).unwrap();
+    eventually(Duration::from_secs(10), || async {
+        rt.tool("skill")
+            .is_some_and(|t| !t.description.contains("triage"))
+    })
+    .await;
+    rt.shutdown().await;
+}
