@@ -16,6 +16,10 @@
 //!   caller's roots reach).
 //! - Governed as any tool: rules on `skill` (allow, deny, ask) apply; a role's `skills`
 //!   list refuses the others, naming them.
+//! - Over MCP (when started as the `skills` subsystem, as `guildhall serve` does), a
+//!   connection's listing shows the tool with only the skills its agent's role may load,
+//!   and each of those is also a prompt, `skill__NAME`, whose text is the skill's
+//!   instructions (got through the tool: governed and audited as a call).
 //! - Reloaded: the folders are looked at every [`CHECK`]; when a skill is added, removed or
 //!   changed the tool is registered again with the new list (clients hear
 //!   `tools/list_changed`). A folder without a readable `SKILL.md`, or one whose front matter
@@ -338,6 +342,35 @@ impl Skills {
             .await
             .map(drop)
             .map_err(|e| guildhall_actors::ErrorChain(&e).to_string())
+    }
+
+    /// The skills `runtime` serves, when they were started as its `skills` subsystem
+    /// (`AfterStart`, as `guildhall serve` does): what MCP lists as prompts and in the
+    /// tool's description per caller.
+    pub fn of(runtime: &Runtime) -> Option<Arc<Self>> {
+        runtime
+            .subsystem::<crate::runtime::AfterStart<Arc<Self>>>()
+            .and_then(crate::runtime::AfterStart::get)
+            .cloned()
+    }
+
+    /// The skills an agent of `role` may load (every one when `None`).
+    pub fn for_role(&self, role: Option<&str>) -> Vec<Arc<Skill>> {
+        self.catalog()
+            .values()
+            .filter(|skill| role.is_none_or(|role| self.allowed(role, &skill.name)))
+            .cloned()
+            .collect()
+    }
+
+    /// The tool's description as an agent of `role` is shown it: only what it may load.
+    pub fn description_for(&self, role: Option<&str>) -> String {
+        let catalog: Catalog = self
+            .for_role(role)
+            .into_iter()
+            .map(|skill| (skill.name.clone(), skill))
+            .collect();
+        describe(&catalog)
     }
 
     /// Whether an agent of `role` may load skill `name`.

@@ -277,11 +277,22 @@ impl McpServer {
         let runtime = &self.shared.runtime;
         let specs = runtime.listed_tools();
         let hidden = runtime.governance().hidden(agent, &specs);
-        self.listing()
+        let mut tools: Vec<Tool> = self
+            .listing()
             .iter()
             .filter(|t| self.filter.allows(&t.name) && !hidden.contains(&&*t.name))
             .cloned()
-            .collect()
+            .collect();
+        // The skills an agent is shown are those its role may load.
+        if let Some(skills) = crate::skills::Skills::of(runtime)
+            && let Some(tool) = tools.iter_mut().find(|t| t.name == crate::skills::TOOL)
+        {
+            let role = agent
+                .and_then(|a| runtime.lookup_agent(a))
+                .map(|r| r.role.to_string());
+            tool.description = Some(skills.description_for(role.as_deref()).into());
+        }
+        tools
     }
 
     fn listing(&self) -> Arc<[Tool]> {
@@ -1231,6 +1242,7 @@ impl ServerHandler for McpServer {
         let (_, _, proxied) = self.federated(agent.as_deref()).await;
         let mut all = prompts::list()?.prompts;
         all.extend(proxied);
+        all.extend(prompts::skills(&self.shared.runtime, agent.as_deref()));
         let (prompts, next) = page::page(all, request)?;
         let mut result = rmcp::model::ListPromptsResult::with_all_items(prompts);
         result.next_cursor = next;
@@ -1346,6 +1358,11 @@ impl ServerHandler for McpServer {
             let runtime = &self.shared.runtime;
             let result =
                 federated::get_prompt(runtime, may_use, Arc::clone(&agent), &request).await?;
+            return Ok(rmcp::model::GetPromptResponse::from(result));
+        }
+        if let Some(skill) = request.name.strip_prefix(prompts::SKILL_PREFIX) {
+            let agent = self.caller(&cx).await?;
+            let result = prompts::get_skill(&self.shared.runtime, &agent, skill).await?;
             return Ok(rmcp::model::GetPromptResponse::from(result));
         }
         let agent = self.named_caller(&cx).await?;

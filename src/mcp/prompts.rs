@@ -73,6 +73,61 @@ pub(super) fn list() -> Result<ListPromptsResult, McpError> {
     model(json!({ "prompts": prompts }))
 }
 
+/// What a skill's prompt is named: `skill__NAME`.
+pub(super) const SKILL_PREFIX: &str = "skill__";
+
+/// The skills `agent` may load, as prompts (none when the runtime serves no skills).
+pub(super) fn skills(runtime: &Runtime, agent: Option<&str>) -> Vec<rmcp::model::Prompt> {
+    let Some(skills) = crate::skills::Skills::of(runtime) else {
+        return Vec::new();
+    };
+    let role = agent
+        .and_then(|a| runtime.lookup_agent(a))
+        .map(|r| r.role.to_string());
+    skills
+        .for_role(role.as_deref())
+        .iter()
+        .filter_map(|skill| {
+            serde_json::from_value(json!({
+                "name": format!("{SKILL_PREFIX}{}", skill.name),
+                "title": format!("Skill: {}", skill.name),
+                "description": skill.description,
+            }))
+            .ok()
+        })
+        .collect()
+}
+
+/// Skill `name` as a prompt: loaded through the `skill` tool as `agent` (governed and
+/// audited as that call; refused as it would be).
+pub(super) async fn get_skill(
+    runtime: &Runtime,
+    agent: &std::sync::Arc<str>,
+    name: &str,
+) -> Result<GetPromptResult, McpError> {
+    let options = crate::CallOptions::new().agent_id(std::sync::Arc::clone(agent));
+    let loaded = runtime
+        .call_json(crate::skills::TOOL, json!({ "name": name }), options)
+        .await
+        .map_err(|err| McpError::invalid_params(err.to_string(), None))?;
+    let mut text = loaded["instructions"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned();
+    if let Some(files) = loaded["files"].as_array().filter(|f| !f.is_empty()) {
+        let dir = loaded["dir"].as_str().unwrap_or_default();
+        let names: Vec<&str> = files.iter().filter_map(Value::as_str).collect();
+        text.push_str(&format!(
+            "\n\nFiles beside it, in {dir}: {}",
+            names.join(", ")
+        ));
+    }
+    model(json!({
+        "description": loaded["description"],
+        "messages": [{ "role": "user", "content": { "type": "text", "text": text } }]
+    }))
+}
+
 /// One briefing, for `caller` unless the arguments name another agent.
 pub(super) fn get(
     runtime: &Runtime,

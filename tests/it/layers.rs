@@ -74,7 +74,7 @@ const GUILDHALL: Allowed = &[
     // What an agent's client is told at points of its own loop (Claude Code's hooks).
     ("loop_hooks", &["agents", "runtime", "tasks"]),
     ("mcp", &["agents", "changes", "context", "governance", "json_id", "launch", "loop_hooks",
-              "observe", "options", "private_fs", "runtime", "servers"]),
+              "observe", "options", "private_fs", "runtime", "servers", "skills"]),
     // Reads guildhall.toml into the settings of every layer above, mcp's included.
     ("config", &["agents", "commands", "compose", "fetch", "files", "governance", "humans", "launch",
                  "loop_hooks", "mcp", "observe", "sandbox", "servers", "shell", "skills", "tasks"]),

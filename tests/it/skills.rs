@@ -8,7 +8,8 @@ use std::path::Path;
 use std::time::Duration;
 
 use guildhall::governance::{Action, GovernanceConfig, Rule};
-use guildhall::mcp::McpServer;
+use guildhall::mcp::{McpServer, ToolFilter};
+use guildhall::runtime::AfterStart;
 use guildhall::skills::Skills;
 use guildhall::{AgentSpec, Runtime};
 use serde_json::json;
@@ -178,5 +179,84 @@ async fn a_skill_added_is_served_and_announced() {
             .is_some_and(|t| !t.description.contains("triage"))
     })
     .await;
+    rt.shutdown().await;
+}
+
+#[tokio::test]
+async fn over_mcp_an_agent_sees_and_gets_as_prompts_only_the_skills_its_role_may_load() {
+    let dir = tempfile::tempdir().unwrap();
+    skill(
+        dir.path(),
+        "review",
+        "review",
+        "Reviews a change",
+        "Read the diff.",
+    );
+    std::fs::write(dir.path().join("review/checklist.md"), "- tests\n").unwrap();
+    skill(
+        dir.path(),
+        "release",
+        "release",
+        "Cuts a release",
+        "Tag it.",
+    );
+    let dirs = vec![dir.path().to_owned()];
+    let roles = BTreeMap::from([("dev".to_owned(), vec!["review".to_owned()])]);
+    // As `guildhall serve` starts them: the runtime's `skills` subsystem.
+    let rt = Runtime::builder()
+        .subsystem(AfterStart::new("skills", move |runtime| async move {
+            Skills::start(&runtime, dirs, roles).await
+        }))
+        .build()
+        .await
+        .unwrap();
+    rt.register_agent(AgentSpec::new("dev-1", "dev"))
+        .await
+        .unwrap();
+    let server = McpServer::new(rt.clone()).connection(Some("dev-1".into()), ToolFilter::all());
+    let mut wire = Wire::legacy(server).await;
+    let listed = wire.request(1, "tools/list", json!({})).await;
+    let tool = listed["result"]["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["name"] == "skill")
+        .unwrap()
+        .clone();
+    let description = tool["description"].as_str().unwrap();
+    assert!(
+        description.contains("- review: Reviews a change"),
+        "{description}"
+    );
+    assert!(!description.contains("release"), "{description}");
+
+    let prompts = wire.request(2, "prompts/list", json!({})).await;
+    let names: Vec<&str> = prompts["result"]["prompts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|p| p["name"].as_str())
+        .filter(|n| n.starts_with("skill__"))
+        .collect();
+    assert_eq!(names, ["skill__review"], "{prompts}");
+    let got = wire
+        .request(3, "prompts/get", json!({"name": "skill__review"}))
+        .await;
+    let text = got["result"]["messages"][0]["content"]["text"]
+        .as_str()
+        .unwrap();
+    assert!(
+        text.starts_with("Read the diff.") && text.contains("checklist.md"),
+        "{got}"
+    );
+    // Asked for anyway, another role's skill is refused as the tool refuses it.
+    let refused = wire
+        .request(4, "prompts/get", json!({"name": "skill__release"}))
+        .await;
+    let message = refused["error"]["message"].as_str().unwrap_or_default();
+    assert!(
+        message.contains("may not load skill `release`"),
+        "{refused}"
+    );
     rt.shutdown().await;
 }
