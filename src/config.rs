@@ -165,6 +165,9 @@ pub struct Config {
     /// `[store]`: where agents, mail, context and tasks are kept.
     #[serde(default)]
     pub store: StoreSection,
+    /// `[models."PATTERN"]`: the tool sets fitted to the model behind a connection.
+    #[serde(default)]
+    pub models: BTreeMap<String, crate::mcp::models::ModelConfig>,
     /// `[skills]`: skill folders served as the `skill` tool (only when this section is
     /// present).
     #[serde(default)]
@@ -230,6 +233,9 @@ pub struct AgentConfig {
     /// The working mode it starts in (over its role's).
     #[serde(default)]
     pub mode: Option<Mode>,
+    /// The model behind its clients, for `[models."PATTERN"]` (when a request names none).
+    #[serde(default)]
+    pub model: Option<String>,
 }
 
 /// A command hook.
@@ -455,6 +461,13 @@ impl Config {
                 reason: format!("[pipelines.{name}]: {reason}"),
             })?;
         }
+        config.model_rules().map_err(|reason| ConfigError {
+            path: path.to_owned(),
+            line: text
+                .find("[models")
+                .map(|at| text[..at].matches('\n').count() + 1),
+            reason,
+        })?;
         config.task_config().map_err(|reason| ConfigError {
             path: path.to_owned(),
             line: text
@@ -479,6 +492,19 @@ impl Config {
                 .and_then(|text| pipeline_line(&text, name)),
             reason: format!("[pipelines.{name}]: {reason}"),
         }
+    }
+
+    /// The `[models]` rules, with the models `[agents.X] model` names.
+    ///
+    /// # Errors
+    /// A pattern that is no glob.
+    pub fn model_rules(&self) -> Result<crate::mcp::models::ModelRules, String> {
+        let agents = self
+            .agents
+            .iter()
+            .filter_map(|(id, a)| a.model.clone().map(|m| (id.clone(), m)))
+            .collect();
+        crate::mcp::models::ModelRules::new(&self.models, agents)
     }
 
     /// The task board's settings: `[tasks]` over the defaults.

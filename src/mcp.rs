@@ -23,6 +23,7 @@ pub mod framing;
 mod handler;
 pub mod http;
 pub mod local;
+pub mod models;
 mod observer;
 mod page;
 mod prompts;
@@ -30,7 +31,7 @@ mod resources;
 pub mod tasks;
 
 pub use filter::{FilterError, ToolFilter};
-pub use handler::{AGENT_HEADER, McpServer, PARENT_HEADER, ROLE_HEADER};
+pub use handler::{AGENT_HEADER, MODEL_HEADER, McpServer, PARENT_HEADER, ROLE_HEADER};
 pub use resources::{
     AGENTS as AGENTS_RESOURCE, EVENTS as EVENTS_RESOURCE, INBOX as INBOX_RESOURCE,
     TASKS as TASKS_RESOURCE,

@@ -214,7 +214,7 @@ pub(crate) async fn serve(args: ServeArgs, data_dir: &Path) -> CliResult {
         }
     };
     #[cfg_attr(not(feature = "conformance"), allow(unused_mut))]
-    let mut server = McpServer::new(runtime.clone());
+    let mut server = McpServer::new(runtime.clone()).with_models(config.model_rules()?);
     #[cfg(feature = "conformance")]
     if args.conformance_fixtures {
         server = server.with_conformance_fixtures();

@@ -44,6 +44,8 @@ pub const ROLE_HEADER: &str = "guildhall-role";
 /// The HTTP header that names the agent an unknown agent named by [`AGENT_HEADER`] reports
 /// to (registered or not yet).
 pub const PARENT_HEADER: &str = "guildhall-parent";
+/// The HTTP header that names the model behind the client (`[models."PATTERN"]`).
+pub const MODEL_HEADER: &str = "guildhall-model";
 
 /// The runtime's tools served over MCP. Cheap to clone; a clone per connection carries that
 /// connection's identity and tool filter.
@@ -52,6 +54,8 @@ pub struct McpServer {
     shared: Arc<Shared>,
     agent: Option<Arc<str>>,
     filter: ToolFilter,
+    /// The model behind this connection, when its opener said (`guildhall mcp --model`).
+    model: Option<Arc<str>>,
     /// Counts this connection as one acting as its agent (bound, or named at an HTTP
     /// session's `initialize`) while any clone lives; its end may end the agent's
     /// background shells.
@@ -79,6 +83,8 @@ struct Shared {
     /// dashboard's `/events` and every `guildhall watch` of this server, and each agent's for
     /// the `/events` streams it opens.
     feeds: crate::observe::Feeds,
+    /// `[models."PATTERN"]`: the tool sets fitted to the model behind a connection.
+    models: super::models::ModelRules,
 }
 
 impl Shared {
@@ -106,9 +112,11 @@ impl McpServer {
                 listing: Mutex::new(None),
                 added_prompts: tokio::sync::watch::Sender::new(0),
                 recent: std::sync::OnceLock::new(),
+                models: super::models::ModelRules::default(),
             }),
             agent: None,
             filter: ToolFilter::all(),
+            model: None,
             presence: Arc::default(),
             subscriptions: Arc::default(),
             _alive: Arc::new(alive.clone().drop_guard()),
@@ -128,8 +136,34 @@ impl McpServer {
             added_prompts: tokio::sync::watch::Sender::new(0),
             recent: std::sync::OnceLock::new(),
             feeds: self.shared.feeds.clone(),
+            models: self.shared.models.clone(),
         });
         Self { shared, ..self }
+    }
+
+    /// Fits each connection's tool set to the model behind it (`[models."PATTERN"]`). Call
+    /// before making connections: they share what the server has.
+    #[must_use]
+    pub fn with_models(self, models: super::models::ModelRules) -> Self {
+        let shared = Arc::new(Shared {
+            runtime: self.shared.runtime.clone(),
+            fixtures: self.shared.fixtures,
+            tasks: CallTasks::default(),
+            listing: Mutex::new(None),
+            added_prompts: tokio::sync::watch::Sender::new(0),
+            recent: std::sync::OnceLock::new(),
+            feeds: self.shared.feeds.clone(),
+            models,
+        });
+        Self { shared, ..self }
+    }
+
+    /// This connection's model, as its opener names it (`guildhall mcp --model`): before
+    /// the agent's `[agents.X] model` and the client's `clientInfo.name`.
+    #[must_use]
+    pub fn with_model(mut self, model: Option<Arc<str>>) -> Self {
+        self.model = model;
+        self
     }
 
     /// A server for one connection: calls default to `agent` as the caller (the sender of
@@ -148,6 +182,7 @@ impl McpServer {
             shared: Arc::clone(&self.shared),
             agent,
             filter: self.filter.clone().and(filter),
+            model: self.model.clone(),
             presence,
             subscriptions: Arc::default(),
             _alive: Arc::new(alive.clone().drop_guard()),
@@ -268,21 +303,65 @@ impl McpServer {
 
     /// Every tool this connection may see, in name order, as `tools/list` shows them.
     pub fn visible_tools(&self) -> Vec<Tool> {
-        self.visible_tools_for(self.agent.as_deref())
+        let agent = self.agent.as_deref();
+        let model = self
+            .model
+            .as_deref()
+            .or_else(|| agent.and_then(|a| self.shared.models.of_agent(a)));
+        self.visible_tools_for(agent, model)
     }
 
-    /// The tools `agent` sees on this connection: those its filter passes and governance
-    /// does not deny it outright.
-    fn visible_tools_for(&self, agent: Option<&str>) -> Vec<Tool> {
+    /// The model behind a request: its `Guildhall-Model` header, the connection's, the
+    /// agent's `[agents.X] model`, the client's `clientInfo.name`.
+    fn model_of(&self, cx: &RequestContext<RoleServer>, agent: Option<&str>) -> Option<String> {
+        let header = cx
+            .extensions
+            .get::<axum::http::request::Parts>()
+            .and_then(|parts| parts.headers.get(MODEL_HEADER))
+            .and_then(|v| v.to_str().ok())
+            .filter(|v| !v.is_empty());
+        header
+            .or(self.model.as_deref())
+            .or_else(|| agent.and_then(|a| self.shared.models.of_agent(a)))
+            .map(str::to_owned)
+            .or_else(|| {
+                cx.peer
+                    .peer_info()
+                    .map(|info| info.client_info.name.clone())
+            })
+    }
+
+    /// The tools `agent` sees on this connection: those its filter passes, governance
+    /// does not deny it outright, and `[models]` leaves `model`.
+    fn visible_tools_for(&self, agent: Option<&str>, model: Option<&str>) -> Vec<Tool> {
         let runtime = &self.shared.runtime;
         let specs = runtime.listed_tools();
         let hidden = runtime.governance().hidden(agent, &specs);
+        let models = &self.shared.models;
         let mut tools: Vec<Tool> = self
             .listing()
             .iter()
-            .filter(|t| self.filter.allows(&t.name) && !hidden.contains(&&*t.name))
+            .filter(|t| {
+                self.filter.allows(&t.name)
+                    && !hidden.contains(&&*t.name)
+                    && !models.hides(model, &t.name)
+            })
             .cloned()
             .collect();
+        if models.simplifies(model) {
+            for tool in &mut tools {
+                let input = super::models::simplify(&Value::Object((*tool.input_schema).clone()));
+                if let Value::Object(input) = input {
+                    tool.input_schema = Arc::new(input);
+                }
+                if let Some(output) = &tool.output_schema
+                    && let Value::Object(output) =
+                        super::models::simplify(&Value::Object((**output).clone()))
+                {
+                    tool.output_schema = Some(Arc::new(output));
+                }
+            }
+        }
         // The skills an agent is shown are those its role may load.
         if let Some(skills) = crate::skills::Skills::of(runtime)
             && let Some(tool) = tools.iter_mut().find(|t| t.name == crate::skills::TOOL)
@@ -423,6 +502,19 @@ impl McpServer {
         cx: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, McpError> {
         let name = request.name.as_ref();
+        if !self.shared.models.is_empty() {
+            let agent = self.named_caller(&cx).await?;
+            let model = self.model_of(&cx, agent.as_deref());
+            if self.shared.models.hides(model.as_deref(), name) {
+                return Err(McpError::invalid_params(
+                    format!(
+                        "tool `{name}` is not offered to model `{}` (`[models]` in guildhall.toml)",
+                        model.as_deref().unwrap_or("unknown")
+                    ),
+                    None,
+                ));
+            }
+        }
         if !self.filter.allows(name) {
             return Err(McpError::invalid_params(
                 format!(
@@ -982,7 +1074,9 @@ impl ServerHandler for McpServer {
         // Tools on their way (a proxied server's first handshake) are waited for, a bounded
         // time: many clients list once, as they connect.
         self.shared.runtime.settled().await;
-        let (tools, next) = page::page(self.visible_tools_for(agent.as_deref()), request)?;
+        let model = self.model_of(&cx, agent.as_deref());
+        let tools = self.visible_tools_for(agent.as_deref(), model.as_deref());
+        let (tools, next) = page::page(tools, request)?;
         let mut result = ListToolsResult::with_all_items(tools);
         result.next_cursor = next;
         Ok(result)

@@ -1,6 +1,7 @@
 //! The MCP server on the wire, in both protocol eras: over an in-memory duplex (raw
 //! newline-delimited JSON-RPC, as a stdio client speaks it) and over HTTP on 127.0.0.1:0.
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -1843,5 +1844,86 @@ async fn the_dashboard_reads_an_agents_mail_a_thread_and_a_sent_messages_fate_wi
     let (status, body) = get("/bob/sent/later".into()).await;
     assert_eq!(status, 400, "{body}");
     stop.cancel();
+    rt.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_connection_sees_the_tool_set_fitted_to_its_model() {
+    let (rt, _) = runtime().await;
+    let models = BTreeMap::from([(
+        "gpt-*".to_owned(),
+        guildhall::mcp::models::ModelConfig {
+            hide: vec!["context_*".into()],
+            swap: BTreeMap::from([("send_message".into(), "gate".into())]),
+            simplify_schemas: true,
+        },
+    )]);
+    let rules = guildhall::mcp::models::ModelRules::new(&models, BTreeMap::new()).unwrap();
+    let server = McpServer::new(rt.clone()).with_models(rules);
+    let names = |listed: &Value| -> Vec<String> {
+        listed["result"]["tools"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|t| t["name"].as_str().unwrap().to_owned())
+            .collect()
+    };
+    // A model the rule covers (named by the connection's opener).
+    let gpt = server
+        .connection(Some(Arc::from("alice")), ToolFilter::all())
+        .with_model(Some(Arc::from("gpt-5-codex")));
+    let mut gpt = Wire::legacy(gpt).await;
+    let listed = gpt.request(1, "tools/list", json!({})).await;
+    let seen = names(&listed);
+    assert!(seen.contains(&"gate".to_owned()), "{seen:?}");
+    assert!(
+        !seen
+            .iter()
+            .any(|n| n.starts_with("context_") || n == "send_message"),
+        "{seen:?}"
+    );
+    // Its schemas: no nullable unions, no $refs, and still JSON Schema 2020-12.
+    for tool in listed["result"]["tools"].as_array().unwrap() {
+        let text = tool.to_string();
+        assert!(
+            !text.contains("\"null\"") && !text.contains("$ref") && !text.contains("nullable"),
+            "{text}"
+        );
+        let name = tool["name"].as_str().unwrap();
+        crate::schemas::check(name, "simplified input", &tool["inputSchema"], None);
+        if let Some(output) = tool.get("outputSchema") {
+            crate::schemas::check(name, "simplified output", output, None);
+        }
+    }
+    let refused = gpt
+        .request(
+            2,
+            "tools/call",
+            json!({"name": "send_message", "arguments": {"to": "bob"}}),
+        )
+        .await;
+    let message = refused["error"]["message"].as_str().unwrap_or_default();
+    assert!(
+        message.contains("not offered to model `gpt-5-codex`"),
+        "{refused}"
+    );
+
+    // Another model (the client's name, `wire-test`): the whole set, as declared.
+    let other = server.connection(Some(Arc::from("alice")), ToolFilter::all());
+    let mut other = Wire::legacy(other).await;
+    let listed = other.request(1, "tools/list", json!({})).await;
+    let seen = names(&listed);
+    assert!(
+        seen.contains(&"context_get".to_owned()) && seen.contains(&"send_message".to_owned()),
+        "{seen:?}"
+    );
+    assert!(
+        !seen.contains(&"gate".to_owned()),
+        "swapped in for gpt-* only: {seen:?}"
+    );
+    assert!(
+        listed.to_string().contains("\"null\""),
+        "schemas as declared"
+    );
     rt.shutdown().await;
 }
