@@ -716,6 +716,7 @@ pub(crate) async fn tools(args: ToolsArgs, data_dir: &Path) -> CliResult {
         .clone()
         .unwrap_or_else(|| data_dir.join(CONFIG_FILE));
     let config = Config::load(&config_file, args.config.is_some())?;
+    let config_file_shown = config_file.clone();
     let mut builder = with_work_tools(
         Runtime::builder().sections(config.subsystems.clone()),
         &config,
@@ -770,6 +771,19 @@ pub(crate) async fn tools(args: ToolsArgs, data_dir: &Path) -> CliResult {
             tool.name,
             format!("(command `{}`, {})", tool.program, tool.defined_at),
         );
+    }
+    // Skills and pipelines last, as `serve` adds them: a pipeline's steps may be any tool.
+    let mut _skills = None;
+    if let Some(skills) = &config.skills {
+        let base = config_dir(&config)?;
+        let dirs = skills.dirs.iter().map(|d| base.join(d)).collect();
+        _skills = Some(guildhall::skills::Skills::start(&runtime, dirs, Default::default()).await?);
+    }
+    for name in guildhall::compose::pipelines::serve(&runtime, &config.pipelines)
+        .await
+        .map_err(|(name, reason)| Config::pipeline_error_at(&config_file_shown, &name, &reason))?
+    {
+        origin.insert(name, "(pipeline, [pipelines] in guildhall.toml)".to_owned());
     }
     let filter = match &args.tools {
         Some(list) => ToolFilter::parse(list)?,

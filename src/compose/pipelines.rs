@@ -11,7 +11,8 @@
 //! ```
 //!
 //! A step's arguments are, without `args` and `set`, what came before as it is (the first
-//! step: the pipeline's arguments). With them, an object: each of `args` a JSON pointer into
+//! step: the pipeline's arguments). With either (even empty: `set = {}` is no arguments),
+//! an object: each of `args` a JSON pointer into
 //! `{"input": the pipeline's arguments, "result": the previous step's result}`, each of `set`
 //! a value. The tool's input schema is its first step's (its own `set` fields taken out); its
 //! output schema its last step's.
@@ -52,14 +53,37 @@ pub struct StepConfig {
     /// The tool it calls: built-in, a command tool, a proxied server's.
     pub tool: String,
     /// Arguments taken from what came before: name → JSON pointer (`/input/…`, `/result/…`).
+    /// Given (even empty), the step's arguments are an object of these and `set`; absent
+    /// with `set`, what came before as it is.
     #[serde(default)]
-    pub args: BTreeMap<String, String>,
-    /// Arguments given as they are.
+    pub args: Option<BTreeMap<String, String>>,
+    /// Arguments given as they are (`set = {}`: no arguments).
     #[serde(default)]
-    pub set: BTreeMap<String, toml::Value>,
+    pub set: Option<BTreeMap<String, toml::Value>>,
     /// Its own bound, within the pipeline call's.
     #[serde(default, with = "crate::time::humane::option")]
     pub timeout: Option<Duration>,
+}
+
+static NO_POINTERS: BTreeMap<String, String> = BTreeMap::new();
+static NO_VALUES: BTreeMap<String, toml::Value> = BTreeMap::new();
+
+impl StepConfig {
+    /// Its pointers (none when `args` is absent).
+    fn pointers(&self) -> &BTreeMap<String, String> {
+        self.args.as_ref().unwrap_or(&NO_POINTERS)
+    }
+
+    /// Its values (none when `set` is absent).
+    fn values(&self) -> &BTreeMap<String, toml::Value> {
+        self.set.as_ref().unwrap_or(&NO_VALUES)
+    }
+
+    /// Whether its arguments are made (`args` or `set` given, even empty) rather than what
+    /// came before.
+    fn mapped(&self) -> bool {
+        self.args.is_some() || self.set.is_some()
+    }
 }
 
 impl PipelineConfig {
@@ -79,7 +103,7 @@ impl PipelineConfig {
         for (at, step) in self.steps.iter().enumerate() {
             let named = |reason: String| format!("step {} (`{}`): {reason}", at + 1, step.tool);
             guildhall_actors::validate_name(&step.tool).map_err(|e| named(e.to_string()))?;
-            for (name, pointer) in &step.args {
+            for (name, pointer) in step.pointers() {
                 let (root, _) = split(pointer).ok_or_else(|| {
                     named(format!(
                         "`args.{name}` = `{pointer}` is not a pointer into `/input` (the \
@@ -92,7 +116,7 @@ impl PipelineConfig {
                          take it from `/input`"
                     )));
                 }
-                if step.set.contains_key(name) {
+                if step.values().contains_key(name) {
                     return Err(named(format!("`{name}` is in both `args` and `set`")));
                 }
             }
@@ -100,17 +124,17 @@ impl PipelineConfig {
                 return Err(named("`timeout` must be more than 0".into()));
             }
             let set = step
-                .set
+                .values()
                 .iter()
                 .map(|(k, v)| Ok((k.clone(), serde_json::to_value(v)?)))
                 .collect::<Result<Map<_, _>, serde_json::Error>>()
                 .map_err(|e| named(format!("`set`: {e}")))?;
-            let mapped = !step.args.is_empty() || !set.is_empty();
+            let mapped = step.mapped();
             stages.push(Stage::Step(Arc::new(Step {
                 tool: step.tool.clone(),
                 timeout: step.timeout,
                 args: mapped.then(|| {
-                    let pointers = step.args.iter().map(|(k, v)| (k.clone(), v.clone()));
+                    let pointers = step.pointers().iter().map(|(k, v)| (k.clone(), v.clone()));
                     Mapping::new(pointers.collect(), set)
                 }),
             })));
@@ -133,19 +157,21 @@ impl PipelineConfig {
                 }
                 return Err(named("there is no such tool".into()));
             };
-            if step.args.is_empty() && step.set.is_empty() {
+            if !step.mapped() {
                 if at == 0 {
                     input_schema = Some(Arc::clone(&spec.input_schema));
                 }
             } else {
                 for required in required(&spec.input_schema) {
-                    if !step.args.contains_key(required) && !step.set.contains_key(required) {
+                    if !step.pointers().contains_key(required)
+                        && !step.values().contains_key(required)
+                    {
                         return Err(named(format!(
                             "it requires `{required}`, which neither `args` nor `set` gives"
                         )));
                     }
                 }
-                for (field, pointer) in &step.args {
+                for (field, pointer) in step.pointers() {
                     if !has_property(&spec.input_schema, &format!("/{field}")) {
                         return Err(named(format!(
                             "`args.{field}`: the tool takes no `{field}`"
@@ -222,7 +248,7 @@ fn has_property(schema: &Value, pointer: &str) -> bool {
 fn pipeline_input(first: &StepConfig, tool_input: &Value) -> Value {
     let mut properties = Map::new();
     let mut required = Vec::new();
-    for (field, pointer) in &first.args {
+    for (field, pointer) in first.pointers() {
         if let Some(("input", rest)) = split(pointer)
             && let Some(top) = rest.split('/').nth(1)
             && !top.is_empty()

@@ -380,6 +380,11 @@ async fn a_pipeline_whose_mapping_cannot_hold_is_refused_naming_the_step() {
             r#"steps = [{ tool = "inc", args = { m = "/input/n" } }]"#,
             "step 1 (`inc`): it requires `n`, which neither `args` nor `set` gives",
         ),
+        (
+            // An empty `set` is no arguments, not the previous result.
+            r#"steps = [{ tool = "inc" }, { tool = "dbl", set = {} }]"#,
+            "step 2 (`dbl`): it requires `n`, which neither `args` nor `set` gives",
+        ),
     ] {
         let pipelines = BTreeMap::from([("p".to_owned(), pipeline(toml))]);
         let (name, reason) = pipelines::serve(&rt, &pipelines).await.unwrap_err();
