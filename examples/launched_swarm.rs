@@ -247,6 +247,7 @@ async fn connect(data_dir: &Path, agent: &str) -> Result<Client> {
         parent: None,
         tools: None,
         token: None,
+        model: None,
     };
     let connected = local::connect(data_dir, &hello).await?;
     Ok(().serve((connected.reader, connected.writer)).await?)

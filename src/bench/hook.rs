@@ -80,6 +80,7 @@ async fn measure(config: &HookBenchConfig, dir: &Path) -> Result<HookReport, Str
             parent: parent.map(Into::into),
             tools: None,
             token: None,
+            model: None,
         };
         local::connect(dir, &hello)
             .await

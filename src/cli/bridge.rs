@@ -34,6 +34,10 @@ pub(crate) struct McpArgs {
     /// Only these tools (names and globs, comma-separated: `send_message,context_*`).
     #[arg(long, value_name = "LIST")]
     tools: Option<String>,
+    /// The model behind this client, for `[models."PATTERN"]` in guildhall.toml (before
+    /// the agent's `[agents.X] model` and the client's name).
+    #[arg(long, env = "GUILDHALL_MODEL", value_name = "MODEL")]
+    model: Option<String>,
     /// Fail instead of starting a server when none is running.
     #[arg(long)]
     no_start: bool,
@@ -61,6 +65,7 @@ pub(crate) async fn run(args: McpArgs, data_dir: &Path) -> CliResult {
         parent: args.parent.clone().filter(|p| !p.is_empty()),
         tools: args.tools.clone(),
         token: std::env::var(guildhall::agents::TOKEN_ENV).ok(),
+        model: args.model.clone().filter(|m| !m.is_empty()),
     };
     let reached = match &args.socket {
         Some(socket) => local::connect_to(socket, &hello).await,

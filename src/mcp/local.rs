@@ -68,6 +68,9 @@ pub enum Hello {
         /// The agent's token, when the config gives it one.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         token: Option<String>,
+        /// The model behind the client, for `[models."PATTERN"]`.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        model: Option<String>,
     },
     /// Answer with the server's status: its supervision tree, agents and tools.
     Status,
@@ -516,6 +519,7 @@ async fn handle(
             parent,
             tools,
             token,
+            model,
         } => match prove(&server, &agent, token.as_deref())
             // Who launched it set its role and parent; its own socket cannot change them.
             .and(
@@ -530,6 +534,7 @@ async fn handle(
                 .await,
             ) {
             Ok((connection, record)) => {
+                let connection = connection.with_model(model.map(Arc::from));
                 let _live = control.enter();
                 answer(&mut writer, Reply::Ok(record)).await?;
                 super::serve_stream(connection, (reader, writer)).await

@@ -11,7 +11,7 @@
 //! ```
 //!
 //! The model is, first found: the request's `Guildhall-Model` header (HTTP); the
-//! connection's own (`guildhall mcp --model`); the agent's `[agents.X] model`; the client's
+//! connection's own (`guildhall mcp --model`, the socket hello's `model`); the agent's `[agents.X] model`; the client's
 //! `clientInfo.name` at `initialize`. The first `[models."PATTERN"]` (in name order) whose
 //! glob matches it applies. A tool some pattern swaps *to* is shown only where a rule swaps
 //! it in. A hidden tool is refused when called, as a filtered one is.

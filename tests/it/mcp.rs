@@ -1927,3 +1927,62 @@ async fn a_connection_sees_the_tool_set_fitted_to_its_model() {
     );
     rt.shutdown().await;
 }
+
+/// `guildhall mcp --model` names the model behind its client: the server's `[models]`
+/// rules fit that connection's tool set to it, and another connection keeps the whole set.
+#[test]
+fn the_bridge_names_its_clients_model_and_the_tool_set_fits_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path();
+    std::fs::write(
+        data.join("guildhall.toml"),
+        "[models.\"gpt-*\"]\nhide = [\"task_*\"]\n",
+    )
+    .unwrap();
+    let _server = crate::support::serve_in_background(data);
+    let list = |model: Option<&str>| -> Vec<String> {
+        let mut command = crate::support::guildhall(data);
+        command.args(["mcp", "--agent", "dev", "--no-start"]);
+        if let Some(model) = model {
+            command.args(["--model", model]);
+        }
+        let mut child = command
+            .env_remove("GUILDHALL_AGENT")
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        let requests = [
+            r#"{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"some-client","version":"1"}}}"#,
+            r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#,
+            r#"{"jsonrpc":"2.0","id":1,"method":"tools/list","params":{}}"#,
+        ];
+        let mut stdin = child.stdin.take().unwrap();
+        for request in requests {
+            std::io::Write::write_all(&mut stdin, format!("{request}\n").as_bytes()).unwrap();
+        }
+        let stdout = std::io::BufReader::new(child.stdout.take().unwrap());
+        let mut names = Vec::new();
+        for line in std::io::BufRead::lines(stdout) {
+            let message: Value = serde_json::from_str(&line.unwrap()).unwrap();
+            if message["id"] == 1 {
+                names = message["result"]["tools"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .map(|t| t["name"].as_str().unwrap().to_owned())
+                    .collect();
+                break;
+            }
+        }
+        drop(stdin);
+        let _ = child.wait();
+        names
+    };
+    let fitted = list(Some("gpt-5"));
+    assert!(fitted.contains(&"send_message".to_owned()), "{fitted:?}");
+    assert!(!fitted.iter().any(|t| t.starts_with("task_")), "{fitted:?}");
+    let whole = list(None);
+    assert!(whole.contains(&"task_list".to_owned()), "{whole:?}");
+}
