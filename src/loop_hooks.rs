@@ -252,11 +252,7 @@ async fn announce(runtime: &Runtime, agent: &str) -> Result<Option<String>, Stri
 fn listing(messages: &[std::sync::Arc<Message>], of: usize) -> String {
     let mut text = String::from(":");
     for message in messages.iter().take(NAMED) {
-        let urgency = match message.priority {
-            Priority::Urgent => "[urgent] ",
-            Priority::High => "[high] ",
-            Priority::Normal | Priority::Low => "",
-        };
+        let urgency = message.priority.tag();
         let mut chars = message.body.chars();
         let body: String = chars.by_ref().take(BODY_CHARS).collect();
         let cut = if chars.next().is_some() { "…" } else { "" };

@@ -124,14 +124,21 @@ pub fn load(dirs: &[PathBuf]) -> Catalog {
 }
 
 fn read_skill(folder: &Path) -> Result<Skill, String> {
+    use std::io::Read;
     let path = folder.join("SKILL.md");
-    let size = std::fs::metadata(&path).map_err(|e| e.to_string())?.len();
-    if size > MAX_SKILL_BYTES {
-        return Err(format!(
-            "SKILL.md is {size} bytes; at most {MAX_SKILL_BYTES}"
-        ));
+    // Never through a link: a skill is what its folder holds, not a file elsewhere.
+    let meta = std::fs::symlink_metadata(&path).map_err(|e| e.to_string())?;
+    if !meta.is_file() {
+        return Err("SKILL.md is not a plain file".into());
     }
-    let text = std::fs::read_to_string(&path).map_err(|e| e.to_string())?;
+    // Read up to the bound (one byte past tells it was passed), whatever the file grew to.
+    let mut text = String::new();
+    std::fs::File::open(&path)
+        .and_then(|f| f.take(MAX_SKILL_BYTES + 1).read_to_string(&mut text))
+        .map_err(|e| e.to_string())?;
+    if text.len() as u64 > MAX_SKILL_BYTES {
+        return Err(format!("SKILL.md is over {MAX_SKILL_BYTES} bytes"));
+    }
     let (front, body) = front_matter(&text).ok_or("SKILL.md has no front matter (`---` lines)")?;
     let name = front.get("name").cloned().unwrap_or_default();
     crate::agents::check_name(&name).map_err(|e| format!("front matter `name`: {e}"))?;
@@ -190,12 +197,22 @@ fn front_matter(text: &str) -> Option<(BTreeMap<String, String>, &str)> {
     Some((fields, body))
 }
 
+/// Entries looked at while listing one skill's files, at most (folders without files cost
+/// the walk too).
+const MAX_VISITED: usize = MAX_FILES * 10;
+
 fn list_files(root: &Path, dir: &Path, depth: usize, files: &mut Vec<String>) {
+    let mut visited = 0;
+    walk(root, dir, depth, files, &mut visited);
+}
+
+fn walk(root: &Path, dir: &Path, depth: usize, files: &mut Vec<String>, visited: &mut usize) {
     let Ok(entries) = std::fs::read_dir(dir) else {
         return;
     };
     for entry in entries.flatten() {
-        if files.len() >= MAX_FILES {
+        *visited += 1;
+        if files.len() >= MAX_FILES || *visited > MAX_VISITED {
             return;
         }
         let path = entry.path();
@@ -203,7 +220,7 @@ fn list_files(root: &Path, dir: &Path, depth: usize, files: &mut Vec<String>) {
             continue;
         };
         if kind.is_dir() && depth + 1 < MAX_DEPTH {
-            list_files(root, &path, depth + 1, files);
+            walk(root, &path, depth + 1, files, visited);
         } else if kind.is_file()
             && path.file_name() != Some("SKILL.md".as_ref())
             && let Ok(relative) = path.strip_prefix(root)
@@ -291,7 +308,10 @@ impl Skills {
                 let Some(skills) = watched.upgrade() else {
                     return;
                 };
-                let now = fingerprint(&skills.dirs);
+                let dirs = skills.dirs.clone();
+                let Ok(now) = tokio::task::spawn_blocking(move || fingerprint(&dirs)).await else {
+                    continue;
+                };
                 if last == Some(now) {
                     continue;
                 }
@@ -314,7 +334,10 @@ impl Skills {
 
     /// Reads the folders again and, if anything changed, serves the new list.
     async fn reload(self: &Arc<Self>) {
-        let fresh = load(&self.dirs);
+        let dirs = self.dirs.clone();
+        let Ok(fresh) = tokio::task::spawn_blocking(move || load(&dirs)).await else {
+            return;
+        };
         if *self.catalog() == fresh {
             return;
         }

@@ -303,7 +303,6 @@ impl Directory {
             .unwrap_or_default()
     }
 
-    /// Every agent id, sorted.
     /// At most `limit` agent ids, in no order (no sort of every id for a hint).
     pub(crate) fn some_ids(&self, limit: usize) -> Vec<AgentId> {
         self.agents
@@ -313,6 +312,7 @@ impl Directory {
             .collect()
     }
 
+    /// Every agent id, sorted.
     pub(crate) fn ids(&self) -> Vec<AgentId> {
         let mut ids: Vec<AgentId> = self.agents.iter().map(|e| e.key().clone()).collect();
         ids.sort();

@@ -39,6 +39,18 @@ pub enum Priority {
     Urgent,
 }
 
+impl Priority {
+    /// How a listing for a model marks a message this urgent: `[urgent] `, `[high] `, or
+    /// nothing.
+    pub fn tag(self) -> &'static str {
+        match self {
+            Self::Urgent => "[urgent] ",
+            Self::High => "[high] ",
+            Self::Normal | Self::Low => "",
+        }
+    }
+}
+
 /// Where a message is in its life.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "snake_case")]

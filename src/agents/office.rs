@@ -112,6 +112,12 @@ impl PostOffice {
     /// senders were told.
     pub(crate) async fn expire_held(&self) -> Result<usize, MailError> {
         let store = &*self.shared.store;
+        // The head of the table first, a read of nothing most seconds: the member list (a
+        // query on a shared store) only when something is due.
+        let due = super::held::due(store, now_ms(), HELD_SWEPT)?;
+        if due.is_empty() {
+            return Ok(0);
+        }
         if let Some(cluster) = store.cluster() {
             let members = cluster.members()?;
             let first = members
@@ -123,7 +129,7 @@ impl PostOffice {
             }
         }
         let mut told = 0;
-        for due in super::held::due(store, now_ms(), HELD_SWEPT)? {
+        for due in due {
             let mut batch = Batch::new();
             batch.delete(Table::Held, due.marker);
             let mut expired = None;

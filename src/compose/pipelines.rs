@@ -247,7 +247,8 @@ fn has_property(schema: &Value, pointer: &str) -> bool {
 /// fields its pointers into `/input` name (their schema the first step's field's), required.
 fn pipeline_input(first: &StepConfig, tool_input: &Value) -> Value {
     let mut properties = Map::new();
-    let mut required = Vec::new();
+    // A set: two pointers into one top-level field name it once (`required` must be unique).
+    let mut required = std::collections::BTreeSet::new();
     for (field, pointer) in first.pointers() {
         if let Some(("input", rest)) = split(pointer)
             && let Some(top) = rest.split('/').nth(1)
@@ -260,10 +261,9 @@ fn pipeline_input(first: &StepConfig, tool_input: &Value) -> Value {
                 serde_json::json!({})
             };
             properties.insert(top.to_owned(), schema);
-            required.push(Value::from(top));
+            required.insert(top.to_owned());
         }
     }
-    required.dedup();
     serde_json::json!({ "type": "object", "properties": properties, "required": required })
 }
 
@@ -348,5 +348,27 @@ impl Tool for PipelineTool {
         self.plan
             .run(&runtime, Value::Object(input.0), &By::of_call(&ctx))
             .await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_input_field_two_pointers_take_is_required_once() {
+        let first: StepConfig = toml::from_str(
+            r#"tool = "t"
+               args = { a = "/input/x", b = "/input/y", c = "/input/x/deep" }"#,
+        )
+        .unwrap();
+        let tool = serde_json::json!({"properties": {"a": {"type": "integer"}}});
+        let schema = pipeline_input(&first, &tool);
+        assert_eq!(
+            schema["required"],
+            serde_json::json!(["x", "y"]),
+            "{schema}"
+        );
+        assert_eq!(schema["properties"]["y"], serde_json::json!({}), "{schema}");
     }
 }

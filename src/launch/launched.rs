@@ -123,6 +123,15 @@ pub(crate) struct Status {
     pub(crate) woken: bool,
 }
 
+impl Status {
+    /// Ends the wait for mail, if there is one.
+    pub(crate) fn stop_waiting(&mut self) {
+        if let Some(waiting) = self.waiting.take() {
+            waiting.cancel();
+        }
+    }
+}
+
 impl Launch {
     pub(crate) fn status(&self) -> std::sync::MutexGuard<'_, Status> {
         self.status.lock().unwrap_or_else(PoisonError::into_inner)
@@ -130,9 +139,7 @@ impl Launch {
 
     /// Ends its wait for mail, if it is idle.
     pub(crate) fn stop_waiting(&self) {
-        if let Some(waiting) = self.status().waiting.take() {
-            waiting.cancel();
-        }
+        self.status().stop_waiting();
     }
 
     pub(crate) fn argv(&self) -> Vec<String> {

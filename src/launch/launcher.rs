@@ -249,9 +249,7 @@ impl Launcher {
                 if alive || status.state == LaunchState::Idle {
                     status.state = LaunchState::Ended;
                     status.last_exit.get_or_insert_with(|| why.to_owned());
-                    if let Some(waiting) = status.waiting.take() {
-                        waiting.cancel();
-                    }
+                    status.stop_waiting();
                 }
                 alive
             };

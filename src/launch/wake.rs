@@ -18,7 +18,7 @@ use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
 use super::launched::Launch;
-use crate::agents::{InboxQuery, Message, Priority, first_id_at};
+use crate::agents::{InboxQuery, Message, first_id_at};
 use crate::changes::Subject;
 
 /// How soon a wake that found no room is tried again, if no mail comes first.
@@ -87,11 +87,7 @@ async fn new_mail(launch: &Launch, since: Uuid) -> Option<String> {
 fn prompt(agent: &str, messages: &[Arc<Message>], unread: usize) -> String {
     let mut text = format!("You are agent `{agent}`, woken by new mail in guildhall:");
     for message in messages {
-        let urgency = match message.priority {
-            Priority::Urgent => "[urgent] ",
-            Priority::High => "[high] ",
-            Priority::Normal | Priority::Low => "",
-        };
+        let urgency = message.priority.tag();
         text.push_str(&format!(
             "\n- {urgency}from `{}`: \"{}\" (id {})",
             message.from.as_str(),

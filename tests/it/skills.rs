@@ -260,3 +260,28 @@ async fn over_mcp_an_agent_sees_and_gets_as_prompts_only_the_skills_its_role_may
     );
     rt.shutdown().await;
 }
+
+#[tokio::test]
+async fn a_skill_md_that_is_a_link_is_not_served() {
+    let dir = tempfile::tempdir().unwrap();
+    skill(dir.path(), "review", "review", "Reviews", "Read it.");
+    // Elsewhere, a file in skill form, linked in as a skill's SKILL.md.
+    let outside = tempfile::tempdir().unwrap();
+    std::fs::write(
+        outside.path().join("notes.md"),
+        "---\nname: leak\ndescription: not a skill\n---\nsecret\n",
+    )
+    .unwrap();
+    std::fs::create_dir_all(dir.path().join("leak")).unwrap();
+    std::os::unix::fs::symlink(
+        outside.path().join("notes.md"),
+        dir.path().join("leak/SKILL.md"),
+    )
+    .unwrap();
+    let rt = runtime(GovernanceConfig::default()).await;
+    let skills = Skills::start(&rt, vec![dir.path().to_owned()], BTreeMap::new())
+        .await
+        .unwrap();
+    assert_eq!(skills.catalog().keys().collect::<Vec<_>>(), ["review"]);
+    rt.shutdown().await;
+}
