@@ -165,6 +165,9 @@ pub struct Config {
     /// `[store]`: where agents, mail, context and tasks are kept.
     #[serde(default)]
     pub store: StoreSection,
+    /// `[mcp]`: how the MCP server lists tools.
+    #[serde(default)]
+    pub mcp: McpSection,
     /// `[models."PATTERN"]`: the tool sets fitted to the model behind a connection.
     #[serde(default)]
     pub models: BTreeMap<String, crate::mcp::models::ModelConfig>,
@@ -350,6 +353,17 @@ pub struct StoreSection {
     /// the longest another server waits to take over after this one died.
     #[serde(default, with = "crate::time::humane::option")]
     pub lease: Option<Duration>,
+}
+
+/// `[mcp]`: how the MCP server lists tools.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct McpSection {
+    /// Past this many tools in an agent's listing, the proxied servers' tools are listed
+    /// only once the agent finds them with `find_tools` (served then); absent: every tool
+    /// is listed.
+    #[serde(default)]
+    pub disclose_after: Option<usize>,
 }
 
 /// `[tasks]`: the task board's size and timings; what is absent keeps its default.

@@ -1,5 +1,5 @@
 //! The built-in file tools: `read_file`, `write_file`, `edit_file`, `multi_edit`,
-//! `list_dir`, `glob` and `grep`, confined to configured roots and guarded against lost updates.
+//! `apply_patch`, `list_dir`, `glob` and `grep`, confined to configured roots and guarded against lost updates.
 //!
 //! - **Confinement** ([`confine`]): every path is walked from an open root one directory
 //!   at a time, by the kernel, never through a symlink or `..`, never into a denied name
@@ -19,11 +19,13 @@
 //! Off unless configured: `[files] roots = ["."]` in `guildhall.toml`, or
 //! [`RuntimeBuilder::files`](crate::RuntimeBuilder::files).
 
+mod apply_patch;
 mod confine;
 mod error;
 mod lanes;
 mod ledger;
 mod listing;
+mod patch;
 mod search;
 mod tools;
 
@@ -33,6 +35,7 @@ use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError};
 
 use serde::{Deserialize, Serialize};
 
+pub use apply_patch::{ApplyPatch, Change, PatchInput, Patched, PatchedFile};
 pub use error::FileError;
 pub use listing::{DirEntry, GlobFiles, GlobInput, ListDir, ListDirInput, Listing, Matches};
 pub use search::{Grep, GrepInput, GrepMode, GrepResult};
@@ -184,13 +187,25 @@ impl Files {
 
     /// Holds the write lock of `path` (a path shares its lock with about 1/64 of others).
     fn lock(&self, path: &Path) -> MutexGuard<'_, ()> {
-        let stripe = xxhash_rust::xxh3::xxh3_64(path.as_os_str().as_encoded_bytes());
-        // The modulo keeps it below STRIPES, which fits any usize.
-        #[allow(clippy::cast_possible_truncation)]
-        let index = (stripe % STRIPES as u64) as usize;
-        self.stripes[index]
+        self.stripes[stripe_of(path)]
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Holds the write locks of all `paths`, taken in one order (the stripes', ascending)
+    /// so that two callers locking several never wait for each other in a circle.
+    fn lock_all<'p>(&self, paths: impl Iterator<Item = &'p Path>) -> Vec<MutexGuard<'_, ()>> {
+        let mut stripes: Vec<usize> = paths.map(stripe_of).collect();
+        stripes.sort_unstable();
+        stripes.dedup();
+        stripes
+            .into_iter()
+            .map(|i| {
+                self.stripes[i]
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+            })
+            .collect()
     }
 
     /// The file tools, sharing this state.
@@ -200,6 +215,7 @@ impl Files {
             write: WriteFile(Arc::clone(self)),
             edit: EditFile(Arc::clone(self)),
             multi_edit: MultiEdit(Arc::clone(self)),
+            apply_patch: ApplyPatch(Arc::clone(self)),
             list_dir: ListDir(Arc::clone(self)),
             glob: GlobFiles(Arc::clone(self)),
             grep: Grep(Arc::clone(self)),
@@ -217,10 +233,21 @@ pub struct FileTools {
     pub edit: EditFile,
     /// `multi_edit`.
     pub multi_edit: MultiEdit,
+    /// `apply_patch`.
+    pub apply_patch: ApplyPatch,
     /// `list_dir`.
     pub list_dir: ListDir,
     /// `glob`.
     pub glob: GlobFiles,
     /// `grep`.
     pub grep: Grep,
+}
+
+/// The write lock stripe of `path`.
+fn stripe_of(path: &Path) -> usize {
+    let stripe = xxhash_rust::xxh3::xxh3_64(path.as_os_str().as_encoded_bytes());
+    // The modulo keeps it below STRIPES, which fits any usize.
+    #[allow(clippy::cast_possible_truncation)]
+    let index = (stripe % STRIPES as u64) as usize;
+    index
 }

@@ -26,7 +26,8 @@
 //!   shell, the sandbox, `web_fetch`, the humans), with the builder methods that add them.
 //! - Above the runtime: `servers` (Linux: other MCP servers proxied as supervised,
 //!   governed tools), `commands` (Linux: programs described in a manifest, served as
-//!   tools), `launch` (Linux: agents the runtime starts and supervises), [`observe`]
+//!   tools), `launch` (Linux: agents the runtime starts and supervises), [`tool_search`]
+//!   (`find_tools`, a search over the tools a caller may use), [`observe`]
 //!   (metrics and traces from the runtime's events), [`mcp`] (the MCP server: stdio,
 //!   Streamable HTTP, the local socket), [`config`](mod@config) (the `guildhall.toml`
 //!   file), `bench` (feature `bench`: the measurements behind `guildhall bench`).
@@ -121,6 +122,7 @@ pub mod tasks;
 pub mod time;
 #[cfg(feature = "tls")]
 mod tls;
+pub mod tool_search;
 
 pub use agents::{
     Agent, AgentId, AgentSpec, Inbox, InboxQuery, MailError, MailboxConfig, Message, Outgoing,

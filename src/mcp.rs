@@ -10,9 +10,11 @@
 //!   (stdio and the socket through [`framing::LineTransport`], HTTP bodies).
 //! - `fixtures`: the conformance suite's tools, resources and prompts.
 //! - `error_meta`: the `_meta` key that marks guildhall's own errors.
+//! - `disclosure`: large tool sets listed as agents find them (`[mcp] disclose_after`).
 //! - `federated`: the proxied servers' resources, templates, prompts and completions,
 //!   served beside guildhall's own.
 
+mod disclosure;
 mod error_meta;
 #[cfg(all(target_os = "linux", target_env = "gnu"))]
 mod federated;

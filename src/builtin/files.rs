@@ -6,7 +6,7 @@ use crate::error::BuildError;
 use crate::files::Files;
 use crate::runtime::{BoxFuture, Install, RuntimeBuilder, Subsystem};
 
-/// `read_file`, `write_file`, `edit_file`, `multi_edit`, `list_dir`, `glob` and `grep` over
+/// `read_file`, `write_file`, `edit_file`, `multi_edit`, `apply_patch`, `list_dir`, `glob` and `grep` over
 /// one [`Files`]' roots, which may depend on the calling agent's role.
 pub struct FileTools(pub Arc<Files>);
 
@@ -26,6 +26,7 @@ impl Subsystem for FileTools {
             install.tool(tools.write)?;
             install.tool(tools.edit)?;
             install.tool(tools.multi_edit)?;
+            install.tool(tools.apply_patch)?;
             install.tool(tools.list_dir)?;
             install.tool(tools.glob)?;
             install.tool(tools.grep)?;
@@ -36,7 +37,7 @@ impl Subsystem for FileTools {
 
 impl RuntimeBuilder {
     /// Adds the file tools (`read_file`, `write_file`, `edit_file`, `multi_edit`,
-    /// `list_dir`, `glob`, `grep`) over `files`' roots.
+    /// `apply_patch`, `list_dir`, `glob`, `grep`) over `files`' roots.
     pub fn files(self, files: &Arc<Files>) -> Self {
         self.subsystem(FileTools(Arc::clone(files)))
     }

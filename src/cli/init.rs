@@ -65,7 +65,7 @@ const CONFIG_TEMPLATE: &str = r#"# guildhall server settings, read when the serv
 # otlp_headers = { "x-honeycomb-team" = "..." }
 
 # Built-in work tools, each off until its section is present.
-# [files]                           # read_file, write_file, edit_file, multi_edit, list_dir, glob, grep
+# [files]                           # read_file, write_file, edit_file, multi_edit, apply_patch, list_dir, glob, grep
 # roots = ["."]
 # deny = [".git", ".guildhall", ".env*", "*.pem"]
 # [files.roles]

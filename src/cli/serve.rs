@@ -214,7 +214,9 @@ pub(crate) async fn serve(args: ServeArgs, data_dir: &Path) -> CliResult {
         }
     };
     #[cfg_attr(not(feature = "conformance"), allow(unused_mut))]
-    let mut server = McpServer::new(runtime.clone()).with_models(config.model_rules()?);
+    let mut server = McpServer::new(runtime.clone())
+        .with_models(config.model_rules()?)
+        .with_disclosure(config.mcp.disclose_after);
     #[cfg(feature = "conformance")]
     if args.conformance_fixtures {
         server = server.with_conformance_fixtures();
@@ -552,6 +554,9 @@ fn with_late_subsystems(
             tracing::info!(skills = skills.catalog().len(), "skill on");
             Ok(skills)
         }));
+    }
+    if config.mcp.disclose_after.is_some() {
+        builder = builder.tool_search();
     }
     if !config.pipelines.is_empty() {
         // After the command tools, whose names and schemas the pipelines are checked with.

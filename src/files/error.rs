@@ -58,6 +58,17 @@ pub enum FileError {
         /// The largest file the tools write.
         limit: u64,
     },
+    /// A change of several files stopped part way by a system error (a full disk): the
+    /// files named were already changed, the rest were not.
+    #[error("{path}: {why}; stopped there, after changing {applied}")]
+    Interrupted {
+        /// The file it failed on.
+        path: String,
+        /// The files already changed, as absolute paths.
+        applied: String,
+        /// What failed, with its causes.
+        why: String,
+    },
     /// Bad arguments that are not about the path.
     #[error("{0}")]
     Invalid(String),

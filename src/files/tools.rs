@@ -1,4 +1,4 @@
-//! The file tools: `read_file`, `write_file` and `edit_file`. Each call runs its file work
+//! The file tools: `read_file`, `write_file`, `edit_file` and `multi_edit`. Each call runs its file work
 //! on tokio's blocking pool; paths go through [`Roots::locate`](super::confine::Roots),
 //! writes through the read-before-write check and an atomic replace.
 
@@ -20,14 +20,14 @@ use crate::time::rfc3339;
 const DEFAULT_LINES: usize = 2_000;
 const MAX_LINES: usize = 10_000;
 /// The largest file the tools read or rewrite whole.
-const MAX_FILE: u64 = 16 * 1024 * 1024;
+pub(super) const MAX_FILE: u64 = 16 * 1024 * 1024;
 /// How far into a file a NUL byte marks it binary.
 const BINARY_PROBE: usize = 8_192;
 /// Nearest lines a failed edit shows.
 const CANDIDATES: usize = 3;
 
 /// The agent a read or write is recorded for: calls without one share the empty name.
-fn caller(ctx: &CallContext) -> Arc<str> {
+pub(super) fn caller(ctx: &CallContext) -> Arc<str> {
     ctx.agent_shared().cloned().unwrap_or_else(|| Arc::from(""))
 }
 
@@ -53,7 +53,7 @@ pub(super) async fn blocking<T: Send + 'static>(
 
 /// A regular file's whole content, opened without following a symlink at its name.
 /// `None` when nothing is there.
-fn read_existing(path: &str, at: &Located) -> Result<Option<Vec<u8>>, FileError> {
+pub(super) fn read_existing(path: &str, at: &Located) -> Result<Option<Vec<u8>>, FileError> {
     let mut file = match at.parent.open_with(&at.name, &read_options()) {
         Ok(file) => file,
         Err(err) if err.kind() == std::io::ErrorKind::NotFound => return Ok(None),
@@ -110,7 +110,7 @@ fn open_error(path: &str, at: &Located, err: std::io::Error) -> FileError {
 }
 
 /// `content` as text, or why it is not.
-fn as_text(path: &str, content: &[u8]) -> Result<String, FileError> {
+pub(super) fn as_text(path: &str, content: &[u8]) -> Result<String, FileError> {
     let probe = &content[..content.len().min(BINARY_PROBE)];
     if probe.contains(&0) {
         return Err(FileError::NotText {
@@ -131,7 +131,7 @@ fn as_text(path: &str, content: &[u8]) -> Result<String, FileError> {
 /// reader sees the old content or the new, never part of either. The file's permissions,
 /// owner and group are kept (as far as the server's user may set them). With `replace`
 /// false the move fails if a file appeared there meanwhile.
-fn replace_atomically(
+pub(super) fn replace_atomically(
     path: &str,
     at: &Located,
     content: &[u8],
@@ -184,14 +184,14 @@ fn replace_atomically(
 }
 
 /// Makes a rename durable (best effort: not every file system syncs directories).
-fn sync_dir(dir: &Dir) {
+pub(super) fn sync_dir(dir: &Dir) {
     if let Ok(file) = dir.open(".") {
         let _ = file.sync_all();
     }
 }
 
 /// Checks that `agent` read `at` at its current `content` before it writes.
-fn check_read(
+pub(super) fn check_read(
     files: &Files,
     agent: &Arc<str>,
     path: &str,
@@ -488,13 +488,13 @@ impl Tool for WriteFile {
 }
 
 /// What a replaced file keeps of the old one.
-struct Kept {
+pub(super) struct Kept {
     permissions: cap_std::fs::Permissions,
     uid: u32,
     gid: u32,
 }
 
-fn kept_of(path: &str, at: &Located) -> Result<Kept, FileError> {
+pub(super) fn kept_of(path: &str, at: &Located) -> Result<Kept, FileError> {
     use cap_std::fs::MetadataExt;
     at.parent
         .symlink_metadata(&at.name)
@@ -921,7 +921,10 @@ const NEAR_BUDGET: usize = 25_000_000;
 /// A line is compared only if its length could reach the threshold: the distance is at
 /// least the difference of the lengths, so a line (start) more than twice as long as
 /// `first` or less than half as long never resembles it, and costs only its count.
-fn nearest_lines<'t>(text: &'t str, first: &str) -> (Vec<(f64, usize, &'t str)>, Option<usize>) {
+pub(super) fn nearest_lines<'t>(
+    text: &'t str,
+    first: &str,
+) -> (Vec<(f64, usize, &'t str)>, Option<usize>) {
     let want = first.chars().count();
     let mut budget = NEAR_BUDGET;
     let mut near: Vec<(f64, usize, &str)> = Vec::new();

@@ -85,9 +85,31 @@ struct Shared {
     feeds: crate::observe::Feeds,
     /// `[models."PATTERN"]`: the tool sets fitted to the model behind a connection.
     models: super::models::ModelRules,
+    /// `[mcp] disclose_after`: the proxied tools each agent has found.
+    disclosure: super::disclosure::Disclosure,
 }
 
 impl Shared {
+    fn new(
+        runtime: Runtime,
+        feeds: crate::observe::Feeds,
+        fixtures: bool,
+        models: super::models::ModelRules,
+        disclose_after: Option<usize>,
+    ) -> Self {
+        Self {
+            runtime,
+            fixtures,
+            tasks: CallTasks::default(),
+            listing: Mutex::new(None),
+            added_prompts: tokio::sync::watch::Sender::new(0),
+            recent: std::sync::OnceLock::new(),
+            feeds,
+            models,
+            disclosure: super::disclosure::Disclosure::new(disclose_after),
+        }
+    }
+
     /// The kept events, keeping them from now on if nobody asked before.
     fn recent(&self) -> Arc<crate::observe::RecentEvents> {
         Arc::clone(self.recent.get_or_init(|| {
@@ -103,17 +125,15 @@ impl McpServer {
     /// Serves every tool of `runtime`, with no bound agent.
     pub fn new(runtime: Runtime) -> Self {
         let alive = CancellationToken::new();
+        let feeds = crate::observe::Feeds::new(&runtime);
         Self {
-            shared: Arc::new(Shared {
-                feeds: crate::observe::Feeds::new(&runtime),
+            shared: Arc::new(Shared::new(
                 runtime,
-                fixtures: false,
-                tasks: CallTasks::default(),
-                listing: Mutex::new(None),
-                added_prompts: tokio::sync::watch::Sender::new(0),
-                recent: std::sync::OnceLock::new(),
-                models: super::models::ModelRules::default(),
-            }),
+                feeds,
+                false,
+                super::models::ModelRules::default(),
+                None,
+            )),
             agent: None,
             filter: ToolFilter::all(),
             model: None,
@@ -124,38 +144,50 @@ impl McpServer {
         }
     }
 
+    /// This server with other settings: what it gathers while serving (the listing, the
+    /// tasks, what agents found) starts again. Used before connections are made.
+    fn rebuilt(
+        self,
+        fixtures: bool,
+        models: super::models::ModelRules,
+        disclose_after: Option<usize>,
+    ) -> Self {
+        let shared = Arc::new(Shared::new(
+            self.shared.runtime.clone(),
+            self.shared.feeds.clone(),
+            fixtures,
+            models,
+            disclose_after,
+        ));
+        Self { shared, ..self }
+    }
+
     /// Adds the conformance suite's fixture tools, resources and prompts.
     #[cfg(feature = "conformance")]
     #[must_use]
     pub fn with_conformance_fixtures(self) -> Self {
-        let shared = Arc::new(Shared {
-            runtime: self.shared.runtime.clone(),
-            fixtures: true,
-            tasks: CallTasks::default(),
-            listing: Mutex::new(None),
-            added_prompts: tokio::sync::watch::Sender::new(0),
-            recent: std::sync::OnceLock::new(),
-            feeds: self.shared.feeds.clone(),
-            models: self.shared.models.clone(),
-        });
-        Self { shared, ..self }
+        let (models, after) = (self.shared.models.clone(), self.shared.disclosure.after());
+        self.rebuilt(true, models, after)
     }
 
     /// Fits each connection's tool set to the model behind it (`[models."PATTERN"]`). Call
     /// before making connections: they share what the server has.
     #[must_use]
     pub fn with_models(self, models: super::models::ModelRules) -> Self {
-        let shared = Arc::new(Shared {
-            runtime: self.shared.runtime.clone(),
-            fixtures: self.shared.fixtures,
-            tasks: CallTasks::default(),
-            listing: Mutex::new(None),
-            added_prompts: tokio::sync::watch::Sender::new(0),
-            recent: std::sync::OnceLock::new(),
-            feeds: self.shared.feeds.clone(),
-            models,
-        });
-        Self { shared, ..self }
+        let (fixtures, after) = (self.shared.fixtures, self.shared.disclosure.after());
+        self.rebuilt(fixtures, models, after)
+    }
+
+    /// Lists the proxied servers' tools to an agent only once it has found them with
+    /// `find_tools`, when it would see more than `after` tools (`[mcp] disclose_after`) and
+    /// the runtime serves `find_tools` ([`RuntimeBuilder::tool_search`]). Call before
+    /// making connections.
+    ///
+    /// [`RuntimeBuilder::tool_search`]: crate::RuntimeBuilder::tool_search
+    #[must_use]
+    pub fn with_disclosure(self, after: Option<usize>) -> Self {
+        let (fixtures, models) = (self.shared.fixtures, self.shared.models.clone());
+        self.rebuilt(fixtures, models, after)
     }
 
     /// This connection's model, as its opener names it (`guildhall mcp --model`): before
@@ -362,6 +394,7 @@ impl McpServer {
                 }
             }
         }
+        self.shared.disclosure.narrow(agent, &mut tools);
         // The skills an agent is shown are those its role may load.
         if let Some(skills) = crate::skills::Skills::of(runtime)
             && let Some(tool) = tools.iter_mut().find(|t| t.name == crate::skills::TOOL)
@@ -536,6 +569,8 @@ impl McpServer {
         let agent = self.caller(&cx).await?;
         self.shared.runtime.agent_seen(&agent);
         let owner = Some(Arc::clone(&agent));
+        let finding = name == crate::tool_search::TOOL && self.shared.disclosure.is_on();
+        let finder = finding.then(|| (Arc::clone(&agent), self.model_of(&cx, Some(&agent))));
         let mut options = CallOptions::new().agent_id(agent);
         // The caller's trace context, as OpenTelemetry's MCP conventions carry it: the
         // call's span joins the agent's trace. An invalid one is ignored (W3C).
@@ -578,7 +613,54 @@ impl McpServer {
             // Dropping the call fires its cancellation token in the tool.
             () = cx.ct.cancelled() => return Err(request_cancelled()),
         };
-        answer(outcome)
+        match (outcome, finder) {
+            (Ok(reply), Some((agent, model))) => {
+                answer(Ok(self.disclose(&agent, model.as_deref(), reply)))
+            }
+            (outcome, _) => answer(outcome),
+        }
+    }
+
+    /// A `find_tools` reply as this connection may see it: the tools its filter or its
+    /// model hides left out, and the rest disclosed to its agent (who hears of them with
+    /// `tools/list_changed`).
+    fn disclose(&self, agent: &Arc<str>, model: Option<&str>, reply: ToolReply) -> ToolReply {
+        let Ok(mut found) =
+            serde_json::from_value::<crate::tool_search::Found>(reply.value.clone())
+        else {
+            return reply;
+        };
+        let listed = found.tools.len();
+        found
+            .tools
+            .retain(|t| self.filter.allows(&t.name) && !self.shared.models.hides(model, &t.name));
+        self.shared
+            .disclosure
+            .disclose(agent, found.tools.iter().map(|t| t.name.clone()));
+        // A reply cut to the limits is passed on as it was cut.
+        if found.tools.len() == listed || reply.truncated.is_some() {
+            return reply;
+        }
+        let Ok(value) = serde_json::to_value(&found) else {
+            return reply;
+        };
+        let mut fitted = ToolReply::new(value);
+        fitted.notes = reply.notes;
+        fitted
+    }
+
+    /// The agent a connection acts for, as it was named when it opened (bound, or by
+    /// the `Guildhall-Agent` header its `initialize` was checked with).
+    fn opened_as(&self, extensions: &rmcp::model::Extensions) -> Option<Arc<str>> {
+        self.agent.clone().or_else(|| {
+            extensions
+                .get::<axum::http::request::Parts>()?
+                .headers
+                .get(AGENT_HEADER)?
+                .to_str()
+                .ok()
+                .map(Arc::from)
+        })
     }
 
     /// A long call for a client that takes tasks: answered directly when it ends within
@@ -1147,6 +1229,16 @@ impl ServerHandler for McpServer {
                 .await;
             });
         }
+        // And of what their agent found with `find_tools`.
+        if let Some(found) = self
+            .opened_as(&cx.extensions)
+            .and_then(|agent| self.shared.disclosure.changes(&agent))
+        {
+            let (alive, peer) = (alive.clone(), peer.clone());
+            tokio::spawn(async move {
+                relay_changes(found, alive.cancelled(), || peer.notify_tool_list_changed()).await;
+            });
+        }
         tokio::spawn(async move {
             relay_changes(changes, alive.cancelled(), || {
                 peer.notify_tool_list_changed()
@@ -1188,11 +1280,26 @@ impl ServerHandler for McpServer {
 
     async fn listen(&self, subscription: SubscriptionContext) -> Result<(), McpError> {
         // 2026-07-28 clients subscribe with `subscriptions/listen` instead.
-        let tools = relay_changes(
-            self.shared.runtime.tool_set_changes(),
-            subscription.cancelled(),
-            || subscription.sink().notify_tool_list_changed(),
-        );
+        let found = self
+            .named_caller(subscription.request_context())
+            .await?
+            .and_then(|agent| self.shared.disclosure.changes(&agent));
+        let tools = async {
+            let all = relay_changes(
+                self.shared.runtime.tool_set_changes(),
+                subscription.cancelled(),
+                || subscription.sink().notify_tool_list_changed(),
+            );
+            let found = async {
+                if let Some(found) = found {
+                    relay_changes(found, subscription.cancelled(), || {
+                        subscription.sink().notify_tool_list_changed()
+                    })
+                    .await;
+                }
+            };
+            tokio::join!(all, found);
+        };
         if self.shared.fixtures {
             let prompts = relay_changes(
                 self.shared.added_prompts.subscribe(),

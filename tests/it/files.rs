@@ -153,6 +153,19 @@ async fn no_path_leads_out_of_the_roots() {
         )
         .await;
         assert!(edit.is_err(), "edit of {path:?} refused");
+        for header in ["Add File", "Delete File"] {
+            let patch =
+                format!("*** Begin Patch\n*** {header}: {path}\n+overwritten\n*** End Patch");
+            let patched = call(&rt, "alice", "apply_patch", json!({ "input": patch })).await;
+            assert!(patched.is_err(), "apply_patch {header} of {path:?} refused");
+        }
+        let moved = format!(
+            "*** Begin Patch\n*** Update File: src/main.rs\n*** Move to: {path}\n@@\n-fn main() {{\n+fn moved() {{\n*** End Patch"
+        );
+        let err = call(&rt, "alice", "apply_patch", json!({ "input": moved }))
+            .await
+            .expect_err(&format!("a move to {path:?} refused"));
+        assert!(!err.to_string().is_empty());
     }
     assert_eq!(
         snapshot(&tree.outside),
@@ -611,6 +624,186 @@ async fn unusable_roots_are_refused_at_start() {
     .unwrap()
     .to_string();
     assert!(none.contains("no root given"), "{none}");
+}
+
+fn patch(body: &str) -> Value {
+    json!({ "input": format!("*** Begin Patch\n{body}*** End Patch\n") })
+}
+
+#[tokio::test]
+async fn a_patch_adds_updates_moves_and_deletes_files_all_or_nothing() {
+    let tree = tree();
+    let rt = runtime(&tree).await;
+    let root = &tree.root;
+    std::fs::write(root.join("lib.rs"), "pub fn one() -> u32 {\n    1\n}\n").unwrap();
+    std::fs::write(root.join("old.txt"), "to be deleted\n").unwrap();
+    call(&rt, "alice", "read_file", json!({ "path": "old.txt" }))
+        .await
+        .unwrap();
+    // No earlier read is needed for an update: its context is the proof.
+    let done = call(
+        &rt,
+        "alice",
+        "apply_patch",
+        patch(
+            "*** Add File: notes/new.md\n+# New\n+\n+body\n\
+             *** Update File: src/main.rs\n@@ fn main() {\n-    println!(\"hi\");\n+    println!(\"hello\");\n\
+             *** Update File: lib.rs\n*** Move to: core/lib.rs\n pub fn one() -> u32 {\n-    1\n+    2\n\
+             *** Delete File: old.txt\n",
+        ),
+    )
+    .await
+    .unwrap();
+    let changes: Vec<(&str, &str)> = done["files"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| (f["change"].as_str().unwrap(), f["path"].as_str().unwrap()))
+        .collect();
+    let shown = |p: &str| root.join(p).display().to_string();
+    assert_eq!(
+        changes,
+        [
+            ("added", shown("notes/new.md").as_str()),
+            ("updated", shown("src/main.rs").as_str()),
+            ("moved", shown("core/lib.rs").as_str()),
+            ("deleted", shown("old.txt").as_str()),
+        ]
+    );
+    assert_eq!(done["files"][2]["from"], json!(shown("lib.rs")));
+    assert_eq!(
+        std::fs::read_to_string(root.join("notes/new.md")).unwrap(),
+        "# New\n\nbody\n"
+    );
+    assert_eq!(
+        std::fs::read_to_string(root.join("src/main.rs")).unwrap(),
+        "fn main() {\n    println!(\"hello\");\n}\n"
+    );
+    assert_eq!(
+        std::fs::read_to_string(root.join("core/lib.rs")).unwrap(),
+        "pub fn one() -> u32 {\n    2\n}\n"
+    );
+    assert!(!root.join("lib.rs").exists() && !root.join("old.txt").exists());
+
+    // Someone changes main.rs: a patch written from the old reading is refused whole (the
+    // file it would add is not added), with the nearest lines shown.
+    std::fs::write(
+        root.join("src/main.rs"),
+        "fn main() {\n    println!(\"howdy\");\n}\n",
+    )
+    .unwrap();
+    let before = snapshot(root);
+    let err = call(
+        &rt,
+        "alice",
+        "apply_patch",
+        patch(
+            "*** Add File: second.md\n+x\n\
+             *** Update File: src/main.rs\n@@ fn main() {\n-    println!(\"hello\");\n+    println!(\"bye\");\n",
+        ),
+    )
+    .await
+    .unwrap_err()
+    .to_string();
+    assert!(
+        err.contains("src/main.rs: not edited: chunk 1 (patch line 5): its kept and removed lines are not in the file after `@@ fn main() {`"),
+        "{err}"
+    );
+    assert!(err.contains("nothing was written"), "{err}");
+    assert!(err.contains("line 2:     println!(\"howdy\");"), "{err}");
+    assert_eq!(snapshot(root), before, "a refused patch changes nothing");
+
+    // A context line that is gone names itself.
+    let err = call(
+        &rt,
+        "alice",
+        "apply_patch",
+        patch("*** Update File: src/main.rs\n@@ fn start() {\n-}\n+};\n"),
+    )
+    .await
+    .unwrap_err()
+    .to_string();
+    assert!(
+        err.contains("its `@@ fn start() {` line is not in the file"),
+        "{err}"
+    );
+    assert!(err.contains("line 1: fn main() {"), "{err}");
+
+    // A delete needs a read of the current content; an add never overwrites; a move never
+    // lands on a file; no file twice; a malformed patch names its line.
+    std::fs::write(root.join("unread.txt"), "mine\n").unwrap();
+    let refusals = [
+        (
+            patch("*** Delete File: unread.txt\n"),
+            "you have not read it",
+        ),
+        (
+            patch("*** Add File: src/main.rs\n+x\n"),
+            "it exists already",
+        ),
+        (
+            patch("*** Update File: core/lib.rs\n*** Move to: src/main.rs\n@@\n-    2\n+    3\n"),
+            "a move never overwrites",
+        ),
+        (
+            patch("*** Add File: twice.md\n+a\n*** Add File: ./twice.md\n+b\n"),
+            "names this file twice",
+        ),
+        (patch("*** Delete File: nothing.txt\n"), "no such file"),
+        (
+            json!({ "input": "*** Begin Patch\n*** Update File: src/main.rs\n@@\n?what\n*** End Patch" }),
+            "malformed at line 4",
+        ),
+        (
+            json!({ "input": "--- a/x\n+++ b/x\n" }),
+            "first line must be `*** Begin Patch`",
+        ),
+    ];
+    for (args, why) in refusals {
+        let err = call(&rt, "alice", "apply_patch", args.clone())
+            .await
+            .expect_err(&format!("{args} refused"))
+            .to_string();
+        assert!(err.contains(why), "{args}: expected `{why}` in: {err}");
+    }
+    assert_eq!(
+        std::fs::read_to_string(root.join("unread.txt")).unwrap(),
+        "mine\n"
+    );
+    assert!(!root.join("twice.md").exists());
+
+    // An updated file the agent had read whole stays writable without another read; one
+    // it had not read does not.
+    call(&rt, "bob", "read_file", json!({ "path": "core/lib.rs" }))
+        .await
+        .unwrap();
+    call(
+        &rt,
+        "bob",
+        "apply_patch",
+        patch("*** Update File: core/lib.rs\n-    2\n+    4\n"),
+    )
+    .await
+    .unwrap();
+    call(
+        &rt,
+        "bob",
+        "edit_file",
+        json!({ "path": "core/lib.rs", "old_string": "4", "new_string": "5" }),
+    )
+    .await
+    .unwrap();
+    let err = call(
+        &rt,
+        "alice",
+        "edit_file",
+        json!({ "path": "core/lib.rs", "old_string": "5", "new_string": "6" }),
+    )
+    .await
+    .unwrap_err()
+    .to_string();
+    assert!(err.contains("not written"), "{err}");
+    rt.shutdown().await;
 }
 
 #[tokio::test]

@@ -62,6 +62,8 @@ const GUILDHALL: Allowed = &[
                   "process_group", "runtime", "sandbox", "tls"]),
     ("commands", &["detached", "options", "process_group", "runtime", "sandbox", "shell",
                    "time"]),
+    // `find_tools`: a search over the tools a caller may use.
+    ("tool_search", &["runtime"]),
     // Skill folders served as the `skill` tool.
     ("skills", &["agents", "runtime"]),
     // Tools composed of tools: each step a governed call through the runtime.
@@ -74,7 +76,8 @@ const GUILDHALL: Allowed = &[
     // What an agent's client is told at points of its own loop (Claude Code's hooks).
     ("loop_hooks", &["agents", "runtime", "tasks"]),
     ("mcp", &["agents", "changes", "context", "governance", "json_id", "launch", "loop_hooks",
-              "observe", "options", "private_fs", "runtime", "servers", "skills"]),
+              "observe", "options", "private_fs", "runtime", "servers", "skills",
+              "tool_search"]),
     // Reads guildhall.toml into the settings of every layer above, mcp's included.
     ("config", &["agents", "commands", "compose", "fetch", "files", "governance", "humans", "launch",
                  "loop_hooks", "mcp", "observe", "sandbox", "servers", "shell", "skills", "tasks"]),

@@ -1934,9 +1934,14 @@ async fn a_connection_sees_the_tool_set_fitted_to_its_model() {
 fn the_bridge_names_its_clients_model_and_the_tool_set_fits_it() {
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path();
+    std::fs::create_dir(data.join("project")).unwrap();
     std::fs::write(
         data.join("guildhall.toml"),
-        "[models.\"gpt-*\"]\nhide = [\"task_*\"]\n",
+        format!(
+            "[files]\nroots = [{:?}]\n\n[models.\"gpt-*\"]\nhide = [\"task_*\"]\n\
+             swap = {{ edit_file = \"apply_patch\" }}\n",
+            data.join("project")
+        ),
     )
     .unwrap();
     let _server = crate::support::serve_in_background(data);
@@ -1980,9 +1985,18 @@ fn the_bridge_names_its_clients_model_and_the_tool_set_fits_it() {
         let _ = child.wait();
         names
     };
+    let has = |names: &[String], tool: &str| names.iter().any(|t| t == tool);
     let fitted = list(Some("gpt-5"));
-    assert!(fitted.contains(&"send_message".to_owned()), "{fitted:?}");
+    assert!(has(&fitted, "send_message"), "{fitted:?}");
     assert!(!fitted.iter().any(|t| t.starts_with("task_")), "{fitted:?}");
+    assert!(
+        has(&fitted, "apply_patch") && !has(&fitted, "edit_file"),
+        "apply_patch instead of edit_file: {fitted:?}"
+    );
     let whole = list(None);
-    assert!(whole.contains(&"task_list".to_owned()), "{whole:?}");
+    assert!(has(&whole, "task_list"), "{whole:?}");
+    assert!(
+        has(&whole, "edit_file") && !has(&whole, "apply_patch"),
+        "apply_patch only where swapped in: {whole:?}"
+    );
 }

@@ -174,6 +174,10 @@ async fn every_tool_schema_is_standard_json_schema_and_real_results_match_it() {
             "multi_edit",
             json!({"path": "notes.md", "edits": [{"old_string": "c", "new_string": "d"}]}),
         ),
+        (
+            "apply_patch",
+            json!({"input": "*** Begin Patch\n*** Update File: notes.md\n-d\n+e\n*** End Patch"}),
+        ),
         ("list_dir", json!({})),
         ("glob", json!({"pattern": "*.md"})),
         ("grep", json!({"pattern": "d", "mode": "content"})),

@@ -1597,3 +1597,204 @@ async fn a_crash_storm_leaves_no_process_behind_and_quarantines_a_server_that_ca
         "{report:?}"
     );
 }
+
+/// `[mcp] disclose_after` with 300 proxied tools: a connection lists guildhall's own tools
+/// and `find_tools`; what its agent finds joins its listing, announced with
+/// `tools/list_changed`, and stays its agent's (another agent still sees none). The search
+/// never shows a tool governance denies the caller, and a tool not found yet is still
+/// callable by name.
+#[tokio::test]
+async fn past_the_bound_an_agent_lists_the_proxied_tools_it_finds() {
+    use crate::mcp::Wire;
+    use guildhall::mcp::{McpServer, ToolFilter};
+
+    let dir = tempfile::tempdir().unwrap();
+    let inner = dir.path().join("inner");
+    std::fs::create_dir_all(&inner).unwrap();
+    let topics = [
+        "weather", "invoice", "calendar", "ticket", "deploy", "billing",
+    ];
+    let manifest: String = (0..300)
+        .map(|i| {
+            let topic = topics[i % topics.len()];
+            format!(
+                "[commands.{topic}_{i}]\ndescription = \"Looks up {topic} record {i}\"\n\
+                 command = [\"printf\", \"{topic} {i}\"]\n\n"
+            )
+        })
+        .collect();
+    std::fs::write(inner.join("guildhall.toml"), manifest).unwrap();
+    let governance = GovernanceConfig {
+        rules: vec![Rule::new("mcp__big__deploy_*", Action::Deny).unwrap()],
+        ..GovernanceConfig::default()
+    };
+    let rt = Runtime::builder()
+        .governance(governance)
+        .tool_search()
+        .build()
+        .await
+        .unwrap();
+    let servers = Servers::start(&rt, std::env::temp_dir(), None)
+        .await
+        .unwrap();
+    servers
+        .add("big", inner_serving(dir.path(), &[]))
+        .await
+        .unwrap();
+    let proxied = |rt: &Runtime| {
+        rt.tools()
+            .iter()
+            .filter(|t| t.name.starts_with("mcp__big__"))
+            .count()
+    };
+    eventually(Duration::from_secs(60), || async { proxied(&rt) >= 300 }).await;
+    for agent in ["alice", "bob"] {
+        rt.register_agent(guildhall::AgentSpec::new(agent, "dev"))
+            .await
+            .unwrap();
+    }
+    let server = McpServer::new(rt.clone()).with_disclosure(Some(100));
+    let names = |listed: &Value| -> Vec<String> {
+        listed["result"]["tools"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|t| t["name"].as_str().unwrap().to_owned())
+            .collect()
+    };
+    let shown_proxied = |names: &[String]| -> Vec<String> {
+        names
+            .iter()
+            .filter(|n| n.starts_with("mcp__"))
+            .cloned()
+            .collect()
+    };
+    let mut alice =
+        Wire::legacy(server.connection(Some(Arc::from("alice")), ToolFilter::all())).await;
+    let listed = names(&alice.request(1, "tools/list", json!({})).await);
+    assert!(shown_proxied(&listed).is_empty(), "{listed:?}");
+    assert!(
+        listed.contains(&"find_tools".to_owned()) && listed.contains(&"send_message".to_owned()),
+        "{listed:?}"
+    );
+
+    let found = alice
+        .request(
+            2,
+            "tools/call",
+            json!({"name": "find_tools", "arguments": {"query": "invoice", "limit": 3}}),
+        )
+        .await;
+    let result = &found["result"]["structuredContent"];
+    let found_names: Vec<String> = result["tools"]
+        .as_array()
+        .unwrap_or_else(|| panic!("{found}"))
+        .iter()
+        .map(|t| t["name"].as_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(found_names.len(), 3, "{found}");
+    assert!(
+        found_names
+            .iter()
+            .all(|n| n.starts_with("mcp__big__invoice_")),
+        "{found_names:?}"
+    );
+    assert_eq!(
+        result["more"],
+        json!(47),
+        "50 invoice tools in all: {found}"
+    );
+    assert_eq!(
+        result["tools"][0]["input_schema"]["type"],
+        json!("object"),
+        "{found}"
+    );
+    alice
+        .next_where(|m| m["method"] == "notifications/tools/list_changed")
+        .await;
+    let listed = names(&alice.request(3, "tools/list", json!({})).await);
+    assert_eq!(
+        shown_proxied(&listed),
+        found_names,
+        "the found tools, no others"
+    );
+
+    // An exact name comes first; a denied tool is never found.
+    let exact = alice
+        .request(
+            4,
+            "tools/call",
+            json!({"name": "find_tools", "arguments": {"query": "mcp__big__weather_174"}}),
+        )
+        .await;
+    assert_eq!(
+        exact["result"]["structuredContent"]["tools"][0]["name"],
+        json!("mcp__big__weather_174"),
+        "{exact}"
+    );
+    let denied = alice
+        .request(
+            5,
+            "tools/call",
+            json!({"name": "find_tools", "arguments": {"query": "deploy", "limit": 50}}),
+        )
+        .await;
+    assert!(
+        !denied.to_string().contains("mcp__big__deploy_"),
+        "governance denies them: {denied}"
+    );
+    let refused = alice
+        .request(
+            6,
+            "tools/call",
+            json!({"name": "find_tools", "arguments": {"query": " ,;. "}}),
+        )
+        .await;
+    assert!(
+        refused.to_string().contains("the query has no words"),
+        "{refused}"
+    );
+
+    // Found tools are called as any; one not found yet too.
+    let called = alice
+        .request(
+            7,
+            "tools/call",
+            json!({"name": found_names[0].clone(), "arguments": {}}),
+        )
+        .await;
+    assert!(called.to_string().contains("invoice "), "{called}");
+    let unlisted = alice
+        .request(
+            8,
+            "tools/call",
+            json!({"name": "mcp__big__calendar_2", "arguments": {}}),
+        )
+        .await;
+    assert!(unlisted.to_string().contains("calendar 2"), "{unlisted}");
+
+    // The agent's other connections (a stateless one too) list what it found; another
+    // agent lists none of it.
+    let mut stateless =
+        Wire::stateless(server.connection(Some(Arc::from("alice")), ToolFilter::all())).await;
+    let listed = names(&stateless.request(1, "tools/list", json!({})).await);
+    let mut expected = found_names.clone();
+    expected.push("mcp__big__weather_174".into());
+    expected.sort();
+    assert_eq!(shown_proxied(&listed), expected);
+    let mut bob = Wire::legacy(server.connection(Some(Arc::from("bob")), ToolFilter::all())).await;
+    let listed = names(&bob.request(1, "tools/list", json!({})).await);
+    assert!(shown_proxied(&listed).is_empty(), "{listed:?}");
+
+    // Below the bound, every tool is listed.
+    let all = McpServer::new(rt.clone()).with_disclosure(Some(1_000));
+    let mut carol = Wire::legacy(all.connection(Some(Arc::from("bob")), ToolFilter::all())).await;
+    let page = carol.request(1, "tools/list", json!({})).await;
+    assert!(
+        page["result"]["nextCursor"].is_string() && shown_proxied(&names(&page)).len() > 30,
+        "more than a page: {}",
+        names(&page).len()
+    );
+    drop(servers);
+    rt.shutdown().await;
+}
