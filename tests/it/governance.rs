@@ -155,13 +155,13 @@ async fn runtime(config: GovernanceConfig, agents: &[(&str, &str)]) -> Runtime {
 
 /// An asker that answers from a script and counts the questions.
 #[derive(Default)]
-struct Scripted {
+pub(crate) struct Scripted {
     answers: Mutex<VecDeque<Approval>>,
-    asked: AtomicUsize,
+    pub(crate) asked: AtomicUsize,
 }
 
 impl Scripted {
-    fn new(answers: &[Approval]) -> Arc<Self> {
+    pub(crate) fn new(answers: &[Approval]) -> Arc<Self> {
         Arc::new(Self {
             answers: Mutex::new(answers.iter().copied().collect()),
             asked: AtomicUsize::new(0),

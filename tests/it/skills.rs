@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use std::path::Path;
 use std::time::Duration;
 
-use guildhall::governance::{Action, GovernanceConfig, Rule};
+use guildhall::governance::{Action, Approval, GovernanceConfig, Rule};
 use guildhall::mcp::{McpServer, ToolFilter};
 use guildhall::runtime::AfterStart;
 use guildhall::skills::Skills;
@@ -132,14 +132,27 @@ async fn a_skill_rule_that_asks_is_asked_like_any_tools() {
     let _skills = Skills::start(&rt, vec![dir.path().to_owned()], BTreeMap::new())
         .await
         .unwrap();
-    // Nobody to ask here: the call is refused, saying why.
+    // Asked: approved, the skill loads; denied, it does not. Each call is one question.
+    let asker = crate::governance::Scripted::new(&[Approval::Once, Approval::Deny]);
+    let options = || as_agent(&rt, "dev-1").asker(asker.clone());
+    let loaded = rt
+        .call_json("skill", json!({"name": "review"}), options())
+        .await
+        .unwrap();
+    assert!(loaded.to_string().contains("Read it."), "{loaded}");
+    let denied = rt
+        .call_json("skill", json!({"name": "review"}), options())
+        .await
+        .unwrap_err();
+    assert_eq!(denied.kind(), guildhall::ErrorKind::Denied, "{denied}");
+    assert_eq!(asker.asked.load(std::sync::atomic::Ordering::SeqCst), 2);
+    // Nobody to ask: refused as any tool whose rule asks.
     let err = rt
         .call_json("skill", json!({"name": "review"}), as_agent(&rt, "dev-1"))
         .await
-        .unwrap_err()
-        .to_string();
-    assert!(err.contains("skill"), "{err}");
-    assert!(err.contains("ask"), "{err}");
+        .unwrap_err();
+    assert_eq!(err.kind(), guildhall::ErrorKind::Denied, "{err}");
+    assert!(err.to_string().contains("config rule `skill → ask` asks for approval, and nobody can be asked"), "{err}");
     rt.shutdown().await;
 }
 
