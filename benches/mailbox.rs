@@ -32,6 +32,7 @@ fn message() -> Message {
         state: DeliveryState::Delivered,
         read_ms: None,
         acked_ms: None,
+        trace: None,
     }
 }
 

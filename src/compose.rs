@@ -364,12 +364,13 @@ impl By {
         }
     }
 
-    /// For a composite run as a tool: its call's caller, deadline and cancellation.
+    /// For a composite run as a tool: its call's caller, deadline and cancellation. Its
+    /// steps are spans under the composite's own (a timeline nests them in it).
     pub(crate) fn of_call(ctx: &guildhall_actors::CallContext) -> Self {
         Self {
             agent: ctx.agent_shared().cloned(),
             session: ctx.session_shared().cloned(),
-            trace: ctx.trace(),
+            trace: Some(ctx.span()),
             deadline: ctx.deadline().into_std(),
             cancel: Some(ctx.cancellation().clone()),
             first: 0,

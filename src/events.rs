@@ -144,6 +144,11 @@ pub enum ToolEvent {
         /// The keys it changed, in order.
         keys: Vec<String>,
     },
+    /// Changes to tasks of the board were committed (ids ascending, each once per commit).
+    TasksChanged {
+        /// The tasks changed.
+        ids: Vec<u64>,
+    },
     /// The egress proxy of a sandbox with `network = "proxy"` let a connection through or
     /// refused it.
     Egress {

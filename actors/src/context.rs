@@ -157,6 +157,12 @@ impl CallContext {
         self.inner.trace
     }
 
+    /// This call's own span, as the parent of what it causes: a message it sends carries
+    /// it, so what the recipient does next can join the sender's trace.
+    pub fn span(&self) -> TraceParent {
+        TraceParent::of_call(&self.inner.call_id, self.inner.trace)
+    }
+
     /// The call's unique id.
     pub fn call_id(&self) -> Uuid {
         self.inner.call_id

@@ -45,6 +45,43 @@ impl TraceParent {
     }
 }
 
+impl TraceParent {
+    /// The span of call `call_id` as the parent of what the call causes (a message it
+    /// sends, a call it makes): in `parent`'s trace when the caller named one, else in a
+    /// trace of its own whose id is the call id. The span id is the call id's last eight
+    /// bytes (random in a UUID v7), so the span exported for the call and the context
+    /// handed on while it runs are the same span.
+    pub fn of_call(call_id: &uuid::Uuid, parent: Option<Self>) -> Self {
+        let bytes = call_id.as_bytes();
+        let mut span_id = [0u8; 8];
+        span_id.copy_from_slice(&bytes[8..]);
+        if span_id == [0; 8] {
+            span_id[7] = 1;
+        }
+        match parent {
+            Some(parent) => Self {
+                trace_id: parent.trace_id,
+                span_id,
+                sampled: parent.sampled,
+            },
+            None => Self {
+                trace_id: *bytes,
+                span_id,
+                sampled: true,
+            },
+        }
+    }
+}
+
+impl<'de> serde::Deserialize<'de> for TraceParent {
+    /// A `traceparent` value; an invalid one is an error.
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let text = <std::borrow::Cow<'de, str>>::deserialize(deserializer)?;
+        Self::parse(&text)
+            .ok_or_else(|| serde::de::Error::custom(format!("`{text}` is not a traceparent")))
+    }
+}
+
 impl fmt::Display for TraceParent {
     /// The `traceparent` value (version 00).
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {

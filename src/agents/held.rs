@@ -97,6 +97,7 @@ pub(crate) fn notice(message: &Message, agent: &AgentId) -> Message {
         state: DeliveryState::Delivered,
         read_ms: None,
         acked_ms: None,
+        trace: message.trace,
     }
 }
 

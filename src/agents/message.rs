@@ -103,6 +103,11 @@ pub struct Message {
     /// having read it.
     #[serde(default)]
     pub acked_ms: Option<u64>,
+    /// The sender's span when it sent this (W3C trace context): what the recipient does
+    /// about it can join the sender's trace. Last, so records written before it read
+    /// without it.
+    #[serde(default)]
+    pub trace: Option<guildhall_actors::TraceParent>,
 }
 
 impl Message {
@@ -200,6 +205,9 @@ pub struct Outgoing {
     /// A client-chosen id that makes the send idempotent: a send again with the same id
     /// within a day answers the first one's receipt and delivers nothing twice.
     pub request_id: Option<String>,
+    /// The sender's trace context, handed on with the message (`send_message` sets its
+    /// call's span).
+    pub trace: Option<guildhall_actors::TraceParent>,
 }
 
 impl Outgoing {

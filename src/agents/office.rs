@@ -1143,6 +1143,7 @@ fn compose(
         state: DeliveryState::Delivered,
         read_ms: None,
         acked_ms: None,
+        trace: out.trace,
     })
 }
 

@@ -75,6 +75,11 @@ pub struct MessageView {
     /// Structured data attached by the sender (with `full`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub payload: Option<Value>,
+    /// The sender's trace context (W3C `traceparent`, with `full`): send it as
+    /// `_meta.traceparent` with the calls this message leads to, and they join the
+    /// sender's trace.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub traceparent: Option<String>,
 }
 
 impl MessageView {
@@ -104,6 +109,11 @@ impl MessageView {
             preview,
             payload: if full {
                 message.payload.as_deref().cloned()
+            } else {
+                None
+            },
+            traceparent: if full {
+                message.trace.map(|t| t.to_string())
             } else {
                 None
             },
@@ -222,6 +232,7 @@ impl Tool for SendMessage {
                 reply_to,
                 expires_in: input.expires_in_secs.map(Duration::from_secs),
                 request_id: input.request_id,
+                trace: Some(ctx.span()),
             })
             .await?;
         let reply = match wait_reply {

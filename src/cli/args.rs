@@ -60,7 +60,8 @@ pub(super) enum Command {
     /// it, how long it took and how it ended (--json for JSON lines).
     Audit(audit::AuditArgs),
     /// Follow a running server's events live: calls and how they end, denials, restarts,
-    /// breakers, messages sent, agents joining and leaving (--json for JSON lines).
+    /// breakers, messages sent, agents joining and leaving (--json for JSON lines; --tasks
+    /// for the task board as it changes; --agent A for one agent's timeline).
     Watch(watch::WatchArgs),
     /// Run a short demonstration: tool calls, a crash and its restart, a stuck call cancelled
     /// and replaced, two agents talking through mailboxes in the store, and the supervision

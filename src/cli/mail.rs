@@ -294,6 +294,7 @@ async fn send_with(rt: &Runtime, args: SendArgs) -> CliResult {
             reply_to: args.reply_to.as_deref().map(parse_message_id).transpose()?,
             expires_in: None,
             request_id: None,
+            trace: None,
         };
         let receipt = agent.send(out).await?;
         writeln!(std::io::stdout(), "{}", serde_json::to_string(&receipt)?)?;

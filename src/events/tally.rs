@@ -79,6 +79,7 @@ impl Tally {
             | ToolEvent::Completed { .. }
             | ToolEvent::Failed { .. }
             | ToolEvent::Denied { .. }
+            | ToolEvent::TasksChanged { .. }
             // Read at the scrape instead, whenever counting started.
             | ToolEvent::AgentConnected { .. }
             | ToolEvent::AgentLeft { .. } => {}

@@ -1,6 +1,7 @@
 //! The observer's routes on the HTTP listener, read-only: the dashboard page (`/`), what it
 //! reads (`/api/status`, `/api/sessions`, a session's entries and history, what one version
-//! changed, an agent's mail), the event stream (`/events`) and `/metrics`.
+//! changed, an agent's mail, the task board and a task's history), the event stream
+//! (`/events`) and `/metrics`.
 //!
 //! One `Host` check stands in front of them all (a DNS-rebinding page must not read them);
 //! off loopback the bearer token the whole listener requires guards them instead.
@@ -35,6 +36,12 @@ pub const SESSIONS_PATH: &str = "/api/sessions";
 /// unread messages, or all it keeps, or those of one thread; nothing is marked read. And of
 /// what became of a message it sent (`/api/agents/{id}/sent/{message}`).
 pub const AGENTS_PATH: &str = "/api/agents";
+/// The path of the task board (`/api/tasks[?status=open,in_progress][&limit=N][&newest=true]`)
+/// and of one task with its history (`/api/tasks/{id}`).
+pub const TASKS_PATH: &str = "/api/tasks";
+/// Tasks listed when the request names no limit, and at most.
+const TASKS_DEFAULT: usize = 500;
+const TASKS_MAX: usize = 5_000;
 /// An agent's messages shown at most.
 const MAIL: usize = 100;
 /// Agents the dashboard's status lists at most.
@@ -86,6 +93,7 @@ impl Observer {
         if let Some((server, control)) = dashboard {
             let mail_of = server.runtime().clone();
             let sent_by = mail_of.clone();
+            let (board, task_of) = (mail_of.clone(), mail_of.clone());
             let sessions = server.runtime().sessions();
             let (one, version) = (sessions.clone(), sessions.clone());
             router = router
@@ -143,6 +151,25 @@ impl Observer {
                             }
                         },
                     ),
+                )
+                .route(
+                    TASKS_PATH,
+                    get(move |request: Request| {
+                        let runtime = board.clone();
+                        async move {
+                            match TaskListing::parse(request.uri().query().unwrap_or_default()) {
+                                Ok(listing) => list_tasks(&runtime, listing).await,
+                                Err(err) => (StatusCode::BAD_REQUEST, err).into_response(),
+                            }
+                        }
+                    }),
+                )
+                .route(
+                    &format!("{TASKS_PATH}/{{id}}"),
+                    get(move |Path(id): Path<String>| {
+                        let runtime = task_of.clone();
+                        async move { show_task(&runtime, &id).await }
+                    }),
                 )
                 .route(
                     &format!("{SESSIONS_PATH}/{{id}}/versions/{{version}}"),
@@ -317,6 +344,109 @@ async fn show_sent(runtime: &crate::Runtime, id: &str, message: &str) -> Respons
     match agent.message_status(message).await {
         Ok(status) => json(&status),
         Err(err @ crate::MailError::UnknownSent { .. }) => {
+            (StatusCode::NOT_FOUND, format!("{err}\n")).into_response()
+        }
+        Err(err) => (StatusCode::SERVICE_UNAVAILABLE, format!("{err}\n")).into_response(),
+    }
+}
+
+/// What `/api/tasks` lists.
+#[derive(Debug)]
+struct TaskListing {
+    /// Only these statuses (empty: any).
+    status: Vec<crate::tasks::TaskStatus>,
+    limit: usize,
+    newest: bool,
+}
+
+impl TaskListing {
+    /// From `status=open,in_progress&limit=N&newest=true`; anything else is named.
+    fn parse(query: &str) -> Result<Self, String> {
+        let mut parsed = Self {
+            status: Vec::new(),
+            limit: TASKS_DEFAULT,
+            newest: false,
+        };
+        for pair in query.split('&').filter(|p| !p.is_empty()) {
+            let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
+            match key {
+                "status" => {
+                    for word in value.split(',').filter(|w| !w.is_empty()) {
+                        let status = crate::tasks::TaskStatus::ALL
+                            .into_iter()
+                            .find(|s| s.as_str() == word)
+                            .ok_or_else(|| {
+                                format!(
+                                    "status `{word}` is none of open, in_progress, done, \
+                                     failed, cancelled\n"
+                                )
+                            })?;
+                        parsed.status.push(status);
+                    }
+                }
+                "limit" => {
+                    parsed.limit = value
+                        .parse()
+                        .ok()
+                        .filter(|n| (1..=TASKS_MAX).contains(n))
+                        .ok_or_else(|| format!("limit `{value}` is not 1 to {TASKS_MAX}\n"))?;
+                }
+                "newest" => parsed.newest = value == "true",
+                other => return Err(format!("unknown parameter `{other}`\n")),
+            }
+        }
+        Ok(parsed)
+    }
+}
+
+/// The task board as the dashboard shows it: the tasks `listing` selects, each with its
+/// assignee, holder and lease, and how many matched in all.
+async fn list_tasks(runtime: &crate::Runtime, listing: TaskListing) -> Response {
+    let Some(tasks) = runtime.tasks() else {
+        return (StatusCode::NOT_FOUND, "this server has no task board\n").into_response();
+    };
+    let query = crate::tasks::TaskQuery {
+        status: listing.status,
+        limit: listing.limit,
+        newest_first: listing.newest,
+        ..crate::tasks::TaskQuery::default()
+    };
+    match tasks.list(query).await {
+        Ok((listed, total)) => json(&serde_json::json!({
+            "total": total,
+            "now": crate::time::rfc3339(crate::time::now_ms()),
+            "tasks": listed.into_iter().map(crate::tasks::tools::TaskView::of).collect::<Vec<_>>(),
+        })),
+        Err(err) => (StatusCode::SERVICE_UNAVAILABLE, format!("{err}\n")).into_response(),
+    }
+}
+
+/// One task with its notes and its history, oldest first.
+async fn show_task(runtime: &crate::Runtime, id: &str) -> Response {
+    let Some(tasks) = runtime.tasks() else {
+        return (StatusCode::NOT_FOUND, "this server has no task board\n").into_response();
+    };
+    let Ok(id) = id.parse::<crate::tasks::TaskId>() else {
+        return (
+            StatusCode::BAD_REQUEST,
+            format!("`{id}` is not a task id\n"),
+        )
+            .into_response();
+    };
+    let shown = async {
+        let mut view = crate::tasks::tools::TaskView::of(tasks.get(id).await?);
+        let history = tasks.history(id).await?;
+        view.history = Some(
+            history
+                .into_iter()
+                .map(crate::tasks::tools::EventView::of)
+                .collect(),
+        );
+        Ok::<_, crate::tasks::TaskError>(view)
+    };
+    match shown.await {
+        Ok(view) => json(&view),
+        Err(err @ crate::tasks::TaskError::UnknownTask { .. }) => {
             (StatusCode::NOT_FOUND, format!("{err}\n")).into_response()
         }
         Err(err) => (StatusCode::SERVICE_UNAVAILABLE, format!("{err}\n")).into_response(),

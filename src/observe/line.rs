@@ -152,6 +152,19 @@ pub(super) fn write(event: &ToolEvent, at_ms: u64, out: &mut Vec<u8>) {
             line.0.push(b']');
             line.end(at_ms);
         }
+        ToolEvent::TasksChanged { ids } => {
+            let mut line = Line::start(out, "tasks_changed");
+            line.key("ids");
+            line.0.push(b'[');
+            for (i, id) in ids.iter().enumerate() {
+                if i > 0 {
+                    line.0.push(b',');
+                }
+                line.0.extend_from_slice(id.to_string().as_bytes());
+            }
+            line.0.push(b']');
+            line.end(at_ms);
+        }
         ToolEvent::Egress {
             agent,
             host,

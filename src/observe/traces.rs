@@ -248,7 +248,7 @@ mod exporting {
         done: &mut Vec<SpanData>,
         scope: &InstrumentationScope,
     ) {
-        let (call_id, outcome, decision, status) = match event {
+        let (call_id, outcome, decision, status, error) = match event {
             ToolEvent::Invoked {
                 call_id,
                 tool,
@@ -276,54 +276,69 @@ mod exporting {
                 }
                 return;
             }
-            ToolEvent::Completed { call_id, .. } => (call_id, "ok", "allow", Status::Ok),
+            ToolEvent::Completed { call_id, .. } => (call_id, "ok", "allow", Status::Ok, None),
             ToolEvent::Failed {
                 call_id,
                 kind,
                 message,
                 ..
-            } => (call_id, kind, "allow", Status::error(message)),
+            } => (call_id, kind, "allow", Status::error(message), Some(kind)),
             ToolEvent::Denied {
                 call_id, reason, ..
-            } => (call_id, "denied", "deny", Status::error(reason)),
+            } => (
+                call_id,
+                "denied",
+                "deny",
+                Status::error(reason),
+                Some("denied"),
+            ),
             _ => return,
         };
         let Some(call) = open.remove(&call_id) else {
             return;
         };
+        // OpenTelemetry's GenAI conventions for a tool's execution, then guildhall's own.
         let mut attributes = vec![
+            KeyValue::new("gen_ai.operation.name", "execute_tool"),
+            KeyValue::new("gen_ai.tool.name", call.tool.to_string()),
+            KeyValue::new("gen_ai.tool.call.id", call_id.to_string()),
+            KeyValue::new("gen_ai.tool.type", "function"),
             KeyValue::new("guildhall.tool", call.tool.to_string()),
             KeyValue::new("guildhall.call_id", call_id.to_string()),
             KeyValue::new("guildhall.decision", decision),
             KeyValue::new("guildhall.outcome", outcome),
         ];
         if let Some(agent) = &call.agent {
+            attributes.push(KeyValue::new("gen_ai.agent.id", agent.to_string()));
             attributes.push(KeyValue::new("guildhall.agent", agent.to_string()));
+        }
+        if let Some(error) = error {
+            attributes.push(KeyValue::new("error.type", error));
         }
         // In the caller's trace when it named one, under its span, and only if the caller
         // records it (parent-based sampling, OpenTelemetry's default). Otherwise the call id
-        // is the trace id, so a span found in the collector names its audit record.
-        let (trace_id, parent_span_id) = match call.trace {
-            Some(parent) if !parent.sampled => return,
-            Some(parent) => (
-                TraceId::from_bytes(parent.trace_id),
-                SpanId::from_bytes(parent.span_id),
-            ),
-            None => (TraceId::from_bytes(*call_id.as_bytes()), SpanId::INVALID),
-        };
-        let span_id = uuid::Uuid::new_v4().as_u64_pair().0;
+        // is the trace id, so a span found in the collector names its audit record. The
+        // span is the one the call handed on while it ran (`CallContext::span`): a message
+        // it sent names it as its parent.
+        if call.trace.is_some_and(|parent| !parent.sampled) {
+            return;
+        }
+        let own = crate::TraceParent::of_call(&call_id, call.trace);
+        let parent_span_id = call
+            .trace
+            .map_or(SpanId::INVALID, |parent| SpanId::from_bytes(parent.span_id));
         done.push(SpanData {
             span_context: SpanContext::new(
-                trace_id,
-                SpanId::from_bytes(span_id.to_be_bytes()),
+                TraceId::from_bytes(own.trace_id),
+                SpanId::from_bytes(own.span_id),
                 TraceFlags::SAMPLED,
                 false,
                 TraceState::default(),
             ),
             parent_span_id,
             parent_span_is_remote: call.trace.is_some(),
-            span_kind: SpanKind::Server,
-            name: Cow::Owned(format!("tool {}", call.tool)),
+            span_kind: SpanKind::Internal,
+            name: Cow::Owned(format!("execute_tool {}", call.tool)),
             start_time: call.start,
             end_time: SystemTime::now(),
             attributes,

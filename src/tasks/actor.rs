@@ -238,6 +238,12 @@ impl BoardActor {
             |_| {},
             move |Staged { notices, changed }| {
                 shared.office.shared.changes.tasks_changed(&changed);
+                shared.office.events.emit(|| {
+                    let mut ids = changed.clone();
+                    ids.sort_unstable();
+                    ids.dedup();
+                    crate::events::ToolEvent::TasksChanged { ids }
+                });
                 if !notices.is_empty() {
                     runtime.spawn(notify::deliver(Arc::clone(&shared.office), notices));
                 }

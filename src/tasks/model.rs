@@ -200,6 +200,8 @@ pub struct TaskQuery {
     pub ready_only: bool,
     /// At most this many (the total is still counted).
     pub limit: usize,
+    /// The newest first (highest id), not the oldest.
+    pub newest_first: bool,
 }
 
 /// Which tasks a claim may take, besides being open, ready and free.
@@ -953,7 +955,12 @@ impl Board {
     pub(crate) fn list(&self, query: &TaskQuery) -> (Vec<Task>, usize) {
         let mut total = 0;
         let mut out = Vec::new();
-        for task in self.tasks.values() {
+        let tasks: Box<dyn Iterator<Item = &Task>> = if query.newest_first {
+            Box::new(self.tasks.values().rev())
+        } else {
+            Box::new(self.tasks.values())
+        };
+        for task in tasks {
             let agent_matches = query.agent.as_ref().is_none_or(|a| {
                 task.assignee.as_deref() == Some(a.as_str())
                     || task.lease.as_ref().is_some_and(|l| l.holder == *a)

@@ -372,6 +372,7 @@ impl Tool for TaskList {
             parent: input.parent,
             ready_only: input.ready_only.unwrap_or(false),
             limit,
+            newest_first: false,
         };
         let (tasks, total) = self.0.list(query).await?;
         Ok(ListOutput {

@@ -500,6 +500,29 @@ async fn every_built_in_tool_is_driven_to_its_bounds_and_the_others_are_still_se
             "past the 16777216 bytes",
         )
         .await;
+    // A patch may not grow a file past the bound either, nor cost more than its budget of
+    // line comparisons to place (40,000 equal lines, a chunk of 2,000 of them and one more).
+    let line = "p".repeat(99);
+    let big: String = (0..150_000).map(|i| format!("{i:06}{line}\n")).collect();
+    std::fs::write(project.join("patched.txt"), &big).unwrap();
+    let added: String = (0..15_000).map(|_| format!("+{line}\n")).collect();
+    hostile
+        .refused(
+            "apply_patch",
+            json!({ "input": format!("*** Begin Patch\n*** Update File: {}\n@@\n{added}*** End Patch", path("patched.txt")) }),
+            "past the 16777216 bytes",
+        )
+        .await;
+    std::fs::write(project.join("same.txt"), "a\n".repeat(40_000)).unwrap();
+    let chunk = format!("{}-b\n+c\n", "-a\n".repeat(2_000));
+    hostile
+        .refused(
+            "apply_patch",
+            json!({ "input": format!("*** Begin Patch\n*** Update File: {}\n{chunk}*** End Patch", path("same.txt")) }),
+            "would compare more than 50000000 lines",
+        )
+        .await;
+    still_serves(&mut bystander, "the patches").await;
     let many = project.join("many");
     std::fs::create_dir_all(&many).unwrap();
     for i in 0..12_000 {

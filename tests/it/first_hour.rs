@@ -927,3 +927,155 @@ fn an_admin_command_acting_as_a_protected_agent_needs_its_token() {
     assert!(add(None, &[]).status.success());
     stop_server(&data);
 }
+
+/// `guildhall watch --tasks`: the unfinished tasks first, then each task as a commit
+/// changes it.
+#[test]
+fn watch_tasks_shows_the_board_then_each_task_as_it_changes() {
+    use std::io::BufRead;
+    let dir = tempfile::tempdir().unwrap();
+    let _server = crate::support::serve_in_background(dir.path());
+    crate::support::guildhall_ok(dir.path(), &["agents", "register", "pm", "--role", "pm"]);
+    crate::support::guildhall_ok(dir.path(), &["tasks", "add", "schema", "--as", "pm"]);
+    let mut watch = crate::support::guildhall(dir.path())
+        .args(["watch", "--tasks", "--count", "2"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut said = String::new();
+    std::io::BufReader::new(watch.stderr.take().unwrap())
+        .read_line(&mut said)
+        .unwrap();
+    assert!(said.starts_with("watching the server of"), "{said}");
+    crate::support::guildhall_ok(
+        dir.path(),
+        &["tasks", "add", "api", "--as", "pm", "--blocked-by", "1"],
+    );
+    crate::support::guildhall_ok(
+        dir.path(),
+        &[
+            "tasks",
+            "update",
+            "1",
+            "--status",
+            "in_progress",
+            "--as",
+            "pm",
+        ],
+    );
+    let out = watch.wait_with_output().unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let text = String::from_utf8(out.stdout).unwrap();
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(lines.len(), 3, "{text}");
+    assert!(
+        lines[0].starts_with("board") && lines[0].contains("task #1     open        schema"),
+        "{text}"
+    );
+    assert!(
+        lines[1].contains("task #2     blocked     api  after #1"),
+        "{text}"
+    );
+    assert!(
+        lines[2].contains("task #1     in_progress schema"),
+        "{text}"
+    );
+}
+
+/// `guildhall watch --agent A`: A's calls only, a pipeline's steps nested under the
+/// pipeline's call, each with its outcome.
+#[test]
+fn watch_agent_shows_its_calls_with_a_pipelines_steps_nested() {
+    use std::io::{BufRead, Write};
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("guildhall.toml"),
+        "[pipelines.look]\ndescription = \"Who I am, then who else is here\"\n\
+         steps = [\n  { tool = \"whoami\", set = {} },\n  { tool = \"list_agents\", set = {} },\n]\n",
+    )
+    .unwrap();
+    let _server = crate::support::serve_in_background(dir.path());
+    for agent in ["pm", "dev"] {
+        crate::support::guildhall_ok(dir.path(), &["agents", "register", agent, "--role", agent]);
+    }
+    let mut watch = crate::support::guildhall(dir.path())
+        .args(["watch", "--agent", "pm", "--count", "5"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut said = String::new();
+    std::io::BufReader::new(watch.stderr.take().unwrap())
+        .read_line(&mut said)
+        .unwrap();
+    // Another agent's mail is not pm's; pm's pipeline call is.
+    crate::support::guildhall_ok(
+        dir.path(),
+        &[
+            "send",
+            "--from",
+            "dev",
+            "--to",
+            "dev",
+            "--subject",
+            "note",
+            "--body",
+            "x",
+        ],
+    );
+    let mut client = crate::support::guildhall(dir.path())
+        .args(["mcp", "--agent", "pm", "--no-start"])
+        .env_remove("GUILDHALL_AGENT")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut stdin = client.stdin.take().unwrap();
+    for request in [
+        r#"{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}"#,
+        r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#,
+        r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"look","arguments":{}}}"#,
+    ] {
+        writeln!(stdin, "{request}").unwrap();
+    }
+    let mut answered = false;
+    for line in std::io::BufReader::new(client.stdout.take().unwrap()).lines() {
+        let message: serde_json::Value = serde_json::from_str(&line.unwrap()).unwrap();
+        if message["id"] == 1 {
+            assert!(message.get("result").is_some(), "{message}");
+            answered = true;
+            break;
+        }
+    }
+    assert!(answered);
+    drop(stdin);
+    let _ = client.wait();
+    let out = watch.wait_with_output().unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let text = String::from_utf8(out.stdout).unwrap();
+    let shown: Vec<String> = text
+        .lines()
+        .map(|l| l.split_once("  ").map_or(l, |(_, rest)| rest).to_owned())
+        .collect();
+    assert!(shown[0] == "joined" || shown[0] == "▸ look", "{text}");
+    let calls: Vec<String> = shown
+        .iter()
+        .filter(|l| l.trim_start().starts_with('▸') || l.trim_start().starts_with('✓'))
+        .map(|l| {
+            l.split(" ms")
+                .next()
+                .unwrap()
+                .trim_end_matches(|c: char| c.is_ascii_digit() || c == '.')
+                .trim_end()
+                .to_owned()
+        })
+        .collect();
+    assert_eq!(
+        calls[..4],
+        ["▸ look", "  ▸ whoami", "  ✓ whoami", "  ▸ list_agents"],
+        "{text}"
+    );
+    assert!(!text.contains("note"), "dev's mail is not pm's: {text}");
+}

@@ -43,7 +43,7 @@ const GUILDHALL: Allowed = &[
     ("fetch", &["addresses", "tls"]),
     ("agents", &["changes", "durable", "events", "paged", "sorted", "store", "time"]),
     ("context", &["agents", "changes", "durable", "events", "paged", "store", "time"]),
-    ("tasks", &["agents", "durable", "store", "time"]),
+    ("tasks", &["agents", "durable", "events", "store", "time"]),
     ("humans", &["agents", "time"]),
     // A call's way through a tool: the pipeline, governance around it, the registry.
     ("pipeline", &["events"]),
@@ -76,8 +76,8 @@ const GUILDHALL: Allowed = &[
     // What an agent's client is told at points of its own loop (Claude Code's hooks).
     ("loop_hooks", &["agents", "runtime", "tasks"]),
     ("mcp", &["agents", "changes", "context", "governance", "json_id", "launch", "loop_hooks",
-              "observe", "options", "private_fs", "runtime", "servers", "skills",
-              "tool_search"]),
+              "observe", "options", "private_fs", "runtime", "servers", "skills", "tasks",
+              "time", "tool_search"]),
     // Reads guildhall.toml into the settings of every layer above, mcp's included.
     ("config", &["agents", "commands", "compose", "fetch", "files", "governance", "humans", "launch",
                  "loop_hooks", "mcp", "observe", "sandbox", "servers", "shell", "skills", "tasks"]),

@@ -2000,3 +2000,81 @@ fn the_bridge_names_its_clients_model_and_the_tool_set_fits_it() {
         "apply_patch only where swapped in: {whole:?}"
     );
 }
+
+/// The dashboard's task board: unfinished tasks with assignee, holder and lease, the latest
+/// ended ones newest first, one task with its history; bad queries named.
+#[tokio::test]
+async fn the_dashboard_reads_the_task_board_and_a_tasks_history() {
+    let (rt, _) = runtime().await;
+    let (base, stop) = dashboard_endpoint(&rt).await;
+    let client = crate::support::http_client();
+    let get = |path: &str| status_and_text(&client, format!("{base}{}{path}", http::TASKS_PATH));
+    let call = |tool: &'static str, agent: &'static str, args: Value| {
+        let rt = rt.clone();
+        async move {
+            rt.call_json(tool, args, crate::support::as_agent(&rt, agent))
+                .await
+                .unwrap_or_else(|err| panic!("{tool}: {err}"))
+        }
+    };
+    let first = call("task_create", "alice", json!({ "title": "schema" })).await;
+    let second = call(
+        "task_create",
+        "alice",
+        json!({ "title": "api", "assignee": "bob", "blocked_by": [first["id"]] }),
+    )
+    .await;
+    call("task_create", "alice", json!({ "title": "old" })).await;
+    call(
+        "task_update",
+        "alice",
+        json!({ "id": 3, "status": "cancelled", "note": "not needed" }),
+    )
+    .await;
+    let claimed = call("task_claim", "bob", json!({ "lease_secs": 120 })).await;
+    assert_eq!(claimed["task"]["id"], first["id"], "{claimed}");
+
+    let (status, body) = get("?status=open,in_progress").await;
+    assert_eq!(status, 200, "{body}");
+    let board: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(board["total"], 2, "{board}");
+    let tasks = board["tasks"].as_array().unwrap();
+    assert_eq!(tasks[0]["status"], "in_progress");
+    assert_eq!(tasks[0]["claimed_by"], "bob");
+    assert!(tasks[0]["lease_expires"].is_string(), "{board}");
+    assert_eq!(tasks[1]["assignee"], "bob");
+    assert_eq!(tasks[1]["blocked_by"], json!([first["id"]]));
+    assert_eq!(tasks[1]["ready"], false, "blocked: {board}");
+    assert!(board["now"].is_string(), "the server's clock, for leases");
+    let (_, ended) = get("?status=done,failed,cancelled&newest=true&limit=5").await;
+    let ended: Value = serde_json::from_str(&ended).unwrap();
+    assert_eq!(ended["tasks"][0]["title"], "old", "{ended}");
+
+    let (status, one) = get(&format!("/{}", second["id"])).await;
+    assert_eq!(status, 200, "{one}");
+    let one: Value = serde_json::from_str(&one).unwrap();
+    assert_eq!(one["history"][0]["action"], "created", "{one}");
+    let (_, old) = get("/3").await;
+    let old: Value = serde_json::from_str(&old).unwrap();
+    let changes: Vec<&Value> = old["history"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| &e["status"])
+        .collect();
+    assert_eq!(changes[1], &json!(["open", "cancelled"]), "{old}");
+
+    for (query, code, why) in [
+        ("?status=finished", 400, "status `finished` is none of"),
+        ("?limit=0", 400, "limit `0` is not 1 to 5000"),
+        ("?colour=red", 400, "unknown parameter `colour`"),
+        ("/99", 404, "99"),
+        ("/x", 400, "`x` is not a task id"),
+    ] {
+        let (status, body) = get(query).await;
+        assert_eq!(status, code, "{query}: {body}");
+        assert!(body.contains(why), "{query}: {body}");
+    }
+    stop.cancel();
+    rt.shutdown().await;
+}

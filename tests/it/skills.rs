@@ -152,7 +152,11 @@ async fn a_skill_rule_that_asks_is_asked_like_any_tools() {
         .await
         .unwrap_err();
     assert_eq!(err.kind(), guildhall::ErrorKind::Denied, "{err}");
-    assert!(err.to_string().contains("config rule `skill → ask` asks for approval, and nobody can be asked"), "{err}");
+    assert!(
+        err.to_string()
+            .contains("config rule `skill → ask` asks for approval, and nobody can be asked"),
+        "{err}"
+    );
     rt.shutdown().await;
 }
 

@@ -114,7 +114,7 @@ async fn each_call_is_a_span_a_collector_receives_with_agent_tool_decision_and_o
     let spans = spans(&received, "k1");
     let gate: Vec<_> = spans
         .iter()
-        .filter(|s| s["name"] == "tool gate")
+        .filter(|s| s["name"] == "execute_tool gate")
         .map(attributes)
         .collect();
     assert_eq!(gate.len(), 2, "{spans:?}");
@@ -194,7 +194,7 @@ async fn a_call_naming_its_trace_in_meta_is_a_span_of_that_trace_unless_unsample
 
     let whoami: Vec<Value> = spans(&received, "")
         .into_iter()
-        .filter(|s| s["name"] == "tool whoami")
+        .filter(|s| s["name"] == "execute_tool whoami")
         .collect();
     assert_eq!(
         whoami.len(),
@@ -244,5 +244,117 @@ async fn an_ungoverned_runtimes_typed_calls_are_counted_once_metrics_start() {
     let counted = rt.governance().call_stats().read();
     assert_eq!(counted[0].tool.as_ref(), "chaos");
     assert_eq!(counted[0].outcomes, [("ok", 1), ("tool_error", 1)]);
+    rt.shutdown().await;
+}
+
+/// A message carries its sender's span: the recipient's calls that name it (as
+/// `_meta.traceparent`) are spans of the sender's trace, children of the send. Every span
+/// carries OpenTelemetry's GenAI attributes for a tool's execution.
+#[tokio::test]
+async fn a_recipients_span_is_a_child_of_the_senders_in_genai_terms() {
+    const TRACE: &str = "0af7651916cd43dd8448eb211c80319c";
+    const PARENT: &str = "b7ad6b7169203331";
+    let (rt, _) = crate::mcp::runtime().await;
+    let (url, received, stop) = collector().await;
+    let config = TelemetryConfig {
+        otlp_endpoint: Some(url),
+        ..TelemetryConfig::default()
+    };
+    let traces = Traces::start(&rt, &config).unwrap().expect("traces");
+    let server = guildhall::mcp::McpServer::new(rt.clone());
+    let wire = |agent: &str| {
+        crate::mcp::Wire::legacy(
+            server.connection(Some(Arc::from(agent)), guildhall::mcp::ToolFilter::all()),
+        )
+    };
+    let (mut alice, mut bob) = (wire("alice").await, wire("bob").await);
+    let sent = alice
+        .request(
+            1,
+            "tools/call",
+            json!({ "name": "send_message",
+                    "arguments": { "to": "bob", "subject": "build it", "body": "now" },
+                    "_meta": { "traceparent": format!("00-{TRACE}-{PARENT}-01") } }),
+        )
+        .await;
+    let id = sent["result"]["structuredContent"]["id"].clone();
+    assert!(id.is_string(), "{sent}");
+    let read = bob
+        .request(
+            1,
+            "tools/call",
+            json!({ "name": "read_message", "arguments": { "id": id } }),
+        )
+        .await;
+    let carried = read["result"]["structuredContent"]["traceparent"]
+        .as_str()
+        .unwrap_or_else(|| panic!("the message names its sender's span: {read}"))
+        .to_owned();
+    assert!(carried.starts_with(&format!("00-{TRACE}-")), "{carried}");
+    // What bob does about it, naming that context, is in alice's trace.
+    let reply = bob
+        .request(
+            2,
+            "tools/call",
+            json!({ "name": "send_message",
+                    "arguments": { "reply_to": id, "body": "on it" },
+                    "_meta": { "traceparent": carried } }),
+        )
+        .await;
+    assert!(
+        reply["result"]["structuredContent"]["id"].is_string(),
+        "{reply}"
+    );
+    traces.flush().await;
+
+    let spans = spans(&received, "");
+    let named = |name: &str| {
+        spans
+            .iter()
+            .find(|s| s["name"] == name)
+            .unwrap_or_else(|| panic!("{name} in {spans:?}"))
+            .clone()
+    };
+    let sends: Vec<&Value> = spans
+        .iter()
+        .filter(|s| s["name"] == "execute_tool send_message")
+        .collect();
+    assert_eq!(sends.len(), 2, "{sends:?}");
+    let (send, answer) = (sends[0].clone(), sends[1].clone());
+    let read = named("execute_tool read_message");
+    assert_eq!(send["traceId"], TRACE);
+    assert_eq!(send["parentSpanId"], PARENT);
+    assert_ne!(
+        read["traceId"], TRACE,
+        "a call naming no context has its own trace"
+    );
+    assert_eq!(
+        answer["traceId"], TRACE,
+        "the recipient joins the sender's trace"
+    );
+    assert_eq!(
+        answer["parentSpanId"], send["spanId"],
+        "the reply is a child of the send"
+    );
+    assert_eq!(carried.split('-').nth(2), send["spanId"].as_str());
+    for span in [&send, &read, &answer] {
+        // OTLP's SPAN_KIND_INTERNAL, as the conventions ask of `execute_tool`.
+        assert_eq!(span["kind"], 1, "{span}");
+        let a = attributes(span);
+        assert_eq!(a["gen_ai.operation.name"], "execute_tool", "{span}");
+        assert_eq!(
+            a["gen_ai.tool.name"],
+            span["name"]
+                .as_str()
+                .unwrap()
+                .trim_start_matches("execute_tool ")
+        );
+        assert_eq!(a["gen_ai.tool.call.id"], a["guildhall.call_id"]);
+        assert_eq!(a["gen_ai.tool.type"], "function");
+    }
+    assert_eq!(attributes(&send)["gen_ai.agent.id"], "alice");
+    assert_eq!(attributes(&read)["gen_ai.agent.id"], "bob");
+    drop(traces);
+    stop.cancel();
     rt.shutdown().await;
 }

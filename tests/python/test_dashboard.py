@@ -3,14 +3,17 @@ selenium). Run by scripts/dashboard with GUILDHALL_BIN and SCREENSHOT set.
 
 `guildhall serve` with HTTP and two proxied MCP servers (guildhall itself over stdio: `inner`,
 and `flaky`, which cannot start until a file exists); the page loads the swarm (as a tree)
-and the supervision tree, then follows the event stream. Traffic is made through the command
+and the supervision tree and the task board (two tasks made before it opened, one blocking
+the other), then follows the event stream. Traffic is made through the command
 line, an MCP client and signals, and each effect must show on the page within a second of
 happening: a message in the mail feed (a click shows its thread with each recipient's
 delivery state, delivered then read; a click on an agent its
 inbox), its call in the calls table (with a latency histogram; the feed filtered), an agent connecting (its
 dot turns green), a context session changed (its entries, history and a version's diff),
 a server killed and restarted by its supervisor (`restarts 1`), a server
-whose failed starts open its breaker. A screenshot is kept.
+whose failed starts open its breaker, a task taken and finished (it moves from open to in
+progress to ended, its dependent's blocker shows done, a click shows its history). Two
+screenshots are kept (`…-tasks.png`, the board).
 
 Then the page under load: a server with 1,000 agents (a tree) kept busy at 5,000 events/s
 (the hidden `serve --bench-agents --bench-load`): the whole swarm shows, the page takes the
@@ -143,6 +146,12 @@ def main():
                 if agent != "tl":
                     args += ["--parent", "tl" if agent == "pm" else "pm"]
                 guildhall(data_dir, *args)
+            # Tasks made before the page opens: the board shows what is there, not only
+            # what happens while it watches.
+            guildhall(data_dir, "tasks", "add", "write the schema", "--as", "pm",
+                      "--assignee", "dev")
+            guildhall(data_dir, "tasks", "add", "wire the api", "--as", "pm",
+                      "--blocked-by", "1")
 
             driver = browser()
             try:
@@ -152,6 +161,27 @@ def main():
                       "dev", within=10)
                 shown(driver, "#supervision li", "send_message", within=10)
                 shown(driver, "#live.on", "events", within=10)
+
+                # The task board: both tasks open, the second blocked by the first (a tree).
+                shown(driver, "#board ul[data-group=open] li[data-task='1']",
+                      "write the schema for dev", within=10)
+                shown(driver, "#board li[data-task='2'] li[data-blocker='1']",
+                      "blocked by #1 write the schema open")
+                # A task moving through its states, live: taken, then done.
+                guildhall(data_dir, "tasks", "update", "1", "--status", "in_progress", "--as", "dev")
+                shown(driver, "#board ul[data-group=in_progress] li[data-task='1']",
+                      "write the schema")
+                guildhall(data_dir, "tasks", "update", "1", "--status", "done", "--as", "dev",
+                          "--note", "merged")
+                shown(driver, "#board ul[data-group=ended] li[data-task='1']", "done")
+                shown(driver, "#board li[data-task='2'] li[data-blocker='1']", "done")
+                # Its history on click.
+                click(driver, "#board li[data-task='1'] > .task", "write the schema")
+                shown(driver, "#taskhistory li", "open → in_progress")
+                shown(driver, "#taskhistory li", "in_progress → done")
+                driver.execute_script(
+                    "document.getElementById('tasks-panel').scrollIntoView()")
+                driver.save_screenshot(SCREENSHOT.replace(".png", "-tasks.png"))
 
                 # A message: the mail feed shows it, and the call shows in the table.
                 guildhall(data_dir, "send", "--from", "pm", "--to", "dev", "--subject",
@@ -226,7 +256,8 @@ def main():
                 driver.execute_script(
                     "document.querySelector('#supervision li[data-child=inner]').scrollIntoView()")
                 driver.save_screenshot(SCREENSHOT)
-                print(f"ok: dashboard in chromium: swarm tree, supervision, mail, calls, "
+                print(f"ok: dashboard in chromium: swarm tree, supervision, the task board "
+                      f"(a task live through its states, blockers, history), mail, calls, "
                       f"a context session and a version's diff, an agent connecting, a crash and restart, a breaker opening; "
                       f"screenshot {SCREENSHOT}")
             finally:
