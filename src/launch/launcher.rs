@@ -322,9 +322,15 @@ impl Launcher {
             Ok(()) => tracing::info!(agent = %launch.agent, "an idle agent was woken by mail"),
             Err(err) => {
                 tracing::warn!(agent = %launch.agent, error = %err, "could not wake an idle agent");
-                let mut status = launch.status();
-                status.state = LaunchState::Ended;
-                status.last_exit = Some(format!("could not be woken: {err}"));
+                {
+                    let mut status = launch.status();
+                    status.state = LaunchState::Ended;
+                    status.last_exit = Some(format!("could not be woken: {err}"));
+                }
+                // Ended for good, as any agent that ends: the agents it launched that stop
+                // with it go too, and its spec leaves the tree (in a task of its own, as
+                // this holds the list of launched agents).
+                Family::ended(self, &launch.agent);
             }
         }
         Woken::Done

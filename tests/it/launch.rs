@@ -360,6 +360,80 @@ fn log(dir: &Path, agent: &str) -> String {
     std::fs::read_to_string(dir.join(format!("launched/{agent}.log"))).unwrap_or_default()
 }
 
+/// Mail for an idle agent when `max_agents` is reached does not wake it then: the wake
+/// waits, and once another agent stops and makes room, the agent starts (one restart) with
+/// the mail that came meanwhile named in its prompt.
+#[tokio::test]
+async fn an_idle_agent_mailed_without_room_is_woken_once_room_comes() {
+    let dir = tempfile::tempdir().unwrap();
+    let waking = Profile {
+        wake_on_mail: true,
+        resume: Some(
+            ["bash", "-c", FAKE, "woken", "{prompt}"]
+                .map(String::from)
+                .to_vec(),
+        ),
+        ..profile(RestartType::Transient, 2)
+    };
+    let mut config = config([
+        ("wake", waking),
+        ("fake", profile(RestartType::Permanent, 3)),
+    ]);
+    config.max_agents = 1;
+    let (rt, launcher) = launcher(dir.path(), config).await;
+    let spawn = |id: &str, profile: &str, prompt: &str| SpawnRequest {
+        id: Some(id.into()),
+        role: "dev".into(),
+        parent: Some("tl".into()),
+        profile: Some(profile.into()),
+        prompt: Some(prompt.into()),
+        ..SpawnRequest::default()
+    };
+    let state = async |agent: &str| {
+        let list = launcher.list().await;
+        let info = list.iter().find(|l| l.agent == agent).unwrap();
+        (info.state, info.restarts)
+    };
+    launcher
+        .spawn(Some("tl"), spawn("dev-1", "wake", "exit 0"))
+        .await
+        .unwrap();
+    eventually(Duration::from_secs(20), async || {
+        state("dev-1").await == (LaunchState::Idle, 0)
+    })
+    .await;
+    // An idle agent holds no room: another takes the only one.
+    launcher
+        .spawn(Some("tl"), spawn("w", "fake", "hang"))
+        .await
+        .unwrap();
+    pids(&dir.path().join("w.pids"), 2).await;
+    send(&rt, "dev-1", "first").await;
+    send(&rt, "dev-1", "second").await;
+    assert_eq!(
+        state("dev-1").await,
+        (LaunchState::Idle, 0),
+        "no room: not woken"
+    );
+    let stopped = rt
+        .call_json("stop_agent", json!({"id": "w"}), as_agent(&rt, "tl"))
+        .await
+        .unwrap();
+    assert_eq!(stopped["state"], "ended", "{stopped}");
+    // Room now: woken within the retry, once, told of both messages (it ran and is idle
+    // again).
+    eventually(Duration::from_secs(20), async || {
+        state("dev-1").await == (LaunchState::Idle, 1)
+    })
+    .await;
+    let woken = log(dir.path(), "dev-1");
+    assert!(
+        woken.contains("\"first\"") && woken.contains("\"second\""),
+        "{woken}"
+    );
+    rt.shutdown().await;
+}
+
 #[tokio::test]
 async fn an_idle_agent_is_woken_by_mail_and_told_it_within_its_intensity() {
     let dir = tempfile::tempdir().unwrap();

@@ -31,6 +31,7 @@ Run by scripts/python-client (and so by .ci/run) with GUILDHALL_BIN pointing at 
 """
 
 import asyncio
+import base64
 import json
 import os
 import re
@@ -361,15 +362,29 @@ TASKS_REQUIRED = {"simulate-research-query"}
 
 
 SESSION_ID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
+# A clock time in a resource server-everything makes on each call ("created at 9:52:51
+# PM"): the direct call and the proxied one may straddle a second.
+CLOCK = re.compile(r"\b\d{1,2}:\d{2}:\d{2}(\s?[AP]M)?|\d{4}-\d{2}-\d{2}T[0-9:.]+Z?")
 
 
 def result_view(result):
     """A tool result as the client got it, every field that a proxy could lose; a session
-    id in a text (server-everything names its HTTP session) as a placeholder."""
+    id in a text (server-everything names its HTTP session) as a placeholder, and a clock
+    time in an embedded resource too."""
     content = [b.model_dump(exclude_none=True, by_alias=True) for b in result.content]
     for block in content:
         if block["type"] == "text":
             block["text"] = SESSION_ID.sub("<session>", block["text"])
+        if block["type"] == "resource":
+            resource = block["resource"]
+            if "text" in resource:
+                resource["text"] = CLOCK.sub("<time>", resource["text"])
+            if "blob" in resource:
+                try:
+                    decoded = base64.b64decode(resource["blob"]).decode()
+                except (ValueError, UnicodeDecodeError):
+                    continue
+                resource["blob"] = "decoded: " + CLOCK.sub("<time>", decoded)
     return {"content": content, "structured": result.structured_content,
             "is_error": result.is_error, "meta": result.meta}
 
