@@ -438,9 +438,7 @@ impl Config {
                 .and_then(|()| server.validate())
                 .map_err(|reason| ConfigError {
                     path: path.to_owned(),
-                    line: text
-                        .find(&format!("[servers.{name}]"))
-                        .map(|at| text[..at].matches('\n').count() + 1),
+                    line: line_of(&text, &[format!("[servers.{name}]")]),
                     reason: format!("[servers.{name}]: {reason}"),
                 })?;
         }
@@ -462,9 +460,7 @@ impl Config {
         if let Some(launch) = &config.launch {
             launch.validate().map_err(|reason| ConfigError {
                 path: path.to_owned(),
-                line: text
-                    .find("[launch")
-                    .map(|at| text[..at].matches('\n').count() + 1),
+                line: line_of(&text, &["[launch"]),
                 reason,
             })?;
         }
@@ -477,16 +473,12 @@ impl Config {
         }
         config.model_rules().map_err(|reason| ConfigError {
             path: path.to_owned(),
-            line: text
-                .find("[models")
-                .map(|at| text[..at].matches('\n').count() + 1),
+            line: line_of(&text, &["[models"]),
             reason,
         })?;
         config.task_config().map_err(|reason| ConfigError {
             path: path.to_owned(),
-            line: text
-                .find("[tasks]")
-                .map(|at| text[..at].matches('\n').count() + 1),
+            line: line_of(&text, &["[tasks]"]),
             reason: format!("[tasks]: {reason}"),
         })?;
         let mut config = config;
@@ -712,10 +704,10 @@ impl Config {
         let pattern = glob.as_str();
         // Read again for the line, only when there is something to refuse.
         let text = std::fs::read_to_string(path).unwrap_or_default();
-        let line = [format!("[tools.{pattern}]"), format!("\"{pattern}\"")]
-            .iter()
-            .find_map(|needle| text.find(needle.as_str()))
-            .map(|at| text[..at].matches('\n').count() + 1);
+        let line = line_of(
+            &text,
+            &[format!("[tools.{pattern}]"), format!("\"{pattern}\"")],
+        );
         Err(ConfigError {
             path: path.to_owned(),
             line,
@@ -850,13 +842,22 @@ fn could_mean(pattern: &str, known: &[String]) -> String {
 
 /// The line of `[pipelines.NAME]` in `text`, when it is there.
 fn pipeline_line(text: &str, name: &str) -> Option<usize> {
-    [
-        format!("[pipelines.{name}]"),
-        format!("[pipelines.\"{name}\"]"),
-    ]
-    .iter()
-    .find_map(|header| text.find(header.as_str()))
-    .map(|at| text[..at].matches('\n').count() + 1)
+    line_of(
+        text,
+        &[
+            format!("[pipelines.{name}]"),
+            format!("[pipelines.\"{name}\"]"),
+        ],
+    )
+}
+
+/// The 1-based line where the first of `needles` found in `text` starts: where a section
+/// an error is about begins, for the message.
+fn line_of(text: &str, needles: &[impl AsRef<str>]) -> Option<usize> {
+    needles
+        .iter()
+        .find_map(|needle| text.find(needle.as_ref()))
+        .map(|at| text[..at].matches('\n').count() + 1)
 }
 
 #[cfg(test)]

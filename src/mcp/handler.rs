@@ -75,6 +75,8 @@ struct Shared {
     tasks: CallTasks,
     /// The converted tool list and the tool-set version it was built from.
     listing: Mutex<Option<(u64, Arc<[Tool]>)>>,
+    /// The same with simplified schemas, for models that need them, when one asked.
+    simplified: Mutex<Option<(u64, Arc<[Tool]>)>>,
     /// Prompts added by the fixture `test_trigger_prompt_change`: how many so far.
     added_prompts: tokio::sync::watch::Sender<u64>,
     /// The latest events for `guildhall://events`, kept from the first time a client asks.
@@ -102,6 +104,7 @@ impl Shared {
             fixtures,
             tasks: CallTasks::default(),
             listing: Mutex::new(None),
+            simplified: Mutex::new(None),
             added_prompts: tokio::sync::watch::Sender::new(0),
             recent: std::sync::OnceLock::new(),
             feeds,
@@ -370,8 +373,12 @@ impl McpServer {
         let specs = runtime.listed_tools();
         let hidden = runtime.governance().hidden(agent, &specs);
         let models = &self.shared.models;
-        let mut tools: Vec<Tool> = self
-            .listing()
+        let listing = if models.simplifies(model) {
+            self.simplified_listing()
+        } else {
+            self.listing()
+        };
+        let mut tools: Vec<Tool> = listing
             .iter()
             .filter(|t| {
                 self.filter.allows(&t.name)
@@ -380,20 +387,6 @@ impl McpServer {
             })
             .cloned()
             .collect();
-        if models.simplifies(model) {
-            for tool in &mut tools {
-                let input = super::models::simplify(&Value::Object((*tool.input_schema).clone()));
-                if let Value::Object(input) = input {
-                    tool.input_schema = Arc::new(input);
-                }
-                if let Some(output) = &tool.output_schema
-                    && let Value::Object(output) =
-                        super::models::simplify(&Value::Object((**output).clone()))
-                {
-                    tool.output_schema = Some(Arc::new(output));
-                }
-            }
-        }
         self.shared.disclosure.narrow(agent, &mut tools);
         // The skills an agent is shown are those its role may load.
         if let Some(skills) = crate::skills::Skills::of(runtime)
@@ -429,6 +422,45 @@ impl McpServer {
         let tools: Arc<[Tool]> = tools.into();
         *cached = Some((version, Arc::clone(&tools)));
         tools
+    }
+
+    /// [`Self::listing`] with every schema simplified (`[models] simplify_schemas`): made
+    /// once per tool-set version, not at every `tools/list`.
+    fn simplified_listing(&self) -> Arc<[Tool]> {
+        // The version first: a listing newer than it is only made again, never kept as
+        // current when it is older.
+        let version = self.shared.runtime.tool_set_version();
+        let listing = self.listing();
+        let mut cached = self
+            .shared
+            .simplified
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        if let Some((v, tools)) = cached.as_ref()
+            && *v == version
+        {
+            return Arc::clone(tools);
+        }
+        let simplified: Arc<[Tool]> = listing
+            .iter()
+            .map(|tool| {
+                let mut tool = tool.clone();
+                if let Value::Object(input) =
+                    super::models::simplify(&Value::Object((*tool.input_schema).clone()))
+                {
+                    tool.input_schema = Arc::new(input);
+                }
+                if let Some(output) = &tool.output_schema
+                    && let Value::Object(output) =
+                        super::models::simplify(&Value::Object((**output).clone()))
+                {
+                    tool.output_schema = Some(Arc::new(output));
+                }
+                tool
+            })
+            .collect();
+        *cached = Some((version, Arc::clone(&simplified)));
+        simplified
     }
 
     /// The calling agent: the connection's, else the one an HTTP request names (registered
