@@ -3,8 +3,8 @@
 //!
 //! Over MCP, a connection whose tool set is past `[mcp] disclose_after` sees guildhall's
 //! own tools and `find_tools`; the proxied tools it finds are added to its listing and
-//! announced with `tools/list_changed` ([`McpServer`](crate::mcp::McpServer)). Here is only
-//! the search, a supervised, governed tool like any other: it never shows a tool
+//! announced with `tools/list_changed` (the MCP server does that, above this module). Here
+//! is only the search, a supervised, governed tool like any other: it never shows a tool
 //! governance denies the caller outright.
 
 use guildhall_actors::{Annotations, CallContext, Tool, ToolSpec};
