@@ -14,6 +14,7 @@ mod launch;
 pub mod load;
 mod mail;
 pub mod mcp;
+mod observer;
 #[cfg(all(target_os = "linux", target_env = "gnu"))]
 mod proxy;
 mod storm;
@@ -33,6 +34,7 @@ pub use mail::{
     swarm_bench,
 };
 pub use mcp::{McpBenchConfig, McpReport};
+pub use observer::{ObserverBenchConfig, ObserverReport, observer};
 #[cfg(all(target_os = "linux", target_env = "gnu"))]
 pub use proxy::{ProxyBenchConfig, ProxyReport, proxy};
 pub use storm::{StormBenchConfig, StormReport, storm};

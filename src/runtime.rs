@@ -484,6 +484,44 @@ impl Runtime {
         Ok(Agent::new(Arc::clone(&self.inner.office), entry))
     }
 
+    /// Searches the mail history of every agent: each message once, as sent, newest first
+    /// (see [`MailSearch`](crate::agents::MailSearch) for the words it takes). What the
+    /// recipients did with it is in each one's mail ([`Agent::message_status`] for the
+    /// sender).
+    ///
+    /// # Errors
+    /// [`MailError::InvalidArgument`] for a search that cannot be read; the store's error.
+    ///
+    /// # Cancel safety
+    /// Dropping the future leaves the search to finish on a blocking thread; nothing changes.
+    pub async fn search_mail(
+        &self,
+        search: crate::agents::MailSearch,
+    ) -> Result<crate::agents::MailFound, MailError> {
+        self.search_mail_visible(search, Arc::new(|_: &str, _: &str| true))
+            .await
+    }
+
+    /// The mail index's size once a search made it: messages, distinct words, and about
+    /// how many bytes it holds.
+    pub(crate) fn mail_index_size(&self) -> Option<crate::agents::IndexSize> {
+        self.inner.office.history.index_size()
+    }
+
+    /// As [`search_mail`](Self::search_mail), showing only what `visible` admits.
+    pub(crate) async fn search_mail_visible(
+        &self,
+        search: crate::agents::MailSearch,
+        visible: Arc<crate::agents::Visible>,
+    ) -> Result<crate::agents::MailFound, MailError> {
+        let office = Arc::clone(&self.inner.office);
+        tokio::task::spawn_blocking(move || office.history.search(&search, &*visible))
+            .await
+            .map_err(|err| MailError::SearchStopped {
+                reason: err.to_string(),
+            })?
+    }
+
     /// Looks up an agent's record.
     pub fn lookup_agent(&self, id: &str) -> Option<Arc<AgentRecord>> {
         self.inner.office.directory.get(id).map(|e| e.record())

@@ -154,6 +154,12 @@ pub enum MailError {
         /// What went wrong.
         reason: String,
     },
+    /// The mail search stopped before it answered (it failed, or the server is stopping).
+    #[error("the mail search stopped before answering: {reason}")]
+    SearchStopped {
+        /// Why.
+        reason: String,
+    },
     /// The store failed; the operation did not take effect.
     #[error(transparent)]
     Store(#[from] StoreError),

@@ -136,6 +136,12 @@ pub(crate) fn message_key(recipient: &str, id: &Uuid) -> Vec<u8> {
     key
 }
 
+/// The key of a message in the mail log (`Table::Mail`): its id, whose big-endian bytes
+/// sort by time.
+pub(crate) fn log_key(id: &Uuid) -> Vec<u8> {
+    id.as_bytes().to_vec()
+}
+
 /// The key prefix of every message of `recipient`.
 pub(crate) fn mailbox_prefix(recipient: &str) -> Vec<u8> {
     let mut key = Vec::with_capacity(recipient.len() + 1);

@@ -11,7 +11,7 @@ use uuid::Uuid;
 
 use super::directory::{AGENTS, AgentEntry, AgentRecord, AgentSpec, Directory};
 use super::ids::{AgentId, new_message_id, now_ms};
-use super::ids::{mailbox_prefix, message_key};
+use super::ids::{log_key, mailbox_prefix, message_key};
 use super::mailbox::MailboxActor;
 use super::message::{Address, DeliveryState, Message, Outgoing, Receipt, Rejected};
 use super::protocol::{MailboxMsg, MailboxOwn, Op, Reply};
@@ -33,6 +33,8 @@ pub(crate) const MAX_EXPIRY_SECS: u64 = 10 * 365 * 86_400;
 
 /// How often held mail that expired is swept.
 const HELD_SWEEP: Duration = Duration::from_secs(1);
+/// How often the mail log drops what is older than the retention period.
+const LOG_SWEEP: Duration = Duration::from_secs(3600);
 /// Expired held messages handled per sweep, at most (the rest wait for the next).
 const HELD_SWEPT: usize = 1_000;
 
@@ -50,6 +52,8 @@ pub(crate) struct PostOffice {
     once: super::once::Turns,
     /// Ends the sweep of expired held mail.
     held_sweep: tokio_util::sync::CancellationToken,
+    /// Every message once, and its search.
+    pub(crate) history: super::history::History,
 }
 
 impl PostOffice {
@@ -61,6 +65,7 @@ impl PostOffice {
         events: Events,
     ) -> Result<Arc<Self>, MailError> {
         let directory = Directory::load(&*store)?;
+        let history = super::history::History::new(Arc::clone(&store), config.retention);
         Ok(Arc::new(Self {
             shared: Arc::new(Shared {
                 family: Family::new(config.idle),
@@ -73,6 +78,7 @@ impl PostOffice {
             events,
             once: super::once::Turns::default(),
             held_sweep: tokio_util::sync::CancellationToken::new(),
+            history,
         }))
     }
 
@@ -87,12 +93,37 @@ impl PostOffice {
     }
 
     /// Starts the sweep of held mail that expired (see [`super::held`]), every
-    /// [`HELD_SWEEP`] until [`stop_sweep`](Self::stop_sweep) or the office is dropped.
+    /// [`HELD_SWEEP`] until [`stop_sweep`](Self::stop_sweep) or the office is dropped; and,
+    /// first and then every [`LOG_SWEEP`], the mail log's (see [`super::history`]).
     pub(crate) fn start_held_sweep(self: &Arc<Self>) {
         let office = Arc::downgrade(self);
         let stop = self.held_sweep.clone();
         tokio::spawn(async move {
+            let mut log_swept: Option<std::time::Instant> = None;
             loop {
+                if log_swept.is_none_or(|at| at.elapsed() >= LOG_SWEEP) {
+                    let Some(office) = office.upgrade() else {
+                        return;
+                    };
+                    log_swept = Some(std::time::Instant::now());
+                    let history = &office.history;
+                    let swept = async {
+                        Ok::<_, MailError>((history.backfill().await?, history.prune().await?))
+                    };
+                    match swept.await {
+                        Ok((0, 0)) => {}
+                        Ok((logged, pruned)) => {
+                            tracing::info!(
+                                logged,
+                                pruned,
+                                "mail log: logged old messages, pruned expired ones"
+                            );
+                        }
+                        Err(err) => {
+                            tracing::warn!(error = %ErrorChain(&err), "could not sweep the mail log");
+                        }
+                    }
+                }
                 tokio::select! {
                     () = stop.cancelled() => return,
                     () = tokio::time::sleep(HELD_SWEEP) => {}
@@ -327,11 +358,9 @@ impl PostOffice {
             });
         }
         let mut batch = Batch::new();
-        batch.put(
-            Table::Inbox,
-            message_key(id.as_str(), &message.id),
-            codec::encode(&**message),
-        );
+        let encoded = codec::encode(&**message);
+        batch.put(Table::Mail, log_key(&message.id), encoded.clone());
+        batch.put(Table::Inbox, message_key(id.as_str(), &message.id), encoded);
         if let Some(expires_ms) = message.expires_ms {
             batch.put(
                 Table::Held,
@@ -522,6 +551,8 @@ impl PostOffice {
         message: &Arc<Message>,
         recipients: Recipients,
     ) -> Result<Receipt, MailError> {
+        // However the delivery ends, even cut off: the history looks for it in the log.
+        let _noted = super::history::Noted(&self.history, message.id);
         let recipients = match recipients {
             Recipients::Many(entries) if entries.len() > self.shared.config.max_fan_out => {
                 return Err(MailError::FanOutTooLarge {
@@ -649,10 +680,12 @@ impl PostOffice {
                 }));
             }
             let mut batch = Batch::new();
+            let encoded = codec::encode(&*message);
+            batch.put(Table::Mail, log_key(&message.id), encoded.clone());
             batch.insert(
                 Table::Inbox,
                 message_key(entry.id.as_str(), &message.id),
-                codec::encode(&*message),
+                encoded,
             );
             batch.notify(
                 Some(holder),
@@ -740,6 +773,7 @@ impl PostOffice {
                 }
             }
             let mut batch = Batch::new();
+            batch.put_shared(Table::Mail, log_key(&id), Arc::clone(&encoded));
             let shared = self.shared.store.cluster().is_some();
             for entry in &inactive {
                 batch.put_shared(

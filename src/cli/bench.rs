@@ -68,6 +68,11 @@ enum Which {
     /// and what a watcher costs a governed call (with and without, same run). About 10 s
     /// at the defaults.
     Events(EventsArgs),
+    /// The observer on a large store (100,000 messages, 10,000 tasks, filled through the
+    /// runtime): the dashboard's first screen over HTTP against the same on an empty store,
+    /// and mail searches against a scan of the same texts in memory. About a minute at the
+    /// defaults.
+    Observer(ObserverArgs),
     /// The PostgreSQL store: durable sends with group commit against a plain multi-row
     /// INSERT + COMMIT loop of the same rows, in a database of its own made on the server
     /// `--store` names (and dropped after). About 10 s at the defaults.
@@ -317,6 +322,7 @@ pub(crate) async fn run(
         Which::Storm(a) => storm(a).await,
         Which::Hook(a) => hook(a).await,
         Which::Events(a) => events(a).await,
+        Which::Observer(a) => observer(a, data_dir).await,
         #[cfg(feature = "postgres")]
         Which::Cluster(a) => cluster(a).await,
         Which::McpFloor => {
@@ -592,6 +598,90 @@ async fn events(a: EventsArgs) -> Result<(), Box<dyn std::error::Error>> {
                 report.governed_watched_missed as f64,
                 "",
             ),
+        ],
+    )
+}
+
+#[derive(Debug, Args)]
+struct ObserverArgs {
+    /// Print one JSON object on stdout instead of a table.
+    #[arg(long)]
+    json: bool,
+    /// Messages in the store.
+    #[arg(long, default_value_t = guildhall::bench::ObserverBenchConfig::default().messages)]
+    messages: usize,
+    /// Tasks on the board.
+    #[arg(long, default_value_t = guildhall::bench::ObserverBenchConfig::default().tasks)]
+    tasks: usize,
+    /// Searches timed.
+    #[arg(long, default_value_t = guildhall::bench::ObserverBenchConfig::default().searches)]
+    searches: usize,
+    /// Times the first screen is loaded (figures are medians).
+    #[arg(long, default_value_t = guildhall::bench::ObserverBenchConfig::default().rounds)]
+    rounds: usize,
+    /// Where the durable stores are created (fresh directories inside it, removed after).
+    /// Defaults to the data directory: measure the disk you will run on.
+    #[arg(long)]
+    dir: Option<std::path::PathBuf>,
+}
+
+async fn observer(
+    a: ObserverArgs,
+    data_dir: &std::path::Path,
+) -> Result<(), Box<dyn std::error::Error>> {
+    let config = guildhall::bench::ObserverBenchConfig {
+        messages: a.messages.max(1),
+        tasks: a.tasks,
+        searches: a.searches.max(1),
+        rounds: a.rounds.max(1),
+    };
+    let dir = a.dir.unwrap_or_else(|| data_dir.to_owned());
+    guildhall::private_fs::create_dir_all(&dir)?;
+    let bar = progress_bar()?;
+    let stage = Bar(bar.clone());
+    let report =
+        tokio::spawn(async move { guildhall::bench::observer(config, &dir, &stage).await }).await?;
+    bar.finish_and_clear();
+    print_report(
+        a.json,
+        &report,
+        &[
+            ("messages in the store", report.messages as f64, ""),
+            ("tasks on the board", report.tasks as f64, ""),
+            ("filled in (s)", report.fill_secs, ""),
+            (
+                "first screen, empty store (ms)",
+                report.empty_first_screen_ms,
+                "baseline",
+            ),
+            (
+                "first screen, first load (ms)",
+                report.cold_first_screen_ms,
+                "",
+            ),
+            ("first screen (ms)", report.first_screen_ms, "<= 1000"),
+            ("  slowest (ms)", report.first_screen_max_ms, ""),
+            (
+                "index made by the first search (ms)",
+                report.index_build_ms,
+                "",
+            ),
+            ("  words", report.index_words as f64, ""),
+            ("  bytes", report.index_bytes as f64, ""),
+            (
+                "  bytes per message",
+                report.index_bytes as f64 / report.index_messages.max(1) as f64,
+                "",
+            ),
+            (
+                "scan of the texts in memory p95 (ms)",
+                report.scan_p95_ms,
+                "baseline",
+            ),
+            ("search p50 (ms)", report.search_p50_ms, ""),
+            ("search p95 (ms)", report.search_p95_ms, "<= 50"),
+            ("  slowest (ms)", report.search_max_ms, ""),
+            ("  p95 / scan p95", report.search_ratio, ""),
         ],
     )
 }

@@ -163,6 +163,39 @@ pub struct AuditRecord {
     pub duration_us: u64,
     /// How it ended.
     pub outcome: Outcome,
+    /// The span it was called within (16 hex digits), when it was called within one: a
+    /// composite's step, a call made while another ran. A call's own span id is its call
+    /// id's last eight bytes, so a timeline nests calls by this.
+    #[serde(default)]
+    pub parent: Option<String>,
+    /// What its tool said when it crashed, timed out or was unavailable (at most
+    /// [`CAUSE_BYTES`]): why a restart or an opened breaker followed. Other failures keep no
+    /// text: a tool's own error may quote what it was given.
+    #[serde(default)]
+    pub cause: Option<String>,
+}
+
+/// The longest cause kept with an audit record, in bytes.
+pub const CAUSE_BYTES: usize = 512;
+
+/// The cause an audit record keeps of `err`: its text when the tool crashed, timed out or
+/// was unavailable, cut at [`CAUSE_BYTES`].
+pub(crate) fn cause_of(err: &guildhall_actors::CallError) -> Option<Box<str>> {
+    if !matches!(
+        Outcome::of(err),
+        Outcome::Crashed | Outcome::Timeout | Outcome::Unavailable
+    ) {
+        return None;
+    }
+    let mut text = err.to_string();
+    if text.len() > CAUSE_BYTES {
+        let mut end = CAUSE_BYTES;
+        while !text.is_char_boundary(end) {
+            end -= 1;
+        }
+        text.truncate(end);
+    }
+    Some(text.into_boxed_str())
 }
 
 /// Which records to list.
@@ -194,6 +227,10 @@ pub(crate) struct Entry {
     pub(crate) rule: Option<Arc<str>>,
     pub(crate) duration_us: u64,
     pub(crate) outcome: Outcome,
+    /// The parent span's id (0: none).
+    pub(crate) parent: u64,
+    /// See [`AuditRecord::cause`].
+    pub(crate) cause: Option<Box<str>>,
 }
 
 /// A block of records as stored: every distinct string once, in `strings`, and records
@@ -220,6 +257,11 @@ struct IndexedRecord {
     rule: u32,
     duration_us: u64,
     outcome: u8,
+    /// Absent from records written before 2026-12-07, as the next.
+    #[serde(default)]
+    parent: u64,
+    #[serde(default)]
+    cause: u32,
 }
 
 /// The strings of a block being written, each once.
@@ -230,7 +272,7 @@ struct Strings<'a> {
     /// The string last looked up in each field (address, length) and its index: the
     /// records of one block mostly repeat their neighbours' tool, agent and rule, found
     /// here without hashing them. The entries borrowed are alive, so an address is theirs.
-    last: [(usize, usize, u32); 4],
+    last: [(usize, usize, u32); 5],
 }
 
 impl<'a> Strings<'a> {
@@ -264,7 +306,7 @@ fn encode_block(entries: &[Entry]) -> Vec<u8> {
     let mut records = Vec::with_capacity(entries.len() * 44);
     for e in entries {
         // Writing to a Vec cannot fail.
-        let _ = write_array_len(&mut records, 9);
+        let _ = write_array_len(&mut records, 11);
         let _ = write_bin(&mut records, e.call_id.as_bytes());
         for field in [
             strings.index(0, e.agent.as_deref()),
@@ -278,6 +320,11 @@ fn encode_block(entries: &[Entry]) -> Vec<u8> {
         let _ = write_uint(&mut records, u64::from(strings.index(3, e.rule.as_deref())));
         let _ = write_uint(&mut records, e.duration_us);
         let _ = write_uint(&mut records, e.outcome as u64);
+        let _ = write_uint(&mut records, e.parent);
+        let _ = write_uint(
+            &mut records,
+            u64::from(strings.index(4, e.cause.as_deref())),
+        );
     }
     let text: usize = strings.list.iter().map(|s| s.len() + 5).sum();
     let mut value = Vec::with_capacity(16 + text + records.len());
@@ -333,6 +380,8 @@ fn decode_block(value: &[u8]) -> Result<Vec<AuditRecord>, StoreError> {
                 rule: string(r.rule)?.unwrap_or_default(),
                 duration_us: r.duration_us,
                 outcome: by_code(&Outcome::ALL, r.outcome, "outcome")?,
+                parent: (r.parent != 0).then(|| format!("{:016x}", r.parent)),
+                cause: string(r.cause)?,
             })
         })
         .collect()
@@ -691,6 +740,8 @@ mod tests {
             rule: Some(Arc::from("trust autonomous")),
             duration_us: 7,
             outcome,
+            parent: 0,
+            cause: None,
         }
     }
 
@@ -707,7 +758,48 @@ mod tests {
             rule: e.rule.as_deref().unwrap_or_default().to_string(),
             duration_us: e.duration_us,
             outcome: e.outcome,
+            parent: (e.parent != 0).then(|| format!("{:016x}", e.parent)),
+            cause: e.cause.as_deref().map(String::from),
         }
+    }
+
+    #[test]
+    fn a_block_written_before_parents_and_causes_still_decodes() {
+        #[derive(Serialize)]
+        struct Before {
+            call_id: Uuid,
+            agent: u32,
+            session: u32,
+            tool: u32,
+            digest: u64,
+            decision: u8,
+            rule: u32,
+            duration_us: u64,
+            outcome: u8,
+        }
+        #[derive(Serialize)]
+        struct Block {
+            strings: Vec<String>,
+            records: Vec<Before>,
+        }
+        let e = entry(1_700_000_000_000, "shell", Outcome::Crashed);
+        let bytes = codec::encode(&Block {
+            strings: vec!["shell".into()],
+            records: vec![Before {
+                call_id: e.call_id,
+                agent: 0,
+                session: 0,
+                tool: 1,
+                digest: 1,
+                decision: 0,
+                rule: 0,
+                duration_us: 7,
+                outcome: 3,
+            }],
+        });
+        let decoded = decode_block(&bytes).unwrap();
+        assert_eq!(decoded[0].outcome, Outcome::Crashed);
+        assert_eq!((&decoded[0].parent, &decoded[0].cause), (&None, &None));
     }
 
     #[test]
@@ -722,6 +814,12 @@ mod tests {
                 rule: (i % 4 != 0).then(|| Arc::from(if i == 1 { "" } else { "role pm" })),
                 duration_us: 1 << (i * 6),
                 digest: u64::MAX - i as u64,
+                parent: if i % 2 == 0 {
+                    0
+                } else {
+                    0xfeed_0000_0000_0001 + i as u64
+                },
+                cause: (outcome == Outcome::Crashed).then(|| Box::from("panicked: boom")),
                 ..entry(1_700_000_000_000 + i as u64, "shell", outcome)
             })
             .collect();

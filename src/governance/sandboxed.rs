@@ -35,6 +35,8 @@ impl SandboxReport {
                 } else {
                     Outcome::Denied
                 },
+                parent: 0,
+                cause: None,
             });
         }
     }

@@ -188,7 +188,8 @@ pub fn router(
 }
 
 pub use super::observer::{
-    AGENTS_PATH, DASHBOARD_PATH, EVENTS_PATH, METRICS_PATH, SESSIONS_PATH, STATUS_PATH, TASKS_PATH,
+    AGENTS_PATH, DASHBOARD_PATH, EVENTS_PATH, MAIL_PATH, METRICS_PATH, SESSIONS_PATH, STATUS_PATH,
+    TASKS_PATH,
 };
 
 async fn require_bearer(expected: &str, request: Request, next: Next) -> Response {

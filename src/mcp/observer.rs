@@ -1,6 +1,7 @@
 //! The observer's routes on the HTTP listener, read-only: the dashboard page (`/`), what it
 //! reads (`/api/status`, `/api/sessions`, a session's entries and history, what one version
-//! changed, an agent's mail, the task board and a task's history), the event stream
+//! changed, an agent's mail, the mail history and its search, the task board and a task's
+//! history), the event stream
 //! (`/events`) and `/metrics`.
 //!
 //! One `Host` check stands in front of them all (a DNS-rebinding page must not read them);
@@ -34,11 +35,28 @@ pub const STATUS_PATH: &str = "/api/status";
 pub const SESSIONS_PATH: &str = "/api/sessions";
 /// The path of an agent's mail (`/api/agents/{id}/mail[?thread=ID][&all=true]`): its
 /// unread messages, or all it keeps, or those of one thread; nothing is marked read. And of
-/// what became of a message it sent (`/api/agents/{id}/sent/{message}`).
+/// what became of a message it sent (`/api/agents/{id}/sent/{message}`), and of its
+/// timeline (`/api/agents/{id}/timeline[?since_ms=MS][&limit=N]`): its calls from the audit
+/// log, the newest `limit` (200) of the last hour, each with the span it was called within.
 pub const AGENTS_PATH: &str = "/api/agents";
 /// The path of the task board (`/api/tasks[?status=open,in_progress][&limit=N][&newest=true]`)
 /// and of one task with its history (`/api/tasks/{id}`).
 pub const TASKS_PATH: &str = "/api/tasks";
+/// The mail history, searched (`/api/mail[?q=WORDS][&before=ID][&limit=N]`): each message
+/// once, as sent, newest first. `q` takes words, `word*`, `from:ID`, `to:ADDRESS` and
+/// `thread:ID`. Without the listener's token, mail to or from an agent that has one is left
+/// out.
+pub const MAIL_PATH: &str = "/api/mail";
+/// Messages the mail history lists when the request names no limit, and at most.
+const HISTORY_DEFAULT: usize = 50;
+const HISTORY_MAX: usize = 200;
+/// A listed message's body is cut after this many bytes (at a character boundary).
+const HISTORY_BODY: usize = 4_096;
+/// Calls a timeline shows when the request names no limit, and at most.
+const TIMELINE_DEFAULT: usize = 200;
+const TIMELINE_MAX: usize = 2_000;
+/// How far back a timeline looks when the request names no `since_ms`.
+const TIMELINE_WINDOW_MS: u64 = 3_600_000;
 /// Tasks listed when the request names no limit, and at most.
 const TASKS_DEFAULT: usize = 500;
 const TASKS_MAX: usize = 5_000;
@@ -94,6 +112,8 @@ impl Observer {
             let mail_of = server.runtime().clone();
             let sent_by = mail_of.clone();
             let (board, task_of) = (mail_of.clone(), mail_of.clone());
+            let history = mail_of.clone();
+            let timeline_of = mail_of.clone();
             let sessions = server.runtime().sessions();
             let (one, version) = (sessions.clone(), sessions.clone());
             router = router
@@ -151,6 +171,35 @@ impl Observer {
                             }
                         },
                     ),
+                )
+                .route(
+                    &format!("{AGENTS_PATH}/{{id}}/timeline"),
+                    get(move |Path(id): Path<String>, request: Request| {
+                        let runtime = timeline_of.clone();
+                        async move {
+                            if let Some(refusal) =
+                                refused_mail(&runtime, &id, &request, authenticated)
+                            {
+                                return refusal;
+                            }
+                            match TimelineQuery::parse(request.uri().query().unwrap_or_default()) {
+                                Ok(query) => show_timeline(&runtime, id, query).await,
+                                Err(err) => (StatusCode::BAD_REQUEST, err).into_response(),
+                            }
+                        }
+                    }),
+                )
+                .route(
+                    MAIL_PATH,
+                    get(move |request: Request| {
+                        let runtime = history.clone();
+                        async move {
+                            match HistoryListing::parse(request.uri().query().unwrap_or_default()) {
+                                Ok(listing) => search_mail(&runtime, listing, authenticated).await,
+                                Err(err) => (StatusCode::BAD_REQUEST, err).into_response(),
+                            }
+                        }
+                    }),
                 )
                 .route(
                     TASKS_PATH,
@@ -345,6 +394,211 @@ async fn show_sent(runtime: &crate::Runtime, id: &str, message: &str) -> Respons
         Ok(status) => json(&status),
         Err(err @ crate::MailError::UnknownSent { .. }) => {
             (StatusCode::NOT_FOUND, format!("{err}\n")).into_response()
+        }
+        Err(err) => (StatusCode::SERVICE_UNAVAILABLE, format!("{err}\n")).into_response(),
+    }
+}
+
+/// What `/api/agents/{id}/timeline` shows.
+#[derive(Debug)]
+struct TimelineQuery {
+    since_ms: Option<u64>,
+    limit: usize,
+}
+
+impl TimelineQuery {
+    /// From `since_ms=MS&limit=N`; anything else is named.
+    fn parse(query: &str) -> Result<Self, String> {
+        let mut parsed = Self {
+            since_ms: None,
+            limit: TIMELINE_DEFAULT,
+        };
+        for (key, value) in form_urlencoded::parse(query.as_bytes()) {
+            match &*key {
+                "since_ms" => {
+                    let ms = value
+                        .parse()
+                        .map_err(|_| format!("since_ms `{value}` is not a time in ms\n"))?;
+                    parsed.since_ms = Some(ms);
+                }
+                "limit" => {
+                    parsed.limit = value
+                        .parse()
+                        .ok()
+                        .filter(|n| (1..=TIMELINE_MAX).contains(n))
+                        .ok_or_else(|| format!("limit `{value}` is not 1 to {TIMELINE_MAX}\n"))?;
+                }
+                other => {
+                    return Err(format!(
+                        "unknown parameter `{other}`: `since_ms` and `limit` are understood\n"
+                    ));
+                }
+            }
+        }
+        Ok(parsed)
+    }
+}
+
+/// One call of a timeline.
+#[derive(serde::Serialize)]
+struct TimelineCall {
+    /// The call's own span id (its call id's last eight bytes): a child's `parent`.
+    span: String,
+    #[serde(flatten)]
+    record: crate::governance::AuditRecord,
+}
+
+/// Agent `id`'s calls from the audit log, oldest first: the newest `query.limit` since
+/// `query.since_ms` (the last hour), each with its span and the span it was called within,
+/// its decision, outcome, duration and, when its tool crashed, timed out or was
+/// unavailable, the cause. Read on a blocking thread; records still on their way to the
+/// store are flushed first.
+async fn show_timeline(runtime: &crate::Runtime, id: String, query: TimelineQuery) -> Response {
+    if let Err(err) = runtime.agent(&id) {
+        return (StatusCode::NOT_FOUND, format!("{err}\n")).into_response();
+    }
+    let Some(audit) = runtime.governance().audit().cloned() else {
+        return (StatusCode::NOT_FOUND, "this server keeps no audit log\n").into_response();
+    };
+    let _ = audit.flush().await;
+    let since_ms = query
+        .since_ms
+        .unwrap_or_else(|| crate::time::now_ms().saturating_sub(TIMELINE_WINDOW_MS));
+    let audit_query = crate::governance::AuditQuery {
+        agent: Some(id.clone()),
+        since_ms: Some(since_ms),
+        limit: Some(query.limit),
+        ..crate::governance::AuditQuery::default()
+    };
+    let read = tokio::task::spawn_blocking(move || audit.query(&audit_query)).await;
+    match read {
+        Ok(Ok(records)) => json(&serde_json::json!({
+            "agent": id,
+            "since": crate::time::rfc3339(since_ms),
+            "calls": records
+                .into_iter()
+                .map(|record| TimelineCall {
+                    span: format!("{:016x}", u64::from_be_bytes(record.call_id.as_bytes()[8..].try_into().unwrap_or_default())),
+                    record,
+                })
+                .collect::<Vec<_>>(),
+        })),
+        Ok(Err(err)) => (StatusCode::SERVICE_UNAVAILABLE, format!("{err}\n")).into_response(),
+        Err(err) => (StatusCode::SERVICE_UNAVAILABLE, format!("{err}\n")).into_response(),
+    }
+}
+
+/// What `/api/mail` lists.
+#[derive(Debug)]
+struct HistoryListing {
+    search: crate::agents::MailSearch,
+}
+
+impl HistoryListing {
+    /// From `q=WORDS&before=ID&limit=N`, form-encoded; anything else is named.
+    fn parse(query: &str) -> Result<Self, String> {
+        let mut search = crate::agents::MailSearch::new("", HISTORY_DEFAULT);
+        for (key, value) in form_urlencoded::parse(query.as_bytes()) {
+            match &*key {
+                "q" => search.words = value.into_owned(),
+                "before" => {
+                    let id = uuid::Uuid::parse_str(&value)
+                        .map_err(|err| format!("before `{value}` is not a message id: {err}\n"))?;
+                    search = search.before(id);
+                }
+                "limit" => {
+                    search.limit = value
+                        .parse()
+                        .ok()
+                        .filter(|n| (1..=HISTORY_MAX).contains(n))
+                        .ok_or_else(|| format!("limit `{value}` is not 1 to {HISTORY_MAX}\n"))?;
+                }
+                other => {
+                    return Err(format!(
+                        "unknown parameter `{other}`: `q`, `before` and `limit` are understood\n"
+                    ));
+                }
+            }
+        }
+        Ok(Self { search })
+    }
+}
+
+/// One message of the history as `/api/mail` lists it.
+#[derive(serde::Serialize)]
+struct HistoryView {
+    id: String,
+    thread: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    reply_to: Option<String>,
+    from: String,
+    to: String,
+    subject: String,
+    body: String,
+    /// The body was cut after [`HISTORY_BODY`] bytes.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    truncated: bool,
+    priority: crate::Priority,
+    sent: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    expires: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    traceparent: Option<String>,
+}
+
+impl HistoryView {
+    fn of(message: crate::Message) -> Self {
+        let mut body = String::from(message.body);
+        let truncated = body.len() > HISTORY_BODY;
+        if truncated {
+            let mut end = HISTORY_BODY;
+            while !body.is_char_boundary(end) {
+                end -= 1;
+            }
+            body.truncate(end);
+        }
+        Self {
+            id: message.id.to_string(),
+            thread: message.thread.to_string(),
+            reply_to: message.reply_to.map(|id| id.to_string()),
+            from: message.from.to_string(),
+            to: message.to.to_string(),
+            subject: message.subject.into(),
+            body,
+            truncated,
+            priority: message.priority,
+            sent: crate::time::rfc3339(message.created_ms),
+            expires: message.expires_ms.map(crate::time::rfc3339),
+            traceparent: message.trace.map(|t| t.to_string()),
+        }
+    }
+}
+
+/// The mail history `listing` asks for. Without the listener's token, mail from or to an
+/// agent that has a token is left out (as `/api/agents/{id}/mail` refuses it).
+async fn search_mail(
+    runtime: &crate::Runtime,
+    listing: HistoryListing,
+    authenticated: bool,
+) -> Response {
+    let credentials = runtime.credentials().clone();
+    let visible: Arc<crate::agents::Visible> = if authenticated {
+        Arc::new(|_: &str, _: &str| true)
+    } else {
+        Arc::new(move |from: &str, to: &str| {
+            !credentials.protects(from) && !credentials.protects(to)
+        })
+    };
+    let started = std::time::Instant::now();
+    match runtime.search_mail_visible(listing.search, visible).await {
+        Ok(found) => json(&serde_json::json!({
+            "matched": found.matched,
+            "indexed": found.indexed,
+            "took_ms": started.elapsed().as_secs_f64() * 1e3,
+            "messages": found.messages.into_iter().map(HistoryView::of).collect::<Vec<_>>(),
+        })),
+        Err(err @ crate::MailError::InvalidArgument { .. }) => {
+            (StatusCode::BAD_REQUEST, format!("{err}\n")).into_response()
         }
         Err(err) => (StatusCode::SERVICE_UNAVAILABLE, format!("{err}\n")).into_response(),
     }

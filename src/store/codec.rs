@@ -68,7 +68,79 @@ pub fn decode<T: DeserializeOwned>(table: Table, bytes: &[u8]) -> Result<T, Stor
 /// # Errors
 /// As [`decode`].
 pub fn check(table: Table, bytes: &[u8]) -> Result<(), StoreError> {
-    decode::<serde::de::IgnoredAny>(table, bytes).map(drop)
+    decode::<serde::de::IgnoredAny>(table, bytes)?;
+    // Serde reads a string that is not UTF-8 as bytes when it may be anything; every stored
+    // string is read as one, so such a value would not decode as what it is.
+    let mut rest = &bytes[1..];
+    well_formed(&mut rest, 0).map_err(|reason| StoreError::Decode {
+        table: table.name(),
+        reason,
+    })
+}
+
+/// Nesting deeper than any stored type.
+const MAX_DEPTH: u32 = 128;
+
+/// Reads one MessagePack value off `rd`, every string checked to be UTF-8.
+fn well_formed(rd: &mut &[u8], depth: u32) -> Result<(), String> {
+    use rmp::Marker;
+    fn take<'a>(rd: &mut &'a [u8], n: usize) -> Result<&'a [u8], String> {
+        if rd.len() < n {
+            return Err("the value ends early".into());
+        }
+        let (head, tail) = rd.split_at(n);
+        *rd = tail;
+        Ok(head)
+    }
+    fn length(rd: &mut &[u8], bytes: usize) -> Result<usize, String> {
+        let head = take(rd, bytes)?;
+        Ok(head.iter().fold(0usize, |n, &b| (n << 8) | usize::from(b)))
+    }
+    if depth > MAX_DEPTH {
+        return Err(format!("nested deeper than {MAX_DEPTH}"));
+    }
+    let marker = rmp::decode::read_marker(rd).map_err(|_| "the value ends early".to_owned())?;
+    let (strings, items) = match marker {
+        Marker::FixPos(_) | Marker::FixNeg(_) | Marker::Null | Marker::True | Marker::False => {
+            return Ok(());
+        }
+        Marker::U8 | Marker::I8 => return take(rd, 1).map(drop),
+        Marker::U16 | Marker::I16 => return take(rd, 2).map(drop),
+        Marker::U32 | Marker::I32 | Marker::F32 => return take(rd, 4).map(drop),
+        Marker::U64 | Marker::I64 | Marker::F64 => return take(rd, 8).map(drop),
+        Marker::FixStr(n) => (Some(usize::from(n)), 0),
+        Marker::Str8 => (Some(length(rd, 1)?), 0),
+        Marker::Str16 => (Some(length(rd, 2)?), 0),
+        Marker::Str32 => (Some(length(rd, 4)?), 0),
+        Marker::Bin8 => return length(rd, 1).and_then(|n| take(rd, n)).map(drop),
+        Marker::Bin16 => return length(rd, 2).and_then(|n| take(rd, n)).map(drop),
+        Marker::Bin32 => return length(rd, 4).and_then(|n| take(rd, n)).map(drop),
+        Marker::FixArray(n) => (None, usize::from(n)),
+        Marker::Array16 => (None, length(rd, 2)?),
+        Marker::Array32 => (None, length(rd, 4)?),
+        Marker::FixMap(n) => (None, 2 * usize::from(n)),
+        Marker::Map16 => (None, 2 * length(rd, 2)?),
+        Marker::Map32 => (None, 2 * length(rd, 4)?),
+        Marker::FixExt1 => return take(rd, 2).map(drop),
+        Marker::FixExt2 => return take(rd, 3).map(drop),
+        Marker::FixExt4 => return take(rd, 5).map(drop),
+        Marker::FixExt8 => return take(rd, 9).map(drop),
+        Marker::FixExt16 => return take(rd, 17).map(drop),
+        Marker::Ext8 => return length(rd, 1).and_then(|n| take(rd, n + 1)).map(drop),
+        Marker::Ext16 => return length(rd, 2).and_then(|n| take(rd, n + 1)).map(drop),
+        Marker::Ext32 => return length(rd, 4).and_then(|n| take(rd, n + 1)).map(drop),
+        Marker::Reserved => return Err("a reserved MessagePack marker".into()),
+    };
+    if let Some(n) = strings {
+        return std::str::from_utf8(take(rd, n)?)
+            .map(drop)
+            .map_err(|err| format!("a string is not UTF-8: {err}"));
+    }
+    // Each item takes at least a byte: a length past what is left ends early, not slowly.
+    for _ in 0..items {
+        well_formed(rd, depth + 1)?;
+    }
+    Ok(())
 }
 
 #[cfg(test)]
@@ -80,6 +152,18 @@ mod tests {
         a: u32,
         b: Option<String>,
         c: serde_json::Value,
+    }
+
+    #[test]
+    fn a_string_that_is_not_utf8_fails_the_check() {
+        let good = encode(&("name", vec![1u8, 2], serde_json::json!({"k": ["v", 1.5]})));
+        assert!(check(Table::Inbox, &good).is_ok());
+        let mut bad = good.clone();
+        let at = bad.windows(4).position(|w| w == b"name").unwrap();
+        bad[at] = 0xff;
+        let err = check(Table::Inbox, &bad).unwrap_err().to_string();
+        assert!(err.contains("not UTF-8"), "{err}");
+        assert!(check(Table::Inbox, &good[..good.len() - 1]).is_err());
     }
 
     #[test]

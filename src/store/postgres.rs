@@ -537,6 +537,7 @@ pub fn table_code(table: Table) -> i16 {
         Table::Cursors => 11,
         Table::Sends => 12,
         Table::Held => 13,
+        Table::Mail => 14,
     }
 }
 

@@ -36,11 +36,15 @@ pub enum Table {
     /// nothing. The message itself is in `Inbox`; the sweep that tells its sender when it
     /// expires undelivered reads these in expiry order.
     Held,
+    /// The mail log: every message once, as sent (message id, UUID v7 big-endian, so in
+    /// time order) → the message. The history and its search read it; a recipient's copy
+    /// lives in `Inbox` or `Archive`.
+    Mail,
 }
 
 impl Table {
     /// Every table, in a fixed order.
-    pub const ALL: [Table; 14] = [
+    pub const ALL: [Table; 15] = [
         Table::Meta,
         Table::Agents,
         Table::Inbox,
@@ -55,6 +59,7 @@ impl Table {
         Table::Cursors,
         Table::Sends,
         Table::Held,
+        Table::Mail,
     ];
 
     /// The table's name in the backend.
@@ -74,6 +79,7 @@ impl Table {
             Table::Cursors => "cursors",
             Table::Sends => "sends",
             Table::Held => "held",
+            Table::Mail => "mail",
         }
     }
 

@@ -711,3 +711,58 @@ async fn a_send_retried_on_another_server_with_its_request_id_delivers_once() {
     a.shutdown().await;
     b.shutdown().await;
 }
+
+/// The mail history is the store's: a search on one server finds what another sent, before
+/// and after the searching server made its index.
+#[tokio::test]
+async fn a_search_on_one_server_finds_mail_sent_on_another() {
+    use guildhall::agents::MailSearch;
+    let url = pg::fresh_database().await;
+    let (a, b) = (server(&url).await, server(&url).await);
+    let tl = a.register_agent(AgentSpec::new("tl", "tl")).await.unwrap();
+    let dev = b
+        .register_agent(AgentSpec::new("dev", "dev").parent("tl"))
+        .await
+        .unwrap();
+    dev.send(
+        Outgoing::to("tl")
+            .subject("first")
+            .body("the parser is green"),
+    )
+    .await
+    .unwrap();
+    let subjects = |found: guildhall::agents::MailFound| -> Vec<String> {
+        found
+            .messages
+            .iter()
+            .map(|m| m.subject.to_string())
+            .collect()
+    };
+    let found = a.search_mail(MailSearch::new("parser", 10)).await.unwrap();
+    assert_eq!(subjects(found), ["first"]);
+    // Sent on b after a's index was made: a reads b's sends from the log.
+    dev.send(
+        Outgoing::to("tl")
+            .subject("second")
+            .body("the parser shipped"),
+    )
+    .await
+    .unwrap();
+    let found = a.search_mail(MailSearch::new("parser", 10)).await.unwrap();
+    assert_eq!(subjects(found), ["second", "first"]);
+    // And b finds a's.
+    tl.send(
+        Outgoing::to("dev")
+            .subject("third")
+            .body("thanks for the parser"),
+    )
+    .await
+    .unwrap();
+    let found = b
+        .search_mail(MailSearch::new("parser from:tl", 10))
+        .await
+        .unwrap();
+    assert_eq!(subjects(found), ["third"]);
+    a.shutdown().await;
+    b.shutdown().await;
+}

@@ -1605,3 +1605,181 @@ async fn held_mail_that_expires_before_its_agent_comes_is_dropped_and_its_sender
     assert_eq!(pm.unread().await.unwrap(), 1);
     rt.shutdown().await;
 }
+
+/// The subjects of a search's messages, newest first.
+async fn found(rt: &Runtime, words: &str, limit: usize) -> (Vec<String>, Option<usize>) {
+    let found = rt
+        .search_mail(guildhall::agents::MailSearch::new(words, limit))
+        .await
+        .unwrap_or_else(|err| panic!("{words}: {err}"));
+    let subjects = found
+        .messages
+        .iter()
+        .map(|m| m.subject.to_string())
+        .collect();
+    (subjects, found.matched)
+}
+
+/// The history holds every message once, whoever it reached and whatever became of their
+/// copies (a deregistered recipient's too), and finds it by words, prefixes, sender,
+/// address and thread, newest first, a page at a time; mail sent after the index was made
+/// is found too.
+#[tokio::test]
+async fn the_history_holds_every_message_once_and_finds_it_by_words() {
+    let (rt, tl, pms, devs) = swarm(MailboxConfig::default()).await;
+    let order = tl
+        .send(
+            Outgoing::to("role:pm")
+                .subject("Deploy the parser to staging")
+                .body("the v2-rollout starts Monday"),
+        )
+        .await
+        .unwrap();
+    pms[0]
+        .send(
+            Outgoing::reply(order.id)
+                .subject("deployed")
+                .body("parser deployed; staging green"),
+        )
+        .await
+        .unwrap();
+    devs[0]
+        .send(Outgoing::to("pm-0").subject("lunch?").body("Pizza at noon"))
+        .await
+        .unwrap();
+    tl.send(Outgoing::to("*").subject("all hands").body("friday"))
+        .await
+        .unwrap();
+    rt.deregister_agent("dev-01").await.unwrap();
+
+    let (all, matched) = found(&rt, "", 10).await;
+    assert_eq!(
+        all,
+        [
+            "all hands",
+            "lunch?",
+            "deployed",
+            "Deploy the parser to staging"
+        ],
+        "each message once, newest first (the role message reached two, `*` six)"
+    );
+    assert_eq!(
+        matched, None,
+        "the newest are listed without counting them all"
+    );
+    for (words, expected) in [
+        ("parser", &["deployed", "Deploy the parser to staging"][..]),
+        ("deplo*", &["deployed", "Deploy the parser to staging"]),
+        ("PIZZA", &["lunch?"]),
+        ("v2 rollout", &["Deploy the parser to staging"]),
+        ("from:tl", &["all hands", "Deploy the parser to staging"]),
+        ("to:role:pm", &["Deploy the parser to staging"]),
+        ("to:*", &["all hands"]),
+        ("parser from:pm-0", &["deployed"]),
+        ("friday from:dev-00", &[]),
+        ("nowhere", &[]),
+    ] {
+        let (subjects, matched) = found(&rt, words, 10).await;
+        assert_eq!(subjects, expected, "{words}");
+        assert_eq!(matched, Some(expected.len()), "{words}");
+    }
+    let (thread, _) = found(&rt, &format!("thread:{}", order.thread), 10).await;
+    assert_eq!(thread, ["deployed", "Deploy the parser to staging"]);
+
+    // A page at a time: the two newest, then the two before the last of them.
+    let first = rt
+        .search_mail(guildhall::agents::MailSearch::new("", 2))
+        .await
+        .unwrap();
+    let last = first.messages.last().unwrap().id;
+    let next = rt
+        .search_mail(guildhall::agents::MailSearch::new("", 2).before(last))
+        .await
+        .unwrap();
+    let subjects: Vec<&str> = next.messages.iter().map(|m| &*m.subject).collect();
+    assert_eq!(subjects, ["deployed", "Deploy the parser to staging"]);
+    let words = rt
+        .search_mail(guildhall::agents::MailSearch::new("from:tl", 1).before(last))
+        .await
+        .unwrap();
+    assert_eq!(
+        words.messages[0].subject.as_ref(),
+        "Deploy the parser to staging"
+    );
+
+    // Mail sent after the index was made is found.
+    pms[1]
+        .send(
+            Outgoing::to("tl")
+                .subject("parser question")
+                .body("which branch?"),
+        )
+        .await
+        .unwrap();
+    let (subjects, _) = found(&rt, "parser", 10).await;
+    assert_eq!(subjects[0], "parser question", "{subjects:?}");
+
+    for (words, named) in [
+        ("thread:nope", "`nope` is not a message id"),
+        ("a-b*", "one `*`"),
+        ("x*", ""),
+    ] {
+        let outcome = rt
+            .search_mail(guildhall::agents::MailSearch::new(words, 10))
+            .await;
+        match (outcome, named) {
+            (Ok(_), "") => {}
+            (Err(MailError::InvalidArgument { reason, .. }), named) if !named.is_empty() => {
+                assert!(reason.contains(named), "{words}: {reason}");
+            }
+            (other, _) => panic!("{words}: {other:?}"),
+        }
+    }
+    rt.shutdown().await;
+}
+
+/// A store written before the mail log existed: its messages join the history when the
+/// runtime next starts (from the recipients' copies, each once).
+#[tokio::test]
+async fn mail_stored_before_the_log_joins_the_history_at_the_next_start() {
+    use guildhall::store::{Batch, Table};
+    let dir = tempfile::tempdir().unwrap();
+    let open = || Runtime::builder().data_dir(dir.path());
+    let rt = open().build().await.unwrap();
+    let tl = rt.register_agent(AgentSpec::new("tl", "tl")).await.unwrap();
+    for dev in ["dev-1", "dev-2"] {
+        rt.register_agent(AgentSpec::new(dev, "dev").parent("tl"))
+            .await
+            .unwrap();
+    }
+    tl.send(
+        Outgoing::to("role:dev")
+            .subject("old news")
+            .body("from before"),
+    )
+    .await
+    .unwrap();
+    // As an older guildhall left it: no log, and no mark that it was filled.
+    let store = rt.store();
+    let mut forget = Batch::new();
+    store
+        .scan(Table::Mail, &[], &mut |key, _| {
+            forget.delete(Table::Mail, key.to_vec());
+            true
+        })
+        .unwrap();
+    forget.delete(Table::Meta, b"mail_log_backfilled".to_vec());
+    assert_eq!(forget.len(), 2, "one message logged once, and the mark");
+    guildhall::store::commit(&*store, forget).await.unwrap();
+    let (none, _) = found(&rt, "news", 10).await;
+    assert!(none.is_empty(), "{none:?}");
+    rt.shutdown().await;
+    drop(store);
+
+    let rt = open().build().await.unwrap();
+    eventually(Duration::from_secs(10), async || {
+        found(&rt, "news", 10).await == (vec!["old news".to_owned()], Some(1))
+    })
+    .await;
+    rt.shutdown().await;
+}

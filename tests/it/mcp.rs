@@ -1751,6 +1751,36 @@ async fn a_token_protects_its_agents_mail_and_events_on_the_dashboard() {
     assert_eq!(shown.status(), 200);
     assert!(shown.text().await.unwrap().contains("for pm only"));
     assert_eq!(mail("dev", None).await.unwrap().status(), 200);
+    // The history and its search leave out mail to or from a protected agent.
+    rt.agent("dev")
+        .unwrap()
+        .send(Outgoing::to("dev").subject("public").body("a note to self"))
+        .await
+        .unwrap();
+    let history =
+        |query: &str| status_and_text(&client, format!("{base}{}?{query}", http::MAIL_PATH));
+    for query in ["", "q=for+pm", "q=from%3Adev", "q=public"] {
+        let (status, body) = history(query).await;
+        assert_eq!(status, 200, "{query}: {body}");
+        assert!(!body.contains("for pm only"), "{query}: {body}");
+    }
+    let (_, public) = history("q=note%20self").await;
+    let public: Value = serde_json::from_str(&public).unwrap();
+    assert_eq!(public["matched"], 1, "{public}");
+    assert_eq!(public["messages"][0]["body"], "a note to self", "{public}");
+    for (query, named) in [
+        ("limit=0", "limit `0` is not 1 to 200"),
+        ("before=x", "before `x` is not a message id"),
+        ("sort=new", "unknown parameter `sort`"),
+        ("q=thread%3Ax", "`x` is not a message id"),
+    ] {
+        let (status, body) = history(query).await;
+        assert_eq!(
+            (status, body.contains(named)),
+            (400, true),
+            "{query}: {body}"
+        );
+    }
     let events = client
         .get(format!("{base}{}", http::EVENTS_PATH))
         .send()
@@ -2075,6 +2105,104 @@ async fn the_dashboard_reads_the_task_board_and_a_tasks_history() {
         assert_eq!(status, code, "{query}: {body}");
         assert!(body.contains(why), "{query}: {body}");
     }
+    stop.cancel();
+    rt.shutdown().await;
+}
+
+/// An agent's timeline from the audit log, after the fact: its calls oldest first, a call
+/// made within another nested under it (its `parent` is the other's `span`), each with its
+/// decision, outcome and duration; a crash with its cause, the calls after the restart.
+/// Another agent's calls are not in it; bad parameters are named.
+#[tokio::test]
+async fn an_agents_timeline_nests_its_calls_and_names_a_crashs_cause() {
+    let (chaos, _) = crate::support::Chaos::new("chaos");
+    let rt = Runtime::builder().tool(chaos).build().await.unwrap();
+    for (id, role) in [("alice", "pm"), ("bob", "dev")] {
+        rt.register_agent(AgentSpec::new(id, role)).await.unwrap();
+    }
+    let as_alice = || crate::support::as_agent(&rt, "alice");
+    rt.call_json("whoami", json!({}), as_alice()).await.unwrap();
+    let audit = rt.governance().audit().unwrap().clone();
+    audit.flush().await.unwrap();
+    let outer = audit
+        .query(&guildhall::governance::AuditQuery::default())
+        .unwrap()
+        .pop()
+        .unwrap();
+    let within = guildhall::actors::TraceParent::of_call(&outer.call_id, None);
+    rt.call_json("whoami", json!({}), as_alice().trace_parent(within))
+        .await
+        .unwrap();
+    let crashed = rt
+        .call_json("chaos", json!({ "act": "panic" }), as_alice())
+        .await;
+    assert!(crashed.is_err());
+    rt.call_json("chaos", json!({ "act": "ok" }), as_alice())
+        .await
+        .unwrap();
+    rt.call_json("whoami", json!({}), crate::support::as_agent(&rt, "bob"))
+        .await
+        .unwrap();
+
+    let (base, stop) = dashboard_endpoint(&rt).await;
+    let client = crate::support::http_client();
+    let timeline = |query: &str| {
+        status_and_text(
+            &client,
+            format!("{base}{}/alice/timeline{query}", http::AGENTS_PATH),
+        )
+    };
+    let (status, body) = timeline("").await;
+    assert_eq!(status, 200, "{body}");
+    let body: Value = serde_json::from_str(&body).unwrap();
+    let calls = body["calls"].as_array().unwrap();
+    let seen: Vec<(&str, &str)> = calls
+        .iter()
+        .map(|c| (c["tool"].as_str().unwrap(), c["outcome"].as_str().unwrap()))
+        .collect();
+    assert_eq!(
+        seen,
+        [
+            ("whoami", "ok"),
+            ("whoami", "ok"),
+            ("chaos", "crashed"),
+            ("chaos", "ok")
+        ],
+        "{body}"
+    );
+    assert_eq!(calls[1]["parent"], calls[0]["span"], "nested: {body}");
+    assert!(calls[0]["parent"].is_null(), "{body}");
+    assert_eq!(calls[0]["decision"], "allow");
+    assert!(calls[0]["duration_us"].is_u64(), "{body}");
+    let cause = calls[2]["cause"].as_str().unwrap();
+    assert!(cause.contains("asked to panic"), "{cause}");
+    assert!(calls[3]["cause"].is_null(), "{body}");
+
+    let (_, limited) = timeline("?limit=1").await;
+    let limited: Value = serde_json::from_str(&limited).unwrap();
+    assert_eq!(
+        limited["calls"][0]["tool"], "chaos",
+        "the newest: {limited}"
+    );
+    assert_eq!(limited["calls"].as_array().unwrap().len(), 1);
+    for (query, named) in [
+        ("?limit=0", "limit `0` is not 1 to 2000"),
+        ("?since_ms=soon", "since_ms `soon`"),
+        ("?agent=bob", "unknown parameter `agent`"),
+    ] {
+        let (status, body) = timeline(query).await;
+        assert_eq!(
+            (status, body.contains(named)),
+            (400, true),
+            "{query}: {body}"
+        );
+    }
+    let (status, _) = status_and_text(
+        &client,
+        format!("{base}{}/nobody/timeline", http::AGENTS_PATH),
+    )
+    .await;
+    assert_eq!(status, 404);
     stop.cancel();
     rt.shutdown().await;
 }

@@ -6,7 +6,11 @@ and `flaky`, which cannot start until a file exists); the page loads the swarm (
 and the supervision tree and the task board (two tasks made before it opened, one blocking
 the other), then follows the event stream. Traffic is made through the command
 line, an MCP client and signals, and each effect must show on the page within a second of
-happening: a message in the mail feed (a click shows its thread with each recipient's
+happening: mail sent before the page opened (from the history; a search finds one, a
+click opens its thread: `…-mail.png`), a crash before it opened (an agent's call to a
+proxied server that died mid-call, in that agent's timeline with its cause and the
+restart: `…-timeline.png`), a message in the mail feed (a click shows its thread
+with each recipient's
 delivery state, delivered then read; a click on an agent its
 inbox), its call in the calls table (with a latency histogram; the feed filtered), an agent connecting (its
 dot turns green), a context session changed (its entries, history and a version's diff),
@@ -107,12 +111,43 @@ env = {{ RUST_LOG = "off" }}
 # guildhall itself, with a data directory inside this one: the operator's own program.
 sandbox = {{ enabled = false }}
 
+# A bare rmcp server whose `crash` tool ends its process mid-call.
+[servers.floor]
+command = {json.dumps(BIN)}
+args = ["bench", "mcp-floor"]
+env = {{ RUST_LOG = "off" }}
+sandbox = {{ enabled = false }}
+
 [servers.flaky]
 command = "sh"
 args = {json.dumps(["-c", script, BIN, *inner])}
 env = {{ RUST_LOG = "off" }}
 sandbox = {{ enabled = false }}
 """)
+
+
+def mcp_client(data_dir, agent):
+    """`guildhall mcp --agent AGENT`, initialized: the process and a function that makes one
+    request and returns its answer."""
+    client = subprocess.Popen([BIN, "--data-dir", data_dir, "mcp", "--agent", agent],
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                              stderr=subprocess.DEVNULL, text=True)
+    ids = iter(range(1, 1_000))
+
+    def request(method, params):
+        message = {"jsonrpc": "2.0", "id": next(ids), "method": method, "params": params}
+        client.stdin.write(json.dumps(message) + "\n")
+        client.stdin.flush()
+        while True:
+            answer = json.loads(client.stdout.readline())
+            if answer.get("id") == message["id"]:
+                return answer
+
+    request("initialize", {"protocolVersion": "2025-11-25", "capabilities": {},
+                           "clientInfo": {"name": "dashboard-test", "version": "1"}})
+    client.stdin.write(json.dumps({"jsonrpc": "2.0", "method": "notifications/initialized"}) + "\n")
+    client.stdin.flush()
+    return client, request
 
 
 def browser():
@@ -152,6 +187,25 @@ def main():
                       "--assignee", "dev")
             guildhall(data_dir, "tasks", "add", "wire the api", "--as", "pm",
                       "--blocked-by", "1")
+            # And a thread of mail: the history shows it, not only what is sent later.
+            order = json.loads(guildhall(data_dir, "send", "--from", "pm", "--to", "dev",
+                                         "--subject", "deploy the parser",
+                                         "--body", "staging first, then prod"))
+            guildhall(data_dir, "send", "--from", "dev", "--reply-to", order["id"],
+                      "--subject", "parser deployed", "--body", "staging is green")
+            # And a crash: dev calls a proxied tool whose server dies mid-call; its
+            # supervisor starts it again.
+            until("floor serves", lambda: servers(data_dir)["floor"]["state"] == "running")
+            client, request = mcp_client(data_dir, "dev")
+            try:
+                crashed = request("tools/call", {"name": "mcp__floor__crash", "arguments": {}})
+                assert crashed.get("error") or crashed["result"].get("isError"), crashed
+                request("tools/call", {"name": "whoami", "arguments": {}})
+            finally:
+                client.kill()
+                client.wait()
+            until("floor restarted", lambda: servers(data_dir)["floor"]["starts"] == 2
+                  and servers(data_dir)["floor"]["state"] == "running")
 
             driver = browser()
             try:
@@ -182,6 +236,38 @@ def main():
                 driver.execute_script(
                     "document.getElementById('tasks-panel').scrollIntoView()")
                 driver.save_screenshot(SCREENSHOT.replace(".png", "-tasks.png"))
+
+                # The mail sent before the page opened, from the history; a search finds
+                # one message of it; its thread opens with both, and what became of each.
+                shown(driver, "#mail li", "dev → pm: parser deployed")
+                shown(driver, "#mail li", "pm → dev: deploy the parser")
+                driver.execute_script(
+                    "const f = document.getElementById('mailsearch'); f.value = 'green';"
+                    "f.dispatchEvent(new Event('input'));")
+                shown(driver, "#mailcount", "1 found")
+                found = texts(driver, "#mail li")
+                assert len(found) == 1 and "parser deployed" in found[0], f"searched: {found}"
+                click(driver, "#mail li", "dev → pm: parser deployed")
+                shown(driver, "#thread li", "staging first, then prod")
+                shown(driver, "#thread li", "staging is green")
+                shown(driver, "#thread .receipts", "pm: delivered")
+                driver.execute_script(
+                    "document.getElementById('mail-panel').scrollIntoView()")
+                driver.save_screenshot(SCREENSHOT.replace(".png", "-mail.png"))
+                driver.execute_script(
+                    "const f = document.getElementById('mailsearch'); f.value = '';"
+                    "f.dispatchEvent(new Event('input'));")
+                shown(driver, "#mail li", "pm → dev: deploy the parser")
+
+                # dev's timeline, after the fact: the crashed call, why, and the restart.
+                click(driver, "#swarm li[data-agent=dev] > .name", "dev")
+                shown(driver, "#calltree li", "mcp__floor__crash")
+                shown(driver, "#calltree li .cause", "floor")
+                shown(driver, "#calltree li", "restarted mcp__floor__crash")
+                shown(driver, "#calltree li", "whoami ok")
+                driver.execute_script(
+                    "document.getElementById('timeline-panel').scrollIntoView()")
+                driver.save_screenshot(SCREENSHOT.replace(".png", "-timeline.png"))
 
                 # A message: the mail feed shows it, and the call shows in the table.
                 guildhall(data_dir, "send", "--from", "pm", "--to", "dev", "--subject",

@@ -154,6 +154,8 @@ impl<I> Trail<I> {
             rule,
             duration_us: duration_us(ctx.started().elapsed()),
             outcome,
+            parent: ctx.trace().map_or(0, |t| u64::from_be_bytes(t.span_id)),
+            cause: None,
         }
     }
 
@@ -167,7 +169,10 @@ impl<I> Trail<I> {
             Ok(_) => Outcome::Ok,
             Err(err) => Outcome::of(err),
         };
-        let entry = self.entry(&ctx, outcome, decided.rule.take(), decided.digest);
+        let mut entry = self.entry(&ctx, outcome, decided.rule.take(), decided.digest);
+        if let Err(err) = &decided.result {
+            entry.cause = crate::governance::audit::cause_of(err);
+        }
         let gov = &self.tool.gov;
         let ended = match &decided.result {
             Ok(_) => Ended::Ok {
