@@ -39,8 +39,8 @@ pub use credentials::{
 pub(crate) use directory::Connection;
 pub use directory::{AgentRecord, AgentSpec, ProcessReport, ProcessView};
 pub use error::MailError;
-pub(crate) use history::{IndexSize, Visible};
-pub use history::{MailFound, MailSearch};
+pub(crate) use history::Visible;
+pub use history::{MailFound, MailIndexSize, MailSearch};
 pub use ids::{AgentId, MAX_NAME_LEN, parse_message_id};
 pub(crate) use ids::{check_name, first_id_at, now_ms};
 pub use message::{

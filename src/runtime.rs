@@ -502,9 +502,9 @@ impl Runtime {
             .await
     }
 
-    /// The mail index's size once a search made it: messages, distinct words, and about
-    /// how many bytes it holds.
-    pub(crate) fn mail_index_size(&self) -> Option<crate::agents::IndexSize> {
+    /// The mail index's size once a search with words made it (`None` before): messages,
+    /// distinct words, and about how many bytes it holds.
+    pub fn mail_index_size(&self) -> Option<crate::agents::MailIndexSize> {
         self.inner.office.history.index_size()
     }
 
@@ -515,6 +515,8 @@ impl Runtime {
         visible: Arc<crate::agents::Visible>,
     ) -> Result<crate::agents::MailFound, MailError> {
         let office = Arc::clone(&self.inner.office);
+        // What this server sent is searchable at once: the writer's buffer is written first.
+        office.history.write_pending().await?;
         tokio::task::spawn_blocking(move || office.history.search(&search, &*visible))
             .await
             .map_err(|err| MailError::SearchStopped {
@@ -705,8 +707,12 @@ impl Runtime {
         if let Err(err) = self.inner.root.shutdown().await {
             tracing::debug!(error = %guildhall_actors::ErrorChain(&err), "root supervisor already stopped");
         }
-        // No call is left to audit: write what the audit log holds.
+        // No call is left to audit: write what the audit log holds; no send is left: write
+        // what the mail log's writer holds.
         self.inner.governance.flush().await;
+        if let Err(err) = self.inner.office.history.write_pending().await {
+            tracing::warn!(error = %guildhall_actors::ErrorChain(&err), "could not write the mail log");
+        }
         // Every actor that wrote is stopped: commit what is pending and release the store.
         self.inner.office.shared.store.close();
     }

@@ -1,21 +1,27 @@
 //! The mail history: every message once, as sent, and a word index to search it.
 //!
-//! **The log.** `Table::Mail` holds each message under its id (UUID v7, so in time order),
-//! written in the same batch as its first delivery: a message some mailbox has is in the
-//! log. Recipients' copies, with their read and acknowledged state, stay in `Inbox` and
-//! `Archive`; the log outlives them (a deregistered agent's mail, an expired message) until
-//! the mailbox retention passes, when [`History::prune`] deletes it.
+//! **The log.** `Table::Mail` holds each message under its second and id (so in time
+//! order). A send that delivered hands its message over ([`History::log`]); a writer
+//! commits what was handed over every [`LOG_CADENCE`], in one batch, so a send pays for an
+//! `Arc` in a buffer, not for a second write (the recipients' copies, in `Inbox` and
+//! `Archive`, are the send's own). Shutdown writes what is left. A crash can lose what the
+//! buffer held, as can a send cut off before it handed its message over; each start logs
+//! whatever the recipients' copies hold that the log lacks ([`History::backfill`]), so
+//! what a mailbox still has is in the history again. The log outlives the copies (read,
+//! expired, a deregistered agent's) until the mailbox retention passes, when
+//! [`History::prune`] deletes it.
 //!
 //! **The index** is in memory, made from the log at the first search that needs it. Then
-//! each send made here notes its message's id when its delivery ends, however it ends
-//! ([`Noted`]), and the next search reads those from the log: a search costs what was sent
-//! since the last, not what the log holds. Another server's sends (several sharing
-//! PostgreSQL) are read by scanning the log from a little before the newest message
+//! each send made here that delivered notes its message's id, and the next search (which
+//! first writes what waits for the writer) reads those from the log: a search costs what
+//! was sent since the last, not what the log holds. Another server's sends (several
+//! sharing PostgreSQL) are read by scanning the log from a little before the newest message
 //! indexed ([`MARGIN_MS`]): messages commit out of id order by at most that much (their ids
-//! are made when sent; a slow commit lands later). A message another server committed
-//! later than that after its id was made is in the log and the history, but not found by
-//! words until the index is made again (at the next start). Left unsearched long enough for
-//! [`MAX_NOTED`] sends to pile up, the index is dropped and made anew at the next search.
+//! are made when sent; a slow commit, or a writer's 25 ms, lands later). A message another
+//! server committed later than that after its id was made is in the log and the history,
+//! but not found by words until the index is made again (at the next start). Left
+//! unsearched long enough for [`MAX_NOTED`] sends to pile up, the index is dropped and
+//! made anew at the next search.
 //!
 //! Sends never wait for the index: a search waits for another, never a send for a search.
 
@@ -27,7 +33,7 @@ use std::time::Duration;
 use uuid::Uuid;
 
 use super::MailError;
-use super::ids::{first_id_at, log_key, now_ms};
+use super::ids::{first_id_at, log_key, logged_id, now_ms};
 use super::message::Message;
 use crate::store::{self, Batch, Store, Table, codec};
 
@@ -35,6 +41,15 @@ use crate::store::{self, Batch, Store, Table, codec};
 /// servers share; and how long a noted message not in the log yet is looked for again:
 /// longer than a commit takes after its message's id is made.
 pub(crate) const MARGIN_MS: u64 = 5_000;
+/// How far back a listing of the newest messages first reads the log.
+const NEWEST_WINDOW_MS: u64 = 10_000;
+/// How often the writer commits the messages handed over.
+pub(crate) const LOG_CADENCE: Duration = Duration::from_millis(25);
+/// Messages written in one batch at most: a store holds its lock for one batch, and a
+/// sender waiting on it waits for no more than this many.
+const LOG_BATCH: usize = 256;
+/// Messages waiting for the writer before it is woken early.
+const LOG_QUEUE: usize = 4_096;
 /// Sends noted between two searches at most; past it the index is made anew.
 pub(crate) const MAX_NOTED: usize = 1_000_000;
 /// Words longer than this are not indexed (nor searchable): hashes, base64 and the like.
@@ -105,16 +120,10 @@ pub(crate) struct History {
     indexing: AtomicBool,
     /// Messages sent here since the last search, by id.
     noted: Mutex<Vec<u128>>,
-}
-
-/// Notes a message for the index when dropped: when its delivery ended, however it ended
-/// (delivered, refused, or the sender gone mid-way).
-pub(crate) struct Noted<'a>(pub(crate) &'a History, pub(crate) Uuid);
-
-impl Drop for Noted<'_> {
-    fn drop(&mut self) {
-        self.0.note(self.1);
-    }
+    /// Messages delivered, waiting for the writer.
+    pending: Mutex<Vec<Arc<Message>>>,
+    /// Wakes the writer early (a full buffer) or to finish (shutdown).
+    wake: tokio::sync::Notify,
 }
 
 impl History {
@@ -125,7 +134,62 @@ impl History {
             index: Mutex::new(None),
             indexing: AtomicBool::new(false),
             noted: Mutex::new(Vec::new()),
+            pending: Mutex::new(Vec::new()),
+            wake: tokio::sync::Notify::new(),
         }
+    }
+
+    /// Hands `message`, delivered, to the writer; and notes it for the index.
+    pub(crate) fn log(&self, message: Arc<Message>) {
+        let id = message.id;
+        let waiting = {
+            let mut pending = self.pending.lock().unwrap_or_else(PoisonError::into_inner);
+            pending.push(message);
+            pending.len()
+        };
+        if waiting == LOG_QUEUE {
+            self.wake.notify_one();
+        }
+        self.note(id);
+    }
+
+    /// Writes the messages handed over, every [`LOG_CADENCE`] (sooner when many wait),
+    /// until `stop` (shutdown writes what is left, once no send is running).
+    /// Ends, too, once the history is dropped.
+    pub(crate) async fn write_loop(
+        history: std::sync::Weak<History>,
+        stop: tokio_util::sync::CancellationToken,
+    ) {
+        loop {
+            let Some(history) = history.upgrade() else {
+                return;
+            };
+            tokio::select! {
+                () = stop.cancelled() => return,
+                () = history.wake.notified() => {}
+                () = tokio::time::sleep(LOG_CADENCE) => {}
+            }
+            if let Err(err) = history.write_pending().await {
+                tracing::warn!(error = %guildhall_actors::ErrorChain(&err), "could not write the mail log");
+            }
+        }
+    }
+
+    /// Commits the messages handed over so far, in id order (so each lands after the last
+    /// in the log's key order, not amid it), [`LOG_BATCH`] to a batch.
+    pub(crate) async fn write_pending(&self) -> Result<(), MailError> {
+        let mut pending =
+            std::mem::take(&mut *self.pending.lock().unwrap_or_else(PoisonError::into_inner));
+        pending.sort_unstable_by_key(|message| message.id);
+        for chunk in pending.chunks(LOG_BATCH) {
+            let mut batch = Batch::new();
+            for message in chunk {
+                // The message as composed: a recipient that reads its copy changes its own.
+                batch.put(Table::Mail, log_key(&message.id), codec::encode(&**message));
+            }
+            store::commit(&*self.store, batch).await?;
+        }
+        Ok(())
     }
 
     /// Notes message `id`, sent here, for the index (nothing while there is none).
@@ -182,14 +246,15 @@ impl History {
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .extend(again);
-        let matches = index.matching(&query)?;
-        let matched = matches.len();
-        let before = search.before.map_or(u128::MAX, |id| id.as_u128());
-        let mut shown: Vec<&Doc> = matches
+        let mut shown: Vec<&Doc> = index
+            .matching(&query)?
             .into_iter()
             .map(|ord| &index.docs[ord as usize])
-            .filter(|doc| doc.id < before && visible(index.name(doc.from), index.name(doc.to)))
+            .filter(|doc| visible(index.name(doc.from), index.name(doc.to)))
             .collect();
+        let matched = shown.len();
+        let before = search.before.map_or(u128::MAX, |id| id.as_u128());
+        shown.retain(|doc| doc.id < before);
         let limit = search.limit.min(shown.len());
         if limit < shown.len() {
             shown.select_nth_unstable_by(limit, |a, b| b.id.cmp(&a.id));
@@ -217,13 +282,14 @@ impl History {
     }
 
     /// The newest messages older than `search.before`, read from the log without the
-    /// index: from an hour back, then eight times further each time too few were found.
+    /// index: from [`NEWEST_WINDOW_MS`] back, then eight times further each time too few
+    /// were found (so a busy log is read for seconds of its traffic, a quiet one whole).
     fn newest(&self, search: &MailSearch, visible: &Visible) -> Result<MailFound, MailError> {
         let end = search.before.map_or(u128::MAX, |id| id.as_u128());
         let end_ms = search
             .before
             .map_or_else(now_ms, |id| u64::try_from(id.as_u128() >> 80).unwrap_or(0));
-        let mut window = 3_600_000_u64;
+        let mut window = NEWEST_WINDOW_MS;
         loop {
             let from_ms = end_ms.saturating_sub(window);
             let start = if from_ms == 0 {
@@ -235,10 +301,10 @@ impl History {
             let mut failed = None;
             self.store
                 .scan_from(Table::Mail, &[], &start, &mut |key, value| {
-                    let Ok(bytes) = <[u8; 16]>::try_from(key) else {
+                    let Some(id) = logged_id(key) else {
                         return true;
                     };
-                    if u128::from_be_bytes(bytes) >= end {
+                    if id >= end {
                         return false;
                     }
                     match codec::decode::<Message>(Table::Mail, value) {
@@ -313,18 +379,15 @@ impl History {
     }
 
     /// The index's size: messages, distinct words, and about how many bytes it holds.
-    pub(crate) fn index_size(&self) -> Option<IndexSize> {
+    pub(crate) fn index_size(&self) -> Option<MailIndexSize> {
         let guard = self.index.lock().unwrap_or_else(PoisonError::into_inner);
         guard.as_ref().map(Index::size)
     }
 
-    /// Logs the messages the recipients' copies hold that the log lacks (mail sent before
-    /// the log existed); once per store, marked in `Meta`. How many were logged.
+    /// Logs the messages the recipients' copies hold that the log lacks: mail sent before
+    /// the log existed, or handed over and lost with the buffer in a crash. Run at each
+    /// start (two reads a copy, in the background); how many were logged.
     pub(crate) async fn backfill(&self) -> Result<usize, MailError> {
-        const DONE: &[u8] = b"mail_log_backfilled";
-        if self.store.get(Table::Meta, DONE)?.is_some() {
-            return Ok(0);
-        }
         let mut logged = 0;
         for table in [Table::Inbox, Table::Archive] {
             let mut start = Vec::new();
@@ -363,9 +426,6 @@ impl History {
                 }
             }
         }
-        let mut done = Batch::new();
-        done.put(Table::Meta, DONE.to_vec(), codec::encode(&true));
-        store::commit(&*self.store, done).await?;
         if logged > 0 {
             // Older than what an index made meanwhile would read: it is made anew.
             self.forget_index();
@@ -374,12 +434,16 @@ impl History {
     }
 }
 
-/// The index's size.
+/// The mail index's size.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct IndexSize {
-    pub(crate) messages: usize,
-    pub(crate) words: usize,
-    pub(crate) bytes: usize,
+#[non_exhaustive]
+pub struct MailIndexSize {
+    /// Messages indexed.
+    pub messages: usize,
+    /// Distinct words (and senders, addresses and threads) indexed.
+    pub words: usize,
+    /// About how many bytes the index holds.
+    pub bytes: usize,
 }
 
 /// One indexed message.
@@ -419,10 +483,9 @@ impl Index {
         };
         let mut failed = None;
         store.scan_from(Table::Mail, &[], &start, &mut |key, value| {
-            let Ok(bytes) = <[u8; 16]>::try_from(key) else {
+            let Some(id) = logged_id(key) else {
                 return true;
             };
-            let id = u128::from_be_bytes(bytes);
             if self.seen.contains_key(&id) {
                 return true;
             }
@@ -571,11 +634,11 @@ impl Index {
         self.docs.shrink_to_fit();
     }
 
-    fn size(&self) -> IndexSize {
+    fn size(&self) -> MailIndexSize {
         let postings: usize = self.words.values().map(|l| l.capacity() * 4).sum();
         let keys: usize = self.words.keys().map(|k| k.len() + 48).sum();
         let names: usize = self.names.iter().map(|n| 2 * n.len() + 40).sum();
-        IndexSize {
+        MailIndexSize {
             messages: self.docs.len(),
             words: self.words.len(),
             bytes: postings
@@ -688,6 +751,21 @@ mod tests {
         let many = vec!["w"; MAX_QUERY_WORDS + 1].join(" ");
         assert!(Query::parse(&many).is_err());
         assert_eq!(Query::parse("  ").unwrap().terms, Vec::new());
+    }
+
+    #[test]
+    fn log_keys_sort_as_their_ids_and_give_them_back() {
+        let mut ids: Vec<Uuid> = [0u64, 1, 1023, 1024, 5_000_000, 1_800_000_000_000]
+            .iter()
+            .flat_map(|&ms| [first_id_at(ms), super::super::ids::new_message_id(ms)])
+            .collect();
+        ids.sort();
+        let keys: Vec<Vec<u8>> = ids.iter().map(log_key).collect();
+        assert!(keys.windows(2).all(|w| w[0] <= w[1]), "{keys:?}");
+        for (id, key) in ids.iter().zip(&keys) {
+            assert_eq!(logged_id(key), Some(id.as_u128()));
+        }
+        assert_eq!(logged_id(b"short"), None);
     }
 
     #[test]

@@ -136,10 +136,24 @@ pub(crate) fn message_key(recipient: &str, id: &Uuid) -> Vec<u8> {
     key
 }
 
-/// The key of a message in the mail log (`Table::Mail`): its id, whose big-endian bytes
-/// sort by time.
+/// The key of a message in the mail log (`Table::Mail`): the second it was made in (its
+/// id's milliseconds over 1,024, ten hex digits), a 0 byte, its id. Keys sort as ids do,
+/// by time; and a store that groups keys by what comes before their first 0 byte (the
+/// memory store, as it groups a mailbox's messages by recipient) keeps a second's messages
+/// together, rather than one group for each message.
 pub(crate) fn log_key(id: &Uuid) -> Vec<u8> {
-    id.as_bytes().to_vec()
+    let second = (id.as_u128() >> 80) >> 10;
+    let mut key = Vec::with_capacity(27);
+    key.extend_from_slice(format!("{second:010x}").as_bytes());
+    key.push(0);
+    key.extend_from_slice(id.as_bytes());
+    key
+}
+
+/// The id a mail log key ends with; `None` for a key that is none.
+pub(crate) fn logged_id(key: &[u8]) -> Option<u128> {
+    let (_, id) = key.split_last_chunk::<16>()?;
+    (key.len() == 27).then(|| u128::from_be_bytes(*id))
 }
 
 /// The key prefix of every message of `recipient`.

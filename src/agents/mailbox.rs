@@ -25,7 +25,7 @@ use uuid::Uuid;
 
 use super::MailError;
 use super::directory::AgentEntry;
-use super::ids::{first_id_at, log_key, mailbox_prefix, message_key, now_ms};
+use super::ids::{first_id_at, mailbox_prefix, message_key, now_ms};
 use super::message::{DeliveryState, Inbox, InboxQuery, Message};
 use super::protocol::{Arrivals, Committed, MailboxMsg, MailboxOwn, Op, Reply, Responder};
 use super::shared::Shared;
@@ -382,13 +382,13 @@ impl MailboxActor {
             }
         }
         let mut batch = Batch::new();
-        let encoded = codec::encode(&*message);
-        // The mail log holds the message once however many mailboxes it reaches: each
-        // writes it (the same value), so it is logged with whichever copy commits.
-        batch.put(Table::Mail, log_key(&message.id), encoded.clone());
         // The key is new: the message's id is fresh (a second delivery of one message is
         // still stored, as a put).
-        batch.insert(Table::Inbox, self.key(&message.id), encoded);
+        batch.insert(
+            Table::Inbox,
+            self.key(&message.id),
+            codec::encode(&*message),
+        );
         match self.shared.store.try_commit(batch) {
             Ok(Ok(())) => {
                 // Answer first: from here on the message is stored, whatever happens next.

@@ -11,7 +11,7 @@ use uuid::Uuid;
 
 use super::directory::{AGENTS, AgentEntry, AgentRecord, AgentSpec, Directory};
 use super::ids::{AgentId, new_message_id, now_ms};
-use super::ids::{log_key, mailbox_prefix, message_key};
+use super::ids::{mailbox_prefix, message_key};
 use super::mailbox::MailboxActor;
 use super::message::{Address, DeliveryState, Message, Outgoing, Receipt, Rejected};
 use super::protocol::{MailboxMsg, MailboxOwn, Op, Reply};
@@ -53,7 +53,7 @@ pub(crate) struct PostOffice {
     /// Ends the sweep of expired held mail.
     held_sweep: tokio_util::sync::CancellationToken,
     /// Every message once, and its search.
-    pub(crate) history: super::history::History,
+    pub(crate) history: Arc<super::history::History>,
 }
 
 impl PostOffice {
@@ -65,7 +65,10 @@ impl PostOffice {
         events: Events,
     ) -> Result<Arc<Self>, MailError> {
         let directory = Directory::load(&*store)?;
-        let history = super::history::History::new(Arc::clone(&store), config.retention);
+        let history = Arc::new(super::history::History::new(
+            Arc::clone(&store),
+            config.retention,
+        ));
         Ok(Arc::new(Self {
             shared: Arc::new(Shared {
                 family: Family::new(config.idle),
@@ -94,10 +97,15 @@ impl PostOffice {
 
     /// Starts the sweep of held mail that expired (see [`super::held`]), every
     /// [`HELD_SWEEP`] until [`stop_sweep`](Self::stop_sweep) or the office is dropped; and,
-    /// first and then every [`LOG_SWEEP`], the mail log's (see [`super::history`]).
+    /// first and then every [`LOG_SWEEP`], the mail log's (see [`super::history`]); and the
+    /// mail log's writer.
     pub(crate) fn start_held_sweep(self: &Arc<Self>) {
         let office = Arc::downgrade(self);
         let stop = self.held_sweep.clone();
+        tokio::spawn(super::history::History::write_loop(
+            Arc::downgrade(&self.history),
+            self.held_sweep.clone(),
+        ));
         tokio::spawn(async move {
             let mut log_swept: Option<std::time::Instant> = None;
             loop {
@@ -358,9 +366,11 @@ impl PostOffice {
             });
         }
         let mut batch = Batch::new();
-        let encoded = codec::encode(&**message);
-        batch.put(Table::Mail, log_key(&message.id), encoded.clone());
-        batch.put(Table::Inbox, message_key(id.as_str(), &message.id), encoded);
+        batch.put(
+            Table::Inbox,
+            message_key(id.as_str(), &message.id),
+            codec::encode(&**message),
+        );
         if let Some(expires_ms) = message.expires_ms {
             batch.put(
                 Table::Held,
@@ -551,8 +561,21 @@ impl PostOffice {
         message: &Arc<Message>,
         recipients: Recipients,
     ) -> Result<Receipt, MailError> {
-        // However the delivery ends, even cut off: the history looks for it in the log.
-        let _noted = super::history::Noted(&self.history, message.id);
+        let receipt = self.deliver_by_kind(sender, message, recipients).await;
+        if receipt.is_ok() {
+            // Delivered, it joins the mail log (see `super::history`).
+            self.history.log(Arc::clone(message));
+        }
+        receipt
+    }
+
+    /// [`deliver_to`](Self::deliver_to) by the kind of `recipients`.
+    async fn deliver_by_kind(
+        &self,
+        sender: &Arc<AgentEntry>,
+        message: &Arc<Message>,
+        recipients: Recipients,
+    ) -> Result<Receipt, MailError> {
         let recipients = match recipients {
             Recipients::Many(entries) if entries.len() > self.shared.config.max_fan_out => {
                 return Err(MailError::FanOutTooLarge {
@@ -680,12 +703,10 @@ impl PostOffice {
                 }));
             }
             let mut batch = Batch::new();
-            let encoded = codec::encode(&*message);
-            batch.put(Table::Mail, log_key(&message.id), encoded.clone());
             batch.insert(
                 Table::Inbox,
                 message_key(entry.id.as_str(), &message.id),
-                encoded,
+                codec::encode(&*message),
             );
             batch.notify(
                 Some(holder),
@@ -773,7 +794,6 @@ impl PostOffice {
                 }
             }
             let mut batch = Batch::new();
-            batch.put_shared(Table::Mail, log_key(&id), Arc::clone(&encoded));
             let shared = self.shared.store.cluster().is_some();
             for entry in &inactive {
                 batch.put_shared(

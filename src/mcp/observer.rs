@@ -40,7 +40,7 @@ pub const SESSIONS_PATH: &str = "/api/sessions";
 /// log, the newest `limit` (200) of the last hour, each with the span it was called within.
 pub const AGENTS_PATH: &str = "/api/agents";
 /// The path of the task board (`/api/tasks[?status=open,in_progress][&limit=N][&newest=true]`)
-/// and of one task with its history (`/api/tasks/{id}`).
+/// and of one task with its latest 200 changes (`/api/tasks/{id}`).
 pub const TASKS_PATH: &str = "/api/tasks";
 /// The mail history, searched (`/api/mail[?q=WORDS][&before=ID][&limit=N]`): each message
 /// once, as sent, newest first. `q` takes words, `word*`, `from:ID`, `to:ADDRESS` and
@@ -57,6 +57,8 @@ const TIMELINE_DEFAULT: usize = 200;
 const TIMELINE_MAX: usize = 2_000;
 /// How far back a timeline looks when the request names no `since_ms`.
 const TIMELINE_WINDOW_MS: u64 = 3_600_000;
+/// A task's latest changes shown with it.
+const TASK_HISTORY: usize = 200;
 /// Tasks listed when the request names no limit, and at most.
 const TASKS_DEFAULT: usize = 500;
 const TASKS_MAX: usize = 5_000;
@@ -675,7 +677,8 @@ async fn list_tasks(runtime: &crate::Runtime, listing: TaskListing) -> Response 
     }
 }
 
-/// One task with its notes and its history, oldest first.
+/// One task with its notes and its latest [`TASK_HISTORY`] changes, oldest first (its
+/// `version` says how many there were).
 async fn show_task(runtime: &crate::Runtime, id: &str) -> Response {
     let Some(tasks) = runtime.tasks() else {
         return (StatusCode::NOT_FOUND, "this server has no task board\n").into_response();
@@ -689,7 +692,7 @@ async fn show_task(runtime: &crate::Runtime, id: &str) -> Response {
     };
     let shown = async {
         let mut view = crate::tasks::tools::TaskView::of(tasks.get(id).await?);
-        let history = tasks.history(id).await?;
+        let history = tasks.latest_history(id, TASK_HISTORY).await?;
         view.history = Some(
             history
                 .into_iter()

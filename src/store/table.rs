@@ -36,9 +36,9 @@ pub enum Table {
     /// nothing. The message itself is in `Inbox`; the sweep that tells its sender when it
     /// expires undelivered reads these in expiry order.
     Held,
-    /// The mail log: every message once, as sent (message id, UUID v7 big-endian, so in
-    /// time order) → the message. The history and its search read it; a recipient's copy
-    /// lives in `Inbox` or `Archive`.
+    /// The mail log: every message once, as sent: the second it was made in (ten hex
+    /// digits), 0, its id (UUID v7), so in time order → the message. The history and its
+    /// search read it; a recipient's copy lives in `Inbox` or `Archive`.
     Mail,
 }
 

@@ -220,16 +220,40 @@ impl Tasks {
     /// # Cancel safety
     /// Cancel safe: it only reads.
     pub async fn history(&self, id: TaskId) -> Result<Vec<TaskEvent>, TaskError> {
+        self.latest_history(id, usize::MAX).await
+    }
+
+    /// The latest `limit` changes of task `id`, oldest first: what [`history`](Self::history)
+    /// ends with, read without the changes before them.
+    ///
+    /// # Errors
+    /// As [`history`](Self::history).
+    ///
+    /// # Cancel safety
+    /// Cancel safe: it only reads.
+    pub async fn latest_history(
+        &self,
+        id: TaskId,
+        limit: usize,
+    ) -> Result<Vec<TaskEvent>, TaskError> {
         let task = self.get(id).await?;
+        if limit == 0 {
+            return Ok(Vec::new());
+        }
+        let limit = u64::try_from(limit).unwrap_or(u64::MAX);
+        let first = task.version.saturating_sub(limit.saturating_sub(1)).max(1);
         let mut events = Vec::new();
-        store::scan_values(
+        store::scan_values_from(
             &*self.0.shared.store,
             Table::TaskHistory,
             &keys::task(id),
+            &keys::event(id, first),
             |_, event: TaskEvent| {
-                if event.version <= task.version {
+                let wanted = event.version <= task.version;
+                if wanted {
                     events.push(event);
                 }
+                wanted
             },
         )?;
         Ok(events)

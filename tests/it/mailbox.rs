@@ -1738,8 +1738,9 @@ async fn the_history_holds_every_message_once_and_finds_it_by_words() {
     rt.shutdown().await;
 }
 
-/// A store written before the mail log existed: its messages join the history when the
-/// runtime next starts (from the recipients' copies, each once).
+/// A store written before the mail log existed (or whose log lost its last writes in a
+/// crash): its messages join the history when the runtime next starts, from the
+/// recipients' copies, each once.
 #[tokio::test]
 async fn mail_stored_before_the_log_joins_the_history_at_the_next_start() {
     use guildhall::store::{Batch, Table};
@@ -1759,7 +1760,9 @@ async fn mail_stored_before_the_log_joins_the_history_at_the_next_start() {
     )
     .await
     .unwrap();
-    // As an older guildhall left it: no log, and no mark that it was filled.
+    // As an older guildhall left it, or a crash that lost the log's last writes: no log.
+    // (A search writes what waits for the log's writer first.)
+    found(&rt, "", 1).await;
     let store = rt.store();
     let mut forget = Batch::new();
     store
@@ -1768,8 +1771,7 @@ async fn mail_stored_before_the_log_joins_the_history_at_the_next_start() {
             true
         })
         .unwrap();
-    forget.delete(Table::Meta, b"mail_log_backfilled".to_vec());
-    assert_eq!(forget.len(), 2, "one message logged once, and the mark");
+    assert_eq!(forget.len(), 1, "one message, logged once");
     guildhall::store::commit(&*store, forget).await.unwrap();
     let (none, _) = found(&rt, "news", 10).await;
     assert!(none.is_empty(), "{none:?}");

@@ -1764,6 +1764,9 @@ async fn a_token_protects_its_agents_mail_and_events_on_the_dashboard() {
         assert_eq!(status, 200, "{query}: {body}");
         assert!(!body.contains("for pm only"), "{query}: {body}");
     }
+    let (_, hidden) = history("q=for+pm").await;
+    let hidden: Value = serde_json::from_str(&hidden).unwrap();
+    assert_eq!(hidden["matched"], 0, "not even counted: {hidden}");
     let (_, public) = history("q=note%20self").await;
     let public: Value = serde_json::from_str(&public).unwrap();
     assert_eq!(public["matched"], 1, "{public}");

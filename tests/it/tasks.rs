@@ -505,6 +505,17 @@ async fn leases_end_on_time_without_anyone_asking() {
     let claimed = history[1].at_ms;
     let expired = history[2].at_ms;
     assert!(expired >= claimed + 200, "{history:?}");
+    // The latest changes alone, read without the ones before them.
+    let versions = |events: Vec<guildhall::tasks::TaskEvent>| -> Vec<u64> {
+        events.iter().map(|e| e.version).collect()
+    };
+    assert_eq!(versions(tasks.latest_history(1, 2).await.unwrap()), [2, 3]);
+    assert_eq!(versions(tasks.latest_history(1, 1).await.unwrap()), [3]);
+    assert!(tasks.latest_history(1, 0).await.unwrap().is_empty());
+    assert_eq!(
+        versions(tasks.latest_history(1, 99).await.unwrap()),
+        [1, 2, 3]
+    );
     rt.shutdown().await;
 }
 
