@@ -50,6 +50,9 @@ pub(crate) const LOG_CADENCE: Duration = Duration::from_millis(25);
 const LOG_BATCH: usize = 256;
 /// Messages waiting for the writer before it is woken early.
 const LOG_QUEUE: usize = 4_096;
+/// Messages waiting for the writer at most (a store that stopped committing): past it a
+/// message is not handed over, and the next start logs it from its recipients' copies.
+const MAX_PENDING: usize = 1_048_576;
 /// Sends noted between two searches at most; past it the index is made anew.
 pub(crate) const MAX_NOTED: usize = 1_000_000;
 /// Words longer than this are not indexed (nor searchable): hashes, base64 and the like.
@@ -144,6 +147,9 @@ impl History {
         let id = message.id;
         let waiting = {
             let mut pending = self.pending.lock().unwrap_or_else(PoisonError::into_inner);
+            if pending.len() >= MAX_PENDING {
+                return;
+            }
             pending.push(message);
             pending.len()
         };
@@ -215,6 +221,9 @@ impl History {
         visible: &Visible,
     ) -> Result<MailFound, MailError> {
         let query = Query::parse(&search.words)?;
+        if search.limit == 0 {
+            return Ok(MailFound::default());
+        }
         if query.terms.is_empty() {
             return self.newest(search, visible);
         }
@@ -683,6 +692,9 @@ impl Query {
     fn parse(text: &str) -> Result<Self, MailError> {
         let mut terms = Vec::new();
         for raw in text.split_whitespace() {
+            if terms.len() > MAX_QUERY_WORDS {
+                break;
+            }
             let lower = raw.to_lowercase();
             let term = match lower.split_once(':') {
                 Some((field @ ("from" | "to"), value)) if !value.is_empty() => {
@@ -708,7 +720,7 @@ impl Query {
                     }
                     // `deploy-v2` is two words, both required.
                     None => {
-                        for word in words(&lower) {
+                        for word in words(&lower).take(MAX_QUERY_WORDS + 1) {
                             terms.push(Term::Exact(word));
                         }
                         continue;
@@ -719,8 +731,7 @@ impl Query {
         }
         if terms.len() > MAX_QUERY_WORDS {
             return Err(invalid(format!(
-                "{} words: a search holds at most {MAX_QUERY_WORDS}",
-                terms.len()
+                "more than {MAX_QUERY_WORDS} words: a search holds at most {MAX_QUERY_WORDS}"
             )));
         }
         Ok(Self { terms })

@@ -142,9 +142,11 @@ pub(crate) fn message_key(recipient: &str, id: &Uuid) -> Vec<u8> {
 /// memory store, as it groups a mailbox's messages by recipient) keeps a second's messages
 /// together, rather than one group for each message.
 pub(crate) fn log_key(id: &Uuid) -> Vec<u8> {
+    use std::io::Write as _;
     let second = (id.as_u128() >> 80) >> 10;
     let mut key = Vec::with_capacity(27);
-    key.extend_from_slice(format!("{second:010x}").as_bytes());
+    // Writing to a Vec cannot fail.
+    let _ = write!(key, "{second:010x}");
     key.push(0);
     key.extend_from_slice(id.as_bytes());
     key

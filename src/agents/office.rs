@@ -96,9 +96,9 @@ impl PostOffice {
     }
 
     /// Starts the sweep of held mail that expired (see [`super::held`]), every
-    /// [`HELD_SWEEP`] until [`stop_sweep`](Self::stop_sweep) or the office is dropped; and,
-    /// first and then every [`LOG_SWEEP`], the mail log's (see [`super::history`]); and the
-    /// mail log's writer.
+    /// [`HELD_SWEEP`] until [`stop_sweep`](Self::stop_sweep) or the office is dropped; and
+    /// the mail log's (see [`super::history`]): filled from the mailboxes once, then pruned
+    /// at once and every [`LOG_SWEEP`]; and the mail log's writer.
     pub(crate) fn start_held_sweep(self: &Arc<Self>) {
         let office = Arc::downgrade(self);
         let stop = self.held_sweep.clone();
@@ -113,22 +113,26 @@ impl PostOffice {
                     let Some(office) = office.upgrade() else {
                         return;
                     };
+                    // Once a start: what the copies hold that the log lacks.
+                    if log_swept.is_none() {
+                        match office.history.backfill().await {
+                            Ok(0) => {}
+                            Ok(logged) => {
+                                tracing::info!(logged, "mail log: logged messages it lacked")
+                            }
+                            Err(err) => {
+                                tracing::warn!(error = %ErrorChain(&err), "could not fill the mail log from the mailboxes")
+                            }
+                        }
+                    }
                     log_swept = Some(std::time::Instant::now());
-                    let history = &office.history;
-                    let swept = async {
-                        Ok::<_, MailError>((history.backfill().await?, history.prune().await?))
-                    };
-                    match swept.await {
-                        Ok((0, 0)) => {}
-                        Ok((logged, pruned)) => {
-                            tracing::info!(
-                                logged,
-                                pruned,
-                                "mail log: logged old messages, pruned expired ones"
-                            );
+                    match office.history.prune().await {
+                        Ok(0) => {}
+                        Ok(pruned) => {
+                            tracing::info!(pruned, "mail log: pruned messages past the retention")
                         }
                         Err(err) => {
-                            tracing::warn!(error = %ErrorChain(&err), "could not sweep the mail log");
+                            tracing::warn!(error = %ErrorChain(&err), "could not prune the mail log")
                         }
                     }
                 }

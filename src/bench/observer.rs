@@ -145,7 +145,7 @@ pub async fn observer(
         searched.push(ms(start.elapsed()));
         std::hint::black_box(found);
         let start = Instant::now();
-        std::hint::black_box(scan(&texts, &senders, query));
+        std::hint::black_box(scan(&texts, query));
         scanned.push(ms(start.elapsed()));
         stage.step();
     }
@@ -450,7 +450,7 @@ fn queries(words: &[String], senders: &[String], n: usize) -> Vec<Query> {
 
 /// The baseline: how many of `texts` hold every word of `query` (as substrings), and are
 /// from its sender when it names one.
-fn scan(texts: &[String], _senders: &[String], query: &Query) -> usize {
+fn scan(texts: &[String], query: &Query) -> usize {
     let per_agent = texts.len().div_ceil(AGENTS).max(1);
     texts
         .iter()

@@ -57,6 +57,12 @@ const TIMELINE_DEFAULT: usize = 200;
 const TIMELINE_MAX: usize = 2_000;
 /// How far back a timeline looks when the request names no `since_ms`.
 const TIMELINE_WINDOW_MS: u64 = 3_600_000;
+/// How far back a timeline may look: the audit log is read from `since_ms` on, so the
+/// window is what one request costs.
+const TIMELINE_MAX_WINDOW_MS: u64 = 24 * 3_600_000;
+/// Mail searches and timelines read at once, at most (each on a blocking thread, reading
+/// the store): a request past them waits for one to end.
+const HEAVY_READS: usize = 2;
 /// A task's latest changes shown with it.
 const TASK_HISTORY: usize = 200;
 /// Tasks listed when the request names no limit, and at most.
@@ -116,6 +122,8 @@ impl Observer {
             let (board, task_of) = (mail_of.clone(), mail_of.clone());
             let history = mail_of.clone();
             let timeline_of = mail_of.clone();
+            let heavy = Arc::new(tokio::sync::Semaphore::new(HEAVY_READS));
+            let heavy_timeline = Arc::clone(&heavy);
             let sessions = server.runtime().sessions();
             let (one, version) = (sessions.clone(), sessions.clone());
             router = router
@@ -177,7 +185,7 @@ impl Observer {
                 .route(
                     &format!("{AGENTS_PATH}/{{id}}/timeline"),
                     get(move |Path(id): Path<String>, request: Request| {
-                        let runtime = timeline_of.clone();
+                        let (runtime, heavy) = (timeline_of.clone(), Arc::clone(&heavy_timeline));
                         async move {
                             if let Some(refusal) =
                                 refused_mail(&runtime, &id, &request, authenticated)
@@ -185,7 +193,11 @@ impl Observer {
                                 return refusal;
                             }
                             match TimelineQuery::parse(request.uri().query().unwrap_or_default()) {
-                                Ok(query) => show_timeline(&runtime, id, query).await,
+                                Ok(query) => {
+                                    // Never closed: held until the answer is made.
+                                    let _turn = heavy.acquire().await;
+                                    show_timeline(&runtime, id, query).await
+                                }
                                 Err(err) => (StatusCode::BAD_REQUEST, err).into_response(),
                             }
                         }
@@ -194,10 +206,13 @@ impl Observer {
                 .route(
                     MAIL_PATH,
                     get(move |request: Request| {
-                        let runtime = history.clone();
+                        let (runtime, heavy) = (history.clone(), Arc::clone(&heavy));
                         async move {
                             match HistoryListing::parse(request.uri().query().unwrap_or_default()) {
-                                Ok(listing) => search_mail(&runtime, listing, authenticated).await,
+                                Ok(listing) => {
+                                    let _turn = heavy.acquire().await;
+                                    search_mail(&runtime, listing, authenticated).await
+                                }
                                 Err(err) => (StatusCode::BAD_REQUEST, err).into_response(),
                             }
                         }
@@ -418,9 +433,17 @@ impl TimelineQuery {
         for (key, value) in form_urlencoded::parse(query.as_bytes()) {
             match &*key {
                 "since_ms" => {
-                    let ms = value
+                    let ms: u64 = value
                         .parse()
                         .map_err(|_| format!("since_ms `{value}` is not a time in ms\n"))?;
+                    let earliest = crate::time::now_ms().saturating_sub(TIMELINE_MAX_WINDOW_MS);
+                    if ms < earliest {
+                        return Err(format!(
+                            "since_ms `{value}` is more than 24 hours ago: a timeline reads the \
+                             audit log from it on, and looks back 24 hours at most (`guildhall \
+                             audit` lists older calls)\n"
+                        ));
+                    }
                     parsed.since_ms = Some(ms);
                 }
                 "limit" => {
@@ -444,7 +467,7 @@ impl TimelineQuery {
 /// One call of a timeline.
 #[derive(serde::Serialize)]
 struct TimelineCall {
-    /// The call's own span id (its call id's last eight bytes): a child's `parent`.
+    /// The call's own span id (as `TraceParent::of_call` makes it): a child's `parent`.
     span: String,
     #[serde(flatten)]
     record: crate::governance::AuditRecord,
@@ -479,9 +502,12 @@ async fn show_timeline(runtime: &crate::Runtime, id: String, query: TimelineQuer
             "since": crate::time::rfc3339(since_ms),
             "calls": records
                 .into_iter()
-                .map(|record| TimelineCall {
-                    span: format!("{:016x}", u64::from_be_bytes(record.call_id.as_bytes()[8..].try_into().unwrap_or_default())),
-                    record,
+                .map(|record| {
+                    let span = guildhall_actors::TraceParent::of_call(&record.call_id, None);
+                    TimelineCall {
+                        span: format!("{:016x}", u64::from_be_bytes(span.span_id)),
+                        record,
+                    }
                 })
                 .collect::<Vec<_>>(),
         })),

@@ -1719,6 +1719,17 @@ async fn the_history_holds_every_message_once_and_finds_it_by_words() {
     let (subjects, _) = found(&rt, "parser", 10).await;
     assert_eq!(subjects[0], "parser question", "{subjects:?}");
 
+    // A limit of 0 reads nothing, with words or without.
+    for words in ["", "parser"] {
+        let none = rt
+            .search_mail(guildhall::agents::MailSearch::new(words, 0))
+            .await
+            .unwrap();
+        assert!(
+            none.messages.is_empty() && none.matched.is_none(),
+            "{words}"
+        );
+    }
     for (words, named) in [
         ("thread:nope", "`nope` is not a message id"),
         ("a-b*", "one `*`"),
