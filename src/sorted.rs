@@ -62,6 +62,13 @@ impl<K: Ord, V> SortedDeque<K, V> {
         self.entries.remove(at).map(|(_, value)| value)
     }
 
+    /// Removes the entries with keys below `end`, the first `most` of them at most;
+    /// returns them, in key order.
+    pub(crate) fn pop_front_before(&mut self, end: &K, most: usize) -> Vec<(K, V)> {
+        let below = self.entries.partition_point(|(k, _)| k < end).min(most);
+        self.entries.drain(..below).collect()
+    }
+
     /// Gives memory back once at most an eighth of it is used, keeping at least `keep`
     /// slots: a buffer that empties and fills again (a mailbox read as it is written) then
     /// does not regrow each time, and one left large by a burst shrinks.
@@ -127,6 +134,15 @@ mod tests {
             prop_assert!(sorted.iter_from(&probe).eq(model.range(probe..)));
             prop_assert_eq!(sorted.get(&probe), model.get(&probe));
             prop_assert_eq!(sorted.is_empty(), model.is_empty());
+            let most = usize::from(probe % 7);
+            let popped = sorted.pop_front_before(&probe, most);
+            let below: Vec<(u16, usize)> =
+                model.range(..probe).take(most).map(|(k, v)| (*k, *v)).collect();
+            for (k, _) in &below {
+                model.remove(k);
+            }
+            prop_assert_eq!(popped, below);
+            prop_assert!(sorted.iter().eq(model.iter()));
         }
     }
 }

@@ -1,15 +1,14 @@
 //! The mail history: every message once, as sent, and a word index to search it.
 //!
-//! **The log.** `Table::Mail` holds each message under its second and id (so in time
-//! order). A send that delivered hands its message over ([`History::log`]); a writer
-//! commits what was handed over every [`LOG_CADENCE`], in one batch, so a send pays for an
-//! `Arc` in a buffer, not for a second write (the recipients' copies, in `Inbox` and
-//! `Archive`, are the send's own). Shutdown writes what is left. A crash can lose what the
-//! buffer held, as can a send cut off before it handed its message over; each start logs
-//! whatever the recipients' copies hold that the log lacks ([`History::backfill`]), so
-//! what a mailbox still has is in the history again. The log outlives the copies (read,
-//! expired, a deregistered agent's) until the mailbox retention passes, when
-//! [`History::prune`] deletes it.
+//! **The log** ([`log`]) holds each message once, as composed, by id (so in time order).
+//! A send that delivered hands its message over ([`History::log`]): on a durable or shared
+//! store a writer commits it with others within 25 ms to `Table::Mail`; beside a memory
+//! store the log keeps the message itself. Shutdown writes what is left. A crash can lose
+//! what the writer's buffer held, as can a send cut off before it handed its message over;
+//! each start logs whatever the recipients' copies hold that the log lacks
+//! ([`History::backfill`]), so what a mailbox still has is in the history again. The log
+//! outlives the copies (read, expired, a deregistered agent's) until the mailbox retention
+//! passes, when [`History::prune`] removes it.
 //!
 //! **The index** is in memory, made from the log at the first search that needs it. Then
 //! each send made here that delivered notes its message's id, and the next search (which
@@ -32,10 +31,13 @@ use std::time::Duration;
 
 use uuid::Uuid;
 
+use self::log::MailLog;
 use super::MailError;
-use super::ids::{first_id_at, log_key, logged_id, now_ms};
+use super::ids::{first_id_at, now_ms};
 use super::message::Message;
-use crate::store::{self, Batch, Store, Table, codec};
+use crate::store::{self, Store, Table};
+
+mod log;
 
 /// How far before the newest message indexed a search reads the log again, on a store other
 /// servers share; and how long a noted message not in the log yet is looked for again:
@@ -43,16 +45,6 @@ use crate::store::{self, Batch, Store, Table, codec};
 pub(crate) const MARGIN_MS: u64 = 5_000;
 /// How far back a listing of the newest messages first reads the log.
 const NEWEST_WINDOW_MS: u64 = 10_000;
-/// How often the writer commits the messages handed over.
-pub(crate) const LOG_CADENCE: Duration = Duration::from_millis(25);
-/// Messages written in one batch at most: a store holds its lock for one batch, and a
-/// sender waiting on it waits for no more than this many.
-const LOG_BATCH: usize = 256;
-/// Messages waiting for the writer before it is woken early.
-const LOG_QUEUE: usize = 4_096;
-/// Messages waiting for the writer at most (a store that stopped committing): past it a
-/// message is not handed over, and the next start logs it from its recipients' copies.
-const MAX_PENDING: usize = 1_048_576;
 /// Sends noted between two searches at most; past it the index is made anew.
 pub(crate) const MAX_NOTED: usize = 1_000_000;
 /// Words longer than this are not indexed (nor searchable): hashes, base64 and the like.
@@ -61,8 +53,6 @@ const MAX_WORD_BYTES: usize = 64;
 const MAX_QUERY_WORDS: usize = 16;
 /// Distinct words a prefix (`deplo*`) may stand for; a shorter prefix is refused.
 const MAX_PREFIX_WORDS: usize = 1_000;
-/// Messages deleted from the log per batch when pruning.
-const PRUNE_BATCH: usize = 1_000;
 
 /// A search of the mail history.
 #[derive(Debug, Clone, Default)]
@@ -116,52 +106,39 @@ pub struct MailFound {
 
 /// The log and its index.
 pub(crate) struct History {
+    /// Where the recipients' copies are, for [`History::backfill`].
     store: Arc<dyn Store>,
+    log: MailLog,
     retention: Duration,
     index: Mutex<Option<Index>>,
     /// Whether an index exists, so sends note their messages for it.
     indexing: AtomicBool,
     /// Messages sent here since the last search, by id.
     noted: Mutex<Vec<u128>>,
-    /// Messages delivered, waiting for the writer.
-    pending: Mutex<Vec<Arc<Message>>>,
-    /// Wakes the writer early (a full buffer) or to finish (shutdown).
-    wake: tokio::sync::Notify,
 }
 
 impl History {
     pub(crate) fn new(store: Arc<dyn Store>, retention: Duration) -> Self {
         Self {
+            log: MailLog::new(Arc::clone(&store)),
             store,
             retention,
             index: Mutex::new(None),
             indexing: AtomicBool::new(false),
             noted: Mutex::new(Vec::new()),
-            pending: Mutex::new(Vec::new()),
-            wake: tokio::sync::Notify::new(),
         }
     }
 
-    /// Hands `message`, delivered, to the writer; and notes it for the index.
+    /// Logs `message`, delivered; and notes it for the index.
     pub(crate) fn log(&self, message: Arc<Message>) {
         let id = message.id;
-        let waiting = {
-            let mut pending = self.pending.lock().unwrap_or_else(PoisonError::into_inner);
-            if pending.len() >= MAX_PENDING {
-                return;
-            }
-            pending.push(message);
-            pending.len()
-        };
-        if waiting == LOG_QUEUE {
-            self.wake.notify_one();
-        }
+        self.log.append(message);
         self.note(id);
     }
 
-    /// Writes the messages handed over, every [`LOG_CADENCE`] (sooner when many wait),
-    /// until `stop` (shutdown writes what is left, once no send is running).
-    /// Ends, too, once the history is dropped.
+    /// Writes the messages handed over, every [`log::LOG_CADENCE`] (sooner when many
+    /// wait), until `stop` (shutdown writes what is left, once no send is running). Ends,
+    /// too, once the history is dropped.
     pub(crate) async fn write_loop(
         history: std::sync::Weak<History>,
         stop: tokio_util::sync::CancellationToken,
@@ -170,32 +147,21 @@ impl History {
             let Some(history) = history.upgrade() else {
                 return;
             };
+            let wake = history.log.writer_wake();
             tokio::select! {
                 () = stop.cancelled() => return,
-                () = history.wake.notified() => {}
-                () = tokio::time::sleep(LOG_CADENCE) => {}
+                () = wake.notified() => {}
+                () = tokio::time::sleep(log::LOG_CADENCE) => {}
             }
-            if let Err(err) = history.write_pending().await {
+            if let Err(err) = history.log.flush().await {
                 tracing::warn!(error = %guildhall_actors::ErrorChain(&err), "could not write the mail log");
             }
         }
     }
 
-    /// Commits the messages handed over so far, in id order (so each lands after the last
-    /// in the log's key order, not amid it), [`LOG_BATCH`] to a batch.
+    /// Writes what waits for the writer now.
     pub(crate) async fn write_pending(&self) -> Result<(), MailError> {
-        let mut pending =
-            std::mem::take(&mut *self.pending.lock().unwrap_or_else(PoisonError::into_inner));
-        pending.sort_unstable_by_key(|message| message.id);
-        for chunk in pending.chunks(LOG_BATCH) {
-            let mut batch = Batch::new();
-            for message in chunk {
-                // The message as composed: a recipient that reads its copy changes its own.
-                batch.put(Table::Mail, log_key(&message.id), codec::encode(&**message));
-            }
-            store::commit(&*self.store, batch).await?;
-        }
-        Ok(())
+        self.log.flush().await
     }
 
     /// Notes message `id`, sent here, for the index (nothing while there is none).
@@ -244,13 +210,13 @@ impl History {
         };
         if index.docs.is_empty() || self.store.cluster().is_some() {
             let building = index.docs.is_empty();
-            index.catch_up(&*self.store)?;
+            index.catch_up(&self.log)?;
             if building {
                 index.shrink();
             }
         }
         let noted = std::mem::take(&mut *self.noted.lock().unwrap_or_else(PoisonError::into_inner));
-        let again = index.take_noted(&*self.store, noted)?;
+        let again = index.take_noted(&self.log, noted)?;
         self.noted
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
@@ -276,11 +242,8 @@ impl History {
         let mut messages = Vec::with_capacity(ids.len());
         for id in ids {
             // Pruned since it was indexed: gone from the history too.
-            if let Some(bytes) = self
-                .store
-                .get(Table::Mail, &log_key(&Uuid::from_u128(id)))?
-            {
-                messages.push(codec::decode(Table::Mail, &bytes)?);
+            if let Some(message) = self.log.get(id)? {
+                messages.push(Arc::unwrap_or_clone(message));
             }
         }
         Ok(MailFound {
@@ -302,39 +265,24 @@ impl History {
         loop {
             let from_ms = end_ms.saturating_sub(window);
             let start = if from_ms == 0 {
-                Vec::new()
+                0
             } else {
-                log_key(&first_id_at(from_ms))
+                first_id_at(from_ms).as_u128()
             };
-            let mut kept: std::collections::VecDeque<Message> = std::collections::VecDeque::new();
-            let mut failed = None;
-            self.store
-                .scan_from(Table::Mail, &[], &start, &mut |key, value| {
-                    let Some(id) = logged_id(key) else {
-                        return true;
-                    };
-                    if id >= end {
-                        return false;
+            let mut kept: std::collections::VecDeque<Arc<Message>> =
+                std::collections::VecDeque::new();
+            self.log.scan_from(start, &mut |id, message| {
+                if id >= end {
+                    return false;
+                }
+                if visible(message.from.as_str(), &message.to) {
+                    if kept.len() == search.limit {
+                        kept.pop_front();
                     }
-                    match codec::decode::<Message>(Table::Mail, value) {
-                        Ok(message) => {
-                            if visible(message.from.as_str(), &message.to) {
-                                if kept.len() == search.limit {
-                                    kept.pop_front();
-                                }
-                                kept.push_back(message);
-                            }
-                            true
-                        }
-                        Err(err) => {
-                            failed = Some(err);
-                            false
-                        }
-                    }
-                })?;
-            if let Some(err) = failed {
-                return Err(err.into());
-            }
+                    kept.push_back(message);
+                }
+                true
+            })?;
             if kept.len() == search.limit || from_ms == 0 {
                 let indexed = self
                     .index
@@ -343,7 +291,7 @@ impl History {
                     .as_ref()
                     .map(|index| index.docs.len());
                 return Ok(MailFound {
-                    messages: kept.into_iter().rev().collect(),
+                    messages: kept.into_iter().rev().map(Arc::unwrap_or_clone).collect(),
                     matched: None,
                     indexed,
                 });
@@ -355,25 +303,10 @@ impl History {
     /// Deletes the messages sent longer ago than the retention period; how many. The index
     /// is made again at the next search when it held any of them.
     pub(crate) async fn prune(&self) -> Result<usize, MailError> {
-        let cutoff = log_key(&first_id_at(now_ms().saturating_sub(
-            u64::try_from(self.retention.as_millis()).unwrap_or(u64::MAX),
-        )));
-        let mut pruned = 0;
-        loop {
-            let mut batch = Batch::new();
-            self.store.scan(Table::Mail, &[], &mut |key, _| {
-                let old = key < cutoff.as_slice() && batch.len() < PRUNE_BATCH;
-                if old {
-                    batch.delete(Table::Mail, key.to_vec());
-                }
-                old
-            })?;
-            if batch.is_empty() {
-                break;
-            }
-            pruned += batch.len();
-            store::commit(&*self.store, batch).await?;
-        }
+        let cutoff = first_id_at(
+            now_ms().saturating_sub(u64::try_from(self.retention.as_millis()).unwrap_or(u64::MAX)),
+        );
+        let pruned = self.log.remove_before(cutoff.as_u128()).await?;
         if pruned > 0 {
             self.forget_index();
         }
@@ -401,30 +334,25 @@ impl History {
         for table in [Table::Inbox, Table::Archive] {
             let mut start = Vec::new();
             loop {
-                let mut batch = Batch::new();
+                let mut missing = Vec::new();
                 let mut last = None;
                 store::scan_values_from(&*self.store, table, &[], &start, |key, m: Message| {
-                    if last.is_some() && batch.len() >= PRUNE_BATCH {
+                    if last.is_some() && missing.len() >= log::STEP {
                         return false;
                     }
                     last = Some(key.to_vec());
-                    if self
-                        .store
-                        .get(Table::Mail, &log_key(&m.id))
-                        .ok()
-                        .flatten()
-                        .is_none()
-                    {
+                    // Unreadable, it is written again: the same message under the same key.
+                    if !self.log.contains(m.id.as_u128()).unwrap_or(false) {
                         let mut sent = m;
                         sent.state = super::DeliveryState::Delivered;
                         (sent.read_ms, sent.acked_ms) = (None, None);
-                        batch.put(Table::Mail, log_key(&sent.id), codec::encode(&sent));
+                        missing.push(sent);
                     }
                     true
                 })?;
-                logged += batch.len();
-                if !batch.is_empty() {
-                    store::commit(&*self.store, batch).await?;
+                logged += missing.len();
+                if !missing.is_empty() {
+                    self.log.add_all(missing).await?;
                 }
                 match last {
                     Some(mut key) => {
@@ -483,36 +411,19 @@ struct Index {
 
 impl Index {
     /// Indexes what the log holds from a little before the newest message indexed.
-    fn catch_up(&mut self, store: &dyn Store) -> Result<(), MailError> {
+    fn catch_up(&mut self, log: &MailLog) -> Result<(), MailError> {
         let newest_ms = u64::try_from(self.newest >> 80).unwrap_or(0);
         let start = if self.newest == 0 {
-            Vec::new()
+            0
         } else {
-            log_key(&first_id_at(newest_ms.saturating_sub(MARGIN_MS)))
+            first_id_at(newest_ms.saturating_sub(MARGIN_MS)).as_u128()
         };
-        let mut failed = None;
-        store.scan_from(Table::Mail, &[], &start, &mut |key, value| {
-            let Some(id) = logged_id(key) else {
-                return true;
-            };
-            if self.seen.contains_key(&id) {
-                return true;
+        log.scan_from(start, &mut |id, message| {
+            if !self.seen.contains_key(&id) {
+                self.add(&message);
             }
-            match codec::decode::<Message>(Table::Mail, value) {
-                Ok(message) => {
-                    self.add(&message);
-                    true
-                }
-                Err(err) => {
-                    failed = Some(err);
-                    false
-                }
-            }
-        })?;
-        match failed {
-            Some(err) => Err(err.into()),
-            None => Ok(()),
-        }
+            true
+        })
     }
 
     fn add(&mut self, message: &Message) {
@@ -548,15 +459,15 @@ impl Index {
 
     /// Indexes the messages `noted` that the log holds; returns those it does not hold yet
     /// and were made less than [`MARGIN_MS`] ago, to be looked for again.
-    fn take_noted(&mut self, store: &dyn Store, noted: Vec<u128>) -> Result<Vec<u128>, MailError> {
+    fn take_noted(&mut self, log: &MailLog, noted: Vec<u128>) -> Result<Vec<u128>, MailError> {
         let recent = u128::from(now_ms().saturating_sub(MARGIN_MS)) << 80;
         let mut again = Vec::new();
         for id in noted {
             if self.seen.contains_key(&id) {
                 continue;
             }
-            match store.get(Table::Mail, &log_key(&Uuid::from_u128(id)))? {
-                Some(bytes) => self.add(&codec::decode(Table::Mail, &bytes)?),
+            match log.get(id)? {
+                Some(message) => self.add(&message),
                 None if id >= recent => again.push(id),
                 None => {}
             }
@@ -762,26 +673,6 @@ mod tests {
         let many = vec!["w"; MAX_QUERY_WORDS + 1].join(" ");
         assert!(Query::parse(&many).is_err());
         assert_eq!(Query::parse("  ").unwrap().terms, Vec::new());
-    }
-
-    #[test]
-    fn log_keys_sort_as_their_ids_and_give_them_back() {
-        // Made by hand: `new_message_id` at a future time would move the process's id
-        // clock for every other test.
-        let mut ids: Vec<Uuid> = [0u64, 1, 1023, 1024, 5_000_000, 1_800_000_000_000]
-            .iter()
-            .flat_map(|&ms| {
-                let first = first_id_at(ms);
-                [first, Uuid::from_u128(first.as_u128() | 0xffff_ffff)]
-            })
-            .collect();
-        ids.sort();
-        let keys: Vec<Vec<u8>> = ids.iter().map(log_key).collect();
-        assert!(keys.windows(2).all(|w| w[0] <= w[1]), "{keys:?}");
-        for (id, key) in ids.iter().zip(&keys) {
-            assert_eq!(logged_id(key), Some(id.as_u128()));
-        }
-        assert_eq!(logged_id(b"short"), None);
     }
 
     #[test]
