@@ -642,19 +642,48 @@ impl Confiner {
 /// Where each agent's private temporary directory is: `<base>/<agent>`, the base made
 /// (mode 0700) in the system's temporary directory and removed with the sandbox. Not in
 /// the data directory: that is covered whole.
+///
+/// A process that ends without dropping its sandbox (killed, or an embedder's runtime never
+/// dropped) cannot remove its base, and what its agents left there would stay in the
+/// temporary directory for good, one base a crash. So each base holds a lock file, locked
+/// for as long as its sandbox lives; the first sandbox a process makes removes every base
+/// whose lock nobody holds ([`sweep_abandoned`]).
 struct PrivateDirs {
     base: tempfile::TempDir,
+    /// Held (an exclusive `flock`) while the base is in use; the kernel lets it go with the
+    /// process however it ends.
+    _lock: std::fs::File,
 }
+
+/// What each base's name starts with.
+const BASE_PREFIX: &str = "guildhall-sandbox-";
+/// The lock file in each base. Agents' directories never have this name: a leading dot is
+/// escaped ([`file_name`]).
+const BASE_LOCK: &str = ".lock";
 
 impl PrivateDirs {
     fn new() -> Result<Self, SandboxError> {
+        static SWEPT: std::sync::Once = std::sync::Once::new();
+        SWEPT.call_once(|| {
+            let removed = sweep_abandoned(&std::env::temp_dir());
+            if removed > 0 {
+                tracing::info!(
+                    removed,
+                    "removed private directories crashed processes left"
+                );
+            }
+        });
+        let prepare = |e: std::io::Error| {
+            SandboxError::Prepare(format!("cannot make the private directories: {e}"))
+        };
         let base = tempfile::Builder::new()
-            .prefix("guildhall-sandbox-")
+            .prefix(BASE_PREFIX)
             .tempdir()
-            .map_err(|e| {
-                SandboxError::Prepare(format!("cannot make the private directories: {e}"))
-            })?;
-        Ok(Self { base })
+            .map_err(prepare)?;
+        let lock = std::fs::File::create_new(base.path().join(BASE_LOCK)).map_err(prepare)?;
+        lock.try_lock()
+            .map_err(|e| prepare(std::io::Error::other(e)))?;
+        Ok(Self { base, _lock: lock })
     }
 
     /// `agent`'s directory, made if missing (mode 0700).
@@ -664,6 +693,44 @@ impl PrivateDirs {
             .map_err(|e| SandboxError::Prepare(format!("cannot make `{}`: {e}", dir.display())))?;
         Ok(dir)
     }
+}
+
+/// Removes the bases in `tmp` that this user owns and whose lock nobody holds: their
+/// processes ended without removing them. A base without a lock file is left (another
+/// user's, or one being made this moment). Returns how many were removed.
+fn sweep_abandoned(tmp: &Path) -> usize {
+    use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+    let Ok(entries) = std::fs::read_dir(tmp) else {
+        return 0;
+    };
+    let (me, _) = probe::current_ids();
+    let mut removed = 0;
+    for entry in entries.flatten() {
+        if !entry
+            .file_name()
+            .as_encoded_bytes()
+            .starts_with(BASE_PREFIX.as_bytes())
+        {
+            continue;
+        }
+        let base = entry.path();
+        // Not followed: a link is not a base, and one owned by another user is theirs.
+        match std::fs::symlink_metadata(&base) {
+            Ok(meta) if meta.is_dir() && meta.uid() == me => {}
+            _ => continue,
+        }
+        let Ok(lock) = std::fs::File::options()
+            .read(true)
+            .custom_flags(libc::O_NOFOLLOW)
+            .open(base.join(BASE_LOCK))
+        else {
+            continue;
+        };
+        if lock.try_lock().is_ok() && std::fs::remove_dir_all(&base).is_ok() {
+            removed += 1;
+        }
+    }
+    removed
 }
 
 /// `paths` as the C strings the new process's system calls take.
@@ -697,6 +764,48 @@ fn file_name(agent: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Only this user's bases whose lock nobody holds go: not one in use, not one without
+    /// a lock, not a link or a file that merely has the name.
+    #[test]
+    fn the_sweep_removes_only_abandoned_bases() {
+        let tmp = tempfile::tempdir().unwrap();
+        let base = |name: &str, lock: bool| {
+            let dir = tmp.path().join(format!("{BASE_PREFIX}{name}"));
+            std::fs::create_dir_all(dir.join("agent")).unwrap();
+            std::fs::write(dir.join("agent/left.txt"), "an agent's file").unwrap();
+            if lock {
+                std::fs::write(dir.join(BASE_LOCK), "").unwrap();
+            }
+            dir
+        };
+        let abandoned = base("abandoned", true);
+        let in_use = base("in-use", true);
+        let held = std::fs::File::open(in_use.join(BASE_LOCK)).unwrap();
+        held.try_lock().unwrap();
+        let unlocked = base("no-lock", false);
+        let outside = base_outside(&tmp);
+        let link = tmp.path().join(format!("{BASE_PREFIX}link"));
+        std::os::unix::fs::symlink(&outside, &link).unwrap();
+        std::fs::write(tmp.path().join(format!("{BASE_PREFIX}file")), "").unwrap();
+
+        assert_eq!(sweep_abandoned(tmp.path()), 1);
+        assert!(!abandoned.exists());
+        assert!(in_use.join("agent/left.txt").exists());
+        assert!(unlocked.exists());
+        assert!(outside.join(BASE_LOCK).exists(), "a link is not followed");
+        drop(held);
+        assert_eq!(sweep_abandoned(tmp.path()), 1, "released, it is abandoned");
+        assert!(!in_use.exists());
+    }
+
+    /// A directory with a lock file that only a link in the swept directory leads to.
+    fn base_outside(tmp: &tempfile::TempDir) -> PathBuf {
+        let outside = tmp.path().join("elsewhere");
+        std::fs::create_dir(&outside).unwrap();
+        std::fs::write(outside.join(BASE_LOCK), "").unwrap();
+        outside
+    }
 
     #[test]
     fn agent_names_become_one_safe_file_name() {

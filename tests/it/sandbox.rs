@@ -363,6 +363,48 @@ async fn the_shared_tmp_is_out_of_reach_and_each_agent_has_its_own() {
     assert!(!text.contains("mine"), "{text}");
 }
 
+/// A server killed with SIGKILL cannot remove its agents' private directories, nor what
+/// they left there; the next server to start removes them, and not those of a server
+/// still running.
+#[tokio::test]
+async fn a_killed_servers_private_directories_go_at_the_next_start() {
+    let tmp = tempfile::tempdir().unwrap();
+    let tmpdir = tmp.path().to_str().unwrap().to_owned();
+    let env = [("TMPDIR", tmpdir.as_str())];
+    let private_dir = |out: &str| {
+        let line = out.lines().find(|l| l.contains("guildhall-sandbox-"));
+        PathBuf::from(line.unwrap_or_else(|| panic!("{out}")).trim())
+    };
+    let mut killed = Sandboxed::start_with("", &env).await;
+    let out = killed
+        .bash("echo private > $TMPDIR/notes; echo $TMPDIR")
+        .await;
+    let left = private_dir(&out);
+    assert!(left.starts_with(tmp.path()), "{out}");
+    let mut running = Sandboxed::start_with("", &env).await;
+    let kept = private_dir(&running.bash("echo $TMPDIR").await);
+    // Dropped, the server is killed (SIGKILL) and cannot clean up.
+    drop(killed);
+    assert_eq!(
+        std::fs::read_to_string(left.join("notes")).unwrap(),
+        "private\n"
+    );
+
+    let _next = Sandboxed::start_with("", &env).await;
+    assert!(!left.exists(), "{} is still there", left.display());
+    assert!(
+        !left.parent().unwrap().exists(),
+        "the killed server's base is gone whole"
+    );
+    assert!(kept.exists(), "a running server's directory is kept");
+    assert!(
+        running
+            .bash("echo still > $TMPDIR/n; cat $TMPDIR/n")
+            .await
+            .contains("still")
+    );
+}
+
 #[tokio::test]
 async fn etc_shadow_is_covered_when_the_server_is_root() {
     let mut s = Sandboxed::start().await;
