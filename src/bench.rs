@@ -17,6 +17,7 @@ pub mod mcp;
 mod observer;
 #[cfg(all(target_os = "linux", target_env = "gnu"))]
 mod proxy;
+mod soak;
 mod storm;
 mod tasks;
 mod tools;
@@ -37,6 +38,7 @@ pub use mcp::{McpBenchConfig, McpReport};
 pub use observer::{ObserverBenchConfig, ObserverReport, observer};
 #[cfg(all(target_os = "linux", target_env = "gnu"))]
 pub use proxy::{ProxyBenchConfig, ProxyReport, proxy};
+pub use soak::{OpFigures, SoakBenchConfig, SoakReport, SoakSample, soak};
 pub use storm::{StormBenchConfig, StormReport, storm};
 pub use tasks::{TasksBenchConfig, TasksReport, tasks};
 pub use tools::{ToolsBenchConfig, ToolsReport, tools};

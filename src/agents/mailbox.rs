@@ -66,8 +66,19 @@ pub(crate) struct MailboxState {
     waiters: Vec<Waiter>,
     /// Background writes not yet committed.
     inflight: u32,
+    /// Messages read or marked whose move to the archive is not committed yet, by id: found
+    /// here as the archive will hold them, so a mark right after a read finds what it read.
+    archiving: HashMap<u128, Arc<Message>>,
     /// Unread messages that carry an expiry (none: no expiry sweep needed).
     expiring: usize,
+}
+
+/// A batch of the mailbox's writes, and the messages it moves to the archive (kept in
+/// [`MailboxState::archiving`] while it is in flight).
+#[derive(Default)]
+struct Moves {
+    batch: Batch,
+    moved: Vec<Arc<Message>>,
 }
 
 impl Behaviour for MailboxActor {
@@ -131,7 +142,20 @@ impl Behaviour for MailboxActor {
                 // Visible first, then acknowledged: a sender can read its own writes.
                 committed.answer();
             }
-            MailboxOwn::WriteDone => state.inflight = state.inflight.saturating_sub(1),
+            MailboxOwn::WriteDone(moved) => {
+                state.inflight = state.inflight.saturating_sub(1);
+                for message in moved {
+                    // Unless moved again since, by a write still in flight.
+                    let id = message.id.as_u128();
+                    if state
+                        .archiving
+                        .get(&id)
+                        .is_some_and(|kept| Arc::ptr_eq(kept, &message))
+                    {
+                        state.archiving.remove(&id);
+                    }
+                }
+            }
             MailboxOwn::WaitExpired(id) => {
                 if let Some(i) = state.waiters.iter().position(|w| w.id == id) {
                     let waiter = state.waiters.swap_remove(i);
@@ -346,9 +370,9 @@ impl MailboxActor {
                 let found = match state.remove(&id) {
                     Some(message) => {
                         let read = Message::in_state(message, DeliveryState::Read);
-                        let mut batch = Batch::new();
-                        self.archive(&mut batch, &read);
-                        self.write(myself, state, batch, None);
+                        let mut moves = Moves::default();
+                        self.archive(&mut moves, &read);
+                        self.write(myself, state, moves, None);
                         Ok(read)
                     }
                     None => self.get(state, id),
@@ -462,7 +486,7 @@ impl MailboxActor {
         // only here as they usually are, they are marked in place rather than copied. The
         // read messages go to the caller, and (encoded) to the archive.
         let mut taken = Vec::new();
-        let mut batch = Batch::new();
+        let mut moves = Moves::default();
         if query.mark_read {
             for m in messages
                 .iter_mut()
@@ -470,7 +494,7 @@ impl MailboxActor {
             {
                 state.remove(&m.id);
                 Arc::make_mut(m).state = DeliveryState::Read;
-                self.archive(&mut batch, m);
+                self.archive(&mut moves, m);
                 taken.push(m.id);
             }
         }
@@ -478,7 +502,7 @@ impl MailboxActor {
         // Stored as read only once the caller has the messages: taken from a caller that gave
         // up, they go back unread, and nothing is lost.
         match reply.send(Reply::Inbox(Inbox { messages, unread })) {
-            Ok(()) if !taken.is_empty() => self.write(myself, state, batch, None),
+            Ok(()) if !taken.is_empty() => self.write(myself, state, moves, None),
             Ok(()) => {}
             Err(Reply::Inbox(inbox)) => {
                 // `taken` is in the listing's order: one pass finds them.
@@ -513,11 +537,19 @@ impl MailboxActor {
                 Table::Archive,
                 &mailbox_prefix(self.entry.id.as_str()),
                 |_, m: Message| {
-                    if query.matches(&m) {
+                    if query.matches(&m) && !state.archiving.contains_key(&m.id.as_u128()) {
                         out.push(Arc::new(m));
                     }
                 },
             )?;
+            // Moving to the archive, not committed yet: as the archive will hold them.
+            out.extend(
+                state
+                    .archiving
+                    .values()
+                    .filter(|m| query.matches(m))
+                    .cloned(),
+            );
         }
         if query.arrival_order {
             out.sort_by_key(|m| m.id);
@@ -529,7 +561,10 @@ impl MailboxActor {
     }
 
     fn get(&self, state: &MailboxState, id: Uuid) -> Result<Arc<Message>, MailError> {
-        if let Some(message) = state.get(&id) {
+        if let Some(message) = state
+            .get(&id)
+            .or_else(|| state.archiving.get(&id.as_u128()))
+        {
             return Ok(Arc::clone(message));
         }
         match self.shared.store.get(Table::Archive, &self.key(&id))? {
@@ -568,24 +603,24 @@ impl MailboxActor {
                 }
             }
         }
-        let mut batch = Batch::new();
+        let mut moves = Moves::default();
         let mut changed = 0;
         for id in ids {
             if let Some(message) = state.remove(id) {
-                self.archive(&mut batch, &Message::in_state(message, target));
+                self.archive(&mut moves, &Message::in_state(message, target));
                 changed += 1;
             }
         }
         for message in archived {
             if ack && message.state != DeliveryState::Acknowledged {
-                self.archive(&mut batch, &Message::in_state(message, target));
+                self.archive(&mut moves, &Message::in_state(message, target));
                 changed += 1;
             }
         }
         self.write(
             myself,
             state,
-            batch,
+            moves,
             Some(Box::new(move |result| {
                 let _ = reply.send(match result {
                     Ok(()) => Reply::Marked(changed),
@@ -595,11 +630,14 @@ impl MailboxActor {
         );
     }
 
-    /// Moves a message from `Inbox` to `Archive` in `batch`.
-    fn archive(&self, batch: &mut Batch, message: &Message) {
+    /// Moves a message from `Inbox` to `Archive` in `moves`.
+    fn archive(&self, moves: &mut Moves, message: &Arc<Message>) {
         let key = self.key(&message.id);
-        batch.delete(Table::Inbox, key.clone());
-        batch.put(Table::Archive, key, codec::encode(message));
+        moves.batch.delete(Table::Inbox, key.clone());
+        moves
+            .batch
+            .put(Table::Archive, key, codec::encode(&**message));
+        moves.moved.push(Arc::clone(message));
     }
 
     /// Drops expired unread messages.
@@ -616,12 +654,12 @@ impl MailboxActor {
         if expired.is_empty() {
             return;
         }
-        let mut batch = Batch::new();
+        let mut moves = Moves::default();
         for id in &expired {
             state.remove(id);
-            batch.delete(Table::Inbox, self.key(id));
+            moves.batch.delete(Table::Inbox, self.key(id));
         }
-        self.write(myself, state, batch, None);
+        self.write(myself, state, moves, None);
     }
 
     /// Commits `batch`, then calls `done`; the mailbox will not passivate before it commits.
@@ -629,9 +667,10 @@ impl MailboxActor {
         &self,
         myself: &ActorRef<MailboxMsg>,
         state: &mut MailboxState,
-        batch: Batch,
+        moves: Moves,
         done: Option<Done>,
     ) {
+        let Moves { batch, moved } = moves;
         if batch.is_empty() {
             if let Some(done) = done {
                 done(Ok(()));
@@ -649,6 +688,11 @@ impl MailboxActor {
             }
             Err(batch) => {
                 state.inflight += 1;
+                for message in &moved {
+                    state
+                        .archiving
+                        .insert(message.id.as_u128(), Arc::clone(message));
+                }
                 let me = myself.clone();
                 let agent = self.entry.id.clone();
                 self.shared.store.submit(
@@ -660,7 +704,7 @@ impl MailboxActor {
                         if let Some(done) = done {
                             done(result);
                         }
-                        let _ = me.cast(Msg::Own(MailboxOwn::WriteDone));
+                        let _ = me.cast(Msg::Own(MailboxOwn::WriteDone(moved)));
                     }),
                 );
             }

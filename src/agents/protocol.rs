@@ -73,8 +73,8 @@ impl Drop for Committed {
 pub(crate) enum MailboxOwn {
     /// A delivery's commit finished.
     Committed(Committed),
-    /// A background write finished.
-    WriteDone,
+    /// A background write finished; the messages it moved to the archive.
+    WriteDone(Vec<Arc<Message>>),
     /// The caller of a waiting `check_inbox` ran out of time: answer it now. (The caller
     /// keeps the timer, so a satisfied wait leaves nothing behind.)
     WaitExpired(u64),

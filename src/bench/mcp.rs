@@ -462,6 +462,47 @@ async fn measure_http(url: &str, config: &McpBenchConfig) -> Result<Figures, Ben
     })
 }
 
+/// A `tools/call` of `tool` as `agent` to the Streamable HTTP endpoint `url`, in the
+/// stateless era (2026-07-28: one POST, the client's identity in `_meta`), ready to send
+/// (more headers may be added).
+pub fn stateless_call(
+    client: &reqwest::Client,
+    url: &str,
+    client_name: &str,
+    agent: &str,
+    tool: &str,
+    arguments: Value,
+) -> reqwest::RequestBuilder {
+    let meta = json!({
+        "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+        "io.modelcontextprotocol/clientCapabilities": {},
+        "io.modelcontextprotocol/clientInfo": { "name": client_name, "version": "1" }
+    });
+    let body = json!({ "jsonrpc": "2.0", "id": 1, "method": "tools/call",
+        "params": { "name": tool, "arguments": arguments, "_meta": meta } });
+    client
+        .post(url)
+        .header("content-type", "application/json")
+        .header("accept", "application/json, text/event-stream")
+        .header("mcp-protocol-version", "2026-07-28")
+        .header("mcp-method", "tools/call")
+        .header("mcp-name", tool)
+        .header(crate::mcp::AGENT_HEADER, agent)
+        .body(body.to_string())
+}
+
+/// The JSON-RPC answer in an HTTP response's body: the body itself, or the last message
+/// of an event stream that answers a request (has an `id`).
+pub fn answer_in(text: &str) -> Option<Value> {
+    if let Ok(value) = serde_json::from_str(text) {
+        return Some(value);
+    }
+    text.lines()
+        .filter_map(|line| line.strip_prefix("data:"))
+        .filter_map(|data| serde_json::from_str::<Value>(data.trim()).ok())
+        .rfind(|message| message.get("id").is_some())
+}
+
 /// Where a background server keeps its data.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Store {

@@ -60,6 +60,12 @@ enum Which {
     /// over the crash cycles, and the processes left once the servers are removed. About
     /// 10 s at the defaults; `--servers 100 --cycles 1000` about a minute.
     Storm(StormArgs),
+    /// A swarm of agents working against a real `guildhall serve` for a long time (mail,
+    /// inbox checks, context appends over HTTP), the server killed and started again on its
+    /// store: per interval its memory, threads, descriptors, store size and each
+    /// operation's p50/p99; at the end the ledger (every acknowledged send in the history
+    /// once) and the verdict. Exits 1 when a criterion is missed. As long as `--duration`.
+    Soak(SoakArgs),
     /// `guildhall hook` as an agent's client runs it, server running: process start to
     /// answer (`hook_p50_ms`, `hook_p99_ms`), against starting the binary alone. About 5 s
     /// at the defaults.
@@ -320,6 +326,7 @@ pub(crate) async fn run(
         Which::Tools(a) => tools(a).await,
         Which::Proxy(a) => proxy(a).await,
         Which::Storm(a) => storm(a).await,
+        Which::Soak(a) => soak(a).await,
         Which::Hook(a) => hook(a).await,
         Which::Events(a) => events(a).await,
         Which::Observer(a) => observer(a, data_dir).await,
@@ -833,6 +840,119 @@ struct StormArgs {
     /// The longest the storm runs; it then ends with the cycles done so far.
     #[arg(long, default_value = "10min", value_parser = humantime::parse_duration)]
     max_duration: std::time::Duration,
+}
+
+#[derive(Debug, Args)]
+struct SoakArgs {
+    /// Print each sample, then the report, as JSON lines on stdout.
+    #[arg(long)]
+    json: bool,
+    /// Agents at work at once.
+    #[arg(long, default_value_t = 100)]
+    agents: usize,
+    /// How long they work (`2m`, `1h`).
+    #[arg(long, default_value = "10m", value_parser = humantime::parse_duration)]
+    duration: std::time::Duration,
+    /// Operations a second, all agents together.
+    #[arg(long, default_value_t = 200)]
+    rate: u32,
+    /// Times the server is killed (SIGKILL) and started again, spread over the middle.
+    #[arg(long, default_value_t = 1)]
+    kills: usize,
+    /// How often the server and the operations are sampled (`1m`, `10s`).
+    #[arg(long, default_value = "1m", value_parser = humantime::parse_duration)]
+    interval: std::time::Duration,
+    /// Seeds the agents' choices and the faults' times.
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+}
+
+async fn soak(a: SoakArgs) -> Result<(), Box<dyn std::error::Error>> {
+    use std::io::IsTerminal;
+    if a.interval.is_zero() {
+        return Err("--interval must be more than 0".into());
+    }
+    let json = a.json;
+    let terminal = std::io::stderr().is_terminal();
+    let progress = move |sample: &guildhall::bench::SoakSample| {
+        if json {
+            if let Ok(line) = serde_json::to_string(sample) {
+                let _ = writeln!(std::io::stdout().lock(), "{line}");
+            }
+        } else if terminal {
+            let worst = sample
+                .ops
+                .values()
+                .map(|op| op.p99_ms)
+                .filter(|p| p.is_finite())
+                .fold(0.0, f64::max);
+            let _ = writeln!(
+                std::io::stderr().lock(),
+                "{:>7.0} s  life {}  rss {:.1} MiB  threads {}  fds {}  store {:.1} MiB  p99 {:.1} ms",
+                sample.at_secs,
+                sample.life,
+                sample.rss_kib as f64 / 1024.0,
+                sample.threads,
+                sample.fds,
+                sample.store_bytes as f64 / 1_048_576.0,
+                worst
+            );
+        }
+    };
+    let report = guildhall::bench::soak(
+        guildhall::bench::SoakBenchConfig {
+            exe: std::env::current_exe()?,
+            agents: a.agents,
+            duration: a.duration,
+            rate: a.rate,
+            seed: a.seed,
+            kills: a.kills,
+            interval: a.interval,
+        },
+        &progress,
+    )
+    .await?;
+    let mut out = std::io::stdout().lock();
+    if a.json {
+        writeln!(out, "{}", serde_json::to_string(&report)?)?;
+    } else {
+        writeln!(
+            out,
+            "{} agents for {:.0} s, {} kills; {} sends acknowledged, {} lost, {} duplicated",
+            report.agents,
+            report.duration_secs,
+            report.kills,
+            report.sends_acknowledged,
+            report.lost,
+            report.duplicated
+        )?;
+        for (kind, first) in &report.p99_first_tenth_ms {
+            let last = report
+                .p99_last_tenth_ms
+                .get(kind)
+                .copied()
+                .unwrap_or(f64::NAN);
+            writeln!(
+                out,
+                "{kind:<16} p99 first tenth {first:.1} ms, last tenth {last:.1} ms"
+            )?;
+        }
+        writeln!(
+            out,
+            "memory growth {}",
+            report.rss_growth_per_hour.map_or_else(
+                || "not measured (too few samples)".to_owned(),
+                |g| format!("{:.2}% of start an hour", g * 100.0)
+            )
+        )?;
+        for failure in &report.failures {
+            writeln!(out, "FAILED: {failure}")?;
+        }
+    }
+    if !report.passed() {
+        std::process::exit(1);
+    }
+    Ok(())
 }
 
 async fn hook(a: HookArgs) -> Result<(), Box<dyn std::error::Error>> {

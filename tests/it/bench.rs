@@ -368,3 +368,79 @@ fn cluster_reports_throughput_round_trips_and_takeovers_against_their_baselines(
         "{report}"
     );
 }
+
+/// A short soak with a kill: every sample is there, with the server's figures, its life
+/// counted across the kill; every acknowledged send is in the history once; a verdict is
+/// given (its latency and memory criteria are the benchmark's to judge, not a test's).
+#[test]
+fn soak_samples_a_killed_and_restarted_server_and_checks_its_ledger() {
+    let dir = tempfile::tempdir().unwrap();
+    let run = crate::support::guildhall(dir.path())
+        .args([
+            "bench",
+            "soak",
+            "--json",
+            "--agents",
+            "12",
+            "--duration",
+            "8s",
+            "--rate",
+            "60",
+            "--interval",
+            "1s",
+            "--kills",
+            "1",
+            "--seed",
+            "7",
+        ])
+        .output()
+        .unwrap();
+    let out = String::from_utf8(run.stdout).unwrap();
+    let lines: Vec<serde_json::Value> = out
+        .lines()
+        .map(|line| serde_json::from_str(line).unwrap())
+        .collect();
+    let (report, samples) = lines.split_last().unwrap();
+    let failures = report["failures"].as_array().unwrap();
+    assert_eq!(run.status.success(), failures.is_empty(), "{report}");
+    assert_eq!(report["kills"], 1, "{report}");
+    assert_eq!(report["samples"].as_array().unwrap().len(), samples.len());
+    assert!(samples.len() >= 7, "{} samples", samples.len());
+    for sample in samples {
+        assert!(sample["rss_kib"].as_u64().unwrap() > 0, "{sample}");
+        assert!(sample["threads"].as_u64().unwrap() > 0, "{sample}");
+        assert!(sample["fds"].as_u64().unwrap() > 0, "{sample}");
+        assert!(sample["ops"]["send_message"]["count"].is_u64(), "{sample}");
+    }
+    assert_eq!(samples.first().unwrap()["life"], 0);
+    assert_eq!(
+        samples.last().unwrap()["life"],
+        1,
+        "the server lived again after the kill"
+    );
+    assert!(
+        report["sends_acknowledged"].as_u64().unwrap() > 20,
+        "{report}"
+    );
+    assert_eq!(report["lost"], 0, "{report}");
+    assert_eq!(report["duplicated"], 0, "{report}");
+    assert_eq!(report["stalled_connections"], 8, "{report}");
+    assert_eq!(report["orphans"], 0, "{report}");
+    assert_eq!(
+        report["leftover_temp_entries"], 0,
+        "the killed life's private directories were removed by the next: {report}"
+    );
+    assert!(
+        samples
+            .iter()
+            .any(|s| s["ops"]["bash"]["count"].as_u64() > Some(0)),
+        "commands ran"
+    );
+    assert!(
+        report["p99_last_tenth_ms"]["send_message"]
+            .as_f64()
+            .unwrap()
+            > 0.0,
+        "{report}"
+    );
+}

@@ -440,36 +440,15 @@ async fn call(
     tool: &str,
     arguments: serde_json::Value,
 ) -> Result<serde_json::Value, String> {
-    let meta = serde_json::json!({
-        "io.modelcontextprotocol/protocolVersion": "2026-07-28",
-        "io.modelcontextprotocol/clientCapabilities": {},
-        "io.modelcontextprotocol/clientInfo": { "name": "cluster-test", "version": "1" }
-    });
-    let body = serde_json::json!({ "jsonrpc": "2.0", "id": 1, "method": "tools/call",
-        "params": { "name": tool, "arguments": arguments, "_meta": meta } });
-    let response = client
-        .post(url)
-        .header("content-type", "application/json")
-        .header("accept", "application/json, text/event-stream")
-        .header("mcp-protocol-version", "2026-07-28")
-        .header("mcp-method", "tools/call")
-        .header("mcp-name", tool)
-        .header(guildhall::mcp::AGENT_HEADER, agent)
-        .header(guildhall::mcp::ROLE_HEADER, "dev")
-        .body(body.to_string())
-        .send()
-        .await
-        .map_err(|e| e.to_string())?;
+    let response =
+        guildhall::bench::mcp::stateless_call(client, url, "cluster-test", agent, tool, arguments)
+            .header(guildhall::mcp::ROLE_HEADER, "dev")
+            .send()
+            .await
+            .map_err(|e| e.to_string())?;
     let text = response.text().await.map_err(|e| e.to_string())?;
-    let answer: serde_json::Value = serde_json::from_str(&text)
-        .ok()
-        .or_else(|| {
-            text.lines()
-                .filter_map(|l| l.strip_prefix("data:"))
-                .filter_map(|d| serde_json::from_str(d.trim()).ok())
-                .find(|m: &serde_json::Value| m.get("id").is_some())
-        })
-        .ok_or_else(|| format!("no answer in {text:?}"))?;
+    let answer =
+        guildhall::bench::mcp::answer_in(&text).ok_or_else(|| format!("no answer in {text:?}"))?;
     let result = &answer["result"];
     if result["isError"].as_bool() == Some(true) || result.is_null() {
         return Err(answer.to_string());

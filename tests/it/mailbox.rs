@@ -1796,3 +1796,153 @@ async fn mail_stored_before_the_log_joins_the_history_at_the_next_start() {
     .await;
     rt.shutdown().await;
 }
+
+/// A memory store whose commits wait at a gate while it is shut: what a mailbox writes in
+/// the background is in flight until it opens.
+#[derive(Default)]
+struct Gated {
+    inner: guildhall::store::MemoryStore,
+    shut: std::sync::atomic::AtomicBool,
+    held: std::sync::Mutex<Vec<(guildhall::store::Batch, guildhall::store::Done)>>,
+}
+
+impl Gated {
+    fn shut(&self) {
+        self.shut.store(true, Ordering::SeqCst);
+    }
+
+    fn open(&self) {
+        self.shut.store(false, Ordering::SeqCst);
+        for (batch, done) in std::mem::take(&mut *self.held.lock().unwrap()) {
+            self.inner.submit(batch, done);
+        }
+    }
+}
+
+impl guildhall::store::Store for Gated {
+    fn submit(&self, batch: guildhall::store::Batch, done: guildhall::store::Done) {
+        if self.shut.load(Ordering::SeqCst) {
+            self.held.lock().unwrap().push((batch, done));
+        } else {
+            self.inner.submit(batch, done);
+        }
+    }
+
+    fn try_commit(
+        &self,
+        batch: guildhall::store::Batch,
+    ) -> Result<Result<(), guildhall::store::StoreError>, guildhall::store::Batch> {
+        if self.shut.load(Ordering::SeqCst) {
+            Err(batch)
+        } else {
+            self.inner.try_commit(batch)
+        }
+    }
+
+    fn get(
+        &self,
+        table: guildhall::store::Table,
+        key: &[u8],
+    ) -> Result<Option<Vec<u8>>, guildhall::store::StoreError> {
+        self.inner.get(table, key)
+    }
+
+    fn scan_from(
+        &self,
+        table: guildhall::store::Table,
+        prefix: &[u8],
+        start: &[u8],
+        visit: &mut dyn FnMut(&[u8], &[u8]) -> bool,
+    ) -> Result<(), guildhall::store::StoreError> {
+        self.inner.scan_from(table, prefix, start, visit)
+    }
+
+    fn durability(&self) -> guildhall::store::Durability {
+        self.inner.durability()
+    }
+
+    fn stats(&self) -> guildhall::store::StoreStats {
+        self.inner.stats()
+    }
+}
+
+/// What a mailbox just took or read is found again by the calls after it (a mark, a read,
+/// a listing of read mail) while its move to the archive is still being written, and is
+/// in the archive once written.
+#[tokio::test]
+async fn mail_just_read_is_found_while_its_archiving_is_in_flight() {
+    let store = Arc::new(Gated::default());
+    let rt = Runtime::builder()
+        .store(Arc::clone(&store) as Arc<dyn guildhall::store::Store>)
+        .build()
+        .await
+        .unwrap();
+    let pm = rt.register_agent(AgentSpec::new("pm", "pm")).await.unwrap();
+    let dev = rt
+        .register_agent(AgentSpec::new("dev", "dev"))
+        .await
+        .unwrap();
+    for i in 0..3 {
+        pm.send(Outgoing::to("dev").subject(format!("step {i}")))
+            .await
+            .unwrap();
+    }
+    store.shut();
+    let taken = take_all(&dev).await;
+    let ids: Vec<_> = taken.messages.iter().map(|m| m.id).collect();
+    assert_eq!(ids.len(), 3);
+    let read = dev.read(ids[0]).await.unwrap();
+    assert_eq!(read.state, DeliveryState::Read);
+    // A mark answers once its own write commits: after the gate opens.
+    let marking = tokio::spawn({
+        let (dev, ids) = (dev.clone(), ids.clone());
+        async move { dev.mark_read(&ids, true).await }
+    });
+    // Listed once each, read, then acknowledged once the mark has found them all; all
+    // while nothing of it is written.
+    let listed = async || {
+        dev.check_inbox(guildhall::InboxQuery {
+            limit: 10,
+            unread_only: false,
+            ..guildhall::InboxQuery::default()
+        })
+        .await
+        .unwrap()
+        .messages
+    };
+    let all = listed().await;
+    assert_eq!(all.len(), 3, "listed once each: {all:?}");
+    assert!(
+        all.iter().all(|m| m.state != DeliveryState::Delivered),
+        "{all:?}"
+    );
+    eventually(Duration::from_secs(10), async || {
+        let all = listed().await;
+        all.len() == 3 && all.iter().all(|m| m.state == DeliveryState::Acknowledged)
+    })
+    .await;
+    assert!(!marking.is_finished(), "{:?}", marking.await);
+    store.open();
+    assert_eq!(
+        marking.await.unwrap().unwrap(),
+        3,
+        "every one found and acknowledged"
+    );
+    eventually(Duration::from_secs(10), async || {
+        dev.check_inbox(guildhall::InboxQuery {
+            limit: 10,
+            unread_only: false,
+            ..guildhall::InboxQuery::default()
+        })
+        .await
+        .is_ok_and(|all| {
+            all.messages.len() == 3
+                && all
+                    .messages
+                    .iter()
+                    .all(|m| m.state == DeliveryState::Acknowledged)
+        })
+    })
+    .await;
+    rt.shutdown().await;
+}
