@@ -641,7 +641,9 @@ pub async fn soak(
     let mut life = 0;
     let stall_at = started + config.duration / 3;
     let mut stalled = None;
-    let mut next_sample = started + config.interval;
+    // At least 100 ms: an interval of 0 from the library would sample without pause.
+    let interval = config.interval.max(Duration::from_millis(100));
+    let mut next_sample = started + interval;
     while Instant::now() < until {
         let next_kill = kills.last().map(|at| started + *at);
         let mut wake = next_kill
@@ -666,7 +668,7 @@ pub async fn soak(
             let sample = take_sample(&shared, &server, &data, &tmp, started, life);
             progress(&sample);
             samples.push(sample);
-            next_sample += config.interval;
+            next_sample += interval;
         }
     }
     while workers.join_next().await.is_some() {}

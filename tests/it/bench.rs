@@ -405,7 +405,9 @@ fn soak_samples_a_killed_and_restarted_server_and_checks_its_ledger() {
     assert_eq!(run.status.success(), failures.is_empty(), "{report}");
     assert_eq!(report["kills"], 1, "{report}");
     assert_eq!(report["samples"].as_array().unwrap().len(), samples.len());
-    assert!(samples.len() >= 7, "{} samples", samples.len());
+    // One a second, but none while the killed server starts again (a second or two on a
+    // loaded machine).
+    assert!(samples.len() >= 4, "{} samples", samples.len());
     for sample in samples {
         assert!(sample["rss_kib"].as_u64().unwrap() > 0, "{sample}");
         assert!(sample["threads"].as_u64().unwrap() > 0, "{sample}");
