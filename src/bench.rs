@@ -38,7 +38,9 @@ pub use mcp::{McpBenchConfig, McpReport};
 pub use observer::{ObserverBenchConfig, ObserverReport, observer};
 #[cfg(all(target_os = "linux", target_env = "gnu"))]
 pub use proxy::{ProxyBenchConfig, ProxyReport, proxy};
-pub use soak::{OpFigures, SoakBenchConfig, SoakReport, SoakSample, soak};
+pub use soak::{
+    OpFigures, PeerFaultStruck, SoakBenchConfig, SoakReport, SoakSample, TaskCheck, soak,
+};
 pub use storm::{StormBenchConfig, StormReport, storm};
 pub use tasks::{TasksBenchConfig, TasksReport, tasks};
 pub use tools::{ToolsBenchConfig, ToolsReport, tools};

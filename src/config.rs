@@ -340,6 +340,9 @@ pub struct AuditConfig {
     pub retention: Option<Duration>,
 }
 
+/// The largest `[store] cache_mib`: 1 TiB.
+const MAX_CACHE_MIB: usize = 1 << 20;
+
 /// `[store]`: where the runtime keeps what lasts.
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -353,6 +356,10 @@ pub struct StoreSection {
     /// the longest another server waits to take over after this one died.
     #[serde(default, with = "crate::time::humane::option")]
     pub lease: Option<Duration>,
+    /// The embedded store's page cache, MiB (default 64, at least 1): the most memory the
+    /// store keeps for itself, and so the most a server's memory grows by as its store does.
+    #[serde(default)]
+    pub cache_mib: Option<usize>,
 }
 
 /// `[mcp]`: how the MCP server lists tools.
@@ -481,6 +488,11 @@ impl Config {
             line: line_of(&text, &["[tasks]"]),
             reason: format!("[tasks]: {reason}"),
         })?;
+        config.store_cache_bytes().map_err(|reason| ConfigError {
+            path: path.to_owned(),
+            line: line_of(&text, &["cache_mib"]),
+            reason: format!("[store]: {reason}"),
+        })?;
         let mut config = config;
         config.dir = path
             .parent()
@@ -511,6 +523,20 @@ impl Config {
             .filter_map(|(id, a)| a.model.clone().map(|m| (id.clone(), m)))
             .collect();
         crate::mcp::models::ModelRules::new(&self.models, agents)
+    }
+
+    /// The embedded store's page cache, bytes: `[store] cache_mib`, or the default.
+    ///
+    /// # Errors
+    /// A cache of 0, or past 1 TiB.
+    pub fn store_cache_bytes(&self) -> Result<usize, String> {
+        match self.store.cache_mib {
+            None => Ok(crate::store::DEFAULT_CACHE_BYTES),
+            Some(mib @ 1..=MAX_CACHE_MIB) => Ok(mib << 20),
+            Some(mib) => Err(format!(
+                "`cache_mib` is {mib}: it must be from 1 to {MAX_CACHE_MIB}"
+            )),
+        }
     }
 
     /// The task board's settings: `[tasks]` over the defaults.
@@ -999,6 +1025,27 @@ mod tests {
             let err = Config::load(&path, true).expect_err(text);
             assert!(err.to_string().contains(expect), "{text}: {err}");
             assert_eq!(err.line.map(|l| l >= 2), Some(true), "{text}: {err}");
+        }
+    }
+
+    #[test]
+    fn the_store_cache_is_taken_in_mib_and_a_size_that_cannot_work_is_refused_at_its_line() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join(CONFIG_FILE);
+        std::fs::write(&path, "[store]\n").expect("write");
+        let config = Config::load(&path, true).expect("valid");
+        assert_eq!(
+            config.store_cache_bytes(),
+            Ok(crate::store::DEFAULT_CACHE_BYTES)
+        );
+        std::fs::write(&path, "[store]\ncache_mib = 8\n").expect("write");
+        let config = Config::load(&path, true).expect("valid");
+        assert_eq!(config.store_cache_bytes(), Ok(8 << 20));
+        for text in ["cache_mib = 0", "cache_mib = 2000000"] {
+            std::fs::write(&path, format!("# store\n[store]\n{text}\n")).expect("write");
+            let err = Config::load(&path, true).expect_err(text);
+            assert!(err.to_string().contains("`cache_mib`"), "{text}: {err}");
+            assert_eq!(err.line, Some(3), "{text}: {err}");
         }
     }
 

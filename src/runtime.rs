@@ -106,6 +106,8 @@ pub struct RuntimeBuilder {
     store_url: Option<String>,
     #[cfg(feature = "postgres")]
     store_lease: Duration,
+    /// The embedded store's page cache, bytes.
+    store_cache: usize,
     mailbox: MailboxConfig,
     context: ContextConfig,
     governance: GovernanceConfig,
@@ -782,6 +784,7 @@ impl RuntimeBuilder {
             store_url: None,
             #[cfg(feature = "postgres")]
             store_lease: crate::store::DEFAULT_LEASE,
+            store_cache: crate::store::DEFAULT_CACHE_BYTES,
             mailbox: MailboxConfig::default(),
             context: ContextConfig::default(),
             governance: GovernanceConfig::default(),
@@ -855,6 +858,14 @@ impl RuntimeBuilder {
     /// this, or [`store`](Self::store), everything is kept in memory.
     pub fn data_dir(mut self, dir: impl Into<PathBuf>) -> Self {
         self.store = StoreChoice::Dir(dir.into());
+        self
+    }
+
+    /// The most memory the embedded store of [`data_dir`](Self::data_dir) keeps as its page
+    /// cache (default [`DEFAULT_CACHE_BYTES`](crate::store::DEFAULT_CACHE_BYTES)): a
+    /// server's memory grows by up to this much as its store is used.
+    pub fn store_cache(mut self, bytes: usize) -> Self {
+        self.store_cache = bytes;
         self
     }
 
@@ -1070,7 +1081,9 @@ impl RuntimeBuilder {
                 self.store_lease,
             )?),
             StoreChoice::Memory => Arc::new(MemoryStore::new()),
-            StoreChoice::Dir(ref dir) => store::open(dir)?,
+            StoreChoice::Dir(ref dir) => {
+                Arc::new(store::RedbStore::open_with_cache(dir, self.store_cache)?)
+            }
             StoreChoice::Given(ref store) => Arc::clone(store),
         })
     }

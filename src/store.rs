@@ -34,7 +34,7 @@ pub use error::StoreError;
 pub use memory::MemoryStore;
 #[cfg(feature = "postgres")]
 pub use postgres::{DEFAULT_LEASE, MIGRATIONS, PostgresStore, table_code};
-pub use redb_store::{FILE_NAME, RedbStore, STORE_FORMAT};
+pub use redb_store::{DEFAULT_CACHE_BYTES, FILE_NAME, RedbStore, STORE_FORMAT};
 pub use table::Table;
 
 /// One write in a batch.

@@ -228,19 +228,31 @@ pub struct McpReport {
 }
 
 /// A server child process and its stdio.
-struct Peer {
+pub(super) struct Peer {
     child: Child,
     stdin: ChildStdin,
     lines: Lines<BufReader<ChildStdout>>,
     next_id: u64,
 }
 
-type BenchError = Box<dyn std::error::Error + Send + Sync>;
+pub(super) type BenchError = Box<dyn std::error::Error + Send + Sync>;
 
 impl Peer {
     /// Starts `command`, completes the handshake and lists tools; returns the time taken.
-    async fn start(mut command: Command) -> Result<(Self, Duration), BenchError> {
+    async fn start(command: Command) -> Result<(Self, Duration), BenchError> {
         let started = Instant::now();
+        let mut peer = Self::connect(command).await?;
+        let listed = peer
+            .ask(json!({ "jsonrpc": "2.0", "id": 0, "method": "tools/list" }))
+            .await?;
+        if !listed.to_string().contains("\"echo\"") {
+            return Err(format!("the server does not list `echo`: {listed}").into());
+        }
+        Ok((peer, started.elapsed()))
+    }
+
+    /// Starts `command` and completes the MCP handshake.
+    pub(super) async fn connect(mut command: Command) -> Result<Self, BenchError> {
         command
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
@@ -263,13 +275,27 @@ impl Peer {
         .await?;
         peer.write(&json!({ "jsonrpc": "2.0", "method": "notifications/initialized" }))
             .await?;
-        let listed = peer
-            .ask(json!({ "jsonrpc": "2.0", "id": 0, "method": "tools/list" }))
+        Ok(peer)
+    }
+
+    /// Calls `tool`; its answer (a result or an error). What answers an earlier call given up
+    /// midway, and notifications, are passed over.
+    pub(super) async fn call_tool(
+        &mut self,
+        tool: &str,
+        arguments: Value,
+    ) -> Result<Value, BenchError> {
+        let id = self.next_id;
+        self.next_id += 1;
+        self.write(&json!({ "jsonrpc": "2.0", "id": id, "method": "tools/call",
+                "params": { "name": tool, "arguments": arguments } }))
             .await?;
-        if !listed.to_string().contains("\"echo\"") {
-            return Err(format!("the server does not list `echo`: {listed}").into());
+        loop {
+            let message = self.next_message().await?;
+            if message["id"] == json!(id) {
+                return Ok(message);
+            }
         }
-        Ok((peer, started.elapsed()))
     }
 
     async fn write(&mut self, message: &Value) -> Result<(), BenchError> {

@@ -1,23 +1,34 @@
 //! `guildhall bench soak`: a swarm run for a long time against a real `guildhall serve`, with
 //! faults, watched for what breaks over hours: memory that grows, latency that drifts, mail
-//! lost or doubled.
+//! lost or doubled, tasks finished twice or never.
 //!
 //! The server is this binary's `serve` on a store of its own (redb in a temporary
-//! directory), reached over Streamable HTTP (the stateless era, each request naming its
-//! agent in `guildhall-agent`) as Claude Code instances reach it; every agent is one task of
-//! this process, so a thousand fit one machine. Each agent, at a seeded random pace that adds
-//! up to `rate` operations a second, sends mail to another agent (each send carrying a
-//! `request_id`, retried with it until answered, so a send cut off by a kill is made once),
-//! checks its inbox (taking what came), and appends to a shared context session. The server
-//! is killed with SIGKILL and started again on the same store `kills` times, spread over the
-//! middle of the run.
+//! directory), with a file root, the shell, and a proxied stdio server (`[servers.peer]`,
+//! this binary's `bench mcp-floor`). Most agents reach it over Streamable HTTP (the
+//! stateless era, each request naming its agent in `guildhall-agent`), every one a task of
+//! this process, so a thousand fit one machine; `bridged` of them each through a stdio
+//! bridge process of its own (`guildhall mcp --agent ID`), as Claude Code instances do. Each
+//! agent, at a seeded random pace that adds up to `rate` operations a second, sends mail
+//! (each send carrying a `request_id`, retried with it until answered, so a send cut off by
+//! a kill is made once), checks its inbox and acknowledges what came, merges its status
+//! into a context session from the version it saw, claims tasks, renews their leases and
+//! finishes them (creating one when none is free), runs short commands, reads a file, calls
+//! the proxied server, and drops a waiting call midway.
 //!
-//! Every `interval` it samples the server (RSS, threads, open descriptors, store size) and
-//! the operations of that interval (p50 and p99 by kind, errors by kind). At the end it
-//! stops the server, opens its store here, and checks the ledger: each acknowledged send is
-//! in the mail history exactly once. It judges itself: no message lost or doubled, the p99
-//! of the last tenth at most 1.5 times that of the first, and the server's memory over the
-//! second half of its last life growing by at most 1% of its start an hour.
+//! Faults, seeded: eight connections stall from a third of the run; the server is killed
+//! with SIGKILL and started again on the same store `kills` times over the first half; the
+//! proxied server crashes (SIGKILL) at about a third and hangs (SIGSTOP) at about two
+//! thirds.
+//!
+//! Every `interval` it samples the server (RSS, threads, open descriptors, store size, the
+//! processes it started) and the operations of that interval (p50 and p99 by kind, errors
+//! by kind). At the end it stops the server, opens its store here, and checks the ledger:
+//! each acknowledged send in the mail history exactly once; each claimed task done, each
+//! acknowledged finish on the board, none finished twice; no process the server started
+//! left, nothing left in the agents' temporary directory; the proxied server answering
+//! again. It judges itself on those, on the p99 of the last tenth being at most 1.5 times
+//! that of the first, and on the server's memory over the second half of the run growing
+//! by no more than 1% of its start an hour (beyond twice the slope's standard error).
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
@@ -46,6 +57,20 @@ pub struct SoakBenchConfig {
     pub kills: usize,
     /// How often the server and the operations are sampled.
     pub interval: Duration,
+    /// A command the server is started under (a profiler: `heaptrack`, `valgrind
+    /// --tool=massif`), the server's own command line after it; empty for none. The figures
+    /// sampled are then the wrapper's process's, and a kill kills the wrapper.
+    pub wrapper: Vec<String>,
+    /// The server's store cache, MiB (`[store] cache_mib`); `None` for its default. A short
+    /// run judging memory wants a small one: the cache fills early, and what grows after is
+    /// not the cache.
+    pub cache_mib: Option<usize>,
+    /// Agents that call through a stdio bridge process of their own (`guildhall mcp`), as
+    /// Claude Code instances do; the others call over HTTP.
+    pub bridged: usize,
+    /// Whether the memory's growth is judged (else only reported): a run too short for the
+    /// server to settle, or one kept green while a known growth is open.
+    pub judge_memory: bool,
 }
 
 /// One interval's figures.
@@ -102,6 +127,8 @@ pub struct SoakReport {
     pub samples: Vec<SoakSample>,
     /// Sends acknowledged (each with its own `request_id`).
     pub sends_acknowledged: usize,
+    /// Calls answered through the agents' stdio bridges (the rest went over HTTP).
+    pub bridged_calls: usize,
     /// Connections stalled from a third of the run on (half sent a request and never read
     /// the answer, half never finished sending one).
     pub stalled_connections: usize,
@@ -110,17 +137,31 @@ pub struct SoakReport {
     pub leftover_temp_entries: usize,
     /// Processes the server started still running once it stopped.
     pub orphans: usize,
+    /// Their pids and command lines.
+    pub orphan_commands: Vec<String>,
     /// Acknowledged sends the history lacks.
     pub lost: usize,
     /// Acknowledged sends the history holds more than once.
     pub duplicated: usize,
-    /// Each kind's p99 over the first tenth of the run (the worst interval's), ms.
+    /// The task board's ledger: claims and finishes acknowledged, checked against it.
+    pub tasks: TaskCheck,
+    /// The proxied server's faults, as struck.
+    pub peer_faults: Vec<PeerFaultStruck>,
+    /// Whether the proxied server answered a call after the run (and its faults).
+    pub peer_answers_after_faults: bool,
+    /// When it did not, what the last call got.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub peer_error_after_faults: Option<String>,
+    /// Each kind's p99 over the first tenth of the run (all its answers), ms; the kinds
+    /// with at least 200 answers in each tenth.
     pub p99_first_tenth_ms: BTreeMap<&'static str, f64>,
     /// The same over the last tenth.
     pub p99_last_tenth_ms: BTreeMap<&'static str, f64>,
-    /// The server's memory growth over the second half of its last life, as a share of its
-    /// start per hour (a least-squares slope); `None` with fewer than three samples there.
+    /// The server's memory growth over the second half of the run, as a share of its start
+    /// per hour (a least-squares slope); `None` with fewer than four samples there.
     pub rss_growth_per_hour: Option<f64>,
+    /// That slope's standard error, in the same unit: what the samples' noise allows.
+    pub rss_growth_stderr_per_hour: Option<f64>,
     /// Each criterion missed, said plainly; empty when the run passed.
     pub failures: Vec<String>,
 }
@@ -139,10 +180,36 @@ const CONTEXT: &str = "context_update";
 const BASH: &str = "bash";
 const MARK: &str = "mark_read";
 const READ: &str = "read_file";
-const KINDS: [&str; 6] = [SEND, INBOX, MARK, CONTEXT, BASH, READ];
+const CLAIM: &str = "task_claim";
+const CREATE: &str = "task_create";
+const HEARTBEAT: &str = "task_heartbeat";
+const FINISH: &str = "task_update";
+/// The proxied stdio server's tool (`bench mcp-floor`'s `echo`, as `[servers.peer]`).
+const PEER: &str = "mcp__peer__echo";
+const KINDS: [&str; 11] = [
+    SEND, INBOX, MARK, CONTEXT, CLAIM, CREATE, HEARTBEAT, FINISH, BASH, PEER, READ,
+];
+/// The proxied server's call budget, and how long it has to answer a probe after a call
+/// was cut off before it is taken for hung (its `timeout` and `hang_grace`): short, so a
+/// hung server is found within the run.
+const PEER_TIMEOUT: &str = "2s";
+const PEER_HANG_GRACE: &str = "1s";
+/// The label of the soak's tasks, which agents claim by.
+const TASK_LABEL: &str = "soak";
+/// The lease a claim asks for: longer than a killed server takes to start again, so a
+/// kill does not take a task from its holder.
+const TASK_LEASE_SECS: u64 = 60;
 /// Connections stalled at once: each sent a request and never reads the answer, or never
 /// finished sending it.
 const STALLED: usize = 8;
+
+/// The most the server's memory may grow over the second half of the run: 1% of its start
+/// an hour.
+const MAX_RSS_GROWTH_PER_HOUR: f64 = 0.01;
+
+/// How long the processes a stopped server started have to end before they count as
+/// orphans (those its end kills are gone a moment later, not at once).
+const ORPHAN_GRACE: Duration = Duration::from_secs(5);
 
 /// How long a send cut off by a kill is retried (with its `request_id`) after the run ends.
 const SEND_GRACE: Duration = Duration::from_secs(30);
@@ -163,11 +230,20 @@ impl Server {
     /// it answers `status`; returns it and its MCP URL.
     async fn start(
         exe: &Path,
+        wrapper: &[String],
         data: &Path,
         tmp: &Path,
         listen: &str,
     ) -> Result<(Self, String), String> {
-        let child = std::process::Command::new(exe)
+        let mut command = match wrapper.split_first() {
+            Some((program, args)) => {
+                let mut command = std::process::Command::new(program);
+                command.args(args).arg(exe);
+                command
+            }
+            None => std::process::Command::new(exe),
+        };
+        let child = command
             .arg("--data-dir")
             .arg(data)
             .args(["serve", "--listen", listen, "--max-sessions", "100000"])
@@ -178,7 +254,10 @@ impl Server {
             .stdout(std::process::Stdio::null())
             .stderr(std::process::Stdio::null())
             .spawn()
-            .map_err(|e| format!("cannot start `{} serve`: {e}", exe.display()))?;
+            .map_err(|e| {
+                let program = wrapper.first().map_or(exe, Path::new);
+                format!("cannot start `{}`: {e}", program.display())
+            })?;
         let server = Self {
             exe: exe.to_path_buf(),
             data: data.to_path_buf(),
@@ -265,8 +344,28 @@ struct Shared {
     tally: Mutex<Tally>,
     /// The `request_id` of every acknowledged send.
     acknowledged: Mutex<Vec<String>>,
+    /// Task transitions the server acknowledged.
+    tasks: Mutex<TaskLedger>,
+    /// The answers' times in the first and last tenths.
+    tenths: Tenths,
+    /// The agents that call over a stdio bridge, each its own.
+    bridges: HashMap<String, tokio::sync::Mutex<Bridge>>,
+    /// Calls answered over a bridge.
+    bridged_calls: std::sync::atomic::AtomicUsize,
+    /// The binary and data directory a bridge is started with.
+    exe: PathBuf,
+    data: PathBuf,
     /// The agents' file root (each agent's own files, and one all read).
     root: PathBuf,
+}
+
+/// The task transitions agents saw acknowledged, checked against the board at the end.
+#[derive(Default)]
+struct TaskLedger {
+    /// Tasks an agent claimed (its claim answered).
+    claimed: Vec<Value>,
+    /// Tasks an agent finished (`done`, answered).
+    finished: Vec<Value>,
 }
 
 /// The file every agent reads, in the root.
@@ -280,9 +379,89 @@ enum Failure {
     Tool(String),
 }
 
+/// Every answer's time in the first and the last tenth of the run, by kind: their p99s,
+/// each over all of its tenth's calls, are what the latency criterion compares.
+struct Tenths {
+    /// When the swarm started working, and for how long it works.
+    run: std::sync::OnceLock<(Instant, Duration)>,
+    times: Mutex<[HashMap<&'static str, Vec<f64>>; 2]>,
+}
+
+impl Tenths {
+    fn add(&self, kind: &'static str, ms: f64) {
+        let Some(&(started, duration)) = self.run.get() else {
+            return;
+        };
+        let at = started.elapsed();
+        let tenth = if at < duration / 10 {
+            0
+        } else if at >= duration.mul_f64(0.9) && at <= duration {
+            1
+        } else {
+            return;
+        };
+        self.times.lock().unwrap_or_else(PoisonError::into_inner)[tenth]
+            .entry(kind)
+            .or_default()
+            .push(ms);
+    }
+
+    /// Each kind's p99 over the first tenth and over the last, for the kinds with at least
+    /// [`MIN_P99_CALLS`] answers in both (a p99 of fewer is about their maximum).
+    fn p99s(&self) -> [BTreeMap<&'static str, f64>; 2] {
+        let mut times =
+            std::mem::take(&mut *self.times.lock().unwrap_or_else(PoisonError::into_inner));
+        let mut p99s = [BTreeMap::new(), BTreeMap::new()];
+        for kind in KINDS {
+            if times
+                .iter()
+                .all(|tenth| tenth.get(kind).is_some_and(|t| t.len() >= MIN_P99_CALLS))
+            {
+                for (tenth, p99) in times.iter_mut().zip(&mut p99s) {
+                    let calls = tenth.entry(kind).or_default();
+                    calls.sort_by(f64::total_cmp);
+                    p99.insert(kind, percentile(calls, 0.99));
+                }
+            }
+        }
+        p99s
+    }
+}
+
+/// Answers a tenth needs of a kind for its p99 to be compared.
+const MIN_P99_CALLS: usize = 200;
+
+/// An agent's stdio bridge (`guildhall mcp --agent ID --no-start`), as Claude Code launches
+/// it: started at its agent's first call, and again after it ended (the server killed).
+#[derive(Default)]
+struct Bridge {
+    peer: Option<super::mcp::Peer>,
+    /// A bridge that could not start is not tried again before this.
+    retry_at: Option<Instant>,
+}
+
+/// How long after a bridge failed to start (the server down) it is tried again.
+const BRIDGE_RETRY: Duration = Duration::from_millis(200);
+
 impl Shared {
-    /// Calls `tool` as `agent`; its structured result.
+    /// Calls `tool` as `agent` (over its bridge if it has one, else over HTTP); its
+    /// structured result.
     async fn call(&self, agent: &str, tool: &str, arguments: Value) -> Result<Value, Failure> {
+        let answer = match self.bridges.get(agent) {
+            Some(bridge) => self.bridged(agent, bridge, tool, arguments).await?,
+            None => self.over_http(agent, tool, arguments).await?,
+        };
+        let result = &answer["result"];
+        if let Some(error) = answer.get("error") {
+            return Err(Failure::Tool(error["message"].to_string()));
+        }
+        if result["isError"] == json!(true) {
+            return Err(Failure::Tool(result["content"][0]["text"].to_string()));
+        }
+        Ok(result["structuredContent"].clone())
+    }
+
+    async fn over_http(&self, agent: &str, tool: &str, arguments: Value) -> Result<Value, Failure> {
         let url = self.url.read().await.clone();
         let response =
             super::mcp::stateless_call(&self.http, &url, "guildhall-soak", agent, tool, arguments)
@@ -293,15 +472,48 @@ impl Shared {
             return Err(Failure::Unreachable);
         }
         let text = response.text().await.map_err(|_| Failure::Unreachable)?;
-        let answer = super::mcp::answer_in(&text).ok_or(Failure::Unreachable)?;
-        let result = &answer["result"];
-        if let Some(error) = answer.get("error") {
-            return Err(Failure::Tool(error["message"].to_string()));
+        super::mcp::answer_in(&text).ok_or(Failure::Unreachable)
+    }
+
+    async fn bridged(
+        &self,
+        agent: &str,
+        bridge: &tokio::sync::Mutex<Bridge>,
+        tool: &str,
+        arguments: Value,
+    ) -> Result<Value, Failure> {
+        let mut bridge = bridge.lock().await;
+        if bridge.peer.is_none() {
+            if bridge.retry_at.is_some_and(|at| Instant::now() < at) {
+                return Err(Failure::Unreachable);
+            }
+            let mut command = tokio::process::Command::new(&self.exe);
+            command
+                .arg("--data-dir")
+                .arg(&self.data)
+                .args(["mcp", "--agent", agent, "--no-start"])
+                .env("RUST_LOG", "off");
+            match super::mcp::Peer::connect(command).await {
+                Ok(peer) => bridge.peer = Some(peer),
+                Err(_) => {
+                    bridge.retry_at = Some(Instant::now() + BRIDGE_RETRY);
+                    return Err(Failure::Unreachable);
+                }
+            }
         }
-        if result["isError"] == json!(true) {
-            return Err(Failure::Tool(result["content"][0]["text"].to_string()));
+        let peer = bridge.peer.as_mut().ok_or(Failure::Unreachable)?;
+        match tokio::time::timeout(REQUEST_TIMEOUT, peer.call_tool(tool, arguments)).await {
+            Ok(Ok(answer)) => {
+                self.bridged_calls
+                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                Ok(answer)
+            }
+            Ok(Err(_)) | Err(_) => {
+                // Its server went away: the bridge ended; the next call starts another.
+                bridge.peer = None;
+                Err(Failure::Unreachable)
+            }
         }
-        Ok(result["structuredContent"].clone())
     }
 
     /// Calls and counts: the time of an answer, or the kind of error.
@@ -314,6 +526,9 @@ impl Shared {
         let started = Instant::now();
         let outcome = self.call(agent, kind, arguments).await;
         let ms = started.elapsed().as_secs_f64() * 1000.0;
+        if !matches!(outcome, Err(Failure::Unreachable)) {
+            self.tenths.add(kind, ms);
+        }
         let mut tally = self.tally.lock().unwrap_or_else(PoisonError::into_inner);
         match outcome {
             Ok(value) => {
@@ -357,12 +572,14 @@ async fn agent(
     // Operations made: each call's arguments differ from the last's.
     let mut n = 0u64;
     let mut status_version = 0u64;
+    // The task this agent holds, and how many heartbeats it gives before finishing it.
+    let mut held: Option<(Value, u32)> = None;
     while Instant::now() < until {
         n += 1;
         let pause = mean_pause.mul_f64(0.5 + rng.f64());
         tokio::time::sleep(pause).await;
         match rng.u8(..100) {
-            0..45 => {
+            0..40 => {
                 let to = format!("soak-{}", rng.usize(..agents));
                 let token = format!("s{me}x{sent}");
                 sent += 1;
@@ -387,7 +604,7 @@ async fn agent(
                     }
                 }
             }
-            45..70 => {
+            40..62 => {
                 // A waiting check for what came since the last, as an idle agent makes;
                 // what came is acknowledged, so inboxes stay as short as a working swarm's.
                 let taken = shared
@@ -409,7 +626,7 @@ async fn agent(
                         .await;
                 }
             }
-            70..82 => {
+            62..73 => {
                 // The agent's own status, changed only from the version it last saw.
                 let session = format!("soak-{}", me % 10);
                 let change = json!({ "session": session, "changes": [
@@ -437,13 +654,21 @@ async fn agent(
                     }
                 }
             }
-            82..90 => {
+            73..83 => {
+                held = task_step(&shared, &id, held, &mut rng, n, until).await;
+            }
+            83..88 => {
                 // A short command writing in the agent's root, as a coding agent's.
                 let notes = shared.root.join(format!("notes-{me}.txt"));
                 let command = format!("echo step {n} > '{0}' && cat '{0}'", notes.display());
                 let _ = shared.timed(&id, BASH, json!({ "command": command })).await;
             }
-            90..96 => {
+            88..92 => {
+                let _ = shared
+                    .timed(&id, PEER, json!({ "text": format!("{id} step {n}") }))
+                    .await;
+            }
+            92..96 => {
                 let path = shared.root.join(SHARED_FILE);
                 let _ = shared
                     .timed(
@@ -455,8 +680,9 @@ async fn agent(
                     .await;
             }
             _ => {
-                // A waiting check given up mid-call: the connection is dropped under it.
-                let call = shared.call(
+                // A waiting check given up mid-call: the connection is dropped under it (over
+                // HTTP, for a bridged agent too: its stdio stream cannot drop one call).
+                let call = shared.over_http(
                     &id,
                     INBOX,
                     json!({ "since": "last", "limit": 5, "wait_secs": 2 }),
@@ -470,6 +696,98 @@ async fn agent(
                         .dropped += 1;
                 }
             }
+        }
+    }
+    // What it holds is finished: every task claimed is done by the end.
+    if let Some((task, _)) = held {
+        finish(&shared, &id, task, until).await;
+    }
+}
+
+/// One step of an agent's work on the board: with no task, claim one (or, with none to
+/// claim, create one, so the board holds about as many as the agents take); holding one,
+/// renew its lease a few times, then finish it. Returns what it holds after.
+async fn task_step(
+    shared: &Shared,
+    id: &str,
+    held: Option<(Value, u32)>,
+    rng: &mut fastrand::Rng,
+    n: u64,
+    until: Instant,
+) -> Option<(Value, u32)> {
+    match held {
+        Some((task, 0)) => {
+            finish(shared, id, task, until).await;
+            None
+        }
+        Some((task, beats)) => {
+            // A heartbeat refused (the lease was lost) leaves the task: it is not ours.
+            match shared
+                .timed(id, HEARTBEAT, json!({ "id": task.clone() }))
+                .await
+            {
+                Err(false) => None,
+                _ => Some((task, beats - 1)),
+            }
+        }
+        None => {
+            let claimed = shared
+                .timed(
+                    id,
+                    CLAIM,
+                    json!({ "labels": [TASK_LABEL], "lease_secs": TASK_LEASE_SECS }),
+                )
+                .await
+                .ok()?;
+            let task = claimed["task"]["id"].clone();
+            if task.is_null() {
+                let _ = shared
+                    .timed(
+                        id,
+                        CREATE,
+                        json!({ "title": format!("soak task {id}x{n}"), "labels": [TASK_LABEL] }),
+                    )
+                    .await;
+                return None;
+            }
+            shared
+                .tasks
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .claimed
+                .push(task.clone());
+            Some((task, rng.u32(..4)))
+        }
+    }
+}
+
+/// Marks `task` done, retried while the server is down (a retry after a kill that cut the
+/// first attempt's answer is refused, the task no longer held: the board says whether the
+/// first landed).
+async fn finish(shared: &Shared, id: &str, task: Value, until: Instant) {
+    let deadline = until.max(Instant::now()) + SEND_GRACE;
+    loop {
+        match shared
+            .timed(
+                id,
+                FINISH,
+                json!({ "id": task.clone(), "status": "done", "note": "finished" }),
+            )
+            .await
+        {
+            Ok(_) => {
+                shared
+                    .tasks
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .finished
+                    .push(task);
+                return;
+            }
+            Err(true) if Instant::now() < deadline => {
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            Err(_) => return,
         }
     }
 }
@@ -487,6 +805,54 @@ fn process_figures(pid: u32) -> (u64, u64, u64) {
     };
     let fds = std::fs::read_dir(format!("/proc/{pid}/fd")).map_or(0, |d| d.count() as u64);
     (field("VmRSS:"), field("Threads:"), fds)
+}
+
+/// A process as `/proc/PID/stat` shows it: its parent, and when it started (clock ticks
+/// after boot), which tells it from a later process given the same pid.
+/// A process that has ended but not been reaped yet (a zombie) is not one.
+fn stat_of(pid: u32) -> Option<(u32, u64)> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // After the command's name, which may hold spaces and parentheses.
+    let fields: Vec<&str> = stat.get(stat.rfind(')')? + 2..)?.split(' ').collect();
+    if matches!(fields.first(), Some(&("Z" | "X"))) {
+        return None;
+    }
+    Some((fields.get(1)?.parse().ok()?, fields.get(19)?.parse().ok()?))
+}
+
+/// Every process below `root` (its children, theirs, ...), each with its start time.
+fn descendants(root: u32) -> Vec<(u32, u64)> {
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    let all: Vec<(u32, u32, u64)> = entries
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+        .filter_map(|pid| stat_of(pid).map(|(parent, start)| (pid, parent, start)))
+        .collect();
+    let mut found = Vec::new();
+    let mut parents = vec![root];
+    while let Some(parent) = parents.pop() {
+        for &(pid, _, start) in all.iter().filter(|(_, p, _)| *p == parent) {
+            found.push((pid, start));
+            parents.push(pid);
+        }
+    }
+    found
+}
+
+/// `pid`'s command line, its arguments joined by spaces.
+fn command_line(pid: u32) -> String {
+    let line = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+    format!(
+        "{pid}: {}",
+        String::from_utf8_lossy(&line).replace('\0', " ").trim_end()
+    )
+}
+
+/// Whether `process` still runs (the same pid, started at the same time).
+fn running((pid, start): (u32, u64)) -> bool {
+    stat_of(pid).is_some_and(|(_, now)| now == start)
 }
 
 /// The processes whose `TMPDIR` is under `tmp`: those the server started for its agents
@@ -507,6 +873,63 @@ fn started_in(tmp: &Path) -> Vec<u32> {
             })
         })
         .collect()
+}
+
+/// A fault of the proxied server.
+#[derive(Debug, Clone, Copy)]
+enum PeerFault {
+    /// Killed (SIGKILL), as a server that crashes: its supervisor starts it again.
+    Crash,
+    /// Stopped (SIGSTOP) and never continued, as a server that hangs: the call cut off at
+    /// its deadline, an unanswered probe gets it killed and started again.
+    Hang,
+}
+
+impl PeerFault {
+    /// Strikes every copy of the proxied server the soaked server (`server`) started.
+    fn strike(self, server: u32, started: Instant) -> PeerFaultStruck {
+        let peers: Vec<u32> = descendants(server)
+            .into_iter()
+            .map(|(pid, _)| pid)
+            .filter(|pid| {
+                std::fs::read(format!("/proc/{pid}/cmdline"))
+                    .is_ok_and(|line| line.split(|&b| b == 0).any(|arg| arg == b"mcp-floor"))
+            })
+            .collect();
+        let (signal, fault) = match self {
+            Self::Crash => (libc::SIGKILL, "crash"),
+            Self::Hang => (libc::SIGSTOP, "hang"),
+        };
+        for &pid in &peers {
+            signal_process(pid, signal);
+        }
+        PeerFaultStruck {
+            at_secs: started.elapsed().as_secs_f64(),
+            fault,
+            processes: peers.len(),
+        }
+    }
+}
+
+/// Sends `signal` to `pid`, a process the soaked server started (its `TMPDIR` is the
+/// soak's), found a moment ago.
+#[allow(unsafe_code)]
+fn signal_process(pid: u32, signal: i32) {
+    if let Ok(pid) = libc::pid_t::try_from(pid) {
+        // SAFETY: kill sends a signal; no memory is involved.
+        unsafe { libc::kill(pid, signal) };
+    }
+}
+
+/// A fault of the proxied server, as struck.
+#[derive(Debug, Clone, Serialize)]
+pub struct PeerFaultStruck {
+    /// Seconds since the swarm started.
+    pub at_secs: f64,
+    /// `crash` (SIGKILL) or `hang` (SIGSTOP).
+    pub fault: &'static str,
+    /// Its processes struck.
+    pub processes: usize,
 }
 
 /// Opens [`STALLED`] connections to `listen` that stall: half send a whole request and never
@@ -580,21 +1003,31 @@ pub async fn soak(
         std::fs::create_dir_all(made).map_err(prepare)?;
     }
     std::fs::write(root.join(SHARED_FILE), "# The plan\n".repeat(200)).map_err(prepare)?;
+    let store = config
+        .cache_mib
+        .map(|mib| format!("[store]\ncache_mib = {mib}\n"))
+        .unwrap_or_default();
     std::fs::write(
         data.join("guildhall.toml"),
         format!(
-            "[files]\nroots = [{:?}]\n[shell]\n",
-            root.display().to_string()
+            "{store}[files]\nroots = [{root:?}]\n[shell]\n\
+             [servers.peer]\ncommand = {exe:?}\nargs = [\"bench\", \"mcp-floor\"]\n\
+             env = {{ RUST_LOG = \"off\" }}\ntimeout = \"{PEER_TIMEOUT}\"\n\
+             hang_grace = \"{PEER_HANG_GRACE}\"\n",
+            root = root.display().to_string(),
+            exe = config.exe.display().to_string(),
         ),
     )
     .map_err(prepare)?;
-    let (mut server, url) = Server::start(&config.exe, &data, &tmp, "127.0.0.1:0").await?;
+    let (mut server, url) =
+        Server::start(&config.exe, &config.wrapper, &data, &tmp, "127.0.0.1:0").await?;
     let listen = url
         .trim_start_matches("http://")
         .split('/')
         .next()
         .unwrap_or("127.0.0.1:0")
         .to_owned();
+    let agents = config.agents.max(2);
     let shared = Arc::new(Shared {
         http: reqwest::Client::builder()
             .timeout(REQUEST_TIMEOUT)
@@ -603,9 +1036,25 @@ pub async fn soak(
         url: tokio::sync::RwLock::new(url),
         tally: Mutex::new(Tally::default()),
         acknowledged: Mutex::new(Vec::new()),
+        tasks: Mutex::new(TaskLedger::default()),
+        tenths: Tenths {
+            run: std::sync::OnceLock::new(),
+            times: Mutex::default(),
+        },
+        // The last ones (never the first, which calls over HTTP after the run).
+        bridges: (0..config.bridged.min(agents - 1))
+            .map(|k| {
+                (
+                    format!("soak-{}", agents - 1 - k),
+                    tokio::sync::Mutex::default(),
+                )
+            })
+            .collect(),
+        bridged_calls: std::sync::atomic::AtomicUsize::new(0),
+        exe: config.exe.clone(),
+        data: data.clone(),
         root,
     });
-    let agents = config.agents.max(2);
     // Every agent makes itself known (its first request registers it) before any works, so
     // that no send goes to an agent not there yet.
     for me in 0..agents {
@@ -616,6 +1065,7 @@ pub async fn soak(
     }
     let mean_pause = Duration::from_secs_f64(agents as f64 / f64::from(config.rate.max(1)));
     let started = Instant::now();
+    let _ = shared.tenths.run.set((started, config.duration));
     let until = started + config.duration;
     let mut workers = tokio::task::JoinSet::new();
     for me in 0..agents {
@@ -628,15 +1078,30 @@ pub async fn soak(
             until,
         ));
     }
-    // Kills spread over the middle of the run (from a fifth to four fifths), jittered.
+    // Kills spread over the first half after its first tenth (that the first tenth's
+    // latency is the server's at rest, and the second half's memory one life's), jittered.
     let mut rng = fastrand::Rng::with_seed(config.seed);
     let mut kills: Vec<Duration> = (0..config.kills)
         .map(|k| {
-            let share = 0.2 + 0.6 * (k as f64 + rng.f64()) / config.kills.max(1) as f64;
+            let share = 0.1 + 0.35 * (k as f64 + rng.f64()) / config.kills.max(1) as f64;
             config.duration.mul_f64(share)
         })
         .collect();
     kills.reverse();
+    // The proxied server crashes at about a third of the run, and hangs at about two thirds.
+    let mut peer_faults = vec![
+        (
+            config.duration.mul_f64(0.62 + 0.06 * rng.f64()),
+            PeerFault::Hang,
+        ),
+        (
+            config.duration.mul_f64(0.30 + 0.06 * rng.f64()),
+            PeerFault::Crash,
+        ),
+    ];
+    let mut peer_faulted = Vec::new();
+    // What each life of the server had started when it ended: none may outlive it.
+    let mut started_by_server = Vec::new();
     let mut samples = Vec::new();
     let mut life = 0;
     let stall_at = started + config.duration / 3;
@@ -646,8 +1111,11 @@ pub async fn soak(
     let mut next_sample = started + interval;
     while Instant::now() < until {
         let next_kill = kills.last().map(|at| started + *at);
-        let mut wake = next_kill
-            .map_or(next_sample, |k| k.min(next_sample))
+        let next_peer_fault = peer_faults.last().map(|(at, _)| started + *at);
+        let mut wake = [next_kill, next_peer_fault]
+            .into_iter()
+            .flatten()
+            .fold(next_sample, Instant::min)
             .min(until);
         if stalled.is_none() {
             wake = wake.min(stall_at);
@@ -656,16 +1124,23 @@ pub async fn soak(
         if stalled.is_none() && Instant::now() >= stall_at {
             stalled = Some(stall(&listen).await);
         }
+        if next_peer_fault.is_some_and(|at| Instant::now() >= at)
+            && let Some((_, fault)) = peer_faults.pop()
+        {
+            peer_faulted.push(fault.strike(server.pid(), started));
+        }
         if next_kill.is_some_and(|k| Instant::now() >= k) {
             kills.pop();
+            started_by_server.extend(descendants(server.pid()));
             server.kill();
-            let (restarted, url) = Server::start(&config.exe, &data, &tmp, &listen).await?;
+            let (restarted, url) =
+                Server::start(&config.exe, &config.wrapper, &data, &tmp, &listen).await?;
             server = restarted;
             *shared.url.write().await = url;
             life += 1;
         }
         if Instant::now() >= next_sample || Instant::now() >= until {
-            let sample = take_sample(&shared, &server, &data, &tmp, started, life);
+            let sample = take_sample(&shared, &server, &data, started, life);
             progress(&sample);
             samples.push(sample);
             next_sample += interval;
@@ -673,36 +1148,95 @@ pub async fn soak(
     }
     while workers.join_next().await.is_some() {}
     let duration_secs = started.elapsed().as_secs_f64();
+    // After its faults the proxied server answers again (its supervisor started it anew).
+    let mut peer_answers = false;
+    let mut peer_error = None;
+    let peer_deadline = Instant::now() + SEND_GRACE;
+    let mut attempt = 0;
+    while !peer_answers && Instant::now() < peer_deadline {
+        attempt += 1;
+        // Each attempt's arguments its own: the loop guard refuses a call repeated as is.
+        let text = format!("after the faults, attempt {attempt}");
+        match shared.call("soak-0", PEER, json!({ "text": text })).await {
+            Ok(_) => peer_answers = true,
+            Err(failure) => {
+                peer_error = Some(match failure {
+                    Failure::Unreachable => "the server did not answer".to_owned(),
+                    Failure::Tool(text) => text,
+                });
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+        }
+    }
+    // The bridges go before their server: a client closing, not a server dropping it.
+    for bridge in shared.bridges.values() {
+        bridge.lock().await.peer = None;
+    }
     let killed = life;
     let stalled_connections = stalled.as_ref().map_or(0, Vec::len);
     drop(stalled);
+    started_by_server.extend(descendants(server.pid()));
     server.stop().await;
     let leftover_temp_entries = std::fs::read_dir(&tmp).map_or(0, Iterator::count);
-    let orphans = started_in(&tmp).len();
+    // Processes the server started (its descendants when it ended, and any process with
+    // its agents' `TMPDIR`, should one have left its tree) that still run, once those
+    // ending with it have had a moment to.
+    let orphans_now = || {
+        let mut orphans: Vec<u32> = started_in(&tmp);
+        orphans.extend(
+            started_by_server
+                .iter()
+                .filter(|&&process| running(process))
+                .map(|&(pid, _)| pid),
+        );
+        orphans.sort_unstable();
+        orphans.dedup();
+        orphans
+    };
+    let settled = Instant::now() + ORPHAN_GRACE;
+    let mut orphans = orphans_now();
+    while !orphans.is_empty() && Instant::now() < settled {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        orphans = orphans_now();
+    }
+    let orphan_commands: Vec<String> = orphans.iter().map(|&pid| command_line(pid)).collect();
+    let orphans = orphans.len();
     let acknowledged = std::mem::take(
         &mut *shared
             .acknowledged
             .lock()
             .unwrap_or_else(PoisonError::into_inner),
     );
-    let (lost, duplicated) = ledger(&data, &acknowledged).await?;
+    let tasks = std::mem::take(&mut *shared.tasks.lock().unwrap_or_else(PoisonError::into_inner));
+    let (lost, duplicated, tasks) = ledger(&data, &acknowledged, &tasks).await?;
+    let growth = rss_growth(&samples, duration_secs);
+    let [first_tenth, last_tenth] = shared.tenths.p99s();
     let mut report = SoakReport {
         agents,
         duration_secs,
         kills: killed,
         sends_acknowledged: acknowledged.len(),
+        bridged_calls: shared
+            .bridged_calls
+            .load(std::sync::atomic::Ordering::Relaxed),
         stalled_connections,
         leftover_temp_entries,
         orphans,
+        orphan_commands,
         lost,
         duplicated,
-        p99_first_tenth_ms: p99_over(&samples, |s| s.at_secs <= duration_secs / 10.0 + 1e-9),
-        p99_last_tenth_ms: p99_over(&samples, |s| s.at_secs > duration_secs * 0.9 - 1e-9),
-        rss_growth_per_hour: rss_growth(&samples),
+        tasks,
+        peer_faults: peer_faulted,
+        peer_answers_after_faults: peer_answers,
+        peer_error_after_faults: peer_error.filter(|_| !peer_answers),
+        p99_first_tenth_ms: first_tenth,
+        p99_last_tenth_ms: last_tenth,
+        rss_growth_per_hour: growth.map(|(slope, _)| slope),
+        rss_growth_stderr_per_hour: growth.map(|(_, stderr)| stderr),
         samples,
         failures: Vec::new(),
     };
-    report.failures = judge(&report);
+    report.failures = judge(&report, config.judge_memory);
     Ok(report)
 }
 
@@ -711,7 +1245,6 @@ fn take_sample(
     shared: &Shared,
     server: &Server,
     data: &Path,
-    tmp: &Path,
     started: Instant,
     life: usize,
 ) -> SoakSample {
@@ -732,8 +1265,11 @@ fn take_sample(
         );
     }
     let (rss_kib, threads, fds) = process_figures(server.pid());
-    let children = started_in(tmp);
-    let children_rss_kib = children.iter().map(|&pid| process_figures(pid).0).sum();
+    let children = descendants(server.pid());
+    let children_rss_kib = children
+        .iter()
+        .map(|&(pid, _)| process_figures(pid).0)
+        .sum();
     SoakSample {
         at_secs: started.elapsed().as_secs_f64(),
         life,
@@ -748,31 +1284,17 @@ fn take_sample(
     }
 }
 
-/// Each kind's largest p99 over the samples `which` keeps (a kind none of them timed is
-/// left out).
-fn p99_over(
-    samples: &[SoakSample],
-    which: impl Fn(&SoakSample) -> bool,
-) -> BTreeMap<&'static str, f64> {
-    let mut worst = BTreeMap::new();
-    for sample in samples.iter().filter(|s| which(s)) {
-        for (kind, op) in &sample.ops {
-            if op.p99_ms.is_finite() {
-                let at = worst.entry(*kind).or_insert(op.p99_ms);
-                *at = op.p99_ms.max(*at);
-            }
-        }
-    }
-    worst
-}
-
-/// The memory's least-squares slope over the second half of the server's last life, as a
-/// share of that half's first sample per hour.
-fn rss_growth(samples: &[SoakSample]) -> Option<f64> {
+/// The memory's least-squares slope over the second half of the run (the server's last
+/// life: kills come in the first half), as a share of that half's first sample per hour,
+/// and the slope's standard error in the same unit; `None` with fewer than four samples
+/// there.
+fn rss_growth(samples: &[SoakSample], duration_secs: f64) -> Option<(f64, f64)> {
     let last_life = samples.last()?.life;
-    let life: Vec<&SoakSample> = samples.iter().filter(|s| s.life == last_life).collect();
-    let half = &life[life.len() / 2..];
-    if half.len() < 3 {
+    let half: Vec<&SoakSample> = samples
+        .iter()
+        .filter(|s| s.life == last_life && s.at_secs >= duration_secs / 2.0)
+        .collect();
+    if half.len() < 4 {
         return None;
     }
     let n = half.len() as f64;
@@ -785,13 +1307,26 @@ fn rss_growth(samples: &[SoakSample]) -> Option<f64> {
         .map(|s| (s.at_secs - mx) * (s.rss_kib as f64 - my))
         .sum();
     let var: f64 = half.iter().map(|s| (s.at_secs - mx).powi(2)).sum();
-    let start = half[0].rss_kib.max(1) as f64;
-    (var > 0.0).then(|| cov / var * 3600.0 / start)
+    if var <= 0.0 {
+        return None;
+    }
+    let slope = cov / var;
+    let residuals: f64 = half
+        .iter()
+        .map(|s| (s.rss_kib as f64 - my - slope * (s.at_secs - mx)).powi(2))
+        .sum();
+    let stderr = (residuals / (n - 2.0) / var).sqrt();
+    let per_hour = 3600.0 / half[0].rss_kib.max(1) as f64;
+    Some((slope * per_hour, stderr * per_hour))
 }
 
 /// Each acknowledged send (by its `request_id`, in its subject) counted in the history of
 /// the stopped server's store: how many are missing, and how many are there more than once.
-async fn ledger(data: &Path, acknowledged: &[String]) -> Result<(usize, usize), String> {
+async fn ledger(
+    data: &Path,
+    acknowledged: &[String],
+    tasks: &TaskLedger,
+) -> Result<(usize, usize, TaskCheck), String> {
     let runtime = crate::Runtime::builder()
         .data_dir(data)
         .build()
@@ -801,8 +1336,10 @@ async fn ledger(data: &Path, acknowledged: &[String]) -> Result<(usize, usize), 
         .search_mail(crate::agents::MailSearch::new("", usize::MAX))
         .await
         .map_err(|e| format!("cannot read the mail history: {e}"));
+    let board = check_tasks(&runtime, tasks).await;
     runtime.shutdown().await;
     let found = found?;
+    let board = board?;
     // Every send the history holds, by its request_id: acknowledged or not, none twice.
     let mut counts: HashMap<&str, usize> = HashMap::new();
     for message in &found.messages {
@@ -815,11 +1352,63 @@ async fn ledger(data: &Path, acknowledged: &[String]) -> Result<(usize, usize), 
         .filter(|token| !counts.contains_key(token.as_str()))
         .count();
     let duplicated = counts.values().filter(|&&n| n > 1).count();
-    Ok((lost, duplicated))
+    Ok((lost, duplicated, board))
+}
+
+/// What the board says of the task transitions acknowledged.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct TaskCheck {
+    /// Claims acknowledged.
+    pub claimed: usize,
+    /// Finishes (`done`) acknowledged.
+    pub finished: usize,
+    /// Tasks claimed that are not done: every agent finishes what it holds by the end.
+    pub claimed_unfinished: usize,
+    /// Tasks acknowledged done that the board does not hold as done.
+    pub finished_lost: usize,
+    /// Tasks whose history has them made done more than once.
+    pub finished_twice: usize,
+}
+
+/// Reads each task claimed or finished, with its history, from the stopped server's board.
+async fn check_tasks(runtime: &crate::Runtime, tasks: &TaskLedger) -> Result<TaskCheck, String> {
+    let mut check = TaskCheck {
+        claimed: tasks.claimed.len(),
+        finished: tasks.finished.len(),
+        ..TaskCheck::default()
+    };
+    // Each task's times made done, by its id as the tools write it.
+    let mut done: HashMap<String, usize> = HashMap::new();
+    for task in tasks.claimed.iter().chain(&tasks.finished) {
+        let key = task.to_string();
+        if done.contains_key(&key) {
+            continue;
+        }
+        let got = runtime
+            .call_json(
+                "task_get",
+                json!({ "id": task, "history": true }),
+                crate::CallOptions::new(),
+            )
+            .await
+            .map_err(|e| format!("cannot read task {task}: {e}"))?;
+        let times = got["history"].as_array().map_or(0, |events| {
+            events
+                .iter()
+                .filter(|e| e["status"][1] == json!("done"))
+                .count()
+        });
+        done.insert(key, times);
+    }
+    let times = |task: &Value| done.get(&task.to_string()).copied().unwrap_or(0);
+    check.claimed_unfinished = tasks.claimed.iter().filter(|t| times(t) == 0).count();
+    check.finished_lost = tasks.finished.iter().filter(|t| times(t) == 0).count();
+    check.finished_twice = done.values().filter(|&&n| n > 1).count();
+    Ok(check)
 }
 
 /// The criteria missed.
-fn judge(report: &SoakReport) -> Vec<String> {
+fn judge(report: &SoakReport, memory: bool) -> Vec<String> {
     let mut failures = Vec::new();
     for (count, what) in [
         (report.orphans, "processes the server started outlived it"),
@@ -829,10 +1418,40 @@ fn judge(report: &SoakReport) -> Vec<String> {
         ),
         (report.lost, "acknowledged sends are not in the history"),
         (report.duplicated, "sends are in the history more than once"),
+        (
+            report.tasks.claimed_unfinished,
+            "tasks claimed were never finished",
+        ),
+        (
+            report.tasks.finished_lost,
+            "tasks acknowledged done are not done on the board",
+        ),
+        (
+            report.tasks.finished_twice,
+            "tasks were finished more than once",
+        ),
     ] {
         if count > 0 {
             failures.push(format!("{count} {what}"));
         }
+    }
+    if !report.orphan_commands.is_empty() {
+        failures.push(format!(
+            "the orphans: {}",
+            report.orphan_commands.join("; ")
+        ));
+    }
+    for struck in report.peer_faults.iter().filter(|f| f.processes == 0) {
+        failures.push(format!(
+            "the proxied server's {} at {:.0} s found none of its processes to strike",
+            struck.fault, struck.at_secs
+        ));
+    }
+    if !report.peer_answers_after_faults {
+        failures.push(format!(
+            "the proxied server did not answer within {SEND_GRACE:?} after its faults: {}",
+            report.peer_error_after_faults.as_deref().unwrap_or("")
+        ));
     }
     for (kind, first) in &report.p99_first_tenth_ms {
         if let Some(last) = report.p99_last_tenth_ms.get(kind)
@@ -844,12 +1463,20 @@ fn judge(report: &SoakReport) -> Vec<String> {
             ));
         }
     }
-    if let Some(growth) = report.rss_growth_per_hour
-        && growth > 0.01
+    // Growth past the bound by more than twice its standard error: a slope the samples'
+    // noise cannot explain (a minute's samples resolve tens of percent an hour; an hour's,
+    // a fraction of one).
+    if let (true, Some(growth), Some(stderr)) = (
+        memory,
+        report.rss_growth_per_hour,
+        report.rss_growth_stderr_per_hour,
+    ) && growth - 2.0 * stderr > MAX_RSS_GROWTH_PER_HOUR
     {
         failures.push(format!(
-            "the server's memory grew by {:.1}% of its start an hour over the second half of its last life",
-            growth * 100.0
+            "the server's memory grew by {:.1}% (± {:.1}%) of its start an hour over the second \
+             half of the run",
+            growth * 100.0,
+            stderr * 100.0
         ));
     }
     failures

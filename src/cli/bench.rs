@@ -61,10 +61,13 @@ enum Which {
     /// 10 s at the defaults; `--servers 100 --cycles 1000` about a minute.
     Storm(StormArgs),
     /// A swarm of agents working against a real `guildhall serve` for a long time (mail,
-    /// inbox checks, context appends over HTTP), the server killed and started again on its
-    /// store: per interval its memory, threads, descriptors, store size and each
+    /// inbox checks, context merges, task claims and heartbeats, commands, files, a proxied
+    /// server; over HTTP and stdio bridges), with faults (the server killed and started
+    /// again on its store, the proxied server crashed and hung, stalled and dropped
+    /// connections): per interval its memory, threads, descriptors, store size and each
     /// operation's p50/p99; at the end the ledger (every acknowledged send in the history
-    /// once) and the verdict. Exits 1 when a criterion is missed. As long as `--duration`.
+    /// once, every claimed task done once) and the verdict. Exits 1 when a criterion is
+    /// missed. As long as `--duration`.
     Soak(SoakArgs),
     /// `guildhall hook` as an agent's client runs it, server running: process start to
     /// answer (`hook_p50_ms`, `hook_p99_ms`), against starting the binary alone. About 5 s
@@ -856,7 +859,7 @@ struct SoakArgs {
     /// Operations a second, all agents together.
     #[arg(long, default_value_t = 200)]
     rate: u32,
-    /// Times the server is killed (SIGKILL) and started again, spread over the middle.
+    /// Times the server is killed (SIGKILL) and started again, spread over the first half.
     #[arg(long, default_value_t = 1)]
     kills: usize,
     /// How often the server and the operations are sampled (`1m`, `10s`).
@@ -865,6 +868,23 @@ struct SoakArgs {
     /// Seeds the agents' choices and the faults' times.
     #[arg(long, default_value_t = 1)]
     seed: u64,
+    /// Start the server under this command, e.g. `heaptrack` to find what its memory holds
+    /// (split at spaces; the server's command line follows it). Memory and thread figures
+    /// are then the wrapper's; use it with `--kills 0`.
+    #[arg(long, value_name = "COMMAND")]
+    server_wrapper: Option<String>,
+    /// The server's store cache, MiB (its `[store] cache_mib`; default 64). A short run
+    /// judging memory wants a small one, full early, so that what grows after is not it.
+    #[arg(long, value_name = "MIB")]
+    cache_mib: Option<usize>,
+    /// Agents that call through a stdio bridge process of their own (`guildhall mcp`), as
+    /// Claude Code instances do; the others call over HTTP. Default: a tenth of them.
+    #[arg(long)]
+    bridged: Option<usize>,
+    /// Report the server's memory growth without judging it (a run too short for the
+    /// server to settle).
+    #[arg(long)]
+    no_memory_verdict: bool,
 }
 
 async fn soak(a: SoakArgs) -> Result<(), Box<dyn std::error::Error>> {
@@ -908,6 +928,14 @@ async fn soak(a: SoakArgs) -> Result<(), Box<dyn std::error::Error>> {
             seed: a.seed,
             kills: a.kills,
             interval: a.interval,
+            wrapper: a
+                .server_wrapper
+                .as_deref()
+                .map(|w| w.split_whitespace().map(str::to_owned).collect())
+                .unwrap_or_default(),
+            cache_mib: a.cache_mib,
+            bridged: a.bridged.unwrap_or(a.agents / 10),
+            judge_memory: !a.no_memory_verdict,
         },
         &progress,
     )
@@ -926,6 +954,16 @@ async fn soak(a: SoakArgs) -> Result<(), Box<dyn std::error::Error>> {
             report.lost,
             report.duplicated
         )?;
+        writeln!(
+            out,
+            "tasks: {} claimed, {} finished; {} claimed never finished, {} finished lost, {} \
+             finished twice",
+            report.tasks.claimed,
+            report.tasks.finished,
+            report.tasks.claimed_unfinished,
+            report.tasks.finished_lost,
+            report.tasks.finished_twice
+        )?;
         for (kind, first) in &report.p99_first_tenth_ms {
             let last = report
                 .p99_last_tenth_ms
@@ -940,10 +978,13 @@ async fn soak(a: SoakArgs) -> Result<(), Box<dyn std::error::Error>> {
         writeln!(
             out,
             "memory growth {}",
-            report.rss_growth_per_hour.map_or_else(
-                || "not measured (too few samples)".to_owned(),
-                |g| format!("{:.2}% of start an hour", g * 100.0)
-            )
+            report
+                .rss_growth_per_hour
+                .zip(report.rss_growth_stderr_per_hour)
+                .map_or_else(
+                    || "not measured (too few samples)".to_owned(),
+                    |(g, e)| format!("{:.2}% (± {:.2}%) of start an hour", g * 100.0, e * 100.0)
+                )
         )?;
         for failure in &report.failures {
             writeln!(out, "FAILED: {failure}")?;

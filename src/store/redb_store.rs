@@ -62,10 +62,19 @@ impl RedbStore {
     ///
     /// An existing file is never reset or overwritten on any of these errors.
     pub fn open(dir: &Path) -> Result<Self, StoreError> {
+        Self::open_with_cache(dir, DEFAULT_CACHE_BYTES)
+    }
+
+    /// [`open`](Self::open), with a page cache of `cache_bytes` (the most of its memory
+    /// the store holds on to; see [`DEFAULT_CACHE_BYTES`]).
+    ///
+    /// # Errors
+    /// As [`open`](Self::open).
+    pub fn open_with_cache(dir: &Path, cache_bytes: usize) -> Result<Self, StoreError> {
         crate::private_fs::create_dir_all(dir).map_err(|e| io_error(dir, e))?;
         let path = dir.join(FILE_NAME);
         create_if_missing(dir, &path)?;
-        let db = open_checked(&path).map_err(|e| match e {
+        let db = open_checked(&path, cache_bytes).map_err(|e| match e {
             StoreError::Corrupt { path, .. } if is_empty(&path) => StoreError::Corrupt {
                 path,
                 reason: "the file is empty, as an interrupted creation by an older \
@@ -197,13 +206,13 @@ pub(super) fn io_error(path: &Path, source: std::io::Error) -> StoreError {
     }
 }
 
-/// The page cache redb keeps. Its default, 1 GiB, is a ceiling a long-running server
+/// The page cache redb keeps unless `[store] cache_mib` says otherwise. Its default, 1 GiB, is a ceiling a long-running server
 /// reaches as its store grows: the pages its writes and reads touch stay cached, so its
 /// resident memory grew by about as much as the store did (`bench soak`: two thirds of the
 /// server's growth, until the cache was full). This holds the interior pages of a store of
 /// many GiB, which every lookup reads, and the pages a writer's batches dirty; the rest of
 /// the file is in the kernel's page cache, a read away.
-const CACHE_BYTES: usize = 64 << 20;
+pub const DEFAULT_CACHE_BYTES: usize = 64 << 20;
 
 /// Opens the file with redb's integrity check: every page of the committed trees has its
 /// checksum verified, so a file damaged outside redb is refused as corrupt instead of
@@ -214,12 +223,12 @@ const CACHE_BYTES: usize = 64 << 20;
 /// the commit before it (its first repair step, reported at progress 0.3). That commit may
 /// have been acknowledged, so serving the older one would lose it silently; the store is
 /// refused instead, and `guildhall doctor --repair` makes the choice explicit.
-fn open_checked(path: &Path) -> Result<Database, StoreError> {
+fn open_checked(path: &Path, cache_bytes: usize) -> Result<Database, StoreError> {
     let rolled_back = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let opened = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
         let flag = Arc::clone(&rolled_back);
         Database::builder()
-            .set_cache_size(CACHE_BYTES)
+            .set_cache_size(cache_bytes)
             .set_check_integrity_on_open(true)
             .set_repair_callback(move |session| {
                 if is_rollback(session) {

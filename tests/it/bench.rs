@@ -392,6 +392,8 @@ fn soak_samples_a_killed_and_restarted_server_and_checks_its_ledger() {
             "1",
             "--seed",
             "7",
+            "--bridged",
+            "3",
         ])
         .output()
         .unwrap();
@@ -426,7 +428,17 @@ fn soak_samples_a_killed_and_restarted_server_and_checks_its_ledger() {
     );
     assert_eq!(report["lost"], 0, "{report}");
     assert_eq!(report["duplicated"], 0, "{report}");
+    assert!(
+        report["bridged_calls"].as_u64() > Some(0),
+        "agents called through stdio bridges too: {report}"
+    );
     assert_eq!(report["stalled_connections"], 8, "{report}");
+    let tasks = &report["tasks"];
+    assert!(tasks["claimed"].as_u64().unwrap() > 0, "{report}");
+    assert!(tasks["finished"].as_u64().unwrap() > 0, "{report}");
+    for count in ["claimed_unfinished", "finished_lost", "finished_twice"] {
+        assert_eq!(tasks[count], 0, "{count}: {report}");
+    }
     assert_eq!(report["orphans"], 0, "{report}");
     assert_eq!(
         report["leftover_temp_entries"], 0,
@@ -438,11 +450,18 @@ fn soak_samples_a_killed_and_restarted_server_and_checks_its_ledger() {
             .any(|s| s["ops"]["bash"]["count"].as_u64() > Some(0)),
         "commands ran"
     );
+    // The proxied server crashed and hung, each found and struck, and answers again.
+    let faults = report["peer_faults"].as_array().unwrap();
+    assert_eq!(faults.len(), 2, "{report}");
     assert!(
-        report["p99_last_tenth_ms"]["send_message"]
-            .as_f64()
-            .unwrap()
-            > 0.0,
+        faults.iter().all(|f| f["processes"].as_u64() >= Some(1)),
         "{report}"
+    );
+    assert_eq!(report["peer_answers_after_faults"], true, "{report}");
+    assert!(
+        samples
+            .iter()
+            .any(|s| s["ops"]["mcp__peer__echo"]["count"].as_u64() > Some(0)),
+        "the proxied server was called"
     );
 }
