@@ -525,14 +525,15 @@ impl Config {
         crate::mcp::models::ModelRules::new(&self.models, agents)
     }
 
-    /// The embedded store's page cache, bytes: `[store] cache_mib`, or the default.
+    /// The embedded store's page cache, bytes: `[store] cache_mib`; `None` for the store's
+    /// default.
     ///
     /// # Errors
     /// A cache of 0, or past 1 TiB.
-    pub fn store_cache_bytes(&self) -> Result<usize, String> {
+    pub fn store_cache_bytes(&self) -> Result<Option<usize>, String> {
         match self.store.cache_mib {
-            None => Ok(crate::store::DEFAULT_CACHE_BYTES),
-            Some(mib @ 1..=MAX_CACHE_MIB) => Ok(mib << 20),
+            None => Ok(None),
+            Some(mib @ 1..=MAX_CACHE_MIB) => Ok(Some(mib << 20)),
             Some(mib) => Err(format!(
                 "`cache_mib` is {mib}: it must be from 1 to {MAX_CACHE_MIB}"
             )),
@@ -1034,13 +1035,10 @@ mod tests {
         let path = dir.path().join(CONFIG_FILE);
         std::fs::write(&path, "[store]\n").expect("write");
         let config = Config::load(&path, true).expect("valid");
-        assert_eq!(
-            config.store_cache_bytes(),
-            Ok(crate::store::DEFAULT_CACHE_BYTES)
-        );
+        assert_eq!(config.store_cache_bytes(), Ok(None));
         std::fs::write(&path, "[store]\ncache_mib = 8\n").expect("write");
         let config = Config::load(&path, true).expect("valid");
-        assert_eq!(config.store_cache_bytes(), Ok(8 << 20));
+        assert_eq!(config.store_cache_bytes(), Ok(Some(8 << 20)));
         for text in ["cache_mib = 0", "cache_mib = 2000000"] {
             std::fs::write(&path, format!("# store\n[store]\n{text}\n")).expect("write");
             let err = Config::load(&path, true).expect_err(text);

@@ -721,14 +721,13 @@ async fn task_step(
             None
         }
         Some((task, beats)) => {
-            // A heartbeat refused (the lease was lost) leaves the task: it is not ours.
-            match shared
+            // Whatever the heartbeat got, the agent finishes what it claimed: a finish is
+            // refused if the task was taken from it (its lease run out), and then whoever
+            // took it finishes it, so a claimed task is done once either way.
+            let _ = shared
                 .timed(id, HEARTBEAT, json!({ "id": task.clone() }))
-                .await
-            {
-                Err(false) => None,
-                _ => Some((task, beats - 1)),
-            }
+                .await;
+            Some((task, beats - 1))
         }
         None => {
             let claimed = shared
@@ -808,8 +807,8 @@ fn process_figures(pid: u32) -> (u64, u64, u64) {
 }
 
 /// A process as `/proc/PID/stat` shows it: its parent, and when it started (clock ticks
-/// after boot), which tells it from a later process given the same pid.
-/// A process that has ended but not been reaped yet (a zombie) is not one.
+/// after boot), which tells it from a later process given the same pid. `None` for a
+/// process that has ended, reaped or not (a zombie).
 fn stat_of(pid: u32) -> Option<(u32, u64)> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
     // After the command's name, which may hold spaces and parentheses.

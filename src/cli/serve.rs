@@ -143,9 +143,10 @@ pub(crate) async fn serve(args: ServeArgs, data_dir: &Path) -> CliResult {
         builder = builder.tool(guildhall::bench::mcp::Echo);
     }
     if !args.in_memory {
-        builder = builder
-            .data_dir(data_dir)
-            .store_cache(config.store_cache_bytes()?);
+        builder = builder.data_dir(data_dir);
+        if let Some(bytes) = config.store_cache_bytes()? {
+            builder = builder.store_cache(bytes);
+        }
     }
     #[cfg(feature = "postgres")]
     if let Some(url) = args.store.as_ref().or(config.store.url.as_ref())
