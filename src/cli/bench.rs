@@ -964,6 +964,28 @@ async fn soak(a: SoakArgs) -> Result<(), Box<dyn std::error::Error>> {
             report.tasks.finished_lost,
             report.tasks.finished_twice
         )?;
+        let struck: Vec<String> = report
+            .peer_faults
+            .iter()
+            .map(|f| {
+                format!(
+                    "{} at {:.0} s ({} processes)",
+                    f.fault, f.at_secs, f.processes
+                )
+            })
+            .collect();
+        writeln!(
+            out,
+            "proxied server: {}; answered after: {}; {} calls over stdio bridges; {} orphans",
+            struck.join(", "),
+            if report.peer_answers_after_faults {
+                "yes"
+            } else {
+                "no"
+            },
+            report.bridged_calls,
+            report.orphans
+        )?;
         for (kind, first) in &report.p99_first_tenth_ms {
             let last = report
                 .p99_last_tenth_ms
