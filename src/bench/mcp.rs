@@ -235,7 +235,7 @@ pub(super) struct Peer {
     next_id: u64,
 }
 
-pub(super) type BenchError = Box<dyn std::error::Error + Send + Sync>;
+type BenchError = Box<dyn std::error::Error + Send + Sync>;
 
 impl Peer {
     /// Starts `command`, completes the handshake and lists tools; returns the time taken.

@@ -1409,8 +1409,14 @@ async fn check_tasks(runtime: &crate::Runtime, tasks: &TaskLedger) -> Result<Tas
 /// The criteria missed.
 fn judge(report: &SoakReport, memory: bool) -> Vec<String> {
     let mut failures = Vec::new();
+    if report.orphans > 0 {
+        failures.push(format!(
+            "{} processes the server started outlived it: {}",
+            report.orphans,
+            report.orphan_commands.join("; ")
+        ));
+    }
     for (count, what) in [
-        (report.orphans, "processes the server started outlived it"),
         (
             report.leftover_temp_entries,
             "entries were left in the agents' temporary directory",
@@ -1433,12 +1439,6 @@ fn judge(report: &SoakReport, memory: bool) -> Vec<String> {
         if count > 0 {
             failures.push(format!("{count} {what}"));
         }
-    }
-    if !report.orphan_commands.is_empty() {
-        failures.push(format!(
-            "the orphans: {}",
-            report.orphan_commands.join("; ")
-        ));
     }
     for struck in report.peer_faults.iter().filter(|f| f.processes == 0) {
         failures.push(format!(
