@@ -175,6 +175,11 @@ pub struct Config {
     /// present).
     #[serde(default)]
     pub skills: Option<crate::skills::SkillsConfig>,
+    /// `[a2a]`: agents and roles served to remote A2A clients, and remote A2A agents as
+    /// tools.
+    #[cfg(feature = "a2a")]
+    #[serde(default)]
+    pub a2a: Option<crate::a2a::A2aConfig>,
     /// `[pipelines.NAME]`: tools composed of tools, each step's result feeding the next.
     #[serde(default)]
     pub pipelines: BTreeMap<String, crate::compose::pipelines::PipelineConfig>,
@@ -488,6 +493,14 @@ impl Config {
             line: line_of(&text, &["[tasks]"]),
             reason: format!("[tasks]: {reason}"),
         })?;
+        #[cfg(feature = "a2a")]
+        if let Some(a2a) = &config.a2a {
+            a2a.check().map_err(|reason| ConfigError {
+                path: path.to_owned(),
+                line: line_of(&text, &["[a2a"]),
+                reason: format!("[a2a]: {reason}"),
+            })?;
+        }
         config.store_cache_bytes().map_err(|reason| ConfigError {
             path: path.to_owned(),
             line: line_of(&text, &["cache_mib"]),

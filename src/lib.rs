@@ -73,6 +73,8 @@
 //! # }
 //! ```
 
+#[cfg(feature = "a2a")]
+pub mod a2a;
 mod addresses;
 pub mod agents;
 #[cfg(feature = "bench")]

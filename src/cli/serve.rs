@@ -176,6 +176,11 @@ pub(crate) async fn serve(args: ServeArgs, data_dir: &Path) -> CliResult {
         .subsystem::<AfterStart<Arc<Launcher>>>()
         .and_then(AfterStart::get)
         .cloned();
+    #[cfg(feature = "a2a")]
+    if let Err(err) = add_a2a_remotes(&runtime, &config).await {
+        runtime.shutdown().await;
+        return Err(err);
+    }
     // Every tool is registered now but proxied servers' (`mcp__…`, which come and go): the
     // names are checked before any server's process is started.
     let known: Vec<String> = runtime
@@ -233,7 +238,7 @@ pub(crate) async fn serve(args: ServeArgs, data_dir: &Path) -> CliResult {
                 launcher,
                 hooks: config.loop_hooks(),
             };
-            serve_network(&args, &server, roles, filter, data_dir, supervised).await
+            serve_network(&args, &config, &server, roles, filter, data_dir, supervised).await
         }
     };
     // A shared database another server took over: this one steps down at once.
@@ -296,6 +301,7 @@ struct Supervised {
 
 async fn serve_network(
     args: &ServeArgs,
+    config: &Config,
     server: &McpServer,
     roles: local::RoleTools,
     filter: ToolFilter,
@@ -377,7 +383,7 @@ async fn serve_network(
     let http_task = match http_listener {
         None => None,
         Some(listener) => Some(serve_http(
-            args, listener, &server, &control, &shutdown, &mut out,
+            args, config, listener, &server, &control, &shutdown, &mut out,
         )?),
     };
     out.flush()?;
@@ -413,10 +419,36 @@ fn bind_socket(
     Ok((listener, RemoveOnDrop(socket)))
 }
 
+/// Registers `[a2a.remote.NAME]`'s tools, `a2a__NAME__send`, each with its call budget.
+#[cfg(feature = "a2a")]
+async fn add_a2a_remotes(runtime: &Runtime, config: &Config) -> CliResult {
+    let Some(a2a) = &config.a2a else {
+        return Ok(());
+    };
+    for (name, remote) in &a2a.remote {
+        let tool = guildhall::a2a::RemoteAgent::new(name, remote)
+            .await
+            .map_err(|err| ErrorChain(&err).to_string())?;
+        let options = guildhall::ToolOptions {
+            timeout: remote
+                .timeout
+                .unwrap_or(guildhall::a2a::DEFAULT_REMOTE_TIMEOUT),
+            ..guildhall::ToolOptions::default()
+        };
+        runtime
+            .register_with(tool, options)
+            .await
+            .map_err(|err| format!("[a2a.remote.{name}]: {}", ErrorChain(&err)))?;
+        tracing::info!(remote = %name, url = %remote.url, "remote A2A agent on");
+    }
+    Ok(())
+}
+
 /// Serves Streamable HTTP, the metrics and the dashboard on `listener` until `shutdown`,
 /// writing their addresses to `out`.
 fn serve_http(
     args: &ServeArgs,
+    #[cfg_attr(not(feature = "a2a"), allow(unused_variables))] config: &Config,
     listener: tokio::net::TcpListener,
     server: &McpServer,
     control: &local::Control,
@@ -435,8 +467,30 @@ fn serve_http(
             metrics
         }),
         dashboard: Some(control.clone()),
+        edge: None,
     };
     let addr = listener.local_addr()?;
+    #[cfg(feature = "a2a")]
+    let options = match &config.a2a {
+        Some(a2a) if !a2a.expose.is_empty() => {
+            let routes = guildhall::a2a::routes(
+                server.runtime(),
+                a2a,
+                &format!("http://{addr}"),
+                args.token.is_some(),
+                shutdown.clone(),
+            )?;
+            writeln!(
+                out,
+                "a2a agent card: http://{addr}/.well-known/agent-card.json"
+            )?;
+            HttpOptions {
+                edge: Some(routes),
+                ..options
+            }
+        }
+        _ => options,
+    };
     let router = http::router(server.clone(), addr, options, shutdown.clone())?;
     writeln!(out, "mcp endpoint: http://{addr}{}", http::PATH)?;
     writeln!(out, "metrics: http://{addr}{}", http::METRICS_PATH)?;

@@ -63,6 +63,9 @@ pub struct HttpOptions {
     /// The dashboard at `GET /` (and its `GET /api/status`) when given: the server's control,
     /// for its uptime, connections, servers and launched agents.
     pub dashboard: Option<super::local::Control>,
+    /// Further routes served beside `/mcp` (A2A's), under the same `Host` and `Origin`
+    /// checks and bearer token.
+    pub edge: Option<axum::Router>,
 }
 
 impl Default for HttpOptions {
@@ -75,6 +78,7 @@ impl Default for HttpOptions {
             session_idle: Duration::from_secs(10 * 60),
             metrics: None,
             dashboard: None,
+            edge: None,
         }
     }
 }
@@ -176,6 +180,13 @@ pub fn router(
         authenticated: options.token.is_some(),
         stop: shutdown_events,
     };
+    if let Some(edge) = options.edge {
+        router = router.merge(super::observer::guarded(
+            edge,
+            observer.hosts.clone(),
+            Arc::clone(&observer.origins),
+        ));
+    }
     router = router.merge(observer.routes(server_runtime, feeds));
     if let Some(token) = options.token {
         let expected: Arc<str> = Arc::from(format!("Bearer {token}"));

@@ -254,20 +254,31 @@ impl Observer {
                 }),
             );
         }
-        router.route_layer(middleware::from_fn(move |request: Request, next: Next| {
-            let host = host_ok(hosts.as_deref(), &request);
-            let origin = origin_ok(&origins, &request);
-            async move {
-                if !host {
-                    (StatusCode::FORBIDDEN, "this Host is not allowed\n").into_response()
-                } else if !origin {
-                    (StatusCode::FORBIDDEN, "this Origin is not allowed\n").into_response()
-                } else {
-                    next.run(request).await
-                }
-            }
-        }))
+        guarded(router, hosts, origins)
     }
+}
+
+/// `router` refusing (403) a request whose `Host` is not one of `hosts` (`None`: any, a
+/// token guards the server) or whose browser `Origin` is not one of `origins`: what keeps a
+/// DNS-rebinding page out of every route but `/mcp` (which rmcp checks itself).
+pub(super) fn guarded(
+    router: axum::Router,
+    hosts: Option<Arc<[String]>>,
+    origins: Arc<[String]>,
+) -> axum::Router {
+    router.route_layer(middleware::from_fn(move |request: Request, next: Next| {
+        let host = host_ok(hosts.as_deref(), &request);
+        let origin = origin_ok(&origins, &request);
+        async move {
+            if !host {
+                (StatusCode::FORBIDDEN, "this Host is not allowed\n").into_response()
+            } else if !origin {
+                (StatusCode::FORBIDDEN, "this Origin is not allowed\n").into_response()
+            } else {
+                next.run(request).await
+            }
+        }
+    }))
 }
 
 /// Whether the request's `Host` is one of `hosts` (`None`: any, a token guards the server).
