@@ -5,6 +5,8 @@
 //! one batch of every contender in turn, and the report takes the median over rounds.
 
 #[cfg(feature = "postgres")]
+#[cfg(feature = "a2a")]
+mod a2a;
 mod cluster;
 mod context;
 mod events;
@@ -24,6 +26,8 @@ mod tools;
 mod watchers;
 
 #[cfg(feature = "postgres")]
+#[cfg(feature = "a2a")]
+pub use a2a::{A2aBenchConfig, A2aReport, a2a};
 pub use cluster::{ClusterBenchConfig, ClusterReport, cluster};
 pub use context::{ContextBenchConfig, ContextReport, context};
 pub use events::{EventsBenchConfig, EventsReport, events};

@@ -20,10 +20,10 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio_util::sync::CancellationToken;
 
 use super::caller::{Caller, identify, no_board};
+use super::config::{A2aConfig, DEFAULT_MAX_STREAMS, DEFAULT_WAIT, Target};
 use super::follow::{Follow, Until};
 use super::mirror::{self, View};
 use super::push::Push;
-use super::config::{A2aConfig, DEFAULT_MAX_STREAMS, DEFAULT_WAIT, Target};
 use crate::runtime::{Runtime, WeakRuntime};
 use crate::tasks::{TaskId, TaskQuery, TaskStatus as BoardStatus};
 

@@ -77,6 +77,11 @@ enum Which {
     /// and what a watcher costs a governed call (with and without, same run). About 10 s
     /// at the defaults.
     Events(EventsArgs),
+    /// One exchange with an agent over A2A (a blocking SendMessage to `role:tl`: a board
+    /// task, mail, tl's reply) against the same over MCP (`send_message` waiting for the
+    /// reply), alternating in rounds in one process. About 10 s at the defaults.
+    #[cfg(feature = "a2a")]
+    A2a(A2aArgs),
     /// The observer on a large store (100,000 messages, 10,000 tasks, filled through the
     /// runtime): the dashboard's first screen over HTTP against the same on an empty store,
     /// and mail searches against a scan of the same texts in memory. About a minute at the
@@ -332,6 +337,8 @@ pub(crate) async fn run(
         Which::Soak(a) => soak(a).await,
         Which::Hook(a) => hook(a).await,
         Which::Events(a) => events(a).await,
+        #[cfg(feature = "a2a")]
+        Which::A2a(a) => a2a(a).await,
         Which::Observer(a) => observer(a, data_dir).await,
         #[cfg(feature = "postgres")]
         Which::Cluster(a) => cluster(a).await,
@@ -542,6 +549,48 @@ async fn mailbox(
             ),
             ("  group commits = fsyncs (/s)", report.fsyncs_per_sec, ""),
             ("  messages per fsync", report.msgs_per_fsync, ""),
+        ],
+    )
+}
+
+#[cfg(feature = "a2a")]
+#[derive(Debug, Args)]
+struct A2aArgs {
+    /// Print one JSON object on stdout instead of a table.
+    #[arg(long)]
+    json: bool,
+    /// Exchanges of each kind per round.
+    #[arg(long, default_value_t = guildhall::bench::A2aBenchConfig::default().exchanges)]
+    exchanges: usize,
+    /// Rounds (figures are medians over rounds).
+    #[arg(long, default_value_t = guildhall::bench::A2aBenchConfig::default().rounds)]
+    rounds: usize,
+}
+
+#[cfg(feature = "a2a")]
+async fn a2a(a: A2aArgs) -> Result<(), Box<dyn std::error::Error>> {
+    let config = guildhall::bench::A2aBenchConfig {
+        exchanges: a.exchanges.clamp(1, 100_000),
+        rounds: a.rounds.clamp(1, 1_000),
+    };
+    let bar = progress_bar()?;
+    let stage = Bar(bar.clone());
+    let report = tokio::spawn(async move { guildhall::bench::a2a(config, &stage).await }).await??;
+    bar.finish_and_clear();
+    print_report(
+        a.json,
+        &report,
+        &[
+            ("exchanges of each kind", report.exchanges as f64, ""),
+            (
+                "MCP send_message, reply p50 (ms)",
+                report.mcp_p50_ms,
+                "baseline",
+            ),
+            ("MCP send_message, reply p99 (ms)", report.mcp_p99_ms, ""),
+            ("A2A SendMessage, reply p50 (ms)", report.a2a_p50_ms, ""),
+            ("A2A SendMessage, reply p99 (ms)", report.a2a_p99_ms, ""),
+            ("  A2A / MCP", report.ratio, ""),
         ],
     )
 }

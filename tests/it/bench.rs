@@ -323,6 +323,21 @@ fn events_reports_the_lag_of_a_watcher_and_what_watching_costs_a_call() {
     }
 }
 
+#[cfg(feature = "a2a")]
+#[test]
+fn a2a_reports_the_exchange_over_a2a_against_the_same_over_mcp() {
+    let report = bench(&["a2a", "--json", "--exchanges", "5", "--rounds", "2"]);
+    assert_eq!(report["exchanges"], 10, "{report}");
+    let get = |k: &str| report[k].as_f64().unwrap_or(-1.0);
+    for (p50, p99) in [("a2a_p50_ms", "a2a_p99_ms"), ("mcp_p50_ms", "mcp_p99_ms")] {
+        assert!(get(p50) > 0.0 && get(p99) >= get(p50), "{p50}: {report}");
+    }
+    assert!(
+        (get("ratio") - get("a2a_p50_ms") / get("mcp_p50_ms")).abs() < 1e-9,
+        "{report}"
+    );
+}
+
 #[cfg(feature = "postgres")]
 #[test]
 fn cluster_reports_throughput_round_trips_and_takeovers_against_their_baselines() {

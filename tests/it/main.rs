@@ -9,6 +9,9 @@ mod pg;
 /// Test tools and polling helpers shared by the modules below.
 mod support;
 
+/// A2A at the edge: the board and mail behind it, isolation, auth, governance, streams.
+#[cfg(feature = "a2a")]
+mod a2a;
 /// `guildhall bench` from the outside: its figures are present and consistent.
 mod bench;
 /// What one call may cost, held under a lowered address space for the server.
