@@ -48,4 +48,4 @@ pub use config::{
     A2aConfig, DEFAULT_MAX_STREAMS, DEFAULT_REMOTE_TIMEOUT, DEFAULT_WAIT, RemoteConfig, Target,
 };
 pub use edge::routes;
-pub use remote::{RemoteAgent, RemoteError};
+pub use remote::{RemoteAgent, RemoteError, RemoteTask, remote_tools};

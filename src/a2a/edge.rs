@@ -29,6 +29,9 @@ use crate::tasks::{TaskId, TaskQuery, TaskStatus as BoardStatus};
 
 /// Tasks one `ListTasks` page holds at most.
 const MAX_PAGE: usize = 100;
+/// A caller's tasks one `ListTasks` looks through at most, newest first (the total counts
+/// them all).
+const MAX_SCANNED: usize = 10_000;
 
 /// The routes of every exposed target, for a server reached at `base`
 /// (`http://127.0.0.1:8080`). `secured`: the server asks for a bearer token. `stop` ends
@@ -145,7 +148,10 @@ impl Edge {
             ));
         }
         let id = match &message.task_id {
-            Some(id) if !id.is_empty() => self.continue_task(caller, id, &text, &data).await?,
+            Some(id) if !id.is_empty() => {
+                self.continue_task(caller, id, &message.message_id, &text, &data)
+                    .await?
+            }
             _ => self.start_task(caller, &request, &text, data).await?,
         };
         let configuration = request.configuration;
@@ -306,6 +312,7 @@ impl Edge {
         &self,
         caller: &Caller,
         id: &str,
+        message_id: &str,
         text: &str,
         data: &[Value],
     ) -> Result<TaskId, A2AError> {
@@ -335,6 +342,7 @@ impl Edge {
             "subject": format!("A2A task #{}: {}", task.id, task.title),
             "body": text,
             "payload": { "a2a": { "task": task.id }, "data": data },
+            "request_id": format!("a2a:{message_id}"),
         });
         // A reply must answer mail in the sender's own mailbox: the agent's latest reply.
         // Before any, the message starts a thread of its own (the task's notes hold it too).
@@ -478,7 +486,7 @@ impl RequestHandler for Edge {
             .list(TaskQuery {
                 label: Some(format!("{}{}", mirror::CALLER, caller.id())),
                 newest_first: true,
-                limit: usize::MAX,
+                limit: MAX_SCANNED,
                 ..TaskQuery::default()
             })
             .await

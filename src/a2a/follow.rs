@@ -32,6 +32,9 @@ pub(super) struct Follow {
     queue: VecDeque<StreamResponse>,
     until: Until,
     done: bool,
+    /// Whether a view was read since the watches began: a change between `first` and the
+    /// watches would otherwise wait for the next one.
+    fresh: bool,
     stop: CancellationToken,
 }
 
@@ -74,6 +77,7 @@ impl Follow {
             },
             until,
             done,
+            fresh: false,
             stop,
         }
     }
@@ -91,12 +95,15 @@ impl Follow {
             if self.done {
                 return None;
             }
-            let (task_changed, inbox_changed) = &mut self.watches;
-            tokio::select! {
-                () = task_changed.changed() => {}
-                () = inbox_changed.changed() => {}
-                () = self.stop.cancelled() => return None,
+            if self.fresh {
+                let (task_changed, inbox_changed) = &mut self.watches;
+                tokio::select! {
+                    () = task_changed.changed() => {}
+                    () = inbox_changed.changed() => {}
+                    () = self.stop.cancelled() => return None,
+                }
             }
+            self.fresh = true;
             match self.caller.view(&self.id.to_string(), Some(0)).await {
                 Ok(view) => self.news(&view),
                 Err(err) => {

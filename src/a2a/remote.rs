@@ -102,28 +102,73 @@ pub struct SendOutput {
     pub data: Vec<Value>,
 }
 
-/// The tool `a2a__NAME__send`.
-pub struct RemoteAgent {
-    /// `a2a__NAME__send`.
-    name: String,
+/// One remote agent: where it is, how to reach it, what its card said.
+struct Remote {
     /// NAME, as the config gives it.
-    remote: String,
+    name: String,
     url: String,
-    description: String,
+    /// The card's description and skills, for the tools' descriptions.
+    about: String,
     http: reqwest::Client,
+}
+
+/// The tool `a2a__NAME__send`: a message to the remote agent, and its answer.
+pub struct RemoteAgent {
+    name: String,
+    description: String,
+    remote: Arc<Remote>,
+}
+
+/// The tool `a2a__NAME__task`: a remote task read, or cancelled (long work sent with
+/// `no_wait`).
+pub struct RemoteTask {
+    name: String,
+    description: String,
+    remote: Arc<Remote>,
 }
 
 /// A connected client, the actor's state: made at the first call, dropped after a failure
 /// so the next call connects afresh.
 pub struct Connection(Option<A2AClient<Box<dyn Transport>>>);
 
-impl RemoteAgent {
-    /// The tool for remote `name`: its card read now, for the description (a remote that
-    /// does not answer yet gets a plain one, and its card is read again at the first call).
-    ///
-    /// # Errors
-    /// [`RemoteError::Client`] when the HTTP client cannot be built (a bad token variable).
-    pub async fn new(name: &str, config: &RemoteConfig) -> Result<Self, RemoteError> {
+/// The two tools of remote `name`, `a2a__NAME__send` and `a2a__NAME__task`: its card read
+/// now, for their descriptions (a remote that does not answer yet gets a plain one, and its
+/// card is read again at the first call).
+///
+/// # Errors
+/// [`RemoteError::Client`] when the HTTP client cannot be built (a bad token variable).
+///
+/// # Cancel safety
+/// Dropping the future only drops the card's request.
+pub async fn remote_tools(
+    name: &str,
+    config: &RemoteConfig,
+) -> Result<(RemoteAgent, RemoteTask), RemoteError> {
+    let remote = Arc::new(Remote::new(name, config).await?);
+    Ok((
+        RemoteAgent {
+            name: format!("a2a__{name}__send"),
+            description: format!(
+                "{}\nA task that asks a question answers `TASK_STATE_INPUT_REQUIRED`: call \
+                 again with its `task_id` and your answer. For long work, send with \
+                 `no_wait` and follow it with `a2a__{name}__task`.",
+                remote.about
+            ),
+            remote: Arc::clone(&remote),
+        },
+        RemoteTask {
+            name: format!("a2a__{name}__task"),
+            description: format!(
+                "Read a task of the remote A2A agent `{name}` (its state and answer so far), \
+                 or cancel it with `cancel`: a task `a2a__{name}__send` started."
+            ),
+            remote,
+        },
+    ))
+}
+
+impl Remote {
+    async fn new(name: &str, config: &RemoteConfig) -> Result<Self, RemoteError> {
         crate::tls::install();
         let mut headers = reqwest::header::HeaderMap::new();
         if let Some(var) = &config.token_env {
@@ -149,7 +194,7 @@ impl RemoteAgent {
             })?;
         let url = config.url.trim().trim_end_matches('/').to_owned();
         let card = tokio::time::timeout(CARD_TIMEOUT, resolve(&http, &url)).await;
-        let description = match card {
+        let about = match card {
             Ok(Ok(card)) => describe(name, &card),
             Ok(Err(err)) => {
                 tracing::warn!(remote = name, %url, error = %err.message, "a remote A2A agent's card could not be read");
@@ -161,17 +206,16 @@ impl RemoteAgent {
             }
         };
         Ok(Self {
-            name: format!("a2a__{name}__send"),
-            remote: name.to_owned(),
+            name: name.to_owned(),
             url,
-            description,
+            about,
             http,
         })
     }
 
     fn error(&self, message: impl Into<String>) -> RemoteError {
         RemoteError::Unreachable {
-            name: self.remote.clone(),
+            name: self.name.clone(),
             url: self.url.clone(),
             message: message.into(),
         }
@@ -184,7 +228,7 @@ impl RemoteAgent {
             self.error(err.message)
         } else {
             RemoteError::Remote {
-                name: self.remote.clone(),
+                name: self.name.clone(),
                 url: self.url.clone(),
                 message: format!("{} ({})", err.message, a2a::error_reason(err.code)),
             }
@@ -208,6 +252,37 @@ impl RemoteAgent {
             .create_from_card(&card)
             .await
             .map_err(|err| self.error(format!("connecting: {}", err.message)))
+    }
+}
+
+impl Remote {
+    /// The actor's connection, made first when there is none.
+    async fn client(
+        &self,
+        connection: &mut Connection,
+    ) -> Result<A2AClient<Box<dyn Transport>>, RemoteError> {
+        match connection.0.take() {
+            Some(client) => Ok(client),
+            None => self.connect().await,
+        }
+    }
+
+    /// A call's end: an answer keeps the connection; a failure, or the call cancelled
+    /// (`None`), drops it, so the next call reads the card and connects again.
+    fn finish<T>(
+        &self,
+        connection: &mut Connection,
+        client: A2AClient<Box<dyn Transport>>,
+        answer: Option<Result<T, A2AError>>,
+    ) -> Result<T, RemoteError> {
+        match answer {
+            Some(Ok(answer)) => {
+                connection.0 = Some(client);
+                Ok(answer)
+            }
+            Some(Err(err)) => Err(self.answered(err)),
+            None => Err(self.error("the call was cancelled")),
+        }
     }
 }
 
@@ -237,10 +312,6 @@ fn describe(name: &str, card: &AgentCard) -> String {
             text.push_str(&format!("\n- {}: {}", skill.name, skill.description.trim()));
         }
     }
-    text.push_str(
-        "\nA task that asks a question answers `TASK_STATE_INPUT_REQUIRED`: call again with \
-         its `task_id` and your answer.",
-    );
     text
 }
 
@@ -260,7 +331,7 @@ impl Tool for RemoteAgent {
 
     fn annotations(&self) -> Annotations {
         Annotations::default()
-            .title(format!("A2A agent {}", self.remote))
+            .title(format!("A2A agent {}", self.remote.name))
             .destructive(false)
             .open_world(true)
     }
@@ -303,27 +374,100 @@ impl Tool for RemoteAgent {
             metadata: None,
             tenant: None,
         };
-        let client = match connection.0.take() {
-            Some(client) => client,
-            None => self.connect().await?,
-        };
-        let cancelled = ctx.cancellation();
+        let client = self.remote.client(connection).await?;
         let answer = tokio::select! {
-            answer = client.send_message(&request) => answer,
-            () = cancelled.cancelled() => return Err(self.error("the call was cancelled")),
+            answer = client.send_message(&request) => Some(answer),
+            () = ctx.cancellation().cancelled() => None,
         };
-        match answer {
-            Ok(answer) => {
-                connection.0 = Some(client);
-                Ok(output(answer))
-            }
-            // The connection is dropped: the next call reads the card and connects again.
-            Err(err) => Err(self.answered(err)),
-        }
+        Ok(output(self.remote.finish(connection, client, answer)?))
     }
 }
 
 impl InitState for RemoteAgent {
+    async fn init(&self) -> Result<Connection, RemoteError> {
+        Ok(Connection(None))
+    }
+}
+
+/// The input of `a2a__NAME__task`.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct TaskInput {
+    /// The remote task's id (from `a2a__NAME__send`).
+    pub task_id: String,
+    /// Cancel it instead of reading it.
+    #[serde(default)]
+    pub cancel: bool,
+}
+
+impl Tool for RemoteTask {
+    type Input = TaskInput;
+    type Output = SendOutput;
+    type Error = RemoteError;
+    type State = Connection;
+
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn description(&self) -> &str {
+        &self.description
+    }
+
+    fn annotations(&self) -> Annotations {
+        Annotations::default()
+            .title(format!("A2A agent {}: a task", self.remote.name))
+            .destructive(false)
+            .open_world(true)
+    }
+
+    fn concurrency(&self) -> Concurrency {
+        Concurrency::up_to(4)
+    }
+
+    /// Following a long task means asking again.
+    fn polls(input: &TaskInput) -> bool {
+        !input.cancel
+    }
+
+    fn is_crash(error: &RemoteError) -> bool {
+        matches!(error, RemoteError::Unreachable { .. })
+    }
+
+    async fn call(
+        &self,
+        connection: &mut Connection,
+        input: TaskInput,
+        ctx: CallContext,
+    ) -> Result<SendOutput, RemoteError> {
+        let client = self.remote.client(connection).await?;
+        let id = input.task_id;
+        let call = async {
+            if input.cancel {
+                let request = a2a::CancelTaskRequest {
+                    id,
+                    metadata: None,
+                    tenant: None,
+                };
+                client.cancel_task(&request).await
+            } else {
+                let request = a2a::GetTaskRequest {
+                    id,
+                    history_length: Some(1),
+                    tenant: None,
+                };
+                client.get_task(&request).await
+            }
+        };
+        let answer = tokio::select! {
+            answer = call => Some(answer),
+            () = ctx.cancellation().cancelled() => None,
+        };
+        Ok(of_task(self.remote.finish(connection, client, answer)?))
+    }
+}
+
+impl InitState for RemoteTask {
     async fn init(&self) -> Result<Connection, RemoteError> {
         Ok(Connection(None))
     }

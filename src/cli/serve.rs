@@ -419,14 +419,15 @@ fn bind_socket(
     Ok((listener, RemoveOnDrop(socket)))
 }
 
-/// Registers `[a2a.remote.NAME]`'s tools, `a2a__NAME__send`, each with its call budget.
+/// Registers `[a2a.remote.NAME]`'s tools, `a2a__NAME__send` and `a2a__NAME__task`, with
+/// its call budget.
 #[cfg(feature = "a2a")]
 async fn add_a2a_remotes(runtime: &Runtime, config: &Config) -> CliResult {
     let Some(a2a) = &config.a2a else {
         return Ok(());
     };
     for (name, remote) in &a2a.remote {
-        let tool = guildhall::a2a::RemoteAgent::new(name, remote)
+        let (send, task) = guildhall::a2a::remote_tools(name, remote)
             .await
             .map_err(|err| ErrorChain(&err).to_string())?;
         let options = guildhall::ToolOptions {
@@ -435,10 +436,16 @@ async fn add_a2a_remotes(runtime: &Runtime, config: &Config) -> CliResult {
                 .unwrap_or(guildhall::a2a::DEFAULT_REMOTE_TIMEOUT),
             ..guildhall::ToolOptions::default()
         };
+        let refused =
+            |err: guildhall::BuildError| format!("[a2a.remote.{name}]: {}", ErrorChain(&err));
         runtime
-            .register_with(tool, options)
+            .register_with(send, options.clone())
             .await
-            .map_err(|err| format!("[a2a.remote.{name}]: {}", ErrorChain(&err)))?;
+            .map_err(refused)?;
+        runtime
+            .register_with(task, options)
+            .await
+            .map_err(refused)?;
         tracing::info!(remote = %name, url = %remote.url, "remote A2A agent on");
     }
     Ok(())

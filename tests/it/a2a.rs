@@ -390,6 +390,19 @@ async fn bad_requests_get_errors_that_name_the_problem() {
         .unwrap();
     let garbage: Value = garbage.json().await.unwrap();
     assert_eq!(garbage["error"]["code"], -32700, "{garbage}");
+    // A page rebinding a name to this loopback server is refused, as on /mcp.
+    for path in ["/a2a/role/tl", "/.well-known/agent-card.json"] {
+        let rebound = edge
+            .client
+            .post(format!("{}{path}", edge.base))
+            .header("host", "attacker.example")
+            .json(&json!({"jsonrpc": "2.0", "id": 1, "method": "GetTask",
+                          "params": {"id": "1"}}))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(rebound.status(), 403, "{path}");
+    }
     // A webhook may not point into the server's own network unless the config says so.
     let task = edge.ok(None, "SendMessage", send("hook me")).await;
     let error = edge

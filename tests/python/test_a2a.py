@@ -9,7 +9,8 @@ mailbox and the task board. The outside agents are a2a-sdk clients:
 - cancel: the board's task is cancelled; another caller cannot see or cancel it;
 - ListTasks: a caller's own tasks;
 - calling out: a remote agent written with a2a-sdk (tests/python/a2a_sample_agent.py) is
-  the tool `a2a__sample__send`: an answer, an INPUT_REQUIRED round trip, killed mid-call
+  the tool `a2a__sample__send`: an answer, an INPUT_REQUIRED round trip, long work sent
+  without waiting and followed (and cancelled) with `a2a__sample__task`, killed mid-call
   (the call fails once, the breaker opens), started again (calls are served again).
 """
 
@@ -278,7 +279,22 @@ async def call_out(tl):
     assert answered["text"] == "answered: blue", answered
     tools = {t.name: t for t in (await tl.c.list_tools()).tools}
     assert "Echo: Says back what it hears." in tools["a2a__sample__send"].description
-    print("call out: an answer, and a question answered in its task")
+    # Long work: sent without waiting, followed with the task tool, and one cancelled.
+    started = await tl.call("a2a__sample__send", {"text": "sleep 1", "no_wait": True})
+    assert started["state"] in ("TASK_STATE_SUBMITTED", "TASK_STATE_WORKING"), started
+    end = time.monotonic() + DEADLINE
+    while True:
+        followed = await tl.call("a2a__sample__task", {"task_id": started["task_id"]})
+        if followed["state"] == "TASK_STATE_COMPLETED":
+            assert followed["text"] == "slept", followed
+            break
+        assert time.monotonic() < end, followed
+        await asyncio.sleep(0.2)
+    long = await tl.call("a2a__sample__send", {"text": "sleep 30", "no_wait": True})
+    cancelled = await tl.call("a2a__sample__task", {"task_id": long["task_id"], "cancel": True})
+    assert cancelled["state"] == "TASK_STATE_CANCELED", cancelled
+    print("call out: an answer, a question answered in its task, long work followed and "
+          "cancelled")
 
 
 async def killed_mid_call(tl, other, sample, sample_port):
