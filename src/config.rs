@@ -1042,6 +1042,35 @@ mod tests {
         }
     }
 
+    #[cfg(feature = "a2a")]
+    #[test]
+    fn an_a2a_section_that_cannot_work_is_refused_at_its_line_naming_why() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join(CONFIG_FILE);
+        std::fs::write(
+            &path,
+            "[a2a]\nexpose = [\"role:tl\", \"reviewer\"]\nwait = \"5s\"\n\
+             [a2a.remote.planner]\nurl = \"http://127.0.0.1:9\"\n",
+        )
+        .expect("write");
+        let config = Config::load(&path, true).expect("valid");
+        let a2a = config.a2a.expect("the section");
+        assert_eq!(a2a.targets().expect("targets").len(), 2);
+        for (text, says) in [
+            ("expose = [\"role:tl\", \"role:tl\"]", "exposed twice"),
+            ("expose = [\"not an id!\"]", "cannot be exposed"),
+            ("max_streams = 0", "max_streams"),
+            ("wait = \"1h\"", "at most 10m"),
+            ("[a2a.remote.x]\nurl = \"ftp://host\"", "http:// or https://"),
+            ("[a2a.remote.a__b]\nurl = \"http://h\"", "`__`"),
+        ] {
+            std::fs::write(&path, format!("# agents\n[a2a]\n{text}\n")).expect("write");
+            let err = Config::load(&path, true).expect_err(text);
+            assert!(err.to_string().contains(says), "{text}: {err}");
+            assert_eq!(err.line, Some(2), "{text}: {err}");
+        }
+    }
+
     #[test]
     fn the_store_cache_is_taken_in_mib_and_a_size_that_cannot_work_is_refused_at_its_line() {
         let dir = tempfile::tempdir().expect("tempdir");
