@@ -41,6 +41,7 @@ mod edge;
 mod follow;
 mod mirror;
 mod push;
+mod questions;
 mod remote;
 
 pub use caller::{ANONYMOUS, ROLE};

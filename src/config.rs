@@ -1061,7 +1061,10 @@ mod tests {
             ("expose = [\"not an id!\"]", "cannot be exposed"),
             ("max_streams = 0", "max_streams"),
             ("wait = \"1h\"", "at most 10m"),
-            ("[a2a.remote.x]\nurl = \"ftp://host\"", "http:// or https://"),
+            (
+                "[a2a.remote.x]\nurl = \"ftp://host\"",
+                "http:// or https://",
+            ),
             ("[a2a.remote.a__b]\nurl = \"http://h\"", "`__`"),
         ] {
             std::fs::write(&path, format!("# agents\n[a2a]\n{text}\n")).expect("write");

@@ -8,6 +8,12 @@
 //! `guildhall answer ID TEXT`, a reply in the question's thread. The call waits for the
 //! answer up to `wait_secs` (bounded by its deadline); then it returns the question's id
 //! as `pending`, and `ask_human {"pending": ID}` waits again: nothing is asked twice.
+//!
+//! A question about a board task that came from outside the swarm (`ask_human {"task": N}`,
+//! N an A2A caller's task) goes to that caller instead: a reply in the task's thread marked
+//! `"input_required": true`, which the A2A task shows as `INPUT_REQUIRED`; the caller's
+//! answer in the task is the answer. Where such tasks come from is installed by the edge
+//! that made them ([`Humans::route_task_questions`], [`TaskQuestions`]).
 
 pub mod tools;
 
@@ -86,10 +92,27 @@ pub enum Answer {
     Pending(Uuid),
 }
 
+/// Where a question about a board task goes when the task came from outside the swarm: the
+/// edge that made the task (A2A) installs it, so this module names no edge.
+pub trait TaskQuestions: Send + Sync + 'static {
+    /// For `asker`'s question about task `task`: the message in `asker`'s inbox to reply to
+    /// (in the task's thread) and the agent who answers; `None` for a task from inside.
+    fn route<'a>(
+        &'a self,
+        asker: &'a str,
+        task: u64,
+    ) -> futures::future::BoxFuture<'a, Option<(Uuid, String)>>;
+
+    /// Whether `agent` answers as an outside caller (what a later `pending` wait accepts
+    /// besides the humans).
+    fn answers_as(&self, agent: &str) -> bool;
+}
+
 /// The humans of a runtime, and the office their questions go through.
 pub struct Humans {
     office: Arc<PostOffice>,
     ids: Vec<String>,
+    outside: std::sync::OnceLock<Arc<dyn TaskQuestions>>,
 }
 
 impl Humans {
@@ -121,7 +144,53 @@ impl Humans {
         Ok(Arc::new(Self {
             office,
             ids: config.ids,
+            outside: std::sync::OnceLock::new(),
         }))
+    }
+
+    /// Sends questions about tasks from outside where `route` says (the first installed
+    /// stays; whether this one was installed).
+    pub fn route_task_questions(&self, route: Arc<dyn TaskQuestions>) -> bool {
+        self.outside.set(route).is_ok()
+    }
+
+    /// Asks the outside caller of task `task`, when it has one: `None` otherwise.
+    async fn ask_outside(
+        &self,
+        asker: &str,
+        question: &Question,
+        task: u64,
+        wait: Duration,
+    ) -> Result<Option<Answer>, HumanError> {
+        let Some(route) = self.outside.get() else {
+            return Ok(None);
+        };
+        let Some((reply_to, answerer)) = route.route(asker, task).await else {
+            return Ok(None);
+        };
+        let agent = self.agent(asker)?;
+        let mut body = question.text.clone();
+        if let Some(choices) = &question.choices {
+            body.push_str(&format!("\n\nChoose one: {}", choices.join(" | ")));
+        }
+        let receipt = agent
+            .send(
+                Outgoing::reply(reply_to)
+                    .subject(format!("question about task #{task}"))
+                    .body(body)
+                    .priority(Priority::High)
+                    .payload(json!({
+                        "input_required": true,
+                        "question": question.text,
+                        "choices": question.choices,
+                        "schema": question.schema(),
+                    })),
+            )
+            .await?;
+        let accepted = [answerer];
+        self.wait(&agent, receipt.thread, wait, &accepted)
+            .await
+            .map(Some)
     }
 
     /// Asks `question` for `asker`: through `elicit` (the caller's client) when given and
@@ -130,10 +199,16 @@ impl Humans {
         &self,
         asker: &str,
         question: Question,
+        about: Option<u64>,
         elicit: Option<guildhall_actors::Elicitation>,
         wait: Duration,
     ) -> Result<Answer, HumanError> {
         question.check()?;
+        if let Some(task) = about
+            && let Some(answer) = self.ask_outside(asker, &question, task, wait).await?
+        {
+            return Ok(answer);
+        }
         if let Some(elicitation) = elicit {
             match elicitation.await {
                 Ok(result) => return Ok(from_client(&result)),
@@ -180,7 +255,7 @@ impl Humans {
                     })),
             )
             .await?;
-        self.wait(&agent, receipt.thread, wait).await
+        self.wait(&agent, receipt.thread, wait, &self.ids).await
     }
 
     /// Waits up to `wait` for an answer to `asker`'s question `id`.
@@ -192,14 +267,34 @@ impl Humans {
     ) -> Result<Answer, HumanError> {
         let thread = Uuid::parse_str(id).map_err(|_| HumanError::UnknownQuestion(id.to_owned()))?;
         let agent = self.agent(asker)?;
-        self.wait(&agent, thread, wait).await
+        let mut accepted = self.ids.clone();
+        if let Some(route) = self.outside.get() {
+            // Who may have answered in this thread: an outside caller the question went to.
+            let inbox = agent
+                .check_inbox(InboxQuery {
+                    thread: Some(thread),
+                    limit: 100,
+                    ..InboxQuery::default()
+                })
+                .await?;
+            accepted.extend(
+                inbox
+                    .messages
+                    .iter()
+                    .filter(|m| route.answers_as(m.from.as_str()))
+                    .map(|m| m.from.to_string()),
+            );
+        }
+        self.wait(&agent, thread, wait, &accepted).await
     }
 
+    /// Waits up to `wait` for an answer in `thread` from one of `answerers`.
     async fn wait(
         &self,
         agent: &Agent,
         thread: Uuid,
         wait: Duration,
+        answerers: &[String],
     ) -> Result<Answer, HumanError> {
         let until = Instant::now() + wait;
         // Bounded: every turn waits, and the wait ends at `until`.
@@ -213,12 +308,12 @@ impl Humans {
                     ..InboxQuery::default()
                 })
                 .await?;
-            // Only a configured human answers: an agent that registered itself with the role
-            // `human` does not.
+            // Only a configured human (or the outside caller asked) answers: an agent that
+            // registered itself with the role `human` does not.
             let from_human = inbox
                 .messages
                 .iter()
-                .find(|m| self.ids.iter().any(|h| h.as_str() == m.from.as_str()));
+                .find(|m| answerers.iter().any(|h| h.as_str() == m.from.as_str()));
             if let Some(message) = from_human {
                 agent.mark_read(&[message.id], false).await?;
                 return Ok(from_human_reply(message));

@@ -24,6 +24,7 @@ use super::config::{A2aConfig, DEFAULT_MAX_STREAMS, DEFAULT_WAIT, Target};
 use super::follow::{Follow, Until};
 use super::mirror::{self, View};
 use super::push::Push;
+use super::questions::A2aQuestions;
 use crate::runtime::{Runtime, WeakRuntime};
 use crate::tasks::{TaskId, TaskQuery, TaskStatus as BoardStatus};
 
@@ -48,6 +49,9 @@ pub fn routes(
     stop: CancellationToken,
 ) -> Result<axum::Router, String> {
     let targets = config.targets()?;
+    if let Some(humans) = runtime.humans() {
+        humans.route_task_questions(Arc::new(A2aQuestions(runtime.downgrade())));
+    }
     let shared = Arc::new(Shared {
         base: base.trim_end_matches('/').to_owned(),
         wait: config.wait.unwrap_or(DEFAULT_WAIT),

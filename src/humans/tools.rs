@@ -44,6 +44,11 @@ pub struct AskInput {
     /// Wait again for the answer to a question asked before (its `pending` id).
     #[serde(default)]
     pub pending: Option<String>,
+    /// The board task the question is about. When it came from outside the swarm (an A2A
+    /// caller), that caller is asked instead: its A2A task shows `INPUT_REQUIRED`, and its
+    /// answer comes back here.
+    #[serde(default)]
+    pub task: Option<u64>,
 }
 
 /// Output of `ask_human` and `confirm`.
@@ -166,8 +171,17 @@ impl Tool for AskHuman {
             choices: input.choices,
             schema: input.schema,
         };
-        let elicit = ctx.elicit(question.elicitation());
-        Ok(self.0.ask(&asker, question, elicit, wait).await?.into())
+        // A question for an outside caller is not put to this agent's own user.
+        let elicit = if input.task.is_some() {
+            None
+        } else {
+            ctx.elicit(question.elicitation())
+        };
+        Ok(self
+            .0
+            .ask(&asker, question, input.task, elicit, wait)
+            .await?
+            .into())
     }
 }
 
@@ -251,7 +265,7 @@ impl Tool for Confirm {
                     schema: None,
                 };
                 let elicit = ctx.elicit(question.elicitation());
-                self.0.ask(&asker, question, elicit, wait).await?
+                self.0.ask(&asker, question, None, elicit, wait).await?
             }
         };
         let mut out: AskOutput = answer.into();

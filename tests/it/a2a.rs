@@ -294,6 +294,69 @@ async fn an_a2a_message_is_a_board_task_and_mail_and_the_agents_answers_come_bac
 }
 
 #[tokio::test]
+async fn ask_human_about_an_a2a_task_asks_its_caller_and_gets_the_answer_in_the_task() {
+    let rt = Runtime::builder()
+        .humans(guildhall::humans::HumansConfig {
+            ids: vec!["boss".into()],
+        })
+        .build()
+        .await
+        .unwrap();
+    let edge = Edge::start(exposing(), HttpOptions::default(), rt).await;
+    let task = edge
+        .ok(Some("client-1"), "SendMessage", send("Paint the shed"))
+        .await;
+    let id = task["task"]["id"].as_str().unwrap().to_owned();
+    let number: u64 = id.parse().unwrap();
+    edge.tl_mail().await;
+    edge.tl(
+        "task_update",
+        json!({"id": number, "status": "in_progress"}),
+    )
+    .await;
+    let rt = edge.rt.clone();
+    let asking = tokio::spawn(async move {
+        let tl = rt.agent("tl").unwrap();
+        rt.call_json(
+            "ask_human",
+            json!({"question": "What colour?", "choices": ["red", "blue"], "task": number,
+                   "wait_secs": 20}),
+            CallOptions::new().as_agent(&tl),
+        )
+        .await
+    });
+    let asked = eventually_some(LIMIT, "the question in the A2A task", async || {
+        let got = edge
+            .ok(Some("client-1"), "GetTask", json!({"id": id}))
+            .await;
+        (got["status"]["state"] == "TASK_STATE_INPUT_REQUIRED").then_some(got)
+    })
+    .await;
+    let question = asked["status"]["message"]["parts"][0]["text"]
+        .as_str()
+        .unwrap();
+    assert!(question.starts_with("What colour?"), "{asked}");
+    // Not mailed to the humans: the caller is who is asked.
+    let boss = edge.rt.agent("boss").unwrap();
+    assert_eq!(boss.unread().await.unwrap(), 0);
+    edge.ok(Some("client-1"), "SendMessage", continuing("blue", &id))
+        .await;
+    let answer = tokio::time::timeout(LIMIT, asking)
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    assert_eq!(answer["status"], "answered", "{answer}");
+    assert_eq!(answer["answer"]["answer"], "blue", "{answer}");
+    assert_eq!(answer["by"], "client-1", "{answer}");
+    let after = edge
+        .ok(Some("client-1"), "GetTask", json!({"id": id}))
+        .await;
+    assert_eq!(after["status"]["state"], "TASK_STATE_WORKING", "{after}");
+    edge.stop().await;
+}
+
+#[tokio::test]
 async fn a_caller_reaches_only_the_tasks_it_created() {
     let edge = Edge::plain().await;
     let mine = edge

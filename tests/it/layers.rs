@@ -79,12 +79,12 @@ const GUILDHALL: Allowed = &[
               "observe", "options", "private_fs", "runtime", "servers", "skills", "tasks",
               "time", "tool_search"]),
     // A2A at the edge: remote callers as agents calling the tools; remote agents as tools.
-    ("a2a", &["addresses", "agents", "changes", "mcp", "options", "runtime", "skills", "tasks",
+    ("a2a", &["addresses", "agents", "changes", "humans", "mcp", "options", "runtime", "skills", "tasks",
               "tls"]),
     // Reads guildhall.toml into the settings of every layer above, mcp's included.
     ("config", &["a2a", "agents", "commands", "compose", "fetch", "files", "governance", "humans", "launch",
                  "loop_hooks", "mcp", "observe", "sandbox", "servers", "shell", "skills", "tasks"]),
-    ("bench", &["agents", "compose", "context", "events", "files", "governance", "launch", "mcp",
+    ("bench", &["a2a", "agents", "compose", "context", "events", "files", "governance", "launch", "mcp",
                 "observe", "options", "runtime", "sandbox", "servers", "shell", "store",
                 "tasks", "tls"]),
 ];
