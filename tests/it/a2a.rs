@@ -218,6 +218,18 @@ async fn an_a2a_message_is_a_board_task_and_mail_and_the_agents_answers_come_bac
                "payload": {"input_required": true}}),
     )
     .await;
+    // The REST binding reads the same task.
+    let rest: Value = edge
+        .client
+        .get(format!("{}/a2a/role/tl/rest/tasks/{id}", edge.base))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(rest["id"], json!(id), "{rest}");
+    assert_eq!(rest["status"]["state"], "TASK_STATE_INPUT_REQUIRED", "{rest}");
     let asked = edge.ok(None, "GetTask", json!({"id": id})).await;
     assert_eq!(
         asked["status"]["state"], "TASK_STATE_INPUT_REQUIRED",
