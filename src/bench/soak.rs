@@ -145,6 +145,10 @@ pub struct SoakReport {
     pub duplicated: usize,
     /// The task board's ledger: claims and finishes acknowledged, checked against it.
     pub tasks: TaskCheck,
+    /// Agents' own files whose last acknowledged edit was checked once the server stopped.
+    pub edits_checked: usize,
+    /// Of those, files that do not hold it (or a later step): an acknowledged edit lost.
+    pub edits_lost: usize,
     /// The proxied server's faults, as struck.
     pub peer_faults: Vec<PeerFaultStruck>,
     /// Whether the proxied server answered a call after the run (and its faults).
@@ -180,14 +184,16 @@ const CONTEXT: &str = "context_update";
 const BASH: &str = "bash";
 const MARK: &str = "mark_read";
 const READ: &str = "read_file";
+const WRITE: &str = "write_file";
+const EDIT: &str = "edit_file";
 const CLAIM: &str = "task_claim";
 const CREATE: &str = "task_create";
 const HEARTBEAT: &str = "task_heartbeat";
 const FINISH: &str = "task_update";
 /// The proxied stdio server's tool (`bench mcp-floor`'s `echo`, as `[servers.peer]`).
 const PEER: &str = "mcp__peer__echo";
-const KINDS: [&str; 11] = [
-    SEND, INBOX, MARK, CONTEXT, CLAIM, CREATE, HEARTBEAT, FINISH, BASH, PEER, READ,
+const KINDS: [&str; 13] = [
+    SEND, INBOX, MARK, CONTEXT, CLAIM, CREATE, HEARTBEAT, FINISH, BASH, PEER, READ, WRITE, EDIT,
 ];
 /// The proxied server's call budget, and how long it has to answer a probe after a call
 /// was cut off before it is taken for hung (its `timeout` and `hang_grace`): short, so a
@@ -199,6 +205,8 @@ const TASK_LABEL: &str = "soak";
 /// The lease a claim asks for: longer than a killed server takes to start again, so a
 /// kill does not take a task from its holder.
 const TASK_LEASE_SECS: u64 = 60;
+/// How often a held task's lease is renewed: a third of it.
+const RENEW_EVERY: Duration = Duration::from_secs(TASK_LEASE_SECS / 3);
 /// Connections stalled at once: each sent a request and never reads the answer, or never
 /// finished sending it.
 const STALLED: usize = 8;
@@ -357,6 +365,21 @@ struct Shared {
     data: PathBuf,
     /// The agents' file root (each agent's own files, and one all read).
     root: PathBuf,
+    /// Teams of about ten agents, each a role (`team-K`) its members broadcast to.
+    teams: usize,
+    /// Each agent's last acknowledged edit of its own file (the step it wrote).
+    edits: Mutex<HashMap<usize, u64>>,
+}
+
+impl Shared {
+    /// The role of agent `soak-N`: its team.
+    fn team_of(&self, agent: &str) -> String {
+        let n: usize = agent
+            .strip_prefix("soak-")
+            .and_then(|n| n.parse().ok())
+            .unwrap_or(0);
+        format!("team-{}", n % self.teams.max(1))
+    }
 }
 
 /// The task transitions agents saw acknowledged, checked against the board at the end.
@@ -465,6 +488,7 @@ impl Shared {
         let url = self.url.read().await.clone();
         let response =
             super::mcp::stateless_call(&self.http, &url, "guildhall-soak", agent, tool, arguments)
+                .header(crate::mcp::ROLE_HEADER, self.team_of(agent))
                 .send()
                 .await
                 .map_err(|_| Failure::Unreachable)?;
@@ -491,7 +515,14 @@ impl Shared {
             command
                 .arg("--data-dir")
                 .arg(&self.data)
-                .args(["mcp", "--agent", agent, "--no-start"])
+                .args([
+                    "mcp",
+                    "--agent",
+                    agent,
+                    "--role",
+                    &self.team_of(agent),
+                    "--no-start",
+                ])
                 .env("RUST_LOG", "off");
             match super::mcp::Peer::connect(command).await {
                 Ok(peer) => bridge.peer = Some(peer),
@@ -574,17 +605,40 @@ async fn agent(
     let mut status_version = 0u64;
     // The task this agent holds, and how many heartbeats it gives before finishing it.
     let mut held: Option<(Value, u32)> = None;
+    // When its lease was last renewed: renewed at a third of the lease whatever the mix
+    // draws, as a working agent does.
+    let mut renewed = Instant::now();
+    // The last message it received (what a reply answers).
+    let mut received: Option<Value> = None;
+    // The step its own file holds, when it knows it (after a failed edit it reads it again).
+    let mut edited: Option<u64> = None;
     while Instant::now() < until {
         n += 1;
         let pause = mean_pause.mul_f64(0.5 + rng.f64());
         tokio::time::sleep(pause).await;
+        if let Some((task, _)) = &held
+            && renewed.elapsed() >= RENEW_EVERY
+        {
+            let _ = shared
+                .timed(&id, HEARTBEAT, json!({ "id": task.clone() }))
+                .await;
+            renewed = Instant::now();
+        }
         match rng.u8(..100) {
             0..40 => {
-                let to = format!("soak-{}", rng.usize(..agents));
                 let token = format!("s{me}x{sent}");
                 sent += 1;
-                let args = json!({ "to": to, "subject": format!("soak {token}"),
+                let mut args = json!({ "subject": format!("soak {token}"),
                     "body": "status: all green, next step planned", "request_id": token });
+                match rng.u8(..8) {
+                    // A reply to what it last received (in that thread, to its sender).
+                    0 if received.is_some() => {
+                        args["reply_to"] = received.take().unwrap_or_default();
+                    }
+                    // A broadcast to its team (its role), as a PM's to its subagents.
+                    1 => args["to"] = json!(format!("role:{}", shared.team_of(&id))),
+                    _ => args["to"] = json!(format!("soak-{}", rng.usize(..agents))),
+                }
                 // Retried with the same request_id until answered: made once, whatever a kill cut.
                 let deadline = until + SEND_GRACE;
                 loop {
@@ -620,6 +674,9 @@ async fn agent(
                         .map(|messages| messages.iter().map(|m| m["id"].clone()).collect())
                         .unwrap_or_default()
                 });
+                if let Some(last) = ids.last() {
+                    received = Some(last.clone());
+                }
                 if !ids.is_empty() {
                     let _ = shared
                         .timed(&id, MARK, json!({ "ids": ids, "ack": true }))
@@ -656,8 +713,15 @@ async fn agent(
             }
             73..83 => {
                 held = task_step(&shared, &id, held, &mut rng, n, until).await;
+                if held.is_some() {
+                    // A claim or a heartbeat: the lease runs from now.
+                    renewed = Instant::now();
+                }
             }
-            83..88 => {
+            83..85 => {
+                edited = edit_step(&shared, &id, me, edited, n).await;
+            }
+            85..88 => {
                 // A short command writing in the agent's root, as a coding agent's.
                 let notes = shared.root.join(format!("notes-{me}.txt"));
                 let command = format!("echo step {n} > '{0}' && cat '{0}'", notes.display());
@@ -702,6 +766,57 @@ async fn agent(
     if let Some((task, _)) = held {
         finish(&shared, &id, task, until).await;
     }
+}
+
+/// One edit of the agent's own file (`edits-N.txt` in the root): `step K` becomes `step
+/// N`. Knowing no step (at first, or after an edit whose answer a kill cut), it reads the
+/// file and writes it whole, as an agent that lost track does (a write needs a read first).
+/// Returns the step the file holds, when known; each one acknowledged is noted for the
+/// ledger.
+async fn edit_step(
+    shared: &Shared,
+    id: &str,
+    me: usize,
+    known: Option<u64>,
+    n: u64,
+) -> Option<u64> {
+    let path = shared
+        .root
+        .join(format!("edits-{me}.txt"))
+        .display()
+        .to_string();
+    let done = match known {
+        Some(step) => shared
+            .timed(
+                id,
+                EDIT,
+                json!({ "path": path, "old_string": format!("step {step}\n"),
+                        "new_string": format!("step {n}\n") }),
+            )
+            .await
+            .is_ok(),
+        None => {
+            // Absent at first: the read fails and the write creates it.
+            let _ = shared.timed(id, READ, json!({ "path": path })).await;
+            shared
+                .timed(
+                    id,
+                    WRITE,
+                    json!({ "path": path, "content": format!("step {n}\n") }),
+                )
+                .await
+                .is_ok()
+        }
+    };
+    if !done {
+        return None;
+    }
+    shared
+        .edits
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .insert(me, n);
+    Some(n)
 }
 
 /// One step of an agent's work on the board: with no task, claim one (or, with none to
@@ -1053,6 +1168,8 @@ pub async fn soak(
         exe: config.exe.clone(),
         data: data.clone(),
         root,
+        teams: agents.div_ceil(10),
+        edits: Mutex::new(HashMap::new()),
     });
     // Every agent makes itself known (its first request registers it) before any works, so
     // that no send goes to an agent not there yet.
@@ -1208,6 +1325,19 @@ pub async fn soak(
     );
     let tasks = std::mem::take(&mut *shared.tasks.lock().unwrap_or_else(PoisonError::into_inner));
     let (lost, duplicated, tasks) = ledger(&data, &acknowledged, &tasks).await?;
+    let edits = std::mem::take(&mut *shared.edits.lock().unwrap_or_else(PoisonError::into_inner));
+    let edits_lost = edits
+        .iter()
+        .filter(|&(me, &step)| {
+            let text = std::fs::read_to_string(shared.root.join(format!("edits-{me}.txt")));
+            let held = text.ok().and_then(|t| {
+                t.trim()
+                    .strip_prefix("step ")
+                    .and_then(|k| k.parse::<u64>().ok())
+            });
+            held.is_none_or(|held| held < step)
+        })
+        .count();
     let growth = rss_growth(&samples, duration_secs);
     let [first_tenth, last_tenth] = shared.tenths.p99s();
     let mut report = SoakReport {
@@ -1225,6 +1355,8 @@ pub async fn soak(
         lost,
         duplicated,
         tasks,
+        edits_checked: edits.len(),
+        edits_lost,
         peer_faults: peer_faulted,
         peer_answers_after_faults: peer_answers,
         peer_error_after_faults: peer_error.filter(|_| !peer_answers),
@@ -1434,6 +1566,10 @@ fn judge(report: &SoakReport, memory: bool) -> Vec<String> {
         (
             report.tasks.finished_twice,
             "tasks were finished more than once",
+        ),
+        (
+            report.edits_lost,
+            "agents' files lack their last acknowledged edit",
         ),
     ] {
         if count > 0 {

@@ -1013,6 +1013,11 @@ async fn soak(a: SoakArgs) -> Result<(), Box<dyn std::error::Error>> {
             report.tasks.finished_lost,
             report.tasks.finished_twice
         )?;
+        writeln!(
+            out,
+            "file edits: {} agents' files checked, {} lacking their last acknowledged edit",
+            report.edits_checked, report.edits_lost
+        )?;
         let struck: Vec<String> = report
             .peer_faults
             .iter()

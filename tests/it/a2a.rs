@@ -229,7 +229,10 @@ async fn an_a2a_message_is_a_board_task_and_mail_and_the_agents_answers_come_bac
         .await
         .unwrap();
     assert_eq!(rest["id"], json!(id), "{rest}");
-    assert_eq!(rest["status"]["state"], "TASK_STATE_INPUT_REQUIRED", "{rest}");
+    assert_eq!(
+        rest["status"]["state"], "TASK_STATE_INPUT_REQUIRED",
+        "{rest}"
+    );
     let asked = edge.ok(None, "GetTask", json!({"id": id})).await;
     assert_eq!(
         asked["status"]["state"], "TASK_STATE_INPUT_REQUIRED",

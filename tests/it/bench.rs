@@ -454,6 +454,17 @@ fn soak_samples_a_killed_and_restarted_server_and_checks_its_ledger() {
     for count in ["claimed_unfinished", "finished_lost", "finished_twice"] {
         assert_eq!(tasks[count], 0, "{count}: {report}");
     }
+    assert!(
+        report["edits_checked"].as_u64() > Some(0),
+        "agents edited files: {report}"
+    );
+    assert_eq!(report["edits_lost"], 0, "{report}");
+    assert!(
+        samples
+            .iter()
+            .any(|s| s["ops"]["edit_file"]["count"].as_u64() > Some(0)),
+        "files were edited in place, not only written"
+    );
     assert_eq!(report["orphans"], 0, "{report}");
     assert_eq!(
         report["leftover_temp_entries"], 0,
