@@ -43,10 +43,12 @@ mod mirror;
 mod push;
 mod questions;
 mod remote;
+mod waits;
 
 pub use caller::{ANONYMOUS, ROLE};
 pub use config::{
-    A2aConfig, DEFAULT_MAX_STREAMS, DEFAULT_REMOTE_TIMEOUT, DEFAULT_WAIT, RemoteConfig, Target,
+    A2aConfig, DEFAULT_MAX_STREAMS, DEFAULT_MAX_STREAMS_PER_CALLER, DEFAULT_REMOTE_TIMEOUT,
+    DEFAULT_WAIT, RemoteConfig, Target,
 };
 pub use edge::routes;
 pub use remote::{RemoteAgent, RemoteError, RemoteTask, remote_tools};

@@ -19,9 +19,13 @@ pub struct A2aConfig {
     /// after it the task is answered as it stands.
     #[serde(default, with = "crate::time::humane::option")]
     pub wait: Option<Duration>,
-    /// Streams open at once, over all callers (default 256): one past it is refused.
+    /// Streams and blocking sends waiting at once, over all callers (default 256): a stream
+    /// past it is refused, a blocking send answers at once.
     #[serde(default)]
     pub max_streams: Option<usize>,
+    /// The same for one caller (default 16), so one caller cannot take them all.
+    #[serde(default)]
+    pub max_streams_per_caller: Option<usize>,
     /// Webhooks may be at private addresses (loopback, the local network): for local
     /// webhooks a trusted operator runs. Off by default: a caller could otherwise make the
     /// server post into the network it sits in.
@@ -50,6 +54,8 @@ pub struct RemoteConfig {
 pub const DEFAULT_WAIT: Duration = Duration::from_secs(30);
 /// The default of `[a2a] max_streams`.
 pub const DEFAULT_MAX_STREAMS: usize = 256;
+/// The default of `[a2a] max_streams_per_caller`.
+pub const DEFAULT_MAX_STREAMS_PER_CALLER: usize = 16;
 /// The default of `[a2a.remote.NAME] timeout`.
 pub const DEFAULT_REMOTE_TIMEOUT: Duration = Duration::from_secs(60);
 
@@ -120,8 +126,8 @@ impl A2aConfig {
     /// What is wrong.
     pub fn check(&self) -> Result<(), String> {
         self.targets()?;
-        if self.max_streams == Some(0) {
-            return Err("max_streams must be at least 1".into());
+        if self.max_streams == Some(0) || self.max_streams_per_caller == Some(0) {
+            return Err("max_streams and max_streams_per_caller must be at least 1".into());
         }
         if self.wait.is_some_and(|w| w > Duration::from_secs(600)) {
             return Err("wait must be at most 10m: a caller can stream or poll for longer".into());

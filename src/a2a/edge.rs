@@ -16,15 +16,17 @@ use axum::Json;
 use axum::routing::get;
 use futures::stream::BoxStream;
 use serde_json::{Value, json};
-use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio_util::sync::CancellationToken;
 
 use super::caller::{Caller, identify, no_board};
-use super::config::{A2aConfig, DEFAULT_MAX_STREAMS, DEFAULT_WAIT, Target};
+use super::config::{
+    A2aConfig, DEFAULT_MAX_STREAMS, DEFAULT_MAX_STREAMS_PER_CALLER, DEFAULT_WAIT, Target,
+};
 use super::follow::{Follow, Until};
 use super::mirror::{self, View};
 use super::push::Push;
 use super::questions::A2aQuestions;
+use super::waits::{Place, Waits};
 use crate::runtime::{Runtime, WeakRuntime};
 use crate::tasks::{TaskId, TaskQuery, TaskStatus as BoardStatus};
 
@@ -55,9 +57,12 @@ pub fn routes(
     let shared = Arc::new(Shared {
         base: base.trim_end_matches('/').to_owned(),
         wait: config.wait.unwrap_or(DEFAULT_WAIT),
-        streams: Arc::new(Semaphore::new(
+        waits: Waits::new(
             config.max_streams.unwrap_or(DEFAULT_MAX_STREAMS),
-        )),
+            config
+                .max_streams_per_caller
+                .unwrap_or(DEFAULT_MAX_STREAMS_PER_CALLER),
+        ),
         description: config.description.clone(),
         secured,
         push: Push::new(config.push_private, stop.clone()),
@@ -99,7 +104,7 @@ pub fn routes(
 struct Shared {
     base: String,
     wait: Duration,
-    streams: Arc<Semaphore>,
+    waits: Waits,
     description: Option<String>,
     secured: bool,
     push: Push,
@@ -386,7 +391,7 @@ impl Edge {
         &self,
         caller: Caller,
         first: &Task,
-        permit: OwnedSemaphorePermit,
+        place: Place,
     ) -> BoxStream<'static, Result<StreamResponse, A2AError>> {
         let follow = Follow::new(
             caller,
@@ -396,24 +401,12 @@ impl Edge {
             self.shared.stop.clone(),
         );
         Box::pin(futures::stream::unfold(
-            (follow, permit),
-            |(mut follow, permit)| async move {
+            (follow, place),
+            |(mut follow, place)| async move {
                 let event = follow.next().await?;
-                Some((event, (follow, permit)))
+                Some((event, (follow, place)))
             },
         ))
-    }
-
-    fn streams(&self) -> Result<OwnedSemaphorePermit, A2AError> {
-        Arc::clone(&self.shared.streams)
-            .try_acquire_owned()
-            .map_err(|_| {
-                A2AError::new(
-                    -32603,
-                    "the server has as many A2A streams open as it allows ([a2a] max_streams); \
-                     poll with GetTask, or retry later",
-                )
-            })
     }
 }
 
@@ -439,6 +432,11 @@ impl RequestHandler for Edge {
         if immediately || mirror::settled(&task.status.state) {
             return Ok(SendMessageResponse::Task(task));
         }
+        // A blocking send waits in a place like a stream's; with none free it answers at
+        // once, as the task stands (the caller polls), rather than failing a send made.
+        let Ok(_place) = self.shared.waits.take(caller.id()) else {
+            return Ok(SendMessageResponse::Task(task));
+        };
         let task = self.settle(&caller, id, self.shared.wait, history).await?;
         Ok(SendMessageResponse::Task(task))
     }
@@ -448,10 +446,10 @@ impl RequestHandler for Edge {
         params: &ServiceParams,
         request: SendMessageRequest,
     ) -> Result<BoxStream<'static, Result<StreamResponse, A2AError>>, A2AError> {
-        let permit = self.streams()?;
         let caller = self.caller(params).await?;
+        let place = self.shared.waits.take(caller.id())?;
         let (task, _) = self.send(params, &caller, request).await?;
-        Ok(self.stream(caller, &task, permit))
+        Ok(self.stream(caller, &task, place))
     }
 
     async fn get_task(
@@ -567,8 +565,8 @@ impl RequestHandler for Edge {
         params: &ServiceParams,
         request: SubscribeToTaskRequest,
     ) -> Result<BoxStream<'static, Result<StreamResponse, A2AError>>, A2AError> {
-        let permit = self.streams()?;
         let caller = self.caller(params).await?;
+        let place = self.shared.waits.take(caller.id())?;
         let task = caller.view(&request.id, None).await?;
         if task.status.state.is_terminal() {
             return Err(A2AError::unsupported_operation(format!(
@@ -576,7 +574,7 @@ impl RequestHandler for Edge {
                 request.id
             )));
         }
-        Ok(self.stream(caller, &task, permit))
+        Ok(self.stream(caller, &task, place))
     }
 
     async fn create_push_config(

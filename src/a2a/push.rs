@@ -19,6 +19,8 @@ use crate::tasks::TaskId;
 pub(super) const MAX_PER_TASK: usize = 4;
 /// Tasks with webhooks at once, over all callers.
 pub(super) const MAX_TASKS: usize = 10_000;
+/// Tasks with webhooks at once, for one caller: one cannot take the others' room.
+pub(super) const MAX_TASKS_PER_CALLER: usize = 100;
 /// How long one notification may take.
 const SEND_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
 
@@ -27,7 +29,8 @@ const SEND_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
 pub(super) struct Push(Arc<Inner>);
 
 struct Inner {
-    hooks: DashMap<TaskId, Vec<TaskPushNotificationConfig>>,
+    /// Each task's caller and webhooks.
+    hooks: DashMap<TaskId, (String, Vec<TaskPushNotificationConfig>)>,
     sender: HttpPushSender,
     guarded: bool,
     stop: CancellationToken,
@@ -76,14 +79,36 @@ impl Push {
             .filter(|i| !i.is_empty())
             .unwrap_or_else(|| uuid::Uuid::new_v4().to_string());
         config.id = Some(config_id.clone());
-        if !self.0.hooks.contains_key(&id) && self.0.hooks.len() >= MAX_TASKS {
-            return Err(A2AError::new(
-                -32603,
-                format!("the server follows {MAX_TASKS} tasks' webhooks, its limit: poll instead"),
-            ));
+        if !self.0.hooks.contains_key(&id) {
+            if self.0.hooks.len() >= MAX_TASKS {
+                return Err(A2AError::new(
+                    -32603,
+                    format!(
+                        "the server follows {MAX_TASKS} tasks' webhooks, its limit: poll instead"
+                    ),
+                ));
+            }
+            let mine = self
+                .0
+                .hooks
+                .iter()
+                .filter(|entry| entry.value().0 == caller.id())
+                .count();
+            if mine >= MAX_TASKS_PER_CALLER {
+                return Err(A2AError::invalid_params(format!(
+                    "`{}` has webhooks on {MAX_TASKS_PER_CALLER} tasks, as many as one caller \
+                     may: delete some, or poll",
+                    caller.id()
+                )));
+            }
         }
         let first = {
-            let mut hooks = self.0.hooks.entry(id).or_default();
+            let mut entry = self
+                .0
+                .hooks
+                .entry(id)
+                .or_insert_with(|| (caller.id().to_owned(), Vec::new()));
+            let hooks = &mut entry.1;
             let first = hooks.is_empty();
             hooks.retain(|h| h.id.as_deref() != Some(config_id.as_str()));
             if hooks.len() >= MAX_PER_TASK {
@@ -144,7 +169,11 @@ impl Push {
 
     /// Task `id`'s webhooks.
     pub(super) fn list(&self, id: TaskId) -> Vec<TaskPushNotificationConfig> {
-        self.0.hooks.get(&id).map(|h| h.clone()).unwrap_or_default()
+        self.0
+            .hooks
+            .get(&id)
+            .map(|h| h.1.clone())
+            .unwrap_or_default()
     }
 
     /// Removes webhook `config` of task `id`; whether it was there.
@@ -152,9 +181,9 @@ impl Push {
         let Some(mut hooks) = self.0.hooks.get_mut(&id) else {
             return false;
         };
-        let before = hooks.len();
-        hooks.retain(|h| h.id.as_deref() != Some(config));
-        before != hooks.len()
+        let before = hooks.1.len();
+        hooks.1.retain(|h| h.id.as_deref() != Some(config));
+        before != hooks.1.len()
     }
 }
 
@@ -164,7 +193,7 @@ async fn deliver(push: Arc<Inner>, mut follow: Follow, id: TaskId) {
     while let Some(event) = follow.next().await {
         let Ok(event) = event else { break };
         let hooks = match push.hooks.get(&id) {
-            Some(hooks) if !hooks.is_empty() => hooks.clone(),
+            Some(hooks) if !hooks.1.is_empty() => hooks.1.clone(),
             _ => break,
         };
         for hook in &hooks {

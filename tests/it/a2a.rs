@@ -592,9 +592,10 @@ async fn a2a_callers_are_authenticated_and_governed_like_mcp_clients() {
 }
 
 #[tokio::test]
-async fn streams_are_bounded_and_end_with_their_task() {
+async fn streams_are_bounded_overall_and_per_caller_and_end_with_their_task() {
     let config = A2aConfig {
-        max_streams: Some(1),
+        max_streams: Some(2),
+        max_streams_per_caller: Some(1),
         ..exposing()
     };
     let edge = Edge::start(
@@ -609,8 +610,14 @@ async fn streams_are_bounded_and_end_with_their_task() {
                                       "role": "ROLE_USER", "parts": [{"text": text}]}}})
     };
     let url = format!("{}/a2a/role/tl", edge.base);
-    let open = |text: &'static str| {
-        let request = edge.client.post(&url).json(&stream_body(text));
+    let request = |caller: &'static str, text: &'static str| {
+        edge.client
+            .post(&url)
+            .header("guildhall-agent", caller)
+            .json(&stream_body(text))
+    };
+    let open = |caller: &'static str, text: &'static str| {
+        let request = request(caller, text);
         async move {
             Events {
                 response: request.send().await.unwrap(),
@@ -618,7 +625,17 @@ async fn streams_are_bounded_and_end_with_their_task() {
             }
         }
     };
-    let mut first = open("stream one").await;
+    let refused = |caller: &'static str, text: &'static str| {
+        let request = request(caller, text);
+        async move {
+            let answer: Value = request.send().await.unwrap().json().await.unwrap();
+            answer["error"]["message"]
+                .as_str()
+                .unwrap_or_default()
+                .to_owned()
+        }
+    };
+    let mut first = open("alice", "stream one").await;
     let opening = next_event(&mut first).await.expect("the task first");
     assert_eq!(
         opening["result"]["task"]["status"]["state"],
@@ -629,23 +646,15 @@ async fn streams_are_bounded_and_end_with_their_task() {
         .unwrap()
         .parse::<u64>()
         .unwrap();
-    let second: Value = edge
-        .client
-        .post(&url)
-        .json(&stream_body("stream two"))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
-    assert!(
-        second["error"]["message"]
-            .as_str()
-            .unwrap()
-            .contains("max_streams"),
-        "{second}"
-    );
+    // Alice's second is refused by the per-caller bound; bob still gets one; carol finds
+    // the server's bound reached.
+    let again = refused("alice", "stream two").await;
+    assert!(again.contains("max_streams_per_caller"), "{again}");
+    let mut bobs = open("bob", "bob's stream").await;
+    assert!(next_event(&mut bobs).await.unwrap()["result"]["task"].is_object());
+    let full = refused("carol", "carol's stream").await;
+    assert!(full.contains("max_streams)"), "{full}");
+    drop(bobs);
     edge.tl("task_update", json!({"id": task, "status": "in_progress"}))
         .await;
     edge.tl(
@@ -667,7 +676,7 @@ async fn streams_are_bounded_and_end_with_their_task() {
             .any(|e| e["artifactUpdate"]["artifact"]["parts"][0]["text"] == "streamed")
     );
     // The ended stream gave its place back.
-    let mut third = open("stream three").await;
+    let mut third = open("alice", "stream three").await;
     let opened = next_event(&mut third).await.expect("a stream again");
     assert!(opened["result"]["task"].is_object(), "{opened}");
     drop(third);
