@@ -5,7 +5,8 @@ One `guildhall serve` exposes `role:tl` over A2A; agent `tl` is a real MCP clien
 Python MCP SDK through `guildhall mcp --agent tl --role tl`) that answers through its
 mailbox and the task board. The outside agents are a2a-sdk clients:
 - a streamed task: submitted, working with tl's reply, the artifact, completed;
-- INPUT_REQUIRED: tl asks, the outside agent answers in the same task, tl completes it;
+- INPUT_REQUIRED: tl asks (a reply, then `ask_human` about the task), the outside agent
+  answers in the same task, tl completes it;
 - cancel: the board's task is cancelled; another caller cannot see or cancel it;
 - ListTasks: a caller's own tasks;
 - calling out: a remote agent written with a2a-sdk (tests/python/a2a_sample_agent.py) is
@@ -184,6 +185,35 @@ async def input_required(base, tl):
     await client.close()
 
 
+async def ask_human_about_the_task(base, tl):
+    """tl asks with ask_human about the A2A task: the outside agent is asked, not a human."""
+    client = await create_client(f"{base}/a2a/role/tl", ClientConfig(streaming=False))
+
+    async def tl_side():
+        mail = await tl.next_mail()
+        task = mail["payload"]["a2a"]["task"]
+        await tl.call("task_update", {"id": task, "status": "in_progress"})
+        answer = await tl.call("ask_human", {"question": "Which region?", "task": task,
+                                             "choices": ["eu", "us"], "wait_secs": 30})
+        await tl.call("task_update", {"id": task, "status": "done",
+                                      "note": f"deployed to {answer['answer']['answer']}"})
+        return answer
+
+    asking = asyncio.create_task(tl_side())
+    first = [e async for e in client.send_message(message("Deploy the release"))]
+    task = first[-1].task
+    assert task.status.state == TaskState.TASK_STATE_INPUT_REQUIRED, task.status
+    assert task.status.message.parts[0].text.startswith("Which region?"), task.status
+    done = [e async for e in client.send_message(
+        message("eu", task_id=task.id, context_id=task.context_id))][-1].task
+    answer = await asking
+    assert answer["by"] == "a2a-remote" and answer["answer"]["answer"] == "eu", answer
+    assert done.status.state == TaskState.TASK_STATE_COMPLETED, done.status
+    assert done.artifacts[0].parts[0].text == "deployed to eu"
+    print(f"ask_human: task {task.id}'s caller asked and answered through A2A")
+    await client.close()
+
+
 async def cancel_and_isolation(base, tl, data_dir, earlier):
     client = await create_client(f"{base}/a2a/role/tl",
                                  ClientConfig(streaming=False, polling=True))
@@ -345,6 +375,9 @@ expose = ["role:tl"]
 wait = "30s"
 push_private = true
 
+[humans]
+ids = ["boss"]
+
 [a2a.remote.sample]
 url = "http://127.0.0.1:{sample_port}"
 timeout = "20s"
@@ -367,6 +400,7 @@ timeout = "20s"
             tl = Tl(c)
             earlier = await streamed_task(base, tl)
             await input_required(base, tl)
+            await ask_human_about_the_task(base, tl)
             await cancel_and_isolation(base, tl, data_dir, earlier)
             await push_notifications(base, tl)
             await call_out(tl)
