@@ -30,6 +30,15 @@ use super::waits::{Place, Waits};
 use crate::runtime::{Runtime, WeakRuntime};
 use crate::tasks::{TaskId, TaskQuery, TaskStatus as BoardStatus};
 
+/// A request's `historyLength` (negative: none).
+fn history_len(length: i32) -> usize {
+    usize::try_from(length).unwrap_or(0)
+}
+
+/// Tasks one `ListTasks` looks at (each view reads the caller's replies) at most: a page
+/// filtered by state ends there, its token where the next one starts.
+const MAX_VIEWED: usize = 500;
+
 /// Tasks one `ListTasks` page holds at most.
 const MAX_PAGE: usize = 100;
 /// A caller's tasks one `ListTasks` looks through at most, newest first (the total counts
@@ -167,7 +176,7 @@ impl Edge {
         let history = configuration
             .as_ref()
             .and_then(|c| c.history_length)
-            .map(|l| usize::try_from(l).unwrap_or(0));
+            .map(history_len);
         let task = caller.view(&id.to_string(), history).await?;
         if let Some(hook) = configuration.and_then(|c| c.task_push_notification_config) {
             let follower = identify(&self.runtime, params).await?;
@@ -427,7 +436,7 @@ impl RequestHandler for Edge {
             .configuration
             .as_ref()
             .and_then(|c| c.history_length)
-            .map(|l| usize::try_from(l).unwrap_or(0));
+            .map(history_len);
         let (task, id) = self.send(params, &caller, request).await?;
         if immediately || mirror::settled(&task.status.state) {
             return Ok(SendMessageResponse::Task(task));
@@ -458,9 +467,7 @@ impl RequestHandler for Edge {
         request: GetTaskRequest,
     ) -> Result<Task, A2AError> {
         let caller = self.caller(params).await?;
-        let history = request
-            .history_length
-            .map(|l| usize::try_from(l).unwrap_or(0));
+        let history = request.history_length.map(history_len);
         caller.view(&request.id, history).await
     }
 
@@ -493,13 +500,10 @@ impl RequestHandler for Edge {
             })
             .await
             .map_err(|err| A2AError::internal(err.to_string()))?;
-        let history = request
-            .history_length
-            .map(|l| usize::try_from(l).unwrap_or(0))
-            .or(Some(0));
+        let history = request.history_length.map(history_len).or(Some(0));
         let mut out = Vec::new();
         let mut next = String::new();
-        for task in mine
+        for (viewed, task) in mine
             .iter()
             .filter(|t| before.is_none_or(|b| t.id < b))
             .filter(|t| {
@@ -508,9 +512,15 @@ impl RequestHandler for Edge {
                     .as_deref()
                     .is_none_or(|c| mirror::label(t, mirror::CONTEXT) == Some(c))
             })
+            .enumerate()
         {
             if out.len() == page {
                 next = out.last().map(|t: &Task| t.id.clone()).unwrap_or_default();
+                break;
+            }
+            if viewed == MAX_VIEWED {
+                // The tasks before this one come on the next page.
+                next = (task.id + 1).to_string();
                 break;
             }
             let replies = caller.replies(task).await?;
