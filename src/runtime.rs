@@ -175,6 +175,12 @@ struct PreparedTool<T: Tool> {
 }
 
 impl Runtime {
+    /// The post office, for the crate's own tests of what the tools cannot reach.
+    #[cfg(test)]
+    pub(crate) fn post_office(&self) -> &Arc<PostOffice> {
+        &self.inner.office
+    }
+
     /// Calls a tool by name with JSON arguments, which are checked against the tool's input
     /// type before it runs.
     ///

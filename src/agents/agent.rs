@@ -164,6 +164,22 @@ impl Agent {
         }
     }
 
+    /// Moves this agent's `since: "last"` reading past `ids`, what a listing made with
+    /// [`InboxQuery::since_last`] showed (the next such listing gives what came after them,
+    /// and what arrived late).
+    ///
+    /// # Errors
+    /// The store failed, or the mailbox is unavailable.
+    ///
+    /// # Cancel safety
+    /// Dropping the future may leave the reading moved.
+    pub async fn shown(&self, ids: &[Uuid]) -> Result<(), MailError> {
+        match self.request(Op::Shown(ids.to_vec())).await? {
+            Reply::Marked(_) => Ok(()),
+            other => Err(self.failure(other)),
+        }
+    }
+
     /// What became of message `id` this agent sent: each recipient's copy, delivered
     /// (unread), read or acknowledged, and when.
     ///

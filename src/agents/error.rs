@@ -164,3 +164,15 @@ pub enum MailError {
     #[error(transparent)]
     Store(#[from] StoreError),
 }
+
+impl MailError {
+    /// Whether the same call may succeed later: the mailbox or the store unavailable for
+    /// now (the database restarting, another server handing the mailbox over).
+    pub fn is_transient(&self) -> bool {
+        match self {
+            Self::Unavailable { .. } => true,
+            Self::Store(err) => err.is_transient(),
+            _ => false,
+        }
+    }
+}

@@ -24,6 +24,7 @@ use ractor::{ActorProcessingErr, ActorRef};
 use uuid::Uuid;
 
 use super::MailError;
+use super::cursors::{self, InboxReading};
 use super::directory::AgentEntry;
 use super::ids::{first_id_at, mailbox_prefix, message_key, now_ms};
 use super::message::{DeliveryState, Inbox, InboxQuery, Message};
@@ -71,6 +72,11 @@ pub(crate) struct MailboxState {
     archiving: HashMap<u128, Arc<Message>>,
     /// Unread messages that carry an expiry (none: no expiry sweep needed).
     expiring: usize,
+    /// The agent's `since: "last"` reading, as stored (moved by what listings showed).
+    reading: InboxReading,
+    /// The newest id a `since: "last"` listing gave out, shown yet or not: a message
+    /// arriving at or before it is late (see [`InboxReading`]).
+    handed: Option<Uuid>,
 }
 
 /// A batch of the mailbox's writes, and the messages it moves to the archive (kept in
@@ -232,6 +238,8 @@ impl MailboxActor {
         held: bool,
     ) -> Result<MailboxState, ActorProcessingErr> {
         let mut state = MailboxState::default();
+        state.reading = cursors::inbox_reading(&*self.shared.store, self.entry.id.as_str())?;
+        state.handed = state.reading.at;
         if held {
             // From here, what other servers store is kept for this mailbox; what they
             // stored before, the scan below finds.
@@ -384,7 +392,33 @@ impl MailboxActor {
                 let _ = reply.send(found.map_or_else(Reply::Failed, Reply::Message));
             }
             Op::Mark { ids, ack } => self.mark(myself, state, &ids, ack, reply),
+            Op::Shown(ids) => {
+                state.reading.shown(&ids);
+                let shown = ids.len();
+                self.save_reading(
+                    myself,
+                    state,
+                    Some(Box::new(move |result: Result<(), StoreError>| {
+                        let _ = reply.send(match result {
+                            Ok(()) => Reply::Marked(shown),
+                            Err(err) => Reply::Failed(err.into()),
+                        });
+                    })),
+                );
+            }
         }
+    }
+
+    /// Stores the `since: "last"` reading; `done` when it is committed.
+    fn save_reading(
+        &self,
+        myself: &ActorRef<MailboxMsg>,
+        state: &mut MailboxState,
+        done: Option<Done>,
+    ) {
+        let mut moves = Moves::default();
+        cursors::put_inbox_reading(&mut moves.batch, self.entry.id.as_str(), &state.reading);
+        self.write(myself, state, moves, done);
     }
 
     fn deliver(
@@ -449,6 +483,10 @@ impl MailboxActor {
         message: Arc<Message>,
     ) {
         let id = message.id;
+        if state.reading.arrived_late(id, state.handed) {
+            // Kept in the store with the reading, so a restart does not forget it.
+            self.save_reading(myself, state, None);
+        }
         state.insert(message);
         self.shared.changes.inbox_changed(self.entry.id.as_str());
         // Oldest waiter first. Once a waiter has taken the message, it no longer wakes
@@ -482,6 +520,9 @@ impl MailboxActor {
                 return;
             }
         };
+        if query.since_last {
+            state.handed = state.handed.max(messages.iter().map(|m| m.id).max());
+        }
         // Taking: the messages leave the unread lists before they are marked, so that, held
         // only here as they usually are, they are marked in place rather than copied. The
         // read messages go to the caller, and (encoded) to the archive.
@@ -522,6 +563,9 @@ impl MailboxActor {
         state: &MailboxState,
         query: &InboxQuery,
     ) -> Result<Vec<Arc<Message>>, MailError> {
+        if query.since_last {
+            return self.select_unshown(state, query);
+        }
         let mut out = Vec::new();
         for message in state.listed() {
             if query.matches(message) {
@@ -556,6 +600,70 @@ impl MailboxActor {
         } else if !query.unread_only {
             out.sort_by_key(|m| (std::cmp::Reverse(m.priority), m.id));
         }
+        out.truncate(query.limit);
+        Ok(out)
+    }
+
+    /// What the `since: "last"` reading has not given yet, oldest first: unread messages,
+    /// and (unless only unread ones are asked for) read ones, from the archive after the
+    /// reading (not the whole archive) and the late ones by id.
+    fn select_unshown(
+        &self,
+        state: &MailboxState,
+        query: &InboxQuery,
+    ) -> Result<Vec<Arc<Message>>, MailError> {
+        let reading = &state.reading;
+        let after = |id: Uuid| reading.at.is_none_or(|at| id > at);
+        let mut out: Vec<Arc<Message>> = state
+            .listed()
+            .filter(|m| reading.unread_by_it(m.id) && query.matches(m))
+            .cloned()
+            .collect();
+        if !query.unread_only {
+            let prefix = mailbox_prefix(self.entry.id.as_str());
+            let start = reading
+                .at
+                .map_or_else(|| prefix.clone(), |at| self.key(&at));
+            // In id order: past `limit` matches, the rest could not be listed.
+            let mut taken = 0;
+            store::scan_values_from(
+                &*self.shared.store,
+                Table::Archive,
+                &prefix,
+                &start,
+                |_, m: Message| {
+                    if after(m.id)
+                        && query.matches(&m)
+                        && !state.archiving.contains_key(&m.id.as_u128())
+                    {
+                        out.push(Arc::new(m));
+                        taken += 1;
+                    }
+                    taken < query.limit
+                },
+            )?;
+            // Moving to the archive, not committed yet: as the archive will hold them.
+            out.extend(
+                state
+                    .archiving
+                    .values()
+                    .filter(|m| after(m.id) && query.matches(m))
+                    .cloned(),
+            );
+            // Late ones read meanwhile: before the reading, so not in the scan above.
+            for &id in reading.late.iter().filter(|&&id| !after(id)) {
+                if state.get(&id).is_some() {
+                    continue;
+                }
+                if let Ok(message) = self.get(state, id)
+                    && query.matches(&message)
+                {
+                    out.push(message);
+                }
+            }
+        }
+        out.sort_by_key(|m| m.id);
+        out.dedup_by_key(|m| m.id);
         out.truncate(query.limit);
         Ok(out)
     }

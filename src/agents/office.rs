@@ -1266,3 +1266,88 @@ fn unread_up_to(store: &dyn Store, agent: &str, limit: usize) -> Result<usize, S
     })?;
     Ok(count)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::agents::ids::first_id_at;
+    use crate::agents::{AgentSpec, InboxQuery};
+
+    /// A message's id is chosen when it is sent, so under load one arrives after a newer
+    /// one. A `since: "last"` reading that already went past it gives it next time, once,
+    /// read or not, and across a restart.
+    #[tokio::test]
+    async fn since_last_gives_a_message_that_arrived_after_a_newer_one() {
+        let dir = tempfile::tempdir().unwrap();
+        let open = || crate::Runtime::builder().data_dir(dir.path()).build();
+        let rt = open().await.unwrap();
+        let pm = rt.register_agent(AgentSpec::new("pm", "pm")).await.unwrap();
+        let dev = rt
+            .register_agent(AgentSpec::new("dev", "dev"))
+            .await
+            .unwrap();
+        let office = Arc::clone(rt.post_office());
+        let compose_to_dev = |subject: &str| {
+            compose(
+                pm.entry(),
+                Outgoing::to("dev").subject(subject),
+                None,
+                Arc::from("dev"),
+                None,
+            )
+        };
+        let since_last = InboxQuery {
+            unread_only: false,
+            since_last: true,
+            arrival_order: true,
+            ..InboxQuery::default()
+        };
+        let listed = async |dev: &crate::Agent| -> Vec<String> {
+            let inbox = dev.check_inbox(since_last.clone()).await.unwrap();
+            let ids: Vec<Uuid> = inbox.messages.iter().map(|m| m.id).collect();
+            dev.shown(&ids).await.unwrap();
+            inbox
+                .messages
+                .iter()
+                .map(|m| m.subject.to_string())
+                .collect()
+        };
+        let (early, late, later) = (
+            compose_to_dev("sent first"),
+            compose_to_dev("sent second"),
+            compose_to_dev("sent third"),
+        );
+        assert!(early.id < late.id && late.id < later.id);
+        office
+            .deliver(dev.entry(), Arc::clone(&late))
+            .await
+            .unwrap();
+        assert_eq!(listed(&dev).await, ["sent second"]);
+        // Arrives after the reading went past its id.
+        office.deliver(dev.entry(), early).await.unwrap();
+        assert_eq!(listed(&dev).await, ["sent first"]);
+        assert!(listed(&dev).await.is_empty(), "given once");
+        // Late again, and read by another way before the reading lists it: still given.
+        let earlier = compose(
+            pm.entry(),
+            Outgoing::to("dev").subject("sent before all"),
+            None,
+            Arc::from("dev"),
+            Some(first_id_at(late.created_ms.saturating_sub(1_000))),
+        );
+        office
+            .deliver(dev.entry(), Arc::clone(&earlier))
+            .await
+            .unwrap();
+        dev.mark_read(&[earlier.id], false).await.unwrap();
+        rt.shutdown().await;
+        // Across a restart: the late message was kept with the reading.
+        let rt = open().await.unwrap();
+        let dev = rt.agent("dev").unwrap();
+        let office = Arc::clone(rt.post_office());
+        office.deliver(dev.entry(), later).await.unwrap();
+        assert_eq!(listed(&dev).await, ["sent before all", "sent third"]);
+        assert!(listed(&dev).await.is_empty());
+        rt.shutdown().await;
+    }
+}

@@ -27,6 +27,8 @@ pub(crate) enum Op {
         ids: Vec<Uuid>,
         ack: bool,
     },
+    /// A `since: "last"` listing showed these: the reading moves past them.
+    Shown(Vec<Uuid>),
 }
 
 /// A mailbox's answer.

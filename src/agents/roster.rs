@@ -74,6 +74,10 @@ impl Tool for WhoAmI {
     type Error = MailError;
     type State = ();
 
+    fn is_transient(error: &MailError) -> bool {
+        error.is_transient()
+    }
+
     fn name(&self) -> &str {
         "whoami"
     }
@@ -175,6 +179,10 @@ impl Tool for ListAgents {
     type Output = AgentList;
     type Error = MailError;
     type State = ();
+
+    fn is_transient(error: &MailError) -> bool {
+        error.is_transient()
+    }
 
     fn name(&self) -> &str {
         "list_agents"

@@ -181,10 +181,16 @@ impl Tool for SendMessage {
     type Error = MailError;
     type State = ();
 
-    /// A send that waits for its reply waits by design: the loop guard leaves it alone, and
-    /// it takes none of the tool's in-flight slots while it waits.
+    fn is_transient(error: &MailError) -> bool {
+        error.is_transient()
+    }
+
+    /// Repeating these sends is expected, so the loop guard leaves them alone: one that
+    /// waits for its reply waits by design (and takes none of the tool's in-flight slots
+    /// while it waits), and one with a `request_id` is made once however often it is sent
+    /// again (after a timeout, a reconnect, a server restart): a repeat is a retry.
     fn polls(input: &SendInput) -> bool {
-        input.wait_reply_secs.is_some_and(|w| w > 0.0)
+        input.wait_reply_secs.is_some_and(|w| w > 0.0) || input.request_id.is_some()
     }
 
     fn name(&self) -> &str {
@@ -314,6 +320,10 @@ impl Tool for CheckInbox {
     type Error = MailError;
     type State = ();
 
+    fn is_transient(error: &MailError) -> bool {
+        error.is_transient()
+    }
+
     /// A waiting check repeats by design: the loop guard leaves it alone.
     fn polls(input: &CheckInput) -> bool {
         input.wait_secs.is_some_and(|w| w > 0.0)
@@ -347,15 +357,13 @@ impl Tool for CheckInbox {
         let wait = wait_for(&self.0, "wait_secs", input.wait_secs)?;
         // `since: "last"`: after the agent's durable cursor, in arrival order, read or not.
         let from_last = input.since.as_deref() == Some(super::cursors::LAST);
-        let store = &*self.0.shared.store;
         let _reading = match from_last {
             true => Some(agent.entry().reading.lock().await),
             false => None,
         };
         let since = match (&input.since, from_last) {
-            (_, true) => super::cursors::cursor(store, agent.id().as_str(), super::cursors::INBOX)?,
             (Some(id), false) => Some(parse_message_id(id)?),
-            (None, false) => None,
+            _ => None,
         };
         let query = InboxQuery {
             unread_only: input.unread_only.unwrap_or(!from_last),
@@ -366,6 +374,7 @@ impl Tool for CheckInbox {
             wait,
             mark_read: false,
             arrival_order: from_last,
+            since_last: from_last,
         };
         let mut inbox = agent.check_inbox(query).await?;
         let full = input.full.unwrap_or(false);
@@ -379,14 +388,11 @@ impl Tool for CheckInbox {
         // The cursor is the newest of those shown; those left out stay unread, so the next
         // listing of unread mail shows them.
         inbox.messages.truncate(messages.len());
-        if from_last && let Some(newest) = inbox.cursor() {
-            super::cursors::advance_cursor(
-                store,
-                agent.id().as_str(),
-                super::cursors::INBOX,
-                newest,
-            )
-            .await?;
+        // The reading moves past what was shown. A caller gone (its connection dropped
+        // mid-wait) was shown nothing: its next `since: "last"` lists these.
+        if from_last && !ctx.is_cancelled() && !inbox.messages.is_empty() {
+            let shown: Vec<uuid::Uuid> = inbox.messages.iter().map(|m| m.id).collect();
+            agent.shown(&shown).await?;
         }
         let cursor = inbox.cursor().map(|id| id.to_string());
         Ok(InboxView {
@@ -414,6 +420,10 @@ impl Tool for MessageStatus {
     type Output = StatusView;
     type Error = MailError;
     type State = ();
+
+    fn is_transient(error: &MailError) -> bool {
+        error.is_transient()
+    }
 
     fn name(&self) -> &str {
         "message_status"
@@ -459,6 +469,10 @@ impl Tool for ReadMessage {
     type Output = MessageView;
     type Error = MailError;
     type State = ();
+
+    fn is_transient(error: &MailError) -> bool {
+        error.is_transient()
+    }
 
     fn name(&self) -> &str {
         "read_message"
@@ -518,6 +532,10 @@ impl Tool for MarkRead {
     type Output = Marked;
     type Error = MailError;
     type State = ();
+
+    fn is_transient(error: &MailError) -> bool {
+        error.is_transient()
+    }
 
     fn name(&self) -> &str {
         "mark_read"

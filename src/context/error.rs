@@ -141,3 +141,15 @@ pub enum ContextError {
     #[error(transparent)]
     Store(#[from] StoreError),
 }
+
+impl ContextError {
+    /// Whether the same call may succeed later: the session or the store unavailable for
+    /// now (the database restarting, another server handing the session over).
+    pub fn is_transient(&self) -> bool {
+        match self {
+            Self::Unavailable { .. } => true,
+            Self::Store(err) => err.is_transient(),
+            _ => false,
+        }
+    }
+}

@@ -123,6 +123,10 @@ impl Tool for ContextGet {
     type Error = ContextError;
     type State = ();
 
+    fn is_transient(error: &ContextError) -> bool {
+        error.is_transient()
+    }
+
     fn name(&self) -> &str {
         "context_get"
     }
@@ -208,6 +212,10 @@ impl Tool for ContextUpdate {
     type Output = UpdateOutput;
     type Error = ContextError;
     type State = ();
+
+    fn is_transient(error: &ContextError) -> bool {
+        error.is_transient()
+    }
 
     fn name(&self) -> &str {
         "context_update"
@@ -327,6 +335,10 @@ impl Tool for ContextHistory {
     type Output = HistoryOutput;
     type Error = ContextError;
     type State = ();
+
+    fn is_transient(error: &ContextError) -> bool {
+        error.is_transient()
+    }
 
     fn name(&self) -> &str {
         "context_history"

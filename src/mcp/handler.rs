@@ -21,7 +21,7 @@ use tokio_util::sync::{CancellationToken, DropGuard};
 use futures::future::BoxFuture;
 use rmcp::service::ElicitationMode;
 
-use super::error_meta::ERROR_META;
+use super::error_meta::{ERROR_META, TRANSIENT_META};
 #[cfg(all(target_os = "linux", target_env = "gnu"))]
 use super::federated;
 use super::filter::ToolFilter;
@@ -938,6 +938,9 @@ fn tool_failure(err: &CallError) -> CallToolResult {
         CallToolResult::error(vec![ContentBlock::text(cut_text(&text, MAX_ERROR_TEXT))]);
     let mut meta = rmcp::model::MetaObject::new();
     meta.0.insert(ERROR_META.into(), Value::from(kind));
+    if err.is_transient() {
+        meta.0.insert(TRANSIENT_META.into(), Value::Bool(true));
+    }
     result.meta = Some(meta);
     result
 }

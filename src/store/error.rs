@@ -96,6 +96,12 @@ pub enum StoreError {
 }
 
 impl StoreError {
+    /// Whether the same call may succeed later: the database unreachable for now, or what
+    /// the call needs held by another server that did not hand it over yet.
+    pub fn is_transient(&self) -> bool {
+        matches!(self, Self::Unavailable { .. } | Self::Held { .. })
+    }
+
     /// A failed `operation`, for `error`: the backend's own error, or a message.
     pub(crate) fn backend(
         operation: &'static str,

@@ -122,3 +122,16 @@ pub enum TaskError {
     #[error(transparent)]
     Store(#[from] StoreError),
 }
+
+impl TaskError {
+    /// Whether the same call may succeed later: the board or the store unavailable for now
+    /// (the database restarting).
+    pub fn is_transient(&self) -> bool {
+        match self {
+            Self::Unavailable { .. } => true,
+            Self::Store(err) => err.is_transient(),
+            Self::Agent(err) => err.is_transient(),
+            _ => false,
+        }
+    }
+}

@@ -243,6 +243,10 @@ impl Tool for TaskCreate {
     type Error = TaskError;
     type State = ();
 
+    fn is_transient(error: &TaskError) -> bool {
+        error.is_transient()
+    }
+
     fn name(&self) -> &str {
         "task_create"
     }
@@ -320,6 +324,10 @@ impl Tool for TaskList {
     type Output = ListOutput;
     type Error = TaskError;
     type State = ();
+
+    fn is_transient(error: &TaskError) -> bool {
+        error.is_transient()
+    }
 
     fn name(&self) -> &str {
         "task_list"
@@ -401,6 +409,10 @@ impl Tool for TaskGet {
     type Output = TaskView;
     type Error = TaskError;
     type State = ();
+
+    fn is_transient(error: &TaskError) -> bool {
+        error.is_transient()
+    }
 
     fn name(&self) -> &str {
         "task_get"
@@ -513,6 +525,10 @@ impl Tool for TaskUpdate {
     type Error = TaskError;
     type State = ();
 
+    fn is_transient(error: &TaskError) -> bool {
+        error.is_transient()
+    }
+
     fn name(&self) -> &str {
         "task_update"
     }
@@ -582,6 +598,10 @@ impl Tool for TaskClaim {
     type Output = ClaimOutput;
     type Error = TaskError;
     type State = ();
+
+    fn is_transient(error: &TaskError) -> bool {
+        error.is_transient()
+    }
 
     /// A worker asks for its next task with the same filter until there is one: each
     /// answer depends on the board at that moment, so a repeat is not a loop.
@@ -660,6 +680,10 @@ impl Tool for TaskHeartbeat {
     type Error = TaskError;
     type State = ();
 
+    fn is_transient(error: &TaskError) -> bool {
+        error.is_transient()
+    }
+
     /// A worker renews its lease with the same arguments every so often, by design.
     fn polls(_: &HeldInput) -> bool {
         true
@@ -717,6 +741,10 @@ impl Tool for TaskRelease {
     type Output = TaskView;
     type Error = TaskError;
     type State = ();
+
+    fn is_transient(error: &TaskError) -> bool {
+        error.is_transient()
+    }
 
     fn name(&self) -> &str {
         "task_release"

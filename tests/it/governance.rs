@@ -637,6 +637,125 @@ async fn the_loop_guard_trips_on_the_third_identical_call_but_not_on_waiting_che
     rt.shutdown().await;
 }
 
+/// A write that fails while its outage lasts (one call less each time); `transient` says
+/// whether it calls that failure one that may pass, as a store unreachable is.
+struct Deploy(Arc<AtomicUsize>);
+
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+struct DeployInput {
+    target: String,
+    transient: bool,
+}
+
+#[derive(Debug, thiserror::Error)]
+#[error("the target is down")]
+struct DeployError {
+    transient: bool,
+}
+
+impl Tool for Deploy {
+    type Input = DeployInput;
+    type Output = String;
+    type Error = DeployError;
+    type State = ();
+
+    fn name(&self) -> &str {
+        "deploy"
+    }
+    fn description(&self) -> &str {
+        "Deploys to a target, which may be down."
+    }
+    fn is_transient(error: &DeployError) -> bool {
+        error.transient
+    }
+    async fn call(
+        &self,
+        _: &mut (),
+        input: DeployInput,
+        _: CallContext,
+    ) -> Result<String, DeployError> {
+        let down = self
+            .0
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+            .is_ok();
+        if down {
+            return Err(DeployError {
+                transient: input.transient,
+            });
+        }
+        Ok(format!("deployed to {}", input.target))
+    }
+}
+
+/// A call retried while what it needs is down for now (an error the tool calls transient)
+/// is a retry, not a loop: the guard lets it through as often as it fails so, and it
+/// succeeds once the outage ends. The same failure called permanent is a loop.
+#[tokio::test]
+async fn the_loop_guard_lets_a_call_be_retried_while_its_failure_may_pass() {
+    let outage = Arc::new(AtomicUsize::new(5));
+    let rt = Runtime::builder()
+        .governance(GovernanceConfig::default())
+        .tool(Deploy(Arc::clone(&outage)))
+        .build()
+        .await
+        .unwrap();
+    rt.register_agent(AgentSpec::new("a", "dev")).await.unwrap();
+    let deploy = |transient| json!({ "target": "prod", "transient": transient });
+    for attempt in 1..=5 {
+        match rt
+            .call_json("deploy", deploy(true), as_agent(&rt, "a"))
+            .await
+        {
+            Err(CallError::Tool { transient, .. }) => assert!(transient, "attempt {attempt}"),
+            other => panic!("attempt {attempt}: expected the outage's error, got {other:?}"),
+        }
+    }
+    assert_eq!(
+        rt.call_json("deploy", deploy(true), as_agent(&rt, "a"))
+            .await
+            .unwrap(),
+        json!("deployed to prod")
+    );
+    // A failure that will not pass counts: the third identical call is refused.
+    outage.store(5, Ordering::SeqCst);
+    for _ in 0..2 {
+        let failed = rt
+            .call_json("deploy", deploy(false), as_agent(&rt, "a"))
+            .await;
+        assert!(
+            matches!(
+                failed,
+                Err(CallError::Tool {
+                    transient: false,
+                    ..
+                })
+            ),
+            "{failed:?}"
+        );
+    }
+    let why = denied_reason(
+        rt.call_json("deploy", deploy(false), as_agent(&rt, "a"))
+            .await,
+    );
+    assert!(why.contains("called 3 times in a row"), "{why}");
+    // A send with a `request_id` is made once however often it is sent again (its client
+    // timed out, reconnected): a repeat is a retry, and answers the first receipt.
+    rt.register_agent(AgentSpec::new("b", "dev")).await.unwrap();
+    let send = json!({ "to": "b", "body": "built", "request_id": "build-7" });
+    let first = rt
+        .call_json("send_message", send.clone(), as_agent(&rt, "a"))
+        .await
+        .unwrap();
+    for _ in 0..3 {
+        let again = rt
+            .call_json("send_message", send.clone(), as_agent(&rt, "a"))
+            .await
+            .unwrap();
+        assert_eq!(again["id"], first["id"], "{again}");
+    }
+    rt.shutdown().await;
+}
+
 #[tokio::test]
 async fn a_loop_guard_set_to_ask_asks_and_one_set_to_allow_lets_the_repeat_run() {
     let mut config = GovernanceConfig::default();

@@ -295,6 +295,30 @@ async fn tools_list_is_ordered_with_schemas_and_annotations() {
     .await;
 }
 
+/// An error the same call may not meet again (here a crash) carries `guildhall/transient`
+/// beside its kind; a tool's own refusal carries its kind alone.
+#[tokio::test]
+async fn an_error_that_may_pass_is_marked_transient_for_the_client() {
+    let (chaos, _) = crate::support::Chaos::new("chaos");
+    let rt = Runtime::builder().tool(chaos).build().await.unwrap();
+    rt.register_agent(AgentSpec::new("alice", "pm"))
+        .await
+        .unwrap();
+    let server = McpServer::new(rt.clone()).connection(Some(Arc::from("alice")), ToolFilter::all());
+    let mut wire = Wire::stateless(server).await;
+    let crashed = wire.call(1, "chaos", json!({ "act": "panic" })).await;
+    let meta = &crashed["result"]["_meta"];
+    assert_eq!(meta["guildhall/error"], "crashed", "{crashed}");
+    assert_eq!(meta["guildhall/transient"], true, "{crashed}");
+    let refused = wire
+        .call(2, "chaos", json!({ "act": "fail", "id": 1 }))
+        .await;
+    let meta = &refused["result"]["_meta"];
+    assert_eq!(meta["guildhall/error"], "tool_error", "{refused}");
+    assert!(meta.get("guildhall/transient").is_none(), "{refused}");
+    rt.shutdown().await;
+}
+
 #[tokio::test]
 async fn calls_act_as_the_bound_agent_and_errors_are_typed() {
     each_era(async |mut wire, era| {

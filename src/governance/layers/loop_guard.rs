@@ -74,6 +74,7 @@ where
                     inner: self.inner.call(call),
                 },
                 judge: Some(judge),
+                forget: None,
             }));
         }
         let Some(count) = call
@@ -81,7 +82,17 @@ where
             .loops
             .count(agent, call.tool.id, call.scope.digest)
         else {
-            return Either::right(Either::left(JudgedFuture::unjudged(self.inner.call(call))));
+            let forget = Forget {
+                gov: Arc::clone(call.gov()),
+                agent: Arc::clone(agent),
+            };
+            return Either::right(Either::left(JudgedFuture {
+                state: State::Running {
+                    inner: self.inner.call(call),
+                },
+                judge: None,
+                forget: Some(forget),
+            }));
         };
         let agent = Arc::clone(agent);
         match repeated(&self.inner, call, count, agent) {
@@ -163,6 +174,7 @@ pin_project_lite::pin_project! {
         #[pin]
         state: State<F, O>,
         judge: Option<Judge>,
+        forget: Option<Forget>,
     }
 }
 
@@ -179,6 +191,7 @@ impl<F, O> JudgedFuture<F, O> {
         Self {
             state: State::Running { inner },
             judge: None,
+            forget: None,
         }
     }
 }
@@ -198,6 +211,9 @@ where
                 StateProj::Asking { ask } => return ask.as_mut().poll(cx),
                 StateProj::Running { inner } => {
                     let Ok(decided) = std::task::ready!(inner.poll(cx));
+                    if let Some(forget) = this.forget.take() {
+                        forget.after(&decided);
+                    }
                     let Some(judge) = this.judge.take() else {
                         return Poll::Ready(Ok(decided));
                     };
@@ -216,12 +232,48 @@ enum Verdict<O> {
     Ask(BoxFuture<'static, Answer<O>>),
 }
 
+/// What a counted call that fails for a passing reason takes back: its agent's streak.
+struct Forget {
+    gov: Arc<Governance>,
+    agent: Arc<str>,
+}
+
+impl Forget {
+    /// Forgets the agent's streak when the call failed for a reason that may pass: the
+    /// same call again is a retry, not a loop (a task finished again while the database
+    /// restarts).
+    fn after<O>(self, decided: &Decided<O>) {
+        if decided.result.as_ref().err().is_some_and(may_pass) {
+            self.gov.loops.reset(&self.agent);
+        }
+    }
+}
+
+/// Whether the same call may succeed later, so that repeating it is a retry: a crash, a
+/// deadline, a tool unavailable, open or rate-limited, or an error the tool calls transient.
+/// Not a refusal: a call the guard itself denied must not end its own streak.
+fn may_pass(err: &guildhall_actors::CallError) -> bool {
+    use guildhall_actors::CallError as E;
+    err.is_transient()
+        || matches!(
+            err,
+            E::Timeout { .. }
+                | E::Unavailable { .. }
+                | E::CircuitOpen { .. }
+                | E::RateLimited { .. }
+        )
+}
+
 impl Judge {
     /// Counts a finished read: a repeat only when its arguments and its result both match
-    /// the agent's last call.
+    /// the agent's last call. A read that failed for a passing reason is a retry, not one.
     fn judge<O: Serialize + Send + 'static>(self, decided: Decided<O>) -> Verdict<O> {
         let answer = match &decided.result {
             Ok(out) => digest(out),
+            Err(err) if may_pass(err) => {
+                self.gov.loops.reset(&self.agent);
+                return Verdict::Done(decided);
+            }
             Err(err) => xxhash_rust::xxh3::xxh3_64(err.to_string().as_bytes()),
         };
         let Some(count) = self
