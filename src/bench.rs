@@ -4,9 +4,9 @@
 //! the same rounds, because the machines this runs on are shared and noisy: each round runs
 //! one batch of every contender in turn, and the report takes the median over rounds.
 
-#[cfg(feature = "postgres")]
 #[cfg(feature = "a2a")]
 mod a2a;
+#[cfg(feature = "postgres")]
 mod cluster;
 mod context;
 mod events;
@@ -25,9 +25,9 @@ mod tasks;
 mod tools;
 mod watchers;
 
-#[cfg(feature = "postgres")]
 #[cfg(feature = "a2a")]
 pub use a2a::{A2aBenchConfig, A2aReport, a2a};
+#[cfg(feature = "postgres")]
 pub use cluster::{ClusterBenchConfig, ClusterReport, cluster};
 pub use context::{ContextBenchConfig, ContextReport, context};
 pub use events::{EventsBenchConfig, EventsReport, events};
@@ -43,7 +43,7 @@ pub use observer::{ObserverBenchConfig, ObserverReport, observer};
 #[cfg(all(target_os = "linux", target_env = "gnu"))]
 pub use proxy::{ProxyBenchConfig, ProxyReport, proxy};
 pub use soak::{
-    OpFigures, PeerFaultStruck, SoakBenchConfig, SoakReport, SoakSample, TaskCheck, soak,
+    OpFigures, PeerFaultStruck, PgRestart, SoakBenchConfig, SoakReport, SoakSample, TaskCheck, soak,
 };
 pub use storm::{StormBenchConfig, StormReport, storm};
 pub use tasks::{TasksBenchConfig, TasksReport, tasks};

@@ -337,7 +337,7 @@ async fn takeovers(
 }
 
 /// `config` as a key=value connection string, for a config file.
-fn libpq_string(config: &tokio_postgres::Config) -> String {
+pub(super) fn libpq_string(config: &tokio_postgres::Config) -> String {
     use tokio_postgres::config::Host;
     let mut parts = Vec::new();
     if let Some(Host::Tcp(host)) = config.get_hosts().first() {

@@ -344,6 +344,7 @@ async fn first_screens(rt: &Runtime, rounds: usize, stage: &dyn Stage) -> (f64, 
     )
     .expect("the observer's routes");
     let served = tokio::spawn(http::serve(listener, router, stop.clone()));
+    #[cfg(feature = "tls")]
     crate::tls::install();
     let client = reqwest::Client::new();
     let base = format!("http://{addr}");

@@ -20,6 +20,14 @@
 //! proxied server crashes (SIGKILL) at about a third and hangs (SIGSTOP) at about two
 //! thirds.
 //!
+//! With `store` (a PostgreSQL server), the soak makes a database of its own there and
+//! starts `servers` servers on it, each with its own port and data directory: agent
+//! `soak-N` calls server N mod `servers`, so mail, tasks and context cross servers through
+//! the database; kills take the servers in turn; `pg_restart`, the operator's command,
+//! restarts PostgreSQL once at about half of the run. Figures are the servers' together,
+//! the store's size the database's, and the ledger is read from the database once every
+//! server has stopped; the database is dropped after.
+//!
 //! Every `interval` it samples the server (RSS, threads, open descriptors, store size, the
 //! processes it started) and the operations of that interval (p50 and p99 by kind, errors
 //! by kind). At the end it stops the server, opens its store here, and checks the ledger:
@@ -39,6 +47,9 @@ use serde::Serialize;
 use serde_json::{Value, json};
 
 use super::percentile;
+
+#[cfg(feature = "postgres")]
+mod database;
 
 /// What `bench soak` runs.
 #[derive(Debug, Clone)]
@@ -71,6 +82,17 @@ pub struct SoakBenchConfig {
     /// Whether the memory's growth is judged (else only reported): a run too short for the
     /// server to settle, or one kept green while a known growth is open.
     pub judge_memory: bool,
+    /// A PostgreSQL server, as a connection string whose user may create databases: the
+    /// servers share a database of their own made on it (and dropped after) instead of
+    /// each keeping a redb store. `None`: one server on redb.
+    pub store: Option<String>,
+    /// Servers at work on the shared store, each on its own port and data directory; agent
+    /// `soak-N` calls server N mod `servers`, kills take them in turn. More than one needs
+    /// `store`.
+    pub servers: usize,
+    /// A shell command that restarts the PostgreSQL server, run once at about half of the
+    /// run (its output to `pg-restart.log` in the soak's directory).
+    pub pg_restart: Option<String>,
 }
 
 /// One interval's figures.
@@ -78,15 +100,17 @@ pub struct SoakBenchConfig {
 pub struct SoakSample {
     /// Seconds since the swarm started, at the end of the interval.
     pub at_secs: f64,
-    /// Which life of the server this is (0 until the first kill).
+    /// Kills so far (0 until the first kill).
     pub life: usize,
-    /// The server's resident memory, KiB.
+    /// The servers' resident memory together, KiB.
     pub rss_kib: u64,
-    /// Its threads.
+    /// Each server's, KiB.
+    pub servers_rss_kib: Vec<u64>,
+    /// Their threads.
     pub threads: u64,
-    /// Its open file descriptors.
+    /// Their open file descriptors.
     pub fds: u64,
-    /// The store's size on disk, bytes.
+    /// The store's size on disk, bytes (the database's, when they share one).
     pub store_bytes: u64,
     /// Processes the server started, running now (commands).
     pub children: usize,
@@ -94,6 +118,9 @@ pub struct SoakSample {
     pub children_rss_kib: u64,
     /// Calls given up mid-call (the connection dropped) over the interval.
     pub dropped: usize,
+    /// Unread messages in the agents' inboxes, as each agent's last inbox check said: a
+    /// backlog that grows is mail no agent will list again (or a swarm that cannot keep up).
+    pub unread: u64,
     /// Per operation kind: how many were answered, their p50 and p99 (ms), and errors.
     pub ops: BTreeMap<&'static str, OpFigures>,
 }
@@ -107,7 +134,9 @@ pub struct OpFigures {
     pub p50_ms: f64,
     /// 99th percentile, ms.
     pub p99_ms: f64,
-    /// Errors, by kind (`unreachable` while the server is down, `tool` for a tool's error).
+    /// Errors, by kind (`unreachable` while the server is down, `transient` for an error the
+    /// server says may pass, such as its store unavailable while PostgreSQL restarts, `tool`
+    /// for any other error of a tool).
     pub errors: BTreeMap<&'static str, usize>,
     /// The first tool error of the interval, as the tool said it.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -119,10 +148,19 @@ pub struct OpFigures {
 pub struct SoakReport {
     /// Agents at work.
     pub agents: usize,
+    /// Servers they worked with.
+    pub servers: usize,
+    /// `redb`, or `postgres` (a database the servers shared).
+    pub store: &'static str,
     /// How long they worked, seconds.
     pub duration_secs: f64,
     /// Kills done.
     pub kills: usize,
+    /// How long each killed server took to answer `status` again, seconds (it opens its
+    /// store, reading every page: a time that grows with the store).
+    pub restarts_secs: Vec<f64>,
+    /// PostgreSQL's restarts, as run.
+    pub pg_restarts: Vec<PgRestart>,
     /// Every interval, in order.
     pub samples: Vec<SoakSample>,
     /// Sends acknowledged (each with its own `request_id`).
@@ -139,10 +177,15 @@ pub struct SoakReport {
     pub orphans: usize,
     /// Their pids and command lines.
     pub orphan_commands: Vec<String>,
-    /// Acknowledged sends the history lacks.
+    /// Acknowledged sends no recipient's copy holds (inboxes and archives, read from the
+    /// store once every server stopped).
     pub lost: usize,
-    /// Acknowledged sends the history holds more than once.
+    /// Sends the copies hold under more than one message id: made twice.
     pub duplicated: usize,
+    /// Acknowledged sends the mail history (what `search_mail` and the observer show) does
+    /// not list, though a copy holds them: reported, not judged (a server killed before
+    /// its log writer ran leaves them to the next start's backfill).
+    pub unlogged: usize,
     /// The task board's ledger: claims and finishes acknowledged, checked against it.
     pub tasks: TaskCheck,
     /// Agents' own files whose last acknowledged edit was checked once the server stopped.
@@ -221,8 +264,11 @@ const ORPHAN_GRACE: Duration = Duration::from_secs(5);
 
 /// How long a send cut off by a kill is retried (with its `request_id`) after the run ends.
 const SEND_GRACE: Duration = Duration::from_secs(30);
-/// How long a server is given to answer `status` after it starts.
-const START_TIMEOUT: Duration = Duration::from_secs(30);
+/// How long a server is given to answer `status` after it starts. Opening its store reads
+/// every page of it (redb's integrity check, and after a kill redb's repair), so a start
+/// takes longer as the store grows: at 19 minutes of 1,000 agents (301 MiB) a restarted
+/// server did not answer within 30 s. Each restart's time is reported.
+const START_TIMEOUT: Duration = Duration::from_secs(600);
 /// The longest one request may take before it counts as an error.
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
 
@@ -234,15 +280,21 @@ struct Server {
 }
 
 impl Server {
-    /// Starts `serve` on `data` (at `listen`: the same port after a kill) and waits until
-    /// it answers `status`; returns it and its MCP URL.
+    /// Starts `serve` in `place` (at its port: the same after a kill) on `store` when the
+    /// servers share a database, and waits until it answers `status`; returns it and its
+    /// MCP URL.
     async fn start(
-        exe: &Path,
-        wrapper: &[String],
-        data: &Path,
-        tmp: &Path,
-        listen: &str,
+        config: &SoakBenchConfig,
+        place: &Place,
+        store: Option<&str>,
     ) -> Result<(Self, String), String> {
+        let (exe, wrapper, data, tmp, listen) = (
+            config.exe.as_path(),
+            config.wrapper.as_slice(),
+            place.data.as_path(),
+            place.tmp.as_path(),
+            place.listen.as_str(),
+        );
         let mut command = match wrapper.split_first() {
             Some((program, args)) => {
                 let mut command = std::process::Command::new(program);
@@ -258,6 +310,8 @@ impl Server {
             .env("RUST_LOG", "off")
             // Its agents' private directories go here, to be counted at the end.
             .env("TMPDIR", tmp)
+            // The database, if one, by the environment: not on a command line anyone may read.
+            .envs(store.map(|url| ("GUILDHALL_STORE", url)))
             .stdin(std::process::Stdio::null())
             .stdout(std::process::Stdio::null())
             .stderr(std::process::Stdio::null())
@@ -348,7 +402,8 @@ struct Tally {
 /// What every agent shares.
 struct Shared {
     http: reqwest::Client,
-    url: tokio::sync::RwLock<String>,
+    /// Each server's MCP URL (the same port after a kill, so it changes only at a start).
+    urls: Vec<tokio::sync::RwLock<String>>,
     tally: Mutex<Tally>,
     /// The `request_id` of every acknowledged send.
     acknowledged: Mutex<Vec<String>>,
@@ -360,26 +415,37 @@ struct Shared {
     bridges: HashMap<String, tokio::sync::Mutex<Bridge>>,
     /// Calls answered over a bridge.
     bridged_calls: std::sync::atomic::AtomicUsize,
-    /// The binary and data directory a bridge is started with.
+    /// The binary, and each server's data directory, a bridge is started with.
     exe: PathBuf,
-    data: PathBuf,
+    data: Vec<PathBuf>,
     /// The agents' file root (each agent's own files, and one all read).
     root: PathBuf,
     /// Teams of about ten agents, each a role (`team-K`) its members broadcast to.
     teams: usize,
     /// Each agent's last acknowledged edit of its own file (the step it wrote).
     edits: Mutex<HashMap<usize, u64>>,
+    /// Each agent's unread messages, as its last inbox check said.
+    unread: Mutex<HashMap<usize, u64>>,
 }
 
 impl Shared {
     /// The role of agent `soak-N`: its team.
     fn team_of(&self, agent: &str) -> String {
-        let n: usize = agent
-            .strip_prefix("soak-")
-            .and_then(|n| n.parse().ok())
-            .unwrap_or(0);
-        format!("team-{}", n % self.teams.max(1))
+        format!("team-{}", number(agent) % self.teams.max(1))
     }
+
+    /// The server agent `soak-N` calls: N mod the servers.
+    fn server_of(&self, agent: &str) -> usize {
+        number(agent) % self.urls.len().max(1)
+    }
+}
+
+/// The N of agent `soak-N`.
+fn number(agent: &str) -> usize {
+    agent
+        .strip_prefix("soak-")
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(0)
 }
 
 /// The task transitions agents saw acknowledged, checked against the board at the end.
@@ -398,8 +464,10 @@ const SHARED_FILE: &str = "plan.md";
 enum Failure {
     /// No answer: the server is down, or the request was cut off.
     Unreachable,
-    /// The tool answered with an error: its text.
-    Tool(String),
+    /// The tool answered with an error: its text, and whether the server says the same
+    /// call may succeed later (`guildhall/transient`: what it needs is unavailable for now,
+    /// such as its store while PostgreSQL restarts).
+    Tool { text: String, transient: bool },
 }
 
 /// Every answer's time in the first and the last tenth of the run, by kind: their p99s,
@@ -476,16 +544,22 @@ impl Shared {
         };
         let result = &answer["result"];
         if let Some(error) = answer.get("error") {
-            return Err(Failure::Tool(error["message"].to_string()));
+            return Err(Failure::Tool {
+                text: error["message"].to_string(),
+                transient: false,
+            });
         }
         if result["isError"] == json!(true) {
-            return Err(Failure::Tool(result["content"][0]["text"].to_string()));
+            return Err(Failure::Tool {
+                text: result["content"][0]["text"].to_string(),
+                transient: result["_meta"]["guildhall/transient"] == json!(true),
+            });
         }
         Ok(result["structuredContent"].clone())
     }
 
     async fn over_http(&self, agent: &str, tool: &str, arguments: Value) -> Result<Value, Failure> {
-        let url = self.url.read().await.clone();
+        let url = self.urls[self.server_of(agent)].read().await.clone();
         let response =
             super::mcp::stateless_call(&self.http, &url, "guildhall-soak", agent, tool, arguments)
                 .header(crate::mcp::ROLE_HEADER, self.team_of(agent))
@@ -514,7 +588,7 @@ impl Shared {
             let mut command = tokio::process::Command::new(&self.exe);
             command
                 .arg("--data-dir")
-                .arg(&self.data)
+                .arg(&self.data[self.server_of(agent)])
                 .args([
                     "mcp",
                     "--agent",
@@ -547,7 +621,8 @@ impl Shared {
         }
     }
 
-    /// Calls and counts: the time of an answer, or the kind of error.
+    /// Calls and counts: the time of an answer, or the kind of error and whether a retry
+    /// may succeed (no answer, or an error the server calls transient).
     async fn timed(
         &self,
         agent: &str,
@@ -567,13 +642,12 @@ impl Shared {
                 Ok(value)
             }
             Err(failure) => {
-                let unreachable = matches!(failure, Failure::Unreachable);
-                let name = match failure {
-                    Failure::Unreachable => "unreachable",
-                    Failure::Tool(text) => {
+                let (name, retry) = match failure {
+                    Failure::Unreachable => ("unreachable", true),
+                    Failure::Tool { text, transient } => {
                         tally.times.entry(kind).or_default().push(ms);
                         tally.examples.entry(kind).or_insert(text);
-                        "tool"
+                        (if transient { "transient" } else { "tool" }, transient)
                     }
                 };
                 *tally
@@ -582,7 +656,7 @@ impl Shared {
                     .or_default()
                     .entry(name)
                     .or_default() += 1;
-                Err(unreachable)
+                Err(retry)
             }
         }
     }
@@ -659,15 +733,23 @@ async fn agent(
                 }
             }
             40..62 => {
-                // A waiting check for what came since the last, as an idle agent makes;
-                // what came is acknowledged, so inboxes stay as short as a working swarm's.
+                // A waiting check of the unread mail, as an idle agent makes; what came is
+                // acknowledged, so inboxes stay as short as a working swarm's. Unread, not
+                // `since: "last"`: that lists each message once, so what a check cut off
+                // mid-call listed would never be seen (a server cannot tell that an answer
+                // did not reach its client); unread mail is listed until acknowledged.
                 let taken = shared
-                    .timed(
-                        &id,
-                        INBOX,
-                        json!({ "since": "last", "limit": 20, "wait_secs": 0.5 }),
-                    )
+                    .timed(&id, INBOX, json!({ "limit": 20, "wait_secs": 0.5 }))
                     .await;
+                if let Ok(inbox) = &taken
+                    && let Some(unread) = inbox["unread"].as_u64()
+                {
+                    shared
+                        .unread
+                        .lock()
+                        .unwrap_or_else(PoisonError::into_inner)
+                        .insert(me, unread);
+                }
                 let ids: Vec<Value> = taken.ok().map_or_else(Vec::new, |inbox| {
                     inbox["messages"]
                         .as_array()
@@ -746,11 +828,7 @@ async fn agent(
             _ => {
                 // A waiting check given up mid-call: the connection is dropped under it (over
                 // HTTP, for a bridged agent too: its stdio stream cannot drop one call).
-                let call = shared.over_http(
-                    &id,
-                    INBOX,
-                    json!({ "since": "last", "limit": 5, "wait_secs": 2 }),
-                );
+                let call = shared.over_http(&id, INBOX, json!({ "limit": 5, "wait_secs": 2 }));
                 let gave_up = Duration::from_millis(rng.u64(20..200));
                 if tokio::time::timeout(gave_up, call).await.is_err() {
                     shared
@@ -989,6 +1067,56 @@ fn started_in(tmp: &Path) -> Vec<u32> {
         .collect()
 }
 
+/// PostgreSQL restarted by the operator's command, as run.
+#[derive(Debug, Clone, Serialize)]
+pub struct PgRestart {
+    /// Seconds since the swarm started, when the command began.
+    pub at_secs: f64,
+    /// How long the command took, seconds.
+    pub took_secs: f64,
+    /// Whether it exited with success.
+    pub ok: bool,
+    /// When it did not: its status and the last lines it wrote.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+/// Runs `command` (with `sh -c`), which restarts PostgreSQL, its output to `pg-restart.log`
+/// in `dir`: a file, not a pipe, since a server it starts keeps what it was given open.
+async fn restart_postgres(command: &str, dir: &Path, started: Instant) -> PgRestart {
+    let at_secs = started.elapsed().as_secs_f64();
+    let began = Instant::now();
+    let log_path = dir.join("pg-restart.log");
+    let status = match std::fs::File::create(&log_path).and_then(|log| Ok((log.try_clone()?, log)))
+    {
+        Ok((out, err)) => tokio::process::Command::new("sh")
+            .args(["-c", command])
+            .stdin(std::process::Stdio::null())
+            .stdout(out)
+            .stderr(err)
+            .status()
+            .await
+            .map_err(|e| format!("cannot run `sh -c {command}`: {e}")),
+        Err(e) => Err(format!("cannot make {}: {e}", log_path.display())),
+    };
+    let error = match status {
+        Ok(status) if status.success() => None,
+        Ok(status) => {
+            let log = std::fs::read_to_string(&log_path).unwrap_or_default();
+            let tail: Vec<&str> = log.lines().rev().take(5).collect();
+            let tail: Vec<&str> = tail.into_iter().rev().collect();
+            Some(format!("`{command}` {status}: {}", tail.join(" / ")))
+        }
+        Err(e) => Some(e),
+    };
+    PgRestart {
+        at_secs,
+        took_secs: began.elapsed().as_secs_f64(),
+        ok: error.is_none(),
+        error,
+    }
+}
+
 /// A fault of the proxied server.
 #[derive(Debug, Clone, Copy)]
 enum PeerFault {
@@ -1098,56 +1226,123 @@ fn dir_bytes(dir: &Path) -> u64 {
 /// Runs the soak; `progress` is called with each sample as it is taken.
 ///
 /// # Errors
-/// The server cannot start (or start again after a kill), or its store cannot be read at the
-/// end.
+/// Several servers or a PostgreSQL restart without a PostgreSQL store; the database cannot
+/// be made; a server cannot start (or start again after a kill); the store cannot be read
+/// at the end.
 pub async fn soak(
     config: SoakBenchConfig,
     progress: &(dyn Fn(&SoakSample) + Sync),
 ) -> Result<SoakReport, String> {
     #[cfg(feature = "tls")]
     crate::tls::install();
-    let dir = tempfile::tempdir().map_err(|e| format!("cannot make a directory: {e}"))?;
-    let (data, tmp, root) = (
-        dir.path().join("data"),
-        dir.path().join("tmp"),
-        dir.path().join("work"),
-    );
-    let prepare = |e: std::io::Error| format!("cannot prepare the soak's directories: {e}");
-    for made in [&data, &tmp, &root] {
-        std::fs::create_dir_all(made).map_err(prepare)?;
+    if config.store.is_none() && config.servers > 1 {
+        return Err(format!(
+            "{} servers need a PostgreSQL store to share (`--store`): a redb store has one",
+            config.servers
+        ));
     }
+    if config.store.is_none() && config.pg_restart.is_some() {
+        return Err(
+            "a PostgreSQL restart (`--pg-restart`) needs a PostgreSQL store (`--store`)".into(),
+        );
+    }
+    match config.store.as_deref() {
+        None => run(&config, None, progress).await,
+        #[cfg(feature = "postgres")]
+        Some(admin) => {
+            let database = Database::make(admin).await?;
+            let report = run(&config, Some(&database), progress).await;
+            database.remove().await;
+            report
+        }
+        #[cfg(not(feature = "postgres"))]
+        Some(_) => Err("this binary was built without PostgreSQL (feature `postgres`)".into()),
+    }
+}
+
+#[cfg(feature = "postgres")]
+use database::Database;
+
+/// Built without PostgreSQL, there is no database to share.
+#[cfg(not(feature = "postgres"))]
+enum Database {}
+
+#[cfg(not(feature = "postgres"))]
+impl Database {
+    fn url(&self) -> &str {
+        match *self {}
+    }
+
+    #[allow(clippy::unused_async)]
+    async fn size(&self) -> Option<u64> {
+        match *self {}
+    }
+}
+
+/// Where one of the soak's servers lives: its data directory (its socket, its config, its
+/// redb store when there is no database), its agents' `TMPDIR`, and its port (the same
+/// after a kill).
+struct Place {
+    data: PathBuf,
+    tmp: PathBuf,
+    listen: String,
+}
+
+/// The soak itself, on `database` when the servers share one.
+async fn run(
+    config: &SoakBenchConfig,
+    database: Option<&Database>,
+    progress: &(dyn Fn(&SoakSample) + Sync),
+) -> Result<SoakReport, String> {
+    let dir = tempfile::tempdir().map_err(|e| format!("cannot make a directory: {e}"))?;
+    let root = dir.path().join("work");
+    let store_url = database.map(Database::url);
+    let mut places: Vec<Place> = (0..config.servers.max(1))
+        .map(|k| Place {
+            data: dir.path().join(format!("data-{k}")),
+            tmp: dir.path().join(format!("tmp-{k}")),
+            listen: "127.0.0.1:0".to_owned(),
+        })
+        .collect();
+    let prepare = |e: std::io::Error| format!("cannot prepare the soak's directories: {e}");
+    std::fs::create_dir_all(&root).map_err(prepare)?;
     std::fs::write(root.join(SHARED_FILE), "# The plan\n".repeat(200)).map_err(prepare)?;
     let store = config
         .cache_mib
         .map(|mib| format!("[store]\ncache_mib = {mib}\n"))
         .unwrap_or_default();
-    std::fs::write(
-        data.join("guildhall.toml"),
-        format!(
-            "{store}[files]\nroots = [{root:?}]\n[shell]\n\
-             [servers.peer]\ncommand = {exe:?}\nargs = [\"bench\", \"mcp-floor\"]\n\
-             env = {{ RUST_LOG = \"off\" }}\ntimeout = \"{PEER_TIMEOUT}\"\n\
-             hang_grace = \"{PEER_HANG_GRACE}\"\n",
-            root = root.display().to_string(),
-            exe = config.exe.display().to_string(),
-        ),
-    )
-    .map_err(prepare)?;
-    let (mut server, url) =
-        Server::start(&config.exe, &config.wrapper, &data, &tmp, "127.0.0.1:0").await?;
-    let listen = url
-        .trim_start_matches("http://")
-        .split('/')
-        .next()
-        .unwrap_or("127.0.0.1:0")
-        .to_owned();
+    let server_config = format!(
+        "{store}[files]\nroots = [{root:?}]\n[shell]\n\
+         [servers.peer]\ncommand = {exe:?}\nargs = [\"bench\", \"mcp-floor\"]\n\
+         env = {{ RUST_LOG = \"off\" }}\ntimeout = \"{PEER_TIMEOUT}\"\n\
+         hang_grace = \"{PEER_HANG_GRACE}\"\n",
+        root = root.display().to_string(),
+        exe = config.exe.display().to_string(),
+    );
+    let mut servers = Vec::new();
+    let mut urls = Vec::new();
+    for place in &mut places {
+        for made in [&place.data, &place.tmp] {
+            std::fs::create_dir_all(made).map_err(prepare)?;
+        }
+        std::fs::write(place.data.join("guildhall.toml"), &server_config).map_err(prepare)?;
+        let (server, url) = Server::start(config, place, store_url).await?;
+        place.listen = url
+            .trim_start_matches("http://")
+            .split('/')
+            .next()
+            .unwrap_or("127.0.0.1:0")
+            .to_owned();
+        servers.push(server);
+        urls.push(tokio::sync::RwLock::new(url));
+    }
     let agents = config.agents.max(2);
     let shared = Arc::new(Shared {
         http: reqwest::Client::builder()
             .timeout(REQUEST_TIMEOUT)
             .build()
             .map_err(|e| format!("cannot make an HTTP client: {e}"))?,
-        url: tokio::sync::RwLock::new(url),
+        urls,
         tally: Mutex::new(Tally::default()),
         acknowledged: Mutex::new(Vec::new()),
         tasks: Mutex::new(TaskLedger::default()),
@@ -1166,10 +1361,11 @@ pub async fn soak(
             .collect(),
         bridged_calls: std::sync::atomic::AtomicUsize::new(0),
         exe: config.exe.clone(),
-        data: data.clone(),
+        data: places.iter().map(|p| p.data.clone()).collect(),
         root,
         teams: agents.div_ceil(10),
         edits: Mutex::new(HashMap::new()),
+        unread: Mutex::new(HashMap::new()),
     });
     // Every agent makes itself known (its first request registers it) before any works, so
     // that no send goes to an agent not there yet.
@@ -1195,7 +1391,8 @@ pub async fn soak(
         ));
     }
     // Kills spread over the first half after its first tenth (that the first tenth's
-    // latency is the server's at rest, and the second half's memory one life's), jittered.
+    // latency is the servers' at rest, and the second half's memory one life's), jittered;
+    // with several servers, each kill the next server's.
     let mut rng = fastrand::Rng::with_seed(config.seed);
     let mut kills: Vec<Duration> = (0..config.kills)
         .map(|k| {
@@ -1204,7 +1401,8 @@ pub async fn soak(
         })
         .collect();
     kills.reverse();
-    // The proxied server crashes at about a third of the run, and hangs at about two thirds.
+    // The proxied server (the first server's) crashes at about a third of the run, and
+    // hangs at about two thirds.
     let mut peer_faults = vec![
         (
             config.duration.mul_f64(0.62 + 0.06 * rng.f64()),
@@ -1215,11 +1413,20 @@ pub async fn soak(
             PeerFault::Crash,
         ),
     ];
+    // PostgreSQL restarts once the kills are done, before the half whose memory is judged.
+    let mut pg_restart = config
+        .pg_restart
+        .as_deref()
+        .map(|command| (config.duration.mul_f64(0.46 + 0.03 * rng.f64()), command));
+    let mut pg_restarts = Vec::new();
+    // How long each killed server took to answer again.
+    let mut restarts_secs = Vec::new();
     let mut peer_faulted = Vec::new();
-    // What each life of the server had started when it ended: none may outlive it.
+    // What each life of each server had started when it ended: none may outlive it.
     let mut started_by_server = Vec::new();
     let mut samples = Vec::new();
     let mut life = 0;
+    let mut store_bytes = 0;
     let stall_at = started + config.duration / 3;
     let mut stalled = None;
     // At least 100 ms: an interval of 0 from the library would sample without pause.
@@ -1228,7 +1435,8 @@ pub async fn soak(
     while Instant::now() < until {
         let next_kill = kills.last().map(|at| started + *at);
         let next_peer_fault = peer_faults.last().map(|(at, _)| started + *at);
-        let mut wake = [next_kill, next_peer_fault]
+        let next_pg_restart = pg_restart.map(|(at, _)| started + at);
+        let mut wake = [next_kill, next_peer_fault, next_pg_restart]
             .into_iter()
             .flatten()
             .fold(next_sample, Instant::min)
@@ -1238,25 +1446,36 @@ pub async fn soak(
         }
         tokio::time::sleep_until(wake.into()).await;
         if stalled.is_none() && Instant::now() >= stall_at {
-            stalled = Some(stall(&listen).await);
+            stalled = Some(stall(&places[0].listen).await);
         }
         if next_peer_fault.is_some_and(|at| Instant::now() >= at)
             && let Some((_, fault)) = peer_faults.pop()
         {
-            peer_faulted.push(fault.strike(server.pid(), started));
+            peer_faulted.push(fault.strike(servers[0].pid(), started));
         }
         if next_kill.is_some_and(|k| Instant::now() >= k) {
             kills.pop();
-            started_by_server.extend(descendants(server.pid()));
-            server.kill();
-            let (restarted, url) =
-                Server::start(&config.exe, &config.wrapper, &data, &tmp, &listen).await?;
-            server = restarted;
-            *shared.url.write().await = url;
+            let victim = life % servers.len();
+            started_by_server.extend(descendants(servers[victim].pid()));
+            servers[victim].kill();
+            let began = Instant::now();
+            let (restarted, url) = Server::start(config, &places[victim], store_url).await?;
+            restarts_secs.push(began.elapsed().as_secs_f64());
+            servers[victim] = restarted;
+            *shared.urls[victim].write().await = url;
             life += 1;
         }
+        if next_pg_restart.is_some_and(|at| Instant::now() >= at)
+            && let Some((_, command)) = pg_restart.take()
+        {
+            pg_restarts.push(restart_postgres(command, dir.path(), started).await);
+        }
         if Instant::now() >= next_sample || Instant::now() >= until {
-            let sample = take_sample(&shared, &server, &data, started, life);
+            store_bytes = match database {
+                Some(database) => database.size().await.unwrap_or(store_bytes),
+                None => dir_bytes(&places[0].data),
+            };
+            let sample = take_sample(&shared, &servers, store_bytes, started, life);
             progress(&sample);
             samples.push(sample);
             next_sample += interval;
@@ -1278,7 +1497,7 @@ pub async fn soak(
             Err(failure) => {
                 peer_error = Some(match failure {
                     Failure::Unreachable => "the server did not answer".to_owned(),
-                    Failure::Tool(text) => text,
+                    Failure::Tool { text, .. } => text,
                 });
                 tokio::time::sleep(Duration::from_millis(200)).await;
             }
@@ -1291,14 +1510,19 @@ pub async fn soak(
     let killed = life;
     let stalled_connections = stalled.as_ref().map_or(0, Vec::len);
     drop(stalled);
-    started_by_server.extend(descendants(server.pid()));
-    server.stop().await;
-    let leftover_temp_entries = std::fs::read_dir(&tmp).map_or(0, Iterator::count);
-    // Processes the server started (its descendants when it ended, and any process with
-    // its agents' `TMPDIR`, should one have left its tree) that still run, once those
-    // ending with it have had a moment to.
+    for server in servers {
+        started_by_server.extend(descendants(server.pid()));
+        server.stop().await;
+    }
+    let leftover_temp_entries = places
+        .iter()
+        .map(|place| std::fs::read_dir(&place.tmp).map_or(0, Iterator::count))
+        .sum();
+    // Processes the servers started (their descendants when they ended, and any process
+    // with their agents' `TMPDIR`, should one have left its tree) that still run, once
+    // those ending with them have had a moment to.
     let orphans_now = || {
-        let mut orphans: Vec<u32> = started_in(&tmp);
+        let mut orphans: Vec<u32> = places.iter().flat_map(|p| started_in(&p.tmp)).collect();
         orphans.extend(
             started_by_server
                 .iter()
@@ -1324,7 +1548,17 @@ pub async fn soak(
             .unwrap_or_else(PoisonError::into_inner),
     );
     let tasks = std::mem::take(&mut *shared.tasks.lock().unwrap_or_else(PoisonError::into_inner));
-    let (lost, duplicated, tasks) = ledger(&data, &acknowledged, &tasks).await?;
+    let opened = match store_url {
+        #[cfg(feature = "postgres")]
+        Some(url) => crate::Runtime::builder().store_url(url),
+        _ => crate::Runtime::builder().data_dir(&places[0].data),
+    };
+    let MailCheck {
+        lost,
+        duplicated,
+        unlogged,
+        tasks,
+    } = ledger(opened, &acknowledged, &tasks).await?;
     let edits = std::mem::take(&mut *shared.edits.lock().unwrap_or_else(PoisonError::into_inner));
     let edits_lost = edits
         .iter()
@@ -1342,8 +1576,16 @@ pub async fn soak(
     let [first_tenth, last_tenth] = shared.tenths.p99s();
     let mut report = SoakReport {
         agents,
+        servers: places.len(),
+        store: if database.is_some() {
+            "postgres"
+        } else {
+            "redb"
+        },
         duration_secs,
         kills: killed,
+        restarts_secs,
+        pg_restarts,
         sends_acknowledged: acknowledged.len(),
         bridged_calls: shared
             .bridged_calls
@@ -1354,6 +1596,7 @@ pub async fn soak(
         orphan_commands,
         lost,
         duplicated,
+        unlogged,
         tasks,
         edits_checked: edits.len(),
         edits_lost,
@@ -1371,11 +1614,11 @@ pub async fn soak(
     Ok(report)
 }
 
-/// The interval's figures, its tally taken.
+/// The interval's figures, its tally taken: the servers' together.
 fn take_sample(
     shared: &Shared,
-    server: &Server,
-    data: &Path,
+    servers: &[Server],
+    store_bytes: u64,
     started: Instant,
     life: usize,
 ) -> SoakSample {
@@ -1395,8 +1638,8 @@ fn take_sample(
             },
         );
     }
-    let (rss_kib, threads, fds) = process_figures(server.pid());
-    let children = descendants(server.pid());
+    let figures: Vec<(u64, u64, u64)> = servers.iter().map(|s| process_figures(s.pid())).collect();
+    let children: Vec<(u32, u64)> = servers.iter().flat_map(|s| descendants(s.pid())).collect();
     let children_rss_kib = children
         .iter()
         .map(|&(pid, _)| process_figures(pid).0)
@@ -1404,13 +1647,20 @@ fn take_sample(
     SoakSample {
         at_secs: started.elapsed().as_secs_f64(),
         life,
-        rss_kib,
-        threads,
-        fds,
-        store_bytes: dir_bytes(data),
+        rss_kib: figures.iter().map(|f| f.0).sum(),
+        servers_rss_kib: figures.iter().map(|f| f.0).collect(),
+        threads: figures.iter().map(|f| f.1).sum(),
+        fds: figures.iter().map(|f| f.2).sum(),
+        store_bytes,
         children: children.len(),
         children_rss_kib,
         dropped: tally.dropped,
+        unread: shared
+            .unread
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .values()
+            .sum(),
         ops,
     }
 }
@@ -1454,36 +1704,65 @@ fn rss_growth(samples: &[SoakSample], duration_secs: f64) -> Option<(f64, f64)> 
 /// Each acknowledged send (by its `request_id`, in its subject) counted in the history of
 /// the stopped server's store: how many are missing, and how many are there more than once.
 async fn ledger(
-    data: &Path,
+    store: crate::RuntimeBuilder,
     acknowledged: &[String],
     tasks: &TaskLedger,
-) -> Result<(usize, usize, TaskCheck), String> {
-    let runtime = crate::Runtime::builder()
-        .data_dir(data)
+) -> Result<MailCheck, String> {
+    let runtime = store
         .build()
         .await
         .map_err(|e| format!("cannot open the soaked store: {e}"))?;
+    let copies = sends_in_copies(&*runtime.store());
     let found = runtime
         .search_mail(crate::agents::MailSearch::new("", usize::MAX))
         .await
         .map_err(|e| format!("cannot read the mail history: {e}"));
     let board = check_tasks(&runtime, tasks).await;
     runtime.shutdown().await;
-    let found = found?;
-    let board = board?;
-    // Every send the history holds, by its request_id: acknowledged or not, none twice.
-    let mut counts: HashMap<&str, usize> = HashMap::new();
-    for message in &found.messages {
-        if let Some(token) = message.subject.strip_prefix("soak ") {
-            *counts.entry(token).or_default() += 1;
-        }
-    }
-    let lost = acknowledged
+    let (copies, found, board) = (copies?, found?, board?);
+    let logged: std::collections::HashSet<&str> = found
+        .messages
         .iter()
-        .filter(|token| !counts.contains_key(token.as_str()))
-        .count();
-    let duplicated = counts.values().filter(|&&n| n > 1).count();
-    Ok((lost, duplicated, board))
+        .filter_map(|m| m.subject.strip_prefix("soak "))
+        .collect();
+    Ok(MailCheck {
+        lost: acknowledged
+            .iter()
+            .filter(|token| !copies.contains_key(token.as_str()))
+            .count(),
+        duplicated: copies.values().filter(|ids| ids.len() > 1).count(),
+        unlogged: acknowledged
+            .iter()
+            .filter(|token| !logged.contains(token.as_str()))
+            .count(),
+        tasks: board,
+    })
+}
+
+/// What the mail ledger found.
+struct MailCheck {
+    lost: usize,
+    duplicated: usize,
+    unlogged: usize,
+    tasks: TaskCheck,
+}
+
+/// Every soak send the recipients' copies hold (inboxes and archives, each copy of a
+/// broadcast alike), by its `request_id` (in its subject): the message ids it was stored
+/// under, more than one being a send made twice.
+fn sends_in_copies(
+    store: &dyn crate::store::Store,
+) -> Result<HashMap<String, std::collections::BTreeSet<uuid::Uuid>>, String> {
+    let mut copies: HashMap<String, std::collections::BTreeSet<uuid::Uuid>> = HashMap::new();
+    for table in [crate::store::Table::Inbox, crate::store::Table::Archive] {
+        crate::store::scan_values(store, table, b"", |_, m: crate::agents::Message| {
+            if let Some(token) = m.subject.strip_prefix("soak ") {
+                copies.entry(token.to_owned()).or_default().insert(m.id);
+            }
+        })
+        .map_err(|e| format!("cannot read the recipients' copies: {e}"))?;
+    }
+    Ok(copies)
 }
 
 /// What the board says of the task transitions acknowledged.
@@ -1575,6 +1854,13 @@ fn judge(report: &SoakReport, memory: bool) -> Vec<String> {
         if count > 0 {
             failures.push(format!("{count} {what}"));
         }
+    }
+    for restart in report.pg_restarts.iter().filter(|r| !r.ok) {
+        failures.push(format!(
+            "PostgreSQL's restart at {:.0} s failed: {}",
+            restart.at_secs,
+            restart.error.as_deref().unwrap_or("")
+        ));
     }
     for struck in report.peer_faults.iter().filter(|f| f.processes == 0) {
         failures.push(format!(

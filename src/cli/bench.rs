@@ -66,8 +66,9 @@ enum Which {
     /// again on its store, the proxied server crashed and hung, stalled and dropped
     /// connections): per interval its memory, threads, descriptors, store size and each
     /// operation's p50/p99; at the end the ledger (every acknowledged send in the history
-    /// once, every claimed task done once) and the verdict. Exits 1 when a criterion is
-    /// missed. As long as `--duration`.
+    /// once, every claimed task done once) and the verdict. With `--store`, several servers
+    /// share a PostgreSQL database, killed in turn, and `--pg-restart` restarts PostgreSQL
+    /// midway. Exits 1 when a criterion is missed. As long as `--duration`.
     Soak(SoakArgs),
     /// `guildhall hook` as an agent's client runs it, server running: process start to
     /// answer (`hook_p50_ms`, `hook_p99_ms`), against starting the binary alone. About 5 s
@@ -934,6 +935,20 @@ struct SoakArgs {
     /// server to settle).
     #[arg(long)]
     no_memory_verdict: bool,
+    /// Share a PostgreSQL database among the servers instead of a redb store: a connection
+    /// string whose user may create databases. The soak makes a database of its own on that
+    /// server and drops it after.
+    #[cfg(feature = "postgres")]
+    #[arg(long, value_name = "URL")]
+    store: Option<String>,
+    /// Servers at work at once (agent N calls server N mod this; kills take them in turn).
+    /// Default: 3 with `--store`, else 1 (a redb store has one).
+    #[arg(long)]
+    servers: Option<usize>,
+    /// A shell command that restarts PostgreSQL (e.g. `pg_ctl -D DIR -w -m fast restart`),
+    /// run once at about half of the run; needs `--store`.
+    #[arg(long, value_name = "COMMAND")]
+    pg_restart: Option<String>,
 }
 
 async fn soak(a: SoakArgs) -> Result<(), Box<dyn std::error::Error>> {
@@ -941,6 +956,10 @@ async fn soak(a: SoakArgs) -> Result<(), Box<dyn std::error::Error>> {
     if a.interval.is_zero() {
         return Err("--interval must be more than 0".into());
     }
+    #[cfg(feature = "postgres")]
+    let store = a.store;
+    #[cfg(not(feature = "postgres"))]
+    let store: Option<String> = None;
     let json = a.json;
     let terminal = std::io::stderr().is_terminal();
     let progress = move |sample: &guildhall::bench::SoakSample| {
@@ -957,13 +976,15 @@ async fn soak(a: SoakArgs) -> Result<(), Box<dyn std::error::Error>> {
                 .fold(0.0, f64::max);
             let _ = writeln!(
                 std::io::stderr().lock(),
-                "{:>7.0} s  life {}  rss {:.1} MiB  threads {}  fds {}  store {:.1} MiB  p99 {:.1} ms",
+                "{:>7.0} s  life {}  rss {:.1} MiB  threads {}  fds {}  store {:.1} MiB  unread {}  \
+                 p99 {:.1} ms",
                 sample.at_secs,
                 sample.life,
                 sample.rss_kib as f64 / 1024.0,
                 sample.threads,
                 sample.fds,
                 sample.store_bytes as f64 / 1_048_576.0,
+                sample.unread,
                 worst
             );
         }
@@ -985,6 +1006,9 @@ async fn soak(a: SoakArgs) -> Result<(), Box<dyn std::error::Error>> {
             cache_mib: a.cache_mib,
             bridged: a.bridged.unwrap_or(a.agents / 10),
             judge_memory: !a.no_memory_verdict,
+            servers: a.servers.unwrap_or(if store.is_some() { 3 } else { 1 }),
+            store,
+            pg_restart: a.pg_restart,
         },
         &progress,
     )
@@ -995,13 +1019,21 @@ async fn soak(a: SoakArgs) -> Result<(), Box<dyn std::error::Error>> {
     } else {
         writeln!(
             out,
-            "{} agents for {:.0} s, {} kills; {} sends acknowledged, {} lost, {} duplicated",
+            "{} agents on {} server(s) ({}) for {:.0} s, {} kills; {} sends acknowledged, {} \
+             lost, {} duplicated",
             report.agents,
+            report.servers,
+            report.store,
             report.duration_secs,
             report.kills,
             report.sends_acknowledged,
             report.lost,
             report.duplicated
+        )?;
+        writeln!(
+            out,
+            "mail history: {} acknowledged sends not listed (a copy holds them)",
+            report.unlogged
         )?;
         writeln!(
             out,
@@ -1040,6 +1072,27 @@ async fn soak(a: SoakArgs) -> Result<(), Box<dyn std::error::Error>> {
             report.bridged_calls,
             report.orphans
         )?;
+        if !report.restarts_secs.is_empty() {
+            let took: Vec<String> = report
+                .restarts_secs
+                .iter()
+                .map(|s| format!("{s:.1} s"))
+                .collect();
+            writeln!(
+                out,
+                "killed servers answered again after {}",
+                took.join(", ")
+            )?;
+        }
+        for restart in &report.pg_restarts {
+            writeln!(
+                out,
+                "PostgreSQL restarted at {:.0} s in {:.1} s: {}",
+                restart.at_secs,
+                restart.took_secs,
+                restart.error.as_deref().unwrap_or("ok")
+            )?;
+        }
         for (kind, first) in &report.p99_first_tenth_ms {
             let last = report
                 .p99_last_tenth_ms

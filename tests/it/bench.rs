@@ -384,58 +384,57 @@ fn cluster_reports_throughput_round_trips_and_takeovers_against_their_baselines(
     );
 }
 
-/// A short soak with a kill: every sample is there, with the server's figures, its life
-/// counted across the kill; every acknowledged send is in the history once; a verdict is
-/// given (its latency and memory criteria are the benchmark's to judge, not a test's).
-#[test]
-fn soak_samples_a_killed_and_restarted_server_and_checks_its_ledger() {
+/// Runs `bench soak --json` with `args` (a dozen agents, three of them bridged, a sample a
+/// second): its report, its samples, and whether it exited with success.
+fn soak(args: &[&str]) -> (serde_json::Value, Vec<serde_json::Value>, bool) {
     let dir = tempfile::tempdir().unwrap();
     let run = crate::support::guildhall(dir.path())
-        .args([
-            "bench",
-            "soak",
-            "--json",
-            "--agents",
-            "12",
-            "--duration",
-            "8s",
-            "--rate",
-            "60",
-            "--interval",
-            "1s",
-            "--kills",
-            "1",
-            "--seed",
-            "7",
-            "--bridged",
-            "3",
-        ])
+        .args(["bench", "soak", "--json", "--agents", "12"])
+        .args(["--interval", "1s", "--seed", "7", "--bridged", "3"])
+        .args(args)
         .output()
         .unwrap();
     let out = String::from_utf8(run.stdout).unwrap();
-    let lines: Vec<serde_json::Value> = out
+    let mut lines: Vec<serde_json::Value> = out
         .lines()
         .map(|line| serde_json::from_str(line).unwrap())
         .collect();
-    let (report, samples) = lines.split_last().unwrap();
+    let report = lines.pop().unwrap_or_else(|| {
+        panic!(
+            "no report; stderr: {}",
+            String::from_utf8_lossy(&run.stderr)
+        )
+    });
+    (report, lines, run.status.success())
+}
+
+/// What every soak must show, whatever its store: samples of live servers, the ledgers
+/// whole, every kind of work done, no orphan or leftover, the proxied server's faults
+/// struck and survived.
+fn assert_soak_held(report: &serde_json::Value, samples: &[serde_json::Value], passed: bool) {
     let failures = report["failures"].as_array().unwrap();
-    assert_eq!(run.status.success(), failures.is_empty(), "{report}");
-    assert_eq!(report["kills"], 1, "{report}");
+    assert_eq!(passed, failures.is_empty(), "{report}");
     assert_eq!(report["samples"].as_array().unwrap().len(), samples.len());
-    // One a second, but none while the killed server starts again (a second or two on a
+    // One a second, but none while a killed server starts again (a second or two on a
     // loaded machine).
     assert!(samples.len() >= 4, "{} samples", samples.len());
+    let servers = report["servers"].as_u64().unwrap() as usize;
     for sample in samples {
         assert!(sample["rss_kib"].as_u64().unwrap() > 0, "{sample}");
+        let each = sample["servers_rss_kib"].as_array().unwrap();
+        assert_eq!(each.len(), servers, "{sample}");
+        assert!(each.iter().all(|rss| rss.as_u64() > Some(0)), "{sample}");
         assert!(sample["threads"].as_u64().unwrap() > 0, "{sample}");
         assert!(sample["fds"].as_u64().unwrap() > 0, "{sample}");
+        assert!(sample["store_bytes"].as_u64().unwrap() > 0, "{sample}");
+        assert!(sample["unread"].is_u64(), "{sample}");
         assert!(sample["ops"]["send_message"]["count"].is_u64(), "{sample}");
     }
     assert_eq!(samples.first().unwrap()["life"], 0);
     assert_eq!(
         samples.last().unwrap()["life"],
-        1,
-        "the server lived again after the kill"
+        report["kills"],
+        "the servers lived again after the kills"
     );
     assert!(
         report["sends_acknowledged"].as_u64().unwrap() > 20,
@@ -468,7 +467,7 @@ fn soak_samples_a_killed_and_restarted_server_and_checks_its_ledger() {
     assert_eq!(report["orphans"], 0, "{report}");
     assert_eq!(
         report["leftover_temp_entries"], 0,
-        "the killed life's private directories were removed by the next: {report}"
+        "a killed life's private directories were removed by the next: {report}"
     );
     assert!(
         samples
@@ -490,4 +489,89 @@ fn soak_samples_a_killed_and_restarted_server_and_checks_its_ledger() {
             .any(|s| s["ops"]["mcp__peer__echo"]["count"].as_u64() > Some(0)),
         "the proxied server was called"
     );
+}
+
+/// A short soak with a kill: every sample is there, with the server's figures, its life
+/// counted across the kill; the ledgers hold; a verdict is given (its latency and memory
+/// criteria are the benchmark's to judge, not a test's).
+#[test]
+fn soak_samples_a_killed_and_restarted_server_and_checks_its_ledger() {
+    let (report, samples, passed) = soak(&["--duration", "8s", "--rate", "60", "--kills", "1"]);
+    assert_eq!(report["servers"], 1, "{report}");
+    assert_eq!(report["store"], "redb", "{report}");
+    assert_eq!(report["kills"], 1, "{report}");
+    assert_eq!(report["pg_restarts"], serde_json::json!([]), "{report}");
+    assert_soak_held(&report, &samples, passed);
+}
+
+/// Three servers sharing a PostgreSQL database: two of them killed in turn, PostgreSQL
+/// restarted by an operator's command midway; the ledgers, read from the database once
+/// every server stopped, hold all the same.
+#[test]
+fn soak_on_postgres_shares_it_among_servers_through_kills_and_a_restart() {
+    let postgres = crate::pg::Owned::start("soak");
+    let restart = postgres.restart_command();
+    // Busier than the run above: a PostgreSQL restart takes a few seconds of it, and the
+    // files are edited in place only by agents that edited them before.
+    let (report, samples, passed) = soak(&[
+        "--duration",
+        "12s",
+        "--rate",
+        "100",
+        "--kills",
+        "2",
+        "--store",
+        &postgres.url(),
+        "--servers",
+        "3",
+        "--pg-restart",
+        &restart,
+    ]);
+    assert_eq!(report["servers"], 3, "{report}");
+    assert_eq!(report["store"], "postgres", "{report}");
+    assert_eq!(report["kills"], 2, "{report}");
+    let restarts = report["pg_restarts"].as_array().unwrap();
+    assert_eq!(restarts.len(), 1, "{report}");
+    assert_eq!(restarts[0]["ok"], true, "{report}");
+    assert_soak_held(&report, &samples, passed);
+    // The soak's database went with it.
+    let left: i64 = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+        .block_on(async {
+            let (client, connection) =
+                tokio_postgres::connect(&postgres.url(), tokio_postgres::NoTls)
+                    .await
+                    .unwrap();
+            tokio::spawn(connection);
+            client
+                .query_one(
+                    "SELECT count(*) FROM pg_database WHERE datname LIKE 'guildhall_soak_%'",
+                    &[],
+                )
+                .await
+                .unwrap()
+                .get(0)
+        });
+    assert_eq!(left, 0, "the soak's database was dropped");
+}
+
+/// Bad soak options are named before anything starts.
+#[test]
+fn soak_refuses_servers_and_restarts_without_a_database_to_share() {
+    for (args, named) in [
+        (&["--servers", "2"][..], "--store"),
+        (&["--pg-restart", "true"][..], "--store"),
+    ] {
+        let dir = tempfile::tempdir().unwrap();
+        let run = crate::support::guildhall(dir.path())
+            .args(["bench", "soak", "--duration", "1s"])
+            .args(args)
+            .output()
+            .unwrap();
+        assert!(!run.status.success(), "{args:?}");
+        let stderr = String::from_utf8_lossy(&run.stderr);
+        assert!(stderr.contains(named), "{args:?}: {stderr}");
+    }
 }

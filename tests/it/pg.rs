@@ -305,7 +305,9 @@ impl Owned {
         )
     }
 
-    /// Stops it (a fast shutdown: what was committed stays) and waits until it is gone.
+    /// Stops it (a fast shutdown: what was committed stays) and waits until it is gone,
+    /// whether it is still the one this started or one [`restart_command`](Self::restart_command)
+    /// started after it.
     #[allow(unsafe_code)]
     pub fn stop(&mut self) {
         if let Some(mut child) = self.child.take() {
@@ -314,6 +316,43 @@ impl Owned {
                 libc::kill(child.id() as i32, libc::SIGINT);
             }
             let _ = child.wait();
+        }
+        // One pg_ctl started is not our child: its pid is in the directory while it runs.
+        let pid_file = self.dir.join("postmaster.pid");
+        let pid = std::fs::read_to_string(&pid_file)
+            .ok()
+            .and_then(|text| text.lines().next()?.trim().parse::<i32>().ok());
+        if let Some(pid) = pid {
+            let command = command(&bin_dir().join("pg_ctl"), self.user)
+                .arg("-D")
+                .arg(&self.dir)
+                .args(["-w", "-m", "fast", "stop"])
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .status();
+            assert!(
+                command.is_ok_and(|s| s.success()) || !pid_file.exists(),
+                "pg_ctl could not stop the postgres ({pid}) on {}",
+                self.dir.display()
+            );
+        }
+    }
+
+    /// A shell command that restarts it as an operator would (`pg_ctl restart`, as the user
+    /// it runs as): what `bench soak --pg-restart` runs. The server it starts is not this
+    /// process's child; [`stop`](Self::stop) and dropping stop it all the same.
+    pub fn restart_command(&self) -> String {
+        let pg_ctl = format!(
+            "{} -D {} -w -m fast -l {} restart",
+            bin_dir().join("pg_ctl").display(),
+            self.dir.display(),
+            self.dir.join("restarted.log").display()
+        );
+        match self.user {
+            Some((uid, gid)) => {
+                format!("setpriv --reuid={uid} --regid={gid} --clear-groups -- {pg_ctl}")
+            }
+            None => pg_ctl,
         }
     }
 
