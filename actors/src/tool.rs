@@ -128,8 +128,10 @@ pub trait Tool: Send + Sync + Sized + 'static {
         None
     }
 
-    /// Whether this call waits or polls by design (say, an inbox check with a wait), so
-    /// repeating it with the same arguments is expected: the loop guard does not count it.
+    /// Whether repeating this call with the same arguments is expected: it waits or polls
+    /// by design (say, an inbox check with a wait), or a key the caller gives makes it once
+    /// however often it is retried (a send with a `request_id`). The loop guard does not
+    /// count it.
     fn polls(_input: &Self::Input) -> bool {
         false
     }

@@ -1,6 +1,7 @@
 //! Where an agent's reading has got to: named cursors, each the newest message id a reader
 //! was given, kept in the store's `cursors` table (agent id, 0, name → the id) so they
-//! outlast restarts and reconnects. A cursor only moves forward.
+//! outlast restarts and reconnects. A cursor only moves forward. The [`INBOX`] cursor holds
+//! more: an [`InboxReading`], which the agent's mailbox actor keeps and moves.
 
 use std::collections::BTreeSet;
 
@@ -65,7 +66,7 @@ pub(crate) const MAX_LATE: usize = 4096;
 /// An agent's `check_inbox {"since": "last"}` reading, kept in the [`INBOX`] cursor: the
 /// newest message id it was given, and the messages that arrived after a listing had gone
 /// past their id, which the next listing gives as well. A message's id is chosen when it
-/// is sent, so under load one often arrives after a newer one (its commit came later; it
+/// is sent, so under load one can arrive after a newer one (its commit came later; it
 /// was sent again after a crash; another server stored it): an id alone would skip it.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub(crate) struct InboxReading {

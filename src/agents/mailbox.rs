@@ -650,8 +650,13 @@ impl MailboxActor {
                     .filter(|m| after(m.id) && query.matches(m))
                     .cloned(),
             );
-            // Late ones read meanwhile: before the reading, so not in the scan above.
+            // Late ones read meanwhile: before the reading, so not in the scan above. In id
+            // order too: past `limit` matches, the rest could not be listed.
+            let mut found = 0;
             for &id in reading.late.iter().filter(|&&id| !after(id)) {
+                if found == query.limit {
+                    break;
+                }
                 if state.get(&id).is_some() {
                     continue;
                 }
@@ -659,6 +664,7 @@ impl MailboxActor {
                     && query.matches(&message)
                 {
                     out.push(message);
+                    found += 1;
                 }
             }
         }

@@ -312,8 +312,8 @@ pub struct InboxQuery {
     /// List in arrival order (oldest first) instead of most urgent first, so that `limit`
     /// cuts off only the newest: what a cursor moved to the newest listed needs.
     pub arrival_order: bool,
-    /// List what the agent's `since: "last"` reading has not given yet (`since` is then
-    /// not used), oldest first: messages newer than the last it gave, and those that
+    /// List what the agent's `since: "last"` reading has not given yet (`since` and
+    /// `arrival_order` are then not used), oldest first: messages newer than the last it gave, and those that
     /// arrived after it had gone past their id. The reading moves only when the caller says
     /// what it showed ([`Agent::shown`](super::Agent::shown)).
     pub since_last: bool,

@@ -1299,7 +1299,6 @@ mod tests {
         let since_last = InboxQuery {
             unread_only: false,
             since_last: true,
-            arrival_order: true,
             ..InboxQuery::default()
         };
         let listed = async |dev: &crate::Agent| -> Vec<String> {

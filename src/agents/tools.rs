@@ -373,7 +373,7 @@ impl Tool for CheckInbox {
             min_priority: input.min_priority.unwrap_or(Priority::Low),
             wait,
             mark_read: false,
-            arrival_order: from_last,
+            arrival_order: false,
             since_last: from_last,
         };
         let mut inbox = agent.check_inbox(query).await?;

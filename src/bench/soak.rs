@@ -1081,32 +1081,41 @@ pub struct PgRestart {
     pub error: Option<String>,
 }
 
+/// How long the operator's PostgreSQL restart may take before it is killed and the run
+/// fails (`pg_ctl restart -w` waits a minute at most by default).
+const PG_RESTART_TIMEOUT: Duration = Duration::from_secs(300);
+/// Bytes of the restart command's output an error quotes at most (its end).
+const PG_RESTART_TAIL: u64 = 2048;
+
 /// Runs `command` (with `sh -c`), which restarts PostgreSQL, its output to `pg-restart.log`
 /// in `dir`: a file, not a pipe, since a server it starts keeps what it was given open.
+/// Killed past [`PG_RESTART_TIMEOUT`].
 async fn restart_postgres(command: &str, dir: &Path, started: Instant) -> PgRestart {
     let at_secs = started.elapsed().as_secs_f64();
     let began = Instant::now();
     let log_path = dir.join("pg-restart.log");
     let status = match std::fs::File::create(&log_path).and_then(|log| Ok((log.try_clone()?, log)))
     {
-        Ok((out, err)) => tokio::process::Command::new("sh")
-            .args(["-c", command])
-            .stdin(std::process::Stdio::null())
-            .stdout(out)
-            .stderr(err)
-            .status()
-            .await
-            .map_err(|e| format!("cannot run `sh -c {command}`: {e}")),
+        Ok((out, err)) => {
+            let run = tokio::process::Command::new("sh")
+                .args(["-c", command])
+                .stdin(std::process::Stdio::null())
+                .stdout(out)
+                .stderr(err)
+                .kill_on_drop(true)
+                .status();
+            match tokio::time::timeout(PG_RESTART_TIMEOUT, run).await {
+                Ok(status) => status.map_err(|e| format!("cannot run `sh -c {command}`: {e}")),
+                Err(_) => Err(format!(
+                    "`{command}` did not end within {PG_RESTART_TIMEOUT:?}, and was killed"
+                )),
+            }
+        }
         Err(e) => Err(format!("cannot make {}: {e}", log_path.display())),
     };
     let error = match status {
         Ok(status) if status.success() => None,
-        Ok(status) => {
-            let log = std::fs::read_to_string(&log_path).unwrap_or_default();
-            let tail: Vec<&str> = log.lines().rev().take(5).collect();
-            let tail: Vec<&str> = tail.into_iter().rev().collect();
-            Some(format!("`{command}` {status}: {}", tail.join(" / ")))
-        }
+        Ok(status) => Some(format!("`{command}` {status}: {}", tail_of(&log_path))),
         Err(e) => Some(e),
     };
     PgRestart {
@@ -1115,6 +1124,22 @@ async fn restart_postgres(command: &str, dir: &Path, started: Instant) -> PgRest
         ok: error.is_none(),
         error,
     }
+}
+
+/// The last lines of what `path` holds, at most [`PG_RESTART_TAIL`] bytes of its end,
+/// joined with ` / `.
+fn tail_of(path: &Path) -> String {
+    use std::io::{Read, Seek, SeekFrom};
+    let mut text = String::new();
+    if let Ok(mut file) = std::fs::File::open(path) {
+        let length = file.metadata().map_or(0, |m| m.len());
+        let _ = file.seek(SeekFrom::Start(length.saturating_sub(PG_RESTART_TAIL)));
+        let mut bytes = Vec::new();
+        let _ = file.take(PG_RESTART_TAIL).read_to_end(&mut bytes);
+        text = String::from_utf8_lossy(&bytes).into_owned();
+    }
+    let lines: Vec<&str> = text.lines().collect();
+    lines[lines.len().saturating_sub(5)..].join(" / ")
 }
 
 /// A fault of the proxied server.
@@ -1701,8 +1726,9 @@ fn rss_growth(samples: &[SoakSample], duration_secs: f64) -> Option<(f64, f64)> 
     Some((slope * per_hour, stderr * per_hour))
 }
 
-/// Each acknowledged send (by its `request_id`, in its subject) counted in the history of
-/// the stopped server's store: how many are missing, and how many are there more than once.
+/// The stopped servers' store, opened by `store`, against what the agents saw
+/// acknowledged: each send (by its `request_id`, in its subject) found in the recipients'
+/// copies, under one message id, and in the mail history; and the task board's ledger.
 async fn ledger(
     store: crate::RuntimeBuilder,
     acknowledged: &[String],
@@ -1901,4 +1927,23 @@ fn judge(report: &SoakReport, memory: bool) -> Vec<String> {
         ));
     }
     failures
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A failed restart quotes the end of what its command wrote, never more than the bound
+    /// however much it wrote.
+    #[test]
+    fn a_failed_restart_quotes_the_last_lines_of_its_output_within_the_bound() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = dir.path().join("pg-restart.log");
+        let lines: Vec<String> = (1..=10).map(|n| format!("line {n}")).collect();
+        std::fs::write(&log, lines.join("\n")).unwrap();
+        assert_eq!(tail_of(&log), "line 6 / line 7 / line 8 / line 9 / line 10");
+        std::fs::write(&log, "x".repeat(1 << 20)).unwrap();
+        assert_eq!(tail_of(&log).len(), PG_RESTART_TAIL as usize);
+        assert_eq!(tail_of(&dir.path().join("absent")), "");
+    }
 }

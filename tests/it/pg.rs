@@ -330,11 +330,14 @@ impl Owned {
                 .stdout(Stdio::null())
                 .stderr(Stdio::null())
                 .status();
-            assert!(
-                command.is_ok_and(|s| s.success()) || !pid_file.exists(),
-                "pg_ctl could not stop the postgres ({pid}) on {}",
-                self.dir.display()
-            );
+            // Said, not asserted: this runs when a test's server is dropped, maybe while
+            // the test panics, where a second panic would abort the whole test process.
+            if !command.is_ok_and(|s| s.success()) && pid_file.exists() {
+                eprintln!(
+                    "pg_ctl could not stop the postgres ({pid}) on {}",
+                    self.dir.display()
+                );
+            }
         }
     }
 
