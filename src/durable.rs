@@ -363,6 +363,17 @@ where
         (&mut self.next.batch, &mut self.next.then)
     }
 
+    /// How many changes were staged (counting from [`new`](Self::new)'s): the count a change
+    /// just staged is committed at.
+    pub(crate) fn staged_count(&self) -> u64 {
+        self.applied
+    }
+
+    /// How many staged changes are committed.
+    pub(crate) fn committed_count(&self) -> u64 {
+        self.committed
+    }
+
     /// Answers `answer` once the change staged last is committed.
     pub(crate) fn ack(&mut self, reply: Responder<B>, answer: B::Reply) {
         self.next.acks.push((reply, answer));

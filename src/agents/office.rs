@@ -684,11 +684,17 @@ impl PostOffice {
         Ok(receipt)
     }
 
-    /// Delivers `message` to `entry`'s mailbox: through the mailbox actor, started here if
-    /// need be; or, when another live server sharing the store runs that mailbox, stored
-    /// into the inbox directly and that server told (it loads the message from the store).
-    /// The latter is held to the inbox's capacity by the unread messages the store holds
-    /// (so within the sends in flight at once: the count and the write are not one step).
+    /// Delivers `message` to `entry`'s mailbox: through the mailbox actor when it runs here,
+    /// or when no other server shares the store (started here if need be).
+    ///
+    /// With servers sharing the store, a mailbox that does not run here is not started
+    /// here: that would take it from the server its agent calls, which takes it back at the
+    /// agent's next check, a hand-over each way for every message. The message is stored
+    /// into the inbox directly instead, and the server running the mailbox told (it loads
+    /// the message from the store); when none runs it, every server is told, so that one
+    /// starting it meanwhile loads it, and so is this one's mailbox if it is starting here.
+    /// Held to the inbox's capacity by the unread messages the store holds (so within the
+    /// sends in flight at once: the count and the write are not one step).
     async fn deliver(
         &self,
         entry: &Arc<AgentEntry>,
@@ -696,9 +702,8 @@ impl PostOffice {
     ) -> Result<Reply, MailError> {
         if let Some(cluster) = self.shared.store.cluster()
             && entry.mailbox().is_none()
-            && let Some(holder) =
-                cluster.holder(&store::cluster::subject("mail", entry.id.as_str()))?
         {
+            let holder = cluster.holder(&store::cluster::subject("mail", entry.id.as_str()))?;
             let capacity = self.shared.config.capacity;
             if inbox_full(&*self.shared.store, entry.id.as_str(), capacity)? {
                 return Ok(Reply::Failed(MailError::MailboxFull {
@@ -713,13 +718,15 @@ impl PostOffice {
                 codec::encode(&*message),
             );
             batch.notify(
-                Some(holder),
+                holder,
                 Notice::Mail {
                     agent: entry.id.shared(),
                     id: message.id,
                 },
             );
             store::commit(&*self.shared.store, batch).await?;
+            let id = message.id;
+            entry.arrived(|arrivals| arrivals.ids.push(id));
             self.shared.changes.inbox_changed(entry.id.as_str());
             return Ok(Reply::Delivered);
         }

@@ -1248,15 +1248,19 @@ fn dir_bytes(dir: &Path) -> u64 {
         .sum()
 }
 
-/// Runs the soak; `progress` is called with each sample as it is taken.
+/// Runs the soak; `progress` is called with each sample as it is taken. Once `stop` is
+/// ready (the operator's Ctrl-C or SIGTERM) it ends at once: the servers and bridges it
+/// started are killed, its directories removed and its database dropped, and it answers
+/// an error saying so.
 ///
 /// # Errors
 /// Several servers or a PostgreSQL restart without a PostgreSQL store; the database cannot
 /// be made; a server cannot start (or start again after a kill); the store cannot be read
-/// at the end.
+/// at the end; stopped.
 pub async fn soak(
     config: SoakBenchConfig,
     progress: &(dyn Fn(&SoakSample) + Sync),
+    stop: impl std::future::Future<Output = ()>,
 ) -> Result<SoakReport, String> {
     #[cfg(feature = "tls")]
     crate::tls::install();
@@ -1271,12 +1275,21 @@ pub async fn soak(
             "a PostgreSQL restart (`--pg-restart`) needs a PostgreSQL store (`--store`)".into(),
         );
     }
+    // Dropped when stopped, the run kills what it started (`Server`'s drop, the bridges'
+    // closed input) and removes its directories.
+    let stopped = || Err("stopped by a signal before its end: what it started was stopped".into());
     match config.store.as_deref() {
-        None => run(&config, None, progress).await,
+        None => tokio::select! {
+            report = run(&config, None, progress) => report,
+            () = stop => stopped(),
+        },
         #[cfg(feature = "postgres")]
         Some(admin) => {
             let database = Database::make(admin).await?;
-            let report = run(&config, Some(&database), progress).await;
+            let report = tokio::select! {
+                report = run(&config, Some(&database), progress) => report,
+                () = stop => stopped(),
+            };
             database.remove().await;
             report
         }

@@ -1011,6 +1011,7 @@ async fn soak(a: SoakArgs) -> Result<(), Box<dyn std::error::Error>> {
             pg_restart: a.pg_restart,
         },
         &progress,
+        super::serve::wait_for_stop_signal(),
     )
     .await?;
     let mut out = std::io::stdout().lock();

@@ -559,7 +559,8 @@ fn listen_error(addr: SocketAddr, err: &std::io::Error) -> String {
     }
 }
 
-async fn wait_for_stop_signal() {
+/// Until Ctrl-C or SIGTERM.
+pub(crate) async fn wait_for_stop_signal() {
     use tokio::signal::unix::{SignalKind, signal};
     match signal(SignalKind::terminate()) {
         Ok(mut term) => {

@@ -12,10 +12,14 @@
 //! **Leases** are checked before every operation, and on a timer set for the next one to
 //! end while the actor runs. The actor is not passivated while a lease is held.
 //!
+//! **Ended tasks** leave memory once their last change is committed, and are read from the
+//! store when needed (see [`super::model`]): the board holds the work in progress.
+//!
 //! **Crashes.** A restarted actor waits for every commit submitted before it (a barrier),
 //! then loads the board. Changes applied in memory but not yet submitted are lost with the
 //! actor; their callers get no answer and re-send them, and they apply afresh.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -23,7 +27,7 @@ use ractor::{ActorProcessingErr, ActorRef};
 
 use super::model::{Board, Effects, Notice, Task, TaskEvent};
 use super::protocol::{BoardMsg, BoardOwn, Op, Reply};
-use super::shared::{BOARD, Shared};
+use super::shared::{BOARD, Shared, StoredTasks};
 use super::status::TaskId;
 use super::{keys, notify};
 use crate::agents::now_ms;
@@ -49,6 +53,9 @@ pub(crate) struct BoardState {
     timer_at: Option<u64>,
     /// No time goes backwards on the board, even if the clock does.
     last_ms: u64,
+    /// Ended tasks in memory, each with the count of changes that must be committed before it
+    /// leaves (its last change's).
+    ending: HashMap<TaskId, u64>,
 }
 
 /// The board's subject among servers sharing the store.
@@ -75,16 +82,26 @@ impl Behaviour for BoardActor {
         _: &ActorRef<BoardMsg>,
         _held: bool,
     ) -> Result<BoardState, ActorProcessingErr> {
-        let mut tasks = Vec::new();
+        // Ended tasks stay in the store: read only for the next id and the clock.
+        let (mut tasks, mut next_id, mut last_ms) = (Vec::new(), 1, 0);
         store::scan_values(&*self.shared.store, Table::Tasks, &[], |_, task: Task| {
-            tasks.push(task);
+            next_id = next_id.max(task.id + 1);
+            last_ms = last_ms.max(task.updated_ms);
+            if !task.status.is_ended() {
+                tasks.push(task);
+            }
         })?;
-        let last_ms = tasks.iter().map(|t| t.updated_ms).max().unwrap_or(0);
+        let mut board = Board::from_tasks(tasks);
+        board.archive(
+            Arc::new(StoredTasks(Arc::clone(&self.shared.store))),
+            next_id,
+        );
         Ok(BoardState {
-            board: Board::from_tasks(tasks),
+            board,
             commits: Commits::new(0),
             timer_at: None,
             last_ms,
+            ending: HashMap::new(),
         })
     }
 
@@ -123,6 +140,7 @@ impl Behaviour for BoardActor {
     }
 
     fn after(&self, myself: &ActorRef<BoardMsg>, state: &mut BoardState) {
+        state.evict_committed();
         self.arm_timer(myself, state);
     }
 }
@@ -132,18 +150,57 @@ impl BoardState {
         self.last_ms = now_ms().max(self.last_ms);
         self.last_ms
     }
+
+    /// Sends to the archive the ended tasks whose last change is committed.
+    fn evict_committed(&mut self) {
+        if self.ending.is_empty() {
+            return;
+        }
+        let committed = self.commits.committed_count();
+        let board = &mut self.board;
+        self.ending.retain(|id, last| {
+            if *last > committed {
+                return true;
+            }
+            board.evict(*id);
+            false
+        });
+    }
+
+    /// Brings task `id` into memory for an operation on it, to leave again once ended and
+    /// committed.
+    fn fault_in(&mut self, id: TaskId) -> Result<(), super::TaskError> {
+        if self.board.fault_in(id)? {
+            self.ending
+                .entry(id)
+                .or_insert(self.commits.committed_count());
+        }
+        Ok(())
+    }
 }
 
 impl BoardActor {
     fn handle_op(&self, state: &mut BoardState, op: Op, reply: Responder<Self>, now: u64) {
         let limits = &self.shared.config.limits;
         let mut effects = Effects::default();
+        let target = match &op {
+            Op::Get(id)
+            | Op::Update { id, .. }
+            | Op::Heartbeat { id, .. }
+            | Op::Release { id, .. } => Some(*id),
+            Op::Create { .. } | Op::Claim { .. } | Op::List(_) => None,
+        };
+        if let Some(id) = target
+            && let Err(err) = state.fault_in(id)
+        {
+            return state.commits.read(reply, Reply::Failed(err));
+        }
         let board = &mut state.board;
         let outcome = match op {
             Op::Get(id) => board.get(id).map(|t| Some(t.id)),
             Op::List(query) => {
-                let (tasks, total) = board.list(&query);
-                return state.commits.read(reply, Reply::Tasks(tasks, total));
+                let listing = board.list(&query);
+                return state.commits.read(reply, Reply::Listing(listing));
             }
             Op::Create { by, spec } => board
                 .create(spec, by.as_ref(), now, limits, &mut effects)
@@ -182,11 +239,18 @@ impl BoardActor {
 
     /// Adds what `effects` changed to the next commit.
     fn stage(&self, state: &mut BoardState, effects: Effects) {
+        // The count this change is committed at.
+        let change = state.commits.staged_count() + 1;
         let (batch, staged) = state.commits.stage();
         staged.changed.extend(effects.changed.iter().copied());
         for id in &effects.changed {
             if let Ok(task) = state.board.get(*id) {
                 batch.put(Table::Tasks, keys::task(*id), codec::encode(task));
+                if task.status.is_ended() {
+                    state.ending.insert(*id, change);
+                } else {
+                    state.ending.remove(id);
+                }
             }
         }
         for (id, event) in &effects.events {

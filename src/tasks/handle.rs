@@ -172,10 +172,17 @@ impl Tasks {
     /// # Cancel safety
     /// Cancel safe: it only reads.
     pub async fn list(&self, query: TaskQuery) -> Result<(Vec<Task>, usize), TaskError> {
-        match self.0.request(Op::List(query)).await? {
-            Reply::Tasks(tasks, total) => Ok((tasks, total)),
-            other => Err(failed(other)),
-        }
+        let listing = match self.0.request(Op::List(query.clone())).await? {
+            Reply::Listing(listing) => listing,
+            other => return Err(failed(other)),
+        };
+        // Ended tasks are read from the store here, not in the board's actor.
+        let archive = super::shared::StoredTasks(Arc::clone(&self.0.shared.store));
+        tokio::task::spawn_blocking(move || listing.complete(&query, &archive))
+            .await
+            .map_err(|err| TaskError::Unavailable {
+                reason: format!("reading the archived tasks failed: {err}"),
+            })?
     }
 
     /// The tasks `agent` holds (claimed, its lease its own) in one of `statuses`, at most

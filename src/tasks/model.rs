@@ -1,9 +1,21 @@
 //! The board's state and its rules: tasks, their lifecycle, dependencies, leases, and what
-//! each change tells whom. Pure: no I/O and no clock of its own (times are passed in), so
-//! the rules are tested here and the actor only persists what they changed.
+//! each change tells whom. Pure but for one read: no clock of its own (times are passed
+//! in), and no I/O but reading the tasks that ended and left memory through an
+//! [`Archive`] (the store). The rules are tested here and the actor only persists what
+//! they changed.
+//!
+//! **Ended tasks leave memory.** The board keeps the tasks not ended, and those it was
+//! given back ([`Board::fault_in`]) or changed until the actor [evicts](Board::evict)
+//! them once their last change is committed. An ended task is still a task: a blocker,
+//! a parent, listed, read, reopened; the board reads it from the archive when it needs it.
+//! So the board's memory follows the work in progress, not every task there ever was
+//! (`bench soak`: 32,000 tasks an hour, each done, were a board that grew for ever).
 
+use std::borrow::Cow;
+use std::cell::RefCell;
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
+use std::sync::Arc;
 
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -278,7 +290,40 @@ pub(crate) struct Effects {
     pub(crate) notices: Vec<Notice>,
 }
 
-/// Every task on the board, with the indexes claims and leases need.
+/// Where the board reads the tasks that ended and left its memory: the store.
+pub(crate) trait Archive: Send + Sync {
+    /// Task `id` as last committed, if there is one.
+    ///
+    /// # Errors
+    /// The store's.
+    fn task(&self, id: TaskId) -> Result<Option<Task>, crate::store::StoreError>;
+
+    /// Every task as last committed, in id order.
+    ///
+    /// # Errors
+    /// The store's.
+    fn each(&self, visit: &mut dyn FnMut(Task)) -> Result<(), crate::store::StoreError>;
+}
+
+/// The archive the board reads ended tasks from, and the statuses of those it read lately
+/// (readiness asks for a blocker's status at every claim that looks at its dependent; an
+/// archived task's status changes only once it is back in memory).
+struct Archived {
+    source: Arc<dyn Archive>,
+    statuses: RefCell<quick_cache::unsync::Cache<TaskId, TaskStatus>>,
+}
+
+/// Archived statuses remembered.
+const ARCHIVED_STATUSES: usize = 4_096;
+
+impl std::fmt::Debug for Archived {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Archived").finish_non_exhaustive()
+    }
+}
+
+/// The tasks on the board not ended (and ended ones in use), with the indexes claims and
+/// leases need; the others are read from its [`Archive`].
 #[derive(Debug, Default)]
 pub(crate) struct Board {
     tasks: BTreeMap<TaskId, Task>,
@@ -293,6 +338,8 @@ pub(crate) struct Board {
     /// Tasks not ended (open or in progress): what `max_tasks` bounds.
     unfinished: usize,
     next_id: TaskId,
+    /// Where ended tasks go; `None`: they stay in memory.
+    archive: Option<Archived>,
 }
 
 impl Board {
@@ -310,17 +357,104 @@ impl Board {
         board
     }
 
+    /// Reads the tasks that are not in memory from `archive` from now on, and numbers new
+    /// tasks from `next_id` at least (the archive's tasks were numbered before).
+    pub(crate) fn archive(&mut self, archive: Arc<dyn Archive>, next_id: TaskId) {
+        self.next_id = self.next_id.max(next_id);
+        self.archive = Some(Archived {
+            source: archive,
+            statuses: RefCell::new(quick_cache::unsync::Cache::new(ARCHIVED_STATUSES)),
+        });
+    }
+
+    /// The task in memory. See [`fault_in`](Self::fault_in) for one that may be archived.
     pub(crate) fn get(&self, id: TaskId) -> Result<&Task, TaskError> {
         self.tasks.get(&id).ok_or(TaskError::UnknownTask { id })
     }
 
+    /// Brings task `id` back into memory from the archive, if it is there and not in
+    /// memory already; whether it did. Done before an operation on the task itself.
+    ///
+    /// # Errors
+    /// The archive's.
+    pub(crate) fn fault_in(&mut self, id: TaskId) -> Result<bool, TaskError> {
+        if self.tasks.contains_key(&id) {
+            return Ok(false);
+        }
+        let Some(archived) = &self.archive else {
+            return Ok(false);
+        };
+        let Some(task) = archived.source.task(id)? else {
+            return Ok(false);
+        };
+        archived.statuses.borrow_mut().remove(&id);
+        self.index(&task);
+        self.tasks.insert(id, task);
+        Ok(true)
+    }
+
+    /// Sends task `id` to the archive if it is ended (its last change committed: the
+    /// caller's to know); whether it did.
+    pub(crate) fn evict(&mut self, id: TaskId) -> bool {
+        let Some(archived) = &self.archive else {
+            return false;
+        };
+        if !self.tasks.get(&id).is_some_and(|t| t.status.is_ended()) {
+            return false;
+        }
+        let Some(task) = self.tasks.remove(&id) else {
+            return false;
+        };
+        archived.statuses.borrow_mut().insert(id, task.status);
+        self.unindex(&task);
+        true
+    }
+
+    /// How many tasks are in memory.
+    #[cfg(test)]
+    pub(crate) fn in_memory(&self) -> usize {
+        self.tasks.len()
+    }
+
+    /// Task `id`, from memory or the archive.
+    fn find(&self, id: TaskId) -> Result<Option<Cow<'_, Task>>, TaskError> {
+        if let Some(task) = self.tasks.get(&id) {
+            return Ok(Some(Cow::Borrowed(task)));
+        }
+        match &self.archive {
+            Some(archived) => Ok(archived.source.task(id)?.map(Cow::Owned)),
+            None => Ok(None),
+        }
+    }
+
+    /// Task `id`'s status, from memory or the archive (`None`: no such task, or the archive
+    /// could not be read, which is logged).
+    fn status_of(&self, id: TaskId) -> Option<TaskStatus> {
+        if let Some(task) = self.tasks.get(&id) {
+            return Some(task.status);
+        }
+        let archived = self.archive.as_ref()?;
+        if let Some(status) = archived.statuses.borrow().get(&id) {
+            return Some(*status);
+        }
+        match archived.source.task(id) {
+            Ok(Some(task)) => {
+                archived.statuses.borrow_mut().insert(id, task.status);
+                Some(task.status)
+            }
+            Ok(None) => None,
+            Err(err) => {
+                tracing::warn!(task = id, error = %guildhall_actors::ErrorChain(&err), "could not read an archived task's status");
+                None
+            }
+        }
+    }
+
     /// Whether every blocker of `task` is done.
     pub(crate) fn is_ready(&self, task: &Task) -> bool {
-        task.blocked_by.iter().all(|b| {
-            self.tasks
-                .get(b)
-                .is_some_and(|t| t.status == TaskStatus::Done)
-        })
+        task.blocked_by
+            .iter()
+            .all(|b| self.status_of(*b) == Some(TaskStatus::Done))
     }
 
     /// `task` as the board answers it: a copy, with `ready` set.
@@ -421,11 +555,13 @@ impl Board {
             limits.max_description_bytes,
         )?;
         check_labels(&spec.labels, limits)?;
-        if let Some(parent) = spec.parent {
-            self.get(parent).map_err(|_| TaskError::InvalidArgument {
+        if let Some(parent) = spec.parent
+            && self.find(parent)?.is_none()
+        {
+            return Err(TaskError::InvalidArgument {
                 name: "parent",
                 reason: format!("there is no task {parent}"),
-            })?;
+            });
         }
         let blocked_by = self.check_blockers(None, spec.blocked_by, limits)?;
         let id = self.next_id;
@@ -612,7 +748,7 @@ impl Board {
             let mut told = BTreeSet::new();
             let parent_assignee = task
                 .parent
-                .and_then(|p| self.tasks.get(&p))
+                .and_then(|p| self.find(p).ok().flatten())
                 .and_then(|p| p.assignee.clone());
             let creator = task.created_by.as_ref().map(ToString::to_string);
             for to in [creator, parent_assignee].into_iter().flatten() {
@@ -820,11 +956,7 @@ impl Board {
                 let waiting: Vec<String> = task
                     .blocked_by
                     .iter()
-                    .filter(|b| {
-                        self.tasks
-                            .get(b)
-                            .is_none_or(|t| t.status != TaskStatus::Done)
-                    })
+                    .filter(|b| self.status_of(**b) != Some(TaskStatus::Done))
                     .map(ToString::to_string)
                     .collect();
                 Err(refuse(&format!(
@@ -873,14 +1005,14 @@ impl Board {
                     reason: format!("task {blocker} is listed twice"),
                 });
             }
-            if !self.tasks.contains_key(blocker) {
+            if self.find(*blocker)?.is_none() {
                 return Err(TaskError::InvalidArgument {
                     name: "blocked_by",
                     reason: format!("there is no task {blocker}"),
                 });
             }
             let Some(id) = id else { continue };
-            if let Some(path) = self.path(*blocker, id, |t| &t.blocked_by) {
+            if let Some(path) = self.path(*blocker, id, |t| &t.blocked_by)? {
                 return Err(TaskError::Cycle {
                     id,
                     what: format!("be blocked by {blocker}"),
@@ -896,10 +1028,12 @@ impl Board {
     }
 
     fn check_parent(&self, id: TaskId, parent: TaskId) -> Result<(), TaskError> {
-        self.get(parent).map_err(|_| TaskError::InvalidArgument {
-            name: "parent",
-            reason: format!("there is no task {parent}"),
-        })?;
+        if self.find(parent)?.is_none() {
+            return Err(TaskError::InvalidArgument {
+                name: "parent",
+                reason: format!("there is no task {parent}"),
+            });
+        }
         let mut path = vec![id];
         let mut at = Some(parent);
         while let Some(current) = at {
@@ -915,18 +1049,21 @@ impl Board {
                         .join(" → "),
                 });
             }
-            at = self.tasks.get(&current).and_then(|t| t.parent);
+            at = self.find(current)?.and_then(|t| t.parent);
         }
         Ok(())
     }
 
     /// A path from `from` to `to` along `edges` (breadth first), both ends included.
+    ///
+    /// # Errors
+    /// The archive's, when a task on the way is archived.
     fn path(
         &self,
         from: TaskId,
         to: TaskId,
         edges: impl Fn(&Task) -> &Vec<TaskId>,
-    ) -> Option<Vec<TaskId>> {
+    ) -> Result<Option<Vec<TaskId>>, TaskError> {
         let mut came_from: HashMap<TaskId, TaskId> = HashMap::new();
         let mut queue = VecDeque::from([from]);
         let mut seen = BTreeSet::from([from]);
@@ -939,49 +1076,149 @@ impl Board {
                     cur = *prev;
                 }
                 path.reverse();
-                return Some(path);
+                return Ok(Some(path));
             }
-            for next in self.tasks.get(&at).map(&edges).into_iter().flatten() {
+            let Some(task) = self.find(at)? else { continue };
+            for next in edges(&task) {
                 if seen.insert(*next) {
                     came_from.insert(*next, at);
                     queue.push_back(*next);
                 }
             }
         }
-        None
+        Ok(None)
     }
 
-    /// The tasks `query` selects, oldest first, and how many there were before the limit.
-    pub(crate) fn list(&self, query: &TaskQuery) -> (Vec<Task>, usize) {
+    /// The tasks in memory `query` selects, and whether the archive must be read too (see
+    /// [`Listing::complete`]).
+    pub(crate) fn list(&self, query: &TaskQuery) -> Listing {
         let mut total = 0;
-        let mut out = Vec::new();
-        let tasks: Box<dyn Iterator<Item = &Task>> = if query.newest_first {
-            Box::new(self.tasks.values().rev())
-        } else {
-            Box::new(self.tasks.values())
-        };
-        for task in tasks {
-            let agent_matches = query.agent.as_ref().is_none_or(|a| {
-                task.assignee.as_deref() == Some(a.as_str())
-                    || task.lease.as_ref().is_some_and(|l| l.holder == *a)
-            });
-            let matches = agent_matches
-                && query
-                    .role
-                    .as_ref()
-                    .is_none_or(|r| task.assignee.as_deref() == Some(r.as_str()))
-                && (query.status.is_empty() || query.status.contains(&task.status))
-                && query.label.as_ref().is_none_or(|l| task.labels.contains(l))
-                && query.parent.is_none_or(|p| task.parent == Some(p))
-                && (!query.ready_only || (task.status == TaskStatus::Open && self.is_ready(task)));
-            if matches {
+        // The first `limit` ids in the listing's order.
+        let mut kept: BTreeMap<TaskId, &Task> = BTreeMap::new();
+        for task in self.tasks.values() {
+            let ready = || self.is_ready(task);
+            if selects(query, task, ready) {
                 total += 1;
-                if out.len() < query.limit {
-                    out.push(self.answer(task));
-                }
+                keep(&mut kept, task, query);
             }
         }
-        (out, total)
+        let may_select_ended = !query.ready_only
+            && (query.status.is_empty() || query.status.iter().any(|s| s.is_ended()));
+        Listing {
+            tasks: kept.values().map(|t| self.answer(t)).collect(),
+            total,
+            in_memory: (self.archive.is_some() && may_select_ended)
+                .then(|| self.tasks.keys().copied().collect()),
+        }
+    }
+}
+
+/// A listing of the tasks in memory, completed with the archived ones by
+/// [`complete`](Self::complete) outside the board's actor: a read of every stored task
+/// must not hold up the board's other callers.
+#[derive(Debug)]
+pub(crate) struct Listing {
+    /// The first `limit` the query selects in memory, in id order, answered.
+    tasks: Vec<Task>,
+    /// How many the query selects in memory.
+    total: usize,
+    /// The ids in memory, ascending, when the archive is to be read too (the query may
+    /// select ended tasks).
+    in_memory: Option<Vec<TaskId>>,
+}
+
+impl Listing {
+    /// The tasks `query` selects, in its order, and how many there were before the limit:
+    /// those in memory when listed and the archived ones `archive` holds now. (A task
+    /// archived meanwhile is listed once, as in memory; one brought back into memory and
+    /// changed meanwhile, as the store holds it now.)
+    ///
+    /// # Errors
+    /// The archive's.
+    pub(crate) fn complete(
+        self,
+        query: &TaskQuery,
+        archive: &dyn Archive,
+    ) -> Result<(Vec<Task>, usize), TaskError> {
+        let Listing {
+            tasks,
+            mut total,
+            in_memory,
+        } = self;
+        let mut out = match in_memory {
+            None => tasks,
+            Some(in_memory) => {
+                let mut kept: BTreeMap<TaskId, Task> =
+                    tasks.into_iter().map(|t| (t.id, t)).collect();
+                archive.each(&mut |task| {
+                    // `ready_only` never reads the archive (an ended task is not open).
+                    if in_memory.binary_search(&task.id).is_err() && selects(query, &task, || false)
+                    {
+                        total += 1;
+                        keep(&mut kept, task, query);
+                    }
+                })?;
+                let archived = |id: &TaskId| in_memory.binary_search(id).is_err();
+                let mut out = Vec::with_capacity(kept.len());
+                for (id, mut task) in kept {
+                    if archived(&id) {
+                        task.ready = all_done(&task.blocked_by, archive)?;
+                    }
+                    out.push(task);
+                }
+                out
+            }
+        };
+        if query.newest_first {
+            out.reverse();
+        }
+        Ok((out, total))
+    }
+}
+
+/// Whether every one of `blockers` is done, as `archive` holds them.
+fn all_done(blockers: &[TaskId], archive: &dyn Archive) -> Result<bool, TaskError> {
+    for blocker in blockers {
+        if archive
+            .task(*blocker)?
+            .is_none_or(|t| t.status != TaskStatus::Done)
+        {
+            return Ok(false);
+        }
+    }
+    Ok(true)
+}
+
+/// Whether `query` selects `task`; `ready` says whether it is ready, asked only for
+/// `ready_only`.
+fn selects(query: &TaskQuery, task: &Task, ready: impl FnOnce() -> bool) -> bool {
+    let agent_matches = query.agent.as_ref().is_none_or(|a| {
+        task.assignee.as_deref() == Some(a.as_str())
+            || task.lease.as_ref().is_some_and(|l| l.holder == *a)
+    });
+    agent_matches
+        && query
+            .role
+            .as_ref()
+            .is_none_or(|r| task.assignee.as_deref() == Some(r.as_str()))
+        && (query.status.is_empty() || query.status.contains(&task.status))
+        && query.label.as_ref().is_none_or(|l| task.labels.contains(l))
+        && query.parent.is_none_or(|p| task.parent == Some(p))
+        && (!query.ready_only || (task.status == TaskStatus::Open && ready()))
+}
+
+/// Adds `task` to the first `query.limit` of a listing, in its order.
+fn keep<T>(kept: &mut BTreeMap<TaskId, T>, task: T, query: &TaskQuery)
+where
+    T: std::borrow::Borrow<Task>,
+{
+    kept.insert(task.borrow().id, task);
+    if kept.len() > query.limit {
+        if query.newest_first {
+            kept.pop_first();
+        } else {
+            kept.pop_last();
+        }
     }
 }
 
@@ -1145,6 +1382,125 @@ mod tests {
             )
             .unwrap();
         effects
+    }
+
+    /// The store, as the board's archive: what the actor committed.
+    #[derive(Default)]
+    struct Committed(std::sync::Mutex<BTreeMap<TaskId, Task>>);
+
+    impl Archive for Committed {
+        fn task(&self, id: TaskId) -> Result<Option<Task>, crate::store::StoreError> {
+            Ok(self.0.lock().unwrap().get(&id).cloned())
+        }
+
+        fn each(&self, visit: &mut dyn FnMut(Task)) -> Result<(), crate::store::StoreError> {
+            for task in self.0.lock().unwrap().values() {
+                visit(task.clone());
+            }
+            Ok(())
+        }
+    }
+
+    /// What the actor does after each operation: commit every task in memory, then send the
+    /// ended ones to the archive.
+    fn commit_and_evict(board: &mut Board, store: &Committed) {
+        let ids: Vec<TaskId> = board.tasks.keys().copied().collect();
+        for id in ids {
+            let task = board.tasks[&id].clone();
+            store.0.lock().unwrap().insert(id, task);
+            board.evict(id);
+        }
+    }
+
+    /// Ended tasks leave memory, and are still blockers, parents, listed, in cycles, and
+    /// reopened.
+    #[test]
+    fn ended_tasks_leave_memory_and_are_still_read_where_they_matter() {
+        let store = Arc::new(Committed::default());
+        let mut board = Board::from_tasks([]);
+        board.archive(Arc::clone(&store) as Arc<dyn Archive>, 1);
+        let a = create(&mut board, spec("a"));
+        let b = create(
+            &mut board,
+            TaskSpec {
+                blocked_by: vec![a],
+                ..spec("b")
+            },
+        );
+        commit_and_evict(&mut board, &store);
+        assert_eq!(board.in_memory(), 2, "nothing ended yet");
+        set_status(&mut board, a, TaskStatus::Done, "tl");
+        commit_and_evict(&mut board, &store);
+        assert_eq!(board.in_memory(), 1, "a is done and archived");
+        assert!(board.get(a).is_err());
+        // Its dependent is ready, and a claim takes it.
+        assert!(board.is_ready(board.get(b).unwrap()));
+        let claimed = board.claim(
+            (&agent("dev"), "dev"),
+            &ClaimFilter::default(),
+            60_000,
+            3,
+            &TaskLimits::default(),
+            &mut Effects::default(),
+        );
+        assert_eq!(claimed.unwrap(), Some(b));
+        // An archived task is a blocker and a parent for new tasks.
+        let c = create(
+            &mut board,
+            TaskSpec {
+                blocked_by: vec![a],
+                parent: Some(a),
+                ..spec("c")
+            },
+        );
+        assert!(board.is_ready(board.get(c).unwrap()));
+        // Listed with the others, in order, counted.
+        let list = |query: TaskQuery| board.list(&query).complete(&query, &*store).unwrap();
+        let (all, total) = list(TaskQuery {
+            limit: 2,
+            ..TaskQuery::default()
+        });
+        assert_eq!(total, 3);
+        assert_eq!(all.iter().map(|t| t.id).collect::<Vec<_>>(), [a, b]);
+        let (newest, _) = list(TaskQuery {
+            limit: 1,
+            newest_first: true,
+            status: vec![TaskStatus::Done],
+            ..TaskQuery::default()
+        });
+        assert_eq!(newest.iter().map(|t| t.id).collect::<Vec<_>>(), [a]);
+        // A cycle through an archived task is found: m (archived) waits on d, so d may
+        // not wait on m.
+        let d = create(&mut board, spec("d"));
+        let m = create(
+            &mut board,
+            TaskSpec {
+                blocked_by: vec![d],
+                ..spec("m")
+            },
+        );
+        set_status(&mut board, m, TaskStatus::Cancelled, "tl");
+        commit_and_evict(&mut board, &store);
+        assert!(board.get(m).is_err(), "m is archived");
+        let mut effects = Effects::default();
+        let cycle = board.update(
+            d,
+            TaskChange {
+                blocked_by: Some(vec![m]),
+                ..TaskChange::default()
+            },
+            Some(&agent("tl")),
+            4,
+            &TaskLimits::default(),
+            &mut effects,
+        );
+        assert!(matches!(cycle, Err(TaskError::Cycle { .. })), "{cycle:?}");
+        // Brought back and reopened, it stays; its dependents wait again.
+        assert!(board.fault_in(a).unwrap());
+        set_status(&mut board, a, TaskStatus::Open, "tl");
+        commit_and_evict(&mut board, &store);
+        assert!(board.get(a).is_ok(), "an open task stays in memory");
+        assert!(!board.is_ready(board.get(c).unwrap()));
     }
 
     #[test]

@@ -2,7 +2,7 @@
 //! sends to it) depends on the messages, not on the actor.
 
 use super::TaskError;
-use super::model::{ClaimFilter, Task, TaskChange, TaskQuery, TaskSpec};
+use super::model::{ClaimFilter, Listing, Task, TaskChange, TaskQuery, TaskSpec};
 use super::status::TaskId;
 use crate::agents::AgentId;
 use crate::durable::{Committed, Msg};
@@ -46,8 +46,8 @@ pub(crate) enum Reply {
     Task(Box<Task>),
     /// A claim that found nothing to take.
     Nothing,
-    /// A listing: the tasks, and how many matched before the limit.
-    Tasks(Vec<Task>, usize),
+    /// A listing of the tasks in memory, for the caller to complete with the archived ones.
+    Listing(Listing),
     Failed(TaskError),
 }
 

@@ -1,13 +1,15 @@
-//! What the board actor and its hub share: the store, the settings, where the actor runs,
-//! and the post office its notices go through.
+//! What the board actor and its hub share: the store (and the ended tasks in it), the
+//! settings, where the actor runs, and the post office its notices go through.
 
 use std::sync::Arc;
 
 use super::TaskConfig;
+use super::model::{Archive, Task};
 use super::protocol::BoardMsg;
+use super::status::TaskId;
 use crate::agents::PostOffice;
 use crate::durable::Family;
-use crate::store::Store;
+use crate::store::{self, Store, StoreError, Table, codec};
 use guildhall_supervision::lazy::Slot;
 
 /// The child id of the board actor (and the key of its partition).
@@ -20,4 +22,20 @@ pub(crate) struct Shared {
     pub(crate) family: Family,
     pub(crate) slot: Slot<BoardMsg>,
     pub(crate) office: Arc<PostOffice>,
+}
+
+/// The board's archive: the tasks as the store holds them.
+pub(crate) struct StoredTasks(pub(crate) Arc<dyn Store>);
+
+impl Archive for StoredTasks {
+    fn task(&self, id: TaskId) -> Result<Option<Task>, StoreError> {
+        match self.0.get(Table::Tasks, &super::keys::task(id))? {
+            Some(bytes) => Ok(Some(codec::decode(Table::Tasks, &bytes)?)),
+            None => Ok(None),
+        }
+    }
+
+    fn each(&self, visit: &mut dyn FnMut(Task)) -> Result<(), StoreError> {
+        store::scan_values(&*self.0, Table::Tasks, &[], |_, task: Task| visit(task))
+    }
 }

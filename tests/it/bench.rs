@@ -575,3 +575,88 @@ fn soak_refuses_servers_and_restarts_without_a_database_to_share() {
         assert!(stderr.contains(named), "{args:?}: {stderr}");
     }
 }
+
+/// The pids whose parent is `parent`.
+fn children_of(parent: u32) -> Vec<i32> {
+    let mut children = Vec::new();
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<i32>() else {
+            continue;
+        };
+        let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+            continue;
+        };
+        // After the command's name: state, then the parent's pid.
+        let ppid = stat
+            .rsplit_once(')')
+            .and_then(|(_, rest)| rest.split_whitespace().nth(1))
+            .and_then(|p| p.parse::<u32>().ok());
+        if ppid == Some(parent) {
+            children.push(pid);
+        }
+    }
+    children
+}
+
+/// An operator's SIGTERM ends a soak at once, and nothing it started outlives it: its
+/// server and its bridges are stopped (before, they ran on).
+#[test]
+#[allow(clippy::cast_possible_wrap)]
+fn a_soak_stopped_by_a_signal_leaves_none_of_its_processes_running() {
+    use std::io::BufRead;
+    let dir = tempfile::tempdir().unwrap();
+    let mut soak = crate::support::guildhall(dir.path())
+        .args(["bench", "soak", "--json", "--agents", "6", "--bridged", "2"])
+        .args(["--interval", "1s", "--duration", "10m", "--kills", "0"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Its first sample: the server and the bridges run.
+    let mut lines = std::io::BufReader::new(soak.stdout.take().unwrap()).lines();
+    let first = lines.next().expect("a sample").unwrap();
+    assert!(first.contains("rss_kib"), "{first}");
+    let started = crate::support::eventually_blocking(
+        std::time::Duration::from_secs(30),
+        "the server and both bridges",
+        || {
+            let children = children_of(soak.id());
+            (children.len() >= 3).then_some(children)
+        },
+    );
+    #[allow(unsafe_code)]
+    // SAFETY: kill sends a signal to the soak this test started; no memory is involved.
+    unsafe {
+        libc::kill(soak.id() as i32, libc::SIGTERM);
+    }
+    let status = crate::support::eventually_blocking(
+        std::time::Duration::from_secs(60),
+        "the soak's end",
+        || soak.try_wait().unwrap(),
+    );
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    let left = || -> Vec<i32> {
+        started
+            .iter()
+            .copied()
+            .filter(|pid| !crate::support::process_gone(*pid))
+            .collect()
+    };
+    while !left().is_empty() && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let survivors = left();
+    for pid in &survivors {
+        // Not left behind when the check fails.
+        #[allow(unsafe_code)]
+        // SAFETY: kill touches no memory; the process is the soak's, started by this test.
+        unsafe {
+            libc::kill(*pid, libc::SIGKILL);
+        }
+    }
+    assert!(survivors.is_empty(), "outlived the soak: {survivors:?}");
+    assert!(!status.success());
+    let mut stderr = String::new();
+    std::io::Read::read_to_string(&mut soak.stderr.take().unwrap(), &mut stderr).unwrap();
+    assert!(stderr.contains("stopped by a signal"), "{stderr}");
+}

@@ -76,6 +76,45 @@ async fn a_send_on_one_server_wakes_a_check_waiting_on_another_within_millisecon
     b.shutdown().await;
 }
 
+/// A send to an agent whose mailbox runs nowhere stores the message without starting the
+/// mailbox on the sender's server: started there, it would be taken back by the agent's
+/// server at the agent's next check, one hand-over each way for every message.
+#[tokio::test]
+async fn a_send_to_a_mailbox_running_nowhere_leaves_it_to_its_agents_server() {
+    let url = pg::fresh_database().await;
+    let (a, b) = (server(&url).await, server(&url).await);
+    let tl = a.register_agent(AgentSpec::new("tl", "tl")).await.unwrap();
+    let dev = b
+        .register_agent(AgentSpec::new("dev", "dev"))
+        .await
+        .unwrap();
+    let holder = |rt: &Runtime| rt.store().cluster().unwrap().holder("mail:dev").unwrap();
+    let mut sent = Vec::new();
+    for i in 0..3 {
+        let receipt = tl
+            .send(Outgoing::to("dev").body(format!("{i}")))
+            .await
+            .unwrap();
+        sent.push(receipt.id);
+        assert_eq!(holder(&b), None, "send {i} started dev's mailbox on a");
+    }
+    let inbox = dev.check_inbox(InboxQuery::default()).await.unwrap();
+    let listed: Vec<_> = inbox.messages.iter().map(|m| m.id).collect();
+    assert_eq!(listed, sent);
+    held_by(&a, "mail:dev", &b).await;
+    // Once it runs on b, a send reaches it there, and it stays.
+    let late = tl.send(Outgoing::to("dev").body("after")).await.unwrap();
+    eventually(Duration::from_secs(10), || async {
+        dev.unread().await.unwrap() == 4
+    })
+    .await;
+    let inbox = dev.check_inbox(InboxQuery::default()).await.unwrap();
+    assert!(inbox.messages.iter().any(|m| m.id == late.id), "{inbox:?}");
+    held_by(&a, "mail:dev", &b).await;
+    a.shutdown().await;
+    b.shutdown().await;
+}
+
 #[tokio::test]
 async fn a_mailbox_on_another_server_is_held_to_its_capacity() {
     let url = pg::fresh_database().await;
@@ -585,6 +624,19 @@ async fn three_servers_one_killed_each_round_lose_and_duplicate_nothing() {
             }
         }
         nodes[victim].start();
+    }
+    // An agent's own call runs its mailbox on its server (sends start none).
+    for i in 0..3 {
+        let check = serde_json::json!({ "limit": 1 });
+        call(
+            &client,
+            &nodes[home(i)].url(),
+            &agent(i),
+            "check_inbox",
+            check,
+        )
+        .await
+        .unwrap();
     }
     // The status of any server lists all three, and where the listed agents' mailboxes run.
     let status = crate::support::guildhall_ok(nodes[0].dir.path(), &["status", "--json"]);

@@ -86,8 +86,9 @@ fn acknowledged_messages_survive_sigkill_exactly_once() {
 }
 
 /// The same on PostgreSQL: the sender (the CLI, reading `[store] url` from the data
-/// directory's config) is killed holding the database's lease; the next opener waits for
-/// the 1 s lease to run out and takes it over.
+/// directory's config) is killed with its commits in flight. Its sends store each message
+/// into the recipient's inbox without starting the recipient's mailbox (it runs nowhere),
+/// so the next opener loads them from the database.
 #[cfg(feature = "postgres")]
 #[test]
 fn acknowledged_messages_survive_sigkill_exactly_once_on_postgres() {
@@ -160,8 +161,7 @@ fn send_rounds(dir: &Path, rounds: usize, open: &dyn Fn() -> guildhall::RuntimeB
     assert_eq!(killed_mid_stream, rounds);
 }
 
-/// The runtime `open` makes. On a shared database the killed sender's node still holds the
-/// recipient's mailbox until its lease runs out; the first use takes it over then.
+/// The runtime `open` makes.
 async fn reopen(open: &dyn Fn() -> guildhall::RuntimeBuilder, round: usize) -> Runtime {
     open()
         .build()

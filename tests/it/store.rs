@@ -119,6 +119,11 @@ async fn a_durable_mailbox_crashing_mid_stream_loses_and_duplicates_nothing_on(b
     let rt = backend.runtime().await;
     let tl = rt.register_agent(AgentSpec::new("tl", "tl")).await.unwrap();
     let pm = rt.register_agent(AgentSpec::new("pm", "pm")).await.unwrap();
+    // Its own call runs its mailbox (on a shared store, a send to one that runs nowhere
+    // stores the message and starts nothing).
+    pm.check_inbox(guildhall::agents::InboxQuery::default())
+        .await
+        .unwrap();
     // Many senders at once, so crashes land while commits are in flight.
     let senders: Vec<_> = (0..8)
         .map(|s| {

@@ -6,7 +6,9 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use guildhall::tasks::{Action, ClaimFilter, TaskConfig, TaskQuery, TaskSpec, TaskStatus};
+use guildhall::tasks::{
+    Action, ClaimFilter, TaskChange, TaskConfig, TaskQuery, TaskSpec, TaskStatus,
+};
 use guildhall::{AgentSpec, CallError, InboxQuery, Runtime};
 use serde_json::{Value, json};
 
@@ -420,6 +422,92 @@ async fn bad_requests_are_refused_naming_the_problem_and_change_nothing() {
         (b["version"].as_u64(), b["status"].as_str()),
         (Some(1), Some("open"))
     );
+    rt.shutdown().await;
+}
+
+/// Ended tasks leave the board's memory once committed (it holds the work in progress, not
+/// every task there was); read back from the store, they are still what they were: got,
+/// listed, blockers and parents, noted, reopened, and across a restart.
+#[tokio::test]
+async fn ended_tasks_are_read_back_from_the_store_as_they_were() {
+    let dir = tempfile::tempdir().unwrap();
+    let open = || Runtime::builder().data_dir(dir.path()).build();
+    let rt = open().await.unwrap();
+    rt.register_agent(AgentSpec::new("w", "dev")).await.unwrap();
+    let tasks = rt.tasks().unwrap();
+    let spec = |title: &str, blocked_by: Vec<u64>| TaskSpec {
+        title: title.into(),
+        blocked_by,
+        ..TaskSpec::default()
+    };
+    let status = |status| TaskChange {
+        status: Some(status),
+        ..TaskChange::default()
+    };
+    let a = tasks.create(Some("w"), spec("a", vec![])).await.unwrap();
+    let b = tasks
+        .create(Some("w"), spec("b", vec![a.id]))
+        .await
+        .unwrap();
+    let done = tasks
+        .update(Some("w"), a.id, status(TaskStatus::Done))
+        .await
+        .unwrap();
+    // Each call below finds `a` ended and committed, so out of memory.
+    assert_eq!(tasks.get(a.id).await.unwrap(), done);
+    let claimed = tasks.claim("w", ClaimFilter::default(), None).await;
+    assert_eq!(claimed.unwrap().unwrap().id, b.id, "its dependent is ready");
+    let c = tasks
+        .create(
+            Some("w"),
+            TaskSpec {
+                parent: Some(a.id),
+                ..spec("c", vec![a.id])
+            },
+        )
+        .await
+        .unwrap();
+    assert!(c.ready, "{c:?}");
+    let noted = tasks
+        .update(
+            Some("w"),
+            a.id,
+            TaskChange {
+                note: Some("for the record".into()),
+                ..TaskChange::default()
+            },
+        )
+        .await
+        .unwrap();
+    assert_eq!(noted.version, done.version + 1);
+    let all = TaskQuery {
+        limit: 10,
+        ..TaskQuery::default()
+    };
+    let (listed, total) = tasks.list(all.clone()).await.unwrap();
+    assert_eq!(total, 3);
+    assert_eq!(listed[0], tasks.get(a.id).await.unwrap());
+    assert_eq!(listed[0].notes.len(), 1, "the note is kept: {listed:?}");
+    let only_done = TaskQuery {
+        status: vec![TaskStatus::Done],
+        ..all.clone()
+    };
+    assert_eq!(tasks.list(only_done.clone()).await.unwrap().1, 1);
+    rt.shutdown().await;
+
+    // After a restart, the same; reopened, `a` is in progress work again.
+    let rt = open().await.unwrap();
+    let tasks = rt.tasks().unwrap();
+    assert_eq!(tasks.list(all.clone()).await.unwrap().0, listed);
+    let reopened = tasks
+        .update(Some("w"), a.id, status(TaskStatus::Open))
+        .await
+        .unwrap();
+    assert_eq!(reopened.version, noted.version + 1);
+    assert!(!tasks.get(c.id).await.unwrap().ready, "c waits on a again");
+    assert_eq!(tasks.list(only_done).await.unwrap().1, 0);
+    let next = tasks.create(Some("w"), spec("d", vec![])).await.unwrap();
+    assert_eq!(next.id, c.id + 1, "ids go on after the archived ones");
     rt.shutdown().await;
 }
 
