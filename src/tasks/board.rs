@@ -8,7 +8,7 @@ use guildhall_supervision::lazy::{self, Lazy, RequestError, Slot, SlotVisitor};
 
 use super::actor::BoardActor;
 use super::protocol::{BoardMsg, Op, Reply};
-use super::shared::{BOARD, Shared};
+use super::shared::{ARCHIVE_READS, BOARD, Shared};
 use super::{TaskConfig, TaskError};
 use crate::agents::PostOffice;
 use crate::durable::{self, Family, Owner};
@@ -34,6 +34,7 @@ impl TaskBoard {
                 config,
                 slot: Slot::default(),
                 office,
+                archive_reads: Arc::new(tokio::sync::Semaphore::new(ARCHIVE_READS)),
             }),
         })
     }

@@ -176,13 +176,27 @@ impl Tasks {
             Reply::Listing(listing) => listing,
             other => return Err(failed(other)),
         };
-        // Ended tasks are read from the store here, not in the board's actor.
-        let archive = super::shared::StoredTasks(Arc::clone(&self.0.shared.store));
-        tokio::task::spawn_blocking(move || listing.complete(&query, &archive))
+        if !listing.reads_archive() {
+            return Ok(listing.memory_only(&query));
+        }
+        // Ended tasks are read from the store here, not in the board's actor, a few
+        // listings at a time; the permit goes with the read, which runs to its end even if
+        // this caller gives up.
+        let permit = Arc::clone(&self.0.shared.archive_reads)
+            .acquire_owned()
             .await
-            .map_err(|err| TaskError::Unavailable {
-                reason: format!("reading the archived tasks failed: {err}"),
-            })?
+            .map_err(|_| TaskError::Unavailable {
+                reason: "the task board is shutting down".into(),
+            })?;
+        let archive = super::shared::StoredTasks(Arc::clone(&self.0.shared.store));
+        tokio::task::spawn_blocking(move || {
+            let _permit = permit;
+            listing.complete(&query, &archive)
+        })
+        .await
+        .map_err(|err| TaskError::Unavailable {
+            reason: format!("reading the archived tasks failed: {err}"),
+        })?
     }
 
     /// The tasks `agent` holds (claimed, its lease its own) in one of `statuses`, at most

@@ -1128,6 +1128,21 @@ pub(crate) struct Listing {
 }
 
 impl Listing {
+    /// Whether [`complete`](Self::complete) reads the archive.
+    pub(crate) fn reads_archive(&self) -> bool {
+        self.in_memory.is_some()
+    }
+
+    /// The tasks in memory `query` selects, in its order, and how many there were before the
+    /// limit: the whole listing when it does not [read the archive](Self::reads_archive).
+    pub(crate) fn memory_only(self, query: &TaskQuery) -> (Vec<Task>, usize) {
+        let mut tasks = self.tasks;
+        if query.newest_first {
+            tasks.reverse();
+        }
+        (tasks, self.total)
+    }
+
     /// The tasks `query` selects, in its order, and how many there were before the limit:
     /// those in memory when listed and the archived ones `archive` holds now. (A task
     /// archived meanwhile is listed once, as in memory; one brought back into memory and
@@ -1140,35 +1155,26 @@ impl Listing {
         query: &TaskQuery,
         archive: &dyn Archive,
     ) -> Result<(Vec<Task>, usize), TaskError> {
-        let Listing {
-            tasks,
-            mut total,
-            in_memory,
-        } = self;
-        let mut out = match in_memory {
-            None => tasks,
-            Some(in_memory) => {
-                let mut kept: BTreeMap<TaskId, Task> =
-                    tasks.into_iter().map(|t| (t.id, t)).collect();
-                archive.each(&mut |task| {
-                    // `ready_only` never reads the archive (an ended task is not open).
-                    if in_memory.binary_search(&task.id).is_err() && selects(query, &task, || false)
-                    {
-                        total += 1;
-                        keep(&mut kept, task, query);
-                    }
-                })?;
-                let archived = |id: &TaskId| in_memory.binary_search(id).is_err();
-                let mut out = Vec::with_capacity(kept.len());
-                for (id, mut task) in kept {
-                    if archived(&id) {
-                        task.ready = all_done(&task.blocked_by, archive)?;
-                    }
-                    out.push(task);
-                }
-                out
-            }
+        let Some(in_memory) = self.in_memory.as_deref() else {
+            return Ok(self.memory_only(query));
         };
+        let archived = |id: TaskId| in_memory.binary_search(&id).is_err();
+        let mut total = self.total;
+        let mut kept: BTreeMap<TaskId, Task> = self.tasks.into_iter().map(|t| (t.id, t)).collect();
+        archive.each(&mut |task| {
+            // `ready_only` never reads the archive (an ended task is not open).
+            if archived(task.id) && selects(query, &task, || false) {
+                total += 1;
+                keep(&mut kept, task, query);
+            }
+        })?;
+        let mut out = Vec::with_capacity(kept.len());
+        for (id, mut task) in kept {
+            if archived(id) {
+                task.ready = all_done(&task.blocked_by, archive)?;
+            }
+            out.push(task);
+        }
         if query.newest_first {
             out.reverse();
         }

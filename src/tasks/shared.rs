@@ -22,7 +22,14 @@ pub(crate) struct Shared {
     pub(crate) family: Family,
     pub(crate) slot: Slot<BoardMsg>,
     pub(crate) office: Arc<PostOffice>,
+    /// Listings reading the stored board ([`StoredTasks`]) at once: each reads every task,
+    /// on a blocking thread, so their CPU and threads are bounded here, not by how many
+    /// callers list at once.
+    pub(crate) archive_reads: Arc<tokio::sync::Semaphore>,
 }
+
+/// Listings that may read the stored board at once.
+pub(crate) const ARCHIVE_READS: usize = 2;
 
 /// The board's archive: the tasks as the store holds them.
 pub(crate) struct StoredTasks(pub(crate) Arc<dyn Store>);
